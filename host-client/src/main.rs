@@ -1,0 +1,3 @@
+//! `pitcrew`: the host CLI.
+
+fn main() {}

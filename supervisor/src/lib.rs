@@ -1,0 +1,19 @@
+//! The rules both pitcrew binaries share, defined once.
+//!
+//! - [`tree_hash`]: `pi-tree-v1` and `content-v1` tree digests and single-file SHA-256, walked
+//!   without following symlinks.
+//! - [`plugin_format`]: which runtime loads a plugin directory (Claude plugin or pi extension) and
+//!   which entry files pi would load.
+//! - [`env_policy`]: the deny-lists and reserved names for environment variables, and the rules
+//!   for `pi.args`.
+//! - [`manifest`]: the versioned document the host hands the supervisor.
+//! - [`exit_code`]: what each iteration exit code means.
+//! - `harness` (feature `harness`): the YAML harness file and its validation.
+
+pub mod env_policy;
+pub mod exit_code;
+#[cfg(feature = "harness")]
+pub mod harness;
+pub mod manifest;
+pub mod plugin_format;
+pub mod tree_hash;

@@ -1,0 +1,3 @@
+//! `pitcrew-init`: the sandbox supervisor (PID 1 of the sandbox container).
+
+fn main() {}
