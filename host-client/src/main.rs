@@ -1,3 +1,42 @@
-//! `pitcrew`: the host CLI.
+//! `pitcrew`: the host CLI. Validates harnesses, computes expected hashes from the host's own
+//! copies, and drives sandboxed agent iterations.
 
-fn main() {}
+mod commands;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Validate harnesses, hash plugin trees and drive sandboxed coding-agent iterations.
+#[derive(Debug, Parser)]
+#[command(name = "pitcrew", version, about)]
+struct Cli {
+    /// More log output on stderr (repeat for more); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the tree hash of a directory (pi-tree-v1 or content-v1).
+    Hash(pitcrew_core::hash_command::HashArgs),
+    /// Say which runtime would load a plugin directory and, for pi, which entry files.
+    Classify(commands::classify::ClassifyArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    pitcrew_core::logging::init(cli.verbose);
+    let result = match cli.command {
+        Command::Hash(args) => pitcrew_core::hash_command::run(&args),
+        Command::Classify(args) => commands::classify::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("pitcrew: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -12,8 +12,10 @@
 
 pub mod env_policy;
 pub mod exit_code;
+pub mod hash_command;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
 pub mod tree_hash;

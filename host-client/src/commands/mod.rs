@@ -1,0 +1,3 @@
+//! One module per `pitcrew` subcommand.
+
+pub mod classify;
