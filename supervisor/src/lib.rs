@@ -11,6 +11,7 @@
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
 pub mod env_policy;
+pub mod environment;
 pub mod exit_code;
 pub mod hash_command;
 #[cfg(feature = "harness")]
@@ -18,4 +19,8 @@ pub mod harness;
 pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
+pub mod runtime_argv;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
 pub mod tree_hash;
+pub mod verify;

@@ -1,1 +1,567 @@
-//! (in progress)
+//! The manifest: the versioned JSON document the host hands the supervisor.
+//!
+//! It says which runtime to launch and how, every tree and pinned file to verify with its
+//! expected digest (computed by the host from its own copies), the environment inputs, the agent
+//! identity and the limits. Every path in it is absolute *inside the sandbox*. The supervisor
+//! keeps the parsed manifest in memory: nothing the agent can write is ever a source of an
+//! expected value. Field reference: `docs/manifest.md`.
+
+use crate::exit_code::PinRole;
+use crate::tree_hash::{FileRecord, TreeFormat};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The manifest format version this build reads and writes.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// The whole manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Format version; must equal [`MANIFEST_VERSION`].
+    pub version: u32,
+    /// Which runtime to launch.
+    pub runtime: Runtime,
+    /// The agent program and its runtime-specific options.
+    pub agent: Agent,
+    /// The prompt handed to the agent (pi and claude runtimes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Directory trees to verify (plugins, skills, hook script directories).
+    #[serde(default)]
+    pub trees: Vec<TreePin>,
+    /// Single files to verify (hook adapter, runtime manifest, configs).
+    #[serde(default)]
+    pub files: Vec<FilePin>,
+    /// Environment inputs.
+    #[serde(default)]
+    pub env: EnvSpec,
+    /// The agent's working directory (read-write for the agent).
+    pub workdir: String,
+    /// Directories the runtime needs: home, tmp, agent/config dirs.
+    #[serde(default)]
+    pub dirs: RuntimeDirs,
+    /// The identity the agent runs as.
+    #[serde(default)]
+    pub user: AgentUser,
+    /// Where the agent's stdout and stderr go.
+    #[serde(default)]
+    pub output: OutputSpec,
+    /// Time limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Confinement policy.
+    #[serde(default)]
+    pub confinement: ConfinementSpec,
+}
+
+/// The runtime that loads the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// pi (`pi --print --mode json …`).
+    Pi,
+    /// Claude Code (`claude -p --output-format stream-json …`).
+    Claude,
+    /// Any argv: `agent.binary` followed by `agent.args`.
+    Command,
+}
+
+impl Runtime {
+    /// The name used in harness files and manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Pi => "pi",
+            Runtime::Claude => "claude",
+            Runtime::Command => "command",
+        }
+    }
+
+    /// The default agent binary name for this runtime (`pi`, `claude`); none for `command`.
+    pub fn default_binary(self) -> Option<&'static str> {
+        match self {
+            Runtime::Pi => Some("pi"),
+            Runtime::Claude => Some("claude"),
+            Runtime::Command => None,
+        }
+    }
+}
+
+/// The agent program.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    /// Program name (looked up once on the baseline `PATH`) or absolute path.
+    pub binary: String,
+    /// Optional sha256 pin of the binary's bytes (exit 127 when it differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Extra arguments: the whole argv tail for `command`, appended options for pi/claude.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Model (`--model`), for pi and claude.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tool list (`--tools`), for pi.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Claude sub-agent name (`--agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_agent: Option<String>,
+}
+
+/// What kind of thing a verified tree is, which decides how the runtime is told about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TreeKind {
+    /// A pi extension: loaded with `-e <entry>` for each entry.
+    PiExtension,
+    /// A Claude plugin: loaded with `--plugin-dir`.
+    ClaudePlugin,
+    /// Skills, hook scripts or other data: verified, not passed on the command line.
+    Data,
+}
+
+/// One directory tree to verify before launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreePin {
+    /// Unique name (the plugin's upload name).
+    pub name: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// What drifting means (decides the exit code).
+    pub role: PinRole,
+    /// How the runtime consumes it.
+    pub kind: TreeKind,
+    /// Hash format of `sha256`.
+    pub format: TreeFormat,
+    /// Expected tree hash (lowercase hex).
+    pub sha256: String,
+    /// Expected per-file listing, for drift reports.
+    #[serde(default)]
+    pub files: Vec<FileRecord>,
+    /// Expected subdirectories (relative), for drift reports.
+    #[serde(default)]
+    pub dirs: Vec<String>,
+    /// pi entry files, relative to `path` (pi extensions only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<String>,
+    /// Validated plugin environment, exported last.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Validated extension flags passed after this extension's `-e` (pi only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pi_args: Vec<String>,
+}
+
+/// How the runtime is told about a pinned file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileUse {
+    /// Verified only (config files the runtime finds by location).
+    #[default]
+    Verify,
+    /// A pi extension file loaded with `-e` before any plugin (hook adapters).
+    PiExtension,
+    /// Claude `--settings <file>` (hooks config).
+    ClaudeSettings,
+}
+
+/// One file to verify byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePin {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// What drifting means (decides the exit code).
+    pub role: PinRole,
+    /// Expected sha256 of the exact bytes (lowercase hex).
+    pub sha256: String,
+    /// Expected size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// How the runtime is told about it.
+    #[serde(default, rename = "use")]
+    pub usage: FileUse,
+}
+
+/// Environment inputs, applied in this order: baseline, `.env`, deny rules, pins, plugin env.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSpec {
+    /// A sandbox `.env` file parsed as data (never executed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dotenv: Option<String>,
+    /// Variables set by the harness (validated against the reserved set).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// Directories the runtime uses. Unset ones get defaults under the workdir's parent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeDirs {
+    /// `HOME` for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// `TMPDIR` for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<String>,
+    /// pi's agent directory (`PI_CODING_AGENT_DIR`) or Claude's config dir (`CLAUDE_CONFIG_DIR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// pi session directory (`--session-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<String>,
+}
+
+/// The agent's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentUser {
+    /// User id (never 0 unless `allow_root`).
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    #[serde(default)]
+    pub groups: Vec<u32>,
+}
+
+impl Default for AgentUser {
+    fn default() -> Self {
+        // `nobody`/`nogroup` on Debian: an identity that owns nothing.
+        AgentUser {
+            uid: 65534,
+            gid: 65534,
+            groups: Vec::new(),
+        }
+    }
+}
+
+/// Where the agent's output goes (files created by the supervisor, owned by root).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// File receiving the agent's stdout; unset = the supervisor's stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// File receiving the agent's stderr; unset = the supervisor's stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+}
+
+/// Time limits, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// The agent's wall-clock limit; then TERM to its group, grace, KILL.
+    pub timeout_ms: u64,
+    /// Grace between TERM and KILL, for the agent and for leftovers.
+    pub kill_grace_ms: u64,
+    /// Upper bound for one reap step (TERM, grace, KILL, rescans).
+    pub reap_budget_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: 30 * 60 * 1000,
+            kill_grace_ms: 2000,
+            reap_budget_ms: 10_000,
+        }
+    }
+}
+
+/// How hard Landlock must be enforced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandlockMode {
+    /// Apply what the kernel supports and report what was enforced.
+    #[default]
+    BestEffort,
+    /// Fail the iteration (125) unless the ruleset is fully enforced.
+    Required,
+    /// Do not apply Landlock (ownership and modes still protect verified trees).
+    Off,
+}
+
+/// Confinement policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfinementSpec {
+    /// Landlock enforcement level.
+    #[serde(default)]
+    pub landlock: LandlockMode,
+    /// Extra paths the agent may read (besides `/` read-only… see docs/threat-model.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
+    /// Extra paths the agent may write (besides the workdir, home, tmp and config dirs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_write: Vec<String>,
+    /// Allow `user.uid == 0` (tests of the supervisor itself only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_root: bool,
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// Not valid JSON or not the expected shape.
+    #[error("manifest is not valid: {0}")]
+    Parse(String),
+    /// A version this build does not understand.
+    #[error("manifest version {found} is not supported (this build reads version {MANIFEST_VERSION})")]
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// A field has a bad value.
+    #[error("manifest field {field}: {problem}")]
+    Field {
+        /// JSON path of the field (`trees[2].sha256`).
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+fn field(field: impl Into<String>, problem: impl Into<String>) -> ManifestError {
+    ManifestError::Field {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Whether `s` is a lowercase hex sha256 digest.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
+    if !Path::new(path).is_absolute() {
+        return Err(field(name, format!("{path:?} is not an absolute path")));
+    }
+    if path.split('/').any(|seg| seg == "..") {
+        return Err(field(name, format!("{path:?} contains a '..' segment")));
+    }
+    if path.contains(['\n', '\r', '\0']) {
+        return Err(field(name, "path contains a newline, carriage return or NUL"));
+    }
+    Ok(())
+}
+
+impl Manifest {
+    /// Parses and validates a manifest.
+    pub fn from_json(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        // Check the version before the shape, so a newer manifest gets the version message.
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        match value.get("version").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(MANIFEST_VERSION) => {}
+            Some(v) => {
+                return Err(ManifestError::Version {
+                    found: u32::try_from(v).unwrap_or(u32::MAX),
+                })
+            }
+            None => return Err(field("version", "missing or not a number")),
+        }
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Serializes the manifest as pretty JSON.
+    pub fn to_json_pretty(&self) -> String {
+        // Serializing plain data structs to a String cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Checks everything serde cannot: digests, absolute paths, unique names, sane limits.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        if self.version != MANIFEST_VERSION {
+            return Err(ManifestError::Version {
+                found: self.version,
+            });
+        }
+        if self.agent.binary.is_empty() {
+            return Err(field("agent.binary", "empty"));
+        }
+        if self.agent.binary.contains('/') {
+            check_abs("agent.binary", &self.agent.binary)?;
+        }
+        if let Some(sha) = &self.agent.sha256 {
+            if !is_sha256_hex(sha) {
+                return Err(field("agent.sha256", "not a lowercase hex sha256"));
+            }
+        }
+        check_abs("workdir", &self.workdir)?;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, tree) in self.trees.iter().enumerate() {
+            let at = |f: &str| format!("trees[{i}].{f}");
+            if tree.name.is_empty() || tree.name.contains(['/', '\n', '\r', '\0']) {
+                return Err(field(at("name"), format!("{:?} is not a valid name", tree.name)));
+            }
+            if !names.insert(tree.name.as_str()) {
+                return Err(field(at("name"), format!("{:?} appears twice", tree.name)));
+            }
+            check_abs(&at("path"), &tree.path)?;
+            if !is_sha256_hex(&tree.sha256) {
+                return Err(field(at("sha256"), "not a lowercase hex sha256"));
+            }
+            for (j, entry) in tree.entries.iter().enumerate() {
+                if entry.starts_with('/') || entry.split('/').any(|s| s == ".." || s.is_empty()) {
+                    return Err(field(
+                        format!("trees[{i}].entries[{j}]"),
+                        format!("{entry:?} is not a relative path inside the tree"),
+                    ));
+                }
+            }
+            if tree.kind == TreeKind::PiExtension && tree.entries.is_empty() {
+                return Err(field(at("entries"), "a pi extension needs at least one entry"));
+            }
+            for (key, value) in &tree.env {
+                if let Some(problem) = crate::env_policy::plugin_env_problems(key, value).first() {
+                    return Err(field(at("env"), problem.to_string()));
+                }
+            }
+            if let Some((j, problem)) =
+                crate::env_policy::pi_args_problems(&tree.pi_args, None).first()
+            {
+                return Err(field(format!("trees[{i}].pi_args[{j}]"), problem.to_string()));
+            }
+        }
+        for (i, file) in self.files.iter().enumerate() {
+            check_abs(&format!("files[{i}].path"), &file.path)?;
+            if !is_sha256_hex(&file.sha256) {
+                return Err(field(format!("files[{i}].sha256"), "not a lowercase hex sha256"));
+            }
+        }
+        if let Some(dotenv) = &self.env.dotenv {
+            check_abs("env.dotenv", dotenv)?;
+        }
+        for (key, value) in &self.env.set {
+            if let Some(problem) = crate::env_policy::sandbox_env_problems(key, value).first() {
+                return Err(field("env.set", problem.to_string()));
+            }
+        }
+        for (name, dir) in [
+            ("dirs.home", &self.dirs.home),
+            ("dirs.tmp", &self.dirs.tmp),
+            ("dirs.config", &self.dirs.config),
+            ("dirs.sessions", &self.dirs.sessions),
+            ("output.stdout", &self.output.stdout),
+            ("output.stderr", &self.output.stderr),
+        ] {
+            if let Some(dir) = dir {
+                check_abs(name, dir)?;
+            }
+        }
+        for (i, p) in self.confinement.read_only.iter().enumerate() {
+            check_abs(&format!("confinement.read_only[{i}]"), p)?;
+        }
+        for (i, p) in self.confinement.read_write.iter().enumerate() {
+            check_abs(&format!("confinement.read_write[{i}]"), p)?;
+        }
+        if self.user.uid == 0 && !self.confinement.allow_root {
+            return Err(field(
+                "user.uid",
+                "the agent may not run as root (set confinement.allow_root only for tests)",
+            ));
+        }
+        if self.limits.timeout_ms == 0 {
+            return Err(field("limits.timeout_ms", "must be greater than 0"));
+        }
+        if self.runtime != Runtime::Command && self.prompt.is_none() {
+            return Err(field("prompt", format!("the {} runtime needs a prompt", self.runtime.as_str())));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> serde_json::Value {
+        serde_json::json!({
+            "version": 1,
+            "runtime": "command",
+            "agent": {"binary": "/bin/true"},
+            "workdir": "/work",
+        })
+    }
+
+    #[test]
+    fn minimal_manifest_parses_with_defaults() {
+        let m = Manifest::from_json(minimal().to_string().as_bytes()).unwrap();
+        assert_eq!(m.runtime, Runtime::Command);
+        assert_eq!(m.user.uid, 65534);
+        assert_eq!(m.limits.kill_grace_ms, 2000);
+        assert_eq!(m.confinement.landlock, LandlockMode::BestEffort);
+        let again = Manifest::from_json(m.to_json_pretty().as_bytes()).unwrap();
+        assert_eq!(again, m);
+    }
+
+    #[test]
+    fn refuses_other_versions_unknown_fields_and_bad_values() {
+        let mut v = minimal();
+        v["version"] = 2.into();
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(matches!(err, ManifestError::Version { found: 2 }), "{err}");
+
+        let mut v = minimal();
+        v["surprise"] = true.into();
+        assert!(matches!(
+            Manifest::from_json(v.to_string().as_bytes()),
+            Err(ManifestError::Parse(_))
+        ));
+
+        let mut v = minimal();
+        v["workdir"] = "relative".into();
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("workdir"), "{err}");
+
+        let mut v = minimal();
+        v["user"] = serde_json::json!({"uid": 0, "gid": 0});
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("root"), "{err}");
+
+        let mut v = minimal();
+        v["files"] = serde_json::json!([{"path": "/a", "role": "config", "sha256": "XYZ"}]);
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("files[0].sha256"), "{err}");
+
+        let mut v = minimal();
+        v["env"] = serde_json::json!({"set": {"LD_PRELOAD": "/x.so"}});
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
+
+        assert!(matches!(
+            Manifest::from_json(b"{not json"),
+            Err(ManifestError::Parse(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_duplicate_tree_names_and_escaping_entries() {
+        let tree = serde_json::json!({
+            "name": "p", "path": "/t/p", "role": "plugin", "kind": "pi-extension",
+            "format": "pi-tree-v1", "sha256": "0".repeat(64), "entries": ["index.ts"],
+        });
+        let mut v = minimal();
+        v["trees"] = serde_json::json!([tree.clone(), tree.clone()]);
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+
+        let mut bad = tree;
+        bad["entries"] = serde_json::json!(["../x.ts"]);
+        let mut v = minimal();
+        v["trees"] = serde_json::json!([bad]);
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("entries[0]"), "{err}");
+    }
+}

@@ -1,0 +1,1 @@
+//! Linux process side of an iteration (in progress).
