@@ -23,6 +23,10 @@ enum Command {
     Hash(pitcrew_core::hash_command::HashArgs),
     /// Say which runtime would load a plugin directory and, for pi, which entry files.
     Classify(commands::classify::ClassifyArgs),
+    /// Check a harness file: shapes, paths, plugin formats, env and argument rules, digests.
+    Validate(commands::validate::ValidateArgs),
+    /// List what pi would auto-discover (agent dir, project), classified and hashed, never loaded.
+    Discover(commands::discover::DiscoverArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +35,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Hash(args) => pitcrew_core::hash_command::run(&args),
         Command::Classify(args) => commands::classify::run(&args),
+        Command::Validate(args) => commands::validate::run(&args),
+        Command::Discover(args) => commands::discover::run(&args),
     };
     match result {
         Ok(code) => code,

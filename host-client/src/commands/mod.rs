@@ -1,3 +1,5 @@
 //! One module per `pitcrew` subcommand.
 
 pub mod classify;
+pub mod discover;
+pub mod validate;

@@ -1,0 +1,127 @@
+//! `pitcrew validate HARNESS [--json] [--emit-manifest]`.
+
+use anyhow::Context as _;
+use pitcrew_core::harness::{self, SandboxLayout, Validated};
+use pitcrew_core::plugin_format::PluginClass;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew validate`.
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// The harness file (YAML).
+    pub harness: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the manifest the supervisor would receive (JSON) instead of a report.
+    #[arg(long, conflicts_with = "json")]
+    pub emit_manifest: bool,
+    /// Where uploads live inside the sandbox (for --emit-manifest).
+    #[arg(long, default_value = "/pitcrew", value_name = "DIR")]
+    pub sandbox_root: String,
+}
+
+/// Runs `pitcrew validate`: exit 0 when the harness is clean, 1 when it has problems.
+pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let validated = harness::validate(&args.harness)?;
+    let file = args.harness.display().to_string();
+    if args.emit_manifest {
+        if let Some(manifest) = validated.manifest(&SandboxLayout {
+            root: args.sandbox_root.clone(),
+        }) {
+            manifest
+                .validate()
+                .context("the manifest built from this harness is invalid")?;
+            println!("{}", manifest.to_json_pretty());
+            return Ok(ExitCode::SUCCESS);
+        }
+        print_problems(&file, &validated);
+        return Ok(ExitCode::FAILURE);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json_report(&file, &validated))?);
+    } else {
+        print_report(&file, &validated);
+    }
+    Ok(if validated.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_problems(file: &str, v: &Validated) {
+    for p in &v.problems {
+        eprintln!("{file}:{p}");
+    }
+    eprintln!(
+        "{file}: {} problem{}",
+        v.problems.len(),
+        if v.problems.len() == 1 { "" } else { "s" }
+    );
+}
+
+fn print_report(file: &str, v: &Validated) {
+    for n in &v.notes {
+        println!("{file}:{n} (note)");
+    }
+    if !v.is_ok() {
+        print_problems(file, v);
+        return;
+    }
+    let Some(h) = &v.harness else { return };
+    println!(
+        "{file}: ok: runtime {}, {} plugin(s), {} skills dir(s), {} adapter(s), {} iteration(s), timeout {}s",
+        h.runtime.as_str(),
+        v.plugins.len(),
+        v.skills.len(),
+        v.adapters.len(),
+        h.iterations,
+        h.timeout.as_secs()
+    );
+    for p in &v.plugins {
+        let what = match &p.class {
+            PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
+            PluginClass::Claude(c) => format!("claude plugin {:?} ({})", c.name, c.manifest),
+        };
+        let skipped = if p.loaded { "" } else { " [skipped by this runtime]" };
+        println!(
+            "  plugin {}: {what}{skipped}\n    pi-tree-v1 {} ({} files)",
+            p.spec.name,
+            p.digest.sha256,
+            p.digest.listing.files.len()
+        );
+    }
+    for s in &v.skills {
+        println!("  skills {}: pi-tree-v1 {}", s.spec.name, s.digest.sha256);
+    }
+    for a in &v.adapters {
+        println!("  adapter {} ({}): sha256 {}", a.spec.path, a.spec.role, a.sha256);
+    }
+}
+
+fn json_report(file: &str, v: &Validated) -> serde_json::Value {
+    serde_json::json!({
+        "harness": file,
+        "ok": v.is_ok(),
+        "problems": v.problems,
+        "notes": v.notes,
+        "runtime": v.harness.as_ref().map(|h| h.runtime.as_str()),
+        "plugins": v.plugins.iter().map(|p| serde_json::json!({
+            "name": p.spec.name,
+            "path": p.spec.path,
+            "class": p.class,
+            "loaded": p.loaded,
+            "format": "pi-tree-v1",
+            "sha256": p.digest.sha256,
+            "file_count": p.digest.listing.files.len(),
+        })).collect::<Vec<_>>(),
+        "skills": v.skills.iter().map(|s| serde_json::json!({
+            "name": s.spec.name, "path": s.spec.path, "sha256": s.digest.sha256,
+        })).collect::<Vec<_>>(),
+        "adapters": v.adapters.iter().map(|a| serde_json::json!({
+            "path": a.spec.path, "role": a.spec.role, "use": a.spec.usage, "sha256": a.sha256, "size": a.size,
+        })).collect::<Vec<_>>(),
+    })
+}
