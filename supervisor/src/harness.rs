@@ -309,7 +309,11 @@ impl Validated {
                 sha256: p.digest.sha256.clone(),
                 files: p.digest.listing.files.clone(),
                 dirs: p.digest.listing.dirs.clone(),
-                entries: if kind == TreeKind::PiExtension { entries } else { Vec::new() },
+                entries: if kind == TreeKind::PiExtension {
+                    entries
+                } else {
+                    Vec::new()
+                },
                 env: p.spec.env.clone(),
                 pi_args: p.spec.pi_args.clone(),
             });
@@ -407,7 +411,13 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
     let node = parse_yaml(file, &text)?;
     let base = file
         .parent()
-        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
         .unwrap_or(Path::new("."));
     let base = base.canonicalize().map_err(|source| HarnessError::Read {
         path: base.to_path_buf(),
@@ -433,7 +443,8 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
     out.harness = harness;
     out.problems = cx.problems;
     out.notes = cx.notes;
-    out.problems.sort_by_key(|p| p.location.map(|l| (l.line, l.column)));
+    out.problems
+        .sort_by_key(|p| p.location.map(|l| (l.line, l.column)));
     Ok(out)
 }
 
@@ -580,7 +591,11 @@ impl Checker {
             return None;
         }
         if raw.contains("://") {
-            self.problem(at, field, format!("{raw:?}: URLs are refused; use a local path"));
+            self.problem(
+                at,
+                field,
+                format!("{raw:?}: URLs are refused; use a local path"),
+            );
             return None;
         }
         if raw.is_empty() {
@@ -669,8 +684,14 @@ impl Checker {
         let mut agent = AgentSection::default();
         if let Some(n) = top.get_node("agent") {
             if let Some(m) = self.mapping(n, "agent") {
-                self.unknown_keys(m, "agent", &["binary", "args", "model", "tools", "claude_agent"]);
-                agent.binary = m.get_node("binary").and_then(|n| self.string(n, "agent.binary"));
+                self.unknown_keys(
+                    m,
+                    "agent",
+                    &["binary", "args", "model", "tools", "claude_agent"],
+                );
+                agent.binary = m
+                    .get_node("binary")
+                    .and_then(|n| self.string(n, "agent.binary"));
                 if let Some(b) = &agent.binary {
                     if b.contains('/') && !b.starts_with('/') {
                         self.problem(
@@ -683,7 +704,9 @@ impl Checker {
                 if let Some(n) = m.get_node("args") {
                     agent.args = self.string_list(n, "agent.args");
                 }
-                agent.model = m.get_node("model").and_then(|n| self.string(n, "agent.model"));
+                agent.model = m
+                    .get_node("model")
+                    .and_then(|n| self.string(n, "agent.model"));
                 if let Some(n) = m.get_node("tools") {
                     agent.tools = self.string_list(n, "agent.tools");
                 }
@@ -697,7 +720,9 @@ impl Checker {
             Some(n) => self.string_list(n, "command"),
             None => Vec::new(),
         };
-        let prompt = top.get_node("prompt").and_then(|n| self.string(n, "prompt"));
+        let prompt = top
+            .get_node("prompt")
+            .and_then(|n| self.string(n, "prompt"));
         match runtime {
             Some(Runtime::Command) => {
                 if command.is_empty() {
@@ -720,7 +745,10 @@ impl Checker {
                     self.problem(
                         location(n),
                         "command",
-                        format!("`command:` is only for runtime command, not {}", rt.as_str()),
+                        format!(
+                            "`command:` is only for runtime command, not {}",
+                            rt.as_str()
+                        ),
                     );
                 }
                 match &prompt {
@@ -777,7 +805,11 @@ impl Checker {
             Some(n) => match n.as_scalar().and_then(|s| s.as_u32()) {
                 Some(i) if (1..=1000).contains(&i) => i,
                 _ => {
-                    self.problem(location(n), "iterations", "expected an integer from 1 to 1000");
+                    self.problem(
+                        location(n),
+                        "iterations",
+                        "expected an integer from 1 to 1000",
+                    );
                     1
                 }
             },
@@ -797,7 +829,11 @@ impl Checker {
             let raw = self.string(n, "workdir")?;
             let path = self.local_path(location(n), "workdir", &raw)?;
             if !path.is_dir() {
-                self.problem(location(n), "workdir", format!("{} is not a directory", path.display()));
+                self.problem(
+                    location(n),
+                    "workdir",
+                    format!("{} is not a directory", path.display()),
+                );
                 return None;
             }
             Some(path)
@@ -805,7 +841,11 @@ impl Checker {
         let output = match top.get_node("output") {
             None => self.base.join("runs"),
             Some(n) => match self.string(n, "output") {
-                Some(raw) if !raw.is_empty() && !Path::new(&raw).is_absolute() && !raw.split('/').any(|s| s == "..") => {
+                Some(raw)
+                    if !raw.is_empty()
+                        && !Path::new(&raw).is_absolute()
+                        && !raw.split('/').any(|s| s == "..") =>
+                {
                     self.base.join(raw)
                 }
                 Some(raw) => {
@@ -902,7 +942,11 @@ impl Checker {
                     if let Some(a) = m.get_node("args") {
                         pi_args = self.string_list(a, &format!("{field}.pi.args"));
                         for (j, p) in env_policy::pi_args_problems(&pi_args, None) {
-                            self.problem(location(a), format!("{field}.pi.args[{j}]"), p.to_string());
+                            self.problem(
+                                location(a),
+                                format!("{field}.pi.args[{j}]"),
+                                p.to_string(),
+                            );
                         }
                     }
                 }
@@ -914,7 +958,10 @@ impl Checker {
                 self.problem(
                     at,
                     format!("{field}.path"),
-                    format!("{} is not a directory (plugins are directories)", host_path.display()),
+                    format!(
+                        "{} is not a directory (plugins are directories)",
+                        host_path.display()
+                    ),
                 );
                 continue;
             }
@@ -941,16 +988,23 @@ impl Checker {
                 continue;
             };
             self.unknown_keys(m, &field, &["path", "role", "use"]);
-            let raw = m.get_node("path").and_then(|n| self.string(n, &format!("{field}.path")));
+            let raw = m
+                .get_node("path")
+                .and_then(|n| self.string(n, &format!("{field}.path")));
             let role = match m.get_node("role") {
                 None => {
                     self.problem(at, format!("{field}.role"), role_help("missing"));
                     None
                 }
                 Some(n) => self.string(n, &format!("{field}.role")).and_then(|r| {
-                    let parsed = PinRole::parse(&r).filter(|r| !matches!(r, PinRole::Plugin | PinRole::Skill));
+                    let parsed = PinRole::parse(&r)
+                        .filter(|r| !matches!(r, PinRole::Plugin | PinRole::Skill));
                     if parsed.is_none() {
-                        self.problem(location(n), format!("{field}.role"), role_help(&format!("{r:?} is not an adapter role")));
+                        self.problem(
+                            location(n),
+                            format!("{field}.role"),
+                            role_help(&format!("{r:?} is not an adapter role")),
+                        );
                     }
                     parsed
                 }),
@@ -965,7 +1019,9 @@ impl Checker {
                         self.problem(
                             location(n),
                             format!("{field}.use"),
-                            format!("{other:?} is not one of verify, pi-extension, claude-settings"),
+                            format!(
+                                "{other:?} is not one of verify, pi-extension, claude-settings"
+                            ),
                         );
                         None
                     }
@@ -976,12 +1032,18 @@ impl Checker {
                 (Some(FileUse::PiExtension), Some(rt)) if rt != Runtime::Pi => self.problem(
                     m.get_node("use").and_then(location),
                     format!("{field}.use"),
-                    format!("pi-extension adapters are loaded by pi, not by runtime {}", rt.as_str()),
+                    format!(
+                        "pi-extension adapters are loaded by pi, not by runtime {}",
+                        rt.as_str()
+                    ),
                 ),
                 (Some(FileUse::ClaudeSettings), Some(rt)) if rt != Runtime::Claude => self.problem(
                     m.get_node("use").and_then(location),
                     format!("{field}.use"),
-                    format!("claude-settings adapters are read by Claude Code, not by runtime {}", rt.as_str()),
+                    format!(
+                        "claude-settings adapters are read by Claude Code, not by runtime {}",
+                        rt.as_str()
+                    ),
                 ),
                 _ => {}
             }
@@ -1020,7 +1082,11 @@ impl Checker {
                 continue;
             };
             if !host_path.is_dir() {
-                self.problem(at, &field, format!("{} is not a directory", host_path.display()));
+                self.problem(
+                    at,
+                    &field,
+                    format!("{} is not a directory", host_path.display()),
+                );
                 continue;
             }
             out.push(SkillSpec {
@@ -1077,10 +1143,18 @@ impl Checker {
                 }
                 (PluginClass::Claude(_), _) => {
                     if !spec.env.is_empty() {
-                        self.problem(at, format!("{field}.env"), "a Claude plugin takes no env: (it would be silently dropped)");
+                        self.problem(
+                            at,
+                            format!("{field}.env"),
+                            "a Claude plugin takes no env: (it would be silently dropped)",
+                        );
                     }
                     if !spec.pi_args.is_empty() {
-                        self.problem(at, format!("{field}.pi"), "a Claude plugin takes no pi: options");
+                        self.problem(
+                            at,
+                            format!("{field}.pi"),
+                            "a Claude plugin takes no pi: options",
+                        );
                     }
                     h.runtime == Runtime::Claude
                 }
@@ -1111,7 +1185,11 @@ impl Checker {
         for (i, spec) in h.skills.iter().enumerate() {
             let at = item_loc("skills", i);
             if !skill_names.insert(spec.name.clone()) {
-                self.problem(at, format!("skills[{i}]"), format!("a second skills directory named {:?}", spec.name));
+                self.problem(
+                    at,
+                    format!("skills[{i}]"),
+                    format!("a second skills directory named {:?}", spec.name),
+                );
             }
             match tree_hash::hash_tree(&spec.host_path, TreeFormat::PiTreeV1) {
                 Ok(digest) => out.skills.push(CheckedSkill {
@@ -1129,7 +1207,10 @@ impl Checker {
                 self.problem(
                     at,
                     format!("adapters[{i}]"),
-                    format!("uploads under the same name {:?} as adapters[{first}]", dest.1),
+                    format!(
+                        "uploads under the same name {:?} as adapters[{first}]",
+                        dest.1
+                    ),
                 );
             }
             match tree_hash::sha256_file(&spec.host_path) {

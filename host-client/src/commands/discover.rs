@@ -79,7 +79,9 @@ pub fn run(args: &DiscoverArgs) -> anyhow::Result<ExitCode> {
     for c in &candidates {
         println!("{} {} ({})", c.scope, c.path.display(), c.shape);
         match &c.class {
-            Some(PluginClass::Pi(pi)) => println!("  pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
+            Some(PluginClass::Pi(pi)) => {
+                println!("  pi extension ({}): {}", pi.rule, pi.entries.join(", "))
+            }
             Some(PluginClass::Claude(cl)) => println!("  claude plugin {:?}", cl.name),
             None => {}
         }
@@ -115,7 +117,10 @@ fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             !name.starts_with('.') && name != "node_modules"
         })
         .collect();
@@ -123,7 +128,10 @@ fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
     let mut out = Vec::new();
     for path in paths {
         let meta = std::fs::symlink_metadata(&path)?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if meta.is_dir() {
             let (class, problem) = match plugin_format::classify(&path) {
                 Ok(c) => (Some(c), None),
@@ -164,7 +172,10 @@ fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
                 shape: "symlink",
                 class: None,
                 sha256: None,
-                problem: Some("a symlink: pitcrew verifies real directories only; vendor the target".to_string()),
+                problem: Some(
+                    "a symlink: pitcrew verifies real directories only; vendor the target"
+                        .to_string(),
+                ),
                 harness_entry: None,
             });
         }

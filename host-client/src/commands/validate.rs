@@ -40,7 +40,10 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json_report(&file, &validated))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json_report(&file, &validated))?
+        );
     } else {
         print_report(&file, &validated);
     }
@@ -85,7 +88,11 @@ fn print_report(file: &str, v: &Validated) {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
             PluginClass::Claude(c) => format!("claude plugin {:?} ({})", c.name, c.manifest),
         };
-        let skipped = if p.loaded { "" } else { " [skipped by this runtime]" };
+        let skipped = if p.loaded {
+            ""
+        } else {
+            " [skipped by this runtime]"
+        };
         println!(
             "  plugin {}: {what}{skipped}\n    pi-tree-v1 {} ({} files)",
             p.spec.name,
@@ -97,7 +104,10 @@ fn print_report(file: &str, v: &Validated) {
         println!("  skills {}: pi-tree-v1 {}", s.spec.name, s.digest.sha256);
     }
     for a in &v.adapters {
-        println!("  adapter {} ({}): sha256 {}", a.spec.path, a.spec.role, a.sha256);
+        println!(
+            "  adapter {} ({}): sha256 {}",
+            a.spec.path, a.spec.role, a.sha256
+        );
     }
 }
 
