@@ -1,0 +1,389 @@
+//! `pitcrew validate` driven as a user would: harness files in temp dirs, the built binary,
+//! one test per validation rule, each problem checked for its location and its rule.
+
+use serde_json::Value;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn write(root: &Path, rel: &str, body: &str) {
+    let path = root.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, body).unwrap();
+}
+
+/// A harness directory with one clean pi extension and one Claude plugin.
+fn fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        "plugins/hello/index.ts",
+        "export default function (pi) { pi.registerFlag(\"greeting\", { type: \"string\" }); pi.registerFlag('loud', { type: 'boolean' }); }\n",
+    );
+    write(
+        root,
+        "plugins/claudy/.claude-plugin/plugin.json",
+        "{\"name\": \"claudy\"}\n",
+    );
+    write(root, "plugins/claudy/skills/x/SKILL.md", "# x\n");
+    write(root, "adapters/hooks.js", "export default function () {}\n");
+    write(root, "config/models.json", "{}\n");
+    write(root, "skills/review/SKILL.md", "# review\n");
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    dir
+}
+
+fn validate(root: &Path, harness: &str, extra: &[&str]) -> (Output, Value) {
+    write(root, "harness.yaml", harness);
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(root.join("harness.yaml"))
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, json)
+}
+
+/// The problems as `line:field: message` strings.
+fn problems(json: &Value) -> Vec<String> {
+    json["problems"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:{}: {}",
+                p["location"]["line"],
+                p["field"].as_str().unwrap_or(""),
+                p["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+fn assert_problem(json: &Value, line: u64, field: &str, needle: &str) {
+    let all = problems(json);
+    assert!(
+        all.iter()
+            .any(|p| p.starts_with(&format!("{line}:{field}:")) && p.contains(needle)),
+        "expected a problem at line {line} for {field} containing {needle:?}; got {all:#?}"
+    );
+}
+
+const CLEAN: &str = "\
+runtime: pi
+prompt: please call hello_tool
+agent:
+  model: mock/mock-model
+  tools: [read, bash]
+plugins:
+  - path: plugins/hello
+    env:
+      GREETING_LEVEL: \"3\"
+    pi:
+      args: [\"--greeting=Hello\", \"--loud\"]
+  - plugins/claudy
+adapters:
+  - path: adapters/hooks.js
+    role: hook-adapter
+    use: pi-extension
+  - path: config/models.json
+    role: config
+skills:
+  - skills/review
+env:
+  LANG: C.UTF-8
+iterations: 3
+timeout: 15m
+workdir: workspace
+";
+
+#[test]
+fn clean_harness_validates_and_reports_what_it_checked() {
+    let dir = fixture();
+    let (out, json) = validate(dir.path(), CLEAN, &[]);
+    assert!(
+        out.status.success(),
+        "{json:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["runtime"], "pi");
+    let plugins = json["plugins"].as_array().unwrap();
+    assert_eq!(plugins[0]["class"]["kind"], "pi");
+    assert_eq!(plugins[0]["loaded"], true);
+    assert_eq!(plugins[1]["class"]["kind"], "claude");
+    assert_eq!(
+        plugins[1]["loaded"], false,
+        "pi names and skips a Claude plugin"
+    );
+    assert!(json["notes"].as_array().unwrap()[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("names and skips"));
+    // The digest is the same one `pitcrew hash` prints for the directory.
+    let hash = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .args(["hash", "--json"])
+        .arg(dir.path().join("plugins/hello"))
+        .output()
+        .unwrap();
+    let hash: Value = serde_json::from_slice(&hash.stdout).unwrap();
+    assert_eq!(plugins[0]["sha256"], hash["sha256"]);
+}
+
+#[test]
+fn emitted_manifest_carries_digests_entries_and_sandbox_paths() {
+    let dir = fixture();
+    let (out, _) = validate(dir.path(), CLEAN, &[]);
+    assert!(out.status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("harness.yaml"))
+        .args(["--emit-manifest", "--sandbox-root", "/sbx"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m["version"], 1);
+    assert_eq!(m["runtime"], "pi");
+    assert_eq!(m["agent"]["binary"], "pi");
+    assert_eq!(m["workdir"], "/sbx/workspace");
+    let hello = &m["trees"][0];
+    assert_eq!(hello["path"], "/sbx/plugins/hello");
+    assert_eq!(hello["kind"], "pi-extension");
+    assert_eq!(hello["entries"][0], "index.ts");
+    assert_eq!(hello["role"], "plugin");
+    assert_eq!(hello["files"][0]["path"], "index.ts");
+    assert_eq!(hello["env"]["GREETING_LEVEL"], "3");
+    assert_eq!(
+        m["trees"][1]["kind"], "data",
+        "a Claude plugin is data for pi"
+    );
+    assert_eq!(m["trees"][2]["role"], "skill");
+    assert_eq!(m["files"][0]["path"], "/sbx/adapters/hooks.js");
+    assert_eq!(m["files"][0]["use"], "pi-extension");
+    assert_eq!(m["files"][1]["path"], "/sbx/config/models.json");
+    assert_eq!(m["files"][1]["role"], "config");
+    assert_eq!(m["limits"]["timeout_ms"], 900_000);
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_location() {
+    let dir = fixture();
+    let harness = "\
+runtime: pi
+prompt: hi
+plugins:
+  - path: plugins/hello
+    env:
+      NODE_OPTIONS: --require /tmp/x.js
+      lower: x
+    pi:
+      args: [\"--model=evil\", \"stray\"]
+  - npm:left-pad
+  - ../outside
+env:
+  LD_PRELOAD: /x.so
+  PATH: /bin
+surprise: 1
+";
+    let (out, json) = validate(dir.path(), harness, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json["ok"], false);
+    assert_problem(&json, 6, "plugins[0].env.NODE_OPTIONS", "refused");
+    assert_problem(&json, 7, "plugins[0].env.lower", "upper-case");
+    assert_problem(&json, 9, "plugins[0].pi.args[0]", "pi's own options");
+    assert_problem(&json, 9, "plugins[0].pi.args[1]", "bare word");
+    assert_problem(&json, 10, "plugins[1].path", "npm: sources are refused");
+    assert_problem(&json, 11, "plugins[2].path", "'..'");
+    assert_problem(&json, 13, "env.LD_PRELOAD", "refused");
+    assert_problem(&json, 14, "env.PATH", "pinned by the supervisor");
+    assert_problem(&json, 15, "surprise", "unknown key");
+    assert!(problems(&json).len() >= 9);
+}
+
+#[test]
+fn text_output_names_file_line_and_rule() {
+    let dir = fixture();
+    write(
+        dir.path(),
+        "harness.yaml",
+        "runtime: pi\nprompt: hi\nplugins:\n  - git:github.com/x/y\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("harness.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("harness.yaml:4:5: plugins[0].path:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("git: sources are refused"), "{stderr}");
+    assert!(stderr.contains("1 problem"), "{stderr}");
+}
+
+#[test]
+fn pi_args_must_be_flags_the_extension_registers() {
+    let dir = fixture();
+    let harness = "runtime: pi\nprompt: hi\nplugins:\n  - path: plugins/hello\n    pi:\n      args: [\"--greeting=x\", \"--shout\"]\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    assert_problem(
+        &json,
+        4,
+        "plugins[0].pi.args[1]",
+        "not registered by this extension",
+    );
+    assert_eq!(problems(&json).len(), 1, "{:#?}", problems(&json));
+}
+
+#[test]
+fn claude_plugin_takes_no_env_or_pi_options() {
+    let dir = fixture();
+    let harness = "runtime: claude\nprompt: hi\nplugins:\n  - path: plugins/claudy\n    env:\n      GREETING: x\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    assert_problem(&json, 4, "plugins[0].env", "Claude plugin takes no env");
+}
+
+#[test]
+fn two_plugins_uploading_under_one_name_are_refused() {
+    let dir = fixture();
+    write(
+        dir.path(),
+        "more/hello/index.js",
+        "module.exports = () => {};\n",
+    );
+    let harness = "runtime: pi\nprompt: hi\nplugins:\n  - plugins/hello\n  - more/hello\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    assert_problem(&json, 5, "plugins[1]", "same name \"hello\"");
+}
+
+#[test]
+fn symlinks_inside_plugin_trees_are_refused() {
+    let dir = fixture();
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("plugins/hello/passwd")).unwrap();
+    let harness = "runtime: pi\nprompt: hi\nplugins:\n  - plugins/hello\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    assert_problem(&json, 4, "plugins[0]", "symlink");
+}
+
+#[test]
+fn a_plugin_symlinked_outside_the_harness_is_refused() {
+    let dir = fixture();
+    let elsewhere = tempfile::tempdir().unwrap();
+    write(
+        elsewhere.path(),
+        "ext/index.ts",
+        "export default () => {};\n",
+    );
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("ext"),
+        dir.path().join("plugins/linked"),
+    )
+    .unwrap();
+    let harness = "runtime: pi\nprompt: hi\nplugins:\n  - plugins/linked\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    assert_problem(&json, 4, "plugins[0].path", "outside the harness directory");
+}
+
+#[test]
+fn plugin_format_problems_surface_with_the_plugin_location() {
+    let dir = fixture();
+    write(dir.path(), "plugins/silent/package.json", "{\"pi\": {}}\n");
+    write(
+        dir.path(),
+        "plugins/silent/index.ts",
+        "export default () => {};\n",
+    );
+    write(dir.path(), "plugins/nothing/README.md", "hi\n");
+    let harness = "runtime: pi\nprompt: hi\nplugins:\n  - plugins/silent\n  - plugins/nothing\n";
+    let (_, json) = validate(dir.path(), harness, &[]);
+    let all = problems(&json);
+    assert!(
+        all.iter().any(|p| p.starts_with("4:plugins[0]:")),
+        "{all:#?}"
+    );
+    assert!(
+        all.iter().any(|p| p.starts_with("5:plugins[1]:")),
+        "{all:#?}"
+    );
+}
+
+#[test]
+fn runtime_and_shape_rules() {
+    let dir = fixture();
+    let cases: &[(&str, u64, &str, &str)] = &[
+        ("runtime: bash\n", 1, "runtime", "not a runtime"),
+        ("runtime: pi\n", 1, "prompt", "needs a prompt"),
+        ("runtime: command\n", 1, "command", "non-empty"),
+        ("runtime: pi\nprompt: -x\n", 2, "prompt", "option"),
+        ("runtime: command\ncommand: [/bin/true]\niterations: 0\n", 3, "iterations", "1 to 1000"),
+        ("runtime: command\ncommand: [/bin/true]\ntimeout: 5y\n", 3, "timeout", "unknown unit"),
+        ("runtime: command\ncommand: [/bin/true]\nplugins: plugins/hello\n", 3, "plugins", "expected a list"),
+        ("runtime: command\ncommand: [/bin/true]\nworkdir: /tmp\n", 3, "workdir", "absolute"),
+        ("runtime: command\ncommand: [bin/x]\n", 2, "command[0]", "absolute"),
+        (
+            "runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: adapters/hooks.js\n    role: wizard\n",
+            5,
+            "adapters[0].role",
+            "not an adapter role",
+        ),
+        (
+            "runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: adapters/hooks.js\n    role: hook-adapter\n    use: pi-extension\n",
+            6,
+            "adapters[0].use",
+            "loaded by pi",
+        ),
+        (
+            "runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: adapters/missing.js\n    role: config\n",
+            4,
+            "adapters[0].path",
+            "No such file",
+        ),
+        ("runtime: command\ncommand: [/bin/true]\nvalidation: make test\n", 3, "validation", "argv list"),
+    ];
+    for (harness, line, field, needle) in cases {
+        let (out, json) = validate(dir.path(), harness, &[]);
+        assert_eq!(out.status.code(), Some(1), "{harness}");
+        assert_problem(&json, *line, field, needle);
+    }
+}
+
+#[test]
+fn unreadable_or_malformed_harness_is_one_clear_line() {
+    let dir = fixture();
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing.yaml"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"));
+
+    write(
+        dir.path(),
+        "bad.yaml",
+        "runtime: [pi\nprompt: \"unterminated\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("bad.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.yaml"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
