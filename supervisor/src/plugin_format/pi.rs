@@ -340,3 +340,25 @@ fn short_json(v: &Value) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{normalize, short_json, EntryProblem};
+
+    #[test]
+    fn normalize_relative_paths() {
+        assert_eq!(normalize("./src//main.ts").unwrap(), "src/main.ts");
+        assert_eq!(normalize("src/./a/").unwrap(), "src/a");
+        assert_eq!(normalize("/abs"), Err(EntryProblem::Absolute));
+        assert_eq!(normalize("a/../b"), Err(EntryProblem::ParentSegment));
+        assert_eq!(normalize("././"), Err(EntryProblem::NamesRoot));
+        assert_eq!(normalize(""), Err(EntryProblem::Empty));
+    }
+
+    #[test]
+    fn short_json_truncates_on_char_boundary() {
+        let long = serde_json::Value::from("é".repeat(100));
+        let s = short_json(&long);
+        assert!(s.ends_with("...") && s.len() <= 60, "{s}");
+    }
+}
