@@ -6,7 +6,7 @@
 //! not. That errs on the loud side for `pi.args` validation: a flag the extension does not
 //! actually register makes pi exit 1 with `Unknown option`.
 
-use super::ClassifyError;
+use super::{ClassifyError, Ctx};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
@@ -31,26 +31,13 @@ const NEEDLE: &[u8] = b"registerFlag";
 /// # Errors
 /// The directory or a source file cannot be read.
 pub fn registered_flags(dir: &Path) -> Result<Vec<String>, ClassifyError> {
-    let io = |rel: &Path, error| ClassifyError::Io {
-        dir: dir.to_path_buf(),
-        what: if rel.as_os_str().is_empty() {
-            "the plugin directory".to_owned()
-        } else {
-            format!("`{}`", rel.display())
-        },
-        error,
-    };
-    let meta = fs::metadata(dir).map_err(|e| io(Path::new(""), e))?;
-    if !meta.is_dir() {
-        return Err(ClassifyError::NotADirectory {
-            dir: dir.to_path_buf(),
-        });
-    }
+    let ctx = Ctx::new(dir)?;
+    let io = |rel: &Path, error| ctx.io(&rel.to_string_lossy(), error);
     let mut flags = BTreeSet::new();
     let mut pending = vec![PathBuf::new()];
     let mut buf = Vec::new();
     while let Some(rel) = pending.pop() {
-        for item in fs::read_dir(dir.join(&rel)).map_err(|e| io(&rel, e))? {
+        for item in fs::read_dir(ctx.root.join(&rel)).map_err(|e| io(&rel, e))? {
             let item = item.map_err(|e| io(&rel, e))?;
             let child = rel.join(item.file_name());
             let ft = item.file_type().map_err(|e| io(&child, e))?;
@@ -60,7 +47,7 @@ pub fn registered_flags(dir: &Path) -> Result<Vec<String>, ClassifyError> {
                 }
             } else if ft.is_file() && is_source(&child) {
                 buf.clear();
-                fs::File::open(dir.join(&child))
+                fs::File::open(ctx.root.join(&child))
                     .and_then(|f| f.take(MAX_SOURCE_BYTES).read_to_end(&mut buf))
                     .map_err(|e| io(&child, e))?;
                 flags.extend(scan(&buf));

@@ -49,11 +49,7 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<(PiRule, Vec<String>)>, Classif
             });
         }
         if let Some(main) = main {
-            let same = main
-                .as_str()
-                .and_then(|m| normalize(m).ok())
-                .is_some_and(|m| entries.contains(&m));
-            if !same {
+            if !main_rel(main).is_some_and(|m| entries.contains(&m)) {
                 return Err(ClassifyError::ShadowedByConventionalDirs {
                     dir: ctx.dir.clone(),
                     folders,
@@ -75,11 +71,7 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<(PiRule, Vec<String>)>, Classif
         [] => {}
         [index] => {
             if let Some(main) = main {
-                let same = main
-                    .as_str()
-                    .and_then(|m| normalize(m).ok())
-                    .is_some_and(|m| &m == index);
-                if !same {
+                if main_rel(main).as_ref() != Some(index) {
                     return Err(ClassifyError::MainShadowedByIndex {
                         dir: ctx.dir.clone(),
                         main: main
@@ -118,6 +110,11 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<(PiRule, Vec<String>)>, Classif
         Ok(Kind::Other) => Err(refuse(EntryProblem::NotFileOrDir)),
         Err(problem) => Err(refuse(problem)),
     }
+}
+
+/// `main` as a normalized relative path, if it is a usable string.
+fn main_rel(main: &Value) -> Option<String> {
+    main.as_str().and_then(|m| normalize(m).ok())
 }
 
 /// `<dir>/package.json` as an object, if present.
