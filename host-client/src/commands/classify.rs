@@ -1,5 +1,7 @@
-//! `pitcrew classify DIR [--json]`.
+//! `pitcrew classify DIR [--json]`: which runtime would load a plugin directory and, for pi,
+//! which entry files and flags.
 
+use pitcrew_core::plugin_format::{classify, PluginClass};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,9 +10,63 @@ use std::process::ExitCode;
 pub struct ClassifyArgs {
     /// The plugin directory.
     pub dir: PathBuf,
+    /// Print the classification as JSON (with the directory as "path").
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Runs `pitcrew classify`.
-pub fn run(_args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("classify: in progress")
+/// Runs `pitcrew classify`: prints the classification, or fails with the refusal.
+pub fn run(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
+    let class = classify(&args.dir)?;
+    if args.json {
+        let mut value = serde_json::to_value(&class)?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert(
+                "path".to_owned(),
+                args.dir.to_string_lossy().into_owned().into(),
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", render(&class));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The human-readable report, one fact per line.
+fn render(class: &PluginClass) -> String {
+    match class {
+        PluginClass::Pi(p) => {
+            let flags = if p.registered_flags.is_empty() {
+                "none".to_owned()
+            } else {
+                p.registered_flags
+                    .iter()
+                    .map(|f| format!("--{f}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                "pi extension ({}): {}\nregistered flags: {flags}\n",
+                p.rule,
+                p.entries.join(", ")
+            )
+        }
+        PluginClass::Claude(c) => {
+            let name = serde_json::Value::from(c.name.as_str());
+            let mut out = format!("claude plugin {name} ({})\n", c.manifest);
+            let surfaces: Vec<&str> = [
+                (c.has_hooks, "hooks"),
+                (c.has_mcp, "MCP servers"),
+                (c.has_bin, "bin/"),
+            ]
+            .into_iter()
+            .filter_map(|(has, what)| has.then_some(what))
+            .collect();
+            if !surfaces.is_empty() {
+                out.push_str(&format!("runs code through: {}\n", surfaces.join(", ")));
+            }
+            out
+        }
+    }
 }
