@@ -30,6 +30,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    pitcrew_core::logging::restore_default_sigpipe();
     let cli = Cli::parse();
     pitcrew_core::logging::init(cli.verbose);
     let result = match cli.command {

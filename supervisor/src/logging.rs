@@ -19,3 +19,15 @@ pub fn init(verbosity: u8) {
         .with_target(false)
         .try_init();
 }
+
+/// Restores the default `SIGPIPE` disposition for a command-line tool, so `pitcrew … | head`
+/// ends quietly instead of failing on a broken pipe. Not for PID 1 duties (the supervisor's
+/// signal handling owns every disposition there).
+pub fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called at the start of `main`, before any thread exists; `signal` with `SIG_DFL`
+    // only changes this process's disposition for SIGPIPE and touches no memory.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
