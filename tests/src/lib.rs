@@ -1,1 +1,120 @@
-//! Helpers shared by the end-to-end tests.
+//! Helpers shared by the end-to-end tests and benchmarks: where the built binaries are, the
+//! prerequisite gate (`PITCREW_REQUIRE_E2E`), polling instead of sleeping, and deterministic
+//! fixture trees.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The `target/<profile>` directory the running test or bench binary was built into.
+pub fn target_profile_dir() -> PathBuf {
+    // Test and bench executables live in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("exe dir");
+    deps.parent().unwrap_or(deps).to_path_buf()
+}
+
+/// The path of a workspace binary (`pitcrew`, `pitcrew-init`) built for the same profile, or
+/// a clear panic telling how to build it.
+pub fn binary(name: &str) -> PathBuf {
+    let path = target_profile_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build --workspace --bins` (scripts/test does) for this profile",
+        path.display()
+    );
+    path
+}
+
+/// Whether a missing prerequisite must fail the test instead of skipping it.
+pub fn e2e_required() -> bool {
+    std::env::var("PITCREW_REQUIRE_E2E").is_ok_and(|v| v == "1")
+}
+
+/// Skips (returns `false` after printing why) or fails (with `PITCREW_REQUIRE_E2E=1`) when a
+/// prerequisite is missing.
+pub fn prerequisite(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    assert!(!e2e_required(), "PITCREW_REQUIRE_E2E=1 and {what}");
+    eprintln!("skipped: {what}");
+    false
+}
+
+/// Whether this process is root and can create PID + mount namespaces (`unshare` works).
+pub fn can_unshare_pid() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Polls `cond` every 10 ms until it is true or `timeout` passes; returns whether it became true.
+pub fn busy_wait(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*), so fixture trees are the same on every machine.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed (0 is replaced by a constant).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Writes a plugin-like tree of `files` files (nested directories, mostly small files, one in
+/// 200 large) totalling about `bytes` bytes under `root`, plus an `index.js` entry.
+pub fn generate_tree(root: &Path, files: u64, bytes: u64, seed: u64) -> std::io::Result<()> {
+    let mut rng = Rng::new(seed);
+    std::fs::create_dir_all(root)?;
+    std::fs::write(root.join("index.js"), b"module.exports = function () {};\n")?;
+    let large_count = (files / 200).max(1);
+    let large_size = bytes / 2 / large_count;
+    let small_avg = (bytes / 2) / files.max(1);
+    let mut buf = vec![0u8; usize::try_from(large_size.max(small_avg * 2)).unwrap_or(1 << 20)];
+    for i in 0..files {
+        let dir = root.join(format!("d{:02}/s{:02}", i % 37, (i / 37) % 23));
+        std::fs::create_dir_all(&dir)?;
+        let size = if i % 200 == 0 {
+            large_size
+        } else {
+            rng.below(small_avg * 2)
+        };
+        let size = usize::try_from(size).unwrap_or(0).min(buf.len());
+        rng.fill(&mut buf[..size]);
+        std::fs::write(dir.join(format!("f{i:06}.js")), &buf[..size])?;
+    }
+    Ok(())
+}
