@@ -13,9 +13,9 @@
 pub mod env_policy;
 pub mod environment;
 pub mod exit_code;
-pub mod hash_command;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod hash_command;
 pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
