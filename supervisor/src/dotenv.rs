@@ -147,7 +147,9 @@ pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>) -> Parsed {
     let mut overlay: HashMap<String, String> = HashMap::new();
     // Quoting state carried over from a refused line whose value spans several lines.
     let mut pending: Option<Quoting> = None;
-    for (index, raw) in input.split(|b| *b == b'\n').enumerate() {
+    // A final newline ends the last line; it does not start another one.
+    let body = input.strip_suffix(b"\n").unwrap_or(input);
+    for (index, raw) in body.split(|b| *b == b'\n').enumerate() {
         let line_no = index + 1;
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         let mut refuse = |why: Refused| {
