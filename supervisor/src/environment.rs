@@ -1,26 +1,600 @@
-//! Step 3 of an iteration: build the agent's environment from scratch (provisional API; the
-//! implementation lands from the `steps` branch).
-#![allow(missing_docs, unused_variables)]
-use crate::manifest::Manifest;
-use serde::{Deserialize, Serialize};
+//! Step 3 of an iteration: build the agent's environment from scratch (design 3.3).
+//!
+//! Nothing is inherited implicitly. The layers, in order:
+//!
+//! 1. the **baseline**: the image environment the supervisor captured at start;
+//! 2. the sandbox **`.env`** (`manifest.env.dotenv`), parsed as data by [`crate::dotenv`]
+//!    (a missing file adds nothing; a symlink, a non-regular file or an unreadable one is an
+//!    error; refused lines are reported by number and reason);
+//! 3. the harness **`env.set`**;
+//! 4. the **deny rules**: [`env_policy::loader_denial`] removes every loader/interpreter control
+//!    set by any layer so far; each removed name is reported once, with the layer that set the
+//!    value that was removed and the rule that matched;
+//! 5. the **runner pins** (see [`common_pins`], [`pi_pins`], [`claude_pins`]);
+//! 6. each tree's plugin **`env`**, in manifest order, validated again with
+//!    [`env_policy::plugin_env_problems`] (a problem, or a pinned name, is an error).
+//!
+//! Reports carry names only, never values; [`EnvOutcome::env`] itself is never serialized.
+//!
+//! Default runtime directories (when `manifest.dirs` leaves them unset), with `BASE` the parent
+//! of `manifest.workdir` (`/` if it has none): `HOME` = `BASE/home`, `TMPDIR` = `BASE/tmp`,
+//! config dir = `BASE/pi-config` (pi), `BASE/claude-config` (claude) or `BASE/config`
+//! (command), sessions = `<config>/sessions`. See [`runtime_dirs`].
 
-/// The environment to launch with, and what was removed (names only, never values).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnvOutcome {
-    pub env: Vec<(String, String)>,
-    pub removed: Vec<serde_json::Value>,
-    pub dotenv_refused: Vec<serde_json::Value>,
+use crate::dotenv::{self, DotenvRefusal};
+use crate::env_policy::{self, EnvProblem};
+use crate::manifest::{Manifest, Runtime};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+/// The largest `.env` file read (bigger is an error, not a truncation).
+pub const DOTENV_MAX_BYTES: u64 = 1024 * 1024;
+
+/// `PATH` when no layer sets one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Which layer set a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvSource {
+    /// The image environment captured at supervisor start.
+    Baseline,
+    /// The sandbox `.env` file.
+    Dotenv,
+    /// The harness `env.set` block.
+    Harness,
 }
 
-/// Why the environment could not be built (exit 125).
-#[derive(Debug, thiserror::Error)]
-#[error("environment: {0}")]
-pub struct EnvError(pub String);
+/// A variable removed by a deny rule (name only, never the value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedVar {
+    /// The removed name.
+    pub name: String,
+    /// The layer that set the value that was removed (the last one to set it).
+    pub source: EnvSource,
+    /// The rule that matched (`NODE_OPTIONS (Node loads or changes code from it)`).
+    pub rule: String,
+}
 
-/// Builds the environment: baseline, `.env` as data, deny rules, runner pins, plugin env.
+/// The environment to launch with, and what was removed or refused on the way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvOutcome {
+    /// The agent's environment, sorted by name, names unique. Never serialized: values can be
+    /// credentials.
+    #[serde(skip)]
+    pub env: Vec<(String, String)>,
+    /// Names removed by the deny rules, sorted by name.
+    pub removed: Vec<RemovedVar>,
+    /// `.env` lines refused by the parser.
+    pub dotenv_refused: Vec<DotenvRefusal>,
+}
+
+impl EnvOutcome {
+    /// The value of `name` in the built environment.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.env
+            .binary_search_by(|(k, _)| k.as_str().cmp(name))
+            .ok()
+            .map(|i| self.env[i].1.as_str())
+    }
+}
+
+/// Why the environment could not be built (the iteration fails with exit 125).
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// The `.env` file exists but could not be read.
+    #[error(".env file {path}: {source}")]
+    DotenvIo {
+        /// The `.env` path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The `.env` path is a symlink, not a regular file, or too large.
+    #[error(".env file {path} refused: {why}")]
+    DotenvRefused {
+        /// The `.env` path.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A plugin's `env` entry fails validation.
+    #[error("plugin tree {tree:?} env: {problem}")]
+    PluginEnv {
+        /// The tree's name.
+        tree: String,
+        /// The problem (names only).
+        problem: EnvProblem,
+    },
+    /// A plugin's `env` sets a variable the runner pins.
+    #[error("plugin tree {tree:?} env sets {name}, which the runner pins")]
+    PluginSetsPin {
+        /// The tree's name.
+        tree: String,
+        /// The pinned name.
+        name: String,
+    },
+}
+
+/// The runtime directories after defaults (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeDirPaths {
+    /// `HOME`.
+    pub home: String,
+    /// `TMPDIR`.
+    pub tmp: String,
+    /// pi's agent dir / Claude's config dir.
+    pub config: String,
+    /// pi's session dir.
+    pub sessions: String,
+}
+
+/// The manifest's runtime directories with defaults applied.
+pub fn runtime_dirs(manifest: &Manifest) -> RuntimeDirPaths {
+    let base = Path::new(&manifest.workdir)
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_string_lossy()
+        .trim_end_matches('/')
+        .to_string();
+    let dirs = &manifest.dirs;
+    let config_name = match manifest.runtime {
+        Runtime::Pi => "pi-config",
+        Runtime::Claude => "claude-config",
+        Runtime::Command => "config",
+    };
+    let config = dirs
+        .config
+        .clone()
+        .unwrap_or_else(|| format!("{base}/{config_name}"));
+    RuntimeDirPaths {
+        home: dirs.home.clone().unwrap_or_else(|| format!("{base}/home")),
+        tmp: dirs.tmp.clone().unwrap_or_else(|| format!("{base}/tmp")),
+        sessions: dirs
+            .sessions
+            .clone()
+            .unwrap_or_else(|| format!("{}/sessions", config.trim_end_matches('/'))),
+        config,
+    }
+}
+
+/// A pinned variable: name and value.
+pub type Pin = (&'static str, String);
+
+/// Pins for every runtime.
+pub fn common_pins(dirs: &RuntimeDirPaths, current_path: Option<&str>) -> Vec<Pin> {
+    vec![
+        // JITI_FS_CACHE=false: jiti's on-disk transpile cache lives in an agent-writable dir
+        // ($TMPDIR/jiti or node_modules/.cache/jiti) and validates entries only by a
+        // source-hash trailer, so whoever can write it can plant code that pi then runs.
+        ("JITI_FS_CACHE", "false".to_string()),
+        // NODE_DISABLE_COMPILE_CACHE=1: Node >= 22 (pi 1.6 calls module.enableCompileCache())
+        // caches compiled code under $TMPDIR/node-compile-cache, agent-writable between
+        // iterations.
+        ("NODE_DISABLE_COMPILE_CACHE", "1".to_string()),
+        // HOME: a private home the supervisor chose, so dotfiles of an earlier layer or of the
+        // image user are not read.
+        ("HOME", dirs.home.clone()),
+        // TMPDIR: a private temp dir; jiti and Node derive cache locations from it.
+        ("TMPDIR", dirs.tmp.clone()),
+        // PATH: always set (a runtime without PATH resolves tools unpredictably); kept from the
+        // layers above when one sets it, else a fixed system default.
+        (
+            "PATH",
+            current_path
+                .filter(|p| !p.is_empty())
+                .unwrap_or(DEFAULT_PATH)
+                .to_string(),
+        ),
+    ]
+}
+
+/// Pins for pi.
+pub fn pi_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
+    vec![
+        // PI_CODING_AGENT_DIR: pi reads settings.json/models.json (which can execute commands)
+        // from its agent dir; it must be the supervisor-owned, verified one.
+        ("PI_CODING_AGENT_DIR", dirs.config.clone()),
+        // PI_CODING_AGENT_SESSION_DIR: sessions go where the supervisor collects them
+        // (--session-dir also says so; the variable covers sub-agents started by pi).
+        ("PI_CODING_AGENT_SESSION_DIR", dirs.sessions.clone()),
+        // PI_OFFLINE=1: no package installs or updates, no tool downloads, no catalog refresh:
+        // nothing unverified is fetched and loaded.
+        ("PI_OFFLINE", "1".to_string()),
+        // PI_SKIP_VERSION_CHECK=1: no network call at startup (implied by PI_OFFLINE; explicit
+        // for versions that do not imply it).
+        ("PI_SKIP_VERSION_CHECK", "1".to_string()),
+        // PI_TELEMETRY=0: no telemetry traffic out of the sandbox.
+        ("PI_TELEMETRY", "0".to_string()),
+    ]
+}
+
+/// Pins for Claude Code.
+pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
+    vec![
+        // CLAUDE_CONFIG_DIR: replaces ~/.claude (settings, hooks, plugins, credentials); a fresh,
+        // supervisor-owned dir keeps settings of earlier runs or of the image out.
+        ("CLAUDE_CONFIG_DIR", dirs.config.clone()),
+        // DISABLE_AUTOUPDATER=1: the binary must stay the one that was verified.
+        ("DISABLE_AUTOUPDATER", "1".to_string()),
+        // CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1: no updates, telemetry, error reports or
+        // feature-flag fetches (any non-empty value works).
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+    ]
+}
+
+/// Every pin for the manifest's runtime.
+pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> {
+    let dirs = runtime_dirs(manifest);
+    let mut pins = common_pins(&dirs, current_path);
+    match manifest.runtime {
+        Runtime::Pi => pins.extend(pi_pins(&dirs)),
+        Runtime::Claude => pins.extend(claude_pins(&dirs)),
+        Runtime::Command => {}
+    }
+    pins
+}
+
+/// Builds the environment: baseline, `.env` as data, harness `env.set`, deny rules, runner
+/// pins, plugin env (see the module doc).
 pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOutcome, EnvError> {
-    Ok(EnvOutcome {
-        env: baseline.to_vec(),
-        ..EnvOutcome::default()
-    })
+    let mut outcome = EnvOutcome::default();
+    let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
+
+    for (name, value) in baseline {
+        // A name exec cannot pass on is dropped (the baseline comes from our own environ).
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            continue;
+        }
+        vars.insert(name.clone(), (value.clone(), EnvSource::Baseline));
+    }
+
+    if let Some(path) = &manifest.env.dotenv {
+        if let Some(bytes) = read_dotenv(path)? {
+            let parsed = dotenv::parse(&bytes, |name| vars.get(name).map(|(v, _)| v.clone()));
+            for a in parsed.assignments {
+                vars.insert(a.key, (a.value, EnvSource::Dotenv));
+            }
+            outcome.dotenv_refused = parsed.refused;
+        }
+    }
+
+    for (name, value) in &manifest.env.set {
+        vars.insert(name.clone(), (value.clone(), EnvSource::Harness));
+    }
+
+    vars.retain(|name, (_, source)| match env_policy::loader_denial(name) {
+        Some(rule) => {
+            outcome.removed.push(RemovedVar {
+                name: name.clone(),
+                source: *source,
+                rule: rule.to_string(),
+            });
+            false
+        }
+        None => true,
+    });
+
+    let mut env: BTreeMap<String, String> = vars.into_iter().map(|(k, (v, _))| (k, v)).collect();
+    let pins = runner_pins(manifest, env.get("PATH").map(String::as_str));
+    for (name, value) in &pins {
+        env.insert((*name).to_string(), value.clone());
+    }
+
+    for tree in &manifest.trees {
+        for (name, value) in &tree.env {
+            if let Some(problem) = env_policy::plugin_env_problems(name, value)
+                .into_iter()
+                .next()
+            {
+                return Err(EnvError::PluginEnv {
+                    tree: tree.name.clone(),
+                    problem,
+                });
+            }
+            if pins.iter().any(|(pin, _)| pin.eq_ignore_ascii_case(name)) {
+                return Err(EnvError::PluginSetsPin {
+                    tree: tree.name.clone(),
+                    name: name.clone(),
+                });
+            }
+            env.insert(name.clone(), value.clone());
+        }
+    }
+
+    outcome.env = env.into_iter().collect();
+    Ok(outcome)
+}
+
+/// Reads the `.env` file without following a symlink: `Ok(None)` when it does not exist.
+fn read_dotenv(path: &str) -> Result<Option<Vec<u8>>, EnvError> {
+    use rustix::fs::{Mode, OFlags};
+    let refused = |why: &str| EnvError::DotenvRefused {
+        path: path.to_string(),
+        why: why.to_string(),
+    };
+    let io = |source: std::io::Error| EnvError::DotenvIo {
+        path: path.to_string(),
+        source,
+    };
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(rustix::io::Errno::LOOP) => return Err(refused("is a symbolic link")),
+        Err(e) => return Err(io(e.into())),
+    };
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(refused("not a regular file"));
+    }
+    // The file is agent-writable content, but it is read as root: a symlinked parent directory
+    // must not make us read (and hand the agent) a file it could not read itself.
+    match std::fs::canonicalize(path) {
+        Ok(real) if real == Path::new(path) => {}
+        Ok(real) => {
+            return Err(refused(&format!(
+                "its path resolves through a symlink (to {})",
+                real.display()
+            )))
+        }
+        Err(e) => return Err(io(e)),
+    }
+    if meta.len() > DOTENV_MAX_BYTES {
+        return Err(refused(&format!("larger than {DOTENV_MAX_BYTES} bytes")));
+    }
+    let mut bytes = Vec::new();
+    file.take(DOTENV_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > DOTENV_MAX_BYTES {
+        return Err(refused(&format!("larger than {DOTENV_MAX_BYTES} bytes")));
+    }
+    Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn manifest(runtime: &str, dotenv: Option<&Path>) -> Manifest {
+        let mut v = serde_json::json!({
+            "version": 1,
+            "runtime": runtime,
+            "agent": {"binary": "/usr/bin/agent"},
+            "prompt": "do it",
+            "workdir": "/sandbox/workspace",
+        });
+        if let Some(p) = dotenv {
+            v["env"] = serde_json::json!({"dotenv": p});
+        }
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    fn tree_with_env(name: &str, env: &[(&str, &str)]) -> crate::manifest::TreePin {
+        crate::manifest::TreePin {
+            name: name.into(),
+            path: format!("/t/{name}"),
+            role: crate::exit_code::PinRole::Plugin,
+            kind: crate::manifest::TreeKind::Data,
+            format: crate::tree_hash::TreeFormat::PiTreeV1,
+            sha256: "0".repeat(64),
+            files: Vec::new(),
+            dirs: Vec::new(),
+            entries: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            pi_args: Vec::new(),
+        }
+    }
+
+    fn base(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    /// A canonical temp dir (macOS puts temp dirs behind a symlink).
+    fn tmp() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(t.path()).unwrap();
+        (t, real)
+    }
+
+    fn removed<'a>(o: &'a EnvOutcome, name: &str) -> Option<&'a RemovedVar> {
+        o.removed.iter().find(|r| r.name == name)
+    }
+
+    #[test]
+    fn loader_variables_from_baseline_and_dotenv_are_removed_and_reported() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(
+            &dotenv,
+            "JITI_ALIAS='{\"x\":\"/tmp/evil.cjs\"}'\nexport LD_PRELOAD=/tmp/evil.so\nGREETING=hi\nJITI_FS_CACHE=true\n",
+        )
+        .unwrap();
+        let m = manifest("pi", Some(&dotenv));
+        let o = build(
+            &m,
+            &base(&[("NODE_OPTIONS", "--require /tmp/x.js"), ("LANG", "C.UTF-8")]),
+        )
+        .unwrap();
+        for name in ["NODE_OPTIONS", "JITI_ALIAS", "LD_PRELOAD"] {
+            assert!(o.get(name).is_none(), "{name} must be absent");
+        }
+        assert_eq!(
+            removed(&o, "NODE_OPTIONS").unwrap().source,
+            EnvSource::Baseline
+        );
+        assert_eq!(removed(&o, "JITI_ALIAS").unwrap().source, EnvSource::Dotenv);
+        let ld = removed(&o, "LD_PRELOAD").unwrap();
+        assert_eq!(ld.source, EnvSource::Dotenv);
+        assert!(ld.rule.starts_with("LD_*"), "{}", ld.rule);
+        // JITI_FS_CACHE=true from .env is removed and the pin wins.
+        assert_eq!(
+            removed(&o, "JITI_FS_CACHE").unwrap().source,
+            EnvSource::Dotenv
+        );
+        assert_eq!(o.get("JITI_FS_CACHE"), Some("false"));
+        assert_eq!(o.get("GREETING"), Some("hi"));
+        assert_eq!(o.get("LANG"), Some("C.UTF-8"));
+        // Each name once, sorted.
+        let names: Vec<&str> = o.removed.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["JITI_ALIAS", "JITI_FS_CACHE", "LD_PRELOAD", "NODE_OPTIONS"]
+        );
+    }
+
+    #[test]
+    fn name_planted_in_baseline_and_dotenv_is_reported_once_with_the_last_source() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(&dotenv, "NODE_OPTIONS=--import=/tmp/y.mjs\n").unwrap();
+        let m = manifest("command", Some(&dotenv));
+        let o = build(&m, &base(&[("NODE_OPTIONS", "--require /tmp/x.js")])).unwrap();
+        assert_eq!(o.removed.len(), 1);
+        assert_eq!(o.removed[0].source, EnvSource::Dotenv);
+    }
+
+    #[test]
+    fn pins_per_runtime_and_default_dirs() {
+        let o = build(&manifest("pi", None), &[]).unwrap();
+        assert_eq!(o.get("PATH"), Some(DEFAULT_PATH));
+        assert_eq!(o.get("HOME"), Some("/sandbox/home"));
+        assert_eq!(o.get("TMPDIR"), Some("/sandbox/tmp"));
+        assert_eq!(o.get("NODE_DISABLE_COMPILE_CACHE"), Some("1"));
+        assert_eq!(o.get("PI_CODING_AGENT_DIR"), Some("/sandbox/pi-config"));
+        assert_eq!(
+            o.get("PI_CODING_AGENT_SESSION_DIR"),
+            Some("/sandbox/pi-config/sessions")
+        );
+        assert_eq!(o.get("PI_OFFLINE"), Some("1"));
+        assert_eq!(o.get("PI_SKIP_VERSION_CHECK"), Some("1"));
+        assert_eq!(o.get("PI_TELEMETRY"), Some("0"));
+        assert!(o.get("CLAUDE_CONFIG_DIR").is_none());
+
+        let mut m = manifest("claude", None);
+        m.dirs.config = Some("/cfg".into());
+        m.dirs.home = Some("/h".into());
+        let o = build(&m, &base(&[("HOME", "/root"), ("PATH", "/opt/bin")])).unwrap();
+        assert_eq!(o.get("CLAUDE_CONFIG_DIR"), Some("/cfg"));
+        assert_eq!(o.get("HOME"), Some("/h"));
+        assert_eq!(o.get("PATH"), Some("/opt/bin"));
+        assert_eq!(o.get("DISABLE_AUTOUPDATER"), Some("1"));
+        assert_eq!(o.get("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), Some("1"));
+        assert!(o.get("PI_OFFLINE").is_none());
+    }
+
+    #[test]
+    fn dotenv_path_prepend_works_and_output_is_sorted_unique() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(&dotenv, "PATH=/sandbox/workspace/bin:$PATH\nZED=1\nAA=2\n").unwrap();
+        let m = manifest("command", Some(&dotenv));
+        let o = build(&m, &base(&[("PATH", "/usr/bin:/bin"), ("ZED", "0")])).unwrap();
+        assert_eq!(o.get("PATH"), Some("/sandbox/workspace/bin:/usr/bin:/bin"));
+        assert_eq!(o.get("ZED"), Some("1"));
+        let names: Vec<&str> = o.env.iter().map(|(k, _)| k.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn plugin_env_comes_last() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(&dotenv, "GREETING=dotenv\n").unwrap();
+        let mut m = manifest("pi", Some(&dotenv));
+        m.env.set.insert("GREETING".into(), "harness".into());
+        m.trees
+            .push(tree_with_env("a", &[("GREETING", "plugin-a")]));
+        m.trees.push(tree_with_env("b", &[("LEVEL", "3")]));
+        let o = build(&m, &base(&[("GREETING", "baseline")])).unwrap();
+        assert_eq!(o.get("GREETING"), Some("plugin-a"));
+        assert_eq!(o.get("LEVEL"), Some("3"));
+    }
+
+    #[test]
+    fn bad_plugin_env_is_an_error_naming_the_tree() {
+        let mut m = manifest("pi", None);
+        m.trees
+            .push(tree_with_env("evil", &[("NODE_OPTIONS", "--require x")]));
+        let err = build(&m, &[]).unwrap_err();
+        assert!(matches!(err, EnvError::PluginEnv { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("\"evil\"") && text.contains("NODE_OPTIONS"),
+            "{text}"
+        );
+        assert!(!text.contains("--require"), "{text}");
+
+        let mut m = manifest("claude", None);
+        m.trees
+            .push(tree_with_env("p", &[("DISABLE_AUTOUPDATER", "0")]));
+        let err = build(&m, &[]).unwrap_err();
+        assert!(matches!(err, EnvError::PluginSetsPin { .. }), "{err}");
+    }
+
+    #[test]
+    fn dotenv_missing_is_nothing_symlink_and_fifo_are_errors() {
+        let (_t, dir) = tmp();
+        let o = build(&manifest("command", Some(&dir.join("absent"))), &[]).unwrap();
+        assert!(o.dotenv_refused.is_empty());
+
+        std::fs::write(dir.join("real"), "A=1\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+        let err = build(&manifest("command", Some(&dir.join("link"))), &[]).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(err.to_string().contains("link"), "{err}");
+
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::os::unix::fs::symlink(dir.join("sub"), dir.join("subl")).unwrap();
+        std::fs::write(dir.join("sub/.env"), "A=1\n").unwrap();
+        let err = build(&manifest("command", Some(&dir.join("subl/.env"))), &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("resolves through a symlink"),
+            "{err}"
+        );
+
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let err = build(&manifest("command", Some(&fifo)), &[]).unwrap_err();
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
+    }
+
+    #[test]
+    fn reports_never_contain_values() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        let secret = "v4lue-n3ver-shown";
+        std::fs::write(
+            &dotenv,
+            format!("LD_PRELOAD={secret}\nNODE_PATH='{secret}'\nA=$({secret})\nB=\"{secret}\n"),
+        )
+        .unwrap();
+        let m = manifest("pi", Some(&dotenv));
+        let o = build(&m, &base(&[("PYTHONPATH", secret), ("OK", secret)])).unwrap();
+        assert_eq!(o.removed.len(), 3);
+        assert_eq!(o.dotenv_refused.len(), 2);
+        let json = serde_json::to_string(&o).unwrap();
+        assert!(!json.contains(secret), "{json}");
+        assert!(json.contains("PYTHONPATH"), "{json}");
+        assert_eq!(o.get("OK"), Some(secret));
+    }
 }

@@ -6,10 +6,12 @@
 //!   which entry files pi would load.
 //! - [`env_policy`]: the deny-lists and reserved names for environment variables, and the rules
 //!   for `pi.args`.
+//! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
+pub mod dotenv;
 pub mod env_policy;
 pub mod environment;
 pub mod exit_code;

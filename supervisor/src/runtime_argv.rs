@@ -1,12 +1,399 @@
-//! The argv each runtime needs (design section 8) (provisional API; the implementation lands
-//! from the `steps` branch).
-#![allow(missing_docs)]
-use crate::manifest::Manifest;
+//! The argv each runtime needs (design section 8). `argv[0]` is the resolved absolute binary
+//! from the verify step.
+//!
+//! - **pi**: `--print --mode json --no-extensions --no-prompt-templates --no-themes
+//!   --session-dir <sessions>`, then `-e <file>` per `files[]` entry with `use: pi-extension`
+//!   (manifest order: adapters first, since pi runs `tool_call` handlers in `-e` order and the
+//!   first block wins), then per `pi-extension` tree `-e <path>/<entry>` for each entry followed
+//!   by the tree's `pi_args`, then `--tools a,b`, `--model`, `agent.args`, the prompt last.
+//! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`,
+//!   `--settings <file>` (the one `use: claude-settings` file), `--plugin-dir <path>` per
+//!   `claude-plugin` tree, `--agent`, `--model`, `agent.args`,
+//!   `--dangerously-skip-permissions`, the prompt last.
+//! - **command**: the binary and `agent.args`.
+//!
+//! Each runtime skips the trees and files of the other's kind. A prompt starting with `-` is
+//! refused for pi and claude (pi 0.73 has no `--` terminator, so it would be read as an
+//! option); for pi a prompt starting with `@` is refused too (pi reads `@path` as a file to
+//! attach). An element containing NUL is refused (exec could not pass it).
+
+use crate::environment::runtime_dirs;
+use crate::manifest::{FileUse, Manifest, Runtime, TreeKind};
 use std::path::Path;
 
-/// The full argv (argv[0] = the resolved binary) for the manifest's runtime.
-pub fn argv(manifest: &Manifest, binary: &Path) -> Vec<String> {
-    let mut v = vec![binary.display().to_string()];
-    v.extend(manifest.agent.args.iter().cloned());
-    v
+/// Why no argv could be built (the iteration fails with exit 125).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgvError {
+    /// pi and claude need `manifest.prompt`.
+    #[error("the {runtime} runtime needs a prompt (manifest field prompt)")]
+    MissingPrompt {
+        /// The runtime.
+        runtime: &'static str,
+    },
+    /// The prompt starts with `-`.
+    #[error("prompt starts with '-': {runtime} would read it as an option (there is no `--` terminator)")]
+    PromptLooksLikeOption {
+        /// The runtime.
+        runtime: &'static str,
+    },
+    /// The prompt starts with `@` (pi).
+    #[error("prompt starts with '@': pi would read it as a file to attach")]
+    PromptLooksLikeFile,
+    /// Several files have `use: claude-settings`.
+    #[error("files {first} and {second} both have use: claude-settings; Claude Code takes one --settings")]
+    SeveralClaudeSettings {
+        /// The first such file.
+        first: String,
+        /// The second such file.
+        second: String,
+    },
+    /// An argv element contains a NUL byte.
+    #[error("argv element {index} contains a NUL byte")]
+    Nul {
+        /// Index in argv.
+        index: usize,
+    },
+}
+
+/// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime.
+pub fn argv(manifest: &Manifest, binary: &Path) -> Result<Vec<String>, ArgvError> {
+    let mut v = vec![binary.to_string_lossy().into_owned()];
+    match manifest.runtime {
+        Runtime::Pi => pi_args(manifest, &mut v)?,
+        Runtime::Claude => claude_args(manifest, &mut v)?,
+        Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
+    }
+    if let Some(index) = v.iter().position(|a| a.contains('\0')) {
+        return Err(ArgvError::Nul { index });
+    }
+    Ok(v)
+}
+
+fn prompt(manifest: &Manifest) -> Result<&str, ArgvError> {
+    let runtime = manifest.runtime.as_str();
+    let prompt = manifest
+        .prompt
+        .as_deref()
+        .ok_or(ArgvError::MissingPrompt { runtime })?;
+    if prompt.starts_with('-') {
+        return Err(ArgvError::PromptLooksLikeOption { runtime });
+    }
+    if manifest.runtime == Runtime::Pi && prompt.starts_with('@') {
+        return Err(ArgvError::PromptLooksLikeFile);
+    }
+    Ok(prompt)
+}
+
+fn push(v: &mut Vec<String>, args: &[&str]) {
+    v.extend(args.iter().map(|a| (*a).to_string()));
+}
+
+fn pi_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
+    let prompt = prompt(m)?;
+    let sessions = runtime_dirs(m).sessions;
+    push(
+        v,
+        &[
+            "--print",
+            "--mode",
+            "json",
+            "--no-extensions",
+            "--no-prompt-templates",
+            "--no-themes",
+            "--session-dir",
+            &sessions,
+        ],
+    );
+    for file in m.files.iter().filter(|f| f.usage == FileUse::PiExtension) {
+        push(v, &["-e", &file.path]);
+    }
+    for tree in m.trees.iter().filter(|t| t.kind == TreeKind::PiExtension) {
+        let root = tree.path.trim_end_matches('/');
+        for entry in &tree.entries {
+            push(v, &["-e", &format!("{root}/{entry}")]);
+        }
+        v.extend(tree.pi_args.iter().cloned());
+    }
+    if !m.agent.tools.is_empty() {
+        push(v, &["--tools", &m.agent.tools.join(",")]);
+    }
+    if let Some(model) = &m.agent.model {
+        push(v, &["--model", model]);
+    }
+    v.extend(m.agent.args.iter().cloned());
+    v.push(prompt.to_string());
+    Ok(())
+}
+
+fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
+    let prompt = prompt(m)?;
+    push(
+        v,
+        &[
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--setting-sources",
+            "user",
+        ],
+    );
+    let mut settings = m
+        .files
+        .iter()
+        .filter(|f| f.usage == FileUse::ClaudeSettings);
+    if let Some(first) = settings.next() {
+        if let Some(second) = settings.next() {
+            return Err(ArgvError::SeveralClaudeSettings {
+                first: first.path.clone(),
+                second: second.path.clone(),
+            });
+        }
+        push(v, &["--settings", &first.path]);
+    }
+    for tree in m.trees.iter().filter(|t| t.kind == TreeKind::ClaudePlugin) {
+        push(v, &["--plugin-dir", &tree.path]);
+    }
+    if let Some(agent) = &m.agent.claude_agent {
+        push(v, &["--agent", agent]);
+    }
+    if let Some(model) = &m.agent.model {
+        push(v, &["--model", model]);
+    }
+    v.extend(m.agent.args.iter().cloned());
+    push(v, &["--dangerously-skip-permissions", prompt]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn manifest(v: serde_json::Value) -> Manifest {
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    fn tree(name: &str, kind: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut t = json!({
+            "name": name, "path": format!("/sandbox/plugins/{name}"), "role": "plugin",
+            "kind": kind, "format": "pi-tree-v1", "sha256": "a".repeat(64),
+        });
+        for (k, val) in extra.as_object().unwrap() {
+            t[k] = val.clone();
+        }
+        t
+    }
+
+    fn file(path: &str, role: &str, usage: &str) -> serde_json::Value {
+        json!({"path": path, "role": role, "sha256": "b".repeat(64), "use": usage})
+    }
+
+    fn pi_manifest() -> serde_json::Value {
+        json!({
+            "version": 1,
+            "runtime": "pi",
+            "agent": {
+                "binary": "pi", "model": "mock/mock-model", "tools": ["read", "bash"],
+                "args": ["--thinking", "high"],
+            },
+            "prompt": "fix the bug",
+            "workdir": "/sandbox/workspace",
+            "dirs": {"sessions": "/sandbox/pi-config/sessions"},
+            "files": [
+                file("/sandbox/pi-config/models.json", "config", "verify"),
+                file("/usr/local/share/pitcrew/hooks.js", "hook-adapter", "pi-extension"),
+                file("/usr/local/share/pitcrew/agent.js", "sub-agent", "pi-extension"),
+                file("/sandbox/claude-config/hooks.json", "hook-adapter", "claude-settings"),
+            ],
+            "trees": [
+                tree("hello", "pi-extension", json!({
+                    "entries": ["index.ts", "extra/tool.ts"],
+                    "pi_args": ["--greeting=Hello", "--loud"],
+                })),
+                tree("claudy", "claude-plugin", json!({})),
+                tree("skills", "data", json!({})),
+                tree("second", "pi-extension", json!({"entries": ["main.js"]})),
+            ],
+        })
+    }
+
+    #[test]
+    fn pi_argv_exact() {
+        let m = manifest(pi_manifest());
+        let got = argv(&m, Path::new("/usr/local/bin/pi")).unwrap();
+        let want = [
+            "/usr/local/bin/pi",
+            "--print",
+            "--mode",
+            "json",
+            "--no-extensions",
+            "--no-prompt-templates",
+            "--no-themes",
+            "--session-dir",
+            "/sandbox/pi-config/sessions",
+            "-e",
+            "/usr/local/share/pitcrew/hooks.js",
+            "-e",
+            "/usr/local/share/pitcrew/agent.js",
+            "-e",
+            "/sandbox/plugins/hello/index.ts",
+            "-e",
+            "/sandbox/plugins/hello/extra/tool.ts",
+            "--greeting=Hello",
+            "--loud",
+            "-e",
+            "/sandbox/plugins/second/main.js",
+            "--tools",
+            "read,bash",
+            "--model",
+            "mock/mock-model",
+            "--thinking",
+            "high",
+            "fix the bug",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn pi_argv_minimal_uses_default_session_dir() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "pi", "agent": {"binary": "pi"},
+            "prompt": "hi", "workdir": "/sandbox/workspace",
+        }));
+        let got = argv(&m, Path::new("/usr/bin/pi")).unwrap();
+        let want = [
+            "/usr/bin/pi",
+            "--print",
+            "--mode",
+            "json",
+            "--no-extensions",
+            "--no-prompt-templates",
+            "--no-themes",
+            "--session-dir",
+            "/sandbox/pi-config/sessions",
+            "hi",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn claude_argv_exact() {
+        let mut v = pi_manifest();
+        v["runtime"] = "claude".into();
+        v["agent"] = json!({
+            "binary": "claude", "model": "claude-sonnet-4-5", "claude_agent": "reviewer",
+            "args": ["--max-turns", "5"],
+        });
+        let m = manifest(v);
+        let got = argv(&m, Path::new("/usr/local/bin/claude")).unwrap();
+        let want = [
+            "/usr/local/bin/claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--setting-sources",
+            "user",
+            "--settings",
+            "/sandbox/claude-config/hooks.json",
+            "--plugin-dir",
+            "/sandbox/plugins/claudy",
+            "--agent",
+            "reviewer",
+            "--model",
+            "claude-sonnet-4-5",
+            "--max-turns",
+            "5",
+            "--dangerously-skip-permissions",
+            "fix the bug",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn claude_argv_minimal_and_several_settings_refused() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "claude", "agent": {"binary": "claude"},
+            "prompt": "hi", "workdir": "/w",
+        }));
+        let got = argv(&m, Path::new("/bin/claude")).unwrap();
+        let want = [
+            "/bin/claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--setting-sources",
+            "user",
+            "--dangerously-skip-permissions",
+            "hi",
+        ];
+        assert_eq!(got, want);
+
+        let mut v = pi_manifest();
+        v["runtime"] = "claude".into();
+        v["files"] = json!([
+            file("/a.json", "hook-adapter", "claude-settings"),
+            file("/b.json", "config", "claude-settings"),
+        ]);
+        let err = argv(&manifest(v), Path::new("/bin/claude")).unwrap_err();
+        assert_eq!(
+            err,
+            ArgvError::SeveralClaudeSettings {
+                first: "/a.json".into(),
+                second: "/b.json".into()
+            }
+        );
+    }
+
+    #[test]
+    fn command_argv_is_binary_and_args() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "command",
+            "agent": {"binary": "/bin/sh", "args": ["-c", "echo hi", "--", "-x"]},
+            "workdir": "/w",
+        }));
+        assert_eq!(
+            argv(&m, Path::new("/bin/sh")).unwrap(),
+            ["/bin/sh", "-c", "echo hi", "--", "-x"]
+        );
+    }
+
+    #[test]
+    fn bad_prompts_and_nul_are_errors() {
+        let mut v = pi_manifest();
+        v["prompt"] = "--help".into();
+        assert_eq!(
+            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            ArgvError::PromptLooksLikeOption { runtime: "pi" }
+        );
+        v["prompt"] = "@/etc/shadow".into();
+        assert_eq!(
+            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            ArgvError::PromptLooksLikeFile
+        );
+        v["runtime"] = "claude".into();
+        v["prompt"] = "-x".into();
+        assert_eq!(
+            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            ArgvError::PromptLooksLikeOption { runtime: "claude" }
+        );
+        // `@` means nothing special to Claude Code's argv.
+        v["prompt"] = "@file".into();
+        assert!(argv(&manifest(v.clone()), Path::new("/p")).is_ok());
+
+        let mut m = manifest(pi_manifest());
+        m.prompt = None;
+        assert_eq!(
+            argv(&m, Path::new("/p")).unwrap_err(),
+            ArgvError::MissingPrompt { runtime: "pi" }
+        );
+        let mut m = manifest(pi_manifest());
+        m.prompt = Some("a\0b".into());
+        assert!(matches!(
+            argv(&m, Path::new("/p")).unwrap_err(),
+            ArgvError::Nul { .. }
+        ));
+    }
 }

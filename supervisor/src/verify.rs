@@ -1,39 +1,856 @@
-//! Step 2 of an iteration: verify every tree and pinned file of the manifest (provisional API;
-//! the implementation lands from the `steps` branch).
-#![allow(missing_docs, unused_variables)]
-use crate::manifest::Manifest;
-use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+//! Step 2 of an iteration: verify every tree and pinned file of the manifest and resolve the
+//! agent binary (design 3.2).
+//!
+//! Runs with no other process alive (after the reap step). Expected values come only from the
+//! in-memory manifest. Every check runs, whatever failed before it, so the report is complete:
+//!
+//! - **trees**: the root must be a real directory reached without symlinks (a symlinked root or
+//!   ancestor is refused: the path must equal its canonical form), then it is re-scanned with
+//!   [`tree_hash::scan_tree`] (no symlink following; symlinks, fifos, sockets, devices and bad
+//!   names refused) and its digest compared; on a mismatch the report carries the
+//!   [`tree_hash::drift`] between the manifest's listing and what is on disk.
+//! - **files**: same path rule, then [`tree_hash::sha256_file`] (`O_NOFOLLOW`, regular files).
+//! - **agent binary**: resolved once to an absolute path by [`resolve_agent_binary`], then its
+//!   bytes compared with `agent.sha256` when pinned. The image is trusted, so the binary itself
+//!   may be a symlink (`/usr/local/bin/pi` → `…/cli.js`); the pin hashes the file it points to.
+//!
+//! # Which failure decides the exit code
+//!
+//! [`VerifyReport::failure`] is deterministic:
+//!
+//! 1. the agent binary: 127 (not found, not absolute, or differs from its pin) or 126 (found
+//!    but not a regular file or without an execute bit);
+//! 2. then the drift classes in the order of the design's exit-code table: 98 (config), 97
+//!    (hook adapter), 96 (plugin/skill trees), 95 (runtime manifest), 94 (sub-agent), 93
+//!    (edit-repair);
+//! 3. within the first class that has a failure, the first failing check in manifest order,
+//!    trees (in `trees[]` order) before files (in `files[]` order).
 
-/// What verification found: one entry per tree and file, plus the resolved agent binary.
+use crate::exit_code::{PinRole, AGENT_NOT_EXECUTABLE, AGENT_NOT_FOUND};
+use crate::manifest::{FilePin, Manifest, TreePin};
+use crate::tree_hash::{self, Drift, TreeFormat, TreeListing};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The order in which drift classes decide the exit code (after the agent binary).
+pub const DRIFT_PRIORITY: [i32; 6] = [98, 97, 96, 95, 94, 93];
+
+/// How many paths of each drift list a reason string names before summarising.
+const REASON_PATHS: usize = 10;
+
+/// The outcome of one tree or file check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckStatus {
+    /// Digest matches.
+    Ok,
+    /// Present but its digest differs.
+    Drifted,
+    /// Not there.
+    Missing,
+    /// Could not be verified: a symlink, fifo, device, bad name, wrong type or I/O error.
+    Refused,
+}
+
+/// One verified tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeCheck {
+    /// The tree's name.
+    pub name: String,
+    /// Its path inside the sandbox.
+    pub path: String,
+    /// Its role (decides the exit code).
+    pub role: PinRole,
+    /// The hash format compared.
+    pub format: TreeFormat,
+    /// The expected digest (from the manifest).
+    pub expected: String,
+    /// The digest found, when the tree could be scanned.
+    pub actual: Option<String>,
+    /// The outcome.
+    pub status: CheckStatus,
+    /// What was added, removed, changed, when drifted.
+    pub drift: Option<Drift>,
+    /// Why it was missing or refused (names the offending path).
+    pub error: Option<String>,
+}
+
+/// One verified file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileCheck {
+    /// Its path inside the sandbox.
+    pub path: String,
+    /// Its role (decides the exit code).
+    pub role: PinRole,
+    /// The expected sha256 (from the manifest).
+    pub expected: String,
+    /// The sha256 found, when the file could be read.
+    pub actual: Option<String>,
+    /// The outcome.
+    pub status: CheckStatus,
+    /// Why it was missing or refused.
+    pub error: Option<String>,
+}
+
+/// The agent binary: what was asked for, what it resolved to, and the pin check.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifyReport {
-    pub trees: Vec<serde_json::Value>,
-    pub files: Vec<serde_json::Value>,
-    pub agent_binary: Option<String>,
-    pub duration_ms: u64,
+pub struct AgentCheck {
+    /// `agent.binary` as given.
+    pub requested: String,
+    /// The absolute path it resolved to (launched as is).
+    pub resolved: Option<String>,
+    /// `agent.sha256`, when pinned.
+    pub expected_sha256: Option<String>,
+    /// The sha256 of the resolved file, when pinned and readable.
+    pub actual_sha256: Option<String>,
+    /// Why the binary cannot be launched, if it cannot.
+    pub failure: Option<VerifyFailure>,
+}
+
+/// What kind of check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// Agent binary not found or not absolute (127).
+    AgentNotFound,
+    /// Agent binary not a regular file or not executable (126).
+    AgentNotExecutable,
+    /// Agent binary differs from `agent.sha256` (127).
+    AgentPinMismatch,
+    /// A tree's digest differs.
+    TreeDrifted,
+    /// A tree is missing.
+    TreeMissing,
+    /// A tree could not be verified.
+    TreeRefused,
+    /// A file's digest differs.
+    FileDrifted,
+    /// A file is missing.
+    FileMissing,
+    /// A file could not be verified.
+    FileRefused,
 }
 
 /// A verification failure: the iteration exit code and a machine-readable reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyFailure {
+    /// The iteration exit code (127, 126, 93–98).
     pub exit_code: i32,
+    /// What kind of check failed.
+    pub kind: FailureKind,
+    /// One line naming what failed, where and how.
     pub reason: String,
 }
 
+/// What verification found: one entry per tree and file, plus the agent binary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// One check per `trees[]` entry, in manifest order.
+    pub trees: Vec<TreeCheck>,
+    /// One check per `files[]` entry, in manifest order.
+    pub files: Vec<FileCheck>,
+    /// The agent binary.
+    pub agent: AgentCheck,
+    /// Wall-clock time of the whole step.
+    pub duration_ms: u64,
+}
+
 impl VerifyReport {
-    /// The failure that decides the iteration's exit code, if any.
+    /// The failure that decides the iteration's exit code, if any (see the module doc).
     pub fn failure(&self) -> Option<VerifyFailure> {
-        None
+        if let Some(f) = &self.agent.failure {
+            return Some(f.clone());
+        }
+        DRIFT_PRIORITY.iter().find_map(|&code| {
+            let tree = self
+                .trees
+                .iter()
+                .filter(|t| t.role.exit_code() == code)
+                .find_map(TreeCheck::failure);
+            tree.or_else(|| {
+                self.files
+                    .iter()
+                    .filter(|f| f.role.exit_code() == code)
+                    .find_map(FileCheck::failure)
+            })
+        })
+    }
+
+    /// Every failure, agent first, then trees and files in manifest order.
+    pub fn failures(&self) -> Vec<VerifyFailure> {
+        self.agent
+            .failure
+            .iter()
+            .cloned()
+            .chain(self.trees.iter().filter_map(TreeCheck::failure))
+            .chain(self.files.iter().filter_map(FileCheck::failure))
+            .collect()
+    }
+
+    /// The resolved absolute agent binary, when it can be launched.
+    pub fn resolved_agent(&self) -> Option<&Path> {
+        match (&self.agent.failure, &self.agent.resolved) {
+            (None, Some(p)) => Some(Path::new(p)),
+            _ => None,
+        }
     }
 }
 
-/// Verifies the manifest's trees and files and resolves the agent binary on `path_var`.
-pub fn verify(manifest: &Manifest, path_var: &str) -> VerifyReport {
-    VerifyReport::default()
+impl TreeCheck {
+    /// This check's failure, if it failed.
+    pub fn failure(&self) -> Option<VerifyFailure> {
+        let what = format!("{} tree {:?} ({})", self.role, self.name, self.path);
+        let error = self.error.as_deref().unwrap_or("unknown error");
+        let (kind, reason) = match self.status {
+            CheckStatus::Ok => return None,
+            CheckStatus::Missing => (FailureKind::TreeMissing, format!("{what} is missing")),
+            CheckStatus::Refused => (FailureKind::TreeRefused, format!("{what} refused: {error}")),
+            CheckStatus::Drifted => {
+                let how = match &self.drift {
+                    Some(d) if !d.is_empty() => format!(
+                        "added {}, removed {}, changed {}",
+                        path_list(&d.added),
+                        path_list(&d.removed),
+                        path_list(&d.changed)
+                    ),
+                    _ => format!(
+                        "tree hash {} differs from {} (the manifest's listing shows no per-path difference)",
+                        self.actual.as_deref().unwrap_or("?"),
+                        self.expected
+                    ),
+                };
+                (FailureKind::TreeDrifted, format!("{what} drifted: {how}"))
+            }
+        };
+        Some(VerifyFailure {
+            exit_code: self.role.exit_code(),
+            kind,
+            reason,
+        })
+    }
 }
 
-/// Resolves the agent binary once to an absolute path (127/126 failures).
+impl FileCheck {
+    /// This check's failure, if it failed.
+    pub fn failure(&self) -> Option<VerifyFailure> {
+        let what = format!("{} file {}", self.role, self.path);
+        let (kind, reason) = match self.status {
+            CheckStatus::Ok => return None,
+            CheckStatus::Missing => (FailureKind::FileMissing, format!("{what} is missing")),
+            CheckStatus::Refused => (
+                FailureKind::FileRefused,
+                format!(
+                    "{what} refused: {}",
+                    self.error.as_deref().unwrap_or("unknown error")
+                ),
+            ),
+            CheckStatus::Drifted => (
+                FailureKind::FileDrifted,
+                format!(
+                    "{what} differs: sha256 {}, expected {}",
+                    self.actual.as_deref().unwrap_or("?"),
+                    self.expected
+                ),
+            ),
+        };
+        Some(VerifyFailure {
+            exit_code: self.role.exit_code(),
+            kind,
+            reason,
+        })
+    }
+}
+
+/// `[a, b/, … (+3 more)]`.
+fn path_list(paths: &[String]) -> String {
+    let mut shown: Vec<String> = paths.iter().take(REASON_PATHS).cloned().collect();
+    if paths.len() > REASON_PATHS {
+        shown.push(format!("… (+{} more)", paths.len() - REASON_PATHS));
+    }
+    format!("[{}]", shown.join(", "))
+}
+
+/// Verifies the manifest's trees and files and resolves the agent binary on `path_var` (the
+/// supervisor's baseline `PATH`, never one the agent could write).
+pub fn verify(manifest: &Manifest, path_var: &str) -> VerifyReport {
+    let started = Instant::now();
+    let trees = manifest.trees.iter().map(check_tree).collect();
+    let files = manifest.files.iter().map(check_file).collect();
+    let agent = check_agent(
+        &manifest.agent.binary,
+        manifest.agent.sha256.as_deref(),
+        path_var,
+    );
+    VerifyReport {
+        trees,
+        files,
+        agent,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Checks that `path` exists as the wanted type and is reached without any symlink.
+fn check_path(path: &Path, want_dir: bool) -> Result<(), (CheckStatus, String)> {
+    let refused = |why: String| Err((CheckStatus::Refused, format!("{}: {why}", path.display())));
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err((
+                CheckStatus::Missing,
+                format!("{}: does not exist", path.display()),
+            ))
+        }
+        Err(e) => return refused(e.to_string()),
+        Ok(m) if m.file_type().is_symlink() => return refused("is a symbolic link".into()),
+        Ok(m) if want_dir && !m.is_dir() => return refused("is not a directory".into()),
+        Ok(m) if !want_dir && !m.is_file() => return refused("is not a regular file".into()),
+        Ok(_) => {}
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) if real == path => Ok(()),
+        Ok(real) => refused(format!("resolves through a symlink to {}", real.display())),
+        Err(e) => refused(e.to_string()),
+    }
+}
+
+fn check_tree(pin: &TreePin) -> TreeCheck {
+    let mut check = TreeCheck {
+        name: pin.name.clone(),
+        path: pin.path.clone(),
+        role: pin.role,
+        format: pin.format,
+        expected: pin.sha256.clone(),
+        actual: None,
+        status: CheckStatus::Ok,
+        drift: None,
+        error: None,
+    };
+    let root = Path::new(&pin.path);
+    if let Err((status, error)) = check_path(root, true) {
+        check.status = status;
+        check.error = Some(error);
+        return check;
+    }
+    match tree_hash::scan_tree(root) {
+        Err(e) => {
+            check.status = CheckStatus::Refused;
+            check.error = Some(e.to_string());
+        }
+        Ok(listing) => {
+            let actual = listing.digest(pin.format);
+            if actual != pin.sha256 {
+                let expected = TreeListing {
+                    files: pin.files.clone(),
+                    dirs: pin.dirs.clone(),
+                };
+                check.status = CheckStatus::Drifted;
+                check.drift = Some(tree_hash::drift(&expected, &listing));
+            }
+            check.actual = Some(actual);
+        }
+    }
+    check
+}
+
+fn check_file(pin: &FilePin) -> FileCheck {
+    let mut check = FileCheck {
+        path: pin.path.clone(),
+        role: pin.role,
+        expected: pin.sha256.clone(),
+        actual: None,
+        status: CheckStatus::Ok,
+        error: None,
+    };
+    let path = Path::new(&pin.path);
+    if let Err((status, error)) = check_path(path, false) {
+        check.status = status;
+        check.error = Some(error);
+        return check;
+    }
+    match tree_hash::sha256_file(path) {
+        Err(e) => {
+            check.status = CheckStatus::Refused;
+            check.error = Some(e.to_string());
+        }
+        Ok(record) => {
+            if record.sha256 != pin.sha256 {
+                check.status = CheckStatus::Drifted;
+            }
+            check.actual = Some(record.sha256);
+        }
+    }
+    check
+}
+
+fn check_agent(binary: &str, pin: Option<&str>, path_var: &str) -> AgentCheck {
+    let mut check = AgentCheck {
+        requested: binary.to_string(),
+        expected_sha256: pin.map(str::to_string),
+        ..AgentCheck::default()
+    };
+    let resolved = match resolve_agent_binary(binary, path_var) {
+        Ok(p) => p,
+        Err(f) => {
+            check.failure = Some(f);
+            return check;
+        }
+    };
+    check.resolved = Some(resolved.display().to_string());
+    let Some(pin) = pin else {
+        return check;
+    };
+    let pin_failure = |reason: String| VerifyFailure {
+        exit_code: AGENT_NOT_FOUND,
+        kind: FailureKind::AgentPinMismatch,
+        reason,
+    };
+    let hashed = std::fs::canonicalize(&resolved)
+        .map_err(|e| format!("{}: {e}", resolved.display()))
+        .and_then(|real| tree_hash::sha256_file(&real).map_err(|e| e.to_string()));
+    match hashed {
+        Err(e) => {
+            check.failure = Some(pin_failure(format!(
+                "agent binary differs from its pin: {} could not be hashed: {e}",
+                resolved.display()
+            )));
+        }
+        Ok(record) => {
+            if record.sha256 != pin {
+                check.failure = Some(pin_failure(format!(
+                    "agent binary differs from its pin: {} has sha256 {}, expected {pin}",
+                    resolved.display(),
+                    record.sha256
+                )));
+            }
+            check.actual_sha256 = Some(record.sha256);
+        }
+    }
+    check
+}
+
+enum Candidate {
+    Absent,
+    Unusable(String),
+    Executable,
+}
+
+fn candidate(path: &Path) -> Candidate {
+    // Follows symlinks: the image (and so its PATH directories) is trusted.
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Candidate::Absent,
+        Err(e) => Candidate::Unusable(e.to_string()),
+        Ok(m) if !m.is_file() => Candidate::Unusable("not a regular file".into()),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+            Candidate::Unusable("no execute permission bit".into())
+        }
+        Ok(_) => Candidate::Executable,
+    }
+}
+
+/// Resolves the agent binary once to an absolute path.
+///
+/// A `binary` containing `/` must be absolute. Otherwise the absolute entries of `path_var` are
+/// searched in order (empty and relative entries are skipped) and the first regular file with
+/// an execute bit wins. Errors: 127 when nothing is found or the path is not absolute, 126
+/// when a candidate exists but is not a regular file or has no execute bit.
 pub fn resolve_agent_binary(binary: &str, path_var: &str) -> Result<PathBuf, VerifyFailure> {
-    Ok(PathBuf::from(binary))
+    let not_found = |reason: String| VerifyFailure {
+        exit_code: AGENT_NOT_FOUND,
+        kind: FailureKind::AgentNotFound,
+        reason,
+    };
+    let not_executable = |path: &Path, why: &str| VerifyFailure {
+        exit_code: AGENT_NOT_EXECUTABLE,
+        kind: FailureKind::AgentNotExecutable,
+        reason: format!("agent binary {} cannot be executed: {why}", path.display()),
+    };
+    if binary.is_empty() {
+        return Err(not_found("agent binary name is empty".into()));
+    }
+    if binary.contains('\0') {
+        return Err(not_found("agent binary name contains a NUL byte".into()));
+    }
+    if binary.contains('/') {
+        let path = Path::new(binary);
+        if !path.is_absolute() {
+            return Err(not_found(format!(
+                "agent binary {binary:?} is not an absolute path"
+            )));
+        }
+        return match candidate(path) {
+            Candidate::Executable => Ok(path.to_path_buf()),
+            Candidate::Absent => Err(not_found(format!("agent binary {binary} does not exist"))),
+            Candidate::Unusable(why) => Err(not_executable(path, &why)),
+        };
+    }
+    let mut searched = Vec::new();
+    let mut unusable: Option<VerifyFailure> = None;
+    for dir in path_var.split(':') {
+        if dir.is_empty() || !Path::new(dir).is_absolute() {
+            continue;
+        }
+        searched.push(dir);
+        let path = Path::new(dir).join(binary);
+        match candidate(&path) {
+            Candidate::Executable => return Ok(path),
+            Candidate::Absent => {}
+            Candidate::Unusable(why) => {
+                unusable.get_or_insert_with(|| not_executable(&path, &why));
+            }
+        }
+    }
+    Err(unusable.unwrap_or_else(|| {
+        not_found(format!(
+            "agent binary {binary:?} not found on PATH (searched {})",
+            if searched.is_empty() {
+                "no absolute entries".to_string()
+            } else {
+                searched.join(":")
+            }
+        ))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{FileUse, TreeKind};
+    use std::fs;
+
+    fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let real = fs::canonicalize(t.path()).unwrap();
+        (t, real)
+    }
+
+    fn manifest() -> Manifest {
+        let v = serde_json::json!({
+            "version": 1,
+            "runtime": "command",
+            "agent": {"binary": "/bin/sh"},
+            "workdir": "/work",
+        });
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    /// A plugin tree with two files and a subdirectory, pinned as it is now.
+    fn pinned_tree(root: &Path, name: &str, role: PinRole) -> TreePin {
+        fs::create_dir_all(root.join("lib")).unwrap();
+        fs::write(root.join("index.ts"), "export default () => {}\n").unwrap();
+        fs::write(root.join("lib/util.ts"), "export const x = 1;\n").unwrap();
+        let digest = tree_hash::hash_tree(root, TreeFormat::PiTreeV1).unwrap();
+        TreePin {
+            name: name.into(),
+            path: root.display().to_string(),
+            role,
+            kind: TreeKind::PiExtension,
+            format: TreeFormat::PiTreeV1,
+            sha256: digest.sha256,
+            files: digest.listing.files,
+            dirs: digest.listing.dirs,
+            entries: vec!["index.ts".into()],
+            env: Default::default(),
+            pi_args: Vec::new(),
+        }
+    }
+
+    fn pinned_file(path: &Path, bytes: &str, role: PinRole) -> FilePin {
+        fs::write(path, bytes).unwrap();
+        FilePin {
+            path: path.display().to_string(),
+            role,
+            sha256: tree_hash::sha256_file(path).unwrap().sha256,
+            size: None,
+            usage: FileUse::Verify,
+        }
+    }
+
+    #[test]
+    fn untouched_trees_and_files_verify() {
+        let (_t, dir) = canonical_tmp();
+        let mut m = manifest();
+        m.trees
+            .push(pinned_tree(&dir.join("p"), "p", PinRole::Plugin));
+        m.files.push(pinned_file(
+            &dir.join("hooks.js"),
+            "x",
+            PinRole::HookAdapter,
+        ));
+        let report = verify(&m, "");
+        assert_eq!(report.failure(), None, "{report:#?}");
+        assert_eq!(report.trees[0].status, CheckStatus::Ok);
+        assert_eq!(
+            report.trees[0].actual.as_deref(),
+            Some(m.trees[0].sha256.as_str())
+        );
+        assert_eq!(report.files[0].status, CheckStatus::Ok);
+        assert_eq!(report.resolved_agent(), Some(Path::new("/bin/sh")));
+        let json = serde_json::to_string(&report).unwrap();
+        let back: VerifyReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, report);
+    }
+
+    #[test]
+    fn drift_names_added_removed_changed_paths_and_empty_dirs() {
+        let (_t, dir) = canonical_tmp();
+        let root = dir.join("ext");
+        let mut m = manifest();
+        m.trees.push(pinned_tree(&root, "ext", PinRole::Plugin));
+        fs::write(root.join("index.ts"), "process.exit(0)\n").unwrap();
+        fs::remove_file(root.join("lib/util.ts")).unwrap();
+        fs::write(root.join("evil.ts"), "x").unwrap();
+        fs::create_dir(root.join("skills")).unwrap();
+        let report = verify(&m, "");
+        let tree = &report.trees[0];
+        assert_eq!(tree.status, CheckStatus::Drifted);
+        let drift = tree.drift.as_ref().unwrap();
+        assert_eq!(drift.added, ["evil.ts", "skills/"]);
+        assert_eq!(drift.removed, ["lib/util.ts"]);
+        assert_eq!(drift.changed, ["index.ts"]);
+        let failure = report.failure().unwrap();
+        assert_eq!(failure.exit_code, 96);
+        assert_eq!(failure.kind, FailureKind::TreeDrifted);
+        assert_eq!(
+            failure.reason,
+            format!(
+                "plugin tree \"ext\" ({}) drifted: added [evil.ts, skills/], removed [lib/util.ts], changed [index.ts]",
+                root.display()
+            )
+        );
+    }
+
+    #[test]
+    fn planted_symlink_or_fifo_is_refused_naming_the_path() {
+        let (_t, dir) = canonical_tmp();
+        let root = dir.join("ext");
+        let mut m = manifest();
+        m.trees.push(pinned_tree(&root, "ext", PinRole::Plugin));
+        std::os::unix::fs::symlink("/etc/passwd", root.join("lib/link.ts")).unwrap();
+        let report = verify(&m, "");
+        let tree = &report.trees[0];
+        assert_eq!(tree.status, CheckStatus::Refused);
+        assert!(
+            tree.error.as_deref().unwrap().contains("lib/link.ts"),
+            "{tree:?}"
+        );
+        assert_eq!(report.failure().unwrap().kind, FailureKind::TreeRefused);
+        fs::remove_file(root.join("lib/link.ts")).unwrap();
+
+        let fifo = root.join("pipe");
+        if std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let report = verify(&m, "");
+            assert_eq!(report.trees[0].status, CheckStatus::Refused);
+            assert!(report.trees[0].error.as_deref().unwrap().contains("pipe"));
+        }
+    }
+
+    #[test]
+    fn symlinked_roots_and_ancestors_are_refused_missing_is_missing() {
+        let (_t, dir) = canonical_tmp();
+        let mut m = manifest();
+        let pin = pinned_tree(&dir.join("real"), "p", PinRole::Plugin);
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("alias")).unwrap();
+        let mut via_link = pin.clone();
+        via_link.path = dir.join("alias").display().to_string();
+        let mut via_parent = pin.clone();
+        via_parent.name = "q".into();
+        fs::create_dir(dir.join("parent")).unwrap();
+        let inner = pinned_tree(&dir.join("parent/inner"), "q", PinRole::Plugin);
+        std::os::unix::fs::symlink(dir.join("parent"), dir.join("plink")).unwrap();
+        via_parent.sha256 = inner.sha256;
+        via_parent.path = dir.join("plink/inner").display().to_string();
+        let mut missing = pin.clone();
+        missing.name = "gone".into();
+        missing.path = dir.join("gone").display().to_string();
+        m.trees = vec![via_link, via_parent, missing];
+        m.files.push(FilePin {
+            path: dir.join("nofile").display().to_string(),
+            role: PinRole::Config,
+            sha256: "0".repeat(64),
+            size: None,
+            usage: FileUse::Verify,
+        });
+        let report = verify(&m, "");
+        assert_eq!(report.trees[0].status, CheckStatus::Refused);
+        assert!(report.trees[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("symbolic link"));
+        assert_eq!(report.trees[1].status, CheckStatus::Refused);
+        assert!(report.trees[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("resolves through a symlink"));
+        assert_eq!(report.trees[2].status, CheckStatus::Missing);
+        assert_eq!(report.files[0].status, CheckStatus::Missing);
+        // Config (98) outranks plugin (96).
+        let f = report.failure().unwrap();
+        assert_eq!((f.exit_code, f.kind), (98, FailureKind::FileMissing));
+        assert_eq!(
+            f.reason,
+            format!("config file {} is missing", dir.join("nofile").display())
+        );
+        assert_eq!(report.failures().len(), 4);
+    }
+
+    #[test]
+    fn exit_code_priority_is_agent_then_98_to_93_then_manifest_order() {
+        let (_t, dir) = canonical_tmp();
+        let mut m = manifest();
+        let drifted = |name: &str, role: PinRole| {
+            let mut t = pinned_tree(&dir.join(name), name, role);
+            t.sha256 = "f".repeat(64);
+            t
+        };
+        m.trees.push(drifted("skill", PinRole::Skill));
+        m.trees.push(drifted("plugin", PinRole::Plugin));
+        m.trees.push(drifted("edit", PinRole::EditRepair));
+        let mut hooks = pinned_file(&dir.join("hooks.js"), "x", PinRole::HookAdapter);
+        hooks.sha256 = "e".repeat(64);
+        m.files.push(hooks);
+
+        let f = verify(&m, "").failure().unwrap();
+        assert_eq!((f.exit_code, f.kind), (97, FailureKind::FileDrifted));
+        assert!(f.reason.starts_with("hook-adapter file "), "{}", f.reason);
+        assert!(f.reason.contains(&format!("expected {}", "e".repeat(64))));
+
+        m.files.clear();
+        let f = verify(&m, "").failure().unwrap();
+        assert_eq!(f.exit_code, 96);
+        assert!(f.reason.starts_with("skill tree \"skill\""), "{}", f.reason);
+
+        m.agent.binary = "definitely-not-a-real-binary".into();
+        let report = verify(&m, "/nonexistent-dir");
+        let f = report.failure().unwrap();
+        assert_eq!((f.exit_code, f.kind), (127, FailureKind::AgentNotFound));
+        // Everything was still checked.
+        assert_eq!(report.trees.len(), 3);
+        assert!(report
+            .trees
+            .iter()
+            .all(|t| t.status == CheckStatus::Drifted));
+        assert_eq!(report.resolved_agent(), None);
+    }
+
+    #[test]
+    fn agent_binary_resolution() {
+        let (_t, dir) = canonical_tmp();
+        let a = dir.join("a");
+        let b = dir.join("b");
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        let write = |p: &Path, mode: u32| {
+            fs::write(p, "#!/bin/sh\n").unwrap();
+            fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write(&a.join("tool"), 0o644);
+        write(&b.join("tool"), 0o755);
+        write(&a.join("plain"), 0o600);
+        fs::create_dir(a.join("dir")).unwrap();
+        let path_var = format!("relative/bin::{}:{}", a.display(), b.display());
+
+        // The first executable regular file wins; a non-executable earlier one is skipped.
+        assert_eq!(
+            resolve_agent_binary("tool", &path_var).unwrap(),
+            b.join("tool")
+        );
+        // Found only as unusable candidates: 126.
+        let e = resolve_agent_binary("plain", &path_var).unwrap_err();
+        assert_eq!(
+            (e.exit_code, e.kind),
+            (126, FailureKind::AgentNotExecutable)
+        );
+        assert!(
+            e.reason.contains("no execute permission bit"),
+            "{}",
+            e.reason
+        );
+        let e = resolve_agent_binary("dir", &path_var).unwrap_err();
+        assert_eq!(e.exit_code, 126);
+        assert!(e.reason.contains("not a regular file"), "{}", e.reason);
+        // Not found: 127, naming only the absolute entries searched.
+        let e = resolve_agent_binary("nope", &path_var).unwrap_err();
+        assert_eq!(e.exit_code, 127);
+        assert!(!e.reason.contains("relative/bin"), "{}", e.reason);
+        // Relative PATH entries are never searched (cwd of the test is the crate dir).
+        assert_eq!(
+            resolve_agent_binary("lib.rs", "src").unwrap_err().exit_code,
+            127
+        );
+        // Paths with '/' must be absolute.
+        assert_eq!(
+            resolve_agent_binary("./tool", &path_var)
+                .unwrap_err()
+                .exit_code,
+            127
+        );
+        assert_eq!(
+            resolve_agent_binary("a/tool", &path_var)
+                .unwrap_err()
+                .exit_code,
+            127
+        );
+        let abs = b.join("tool").display().to_string();
+        assert_eq!(resolve_agent_binary(&abs, "").unwrap(), b.join("tool"));
+        let abs_plain = a.join("plain").display().to_string();
+        assert_eq!(
+            resolve_agent_binary(&abs_plain, "").unwrap_err().exit_code,
+            126
+        );
+        assert_eq!(
+            resolve_agent_binary("", &path_var).unwrap_err().exit_code,
+            127
+        );
+        assert_eq!(
+            resolve_agent_binary("x\0y", &path_var)
+                .unwrap_err()
+                .exit_code,
+            127
+        );
+    }
+
+    #[test]
+    fn agent_pin_mismatch_is_127() {
+        let (_t, dir) = canonical_tmp();
+        let bin = dir.join("agent");
+        fs::write(&bin, "#!/bin/sh\nexit 0\n").unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut m = manifest();
+        m.agent.binary = "agent".into();
+        m.agent.sha256 = Some(tree_hash::sha256_file(&bin).unwrap().sha256);
+        let path_var = dir.display().to_string();
+        let report = verify(&m, &path_var);
+        assert_eq!(report.failure(), None);
+        assert_eq!(report.agent.actual_sha256, m.agent.sha256);
+
+        m.agent.sha256 = Some("0".repeat(64));
+        let report = verify(&m, &path_var);
+        let f = report.failure().unwrap();
+        assert_eq!((f.exit_code, f.kind), (127, FailureKind::AgentPinMismatch));
+        assert!(
+            f.reason.starts_with("agent binary differs from its pin"),
+            "{}",
+            f.reason
+        );
+        assert_eq!(
+            report.agent.resolved.as_deref(),
+            Some(bin.to_str().unwrap())
+        );
+    }
+
+    #[test]
+    fn long_drift_lists_are_summarised_in_the_reason() {
+        let list: Vec<String> = (0..13).map(|i| format!("f{i:02}")).collect();
+        let s = path_list(&list);
+        assert!(s.starts_with("[f00, f01,"), "{s}");
+        assert!(s.ends_with("f09, … (+3 more)]"), "{s}");
+        assert_eq!(path_list(&[]), "[]");
+    }
 }
