@@ -1,0 +1,237 @@
+//! Tree-hashing benchmark (not a timed test): pitcrew in-process, `pitcrew-init hash` as a
+//! subprocess and the shell pipeline, interleaved, on a generated tree of ≥ 20,000 files and
+//! ≥ 200 MB; plus single-core SHA-256 throughput and the resulting hardware limit.
+//!
+//! ```sh
+//! cargo bench -p pitcrew-supervisor --bench tree_hash
+//! ```
+//!
+//! Environment: `PITCREW_BENCH_ROUNDS` (default 7), `PITCREW_BENCH_FILES` (small files, default
+//! 20000), `PITCREW_BENCH_LARGE` (large files, default 16), `PITCREW_BENCH_SEED` (default 1),
+//! `PITCREW_BENCH_TREES` (where trees are cached, default `<target>/bench-trees`). The binary is
+//! the one cargo builds for this bench (`CARGO_BIN_EXE_pitcrew-init`, bench profile = release).
+//! Exits non-zero if the three digests ever disagree.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pitcrew_core::tree_hash::{hash_tree, TreeFormat};
+use sha2::{Digest, Sha256};
+
+const PIPELINE: &str = r#"cd "$1" && { find . -type f -exec sha256sum {} + | LC_ALL=C sort; find . -type d | LC_ALL=C sort | sha256sum; } | sha256sum | cut -d' ' -f1"#;
+
+/// splitmix64: small, deterministic, good enough for file contents and sizes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    // <target>/release/deps/tree_hash-<hash>
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// Generates the tree once; later runs reuse it (keyed by the parameters).
+fn tree(files: u64, large: u64, seed: u64) -> PathBuf {
+    let base = std::env::var_os("PITCREW_BENCH_TREES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("bench-trees"));
+    let dir = base.join(format!("v1-files{files}-large{large}-seed{seed}"));
+    if dir.is_dir() {
+        return dir;
+    }
+    let tmp = base.join(format!("tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    eprintln!("generating {} ...", dir.display());
+    let mut rng = Rng(seed);
+    let mut buf = vec![0u8; 16 << 20];
+    let mut write = |rel: &str, size: usize, rng: &mut Rng| {
+        let path = tmp.join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        rng.fill(&mut buf[..size]);
+        fs::write(&path, &buf[..size]).expect("write");
+    };
+    for i in 0..files {
+        // Mostly small files (80% under 8 KiB), some up to 40 KiB, a few empty.
+        let size = match rng.below(100) {
+            0..=1 => 0,
+            2..=79 => rng.below(8 << 10),
+            _ => (8 << 10) + rng.below(32 << 10),
+        } as usize;
+        let rel = format!(
+            "pkg{}/lib{}/{}file{i}.js",
+            i % 10,
+            (i / 10) % 20,
+            if i % 97 == 0 { ".hidden-" } else { "" }
+        );
+        write(&rel, size, &mut rng);
+    }
+    for i in 0..large {
+        let size = ((4 << 20) + rng.below(8 << 20)) as usize;
+        write(&format!("assets/blob{i}.bin"), size, &mut rng);
+    }
+    for i in 0..5 {
+        fs::create_dir_all(tmp.join(format!("empty/e{i}"))).expect("mkdir");
+    }
+    fs::rename(&tmp, &dir).expect("rename");
+    dir
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("tree_hash bench: {msg}");
+    std::process::exit(1)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` would run us too: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let rounds = env_num("PITCREW_BENCH_ROUNDS", 7).max(1) as usize;
+    let files = env_num("PITCREW_BENCH_FILES", 20_000);
+    let large = env_num("PITCREW_BENCH_LARGE", 16);
+    let seed = env_num("PITCREW_BENCH_SEED", 1);
+    let root = tree(files, large, seed);
+    let bin = env!("CARGO_BIN_EXE_pitcrew-init");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    // Warm the page cache (and check the tree).
+    let warm = hash_tree(&root, TreeFormat::PiTreeV1).unwrap_or_else(|e| fail(&e.to_string()));
+    let total_bytes = warm.listing.total_bytes();
+    let file_count = warm.listing.files.len();
+    let dir_count = warm.listing.dirs.len() + 1;
+
+    let mut t_lib = Vec::new();
+    let mut t_bin = Vec::new();
+    let mut t_sh = Vec::new();
+    for round in 0..rounds {
+        let start = Instant::now();
+        let lib = hash_tree(&root, TreeFormat::PiTreeV1).unwrap_or_else(|e| fail(&e.to_string()));
+        t_lib.push(start.elapsed());
+
+        let start = Instant::now();
+        let out = Command::new(bin)
+            .arg("hash")
+            .arg(&root)
+            .output()
+            .unwrap_or_else(|e| fail(&format!("run {bin}: {e}")));
+        t_bin.push(start.elapsed());
+        if !out.status.success() {
+            fail(&format!(
+                "{bin} hash failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let bin_digest = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+
+        let start = Instant::now();
+        let out = Command::new("bash")
+            .args(["-c", PIPELINE, "bash"])
+            .arg(&root)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap_or_else(|e| fail(&format!("run bash: {e}")));
+        t_sh.push(start.elapsed());
+        let sh_digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+
+        if lib.sha256 != bin_digest || lib.sha256 != sh_digest {
+            fail(&format!(
+                "digests disagree in round {round}: in-process {}, subprocess {bin_digest}, shell {sh_digest}",
+                lib.sha256
+            ));
+        }
+        eprintln!(
+            "round {round}: in-process {}, subprocess {}, shell {}",
+            secs(t_lib[round]),
+            secs(t_bin[round]),
+            secs(t_sh[round])
+        );
+    }
+
+    // Single-core SHA-256 throughput on an in-memory buffer (best of 5).
+    let mut buf = vec![0u8; 256 << 20];
+    Rng(seed).fill(&mut buf);
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let digest = Sha256::digest(&buf);
+        best = best.min(start.elapsed());
+        std::hint::black_box(digest);
+    }
+    let throughput = buf.len() as f64 / best.as_secs_f64();
+    let limit = total_bytes as f64 / throughput / cores as f64;
+
+    let (lib, bin_t, sh) = (median(&mut t_lib), median(&mut t_bin), median(&mut t_sh));
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "tree: {} ({file_count} files, {dir_count} dirs, {:.1} MB)\ncores: {cores}, rounds: {rounds}\n\
+         single-core SHA-256: {:.0} MB/s; hardware limit: {:.3} s\n\
+         median in-process hash_tree:    {}\n\
+         median pitcrew-init hash:       {}\n\
+         median shell pipeline:          {}\n\
+         shell / pitcrew (in-process):   {:.1}x\n\
+         shell / pitcrew (subprocess):   {:.1}x\n\
+         pitcrew / hardware limit:       {:.2}x (in-process), {:.2}x (subprocess)\n\
+         digest: {}",
+        root.display(),
+        total_bytes as f64 / 1e6,
+        throughput / 1e6,
+        limit,
+        secs(lib),
+        secs(bin_t),
+        secs(sh),
+        sh.as_secs_f64() / lib.as_secs_f64(),
+        sh.as_secs_f64() / bin_t.as_secs_f64(),
+        lib.as_secs_f64() / limit,
+        bin_t.as_secs_f64() / limit,
+        warm.sha256,
+    );
+}
