@@ -111,6 +111,32 @@ fn tree(files: u64, large: u64, seed: u64) -> PathBuf {
     dir
 }
 
+/// CPU time (user + system) of this process and of its waited-for children, from
+/// `/proc/self/stat` (clock-tick resolution; Linux only, zero elsewhere).
+fn cpu_times(ticks_per_sec: f64) -> (Duration, Duration) {
+    let stat = fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // Fields after `comm`: state is field 3; utime 14, stime 15, cutime 16, cstime 17.
+    let fields: Vec<f64> = after_comm
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    let get = |n: usize| fields.get(n - 3).copied().unwrap_or(0.0) / ticks_per_sec;
+    (
+        Duration::from_secs_f64(get(14) + get(15)),
+        Duration::from_secs_f64(get(16) + get(17)),
+    )
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
 fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();
     times[times.len() / 2]
@@ -147,10 +173,15 @@ fn main() {
     let mut t_lib = Vec::new();
     let mut t_bin = Vec::new();
     let mut t_sh = Vec::new();
+    let (mut c_lib, mut c_bin, mut c_sh) = (Vec::new(), Vec::new(), Vec::new());
+    let tck = clock_ticks();
     for round in 0..rounds {
+        let cpu0 = cpu_times(tck);
         let start = Instant::now();
         let lib = hash_tree(&root, TreeFormat::PiTreeV1).unwrap_or_else(|e| fail(&e.to_string()));
         t_lib.push(start.elapsed());
+        let cpu1 = cpu_times(tck);
+        c_lib.push(cpu1.0.saturating_sub(cpu0.0));
 
         let start = Instant::now();
         let out = Command::new(bin)
@@ -159,6 +190,8 @@ fn main() {
             .output()
             .unwrap_or_else(|e| fail(&format!("run {bin}: {e}")));
         t_bin.push(start.elapsed());
+        let cpu2 = cpu_times(tck);
+        c_bin.push(cpu2.1.saturating_sub(cpu1.1));
         if !out.status.success() {
             fail(&format!(
                 "{bin} hash failed: {}",
@@ -179,6 +212,7 @@ fn main() {
             .output()
             .unwrap_or_else(|e| fail(&format!("run bash: {e}")));
         t_sh.push(start.elapsed());
+        c_sh.push(cpu_times(tck).1.saturating_sub(cpu2.1));
         let sh_digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
 
         if lib.sha256 != bin_digest || lib.sha256 != sh_digest {
@@ -209,6 +243,8 @@ fn main() {
     let limit = total_bytes as f64 / throughput / cores as f64;
 
     let (lib, bin_t, sh) = (median(&mut t_lib), median(&mut t_bin), median(&mut t_sh));
+    let (cpu_lib, cpu_bin, cpu_sh) = (median(&mut c_lib), median(&mut c_bin), median(&mut c_sh));
+    let sha_cpu = total_bytes as f64 / throughput;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -220,6 +256,8 @@ fn main() {
          shell / pitcrew (in-process):   {:.1}x\n\
          shell / pitcrew (subprocess):   {:.1}x\n\
          pitcrew / hardware limit:       {:.2}x (in-process), {:.2}x (subprocess)\n\
+         median CPU time (user+sys): in-process {}, subprocess {}, shell {}\n\
+         CPU: shell / pitcrew {:.1}x; pitcrew / pure SHA-256 CPU ({:.3} s) {:.2}x\n\
          digest: {}",
         root.display(),
         total_bytes as f64 / 1e6,
@@ -232,6 +270,12 @@ fn main() {
         sh.as_secs_f64() / bin_t.as_secs_f64(),
         lib.as_secs_f64() / limit,
         bin_t.as_secs_f64() / limit,
+        secs(cpu_lib),
+        secs(cpu_bin),
+        secs(cpu_sh),
+        cpu_sh.as_secs_f64() / cpu_bin.as_secs_f64().max(1e-9),
+        sha_cpu,
+        cpu_bin.as_secs_f64() / sha_cpu,
         warm.sha256,
     );
 }
