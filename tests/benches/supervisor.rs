@@ -55,7 +55,10 @@ fn ms(d: Duration) -> String {
 }
 
 fn sha256_hex(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().expect("sha256sum");
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .next()
@@ -81,7 +84,11 @@ fn fixture(init: &Path) -> Fixture {
     }
     fs::create_dir_all(root.join("adapters")).unwrap();
     fs::create_dir_all(root.join("work")).unwrap();
-    fs::write(root.join("adapters/hooks.js"), "module.exports = () => {};\n").unwrap();
+    fs::write(
+        root.join("adapters/hooks.js"),
+        "module.exports = () => {};\n",
+    )
+    .unwrap();
     fs::write(
         root.join("work/.env"),
         "export PATH=/usr/local/bin:/usr/bin:/bin\nNODE_OPTIONS=--require=/tmp/evil.js\nLANG=C.UTF-8\n",
@@ -115,7 +122,11 @@ fn fixture(init: &Path) -> Fixture {
         "limits": {"timeout_ms": 60_000, "kill_grace_ms": 2000, "reap_budget_ms": 10_000},
     });
     let manifest_path = root.join("manifest.json");
-    fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
 
     let preflight = root.join("preflight.sh");
     fs::write(&preflight, shell_preflight(&root, &manifest)).unwrap();
@@ -217,14 +228,28 @@ fn main() {
         "shell preflight (warm-up)",
     );
     timed(
-        in_namespace(&[&init_s, "run", "--manifest", &manifest_s, "--result", &result_s]),
+        in_namespace(&[
+            &init_s,
+            "run",
+            "--manifest",
+            &manifest_s,
+            "--result",
+            &result_s,
+        ]),
         "pitcrew-init run (warm-up)",
     );
 
     let (mut sup, mut shell, mut prelaunch) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         sup.push(timed(
-            in_namespace(&[&init_s, "run", "--manifest", &manifest_s, "--result", &result_s]),
+            in_namespace(&[
+                &init_s,
+                "run",
+                "--manifest",
+                &manifest_s,
+                "--result",
+                &result_s,
+            ]),
             "pitcrew-init run",
         ));
         let rec = result_record(&result);
@@ -234,15 +259,24 @@ fn main() {
             .map(|k| steps[k].as_u64().unwrap_or(0))
             .sum();
         prelaunch.push(Duration::from_millis(sum));
-        shell.push(timed(in_namespace(&["sh", &preflight_s]), "shell preflight"));
+        shell.push(timed(
+            in_namespace(&["sh", &preflight_s]),
+            "shell preflight",
+        ));
     }
     let files: u64 = PLUGINS.iter().map(|p| p.1).sum();
     let bytes: u64 = PLUGINS.iter().map(|p| p.2).sum();
     let (sup_m, shell_m, pre_m) = (median(&mut sup), median(&mut shell), median(&mut prelaunch));
-    println!("pre-launch, 3 plugins, {files} files, {} MB, {rounds} rounds (medians):", bytes / 1_000_000);
+    println!(
+        "pre-launch, 3 plugins, {files} files, {} MB, {rounds} rounds (medians):",
+        bytes / 1_000_000
+    );
     println!("  shell preflight (whole command):   {}", ms(shell_m));
     println!("  pitcrew-init run (whole command):  {}", ms(sup_m));
-    println!("  pitcrew-init steps reap+verify+env+confine/launch (result record): {}", ms(pre_m));
+    println!(
+        "  pitcrew-init steps reap+verify+env+confine/launch (result record): {}",
+        ms(pre_m)
+    );
     println!(
         "  ratio shell / pitcrew-init (whole command): {:.1}x",
         shell_m.as_secs_f64() / sup_m.as_secs_f64()
@@ -259,11 +293,18 @@ fn main() {
         let rec = result_record(&result);
         reaped = rec["reaped"]["before"].as_u64().unwrap_or(0);
         if reaped < 1000 {
-            fail(&format!("expected ≥ 1000 leftovers reaped, record says {reaped}"));
+            fail(&format!(
+                "expected ≥ 1000 leftovers reaped, record says {reaped}"
+            ));
         }
-        reap.push(Duration::from_millis(rec["steps"]["reap_ms"].as_u64().unwrap_or(0)));
+        reap.push(Duration::from_millis(
+            rec["steps"]["reap_ms"].as_u64().unwrap_or(0),
+        ));
     }
-    println!("reap: {reaped} leftover processes, reap step median {}", ms(median(&mut reap)));
+    println!(
+        "reap: {reaped} leftover processes, reap step median {}",
+        ms(median(&mut reap))
+    );
 
     // 3. Peak RSS while an agent runs.
     let rss_out = fx.root.join("rss.txt");
@@ -273,9 +314,19 @@ fn main() {
     let rss_manifest = fx.root.join("manifest-rss.json");
     fs::write(&rss_manifest, serde_json::to_vec(&m).unwrap()).unwrap();
     timed(
-        in_namespace(&[&init_s, "run", "--manifest", rss_manifest.to_str().unwrap(), "--result", &result_s]),
+        in_namespace(&[
+            &init_s,
+            "run",
+            "--manifest",
+            rss_manifest.to_str().unwrap(),
+            "--result",
+            &result_s,
+        ]),
         "pitcrew-init run (rss)",
     );
     let rss = fs::read_to_string(&rss_out).unwrap_or_default();
-    println!("pitcrew-init memory while the agent runs: {}", rss.split_whitespace().collect::<Vec<_>>().join(" "));
+    println!(
+        "pitcrew-init memory while the agent runs: {}",
+        rss.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
 }
