@@ -97,13 +97,22 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_UNIQUE_ID"), NODE_LOADS),
     rule(Prefix("NODE_CHANNEL_"), NODE_LOADS),
     rule(Exact("NODE_TEST_CONTEXT"), NODE_LOADS),
-    rule(Exact("NODE_EXTRA_CA_CERTS"), "Node trusts extra certificates from it"),
-    rule(Exact("NODE_TLS_REJECT_UNAUTHORIZED"), "Node disables TLS verification with it"),
+    rule(
+        Exact("NODE_EXTRA_CA_CERTS"),
+        "Node trusts extra certificates from it",
+    ),
+    rule(
+        Exact("NODE_TLS_REJECT_UNAUTHORIZED"),
+        "Node disables TLS verification with it",
+    ),
     rule(Exact("NODE_V8_COVERAGE"), "Node writes files to it"),
     rule(Exact("NODE_REDIRECT_WARNINGS"), "Node writes files to it"),
     rule(Exact("NODE_REPL_HISTORY"), "Node writes files to it"),
     rule(Prefix("JITI_"), JITI),
-    rule(Exact("BUN_OPTIONS"), "Bun-compiled binaries (Claude Code) honour --preload from it"),
+    rule(
+        Exact("BUN_OPTIONS"),
+        "Bun-compiled binaries (Claude Code) honour --preload from it",
+    ),
     rule(Prefix("BUN_CONFIG_"), "Bun reads configuration from it"),
     rule(Prefix("LD_"), LINKER),
     rule(Prefix("DYLD_"), LINKER),
@@ -133,15 +142,24 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("RUBYLIB"), OTHER_INTERP),
     rule(Exact("JAVA_TOOL_OPTIONS"), OTHER_INTERP),
     rule(Exact("_JAVA_OPTIONS"), OTHER_INTERP),
-    rule(Exact("CLAUDE_ENV_FILE"), "Claude Code sources it before every Bash command"),
-    rule(Exact("CLAUDE_CODE_SHELL_PREFIX"), "Claude Code prefixes every shell command with it"),
+    rule(
+        Exact("CLAUDE_ENV_FILE"),
+        "Claude Code sources it before every Bash command",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_SHELL_PREFIX"),
+        "Claude Code prefixes every shell command with it",
+    ),
     rule(Exact("PI_PACKAGE_DIR"), RUNTIME_CODE),
     rule(Exact("PI_SELF_UPDATE_COMMAND"), RUNTIME_CODE),
     rule(Exact("GIT_SSH_COMMAND"), GIT),
     rule(Exact("GIT_EXEC_PATH"), GIT),
     rule(Exact("GIT_ASKPASS"), GIT),
     rule(Prefix("GIT_CONFIG"), GIT),
-    rule(Prefix("NPM_CONFIG_"), "npm runs scripts and reads registries from it"),
+    rule(
+        Prefix("NPM_CONFIG_"),
+        "npm runs scripts and reads registries from it",
+    ),
 ];
 
 /// Names a plugin's `env:` block may not set, beyond [`LOADER_RULES`]: process basics, the
@@ -151,7 +169,10 @@ pub const PLUGIN_ENV_RULES: &[DenyRule] = &[
     rule(Exact("HOME"), "process basics are the runner's"),
     rule(Exact("TMPDIR"), "process basics are the runner's"),
     rule(Exact("SHELL"), "process basics are the runner's"),
-    rule(Exact("CLOUD_ML_REGION"), "provider configuration is the runner's"),
+    rule(
+        Exact("CLOUD_ML_REGION"),
+        "provider configuration is the runner's",
+    ),
     rule(Exact("SSLKEYLOGFILE"), "leaks TLS session keys"),
     rule(Exact("REQUESTS_CA_BUNDLE"), "changes TLS trust"),
     rule(Exact("CURL_CA_BUNDLE"), "changes TLS trust"),
@@ -165,10 +186,19 @@ pub const PLUGIN_ENV_RULES: &[DenyRule] = &[
     rule(Prefix("TIRITH_"), "the security hook's namespace"),
     rule(Prefix("GOOGLE_"), "provider credentials and configuration"),
     rule(Prefix("GCLOUD_"), "provider credentials and configuration"),
-    rule(Prefix("CLOUDSDK_"), "provider credentials and configuration"),
+    rule(
+        Prefix("CLOUDSDK_"),
+        "provider credentials and configuration",
+    ),
     rule(Prefix("GIT_"), "git configuration is the runner's"),
-    rule(Prefix("ANTHROPIC_"), "provider credentials and configuration"),
-    rule(Prefix("CLAUDE_"), "Claude Code configuration is the runner's"),
+    rule(
+        Prefix("ANTHROPIC_"),
+        "provider credentials and configuration",
+    ),
+    rule(
+        Prefix("CLAUDE_"),
+        "Claude Code configuration is the runner's",
+    ),
     rule(Prefix("XAI_"), "provider credentials and configuration"),
     rule(Prefix("OPENAI_"), "provider credentials and configuration"),
     rule(Prefix("AZURE_"), "provider credentials and configuration"),
@@ -189,13 +219,22 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     rule(Exact("TMPDIR"), "pinned by the supervisor"),
     rule(Exact("JITI_FS_CACHE"), "pinned to false by the supervisor"),
     rule(Exact("PI_CODING_AGENT_DIR"), "pinned by the supervisor"),
-    rule(Exact("PI_CODING_AGENT_SESSION_DIR"), "pinned by the supervisor"),
+    rule(
+        Exact("PI_CODING_AGENT_SESSION_DIR"),
+        "pinned by the supervisor",
+    ),
     rule(Exact("PI_OFFLINE"), "pinned by the supervisor"),
     rule(Exact("CLAUDE_CONFIG_DIR"), "pinned by the supervisor"),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),
-    rule(Exact("ACTIONS_ID_TOKEN_REQUEST_URL"), "identity token plumbing is the runner's"),
-    rule(Exact("ACTIONS_ID_TOKEN_REQUEST_TOKEN"), "identity token plumbing is the runner's"),
+    rule(
+        Exact("ACTIONS_ID_TOKEN_REQUEST_URL"),
+        "identity token plumbing is the runner's",
+    ),
+    rule(
+        Exact("ACTIONS_ID_TOKEN_REQUEST_TOKEN"),
+        "identity token plumbing is the runner's",
+    ),
 ];
 
 /// The first loader rule that matches `name`, if any.
@@ -365,7 +404,10 @@ pub fn pi_flag_name(arg: &str) -> Option<&str> {
 ///
 /// `registered` is the set of flag names the extension registers (from a static scan of its
 /// sources); `None` skips that check.
-pub fn pi_args_problems(args: &[String], registered: Option<&[String]>) -> Vec<(usize, PiArgProblem)> {
+pub fn pi_args_problems(
+    args: &[String],
+    registered: Option<&[String]>,
+) -> Vec<(usize, PiArgProblem)> {
     let mut problems = Vec::new();
     // Whether the previous element was a `--flag` without `=` that may take one bare value.
     let mut value_may_follow = false;
@@ -389,7 +431,11 @@ pub fn pi_args_problems(args: &[String], registered: Option<&[String]>) -> Vec<(
                     let list = if registered.is_empty() {
                         "none".to_string()
                     } else {
-                        registered.iter().map(|r| format!("--{r}")).collect::<Vec<_>>().join(", ")
+                        registered
+                            .iter()
+                            .map(|r| format!("--{r}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     };
                     problems.push((
                         i,
@@ -453,7 +499,15 @@ mod tests {
         ] {
             assert!(loader_denial(name).is_some(), "{name} must be stripped");
         }
-        for name in ["PATH", "HOME", "LANG", "TERM", "ENVIRONMENT", "MY_NODE", "GREETING"] {
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "TERM",
+            "ENVIRONMENT",
+            "MY_NODE",
+            "GREETING",
+        ] {
             assert!(loader_denial(name).is_none(), "{name} must pass");
         }
     }
@@ -461,9 +515,20 @@ mod tests {
     #[test]
     fn plugin_env_rules_cover_exact_prefix_suffix_and_substring() {
         for name in [
-            "PATH", "home", "OPENSSL_CONF", "NODE_ENV", "PI_OFFLINE", "GOOGLE_CLOUD_PROJECT",
-            "HTTPS_PROXY", "https_proxy", "MY_API_KEY", "GH_TOKEN", "DB_SECRET_VALUE", "AWS_REGION",
-            "LD_PRELOAD", "JITI_ALIAS",
+            "PATH",
+            "home",
+            "OPENSSL_CONF",
+            "NODE_ENV",
+            "PI_OFFLINE",
+            "GOOGLE_CLOUD_PROJECT",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "MY_API_KEY",
+            "GH_TOKEN",
+            "DB_SECRET_VALUE",
+            "AWS_REGION",
+            "LD_PRELOAD",
+            "JITI_ALIAS",
         ] {
             assert!(plugin_env_denial(name).is_some(), "{name} must be refused");
         }
@@ -496,7 +561,14 @@ mod tests {
 
     #[test]
     fn sandbox_env_reserves_pins_and_loader_names() {
-        for name in ["PATH", "HOME", "JITI_FS_CACHE", "PITCREW_X", "LD_PRELOAD", "NODE_OPTIONS"] {
+        for name in [
+            "PATH",
+            "HOME",
+            "JITI_FS_CACHE",
+            "PITCREW_X",
+            "LD_PRELOAD",
+            "NODE_OPTIONS",
+        ] {
             assert!(sandbox_env_reserved(name).is_some(), "{name}");
         }
         assert!(sandbox_env_reserved("OPENAI_API_KEY").is_none());
@@ -514,27 +586,53 @@ mod tests {
     #[test]
     fn pi_args_refuse_each_rule() {
         let check = |v: &[&str]| pi_args_problems(&strings(v), None);
-        assert!(matches!(check(&["--model=x"])[0].1, PiArgProblem::PiOwnOption(_)));
-        assert!(matches!(check(&["--no-extensions"])[0].1, PiArgProblem::PiOwnOption(_)));
+        assert!(matches!(
+            check(&["--model=x"])[0].1,
+            PiArgProblem::PiOwnOption(_)
+        ));
+        assert!(matches!(
+            check(&["--no-extensions"])[0].1,
+            PiArgProblem::PiOwnOption(_)
+        ));
         assert!(matches!(check(&["-e"])[0].1, PiArgProblem::NotAFlag(_)));
         assert!(matches!(check(&["---x"])[0].1, PiArgProblem::NotAFlag(_)));
         assert!(matches!(check(&["--"])[0].1, PiArgProblem::NotAFlag(_)));
         assert!(matches!(check(&["word"])[0].1, PiArgProblem::StrayWord(_)));
-        assert!(matches!(check(&["--a", "b", "c"])[0], (2, PiArgProblem::StrayWord(_))));
-        assert!(matches!(check(&["--a=v", "b"])[0], (1, PiArgProblem::StrayWord(_))));
+        assert!(matches!(
+            check(&["--a", "b", "c"])[0],
+            (2, PiArgProblem::StrayWord(_))
+        ));
+        assert!(matches!(
+            check(&["--a=v", "b"])[0],
+            (1, PiArgProblem::StrayWord(_))
+        ));
         assert!(matches!(check(&["--a=-v"])[0].1, PiArgProblem::BadValue(_)));
-        assert!(matches!(check(&["--a=@file"])[0].1, PiArgProblem::BadValue(_)));
-        assert!(matches!(check(&["--a", "@file"])[0].1, PiArgProblem::BadValue(_)));
-        assert!(matches!(check(&["--a=x\ny"])[0].1, PiArgProblem::ControlCharacter(_)));
+        assert!(matches!(
+            check(&["--a=@file"])[0].1,
+            PiArgProblem::BadValue(_)
+        ));
+        assert!(matches!(
+            check(&["--a", "@file"])[0].1,
+            PiArgProblem::BadValue(_)
+        ));
+        assert!(matches!(
+            check(&["--a=x\ny"])[0].1,
+            PiArgProblem::ControlCharacter(_)
+        ));
         // `--a -b`: pi reads `-b` as an option; it is refused as not a --flag.
-        assert!(matches!(check(&["--a", "-b"])[0], (1, PiArgProblem::NotAFlag(_))));
+        assert!(matches!(
+            check(&["--a", "-b"])[0],
+            (1, PiArgProblem::NotAFlag(_))
+        ));
     }
 
     #[test]
     fn pi_args_must_name_registered_flags() {
         let registered = strings(&["greeting"]);
         let problems = pi_args_problems(&strings(&["--loud"]), Some(&registered));
-        assert!(matches!(&problems[0].1, PiArgProblem::Unregistered { flag, .. } if flag == "--loud"));
+        assert!(
+            matches!(&problems[0].1, PiArgProblem::Unregistered { flag, .. } if flag == "--loud")
+        );
         let none: Vec<String> = Vec::new();
         let problems = pi_args_problems(&strings(&["--loud"]), Some(&none));
         assert!(problems[0].1.to_string().contains("registered: none"));

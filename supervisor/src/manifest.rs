@@ -313,7 +313,9 @@ pub enum ManifestError {
     #[error("manifest is not valid: {0}")]
     Parse(String),
     /// A version this build does not understand.
-    #[error("manifest version {found} is not supported (this build reads version {MANIFEST_VERSION})")]
+    #[error(
+        "manifest version {found} is not supported (this build reads version {MANIFEST_VERSION})"
+    )]
     Version {
         /// The version found.
         found: u32,
@@ -348,7 +350,10 @@ fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
         return Err(field(name, format!("{path:?} contains a '..' segment")));
     }
     if path.contains(['\n', '\r', '\0']) {
-        return Err(field(name, "path contains a newline, carriage return or NUL"));
+        return Err(field(
+            name,
+            "path contains a newline, carriage return or NUL",
+        ));
     }
     Ok(())
 }
@@ -403,7 +408,10 @@ impl Manifest {
         for (i, tree) in self.trees.iter().enumerate() {
             let at = |f: &str| format!("trees[{i}].{f}");
             if tree.name.is_empty() || tree.name.contains(['/', '\n', '\r', '\0']) {
-                return Err(field(at("name"), format!("{:?} is not a valid name", tree.name)));
+                return Err(field(
+                    at("name"),
+                    format!("{:?} is not a valid name", tree.name),
+                ));
             }
             if !names.insert(tree.name.as_str()) {
                 return Err(field(at("name"), format!("{:?} appears twice", tree.name)));
@@ -421,7 +429,10 @@ impl Manifest {
                 }
             }
             if tree.kind == TreeKind::PiExtension && tree.entries.is_empty() {
-                return Err(field(at("entries"), "a pi extension needs at least one entry"));
+                return Err(field(
+                    at("entries"),
+                    "a pi extension needs at least one entry",
+                ));
             }
             for (key, value) in &tree.env {
                 if let Some(problem) = crate::env_policy::plugin_env_problems(key, value).first() {
@@ -431,13 +442,19 @@ impl Manifest {
             if let Some((j, problem)) =
                 crate::env_policy::pi_args_problems(&tree.pi_args, None).first()
             {
-                return Err(field(format!("trees[{i}].pi_args[{j}]"), problem.to_string()));
+                return Err(field(
+                    format!("trees[{i}].pi_args[{j}]"),
+                    problem.to_string(),
+                ));
             }
         }
         for (i, file) in self.files.iter().enumerate() {
             check_abs(&format!("files[{i}].path"), &file.path)?;
             if !is_sha256_hex(&file.sha256) {
-                return Err(field(format!("files[{i}].sha256"), "not a lowercase hex sha256"));
+                return Err(field(
+                    format!("files[{i}].sha256"),
+                    "not a lowercase hex sha256",
+                ));
             }
         }
         if let Some(dotenv) = &self.env.dotenv {
@@ -476,7 +493,10 @@ impl Manifest {
             return Err(field("limits.timeout_ms", "must be greater than 0"));
         }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
-            return Err(field("prompt", format!("the {} runtime needs a prompt", self.runtime.as_str())));
+            return Err(field(
+                "prompt",
+                format!("the {} runtime needs a prompt", self.runtime.as_str()),
+            ));
         }
         Ok(())
     }
