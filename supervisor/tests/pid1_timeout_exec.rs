@@ -20,7 +20,14 @@ fn timeout_terminates_the_agent_with_sigterm() {
     assert_eq!(run.code, 143, "stderr:\n{}", run.stderr);
     assert_eq!(run.record["agent"]["timed_out"], true);
     assert_eq!(run.record["signal"], "SIGTERM");
-    assert!(run.record["reason"].as_str().unwrap_or("").starts_with("timeout:"), "{}", run.record);
+    assert!(
+        run.record["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("timeout:"),
+        "{}",
+        run.record
+    );
 }
 
 #[test]
@@ -44,8 +51,18 @@ fn missing_binary_is_127_and_nothing_runs() {
     let run = sandbox.run_pid1();
     assert_eq!(run.code, 127, "stderr:\n{}", run.stderr);
     assert_eq!(run.record["exit_code"], 127);
-    assert!(run.record["reason"].as_str().is_some_and(|r| r.contains("/nonexistent/pitcrew-agent")), "{}", run.record);
-    assert!(run.record["agent"].is_null(), "nothing was launched: {}", run.record);
+    assert!(
+        run.record["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("/nonexistent/pitcrew-agent")),
+        "{}",
+        run.record
+    );
+    assert!(
+        run.record["agent"].is_null(),
+        "nothing was launched: {}",
+        run.record
+    );
 }
 
 #[test]
@@ -60,6 +77,16 @@ fn non_executable_binary_is_126_and_nothing_runs() {
     sandbox.manifest["agent"] = serde_json::json!({"binary": agent});
     let run = sandbox.run_pid1();
     assert_eq!(run.code, 126, "stderr:\n{}", run.stderr);
-    assert!(run.record["reason"].as_str().is_some_and(|r| r.contains("agent.sh")), "{}", run.record);
-    assert!(run.record["agent"].is_null(), "nothing was launched: {}", run.record);
+    assert!(
+        run.record["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("agent.sh")),
+        "{}",
+        run.record
+    );
+    assert!(
+        run.record["agent"].is_null(),
+        "nothing was launched: {}",
+        run.record
+    );
 }

@@ -231,13 +231,14 @@ pub fn kernel_landlock_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
-/// The paths the agent may write: workdir, runtime dirs (tmp defaults to `/tmp`), the
-/// manifest's `confinement.read_write`, then a few device files.
+/// The paths the agent may write: workdir, the runtime dirs the manifest sets (home, tmp,
+/// config, sessions) and `confinement.read_write`. There is no implicit `/tmp`: a shared `/tmp`
+/// would make anything below it writable, and Landlock cannot subtract a verified tree again.
 pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
     let mut roots = vec![manifest.workdir.clone()];
     let dirs = &manifest.dirs;
     roots.extend(dirs.home.iter().cloned());
-    roots.push(dirs.tmp.clone().unwrap_or_else(|| "/tmp".to_string()));
+    roots.extend(dirs.tmp.iter().cloned());
     roots.extend(dirs.config.iter().cloned());
     roots.extend(dirs.sessions.iter().cloned());
     roots.extend(manifest.confinement.read_write.iter().cloned());

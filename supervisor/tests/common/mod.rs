@@ -95,7 +95,8 @@ impl Sandbox {
     /// A sandbox whose agent is `sh -c SCRIPT` (`$W` in the script is the workdir).
     pub fn sh(script: &str) -> Sandbox {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
         let workdir = dir.path().join("work");
         std::fs::create_dir(&workdir).expect("workdir");
         std::os::unix::fs::chown(&workdir, Some(AGENT_ID), Some(AGENT_ID)).expect("chown");
@@ -133,7 +134,14 @@ impl Sandbox {
     pub fn spawn_pid1(&self) -> (Child, PathBuf) {
         let (manifest, result) = self.write_manifest();
         let child = Command::new("unshare")
-            .args(["--pid", "--fork", "--mount-proc", bin(), "run", "--manifest"])
+            .args([
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                bin(),
+                "run",
+                "--manifest",
+            ])
             .arg(&manifest)
             .arg("--result")
             .arg(&result)
@@ -186,8 +194,12 @@ impl Sandbox {
 
 fn finish(out: Output, result: &Path) -> Run {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let text = std::fs::read_to_string(result)
-        .unwrap_or_else(|e| panic!("no result record at {} ({e}); stderr:\n{stderr}", result.display()));
+    let text = std::fs::read_to_string(result).unwrap_or_else(|e| {
+        panic!(
+            "no result record at {} ({e}); stderr:\n{stderr}",
+            result.display()
+        )
+    });
     let record: Value = serde_json::from_str(&text).expect("result record is JSON");
     Run {
         code: out.status.code().unwrap_or(-1),
@@ -198,7 +210,8 @@ fn finish(out: Output, result: &Path) -> Run {
 
 /// The pid (host view) of pitcrew-init under `unshare` pid `unshare_pid`.
 pub fn pid1_of(unshare_pid: u32) -> Option<i32> {
-    let children = std::fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children")).ok()?;
+    let children =
+        std::fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
 }
 
@@ -206,7 +219,11 @@ pub fn pid1_of(unshare_pid: u32) -> Option<i32> {
 pub fn processes_matching(needle: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
