@@ -186,10 +186,23 @@ mod linux {
     }
 
     /// Takes ownership of `--result-fd N` early, before we open anything that could reuse N.
+    /// Standard streams (0–2) are duplicated instead, so the agent still inherits them.
     fn take_fd(fd: i32) -> Result<OwnedFd, String> {
         // SAFETY: F_GETFD only queries the flags of an fd number.
         if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
             return Err(format!("--result-fd {fd} is not an open file descriptor"));
+        }
+        if fd <= 2 {
+            // SAFETY: F_DUPFD_CLOEXEC creates a new fd that nothing else owns.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                return Err(format!(
+                    "--result-fd {fd}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: `dup` was just created and is owned by nothing else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(dup) });
         }
         // SAFETY: the fd is open and nothing else in this process owns it (we have opened
         // nothing yet); it is marked close-on-exec so the agent never inherits it.
@@ -201,8 +214,6 @@ mod linux {
 
     /// `pitcrew-init run`.
     pub fn run(args: &RunArgs, verbose: u8, baseline: BaselineEnv) -> ExitCode {
-        // Signals first: no thread exists yet, and none may see an unblocked signal.
-        let signals = Signals::install();
         // As PID 1 the supervisor changes to "/": make the caller's relative paths absolute.
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let manifest_path = absolute(&args.manifest);
@@ -215,6 +226,9 @@ mod linux {
             },
             (None, None) => (Sink::None, None),
         };
+        // Then signals, before anything could start a thread (none may see an unblocked
+        // signal). `--result-fd` was claimed first so the signalfd cannot take its number.
+        let signals = Signals::install();
         let _ = PANIC_TARGET.set(PanicTarget {
             pid: std::process::id(),
             iteration: args.iteration,
