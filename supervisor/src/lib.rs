@@ -9,6 +9,10 @@
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
+//! - [`result`]: the result record of an iteration.
+//! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
+//! - `iteration` (Linux): the seven steps of one iteration, in order.
+//! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
 pub mod dotenv;
@@ -18,9 +22,13 @@ pub mod exit_code;
 #[cfg(feature = "harness")]
 pub mod harness;
 pub mod hash_command;
+#[cfg(target_os = "linux")]
+pub mod iteration;
+pub mod judge;
 pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
+pub mod result;
 pub mod runtime_argv;
 #[cfg(target_os = "linux")]
 pub mod sandbox;

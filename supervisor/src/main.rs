@@ -1,4 +1,8 @@
 //! `pitcrew-init`: the sandbox supervisor (PID 1 of the sandbox container).
+//!
+//! A thin edge: it parses the command line, sets up process-wide state in the right order
+//! (baseline environment first, then signals before anything else), runs
+//! `pitcrew_core::iteration::run_iteration` and writes its result record.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -18,19 +22,281 @@ struct Cli {
 enum Command {
     /// Print the tree hash of a directory (same output as `pitcrew hash`).
     Hash(pitcrew_core::hash_command::HashArgs),
+    /// Run one iteration (reap, verify, environment, confine, launch, wait, judge, reap) and
+    /// exit with its code.
+    Run(RunArgs),
+}
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The manifest (JSON) to run.
+    #[arg(long)]
+    manifest: std::path::PathBuf,
+    /// Write the result record here (atomically: a temporary file, then rename).
+    #[arg(long, conflicts_with = "result_fd")]
+    result: Option<std::path::PathBuf>,
+    /// Write the result record to this inherited file descriptor.
+    #[arg(long)]
+    result_fd: Option<i32>,
+    /// The iteration number recorded in the result.
+    #[arg(long, default_value_t = 1)]
+    iteration: u32,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    pitcrew_core::logging::init(cli.verbose);
-    let result = match cli.command {
-        Command::Hash(args) => pitcrew_core::hash_command::run(&args),
-    };
-    match result {
-        Ok(code) => code,
+    #[cfg(target_os = "linux")]
+    let baseline = pitcrew_core::iteration::BaselineEnv::capture();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(err) => {
-            eprintln!("pitcrew-init: {err:#}");
-            ExitCode::FAILURE
+            let _ = err.print();
+            // A bad `run` command line is a supervisor failure (125) like a bad manifest.
+            let is_run = std::env::args_os().any(|a| a == "run");
+            return match (err.use_stderr(), is_run) {
+                (false, _) => ExitCode::SUCCESS,
+                (true, true) => ExitCode::from(125),
+                (true, false) => ExitCode::from(2),
+            };
         }
+    };
+    match cli.command {
+        Command::Hash(args) => {
+            pitcrew_core::logging::init(cli.verbose);
+            match pitcrew_core::hash_command::run(&args) {
+                Ok(code) => code,
+                Err(err) => {
+                    eprintln!("pitcrew-init: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        #[cfg(target_os = "linux")]
+        Command::Run(args) => linux::run(&args, cli.verbose, baseline),
+        #[cfg(not(target_os = "linux"))]
+        Command::Run(_) => {
+            eprintln!("pitcrew-init: run is only available on Linux");
+            ExitCode::from(125)
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use super::RunArgs;
+    use pitcrew_core::exit_code::SUPERVISOR_FAILED;
+    use pitcrew_core::iteration::{run_iteration, BaselineEnv, Supervisor};
+    use pitcrew_core::manifest::Manifest;
+    use pitcrew_core::result::{IterationResult, SupervisorInfo, SupervisorMode};
+    use pitcrew_core::sandbox::signals::Signals;
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::path::{Path, PathBuf};
+    use std::process::ExitCode;
+    use std::sync::OnceLock;
+
+    /// Where the record goes.
+    enum Sink {
+        File(PathBuf),
+        Fd(OwnedFd),
+        None,
+    }
+
+    /// What the panic hook needs to leave a record behind.
+    struct PanicTarget {
+        pid: u32,
+        iteration: u32,
+        file: Option<PathBuf>,
+        fd: Option<i32>,
+    }
+
+    static PANIC_TARGET: OnceLock<PanicTarget> = OnceLock::new();
+
+    fn exit(code: i32) -> ExitCode {
+        ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+    }
+
+    /// Panics must not unwind through PID 1: log, leave a record, exit 125.
+    fn install_panic_hook() {
+        std::panic::set_hook(Box::new(|info| {
+            let target = PANIC_TARGET.get();
+            if target.is_some_and(|t| t.pid != std::process::id()) {
+                // A forked child (should never panic): leave the parent's record alone.
+                // SAFETY: _exit is always safe to call; it does not return.
+                unsafe { libc::_exit(SUPERVISOR_FAILED) };
+            }
+            let reason = format!("internal: panic: {info}");
+            eprintln!("pitcrew-init: {reason}");
+            if let Some(t) = target {
+                let mut record = IterationResult::new(
+                    t.iteration,
+                    SupervisorInfo {
+                        pid1: t.pid == 1,
+                        mode: if t.pid == 1 {
+                            SupervisorMode::Pid1
+                        } else {
+                            SupervisorMode::Degraded
+                        },
+                        degraded_reason: None,
+                    },
+                );
+                record.finish(SUPERVISOR_FAILED, Some(reason));
+                let line = record.to_json_line();
+                if let Some(path) = &t.file {
+                    let _ = write_atomically(path, line.as_bytes());
+                } else if let Some(fd) = t.fd {
+                    // SAFETY: write from a valid buffer to the caller's result fd.
+                    unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+                }
+            }
+            std::process::exit(SUPERVISOR_FAILED);
+        }));
+    }
+
+    fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    }
+
+    fn write_record(sink: Sink, record: &IterationResult) {
+        let line = record.to_json_line();
+        let written = match sink {
+            Sink::File(path) => write_atomically(&path, line.as_bytes())
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Sink::Fd(fd) => std::fs::File::from(fd)
+                .write_all(line.as_bytes())
+                .map_err(|e| format!("result fd: {e}")),
+            Sink::None => Ok(()),
+        };
+        if let Err(err) = written {
+            tracing::error!("result: could not write the record: {err}");
+        }
+    }
+
+    /// Takes ownership of `--result-fd N` early, before we open anything that could reuse N.
+    /// Standard streams (0–2) are duplicated instead, so the agent still inherits them.
+    fn take_fd(fd: i32) -> Result<OwnedFd, String> {
+        // SAFETY: F_GETFD only queries the flags of an fd number.
+        if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(format!("--result-fd {fd} is not an open file descriptor"));
+        }
+        if fd <= 2 {
+            // SAFETY: F_DUPFD_CLOEXEC creates a new fd that nothing else owns.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                return Err(format!(
+                    "--result-fd {fd}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: `dup` was just created and is owned by nothing else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(dup) });
+        }
+        // SAFETY: the fd is open and nothing else in this process owns it (we have opened
+        // nothing yet); it is marked close-on-exec so the agent never inherits it.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            Ok(OwnedFd::from_raw_fd(fd))
+        }
+    }
+
+    /// `pitcrew-init run`.
+    pub fn run(args: &RunArgs, verbose: u8, baseline: BaselineEnv) -> ExitCode {
+        // As PID 1 the supervisor changes to "/": make the caller's relative paths absolute.
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let manifest_path = absolute(&args.manifest);
+        let result_path = args.result.as_deref().map(absolute);
+        let (sink, sink_error) = match (&result_path, args.result_fd) {
+            (Some(path), _) => (Sink::File(path.clone()), None),
+            (None, Some(fd)) => match take_fd(fd) {
+                Ok(fd) => (Sink::Fd(fd), None),
+                Err(err) => (Sink::None, Some(err)),
+            },
+            (None, None) => (Sink::None, None),
+        };
+        // Then signals, before anything could start a thread (none may see an unblocked
+        // signal). `--result-fd` was claimed first so the signalfd cannot take its number.
+        let signals = Signals::install();
+        let _ = PANIC_TARGET.set(PanicTarget {
+            pid: std::process::id(),
+            iteration: args.iteration,
+            file: result_path.clone(),
+            fd: args.result_fd,
+        });
+        install_panic_hook();
+        pitcrew_core::logging::init(verbose);
+
+        let signals = match signals {
+            Ok(signals) => signals,
+            Err(err) => {
+                return fail_early(
+                    sink,
+                    args.iteration,
+                    format!("internal: signal setup: {err}"),
+                );
+            }
+        };
+        let mut ctx = Supervisor::start(baseline, signals);
+        if let Some(err) = sink_error {
+            // Nowhere to write a record: say it on stderr.
+            tracing::error!("cli: {err}");
+            eprintln!("pitcrew-init: cli: {err}");
+            return exit(SUPERVISOR_FAILED);
+        }
+        let manifest = std::fs::read(&manifest_path)
+            .map_err(|e| format!("manifest-invalid: {}: {e}", manifest_path.display()))
+            .and_then(|bytes| {
+                Manifest::from_json(&bytes).map_err(|e| format!("manifest-invalid: {e}"))
+            });
+        let record = match manifest {
+            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration),
+            Err(reason) => {
+                tracing::error!("{reason}");
+                let mut record = IterationResult::new(args.iteration, ctx.info.clone());
+                record.finish(SUPERVISOR_FAILED, Some(reason));
+                record
+            }
+        };
+        if let Some(reason) = &record.reason {
+            tracing::info!(
+                "iteration {}: exit {} ({reason})",
+                record.iteration,
+                record.exit_code
+            );
+        }
+        write_record(sink, &record);
+        exit(record.exit_code)
+    }
+
+    fn fail_early(sink: Sink, iteration: u32, reason: String) -> ExitCode {
+        tracing::error!("{reason}");
+        let pid1 = std::process::id() == 1;
+        let mut record = IterationResult::new(
+            iteration,
+            SupervisorInfo {
+                pid1,
+                mode: if pid1 {
+                    SupervisorMode::Pid1
+                } else {
+                    SupervisorMode::Degraded
+                },
+                degraded_reason: None,
+            },
+        );
+        record.finish(SUPERVISOR_FAILED, Some(reason));
+        write_record(sink, &record);
+        exit(SUPERVISOR_FAILED)
     }
 }

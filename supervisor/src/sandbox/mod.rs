@@ -1,1 +1,19 @@
-//! Linux process side of an iteration (in progress).
+//! The Linux process side of an iteration, one responsibility per module:
+//!
+//! - [`signals`]: every asynchronous signal blocked and read from one signalfd.
+//! - [`reaper`]: the single owner of `waitpid(-1, WNOHANG)`.
+//! - [`supervisor`]: the long-lived state (signals, reaper, baseline environment, PID-1 mode).
+//! - [`reap`]: step 1, kill and reap everything but the supervisor.
+//! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
+//! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
+//! - [`supervise`]: step 6, wait for the agent, forward signals, enforce the timeout.
+//!
+//! The order of the steps lives in [`crate::iteration`].
+
+pub mod confine;
+pub mod launch;
+pub mod reap;
+pub mod reaper;
+pub mod signals;
+pub mod supervise;
+pub mod supervisor;

@@ -1,0 +1,267 @@
+//! The result record of one iteration: what happened at each step, and the exit code.
+//!
+//! Written by `pitcrew-init run` to `--result FILE` (atomically) or `--result-fd N`, read by the
+//! host. Schema reference: `docs/result-record.md`. Every exit code that is not the agent's own
+//! comes with a machine-readable `reason` of the form `<kind>: <detail>`.
+
+use crate::exit_code;
+use crate::manifest::LandlockMode;
+use crate::verify::VerifyReport;
+use serde::{Deserialize, Serialize};
+
+/// The result record format version this build writes.
+pub const RESULT_VERSION: u32 = 1;
+
+/// The whole record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationResult {
+    /// Format version ([`RESULT_VERSION`]).
+    pub version: u32,
+    /// Iteration number (1-based), as given by the caller.
+    pub iteration: u32,
+    /// The iteration's exit code (design section 7).
+    pub exit_code: i32,
+    /// One-line meaning of `exit_code` ([`exit_code::meaning`]).
+    pub meaning: String,
+    /// The signal that killed the agent (`SIGTERM`), when it was killed by one.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// Machine-readable reason, `<kind>: <detail>`; set for every code that is not the agent's.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// How the supervisor ran.
+    pub supervisor: SupervisorInfo,
+    /// Wall-clock time of each step, in milliseconds.
+    #[serde(default)]
+    pub steps: StepTimes,
+    /// Processes killed by the reap before and after the agent.
+    #[serde(default)]
+    pub reaped: ReapCounts,
+    /// The verification report (absent when the iteration failed before verifying).
+    #[serde(default)]
+    pub verification: Option<VerifyReport>,
+    /// What the environment step removed or refused (names only).
+    #[serde(default)]
+    pub env: EnvRecord,
+    /// What confinement was applied, as confirmed from inside the child.
+    #[serde(default)]
+    pub confinement: Option<ConfinementRecord>,
+    /// The launched agent (absent when nothing was launched).
+    #[serde(default)]
+    pub agent: Option<AgentRecord>,
+}
+
+/// How the supervisor ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorInfo {
+    /// Whether it was PID 1 of its PID namespace.
+    pub pid1: bool,
+    /// `pid1`, or `degraded` when it could not be.
+    pub mode: SupervisorMode,
+    /// Why the mode is degraded.
+    #[serde(default)]
+    pub degraded_reason: Option<String>,
+}
+
+/// Whether the supervisor could use the PID-1 reap (`kill(-1)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SupervisorMode {
+    /// PID 1 of the PID namespace: every process in the sandbox is ours to kill.
+    Pid1,
+    /// Not PID 1: child subreaper, descendants found through `/proc`.
+    Degraded,
+}
+
+/// Milliseconds spent in each step.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepTimes {
+    /// Step 1, the reap before verification.
+    pub reap_ms: u64,
+    /// Step 2, verification.
+    pub verify_ms: u64,
+    /// Step 3, building the environment.
+    pub env_ms: u64,
+    /// Steps 4 and 5, preparing confinement, forking and exec.
+    pub confine_launch_ms: u64,
+    /// Step 6, from exec to the agent's exit.
+    pub agent_ms: u64,
+    /// The reap after the agent.
+    pub final_reap_ms: u64,
+}
+
+/// Processes killed by each reap (distinct pids seen or reaped, not counting the supervisor).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReapCounts {
+    /// Killed by the reap before verification.
+    pub before: u64,
+    /// Killed by the reap after the agent (the agent itself excluded).
+    pub after: u64,
+    /// Processes still present when the final reap's budget ran out (normally 0).
+    #[serde(default)]
+    pub remaining_after: u64,
+}
+
+/// What the environment step reported, copied as it reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvRecord {
+    /// Removed variables (names and the rule that removed them, never values).
+    #[serde(default)]
+    pub removed: Vec<serde_json::Value>,
+    /// `.env` entries that were refused.
+    #[serde(default)]
+    pub dotenv_refused: Vec<serde_json::Value>,
+    /// Baseline variables skipped because their name or value is not UTF-8 (lossy names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_non_utf8: Vec<String>,
+}
+
+/// Confinement as confirmed by the child just before exec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfinementRecord {
+    /// The agent's user id.
+    pub uid: u32,
+    /// The agent's primary group id.
+    pub gid: u32,
+    /// The agent's supplementary groups.
+    pub groups: Vec<u32>,
+    /// `PR_SET_NO_NEW_PRIVS` is set (read back).
+    pub no_new_privs: bool,
+    /// Effective, permitted, inheritable, ambient and bounding sets are empty (read back).
+    pub caps_cleared: bool,
+    /// Landlock.
+    pub landlock: LandlockRecord,
+}
+
+/// What Landlock enforced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockRecord {
+    /// The kernel's Landlock ABI version (0: not available).
+    pub abi: u32,
+    /// What was enforced.
+    pub status: LandlockState,
+    /// The mode the manifest asked for.
+    pub mode: LandlockMode,
+    /// Paths the policy named that did not exist (no rule added for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Verified paths that lie under an agent-writable root (Landlock cannot make them
+    /// read-only; ownership still protects them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<String>,
+}
+
+/// Landlock enforcement status (`landlock::RulesetStatus`, plus `off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandlockState {
+    /// Every requested right is enforced.
+    FullyEnforced,
+    /// Enforced with the rights this kernel knows (older ABI than pinned).
+    PartiallyEnforced,
+    /// The kernel does not support Landlock (or it is disabled).
+    NotEnforced,
+    /// The manifest turned Landlock off.
+    Off,
+}
+
+/// The launched agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The program that was executed (the resolved absolute path).
+    pub argv0: String,
+    /// Its pid in the supervisor's PID namespace.
+    pub pid: i32,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// Signals forwarded to its process group, in order (names).
+    pub forwarded_signals: Vec<String>,
+}
+
+impl IterationResult {
+    /// A record with nothing done yet and exit code 125 ("internal: iteration did not finish"),
+    /// to be filled in step by step.
+    pub fn new(iteration: u32, supervisor: SupervisorInfo) -> IterationResult {
+        IterationResult {
+            version: RESULT_VERSION,
+            iteration,
+            exit_code: exit_code::SUPERVISOR_FAILED,
+            meaning: exit_code::meaning(exit_code::SUPERVISOR_FAILED),
+            signal: None,
+            reason: Some("internal: iteration did not finish".to_string()),
+            supervisor,
+            steps: StepTimes::default(),
+            reaped: ReapCounts::default(),
+            verification: None,
+            env: EnvRecord::default(),
+            confinement: None,
+            agent: None,
+        }
+    }
+
+    /// Sets the exit code, its meaning, and the reason.
+    pub fn finish(&mut self, exit_code: i32, reason: Option<String>) {
+        self.exit_code = exit_code;
+        self.meaning = exit_code::meaning(exit_code);
+        self.reason = reason;
+    }
+
+    /// Serializes the record as one line of JSON followed by `\n`.
+    pub fn to_json_line(&self) -> String {
+        // Plain data structs with string keys: serialization cannot fail.
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_has_the_documented_keys() {
+        let mut r = IterationResult::new(
+            3,
+            SupervisorInfo {
+                pid1: false,
+                mode: SupervisorMode::Degraded,
+                degraded_reason: Some("not pid 1".into()),
+            },
+        );
+        r.finish(143, None);
+        r.signal = Some("SIGTERM".into());
+        r.confinement = Some(ConfinementRecord {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+            no_new_privs: true,
+            caps_cleared: true,
+            landlock: LandlockRecord {
+                abi: 7,
+                status: LandlockState::FullyEnforced,
+                mode: LandlockMode::BestEffort,
+                skipped: vec![],
+                overlaps: vec![],
+            },
+        });
+        let line = r.to_json_line();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["supervisor"]["mode"], "degraded");
+        assert_eq!(v["meaning"], "agent killed by SIGTERM");
+        assert_eq!(v["confinement"]["landlock"]["status"], "fully-enforced");
+        assert_eq!(v["confinement"]["landlock"]["mode"], "best-effort");
+        for key in [
+            "reap_ms",
+            "verify_ms",
+            "env_ms",
+            "confine_launch_ms",
+            "agent_ms",
+            "final_reap_ms",
+        ] {
+            assert!(v["steps"].get(key).is_some(), "{key}");
+        }
+        let back: IterationResult = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, r);
+    }
+}

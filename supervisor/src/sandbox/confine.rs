@@ -1,0 +1,595 @@
+//! Step 4 of an iteration: confine the agent, in the forked child, before exec.
+//!
+//! Work is split in two halves:
+//!
+//! - [`ConfinePlan::prepare`] runs in the supervisor (allocation and file access allowed): it
+//!   resolves the identity, reads `cap_last_cap`, converts paths to C strings and **builds the
+//!   Landlock ruleset** (opening every rule's path). Building it here keeps allocation and path
+//!   lookups out of the child, and surfaces errors before anything is forked.
+//! - [`ConfinePlan::apply_in_child`] runs between `fork` and `exec`. It only issues raw
+//!   syscalls on memory prepared by the parent, so it never allocates. pitcrew-init creates no
+//!   threads, so the child would be single-threaded even if it did allocate; not allocating
+//!   keeps it correct if a future step (e.g. parallel hashing in verification) leaves a thread
+//!   behind that held the allocator lock at fork time. The one call into a library is
+//!   `landlock::RulesetCreated::restrict_self`, which on success is two `prctl`/syscall calls
+//!   plus an fd close (it builds error values only on failure, and then we exit anyway).
+//!
+//! Order in the child (see `reference/init-and-sandbox-anchors.md` §4.5): default signal
+//! dispositions; `setsid` (new session: no controlling terminal, so no TIOCSTI injection);
+//! drop the capability bounding set while still privileged; `setgroups`, `setresgid`,
+//! `setresuid`; clear ambient and `capset` everything to zero; **read back** uid, gid, groups
+//! and every capability set; `chdir` to the workdir as the agent; mark every fd ≥ 3
+//! close-on-exec; `PR_SET_NO_NEW_PRIVS` (read back); Landlock `restrict_self`; restore the
+//! signal mask the supervisor started with. A failing stage is reported by name and errno.
+
+use crate::manifest::{LandlockMode, Manifest};
+use crate::result::{ConfinementRecord, LandlockRecord, LandlockState};
+use landlock::{
+    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI,
+};
+use std::ffi::CString;
+
+/// The Landlock ABI whose filesystem rights are handled. Pinned (not the running kernel's) so
+/// that a kernel upgrade cannot silently change what the agent may do; V5 (Linux 6.10) adds
+/// `IOCTL_DEV`. On older kernels best effort enforces what the kernel knows
+/// ("partially-enforced"), and mode `required` refuses.
+pub const LANDLOCK_ABI: ABI = ABI::V5;
+
+/// Device files the agent may write to (missing ones are skipped silently).
+const DEVICE_RW: [&str; 7] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// A stage of the child's setup, reported when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Stage {
+    /// Redirecting stdin/stdout/stderr.
+    Stdio = 1,
+    /// `setsid`.
+    Setsid = 2,
+    /// Dropping the capability bounding set.
+    Bounding = 3,
+    /// `setgroups`.
+    Groups = 4,
+    /// `setresgid`.
+    Gid = 5,
+    /// `setresuid`.
+    Uid = 6,
+    /// Clearing the ambient set.
+    Ambient = 7,
+    /// `capset` to zero.
+    Capset = 8,
+    /// Reading back uid, gid and groups.
+    IdsReadback = 9,
+    /// Reading back every capability set.
+    CapsReadback = 10,
+    /// `chdir` to the workdir.
+    Chdir = 11,
+    /// Marking inherited fds close-on-exec.
+    CloseFds = 12,
+    /// `PR_SET_NO_NEW_PRIVS` and its read-back.
+    NoNewPrivs = 13,
+    /// Landlock `restrict_self`.
+    Landlock = 14,
+    /// Landlock mode `required`, but the ruleset was not fully enforced.
+    LandlockRequired = 15,
+    /// Restoring the signal mask.
+    SignalMask = 16,
+    /// `execve` itself.
+    Exec = 17,
+}
+
+impl Stage {
+    const ALL: [Stage; 17] = [
+        Stage::Stdio,
+        Stage::Setsid,
+        Stage::Bounding,
+        Stage::Groups,
+        Stage::Gid,
+        Stage::Uid,
+        Stage::Ambient,
+        Stage::Capset,
+        Stage::IdsReadback,
+        Stage::CapsReadback,
+        Stage::Chdir,
+        Stage::CloseFds,
+        Stage::NoNewPrivs,
+        Stage::Landlock,
+        Stage::LandlockRequired,
+        Stage::SignalMask,
+        Stage::Exec,
+    ];
+
+    /// The stage's name in reasons (`confine: setresuid: …`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Stdio => "stdio",
+            Stage::Setsid => "setsid",
+            Stage::Bounding => "bounding-set",
+            Stage::Groups => "setgroups",
+            Stage::Gid => "setresgid",
+            Stage::Uid => "setresuid",
+            Stage::Ambient => "ambient-caps",
+            Stage::Capset => "capset",
+            Stage::IdsReadback => "ids-readback",
+            Stage::CapsReadback => "caps-readback",
+            Stage::Chdir => "chdir-workdir",
+            Stage::CloseFds => "close-fds",
+            Stage::NoNewPrivs => "no-new-privs",
+            Stage::Landlock => "landlock",
+            Stage::LandlockRequired => "landlock-required",
+            Stage::SignalMask => "signal-mask",
+            Stage::Exec => "exec",
+        }
+    }
+
+    /// Decodes a stage number from the status pipe.
+    pub fn from_u32(n: u32) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| *s as u32 == n)
+    }
+}
+
+/// A failed stage in the child, with the errno (0 when the failure is a policy decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildFailure {
+    /// Which stage.
+    pub stage: Stage,
+    /// `errno` after the failing call.
+    pub errno: i32,
+}
+
+/// What the child confirmed just before exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildReport {
+    /// Landlock status (`off` when mode is off).
+    pub landlock: LandlockState,
+    /// `PR_GET_NO_NEW_PRIVS` returned 1.
+    pub no_new_privs: bool,
+    /// Every capability set read back empty.
+    pub caps_cleared: bool,
+}
+
+impl ChildReport {
+    /// Encodes the report as three words for the status pipe.
+    pub fn to_words(self) -> [u32; 3] {
+        let landlock = match self.landlock {
+            LandlockState::FullyEnforced => 1,
+            LandlockState::PartiallyEnforced => 2,
+            LandlockState::NotEnforced => 3,
+            LandlockState::Off => 4,
+        };
+        [
+            landlock,
+            u32::from(self.no_new_privs),
+            u32::from(self.caps_cleared),
+        ]
+    }
+
+    /// Decodes [`ChildReport::to_words`].
+    pub fn from_words(words: [u32; 3]) -> Option<ChildReport> {
+        let landlock = match words[0] {
+            1 => LandlockState::FullyEnforced,
+            2 => LandlockState::PartiallyEnforced,
+            3 => LandlockState::NotEnforced,
+            4 => LandlockState::Off,
+            _ => return None,
+        };
+        Some(ChildReport {
+            landlock,
+            no_new_privs: words[1] == 1,
+            caps_cleared: words[2] == 1,
+        })
+    }
+}
+
+/// Everything the child needs, prepared by the parent.
+#[derive(Debug)]
+pub struct ConfinePlan {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+    groups_readback: Vec<libc::gid_t>,
+    change_identity: bool,
+    privileged: bool,
+    cap_last: u32,
+    fd_limit: i32,
+    workdir: CString,
+    landlock: Option<RulesetCreated>,
+    landlock_required: bool,
+    original_mask: libc::sigset_t,
+    /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
+    pub record: ConfinementRecord,
+}
+
+/// Whether `path` is `root` or lies below it.
+fn is_under(path: &str, root: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    root.is_empty() || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
+}
+
+/// The kernel's Landlock ABI version (0 when unavailable). Does not create any fd.
+pub fn kernel_landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the syscall only
+    // returns a number; it reads no memory and creates no file descriptor.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}
+
+/// The paths the agent may write: workdir, the runtime dirs the manifest sets (home, tmp,
+/// config, sessions) and `confinement.read_write`. There is no implicit `/tmp`: a shared `/tmp`
+/// would make anything below it writable, and Landlock cannot subtract a verified tree again.
+pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
+    let mut roots = vec![manifest.workdir.clone()];
+    let dirs = &manifest.dirs;
+    roots.extend(dirs.home.iter().cloned());
+    roots.extend(dirs.tmp.iter().cloned());
+    roots.extend(dirs.config.iter().cloned());
+    roots.extend(dirs.sessions.iter().cloned());
+    roots.extend(manifest.confinement.read_write.iter().cloned());
+    roots
+}
+
+impl ConfinePlan {
+    /// Prepares confinement for `manifest` (the parent's half). `original_mask` is restored in
+    /// the child right before exec.
+    pub fn prepare(
+        manifest: &Manifest,
+        original_mask: libc::sigset_t,
+    ) -> Result<ConfinePlan, String> {
+        let user = &manifest.user;
+        let groups: Vec<libc::gid_t> = user.groups.clone();
+        let euid = nix::unistd::geteuid().as_raw();
+        let privileged = euid == 0;
+        let change_identity = privileged
+            || nix::unistd::getuid().as_raw() != user.uid
+            || nix::unistd::getgid().as_raw() != user.gid;
+        let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(63)
+            .min(63);
+        let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map(|(soft, _)| soft.min(65_536))
+            .unwrap_or(4096);
+        let workdir = CString::new(manifest.workdir.as_str())
+            .map_err(|_| "confine: workdir contains NUL".to_string())?;
+
+        let writable = writable_roots(manifest);
+        let protected: Vec<&str> = manifest
+            .trees
+            .iter()
+            .map(|t| t.path.as_str())
+            .chain(manifest.files.iter().map(|f| f.path.as_str()))
+            .collect();
+        let overlaps: Vec<String> = protected
+            .iter()
+            .filter_map(|p| {
+                writable
+                    .iter()
+                    .find(|w| is_under(p, w))
+                    .map(|w| format!("{p} (under {w})"))
+            })
+            .collect();
+        for overlap in &overlaps {
+            tracing::warn!("confine: verified path {overlap} is agent-writable under Landlock");
+        }
+
+        let mode = manifest.confinement.landlock;
+        let abi = kernel_landlock_abi();
+        let mut skipped = Vec::new();
+        let landlock = if mode == LandlockMode::Off {
+            None
+        } else {
+            let mut existing = Vec::new();
+            for path in &writable {
+                if std::path::Path::new(path).exists() {
+                    existing.push(path.clone());
+                } else {
+                    skipped.push(path.clone());
+                }
+            }
+            existing.extend(
+                DEVICE_RW
+                    .iter()
+                    .filter(|p| std::path::Path::new(p).exists())
+                    .map(|p| (*p).to_string()),
+            );
+            Some(build_ruleset(&existing).map_err(|e| format!("confine: landlock ruleset: {e}"))?)
+        };
+
+        Ok(ConfinePlan {
+            uid: user.uid,
+            gid: user.gid,
+            groups_readback: vec![0; groups.len() + 1],
+            groups,
+            change_identity,
+            privileged,
+            cap_last,
+            fd_limit: i32::try_from(fd_limit).unwrap_or(65_536),
+            workdir,
+            landlock,
+            landlock_required: mode == LandlockMode::Required,
+            original_mask,
+            record: ConfinementRecord {
+                uid: user.uid,
+                gid: user.gid,
+                groups: user.groups.clone(),
+                no_new_privs: false,
+                caps_cleared: false,
+                landlock: LandlockRecord {
+                    abi,
+                    status: if mode == LandlockMode::Off {
+                        LandlockState::Off
+                    } else {
+                        LandlockState::NotEnforced
+                    },
+                    mode,
+                    skipped,
+                    overlaps,
+                },
+            },
+        })
+    }
+
+    /// The child's half: applies everything, in the order of the module doc.
+    ///
+    /// # Safety
+    ///
+    /// Call only in a freshly forked child of the supervisor, before exec. It changes process
+    /// credentials, the session, the signal state and the fd table of the calling process.
+    pub unsafe fn apply_in_child(&mut self) -> Result<ChildReport, ChildFailure> {
+        let fail = |stage: Stage| ChildFailure {
+            stage,
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        };
+        // SAFETY: the caller guarantees we are the forked child before exec. The block only
+        // issues raw syscalls (async-signal-safe) on memory owned by `self` or on the stack,
+        // prepared by the parent: no allocation, no locks, and every pointer passed is valid
+        // for the length given.
+        unsafe {
+            // Default dispositions: handled and ignored signals (Rust ignores SIGPIPE before
+            // main; we ignore TTIN/TTOU) must not leak into the agent.
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            for sig in 1..=libc::SIGRTMAX() {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    // EINVAL for the few numbers libc reserves: nothing to reset there.
+                    libc::sigaction(sig, &dfl, std::ptr::null_mut());
+                }
+            }
+
+            if libc::setsid() < 0 {
+                return Err(fail(Stage::Setsid));
+            }
+
+            if self.privileged {
+                for cap in 0..=self.cap_last {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) != 0
+                        && *libc::__errno_location() != libc::EINVAL
+                    {
+                        return Err(fail(Stage::Bounding));
+                    }
+                }
+            }
+
+            if self.change_identity {
+                if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0 {
+                    return Err(fail(Stage::Groups));
+                }
+                if libc::setresgid(self.gid, self.gid, self.gid) != 0 {
+                    return Err(fail(Stage::Gid));
+                }
+                if libc::setresuid(self.uid, self.uid, self.uid) != 0 {
+                    return Err(fail(Stage::Uid));
+                }
+            }
+
+            if libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+                && *libc::__errno_location() != libc::EINVAL
+            {
+                return Err(fail(Stage::Ambient));
+            }
+            let mut header = CapHeader {
+                version: LINUX_CAPABILITY_VERSION_3,
+                pid: 0,
+            };
+            let mut data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+                return Err(fail(Stage::Capset));
+            }
+
+            // Read back identity.
+            let (mut r, mut e, mut s) = (0, 0, 0);
+            if libc::getresuid(&mut r, &mut e, &mut s) != 0 || [r, e, s] != [self.uid; 3] {
+                return Err(fail(Stage::IdsReadback));
+            }
+            if libc::getresgid(&mut r, &mut e, &mut s) != 0 || [r, e, s] != [self.gid; 3] {
+                return Err(fail(Stage::IdsReadback));
+            }
+            if self.change_identity {
+                let n = libc::getgroups(
+                    i32::try_from(self.groups_readback.len()).unwrap_or(i32::MAX),
+                    self.groups_readback.as_mut_ptr(),
+                );
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                if n != self.groups.len()
+                    || !self.groups_readback[..n]
+                        .iter()
+                        .all(|g| self.groups.contains(g))
+                {
+                    return Err(fail(Stage::IdsReadback));
+                }
+            }
+
+            // Read back capabilities: effective, permitted, inheritable must be empty always;
+            // bounding and ambient must be empty for "caps_cleared".
+            header.version = LINUX_CAPABILITY_VERSION_3;
+            header.pid = 0;
+            if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+                return Err(fail(Stage::CapsReadback));
+            }
+            if data
+                .iter()
+                .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
+            {
+                *libc::__errno_location() = libc::EPERM;
+                return Err(fail(Stage::CapsReadback));
+            }
+            let mut caps_cleared = true;
+            for cap in 0..=self.cap_last {
+                let cap = libc::c_ulong::from(cap);
+                if libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) > 0 {
+                    caps_cleared = false;
+                }
+                let ambient = libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_IS_SET as libc::c_ulong,
+                    cap,
+                    0,
+                    0,
+                );
+                if ambient > 0 {
+                    *libc::__errno_location() = libc::EPERM;
+                    return Err(fail(Stage::CapsReadback));
+                }
+            }
+
+            if libc::chdir(self.workdir.as_ptr()) != 0 {
+                return Err(fail(Stage::Chdir));
+            }
+
+            // Every fd >= 3 close-on-exec (the status pipe and the Landlock ruleset must stay
+            // open until exec, so CLOEXEC rather than close).
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+                // Kernels before 5.11: mark each fd up to the soft limit.
+                for fd in 3..self.fd_limit {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) != 0 {
+                        return Err(fail(Stage::CloseFds));
+                    }
+                }
+            }
+
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(fail(Stage::NoNewPrivs));
+            }
+            let no_new_privs = libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+            if !no_new_privs {
+                return Err(fail(Stage::NoNewPrivs));
+            }
+
+            let landlock = match self.landlock.take() {
+                None => LandlockState::Off,
+                Some(ruleset) => match ruleset.restrict_self() {
+                    Ok(status) => match status.ruleset {
+                        RulesetStatus::FullyEnforced => LandlockState::FullyEnforced,
+                        RulesetStatus::PartiallyEnforced => LandlockState::PartiallyEnforced,
+                        RulesetStatus::NotEnforced => LandlockState::NotEnforced,
+                    },
+                    Err(_) => return Err(fail(Stage::Landlock)),
+                },
+            };
+            if self.landlock_required && landlock != LandlockState::FullyEnforced {
+                return Err(ChildFailure {
+                    stage: Stage::LandlockRequired,
+                    errno: 0,
+                });
+            }
+
+            if libc::sigprocmask(libc::SIG_SETMASK, &self.original_mask, std::ptr::null_mut()) != 0
+            {
+                return Err(fail(Stage::SignalMask));
+            }
+
+            Ok(ChildReport {
+                landlock,
+                no_new_privs,
+                caps_cleared,
+            })
+        }
+    }
+}
+
+/// Read (and execute) everywhere, all rights under `writable`.
+fn build_ruleset(writable: &[String]) -> Result<RulesetCreated, landlock::RulesetError> {
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], read))?
+        .add_rules(path_beneath_rules(writable, all))?
+        .no_new_privs(true);
+    Ok(ruleset)
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_numbers_round_trip() {
+        for stage in Stage::ALL {
+            assert_eq!(Stage::from_u32(stage as u32), Some(stage));
+        }
+        assert_eq!(Stage::from_u32(0), None);
+    }
+
+    #[test]
+    fn report_words_round_trip() {
+        let report = ChildReport {
+            landlock: LandlockState::PartiallyEnforced,
+            no_new_privs: true,
+            caps_cleared: false,
+        };
+        assert_eq!(ChildReport::from_words(report.to_words()), Some(report));
+    }
+
+    #[test]
+    fn under_checks_whole_components() {
+        assert!(is_under("/work/a", "/work"));
+        assert!(is_under("/work", "/work/"));
+        assert!(!is_under("/workshop", "/work"));
+        assert!(is_under("/anything", "/"));
+    }
+}

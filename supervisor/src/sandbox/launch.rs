@@ -1,0 +1,395 @@
+//! Step 5 of an iteration: fork, confine (step 4) and exec the agent, and learn how it went.
+//!
+//! A close-on-exec status pipe carries fixed-size messages from the child, in the spirit of
+//! bubblewrap's `--json-status-fd`: the child writes a *report* (what confinement it confirmed)
+//! right before `execve`; if exec succeeds the kernel closes the pipe and the parent reads EOF
+//! after the report. Otherwise the child writes a *failure* (stage and errno) and exits. So:
+//!
+//! - report then EOF: exec happened; the agent runs.
+//! - failure at stage `exec`: `ENOENT`/`ENOTDIR`/`ELOOP`/`ENAMETOOLONG` → 127, any other errno
+//!   (`EACCES`, `ENOEXEC`, …) → 126.
+//! - failure at any other stage: 125 with the stage named.
+//! - EOF without a message: the child died before confinement finished → 125.
+//!
+//! Everything the child touches (argv, envp, paths, fds) is prepared here in the parent.
+
+use super::confine::{ChildFailure, ChildReport, ConfinePlan, Stage};
+use super::reaper::Reaper;
+use crate::exit_code;
+use crate::manifest::OutputSpec;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+const MSG_REPORT: u32 = 1;
+const MSG_FAILURE: u32 = 2;
+const MSG_WORDS: usize = 4;
+const MSG_BYTES: usize = MSG_WORDS * 4;
+
+/// Mode of the output files the supervisor creates (the agent writes them through its
+/// inherited fds, it cannot reopen them).
+const OUTPUT_MODE: u32 = 0o640;
+
+/// The argv, environment and stdio of the agent, as C data ready for `execve`.
+#[derive(Debug)]
+pub struct LaunchSpec {
+    program: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    stdin: OwnedFd,
+    stdout: Option<File>,
+    stderr: Option<File>,
+    /// The program path as text, for the result record.
+    pub argv0: String,
+}
+
+/// Why the agent did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchError {
+    /// Preparing the launch failed in the parent (125).
+    Setup(String),
+    /// A confinement stage failed in the child (125).
+    Confine(ChildFailure),
+    /// `execve` failed with this errno (127 or 126).
+    Exec {
+        /// The program.
+        program: String,
+        /// `errno`.
+        errno: i32,
+    },
+}
+
+impl LaunchError {
+    /// The iteration exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LaunchError::Setup(_) | LaunchError::Confine(_) => exit_code::SUPERVISOR_FAILED,
+            LaunchError::Exec { errno, .. } => exec_exit_code(*errno),
+        }
+    }
+
+    /// The machine-readable reason.
+    pub fn reason(&self) -> String {
+        match self {
+            LaunchError::Setup(text) => format!("launch: {text}"),
+            LaunchError::Confine(ChildFailure {
+                stage: Stage::LandlockRequired,
+                ..
+            }) => "confine: landlock-required: the Landlock ruleset was not fully enforced"
+                .to_string(),
+            LaunchError::Confine(failure) => format!(
+                "confine: {}: {}",
+                failure.stage.name(),
+                std::io::Error::from_raw_os_error(failure.errno)
+            ),
+            LaunchError::Exec { program, errno } => {
+                let kind = if exec_exit_code(*errno) == exit_code::AGENT_NOT_FOUND {
+                    "exec-not-found"
+                } else {
+                    "exec-not-executable"
+                };
+                format!(
+                    "{kind}: {program}: {}",
+                    std::io::Error::from_raw_os_error(*errno)
+                )
+            }
+        }
+    }
+}
+
+/// 127 for "not found" errnos, 126 for the rest (tini's convention).
+pub fn exec_exit_code(errno: i32) -> i32 {
+    match errno {
+        libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {
+            exit_code::AGENT_NOT_FOUND
+        }
+        _ => exit_code::AGENT_NOT_EXECUTABLE,
+    }
+}
+
+/// A started agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launched {
+    /// Its pid (also its process group and session id).
+    pub pid: i32,
+    /// What the child confirmed before exec.
+    pub report: ChildReport,
+}
+
+fn cstring(what: &str, text: &str) -> Result<CString, String> {
+    CString::new(text).map_err(|_| format!("{what} contains a NUL byte"))
+}
+
+fn open_output(path: &str) -> Result<File, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(OUTPUT_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("output-files: {path}: {e}"))?;
+    // An existing file keeps its owner and mode: reset both so the agent cannot reopen it.
+    let fd = file.as_raw_fd();
+    // SAFETY: fchmod/fchown on an fd we own; no memory is passed.
+    unsafe {
+        libc::fchmod(fd, OUTPUT_MODE);
+        if libc::geteuid() == 0 {
+            libc::fchown(fd, 0, 0);
+        }
+    }
+    Ok(file)
+}
+
+impl LaunchSpec {
+    /// Prepares `argv` (argv\[0\] included) and `env` for exec of `program`, with stdin
+    /// `/dev/null` and stdout/stderr as `output` says (created here) or inherited.
+    pub fn prepare(
+        program: &Path,
+        argv: &[String],
+        env: &[(String, String)],
+        output: &OutputSpec,
+    ) -> Result<LaunchSpec, String> {
+        let argv0 = program.display().to_string();
+        let program = CString::new(program.as_os_str().as_encoded_bytes())
+            .map_err(|_| "the agent path contains a NUL byte".to_string())?;
+        let argv: Vec<CString> = argv
+            .iter()
+            .map(|a| cstring("an argument", a))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| cstring("an environment variable", &format!("{k}={v}")))
+            .collect::<Result<_, _>>()?;
+        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        let stdin = File::open("/dev/null")
+            .map_err(|e| format!("stdin: /dev/null: {e}"))?
+            .into();
+        let stdout = output.stdout.as_deref().map(open_output).transpose()?;
+        let stderr = match (&output.stderr, &output.stdout, &stdout) {
+            (Some(err), Some(out), Some(file)) if err == out => Some(
+                file.try_clone()
+                    .map_err(|e| format!("output-files: {err}: {e}"))?,
+            ),
+            (Some(err), _, _) => Some(open_output(err)?),
+            (None, _, _) => None,
+        };
+        Ok(LaunchSpec {
+            program,
+            _argv: argv,
+            argv_ptrs,
+            _envp: envp,
+            envp_ptrs,
+            stdin,
+            stdout,
+            stderr,
+            argv0,
+        })
+    }
+
+    /// The file receiving the agent's stdout, when the manifest names one (for the judge).
+    pub fn stdout_file(&self) -> Option<&File> {
+        self.stdout.as_ref()
+    }
+}
+
+/// Forks, confines and execs; on success the agent's pid is registered with `reaper`.
+pub fn launch(
+    spec: &LaunchSpec,
+    plan: &mut ConfinePlan,
+    reaper: &mut Reaper,
+) -> Result<Launched, LaunchError> {
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| LaunchError::Setup(format!("status pipe: {e}")))?;
+    // SAFETY: pitcrew-init is single-threaded (signals are read from a signalfd, no helper
+    // threads), so the child is an exact copy with no lock held by a vanished thread. The child
+    // runs only `child_main`, which uses raw syscalls on memory prepared before the fork and
+    // never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(LaunchError::Setup(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; see `child_main`.
+        unsafe { child_main(spec, plan, write_end.as_raw_fd()) }
+    }
+    drop(write_end);
+    reaper.watch(pid);
+
+    let mut buf = [0u8; MSG_BYTES * 2];
+    let mut len = 0;
+    let file = File::from(read_end);
+    while len < buf.len() {
+        match std::io::Read::read(&mut &file, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LaunchError::Setup(format!("status pipe: {e}"))),
+        }
+    }
+    let mut report = None;
+    for msg in buf[..len].chunks_exact(MSG_BYTES) {
+        let mut words = [0u32; MSG_WORDS];
+        for (w, bytes) in words.iter_mut().zip(msg.chunks_exact(4)) {
+            *w = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        match words[0] {
+            MSG_REPORT => report = ChildReport::from_words([words[1], words[2], words[3]]),
+            MSG_FAILURE => {
+                let stage = Stage::from_u32(words[1]).unwrap_or(Stage::Exec);
+                let errno = i32::try_from(words[2]).unwrap_or(0);
+                return Err(if stage == Stage::Exec {
+                    LaunchError::Exec {
+                        program: spec.argv0.clone(),
+                        errno,
+                    }
+                } else {
+                    LaunchError::Confine(ChildFailure { stage, errno })
+                });
+            }
+            _ => {}
+        }
+    }
+    match report {
+        Some(report) => Ok(Launched { pid, report }),
+        None => Err(LaunchError::Setup(
+            "the child exited before confinement finished (no status message)".to_string(),
+        )),
+    }
+}
+
+/// Writes one message to the status pipe (no allocation; retries on EINTR).
+fn write_message(fd: RawFd, words: [u32; MSG_WORDS]) {
+    let mut bytes = [0u8; MSG_BYTES];
+    for (chunk, w) in bytes.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    loop {
+        // SAFETY: writes from a stack buffer of the stated length.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), MSG_BYTES) };
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// Points `target` at `fd`; if they are already the same fd, clears its close-on-exec flag.
+///
+/// # Safety
+///
+/// Only in the child before exec; `fd` must be open.
+unsafe fn redirect(fd: RawFd, target: RawFd) -> bool {
+    // SAFETY: dup2/fcntl on fds; no memory involved.
+    unsafe {
+        if fd == target {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == 0
+        } else {
+            libc::dup2(fd, target) >= 0
+        }
+    }
+}
+
+/// The child between fork and exec. Never returns.
+///
+/// # Safety
+///
+/// Only in the freshly forked child. Async-signal-safe calls only: `dup2`, `fcntl`, `write`,
+/// `execve`, `_exit`, and the raw syscalls of [`ConfinePlan::apply_in_child`].
+unsafe fn child_main(spec: &LaunchSpec, plan: &mut ConfinePlan, status: RawFd) -> ! {
+    let fail = |stage: Stage, errno: i32, code: i32| -> ! {
+        write_message(
+            status,
+            [
+                MSG_FAILURE,
+                stage as u32,
+                u32::try_from(errno).unwrap_or(0),
+                0,
+            ],
+        );
+        // SAFETY: _exit skips atexit handlers and stdio flushing, as a forked child must.
+        unsafe { libc::_exit(code) }
+    };
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+
+    // SAFETY: the child owns its copy of these fds; see `redirect`.
+    let stdio_ok = unsafe {
+        redirect(spec.stdin.as_raw_fd(), 0)
+            && spec
+                .stdout
+                .as_ref()
+                .is_none_or(|f| redirect(f.as_raw_fd(), 1))
+            && spec
+                .stderr
+                .as_ref()
+                .is_none_or(|f| redirect(f.as_raw_fd(), 2))
+    };
+    if !stdio_ok {
+        fail(Stage::Stdio, errno(), exit_code::SUPERVISOR_FAILED);
+    }
+    // SAFETY: we are the forked child, before exec (the contract of apply_in_child).
+    let report = match unsafe { plan.apply_in_child() } {
+        Ok(report) => report,
+        Err(failure) => fail(failure.stage, failure.errno, exit_code::SUPERVISOR_FAILED),
+    };
+    let [a, b, c] = report.to_words();
+    write_message(status, [MSG_REPORT, a, b, c]);
+    // SAFETY: program, argv and envp are NUL-terminated C strings and NULL-terminated pointer
+    // arrays owned by `spec`, alive for the whole call.
+    unsafe {
+        libc::execve(
+            spec.program.as_ptr(),
+            spec.argv_ptrs.as_ptr(),
+            spec.envp_ptrs.as_ptr(),
+        )
+    };
+    let e = errno();
+    fail(Stage::Exec, e, exec_exit_code(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_errnos_map_to_tini_codes() {
+        assert_eq!(exec_exit_code(libc::ENOENT), 127);
+        assert_eq!(exec_exit_code(libc::ENOTDIR), 127);
+        assert_eq!(exec_exit_code(libc::EACCES), 126);
+        assert_eq!(exec_exit_code(libc::ENOEXEC), 126);
+    }
+
+    #[test]
+    fn reasons_are_prefixed_by_kind() {
+        let e = LaunchError::Exec {
+            program: "/nope".into(),
+            errno: libc::ENOENT,
+        };
+        assert!(
+            e.reason().starts_with("exec-not-found: /nope: "),
+            "{}",
+            e.reason()
+        );
+        let e = LaunchError::Confine(ChildFailure {
+            stage: Stage::Uid,
+            errno: libc::EPERM,
+        });
+        assert_eq!(e.exit_code(), 125);
+        assert!(
+            e.reason().starts_with("confine: setresuid: "),
+            "{}",
+            e.reason()
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! Step 1 of an iteration (and the reap after the agent): kill every process but the
+//! supervisor, and make sure none is left.
+//!
+//! As PID 1: `kill(-1, SIGTERM)` (and `SIGCONT`, so stopped processes see it), a grace period,
+//! `kill(-1, SIGKILL)`, reaping all along, until `/proc` shows no process but PID 1; rescans catch
+//! processes forked meanwhile. Process-group kills are escapable (`setsid`, dumb-init #191);
+//! `kill(-1)` is not. `kill(-1)` is only ever sent when `getpid() == 1` (Dobby PR #456): from
+//! any other pid it would hit every process the caller may signal.
+//!
+//! Not PID 1 (degraded): the supervisor is a child subreaper, so orphans of its descendants
+//! are re-parented to it; descendants are found by following `/proc/*/stat` parent links and
+//! signalled one by one, with the same TERM, grace, KILL sequence. (A cgroup v2 `cgroup.kill`
+//! would be stronger but needs a cgroup of our own; not done.)
+//!
+//! Everything is bounded by `limits.reap_budget_ms`.
+
+use super::supervisor::Supervisor;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// The longest the reap sleeps between rescans of `/proc` (a process may exit without a
+/// `SIGCHLD` reaching us, e.g. a zombie whose parent is still being killed).
+const RESCAN: Duration = Duration::from_millis(50);
+
+/// What a reap did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapOutcome {
+    /// Distinct processes (other than the supervisor) seen or reaped, i.e. killed.
+    pub killed: u64,
+    /// Processes still present when the budget ran out (0 on success).
+    pub remaining: u64,
+    /// Wall-clock time spent.
+    pub elapsed: Duration,
+}
+
+/// Kills and reaps every process except the supervisor, within `budget`; `grace` is the time
+/// between TERM and KILL.
+pub fn reap_everything(ctx: &mut Supervisor, grace: Duration, budget: Duration) -> ReapOutcome {
+    let start = Instant::now();
+    let deadline = start + budget;
+    let mut seen: HashSet<i32> = HashSet::new();
+    let mut outcome = ReapOutcome::default();
+
+    if is_alone(ctx, &mut seen) {
+        outcome.elapsed = start.elapsed();
+        return outcome;
+    }
+    tracing::info!("reap: {} process(es) present; SIGTERM", seen.len());
+    signal_all(ctx, Signal::SIGTERM);
+    signal_all(ctx, Signal::SIGCONT);
+    let grace_end = (start + grace).min(deadline);
+    let mut alone = wait_until_alone(ctx, grace_end, &mut seen);
+    while !alone && Instant::now() < deadline {
+        tracing::info!("reap: survivors after the grace period; SIGKILL");
+        signal_all(ctx, Signal::SIGKILL);
+        let round_end = (Instant::now() + RESCAN * 4).min(deadline);
+        alone = wait_until_alone(ctx, round_end, &mut seen);
+    }
+    if !alone {
+        let left = others(ctx);
+        outcome.remaining = left.len() as u64;
+        tracing::warn!(
+            "reap: budget exhausted with {} process(es) left: {left:?}",
+            left.len()
+        );
+    }
+    outcome.killed = seen.len() as u64;
+    outcome.elapsed = start.elapsed();
+    outcome
+}
+
+/// Reaps what has exited and reports whether no other process is left (recording every pid
+/// seen in `seen`).
+fn is_alone(ctx: &mut Supervisor, seen: &mut HashSet<i32>) -> bool {
+    let pass = ctx.reaper.reap(|pid, _| {
+        seen.insert(pid);
+    });
+    if ctx.proc_is_ours {
+        let left = others(ctx);
+        seen.extend(left.iter().copied());
+        left.is_empty() && pass.no_children
+    } else {
+        pass.no_children
+    }
+}
+
+fn wait_until_alone(ctx: &mut Supervisor, until: Instant, seen: &mut HashSet<i32>) -> bool {
+    loop {
+        if is_alone(ctx, seen) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        let wait = (until - now).min(RESCAN);
+        let millis = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(ctx.signals.as_fd(), PollFlags::POLLIN)];
+        // Any error (EINTR cannot happen: signals are blocked) just means another rescan.
+        let _ = poll(&mut fds, PollTimeout::from(millis.max(1)));
+        ctx.signals.drain();
+    }
+}
+
+/// Sends `sig` to every process the reap is responsible for.
+fn signal_all(ctx: &Supervisor, sig: Signal) {
+    if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 {
+        // As PID 1 of the namespace, -1 means every process in it except ourselves.
+        if let Err(err) = kill(Pid::from_raw(-1), sig) {
+            if err != nix::errno::Errno::ESRCH {
+                tracing::warn!("reap: kill(-1, {sig}) failed: {err}");
+            }
+        }
+        return;
+    }
+    for pid in descendants(ctx.pid) {
+        // ESRCH: it exited meanwhile. A pid reused since the scan would have to be our
+        // descendant again to be listed, which is why only descendants are signalled.
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
+}
+
+/// The processes the reap must remove: as PID 1 every process but us, else our descendants.
+fn others(ctx: &Supervisor) -> Vec<i32> {
+    if !ctx.proc_is_ours {
+        return Vec::new();
+    }
+    if ctx.info.pid1 {
+        proc_pids().into_iter().filter(|&p| p != ctx.pid).collect()
+    } else {
+        descendants(ctx.pid)
+    }
+}
+
+/// Every numeric entry of `/proc`.
+pub fn proc_pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .collect()
+}
+
+/// The parent pid from the text of `/proc/<pid>/stat` (the field after the `)` that ends
+/// the command name, which may itself contain spaces and parentheses).
+pub fn parse_stat_ppid(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+/// Every descendant of `root`, following the parent links in `/proc/*/stat`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for pid in proc_pids() {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            if let Some(ppid) = parse_stat_ppid(&stat) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        if let Some(kids) = children.get(&p) {
+            for &kid in kids {
+                if kid != root && !out.contains(&kid) {
+                    out.push(kid);
+                    stack.push(kid);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        assert_eq!(parse_stat_ppid("42 (sleep) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parse_stat_ppid("42 (a) b) (c) R 9 1 1"), Some(9));
+        assert_eq!(parse_stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_of_this_test_include_a_spawned_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let found = descendants(me);
+        let pid = child.id() as i32;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&pid), "{found:?} lacks {pid}");
+    }
+}

@@ -1,0 +1,124 @@
+//! Step 6 of an iteration: wait for the agent, forwarding signals and enforcing the timeout.
+//!
+//! One loop on the signalfd with a `poll` timeout: `SIGCHLD` → a reap pass (the agent's exit is
+//! recognised inside it); a forwardable signal ([`super::signals::is_forwarded`]) →
+//! `kill(-pgid)` of the agent's process group (the agent is a session leader, so its pid is the
+//! group id; if the group is gone, the agent's pid); the deadline → `SIGTERM` to the group, then
+//! `SIGKILL` after `kill_grace_ms`. The poll also wakes at least once a second and reaps anyway
+//! (tini #123: a missed `SIGCHLD` must not hang the supervisor).
+
+use super::reaper::ChildExit;
+use super::signals::is_forwarded;
+use super::supervisor::Supervisor;
+use crate::exit_code::signal_name;
+use crate::manifest::Limits;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// The longest the loop sleeps without a reap pass.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Most forwarded signal names kept in the record (the count is unbounded, the list is not).
+const MAX_RECORDED: usize = 256;
+
+/// How the agent ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOutcome {
+    /// Its exit.
+    pub exit: ChildExit,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// Names of the signals forwarded to it, in order.
+    pub forwarded: Vec<String>,
+}
+
+/// Sends `signo` to the agent's group, or to the agent alone if it left its group.
+fn signal_agent(pid: i32, signo: i32) {
+    // SAFETY: kill takes plain integers.
+    let rc = unsafe { libc::kill(-pid, signo) };
+    if rc != 0 {
+        // SAFETY: as above.
+        let rc = unsafe { libc::kill(pid, signo) };
+        if rc != 0 {
+            tracing::debug!(
+                "supervise: {} to agent {pid}: {}",
+                signal_name(signo),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Waits for the agent `pid` (already registered with the reaper) to exit.
+pub fn supervise(ctx: &mut Supervisor, pid: i32, limits: &Limits) -> AgentOutcome {
+    let start = Instant::now();
+    let mut deadline = start + Duration::from_millis(limits.timeout_ms);
+    let grace = Duration::from_millis(limits.kill_grace_ms);
+    let mut timed_out = false;
+    let mut killed = false;
+    let mut forwarded = Vec::new();
+
+    for signo in ctx.signals.take_held() {
+        tracing::info!("supervise: forwarding held {}", signal_name(signo));
+        signal_agent(pid, signo);
+        forwarded.push(signal_name(signo));
+    }
+
+    loop {
+        ctx.reaper.reap(|_, _| {});
+        if let Some(exit) = ctx.reaper.main_exit() {
+            ctx.reaper.unwatch();
+            return AgentOutcome {
+                exit,
+                timed_out,
+                forwarded,
+            };
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            if !timed_out {
+                tracing::warn!(
+                    "supervise: timeout after {} ms; SIGTERM to the agent's group",
+                    limits.timeout_ms
+                );
+                timed_out = true;
+                signal_agent(pid, libc::SIGTERM);
+                deadline = now + grace;
+            } else if !killed {
+                tracing::warn!("supervise: still running after the grace period; SIGKILL");
+                killed = true;
+                signal_agent(pid, libc::SIGKILL);
+                deadline = now + TICK;
+            } else {
+                // Already killed: keep reaping until the exit shows up.
+                deadline = now + TICK;
+            }
+            continue;
+        }
+        let wait = (deadline - now).min(TICK);
+        let millis = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX).max(1);
+        let mut fds = [PollFd::new(ctx.signals.as_fd(), PollFlags::POLLIN)];
+        if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
+            tracing::debug!("supervise: poll: {err}");
+        }
+        while let Some(info) = ctx.signals.read_one() {
+            let signo = i32::try_from(info.ssi_signo).unwrap_or(0);
+            if signo == libc::SIGCHLD {
+                continue;
+            }
+            if is_forwarded(signo) {
+                tracing::info!(
+                    "supervise: forwarding {} to the agent's group",
+                    signal_name(signo)
+                );
+                signal_agent(pid, signo);
+                if forwarded.len() < MAX_RECORDED {
+                    forwarded.push(signal_name(signo));
+                }
+            } else {
+                tracing::debug!("supervise: ignoring {}", signal_name(signo));
+            }
+        }
+    }
+}

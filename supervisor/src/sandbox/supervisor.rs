@@ -1,0 +1,105 @@
+//! The supervisor's long-lived state, created once at start and handed to every iteration:
+//! the signalfd, the reaper, the baseline environment and whether we are PID 1.
+
+use super::reaper::Reaper;
+use super::signals::Signals;
+use crate::result::{SupervisorInfo, SupervisorMode};
+
+/// The environment the image gave the supervisor, captured once before anything else runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BaselineEnv {
+    /// UTF-8 variables, in the order the process received them.
+    pub vars: Vec<(String, String)>,
+    /// Names (lossy) of variables skipped because the name or value is not UTF-8.
+    pub non_utf8: Vec<String>,
+}
+
+impl BaselineEnv {
+    /// Captures the process environment. Call first thing in `main`.
+    pub fn capture() -> BaselineEnv {
+        let mut env = BaselineEnv::default();
+        for (name, value) in std::env::vars_os() {
+            match (name.into_string(), value.into_string()) {
+                (Ok(name), Ok(value)) => env.vars.push((name, value)),
+                (Ok(name), Err(_)) => env.non_utf8.push(name),
+                (Err(name), _) => env.non_utf8.push(name.to_string_lossy().into_owned()),
+            }
+        }
+        env
+    }
+
+    /// The baseline `PATH`, or the Debian default when the image sets none.
+    pub fn path(&self) -> &str {
+        self.vars.iter().find(|(k, _)| k == "PATH").map_or(
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            |(_, v)| v,
+        )
+    }
+}
+
+/// State shared by all iterations of one supervisor process.
+#[derive(Debug)]
+pub struct Supervisor {
+    /// The signalfd (every asynchronous signal is blocked).
+    pub signals: Signals,
+    /// The only waiter for children.
+    pub reaper: Reaper,
+    /// The environment captured at start.
+    pub baseline: BaselineEnv,
+    /// PID 1 or degraded, and why.
+    pub info: SupervisorInfo,
+    /// Whether `/proc` shows this process's PID namespace (`/proc/self` is our pid).
+    pub proc_is_ours: bool,
+    /// Our pid.
+    pub pid: i32,
+}
+
+impl Supervisor {
+    /// Sets up process-wide state: as PID 1, `chdir("/")` (so the supervisor pins no
+    /// mount); otherwise becomes a child subreaper so the agent's orphans stay ours, and says
+    /// so in [`Supervisor::info`].
+    pub fn start(baseline: BaselineEnv, signals: Signals) -> Supervisor {
+        let pid = nix::unistd::getpid().as_raw();
+        let proc_is_ours = std::fs::read_link("/proc/self")
+            .map(|p| p.as_os_str() == pid.to_string().as_str())
+            .unwrap_or(false);
+        if !proc_is_ours {
+            tracing::warn!(
+                "supervisor: /proc does not show our PID namespace; reaping relies on ECHILD only"
+            );
+        }
+        let info = if pid == 1 {
+            if let Err(err) = nix::unistd::chdir("/") {
+                tracing::warn!("supervisor: chdir(\"/\") failed: {err}");
+            }
+            SupervisorInfo {
+                pid1: true,
+                mode: SupervisorMode::Pid1,
+                degraded_reason: None,
+            }
+        } else {
+            let mut reason = format!(
+                "not PID 1 of a PID namespace (pid {pid}): child subreaper, descendants found through /proc"
+            );
+            // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag and touches no memory.
+            if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+                let err = std::io::Error::last_os_error();
+                reason.push_str(&format!("; PR_SET_CHILD_SUBREAPER failed: {err}"));
+            }
+            tracing::warn!("supervisor: degraded mode: {reason}");
+            SupervisorInfo {
+                pid1: false,
+                mode: SupervisorMode::Degraded,
+                degraded_reason: Some(reason),
+            }
+        };
+        Supervisor {
+            signals,
+            reaper: Reaper::new(),
+            baseline,
+            info,
+            proc_is_ours,
+            pid,
+        }
+    }
+}
