@@ -62,6 +62,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Hash(args) => {
+            // A command-line tool here, not PID 1 duties: `pitcrew-init hash … | head` ends quietly.
+            pitcrew_core::logging::restore_default_sigpipe();
             pitcrew_core::logging::init(cli.verbose);
             match pitcrew_core::hash_command::run(&args) {
                 Ok(code) => code,
