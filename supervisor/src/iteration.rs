@@ -105,6 +105,7 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     record.env.dotenv_refused = to_values(&env.dotenv_refused);
 
     // 4 and 5. Confine and launch.
+    crate::sandbox::supervisor::release_freed_memory();
     let started = Instant::now();
     let argv = match runtime_argv::argv(manifest, &binary) {
         Ok(argv) => argv,

@@ -142,8 +142,8 @@ fn fixture(init: &Path) -> Fixture {
 fn shell_preflight(root: &Path, manifest: &Value) -> String {
     let mut s = String::from("#!/bin/sh\n# Generated preflight (baseline for the benchmark).\n");
     s += &format!("cd {} || exit 1\n", root.join("work").display());
-    s += "readonly AGENT_BIN=\"$(command -v true)\" || exit 127\n";
-    s += "case \"$AGENT_BIN\" in /*) ;; *) echo 'agent not found' >&2; exit 127;; esac\n";
+    // `true` is a shell builtin, so the pin names the binary (`command -v` would print `true`).
+    s += "readonly AGENT_BIN=/bin/true\n[ -x \"$AGENT_BIN\" ] || { echo 'agent not found' >&2; exit 127; }\n";
     // Stray sweep: every process of this uid except this shell and its ancestors.
     s += r#"pids=$(command -p ps -o pid= -o ppid= -o stat= -o args= -u "$(command -p id -u)" | command -p awk -v self=$$ '
   { pid=$1; ppid=$2; stat=$3; parent[pid]=ppid; st[pid]=stat; line[NR]=pid }
