@@ -658,8 +658,6 @@ impl Checker {
     fn harness(&mut self, file: &Path, node: &Node) -> Option<Harness> {
         let top = self.mapping(node, "")?;
         self.unknown_keys(top, "", TOP_KEYS);
-        let errors_before = self.problems.len();
-
         let runtime = match top.get_node("runtime") {
             None => {
                 self.problem(location(node), "runtime", "missing (pi, claude or command)");
@@ -880,10 +878,6 @@ impl Checker {
         });
 
         let runtime = runtime?;
-        if self.problems.len() > errors_before && (plugins.is_empty() && adapters.is_empty()) {
-            // Shape problems are already reported; still return what parsed so the deep checks
-            // can report more.
-        }
         Some(Harness {
             file: file.to_path_buf(),
             base: self.base.clone(),

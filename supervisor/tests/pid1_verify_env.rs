@@ -4,12 +4,12 @@
 //! never reach the agent, and `JITI_FS_CACHE=false` does.
 
 mod common;
-use common::{bin, require_root_and_namespaces, Sandbox};
+use common::{require_root_and_namespaces, Sandbox};
 use pitcrew_core::tree_hash::{hash_tree, sha256_file, TreeFormat};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// An agent that leaves a marker: if it exists, something was launched.
 const MARK_LAUNCH: &str = "touch $W/launched";
@@ -214,35 +214,15 @@ fn loader_variables_never_reach_the_agent() {
         Some(common::AGENT_ID),
     )
     .expect("chown");
-    let (manifest, result) = sandbox.write_manifest();
     // The baseline (the image's environment) carries loader variables too.
-    let out = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            bin(),
-            "run",
-            "--manifest",
-        ])
-        .arg(&manifest)
-        .arg("--result")
-        .arg(&result)
-        .env("NODE_PATH", "/tmp/evil_modules")
-        .env("JITI_DEBUG", "1")
-        .env("BASH_ENV", "/tmp/evil.sh")
-        .env("PYTHONSTARTUP", "/tmp/evil.py")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    let record: Value =
-        serde_json::from_slice(&fs::read(&result).expect("record")).expect("record json");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{record}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let run = sandbox.run_pid1_with_env(&[
+        ("NODE_PATH", "/tmp/evil_modules"),
+        ("JITI_DEBUG", "1"),
+        ("BASH_ENV", "/tmp/evil.sh"),
+        ("PYTHONSTARTUP", "/tmp/evil.py"),
+    ]);
+    let record = run.record;
+    assert_eq!(run.code, 0, "{record}\n{}", run.stderr);
 
     let env = fs::read_to_string(sandbox.workdir.join("env")).expect("agent env");
     let names: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();

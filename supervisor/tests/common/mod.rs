@@ -132,8 +132,15 @@ impl Sandbox {
 
     /// `unshare --pid --fork --mount-proc pitcrew-init run …`, not waited for.
     pub fn spawn_pid1(&self) -> (Child, PathBuf) {
+        self.spawn_pid1_with_env(&[])
+    }
+
+    /// As [`Sandbox::spawn_pid1`], with extra variables in pitcrew-init's own (baseline)
+    /// environment.
+    pub fn spawn_pid1_with_env(&self, vars: &[(&str, &str)]) -> (Child, PathBuf) {
         let (manifest, result) = self.write_manifest();
         let child = Command::new("unshare")
+            .envs(vars.iter().copied())
             .args([
                 "--pid",
                 "--fork",
@@ -155,7 +162,12 @@ impl Sandbox {
 
     /// Runs pitcrew-init as PID 1 of a fresh PID namespace and waits.
     pub fn run_pid1(&self) -> Run {
-        let (child, result) = self.spawn_pid1();
+        self.run_pid1_with_env(&[])
+    }
+
+    /// As [`Sandbox::run_pid1`], with extra variables in pitcrew-init's baseline environment.
+    pub fn run_pid1_with_env(&self, vars: &[(&str, &str)]) -> Run {
+        let (child, result) = self.spawn_pid1_with_env(vars);
         finish(child.wait_with_output().expect("wait"), &result)
     }
 
