@@ -9,6 +9,7 @@
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
+//! - [`protocol`]: framing and messages between the host and the supervisor.
 //! - [`result`]: the result record of an iteration.
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
@@ -28,6 +29,7 @@ pub mod judge;
 pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
+pub mod protocol;
 pub mod result;
 pub mod runtime_argv;
 #[cfg(target_os = "linux")]

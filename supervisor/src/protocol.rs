@@ -1,0 +1,548 @@
+//! The host ↔ supervisor control protocol, version 1: framing and messages.
+//!
+//! One byte stream carries frames. Every frame is a 6-byte header and a payload:
+//!
+//! ```text
+//! kind: u8   1 = control (payload is one JSON message), 2 = data (payload is raw bytes)
+//! chan: u8   0 for control frames; for data: 1 agent stdout, 2 agent stderr, 3 tar stream
+//! len:  u32  big-endian payload length, at most MAX_PAYLOAD
+//! ```
+//!
+//! A tar stream (an upload from the host, a collect to the host) is a run of data frames on
+//! channel 3 ended by an empty data frame on channel 3. Control messages are [`Request`]s from
+//! the host and [`Response`]s from the supervisor; each request carries an `id` that its
+//! responses repeat. The first request on a connection must be `hello`. Anything malformed gets
+//! an `error` response (and the connection is closed when the stream itself can no longer be
+//! trusted: a bad header or an oversized frame). Reference: `docs/protocol.md`.
+
+use crate::manifest::Manifest;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest payload of one frame (1 MiB): larger frames are refused, never buffered.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+/// Size of a frame header.
+pub const HEADER_LEN: usize = 6;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FrameKind {
+    /// One JSON control message.
+    Control,
+    /// Raw bytes on a [`Channel`].
+    Data,
+}
+
+/// Which byte stream a data frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Channel {
+    /// Control frames.
+    Control,
+    /// The agent's stdout.
+    Stdout,
+    /// The agent's stderr.
+    Stderr,
+    /// A tar stream (upload or collect), ended by an empty frame.
+    Tar,
+}
+
+impl Channel {
+    fn to_byte(self) -> u8 {
+        match self {
+            Channel::Control => 0,
+            Channel::Stdout => 1,
+            Channel::Stderr => 2,
+            Channel::Tar => 3,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Channel> {
+        Some(match b {
+            0 => Channel::Control,
+            1 => Channel::Stdout,
+            2 => Channel::Stderr,
+            3 => Channel::Tar,
+            _ => return None,
+        })
+    }
+}
+
+/// One decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Control or data.
+    pub kind: FrameKind,
+    /// The channel (always [`Channel::Control`] for control frames).
+    pub channel: Channel,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// A control frame carrying `message` as JSON.
+    pub fn control<T: Serialize>(message: &T) -> Frame {
+        Frame {
+            kind: FrameKind::Control,
+            channel: Channel::Control,
+            // Serializing the protocol's own plain enums cannot fail.
+            payload: serde_json::to_vec(message).unwrap_or_default(),
+        }
+    }
+
+    /// A data frame.
+    pub fn data(channel: Channel, payload: Vec<u8>) -> Frame {
+        Frame {
+            kind: FrameKind::Data,
+            channel,
+            payload,
+        }
+    }
+
+    /// The encoded frame: header and payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN + self.payload.len());
+        out.push(match self.kind {
+            FrameKind::Control => 1,
+            FrameKind::Data => 2,
+        });
+        out.push(self.channel.to_byte());
+        let len = u32::try_from(self.payload.len()).unwrap_or(u32::MAX);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Decodes a control frame's JSON payload.
+    pub fn json<T: for<'de> Deserialize<'de>>(&self) -> Result<T, FrameError> {
+        if self.kind != FrameKind::Control {
+            return Err(FrameError::NotControl);
+        }
+        serde_json::from_slice(&self.payload).map_err(|e| FrameError::BadJson(e.to_string()))
+    }
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The header's kind byte is neither 1 nor 2.
+    #[error("frame kind {0} is unknown (1 control, 2 data)")]
+    UnknownKind(u8),
+    /// The header's channel byte is unknown, or a control frame is not on channel 0.
+    #[error("frame channel {0} is unknown or wrong for the frame kind")]
+    BadChannel(u8),
+    /// The payload length exceeds [`MAX_PAYLOAD`].
+    #[error("frame of {0} bytes exceeds the {MAX_PAYLOAD}-byte limit")]
+    Oversized(usize),
+    /// The stream ended inside a frame.
+    #[error("the stream ended inside a frame ({got} of {want} bytes)")]
+    Truncated {
+        /// Bytes received.
+        got: usize,
+        /// Bytes the header announced.
+        want: usize,
+    },
+    /// A control payload is not a valid message.
+    #[error("control message is not valid: {0}")]
+    BadJson(String),
+    /// A data frame where a control message was expected.
+    #[error("expected a control frame")]
+    NotControl,
+    /// An I/O error.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl FrameError {
+    /// Whether the byte stream is still in sync after this error (a bad JSON payload is; a
+    /// bad header, an oversized or truncated frame is not, and the connection must close).
+    pub fn stream_usable(&self) -> bool {
+        matches!(self, FrameError::BadJson(_) | FrameError::NotControl)
+    }
+}
+
+fn parse_header(h: &[u8; HEADER_LEN]) -> Result<(FrameKind, Channel, usize), FrameError> {
+    let kind = match h[0] {
+        1 => FrameKind::Control,
+        2 => FrameKind::Data,
+        other => return Err(FrameError::UnknownKind(other)),
+    };
+    let channel = Channel::from_byte(h[1]).ok_or(FrameError::BadChannel(h[1]))?;
+    if (kind == FrameKind::Control) != (channel == Channel::Control) {
+        return Err(FrameError::BadChannel(h[1]));
+    }
+    let len = usize::try_from(u32::from_be_bytes([h[2], h[3], h[4], h[5]])).unwrap_or(usize::MAX);
+    if len > MAX_PAYLOAD {
+        return Err(FrameError::Oversized(len));
+    }
+    Ok((kind, channel, len))
+}
+
+/// Reads one frame from a blocking reader. `Ok(None)` is a clean end of stream (between
+/// frames).
+pub fn read_frame(r: &mut impl Read) -> Result<Option<Frame>, FrameError> {
+    let mut header = [0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(FrameError::Truncated {
+                    got,
+                    want: HEADER_LEN,
+                })
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (kind, channel, len) = parse_header(&header)?;
+    let mut payload = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match r.read(&mut payload[got..]) {
+            Ok(0) => return Err(FrameError::Truncated { got, want: len }),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(Frame {
+        kind,
+        channel,
+        payload,
+    }))
+}
+
+/// Writes one frame to a blocking writer.
+pub fn write_frame(w: &mut impl Write, frame: &Frame) -> io::Result<()> {
+    w.write_all(&frame.encode())
+}
+
+/// An incremental decoder for non-blocking readers: push bytes as they arrive, pop frames.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+}
+
+impl FrameDecoder {
+    /// A decoder with an empty buffer.
+    pub fn new() -> FrameDecoder {
+        FrameDecoder::default()
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame, if the buffer holds one. A header error is returned as soon
+    /// as the header is complete, so an oversized frame is never buffered.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let Some(header) = self.buf.get(..HEADER_LEN) else {
+            return Ok(None);
+        };
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(header);
+        let (kind, channel, len) = parse_header(&h)?;
+        if self.buf.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let payload = self.buf[HEADER_LEN..HEADER_LEN + len].to_vec();
+        self.buf.drain(..HEADER_LEN + len);
+        Ok(Some(Frame {
+            kind,
+            channel,
+            payload,
+        }))
+    }
+
+    /// Bytes received but not yet part of a complete frame (non-zero at end of stream means
+    /// the peer stopped inside a frame).
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// A signal the host may send to the running agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AgentSignal {
+    /// SIGINT (an interrupt, like Ctrl-C).
+    Sigint,
+    /// SIGTERM (terminate).
+    Sigterm,
+    /// SIGKILL.
+    Sigkill,
+    /// SIGHUP.
+    Sighup,
+    /// SIGUSR1.
+    Sigusr1,
+    /// SIGUSR2.
+    Sigusr2,
+}
+
+/// Owner of an uploaded tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// A request from the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// First message: the versions the host speaks.
+    Hello {
+        /// Correlation id.
+        id: u64,
+        /// Protocol versions the host supports.
+        versions: Vec<u32>,
+        /// Free-form client name and version.
+        client: String,
+    },
+    /// Upload a directory tree: data frames on the tar channel follow, ended by an empty one.
+    /// Unpacked into a root-owned staging directory, then renamed to `dest`.
+    Upload {
+        /// Correlation id.
+        id: u64,
+        /// Absolute destination inside the sandbox (replaced whole).
+        dest: String,
+        /// Owner for the unpacked tree (the agent's workspace); default root, which the agent
+        /// cannot write (plugins, adapters).
+        #[serde(default)]
+        owner: Option<Owner>,
+    },
+    /// Set the manifest for the following iterations.
+    SetManifest {
+        /// Correlation id.
+        id: u64,
+        /// The manifest.
+        manifest: Box<Manifest>,
+    },
+    /// Run one iteration with the current manifest; events, output and the result follow.
+    Run {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Send a signal to the running agent's process group.
+    Signal {
+        /// Correlation id.
+        id: u64,
+        /// The signal.
+        signal: AgentSignal,
+    },
+    /// Cancel the running iteration (SIGTERM to the agent, KILL after the grace).
+    Cancel {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Stream an iteration's record as tar on the tar channel.
+    Collect {
+        /// Correlation id.
+        id: u64,
+        /// Iteration number (default: the latest).
+        #[serde(default)]
+        iteration: Option<u32>,
+    },
+    /// State, history, processes and confinement; with `verify`, a live re-verification.
+    Status {
+        /// Correlation id.
+        id: u64,
+        /// Re-verify the current manifest now (refused while an iteration runs).
+        #[serde(default)]
+        verify: bool,
+    },
+    /// Stop the supervisor (kills everything, exits 0).
+    Shutdown {
+        /// Correlation id.
+        id: u64,
+    },
+}
+
+impl Request {
+    /// The request's correlation id.
+    pub fn id(&self) -> u64 {
+        match self {
+            Request::Hello { id, .. }
+            | Request::Upload { id, .. }
+            | Request::SetManifest { id, .. }
+            | Request::Run { id }
+            | Request::Signal { id, .. }
+            | Request::Cancel { id }
+            | Request::Collect { id, .. }
+            | Request::Status { id, .. }
+            | Request::Shutdown { id } => *id,
+        }
+    }
+}
+
+/// What the supervisor can do (sent in reply to `hello`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Whether the supervisor is PID 1 of its PID namespace.
+    pub pid1: bool,
+    /// `pid1` or `degraded`.
+    pub mode: String,
+    /// The kernel's Landlock ABI (0 when unavailable).
+    pub landlock_abi: u32,
+    /// How the agent runs: e.g. `uid 65534` or `uid from manifest`.
+    pub uid_model: String,
+    /// Requests this supervisor serves.
+    pub requests: Vec<String>,
+}
+
+/// A message from the supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// Reply to `hello`: the chosen version and capabilities.
+    Hello {
+        /// Correlation id.
+        id: u64,
+        /// The version both sides will speak.
+        version: u32,
+        /// Supervisor version string.
+        supervisor: String,
+        /// What it can do.
+        capabilities: Capabilities,
+    },
+    /// A request succeeded (with optional details).
+    Ok {
+        /// Correlation id.
+        id: u64,
+        /// Details (e.g. upload counts).
+        #[serde(default)]
+        detail: serde_json::Value,
+    },
+    /// A request failed.
+    Error {
+        /// Correlation id (0 when the request could not be parsed).
+        id: u64,
+        /// Machine-readable kind: `malformed`, `version`, `order`, `busy`, `refused`, `not-found`,
+        /// `internal`.
+        kind: String,
+        /// What went wrong, naming the field, entry or path.
+        message: String,
+    },
+    /// A step of the running iteration started or ended.
+    Event {
+        /// Correlation id of the `run` request.
+        id: u64,
+        /// Iteration number.
+        iteration: u32,
+        /// Step name (`reap`, `verify`, `environment`, `launch`, `agent`, `final-reap`).
+        step: String,
+        /// `started` or `finished`.
+        state: String,
+        /// Step details.
+        #[serde(default)]
+        detail: serde_json::Value,
+    },
+    /// The iteration's result record (the last message of a `run`).
+    Result {
+        /// Correlation id of the `run` request.
+        id: u64,
+        /// Iteration number.
+        iteration: u32,
+        /// The result record (`docs/result-record.md`).
+        record: serde_json::Value,
+    },
+    /// Reply to `status`.
+    Status {
+        /// Correlation id.
+        id: u64,
+        /// The status document (`docs/protocol.md`).
+        status: serde_json::Value,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_through_both_decoders() {
+        let frames = vec![
+            Frame::control(&Request::Run { id: 7 }),
+            Frame::data(Channel::Stdout, b"hello\n".to_vec()),
+            Frame::data(Channel::Tar, Vec::new()),
+        ];
+        let mut bytes = Vec::new();
+        for f in &frames {
+            write_frame(&mut bytes, f).unwrap();
+        }
+        let mut cursor = &bytes[..];
+        for f in &frames {
+            assert_eq!(read_frame(&mut cursor).unwrap().as_ref(), Some(f));
+        }
+        assert!(read_frame(&mut cursor).unwrap().is_none());
+
+        let mut dec = FrameDecoder::new();
+        let mut out = Vec::new();
+        for b in &bytes {
+            dec.push(std::slice::from_ref(b));
+            while let Some(f) = dec.next_frame().unwrap() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out, frames);
+        assert_eq!(dec.pending(), 0);
+        assert_eq!(out[0].json::<Request>().unwrap(), Request::Run { id: 7 });
+    }
+
+    #[test]
+    fn bad_headers_oversize_and_truncation_are_errors() {
+        let mut dec = FrameDecoder::new();
+        dec.push(&[9, 0, 0, 0, 0, 0]);
+        assert!(matches!(dec.next_frame(), Err(FrameError::UnknownKind(9))));
+
+        let mut dec = FrameDecoder::new();
+        dec.push(&[1, 3, 0, 0, 0, 0]);
+        assert!(matches!(dec.next_frame(), Err(FrameError::BadChannel(3))));
+
+        let mut dec = FrameDecoder::new();
+        dec.push(&[2, 1, 0xff, 0xff, 0xff, 0xff]);
+        let err = dec.next_frame().unwrap_err();
+        assert!(matches!(err, FrameError::Oversized(_)));
+        assert!(!err.stream_usable());
+
+        let bytes = Frame::data(Channel::Stdout, vec![1; 10]).encode();
+        let mut cursor = &bytes[..8];
+        assert!(matches!(
+            read_frame(&mut cursor),
+            Err(FrameError::Truncated { got: 2, want: 10 })
+        ));
+        let mut cursor = &bytes[..3];
+        assert!(matches!(
+            read_frame(&mut cursor),
+            Err(FrameError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_or_malformed_messages_do_not_parse() {
+        let f = Frame {
+            kind: FrameKind::Control,
+            channel: Channel::Control,
+            payload: br#"{"type":"launch_missiles","id":1}"#.to_vec(),
+        };
+        let err = f.json::<Request>().unwrap_err();
+        assert!(err.stream_usable());
+        let f = Frame {
+            kind: FrameKind::Control,
+            channel: Channel::Control,
+            payload: b"{not json".to_vec(),
+        };
+        assert!(f.json::<Request>().is_err());
+        let f = Frame::data(Channel::Stdout, b"{}".to_vec());
+        assert!(matches!(f.json::<Request>(), Err(FrameError::NotControl)));
+    }
+}
