@@ -3,27 +3,50 @@
 //! Work is split in two halves:
 //!
 //! - [`ConfinePlan::prepare`] runs in the supervisor (allocation and file access allowed): it
-//!   resolves the identity, reads `cap_last_cap`, converts paths to C strings and **builds the
-//!   Landlock ruleset** (opening every rule's path). Building it here keeps allocation and path
-//!   lookups out of the child, and surfaces errors before anything is forked.
-//! - [`ConfinePlan::apply_in_child`] runs between `fork` and `exec`. It only issues raw
-//!   syscalls on memory prepared by the parent, so it never allocates. pitcrew-init creates no
-//!   threads, so the child would be single-threaded even if it did allocate; not allocating
-//!   keeps it correct if a future step (e.g. parallel hashing in verification) leaves a thread
-//!   behind that held the allocator lock at fork time. The one call into a library is
-//!   `landlock::RulesetCreated::restrict_self`, which on success is two `prctl`/syscall calls
-//!   plus an fd close (it builds error values only on failure, and then we exit anyway).
+//!   resolves the identity, lists the capabilities the kernel supports (refusing a kernel
+//!   capability the `caps` crate cannot name, since it could be neither dropped nor read
+//!   back), converts paths to C strings and **builds the Landlock ruleset** (opening every
+//!   rule's path). Doing this here keeps path lookups out of the child and surfaces errors
+//!   before anything is forked.
+//! - [`ConfinePlan::apply_in_child`] runs between `fork` and `exec`: raw `libc` syscalls plus
+//!   the `caps` and `landlock` crates, on data prepared by the parent.
 //!
-//! Order in the child (see `reference/init-and-sandbox-anchors.md` §4.5): default signal
-//! dispositions; `setsid` (new session: no controlling terminal, so no TIOCSTI injection);
-//! drop the capability bounding set while still privileged; `setgroups`, `setresgid`,
-//! `setresuid`; clear ambient and `capset` everything to zero; **read back** uid, gid, groups
-//! and every capability set; `chdir` to the workdir as the agent; mark every fd ≥ 3
-//! close-on-exec; `PR_SET_NO_NEW_PRIVS` (read back); Landlock `restrict_self`; restore the
-//! signal mask the supervisor started with. A failing stage is reported by name and errno.
+//! # Allocation after fork
+//!
+//! After `fork` in a *multi-threaded* process only async-signal-safe calls are allowed: another
+//! thread may have held a lock (the allocator's among them) at fork time, and the child gets
+//! that lock held by a thread that does not exist in it, so the first `malloc` deadlocks.
+//! pitcrew-init forks only while it is single-threaded, and checks it:
+//! [`launch`](super::launch::launch) counts this process's threads (`/proc/self/status`,
+//! `Threads:`) right before `fork` and refuses to launch (125, `internal: …`) unless the count
+//! is 1. The only threads it ever starts are the tree-hash workers of the verify step
+//! (`std::thread::scope`, every handle joined before verification returns); once the count is 1
+//! no other thread exists to start one between the check and the `fork`. With a single thread at
+//! fork, the forking thread is the only one that could hold the allocator lock, and it is inside
+//! `fork`, not `malloc`, so the child may allocate.
+//!
+//! The child still prefers the `caps` calls that do not allocate: per-capability
+//! `caps::drop` of the bounding set, `caps::clear` of the ambient, effective, permitted and
+//! inheritable sets (one `prctl` or `capget`/`capset` each) and per-capability `caps::has_cap`
+//! for the read-back, rather than the `HashSet`-returning `read`/`all` or the bounding
+//! `clear` (which builds one). So in practice the child allocates only to build a `CapsError`
+//! on a failure path, right before it exits 125; `landlock::RulesetCreated::restrict_self`
+//! likewise builds error values only on failure.
+//!
+//! # Order in the child
+//!
+//! See `reference/init-and-sandbox-anchors.md` §4.5: default signal dispositions; `setsid`
+//! (new session: no controlling terminal, so no TIOCSTI injection); drop the capability bounding
+//! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
+//! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
+//! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
+//! as the agent; mark every fd ≥ 3 close-on-exec; `PR_SET_NO_NEW_PRIVS` (read back); Landlock
+//! `restrict_self`; restore the signal mask the supervisor started with. A failing stage is
+//! reported by name and errno.
 
 use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{ConfinementRecord, LandlockRecord, LandlockState};
+use caps::{CapSet, Capability};
 use landlock::{
     path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI,
@@ -65,7 +88,7 @@ pub enum Stage {
     Uid = 6,
     /// Clearing the ambient set.
     Ambient = 7,
-    /// `capset` to zero.
+    /// Clearing the effective, permitted and inheritable sets (`capset`).
     Capset = 8,
     /// Reading back uid, gid and groups.
     IdsReadback = 9,
@@ -199,7 +222,10 @@ pub struct ConfinePlan {
     groups_readback: Vec<libc::gid_t>,
     change_identity: bool,
     privileged: bool,
-    cap_last: u32,
+    /// Every capability the kernel supports, in index order.
+    caps: Vec<Capability>,
+    /// Whether the kernel has an ambient set (Linux 4.3).
+    ambient_supported: bool,
     fd_limit: i32,
     workdir: CString,
     landlock: Option<RulesetCreated>,
@@ -231,6 +257,32 @@ pub fn kernel_landlock_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
+/// The capabilities the running kernel supports, in index order, each named by the `caps`
+/// crate. Fails when the kernel supports a capability beyond the last one the crate knows: the
+/// child could neither drop it from the bounding set nor see it when reading the sets back.
+pub fn kernel_capabilities() -> Result<Vec<Capability>, String> {
+    // Supported = `PR_CAPBSET_READ` accepts the index (it fails with EINVAL otherwise).
+    let mut supported: Vec<Capability> =
+        caps::runtime::thread_all_supported().into_iter().collect();
+    supported.sort_unstable_by_key(Capability::index);
+    let beyond = caps::all()
+        .iter()
+        .map(Capability::index)
+        .max()
+        .map_or(0, |last| u32::from(last) + 1);
+    // SAFETY: PR_CAPBSET_READ takes a capability number and touches no memory.
+    let known_to_kernel =
+        unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(beyond), 0, 0, 0) } >= 0;
+    if known_to_kernel {
+        return Err(format!(
+            "confine: capabilities: the kernel supports capability {beyond}, which the caps crate \
+             cannot name (it knows 0..={}); refusing rather than leave it in the bounding set",
+            beyond - 1
+        ));
+    }
+    Ok(supported)
+}
+
 /// The paths the agent may write: workdir, the runtime dirs the manifest sets (home, tmp,
 /// config, sessions) and `confinement.read_write`. There is no implicit `/tmp`: a shared `/tmp`
 /// would make anything below it writable, and Landlock cannot subtract a verified tree again.
@@ -259,11 +311,8 @@ impl ConfinePlan {
         let change_identity = privileged
             || nix::unistd::getuid().as_raw() != user.uid
             || nix::unistd::getgid().as_raw() != user.gid;
-        let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .unwrap_or(63)
-            .min(63);
+        let caps = kernel_capabilities()?;
+        let ambient_supported = caps::runtime::ambient_set_supported().is_ok();
         let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map(|(soft, _)| soft.min(65_536))
             .unwrap_or(4096);
@@ -320,7 +369,8 @@ impl ConfinePlan {
             groups,
             change_identity,
             privileged,
-            cap_last,
+            caps,
+            ambient_supported,
             fd_limit: i32::try_from(fd_limit).unwrap_or(65_536),
             workdir,
             landlock,
@@ -351,17 +401,19 @@ impl ConfinePlan {
     ///
     /// # Safety
     ///
-    /// Call only in a freshly forked child of the supervisor, before exec. It changes process
-    /// credentials, the session, the signal state and the fd table of the calling process.
+    /// Call only in a freshly forked child of the supervisor, before exec, and only when the
+    /// supervisor was single-threaded at `fork` (checked by [`launch`](super::launch::launch);
+    /// see "Allocation after fork" in the module doc). It changes process credentials, the
+    /// session, the signal state and the fd table of the calling process.
     pub unsafe fn apply_in_child(&mut self) -> Result<ChildReport, ChildFailure> {
+        // errno as the failing call left it (the `caps` crate reads it before it formats its
+        // error message).
         let fail = |stage: Stage| ChildFailure {
             stage,
             errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
         };
-        // SAFETY: the caller guarantees we are the forked child before exec. The block only
-        // issues raw syscalls (async-signal-safe) on memory owned by `self` or on the stack,
-        // prepared by the parent: no allocation, no locks, and every pointer passed is valid
-        // for the length given.
+        // SAFETY: the caller guarantees we are the forked child before exec. Raw syscalls on
+        // a zeroed stack `sigaction`; `setsid` takes no arguments.
         unsafe {
             // Default dispositions: handled and ignored signals (Rust ignores SIGPIPE before
             // main; we ignore TTIN/TTOU) must not leak into the agent.
@@ -373,22 +425,25 @@ impl ConfinePlan {
                     libc::sigaction(sig, &dfl, std::ptr::null_mut());
                 }
             }
-
             if libc::setsid() < 0 {
                 return Err(fail(Stage::Setsid));
             }
+        }
 
-            if self.privileged {
-                for cap in 0..=self.cap_last {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) != 0
-                        && *libc::__errno_location() != libc::EINVAL
-                    {
-                        return Err(fail(Stage::Bounding));
-                    }
+        // The bounding set can only be lowered with CAP_SETPCAP: before the uid change.
+        // `self.caps` holds only capabilities the kernel supports, so no EINVAL to tolerate.
+        if self.privileged {
+            for &cap in &self.caps {
+                if caps::drop(None, CapSet::Bounding, cap).is_err() {
+                    return Err(fail(Stage::Bounding));
                 }
             }
+        }
 
-            if self.change_identity {
+        if self.change_identity {
+            // SAFETY: `groups` is a live Vec whose length is passed with its pointer; the id
+            // calls take plain integers.
+            unsafe {
                 if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0 {
                     return Err(fail(Stage::Groups));
                 }
@@ -399,28 +454,22 @@ impl ConfinePlan {
                     return Err(fail(Stage::Uid));
                 }
             }
+        }
 
-            if libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-                && *libc::__errno_location() != libc::EINVAL
-            {
-                return Err(fail(Stage::Ambient));
-            }
-            let mut header = CapHeader {
-                version: LINUX_CAPABILITY_VERSION_3,
-                pid: 0,
-            };
-            let mut data = [CapData::default(); 2];
-            if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+        if self.ambient_supported && caps::clear(None, CapSet::Ambient).is_err() {
+            return Err(fail(Stage::Ambient));
+        }
+        // Clearing the permitted set clears the effective set with it; lowering any of the
+        // three needs no privilege, so this works after the uid change too.
+        for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+            if caps::clear(None, set).is_err() {
                 return Err(fail(Stage::Capset));
             }
+        }
 
-            // Read back identity.
+        // SAFETY: getresuid/getresgid write three ids into stack variables; getgroups writes
+        // at most `groups_readback.len()` ids into that Vec, whose length is what we pass.
+        unsafe {
             let (mut r, mut e, mut s) = (0, 0, 0);
             if libc::getresuid(&mut r, &mut e, &mut s) != 0 || [r, e, s] != [self.uid; 3] {
                 return Err(fail(Stage::IdsReadback));
@@ -442,40 +491,13 @@ impl ConfinePlan {
                     return Err(fail(Stage::IdsReadback));
                 }
             }
+        }
 
-            // Read back capabilities: effective, permitted, inheritable must be empty always;
-            // bounding and ambient must be empty for "caps_cleared".
-            header.version = LINUX_CAPABILITY_VERSION_3;
-            header.pid = 0;
-            if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
-                return Err(fail(Stage::CapsReadback));
-            }
-            if data
-                .iter()
-                .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
-            {
-                *libc::__errno_location() = libc::EPERM;
-                return Err(fail(Stage::CapsReadback));
-            }
-            let mut caps_cleared = true;
-            for cap in 0..=self.cap_last {
-                let cap = libc::c_ulong::from(cap);
-                if libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) > 0 {
-                    caps_cleared = false;
-                }
-                let ambient = libc::prctl(
-                    libc::PR_CAP_AMBIENT,
-                    libc::PR_CAP_AMBIENT_IS_SET as libc::c_ulong,
-                    cap,
-                    0,
-                    0,
-                );
-                if ambient > 0 {
-                    *libc::__errno_location() = libc::EPERM;
-                    return Err(fail(Stage::CapsReadback));
-                }
-            }
+        let caps_cleared = self.read_back_capabilities()?;
 
+        // SAFETY: `workdir` is a NUL-terminated C string owned by `self`; close_range and fcntl
+        // take fd numbers and flags only.
+        unsafe {
             if libc::chdir(self.workdir.as_ptr()) != 0 {
                 return Err(fail(Stage::Chdir));
             }
@@ -492,44 +514,85 @@ impl ConfinePlan {
                     }
                 }
             }
+        }
 
+        // SAFETY: prctl with integer arguments only.
+        let no_new_privs = unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(fail(Stage::NoNewPrivs));
             }
-            let no_new_privs = libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
-            if !no_new_privs {
-                return Err(fail(Stage::NoNewPrivs));
-            }
+            libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1
+        };
+        if !no_new_privs {
+            return Err(fail(Stage::NoNewPrivs));
+        }
 
-            let landlock = match self.landlock.take() {
-                None => LandlockState::Off,
-                Some(ruleset) => match ruleset.restrict_self() {
-                    Ok(status) => match status.ruleset {
-                        RulesetStatus::FullyEnforced => LandlockState::FullyEnforced,
-                        RulesetStatus::PartiallyEnforced => LandlockState::PartiallyEnforced,
-                        RulesetStatus::NotEnforced => LandlockState::NotEnforced,
-                    },
-                    Err(_) => return Err(fail(Stage::Landlock)),
+        let landlock = match self.landlock.take() {
+            None => LandlockState::Off,
+            Some(ruleset) => match ruleset.restrict_self() {
+                Ok(status) => match status.ruleset {
+                    RulesetStatus::FullyEnforced => LandlockState::FullyEnforced,
+                    RulesetStatus::PartiallyEnforced => LandlockState::PartiallyEnforced,
+                    RulesetStatus::NotEnforced => LandlockState::NotEnforced,
                 },
-            };
-            if self.landlock_required && landlock != LandlockState::FullyEnforced {
+                Err(_) => return Err(fail(Stage::Landlock)),
+            },
+        };
+        if self.landlock_required && landlock != LandlockState::FullyEnforced {
+            return Err(ChildFailure {
+                stage: Stage::LandlockRequired,
+                errno: 0,
+            });
+        }
+
+        // SAFETY: `original_mask` is a sigset_t owned by `self`; the old mask is not wanted.
+        if unsafe {
+            libc::sigprocmask(libc::SIG_SETMASK, &self.original_mask, std::ptr::null_mut())
+        } != 0
+        {
+            return Err(fail(Stage::SignalMask));
+        }
+
+        Ok(ChildReport {
+            landlock,
+            no_new_privs,
+            caps_cleared,
+        })
+    }
+
+    /// Reads every capability set back, one capability at a time (`has_cap`: one `capget` or
+    /// `prctl` each, no allocation). Effective, permitted, inheritable and ambient must be empty
+    /// (else `caps-readback` with EPERM; a failing read fails too, with its errno). Returns
+    /// whether the bounding set is empty too: it stays full when the supervisor was not
+    /// privileged, which the record reports as `caps_cleared: false`.
+    fn read_back_capabilities(&self) -> Result<bool, ChildFailure> {
+        let read = |set: CapSet, cap: Capability| {
+            caps::has_cap(None, set, cap).map_err(|_| ChildFailure {
+                stage: Stage::CapsReadback,
+                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            })
+        };
+        let mut bounding_empty = true;
+        for &cap in &self.caps {
+            for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+                if read(set, cap)? {
+                    return Err(ChildFailure {
+                        stage: Stage::CapsReadback,
+                        errno: libc::EPERM,
+                    });
+                }
+            }
+            if self.ambient_supported && read(CapSet::Ambient, cap)? {
                 return Err(ChildFailure {
-                    stage: Stage::LandlockRequired,
-                    errno: 0,
+                    stage: Stage::CapsReadback,
+                    errno: libc::EPERM,
                 });
             }
-
-            if libc::sigprocmask(libc::SIG_SETMASK, &self.original_mask, std::ptr::null_mut()) != 0
-            {
-                return Err(fail(Stage::SignalMask));
+            if read(CapSet::Bounding, cap)? {
+                bounding_empty = false;
             }
-
-            Ok(ChildReport {
-                landlock,
-                no_new_privs,
-                caps_cleared,
-            })
         }
+        Ok(bounding_empty)
     }
 }
 
@@ -545,22 +608,6 @@ fn build_ruleset(writable: &[String]) -> Result<RulesetCreated, landlock::Rulese
         .add_rules(path_beneath_rules(writable, all))?
         .no_new_privs(true);
     Ok(ruleset)
-}
-
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
 }
 
 #[cfg(test)]

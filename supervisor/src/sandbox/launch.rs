@@ -12,6 +12,11 @@
 //! - EOF without a message: the child died before confinement finished → 125.
 //!
 //! Everything the child touches (argv, envp, paths, fds) is prepared here in the parent.
+//!
+//! **Fork invariant**: pitcrew-init forks only while it has exactly one thread, so the child
+//! may allocate (see "Allocation after fork" in [`super::confine`]). [`launch`] checks it
+//! right before `fork` with [`ensure_single_threaded`] and otherwise fails the iteration with
+//! 125, `internal: …`, without forking.
 
 use super::confine::{ChildFailure, ChildReport, ConfinePlan, Stage};
 use super::reaper::Reaper;
@@ -22,11 +27,18 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 const MSG_REPORT: u32 = 1;
 const MSG_FAILURE: u32 = 2;
 const MSG_WORDS: usize = 4;
 const MSG_BYTES: usize = MSG_WORDS * 4;
+
+/// How long [`launch`] waits for the thread count to reach 1. A thread that `pthread_join` has
+/// already returned for is still counted for a moment: the kernel wakes the joiner when it
+/// clears the thread's tid (`exit_mm`) and only later removes it from the thread group
+/// (`release_task`). A thread still running after this long is a real second thread.
+const THREAD_EXIT_WAIT: Duration = Duration::from_millis(200);
 
 /// Mode of the output files the supervisor creates (the agent writes them through its
 /// inherited fds, it cannot reopen them).
@@ -52,6 +64,8 @@ pub struct LaunchSpec {
 pub enum LaunchError {
     /// Preparing the launch failed in the parent (125).
     Setup(String),
+    /// A supervisor invariant did not hold, so nothing was forked (125).
+    Internal(String),
     /// A confinement stage failed in the child (125).
     Confine(ChildFailure),
     /// `execve` failed with this errno (127 or 126).
@@ -67,7 +81,9 @@ impl LaunchError {
     /// The iteration exit code.
     pub fn exit_code(&self) -> i32 {
         match self {
-            LaunchError::Setup(_) | LaunchError::Confine(_) => exit_code::SUPERVISOR_FAILED,
+            LaunchError::Setup(_) | LaunchError::Internal(_) | LaunchError::Confine(_) => {
+                exit_code::SUPERVISOR_FAILED
+            }
             LaunchError::Exec { errno, .. } => exec_exit_code(*errno),
         }
     }
@@ -76,6 +92,7 @@ impl LaunchError {
     pub fn reason(&self) -> String {
         match self {
             LaunchError::Setup(text) => format!("launch: {text}"),
+            LaunchError::Internal(text) => format!("internal: {text}"),
             LaunchError::Confine(ChildFailure {
                 stage: Stage::LandlockRequired,
                 ..
@@ -201,18 +218,59 @@ impl LaunchSpec {
     }
 }
 
+/// The `Threads:` field of a `/proc/<pid>/status` text.
+pub fn parse_thread_count(status: &str) -> Option<usize> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// The number of threads of this process, from `/proc/self/status`.
+fn thread_count() -> Result<usize, String> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("/proc/self/status: {e}"))?;
+    parse_thread_count(&status).ok_or_else(|| "/proc/self/status has no Threads: line".to_string())
+}
+
+/// The fork invariant: succeeds once this process has exactly one thread, re-reading the
+/// count for up to `wait` while joined threads finish leaving. Fails (the reason without the
+/// `internal:` prefix) if a second thread remains or the count cannot be read: without it,
+/// allocating in the forked child would not be sound.
+///
+/// Once the count is 1 it stays 1 until the `fork`: the only thread left is the caller, and
+/// it starts none in between.
+pub fn ensure_single_threaded(wait: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let threads = thread_count()
+            .map_err(|e| format!("cannot confirm a single thread before fork: {e}"))?;
+        if threads == 1 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{threads} threads before fork (must be 1: a lock held by another thread \
+                 would stay held in the child); refusing to launch"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Forks, confines and execs; on success the agent's pid is registered with `reaper`.
 pub fn launch(
     spec: &LaunchSpec,
     plan: &mut ConfinePlan,
     reaper: &mut Reaper,
 ) -> Result<Launched, LaunchError> {
+    ensure_single_threaded(THREAD_EXIT_WAIT).map_err(LaunchError::Internal)?;
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| LaunchError::Setup(format!("status pipe: {e}")))?;
-    // SAFETY: pitcrew-init is single-threaded (signals are read from a signalfd, no helper
-    // threads), so the child is an exact copy with no lock held by a vanished thread. The child
-    // runs only `child_main`, which uses raw syscalls on memory prepared before the fork and
-    // never returns.
+    // SAFETY: `ensure_single_threaded` just saw this thread as the only one, and nothing since
+    // started another; so no other thread can hold a lock (the allocator's included) that the
+    // child would inherit held, and the child may allocate. The child runs only `child_main`,
+    // on data prepared before the fork, and never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(LaunchError::Setup(format!(
@@ -305,8 +363,9 @@ unsafe fn redirect(fd: RawFd, target: RawFd) -> bool {
 ///
 /// # Safety
 ///
-/// Only in the freshly forked child. Async-signal-safe calls only: `dup2`, `fcntl`, `write`,
-/// `execve`, `_exit`, and the raw syscalls of [`ConfinePlan::apply_in_child`].
+/// Only in the freshly forked child of a single-threaded parent (the fork invariant of this
+/// module). Besides [`ConfinePlan::apply_in_child`] it only calls `dup2`, `fcntl`, `write`,
+/// `execve` and `_exit`.
 unsafe fn child_main(spec: &LaunchSpec, plan: &mut ConfinePlan, status: RawFd) -> ! {
     let fail = |stage: Stage, errno: i32, code: i32| -> ! {
         write_message(
@@ -368,6 +427,32 @@ mod tests {
         assert_eq!(exec_exit_code(libc::ENOTDIR), 127);
         assert_eq!(exec_exit_code(libc::EACCES), 126);
         assert_eq!(exec_exit_code(libc::ENOEXEC), 126);
+    }
+
+    #[test]
+    fn thread_count_is_parsed_from_proc_status() {
+        let status = "Name:\tpitcrew-init\nTgid:\t1\nThreads:\t3\nSigQ:\t0/63\n";
+        assert_eq!(parse_thread_count(status), Some(3));
+        assert_eq!(parse_thread_count("Threads:\t1"), Some(1));
+        assert_eq!(parse_thread_count("Name:\tx\n"), None);
+        assert_eq!(parse_thread_count("Threads:\tmany\n"), None);
+        let own = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        assert!(parse_thread_count(&own).is_some_and(|n| n >= 1), "{own}");
+    }
+
+    #[test]
+    fn a_second_thread_blocks_the_fork() {
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || parked.recv());
+        let refused = ensure_single_threaded(Duration::from_millis(20));
+        stop.send(()).expect("stop the thread");
+        let _ = other.join();
+        let reason = LaunchError::Internal(refused.expect_err("two threads")).reason();
+        assert!(
+            reason.starts_with("internal: ") && reason.contains("threads before fork"),
+            "{reason}"
+        );
+        assert_eq!(LaunchError::Internal(String::new()).exit_code(), 125);
     }
 
     #[test]
