@@ -11,6 +11,7 @@
 //! - [`exit_code`]: what each iteration exit code means.
 //! - [`protocol`]: framing and messages between the host and the supervisor.
 //! - [`result`]: the result record of an iteration.
+//! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
@@ -35,4 +36,6 @@ pub mod runtime_argv;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 pub mod tree_hash;
+#[cfg(unix)]
+pub mod unpack;
 pub mod verify;
