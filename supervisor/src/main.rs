@@ -87,7 +87,7 @@ fn main() -> ExitCode {
 mod linux {
     use super::RunArgs;
     use pitcrew_core::exit_code::SUPERVISOR_FAILED;
-    use pitcrew_core::iteration::{run_iteration, BaselineEnv, Supervisor};
+    use pitcrew_core::iteration::{run_iteration, BaselineEnv, NoopObserver, Supervisor};
     use pitcrew_core::manifest::Manifest;
     use pitcrew_core::result::{IterationResult, SupervisorInfo, SupervisorMode};
     use pitcrew_core::sandbox::signals::Signals;
@@ -263,7 +263,7 @@ mod linux {
                 Manifest::from_json(&bytes).map_err(|e| format!("manifest-invalid: {e}"))
             });
         let record = match manifest {
-            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration),
+            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration, &mut NoopObserver),
             Err(reason) => {
                 tracing::error!("{reason}");
                 let mut record = IterationResult::new(args.iteration, ctx.info.clone());
