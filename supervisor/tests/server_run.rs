@@ -275,3 +275,64 @@ fn status_verify_shows_drift_after_a_change_from_outside() {
     assert!(reason.contains("settings.json"), "{reason}");
     assert_eq!(verify["failures"][0]["exit_code"], 98, "{verify}");
 }
+
+#[test]
+fn an_attach_inside_the_sandbox_survives_the_reap_that_kills_everything_else() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    use pitcrew_core::protocol::{read_frame, Frame};
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let server = Server::start();
+    let pid1 = common::pid1_of(server.child.id()).expect("pid 1 of the sandbox");
+    let enter = |args: &[&str]| {
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &pid1.to_string(), "-p", "-m", "--"])
+            .args(args);
+        cmd
+    };
+    // A root process left in the sandbox (like one started by `podman exec`): must be reaped.
+    let secs = common::unique_seconds().to_string();
+    let mut leftover = enter(&["sleep", &secs])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::busy_wait(
+        || !common::processes_matching(&format!("sleep {secs}")).is_empty(),
+        std::time::Duration::from_secs(60)
+    ));
+    let sb = Sandbox::sh("echo hi");
+    let socket = server.socket.display().to_string();
+    let mut attach = enter(&[common::bin(), "attach", "--socket", &socket])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = attach.stdin.take().unwrap();
+    for msg in [
+        json!({"type": "hello", "id": 1, "versions": [1], "client": "in-sandbox"}),
+        json!({"type": "set_manifest", "id": 2, "manifest": sb.manifest}),
+        json!({"type": "run", "id": 3}),
+    ] {
+        stdin.write_all(&Frame::control(&msg).encode()).unwrap();
+    }
+    let mut stdout = attach.stdout.take().unwrap();
+    let record = loop {
+        let frame = read_frame(&mut stdout)
+            .unwrap()
+            .expect("the attach bridge was cut before the result");
+        if frame.kind == FrameKind::Control {
+            let v: Value = serde_json::from_slice(&frame.payload).unwrap();
+            if v["type"] == "result" {
+                break v["record"].clone();
+            }
+        }
+    };
+    assert_eq!(record["exit_code"], 0, "{record}");
+    assert!(record["reaped"]["before"].as_u64() >= Some(1), "{record}");
+    let _ = leftover.wait();
+    assert!(common::processes_matching(&format!("sleep {secs}")).is_empty());
+    drop(stdin);
+    assert!(attach.wait().unwrap().success());
+}
