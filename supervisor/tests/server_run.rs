@@ -187,13 +187,22 @@ const TRAPPING: &str = "trap 'echo got-INT >> $W/signals; exit 3' INT; \
      trap 'echo got-TERM >> $W/signals; exit 4' TERM; \
      echo ready; while :; do sleep 0.05; done";
 
+/// A sandbox running [`TRAPPING`] with a grace long enough that a loaded machine never turns
+/// the SIGTERM into a SIGKILL before the trap ran.
+fn trapping() -> Sandbox {
+    let mut sb = Sandbox::sh(TRAPPING);
+    sb.manifest["limits"]["kill_grace_ms"] = json!(60_000);
+    sb.manifest["limits"]["reap_budget_ms"] = json!(60_000);
+    sb
+}
+
 #[test]
 fn cancel_reaches_the_agent() {
     if !require_root_and_namespaces() {
         return;
     }
     let server = Server::start();
-    let sb = Sandbox::sh(TRAPPING);
+    let sb = trapping();
     let mut c = server.connect();
     set_manifest(&mut c, &sb.manifest);
     c.send(json!({"type": "run"}));
@@ -224,7 +233,7 @@ fn signal_reaches_the_agent() {
         return;
     }
     let server = Server::start();
-    let sb = Sandbox::sh(TRAPPING);
+    let sb = trapping();
     let mut c = server.connect();
     set_manifest(&mut c, &sb.manifest);
     c.send(json!({"type": "run"}));
@@ -372,7 +381,7 @@ fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
         return;
     }
     let mut server = Server::start();
-    let sb = Sandbox::sh(TRAPPING);
+    let sb = trapping();
     let mut c = server.connect();
     set_manifest(&mut c, &sb.manifest);
     c.send(json!({"type": "run"}));
