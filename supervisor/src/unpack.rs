@@ -1,0 +1,486 @@
+//! Safe unpacking of a tar stream into a directory that is replaced whole.
+//!
+//! Used by the supervisor for `upload` (plugins, adapters, the workspace) and by the host to
+//! unpack collected iteration records, so it is platform-neutral Unix code (no Linux-only
+//! calls). The archive is untrusted:
+//!
+//! - Only regular files and directories are accepted. Symlinks, hardlinks, character and block
+//!   devices, fifos and every other entry type are refused.
+//! - Paths must be relative, UTF-8, without `..` components, without `\n`, `\r` or `\` (the
+//!   names the tree hash refuses), and at most [`MAX_PATH_LEN`] bytes.
+//! - At most `max_entries` entries and `max_bytes` bytes of file content.
+//!
+//! The tree is unpacked into a fresh sibling `<dest>.<random>.staging` (mode 0700 while
+//! unpacking), then `dest` is replaced atomically: the old one is renamed aside, the staging
+//! directory is renamed into place, the old one is removed. Any refusal removes the staging
+//! directory and leaves `dest` untouched. Nothing is ever written outside the staging directory:
+//! every directory is created by this code (`mkdir`, which never follows a final symlink) inside a
+//! fresh directory no one else can write, and files are created with `O_CREAT|O_EXCL|O_NOFOLLOW`.
+//! Modes keep only the owner-exec bit: files 0644 or 0755, directories 0755.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// The longest accepted entry path, in bytes.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Limits of one unpack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackLimits {
+    /// Most entries (files and directories) accepted.
+    pub max_entries: u64,
+    /// Most bytes of file content accepted (the sum of every file's size).
+    pub max_bytes: u64,
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits {
+            max_entries: 100_000,
+            max_bytes: 4 << 30,
+        }
+    }
+}
+
+/// What an unpack created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UnpackReport {
+    /// Regular files written.
+    pub files: u64,
+    /// Directories created (the destination itself not counted).
+    pub dirs: u64,
+    /// Bytes of file content written.
+    pub bytes: u64,
+}
+
+/// Why an archive was refused or could not be unpacked.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// An entry breaks a rule; nothing was written.
+    #[error("tar entry {entry:?} refused: {rule}")]
+    Refused {
+        /// The entry's path as found in the archive (lossy UTF-8).
+        entry: String,
+        /// The rule it breaks.
+        rule: String,
+    },
+    /// The destination itself is not acceptable.
+    #[error("destination {0}: {1}")]
+    Destination(String, String),
+    /// The archive is not a valid tar stream.
+    #[error("tar stream is not valid: {0}")]
+    Format(String),
+    /// A file system error while unpacking or replacing.
+    #[error("{0}: {1}")]
+    Io(String, io::Error),
+}
+
+impl UnpackError {
+    fn refused(entry: &[u8], rule: impl Into<String>) -> UnpackError {
+        UnpackError::Refused {
+            entry: String::from_utf8_lossy(entry).into_owned(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// Checks an entry path and returns its normal components (`.` components dropped).
+pub fn check_entry_path(raw: &[u8]) -> Result<Vec<String>, UnpackError> {
+    if raw.len() > MAX_PATH_LEN {
+        return Err(UnpackError::refused(
+            &raw[..64],
+            format!("path longer than {MAX_PATH_LEN} bytes"),
+        ));
+    }
+    let Ok(text) = std::str::from_utf8(raw) else {
+        return Err(UnpackError::refused(raw, "name is not valid UTF-8"));
+    };
+    if let Some(bad) = text.chars().find(|c| matches!(c, '\n' | '\r' | '\\')) {
+        let what = match bad {
+            '\n' => "newline",
+            '\r' => "carriage return",
+            _ => "backslash",
+        };
+        return Err(UnpackError::refused(
+            raw,
+            format!("name contains a {what} (refused by the tree hash)"),
+        ));
+    }
+    if text.contains('\0') {
+        return Err(UnpackError::refused(raw, "name contains a NUL byte"));
+    }
+    if text.starts_with('/') {
+        return Err(UnpackError::refused(raw, "absolute path"));
+    }
+    let mut parts = Vec::new();
+    for component in Path::new(text).components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(UnpackError::refused(raw, "`..` component")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(UnpackError::refused(raw, "absolute path"))
+            }
+        }
+    }
+    Ok(parts)
+}
+
+/// A random-enough suffix for sibling names (pid, time, a counter).
+fn random_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{:x}{:x}{n:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> UnpackError + '_ {
+    move |e| UnpackError::Io(path.display().to_string(), e)
+}
+
+/// `dest` with a suffix appended to its file name (a sibling).
+fn sibling(dest: &Path, suffix: &str) -> Result<PathBuf, UnpackError> {
+    let name = dest.file_name().ok_or_else(|| {
+        UnpackError::Destination(dest.display().to_string(), "has no file name".into())
+    })?;
+    let mut name = name.to_os_string();
+    name.push(format!(".{}.{suffix}", random_suffix()));
+    Ok(dest.with_file_name(name))
+}
+
+/// Unpacks the tar stream `reader` into `dest`, replacing it whole (see the module docs).
+/// With `owner`, every entry (and `dest`) is chowned to `(uid, gid)`; otherwise they keep the
+/// caller's identity (root in the supervisor).
+pub fn unpack_tar(
+    reader: impl Read,
+    dest: &Path,
+    limits: &UnpackLimits,
+    owner: Option<(u32, u32)>,
+) -> Result<UnpackReport, UnpackError> {
+    if !dest.is_absolute()
+        || dest
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(UnpackError::Destination(
+            dest.display().to_string(),
+            "must be an absolute path without `.` or `..` components".into(),
+        ));
+    }
+    let parent = dest.parent().ok_or_else(|| {
+        UnpackError::Destination(dest.display().to_string(), "has no parent".into())
+    })?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(parent)
+        .map_err(io_err(parent))?;
+    let staging = sibling(dest, "staging")?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging)
+        .map_err(io_err(&staging))?;
+    match unpack_into(reader, &staging, limits, owner) {
+        Ok(report) => match finish(&staging, dest, owner) {
+            Ok(()) => Ok(report),
+            Err(err) => {
+                let _ = fs::remove_dir_all(&staging);
+                Err(err)
+            }
+        },
+        Err(err) => {
+            let _ = fs::remove_dir_all(&staging);
+            Err(err)
+        }
+    }
+}
+
+/// Sets the final mode and owner of the staging root, then swaps it into place.
+fn finish(staging: &Path, dest: &Path, owner: Option<(u32, u32)>) -> Result<(), UnpackError> {
+    fs::set_permissions(staging, fs::Permissions::from_mode(0o755)).map_err(io_err(staging))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::lchown(staging, Some(uid), Some(gid)).map_err(io_err(staging))?;
+    }
+    let old = match fs::symlink_metadata(dest) {
+        Ok(_) => {
+            let old = sibling(dest, "old")?;
+            fs::rename(dest, &old).map_err(io_err(dest))?;
+            Some(old)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(UnpackError::Io(dest.display().to_string(), e)),
+    };
+    if let Err(e) = fs::rename(staging, dest) {
+        if let Some(old) = &old {
+            let _ = fs::rename(old, dest);
+        }
+        return Err(UnpackError::Io(dest.display().to_string(), e));
+    }
+    if let Some(old) = old {
+        let removed = if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(&old)
+        } else {
+            fs::remove_file(&old)
+        };
+        if let Err(e) = removed {
+            tracing::warn!("unpack: could not remove {}: {e}", old.display());
+        }
+    }
+    Ok(())
+}
+
+/// Makes sure `dir` (inside staging, created by us) exists as a real directory.
+fn ensure_dir(dir: &Path, raw: &[u8], created: &mut u64) -> Result<(), UnpackError> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(UnpackError::refused(
+            raw,
+            "a path component is already a file in this archive",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .mode(0o755)
+                .create(dir)
+                .map_err(io_err(dir))?;
+            *created += 1;
+            Ok(())
+        }
+        Err(e) => Err(UnpackError::Io(dir.display().to_string(), e)),
+    }
+}
+
+fn unpack_into(
+    reader: impl Read,
+    staging: &Path,
+    limits: &UnpackLimits,
+    owner: Option<(u32, u32)>,
+) -> Result<UnpackReport, UnpackError> {
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive
+        .entries()
+        .map_err(|e| UnpackError::Format(e.to_string()))?;
+    let mut report = UnpackReport::default();
+    let mut count: u64 = 0;
+    let mut chown_list: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        let mut entry = entry.map_err(|e| UnpackError::Format(e.to_string()))?;
+        let raw = entry.path_bytes().into_owned();
+        count += 1;
+        if count > limits.max_entries {
+            return Err(UnpackError::refused(
+                &raw,
+                format!("more than {} entries", limits.max_entries),
+            ));
+        }
+        let kind = entry.header().entry_type();
+        let is_dir = match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous => false,
+            tar::EntryType::Directory => true,
+            tar::EntryType::Symlink => {
+                return Err(UnpackError::refused(&raw, "symlinks are refused"))
+            }
+            tar::EntryType::Link => {
+                return Err(UnpackError::refused(&raw, "hardlinks are refused"))
+            }
+            tar::EntryType::Char => {
+                return Err(UnpackError::refused(&raw, "character devices are refused"))
+            }
+            tar::EntryType::Block => {
+                return Err(UnpackError::refused(&raw, "block devices are refused"))
+            }
+            tar::EntryType::Fifo => return Err(UnpackError::refused(&raw, "fifos are refused")),
+            other => {
+                return Err(UnpackError::refused(
+                    &raw,
+                    format!("entry type {:?} is refused", other.as_byte() as char),
+                ))
+            }
+        };
+        let parts = check_entry_path(&raw)?;
+        let mut path = staging.to_path_buf();
+        let Some((last, dirs)) = parts.split_last() else {
+            if is_dir {
+                // `./` itself: the destination, created already.
+                continue;
+            }
+            return Err(UnpackError::refused(
+                &raw,
+                "a file entry with an empty name",
+            ));
+        };
+        for part in dirs {
+            path.push(part);
+            let before = report.dirs;
+            ensure_dir(&path, &raw, &mut report.dirs)?;
+            if report.dirs > before {
+                chown_list.push(path.clone());
+            }
+        }
+        path.push(last);
+        if is_dir {
+            let before = report.dirs;
+            ensure_dir(&path, &raw, &mut report.dirs)?;
+            if report.dirs > before {
+                chown_list.push(path.clone());
+            }
+            continue;
+        }
+        let size = entry.size();
+        if report.bytes.saturating_add(size) > limits.max_bytes {
+            return Err(UnpackError::refused(
+                &raw,
+                format!("more than {} bytes of file content", limits.max_bytes),
+            ));
+        }
+        let exec = entry
+            .header()
+            .mode()
+            .map(|m| m & 0o100 != 0)
+            .unwrap_or(false);
+        let mode = if exec { 0o755 } else { 0o644 };
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    UnpackError::refused(&raw, "duplicate entry")
+                } else {
+                    UnpackError::Io(path.display().to_string(), e)
+                }
+            })?;
+        let written = io::copy(&mut (&mut entry).take(size), &mut file)
+            .map_err(|e| UnpackError::Format(format!("{}: {e}", String::from_utf8_lossy(&raw))))?;
+        // The umask may have narrowed the mode given at creation.
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(io_err(&path))?;
+        drop(file);
+        report.bytes += written;
+        report.files += 1;
+        chown_list.push(path);
+    }
+    if let Some((uid, gid)) = owner {
+        for path in &chown_list {
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io_err(path))?;
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(path: &[u8], kind: tar::EntryType, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        {
+            let name = &mut h.as_old_mut().name;
+            name[..path.len()].copy_from_slice(path);
+        }
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_cksum();
+        h
+    }
+
+    fn tar_of(entries: &[(&[u8], tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, data) in entries {
+            let h = header(path, *kind, data.len() as u64);
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn leftovers(parent: &Path) -> Vec<String> {
+        fs::read_dir(parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn good_tree_replaces_destination() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("tree");
+        fs::create_dir(&dest).unwrap();
+        fs::write(dest.join("stale"), b"x").unwrap();
+        let bytes = tar_of(&[
+            (b"a/", tar::EntryType::Directory, b""),
+            (b"a/b.txt", tar::EntryType::Regular, b"hello"),
+            (b"./c/d.txt", tar::EntryType::Regular, b"!"),
+        ]);
+        let report = unpack_tar(&bytes[..], &dest, &UnpackLimits::default(), None).unwrap();
+        assert_eq!(report.files, 2);
+        assert_eq!(report.bytes, 6);
+        assert_eq!(fs::read(dest.join("a/b.txt")).unwrap(), b"hello");
+        assert!(!dest.join("stale").exists());
+        assert_eq!(leftovers(tmp.path()), vec!["tree".to_string()]);
+    }
+
+    #[test]
+    fn refused_entries_leave_nothing() {
+        let cases: Vec<(&[u8], tar::EntryType, &str)> = vec![
+            (b"/etc/x", tar::EntryType::Regular, "absolute"),
+            (b"a/../../x", tar::EntryType::Regular, "`..`"),
+            (b"l", tar::EntryType::Symlink, "symlink"),
+            (b"h", tar::EntryType::Link, "hardlink"),
+            (b"c", tar::EntryType::Char, "character device"),
+            (b"b", tar::EntryType::Block, "block device"),
+            (b"f", tar::EntryType::Fifo, "fifo"),
+            (b"n\nx", tar::EntryType::Regular, "newline"),
+            (b"n\\x", tar::EntryType::Regular, "backslash"),
+            (b"\xff", tar::EntryType::Regular, "UTF-8"),
+        ];
+        for (path, kind, rule) in cases {
+            let tmp = tempfile::tempdir().unwrap();
+            let dest = tmp.path().join("tree");
+            let bytes = tar_of(&[(b"ok", tar::EntryType::Regular, b"1"), (path, kind, b"")]);
+            let err = unpack_tar(&bytes[..], &dest, &UnpackLimits::default(), None).unwrap_err();
+            assert!(err.to_string().contains(rule), "{rule}: {err}");
+            assert!(leftovers(tmp.path()).is_empty(), "{rule}");
+        }
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("tree");
+        let bytes = tar_of(&[
+            (b"a", tar::EntryType::Regular, b"1"),
+            (b"b", tar::EntryType::Regular, b"2"),
+        ]);
+        let limits = UnpackLimits {
+            max_entries: 1,
+            max_bytes: 100,
+        };
+        let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
+        assert!(err.to_string().contains("more than 1 entries"), "{err}");
+        let limits = UnpackLimits {
+            max_entries: 10,
+            max_bytes: 1,
+        };
+        let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
+        assert!(err.to_string().contains("bytes"), "{err}");
+        assert!(leftovers(tmp.path()).is_empty());
+    }
+
+    #[test]
+    fn paths_are_checked() {
+        assert_eq!(check_entry_path(b"./a/./b").unwrap(), vec!["a", "b"]);
+        assert!(check_entry_path(&vec![b'a'; MAX_PATH_LEN + 1]).is_err());
+    }
+}
