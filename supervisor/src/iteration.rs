@@ -19,6 +19,49 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub use crate::sandbox::supervisor::{BaselineEnv, Supervisor};
+use serde_json::json;
+use std::os::fd::BorrowedFd;
+
+/// What an observer asks the running iteration to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObserverAction {
+    /// Send this signal to the agent's process group.
+    Signal(i32),
+    /// Cancel: SIGTERM to the agent's group, SIGKILL after `kill_grace_ms`; the record's reason
+    /// becomes `cancelled: <text>`.
+    Cancel(String),
+}
+
+/// Watches an iteration and keeps other work going while the agent runs, without threads: the
+/// supervise loop polls [`IterationObserver::poll_fds`] with its signalfd and calls
+/// [`IterationObserver::on_ready`] and [`IterationObserver::on_tick`] after every wake-up.
+/// `pitcrew-init run` passes [`NoopObserver`]; the long-lived mode passes its server, so both run
+/// the same code path.
+pub trait IterationObserver {
+    /// A step `started` or `finished`, with details.
+    fn step(&mut self, _step: &str, _state: &str, _detail: serde_json::Value) {}
+    /// Descriptors to wait on (readable) while the agent runs.
+    fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        Vec::new()
+    }
+    /// Called after every wake-up of the supervise loop (and once before launch): service the
+    /// descriptors and return actions for the agent.
+    fn on_ready(&mut self, _ctx: &mut Supervisor) -> Vec<ObserverAction> {
+        Vec::new()
+    }
+    /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
+    fn on_tick(&mut self) {}
+    /// The longest the supervise loop may sleep between calls.
+    fn max_wait(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+/// An observer that does nothing (the one-shot `pitcrew-init run`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl IterationObserver for NoopObserver {}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -42,22 +85,45 @@ fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
 }
 
 /// The reap after the agent (or after a failed launch): records it, never changes the code.
-fn final_reap(ctx: &mut Supervisor, manifest: &Manifest, record: &mut IterationResult) {
+fn final_reap(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) {
+    observer.step("final-reap", "started", json!({}));
     let outcome = reap(ctx, manifest);
     record.steps.final_reap_ms = millis(outcome.elapsed);
     record.reaped.after = outcome.killed;
     record.reaped.remaining_after = outcome.remaining;
+    observer.step(
+        "final-reap",
+        "finished",
+        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
+    );
 }
 
-/// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's).
-pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) -> IterationResult {
+/// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's),
+/// reporting each step to `observer`.
+pub fn run_iteration(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    iteration: u32,
+    observer: &mut dyn IterationObserver,
+) -> IterationResult {
     let mut record = IterationResult::new(iteration, ctx.info.clone());
     record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
 
     // 1. Reap: nothing but the supervisor may run while we verify.
+    observer.step("reap", "started", json!({}));
     let outcome = reap(ctx, manifest);
     record.steps.reap_ms = millis(outcome.elapsed);
     record.reaped.before = outcome.killed;
+    observer.step(
+        "reap",
+        "finished",
+        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
+    );
     if outcome.remaining > 0 {
         record.finish(
             exit_code::SUPERVISOR_FAILED,
@@ -70,6 +136,7 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     }
 
     // 2. Verify.
+    observer.step("verify", "started", json!({}));
     let path_var = ctx.baseline.path().to_string();
     let started = Instant::now();
     let report = verify::verify(manifest, &path_var);
@@ -77,6 +144,14 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     let failure = report.failure();
     let binary = report.resolved_agent().map(Path::to_path_buf);
     record.verification = Some(report);
+    observer.step(
+        "verify",
+        "finished",
+        match &failure {
+            None => json!({"ok": true}),
+            Some(f) => json!({"ok": false, "exit_code": f.exit_code, "reason": f.reason}),
+        },
+    );
     if let Some(failure) = failure {
         record.finish(failure.exit_code, Some(failure.reason));
         return record;
@@ -91,25 +166,51 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     };
 
     // 3. Environment.
+    observer.step("environment", "started", json!({}));
     let started = Instant::now();
     let env = environment::build(manifest, &ctx.baseline.vars);
     record.steps.env_ms = millis(started.elapsed());
     let env = match env {
         Ok(env) => env,
         Err(err) => {
+            observer.step("environment", "finished", json!({"error": err.to_string()}));
             record.finish(exit_code::SUPERVISOR_FAILED, Some(err.to_string()));
             return record;
         }
     };
     record.env.removed = to_values(&env.removed);
     record.env.dotenv_refused = to_values(&env.dotenv_refused);
+    observer.step(
+        "environment",
+        "finished",
+        json!({"removed": record.env.removed.len(), "dotenv_refused": record.env.dotenv_refused.len()}),
+    );
+
+    // A cancel that arrived while reaping or verifying: nothing is launched.
+    let early = observer.on_ready(ctx);
+    if let Some(why) = early.into_iter().find_map(|a| match a {
+        ObserverAction::Cancel(why) => Some(why),
+        ObserverAction::Signal(_) => None,
+    }) {
+        record.finish(
+            128 + libc::SIGTERM,
+            Some(format!("cancelled: {why} (before launch)")),
+        );
+        return record;
+    }
 
     // 4 and 5. Confine and launch.
+    observer.step("launch", "started", json!({}));
     crate::sandbox::supervisor::release_freed_memory();
     let started = Instant::now();
     let argv = match runtime_argv::argv(manifest, &binary) {
         Ok(argv) => argv,
         Err(err) => {
+            observer.step(
+                "launch",
+                "finished",
+                json!({"error": format!("argv: {err}")}),
+            );
             record.finish(exit_code::SUPERVISOR_FAILED, Some(format!("argv: {err}")));
             return record;
         }
@@ -117,6 +218,7 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     let mut plan = match ConfinePlan::prepare(manifest, *ctx.signals.original_mask()) {
         Ok(plan) => plan,
         Err(reason) => {
+            observer.step("launch", "finished", json!({"error": reason}));
             record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
             return record;
         }
@@ -124,6 +226,11 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     let spec = match LaunchSpec::prepare(&binary, &argv, &env.env, &manifest.output) {
         Ok(spec) => spec,
         Err(reason) => {
+            observer.step(
+                "launch",
+                "finished",
+                json!({"error": format!("launch: {reason}")}),
+            );
             record.finish(
                 exit_code::SUPERVISOR_FAILED,
                 Some(format!("launch: {reason}")),
@@ -139,10 +246,15 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
         Ok(launched) => launched,
         Err(err) => {
             tracing::warn!("launch: {}", err.reason());
+            observer.step(
+                "launch",
+                "finished",
+                json!({"error": err.reason(), "exit_code": err.exit_code()}),
+            );
             record.finish(err.exit_code(), Some(err.reason()));
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
-            final_reap(ctx, manifest, &mut record);
+            final_reap(ctx, manifest, &mut record, observer);
             return record;
         }
     };
@@ -151,9 +263,12 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     confinement.landlock.status = launched.report.landlock;
     record.confinement = Some(confinement);
 
+    observer.step("launch", "finished", json!({"pid": launched.pid}));
+
     // 6. Supervise.
+    observer.step("agent", "started", json!({"pid": launched.pid}));
     let started = Instant::now();
-    let outcome = supervise(ctx, launched.pid, &manifest.limits);
+    let outcome = supervise(ctx, launched.pid, &manifest.limits, observer);
     record.steps.agent_ms = millis(started.elapsed());
     record.agent = Some(AgentRecord {
         argv0: spec.argv0.clone(),
@@ -168,9 +283,26 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
             manifest.limits.timeout_ms
         )
     });
+    if let Some(why) = &outcome.cancelled {
+        reason = Some(format!("cancelled: {why}"));
+        if outcome.exit.signal().is_none() {
+            // The agent handled SIGTERM and exited by itself: still a cancelled iteration.
+            code = 128 + libc::SIGTERM;
+        }
+    }
+    observer.step(
+        "agent",
+        "finished",
+        json!({
+            "exit_code": outcome.exit.code(),
+            "signal": outcome.exit.signal().map(signal_name),
+            "timed_out": outcome.timed_out,
+            "cancelled": outcome.cancelled.is_some(),
+        }),
+    );
 
     // 7. Judge, then reap again.
-    if code == 0 {
+    if code == 0 && outcome.cancelled.is_none() {
         if let Some(verdict) = judge_stdout(manifest, &spec) {
             code = 1;
             reason = Some(verdict);
@@ -178,7 +310,7 @@ pub fn run_iteration(ctx: &mut Supervisor, manifest: &Manifest, iteration: u32) 
     }
     record.finish(code, reason);
     record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, &mut record);
+    final_reap(ctx, manifest, &mut record, observer);
     record
 }
 

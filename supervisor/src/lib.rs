@@ -14,6 +14,7 @@
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
+//! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
@@ -35,6 +36,8 @@ pub mod result;
 pub mod runtime_argv;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
+#[cfg(target_os = "linux")]
+pub mod server;
 pub mod tree_hash;
 #[cfg(unix)]
 pub mod unpack;

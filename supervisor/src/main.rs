@@ -1,8 +1,9 @@
 //! `pitcrew-init`: the sandbox supervisor (PID 1 of the sandbox container).
 //!
 //! A thin edge: it parses the command line, sets up process-wide state in the right order
-//! (baseline environment first, then signals before anything else), runs
-//! `pitcrew_core::iteration::run_iteration` and writes its result record.
+//! (baseline environment first, then signals before anything else), and either runs one
+//! iteration (`run`), serves the control protocol (`serve`, the default with no subcommand:
+//! the container entrypoint) or bridges stdio to the control socket (`attach`).
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -14,8 +15,9 @@ struct Cli {
     /// More log output on stderr (repeat for more); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// No subcommand: `serve` with the defaults.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -25,6 +27,32 @@ enum Command {
     /// Run one iteration (reap, verify, environment, confine, launch, wait, judge, reap) and
     /// exit with its code.
     Run(RunArgs),
+    /// Stay up as PID 1, reap continuously and serve the control protocol (the default).
+    Serve(ServeArgs),
+    /// Bridge stdin/stdout to the control socket (for `podman exec -i … pitcrew-init attach`).
+    Attach(AttachArgs),
+}
+
+/// Arguments of `serve`.
+#[derive(Debug, Default, clap::Args)]
+struct ServeArgs {
+    /// The control socket (its directory is created 0700, root-owned).
+    #[arg(long, default_value = "/run/pitcrew/control.sock")]
+    socket: std::path::PathBuf,
+    /// Where iteration records are kept until collected (created 0700).
+    #[arg(long, default_value = "/var/lib/pitcrew/records")]
+    records: std::path::PathBuf,
+    /// Serve exactly one connection on stdin/stdout instead of the socket; exit when it closes.
+    #[arg(long)]
+    stdio: bool,
+}
+
+/// Arguments of `attach`.
+#[derive(Debug, clap::Args)]
+struct AttachArgs {
+    /// The control socket.
+    #[arg(long, default_value = "/run/pitcrew/control.sock")]
+    socket: std::path::PathBuf,
 }
 
 /// Arguments of `run`.
@@ -60,7 +88,14 @@ fn main() -> ExitCode {
             };
         }
     };
-    match cli.command {
+    let command = cli.command.unwrap_or_else(|| {
+        Command::Serve(ServeArgs {
+            socket: pitcrew_core::server::DEFAULT_SOCKET.into(),
+            records: pitcrew_core::server::DEFAULT_RECORDS.into(),
+            stdio: false,
+        })
+    });
+    match command {
         Command::Hash(args) => {
             // A command-line tool here, not PID 1 duties: `pitcrew-init hash … | head` ends quietly.
             pitcrew_core::logging::restore_default_sigpipe();
@@ -75,9 +110,22 @@ fn main() -> ExitCode {
         }
         #[cfg(target_os = "linux")]
         Command::Run(args) => linux::run(&args, cli.verbose, baseline),
+        #[cfg(target_os = "linux")]
+        Command::Serve(args) => linux::serve(&args, cli.verbose, baseline),
+        #[cfg(target_os = "linux")]
+        Command::Attach(args) => {
+            pitcrew_core::logging::restore_default_sigpipe();
+            match pitcrew_core::server::attach::attach(&args.socket) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("pitcrew-init attach: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         #[cfg(not(target_os = "linux"))]
-        Command::Run(_) => {
-            eprintln!("pitcrew-init: run is only available on Linux");
+        Command::Run(_) | Command::Serve(_) | Command::Attach(_) => {
+            eprintln!("pitcrew-init: run, serve and attach are only available on Linux");
             ExitCode::from(125)
         }
     }
@@ -85,9 +133,9 @@ fn main() -> ExitCode {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::RunArgs;
+    use super::{RunArgs, ServeArgs};
     use pitcrew_core::exit_code::SUPERVISOR_FAILED;
-    use pitcrew_core::iteration::{run_iteration, BaselineEnv, Supervisor};
+    use pitcrew_core::iteration::{run_iteration, BaselineEnv, NoopObserver, Supervisor};
     use pitcrew_core::manifest::Manifest;
     use pitcrew_core::result::{IterationResult, SupervisorInfo, SupervisorMode};
     use pitcrew_core::sandbox::signals::Signals;
@@ -263,7 +311,7 @@ mod linux {
                 Manifest::from_json(&bytes).map_err(|e| format!("manifest-invalid: {e}"))
             });
         let record = match manifest {
-            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration),
+            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration, &mut NoopObserver),
             Err(reason) => {
                 tracing::error!("{reason}");
                 let mut record = IterationResult::new(args.iteration, ctx.info.clone());
@@ -280,6 +328,37 @@ mod linux {
         }
         write_record(sink, &record);
         exit(record.exit_code)
+    }
+
+    /// `pitcrew-init serve` (and no subcommand).
+    pub fn serve(args: &ServeArgs, verbose: u8, baseline: BaselineEnv) -> ExitCode {
+        // As PID 1 the supervisor changes to "/": make relative paths absolute first.
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let opts = pitcrew_core::server::ServeOptions {
+            socket: absolute(&args.socket),
+            records: absolute(&args.records),
+            stdio: args.stdio,
+            limits: pitcrew_core::unpack::UnpackLimits::default(),
+        };
+        // Signals first: no thread may ever see an unblocked signal.
+        let signals = Signals::install();
+        let _ = PANIC_TARGET.set(PanicTarget {
+            pid: std::process::id(),
+            iteration: 0,
+            file: None,
+            fd: None,
+        });
+        install_panic_hook();
+        pitcrew_core::logging::init(verbose);
+        let signals = match signals {
+            Ok(signals) => signals,
+            Err(err) => {
+                eprintln!("pitcrew-init: signal setup: {err}");
+                return exit(SUPERVISOR_FAILED);
+            }
+        };
+        let ctx = Supervisor::start(baseline, signals);
+        exit(pitcrew_core::server::serve(ctx, opts))
     }
 
     fn fail_early(sink: Sink, iteration: u32, reason: String) -> ExitCode {

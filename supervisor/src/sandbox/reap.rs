@@ -13,6 +13,10 @@
 //! would be stronger but needs a cgroup of our own; not done.)
 //!
 //! Everything is bounded by `limits.reap_budget_ms`.
+//!
+//! Processes listed in [`Supervisor::spared`] (the control-socket bridges of connected hosts)
+//! survive: then, as PID 1, every other process is signalled by pid instead of `kill(-1)`, and
+//! the `/proc` rescans catch whatever was forked meanwhile.
 
 use super::supervisor::Supervisor;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -108,6 +112,12 @@ fn wait_until_alone(ctx: &mut Supervisor, until: Instant, seen: &mut HashSet<i32
 
 /// Sends `sig` to every process the reap is responsible for.
 fn signal_all(ctx: &Supervisor, sig: Signal) {
+    if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 && !ctx.spared.is_empty() {
+        for pid in others(ctx) {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+        return;
+    }
     if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 {
         // As PID 1 of the namespace, -1 means every process in it except ourselves.
         if let Err(err) = kill(Pid::from_raw(-1), sig) {
@@ -129,11 +139,27 @@ fn others(ctx: &Supervisor) -> Vec<i32> {
     if !ctx.proc_is_ours {
         return Vec::new();
     }
-    if ctx.info.pid1 {
+    let all = if ctx.info.pid1 {
         proc_pids().into_iter().filter(|&p| p != ctx.pid).collect()
     } else {
         descendants(ctx.pid)
-    }
+    };
+    all.into_iter()
+        .filter(|p| !(ctx.spared.contains(p) && owned_by_root(*p)))
+        .collect()
+}
+
+/// Whether `/proc/<pid>/status` shows real uid 0 (a spared pid that exited and was reused by
+/// an agent process would not).
+fn owned_by_root(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|v| v == "0"))
+        })
+        .unwrap_or(false)
 }
 
 /// Every numeric entry of `/proc`.

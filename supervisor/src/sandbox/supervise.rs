@@ -6,11 +6,16 @@
 //! group id; if the group is gone, the agent's pid); the deadline → `SIGTERM` to the group, then
 //! `SIGKILL` after `kill_grace_ms`. The poll also wakes at least once a second and reaps anyway
 //! (tini #123: a missed `SIGCHLD` must not hang the supervisor).
+//!
+//! The same poll also waits on the [`IterationObserver`]'s descriptors (the long-lived mode's
+//! control connections), so the supervisor stays single-threaded; the observer may ask for a
+//! signal to the agent or a cancel (TERM to the group, KILL after `kill_grace_ms`).
 
 use super::reaper::ChildExit;
 use super::signals::is_forwarded;
 use super::supervisor::Supervisor;
 use crate::exit_code::signal_name;
+use crate::iteration::{IterationObserver, ObserverAction};
 use crate::manifest::Limits;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::os::fd::AsFd;
@@ -31,6 +36,8 @@ pub struct AgentOutcome {
     pub timed_out: bool,
     /// Names of the signals forwarded to it, in order.
     pub forwarded: Vec<String>,
+    /// Why it was cancelled, when an observer cancelled it.
+    pub cancelled: Option<String>,
 }
 
 /// Sends `signo` to the agent's group, or to the agent alone if it left its group.
@@ -50,14 +57,22 @@ fn signal_agent(pid: i32, signo: i32) {
     }
 }
 
-/// Waits for the agent `pid` (already registered with the reaper) to exit.
-pub fn supervise(ctx: &mut Supervisor, pid: i32, limits: &Limits) -> AgentOutcome {
+/// Waits for the agent `pid` (already registered with the reaper) to exit, servicing
+/// `observer` at least every [`IterationObserver::max_wait`].
+pub fn supervise(
+    ctx: &mut Supervisor,
+    pid: i32,
+    limits: &Limits,
+    observer: &mut dyn IterationObserver,
+) -> AgentOutcome {
     let start = Instant::now();
     let mut deadline = start + Duration::from_millis(limits.timeout_ms);
     let grace = Duration::from_millis(limits.kill_grace_ms);
     let mut timed_out = false;
+    let mut term_sent = false;
     let mut killed = false;
     let mut forwarded = Vec::new();
+    let mut cancelled = None;
 
     for signo in ctx.signals.take_held() {
         tracing::info!("supervise: forwarding held {}", signal_name(signo));
@@ -73,16 +88,18 @@ pub fn supervise(ctx: &mut Supervisor, pid: i32, limits: &Limits) -> AgentOutcom
                 exit,
                 timed_out,
                 forwarded,
+                cancelled,
             };
         }
         let now = Instant::now();
         if now >= deadline {
-            if !timed_out {
+            if !term_sent {
                 tracing::warn!(
                     "supervise: timeout after {} ms; SIGTERM to the agent's group",
                     limits.timeout_ms
                 );
                 timed_out = true;
+                term_sent = true;
                 signal_agent(pid, libc::SIGTERM);
                 deadline = now + grace;
             } else if !killed {
@@ -96,12 +113,39 @@ pub fn supervise(ctx: &mut Supervisor, pid: i32, limits: &Limits) -> AgentOutcom
             }
             continue;
         }
-        let wait = (deadline - now).min(TICK);
+        let wait = (deadline - now).min(TICK).min(observer.max_wait());
         let millis = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX).max(1);
-        let mut fds = [PollFd::new(ctx.signals.as_fd(), PollFlags::POLLIN)];
-        if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
-            tracing::debug!("supervise: poll: {err}");
+        {
+            let mut fds = vec![PollFd::new(ctx.signals.as_fd(), PollFlags::POLLIN)];
+            let extra = observer.poll_fds();
+            fds.extend(extra.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
+            if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
+                tracing::debug!("supervise: poll: {err}");
+            }
         }
+        for action in observer.on_ready(ctx) {
+            match action {
+                ObserverAction::Signal(signo) => {
+                    tracing::info!("supervise: {} to the agent (host)", signal_name(signo));
+                    signal_agent(pid, signo);
+                    if forwarded.len() < MAX_RECORDED {
+                        forwarded.push(signal_name(signo));
+                    }
+                }
+                ObserverAction::Cancel(why) => {
+                    if cancelled.is_none() {
+                        tracing::info!("supervise: cancelled ({why}); SIGTERM to the agent");
+                        cancelled = Some(why);
+                    }
+                    if !term_sent {
+                        term_sent = true;
+                        signal_agent(pid, libc::SIGTERM);
+                        deadline = Instant::now() + grace;
+                    }
+                }
+            }
+        }
+        observer.on_tick();
         while let Some(info) = ctx.signals.read_one() {
             let signo = i32::try_from(info.ssi_signo).unwrap_or(0);
             if signo == libc::SIGCHLD {

@@ -52,6 +52,10 @@ pub struct Supervisor {
     pub proc_is_ours: bool,
     /// Our pid.
     pub pid: i32,
+    /// Processes the reap must spare: the root-owned `pitcrew-init attach` bridges of connected
+    /// hosts (pids from `SO_PEERCRED`). The agent uid can never reach the control socket, so
+    /// nothing the agent started is ever listed here.
+    pub spared: Vec<i32>,
 }
 
 impl Supervisor {
@@ -100,6 +104,7 @@ impl Supervisor {
             info,
             proc_is_ours,
             pid,
+            spared: Vec::new(),
         }
     }
 }
