@@ -41,8 +41,10 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     };
     let hello = conn.hello().clone();
     conn.close();
-    let (clean, summary, _) = verification_summary(&status["verification"]);
-    let ok = status["verification"].is_null() || clean;
+    // `verify`: {ok, failures: [{exit_code, reason}], report: <verification report>}.
+    let live = &status["verify"];
+    let (_, summary, _) = verification_summary(&live["report"]);
+    let ok = live.is_null() || live["ok"].as_bool().unwrap_or(false);
     if args.json {
         let doc = serde_json::json!({
             "sandbox": sandbox,
@@ -84,13 +86,32 @@ fn render(
         hello.supervisor, hello.capabilities.mode, hello.capabilities.landlock_abi
     );
     if let Some(obj) = status.as_object() {
-        for (key, value) in obj {
+        // Known keys in reading order, then whatever else the supervisor reports.
+        const ORDER: [&str; 7] = [
+            "state",
+            "iteration",
+            "manifest_loaded",
+            "history",
+            "verify",
+            "processes",
+            "confinement",
+        ];
+        let mut keys: Vec<&String> = obj.keys().collect();
+        keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
+        for key in keys {
+            let value = &obj[key];
             match key.as_str() {
-                "verification" => {
-                    if !value.is_null() {
-                        out += &format!("verification (live): {verification}\n");
+                "verify" => {
+                    out += &format!("verification (live): {verification}\n");
+                    for f in value["failures"].as_array().into_iter().flatten() {
+                        out += &format!(
+                            "  exit {}: {}\n",
+                            compact(&f["exit_code"]),
+                            compact(&f["reason"])
+                        );
                     }
                 }
+                "capabilities" => {}
                 "history" | "iterations" => {
                     let list = value.as_array().cloned().unwrap_or_default();
                     out += &format!("{key}: {}\n", list.len());

@@ -90,16 +90,17 @@ fn install_ctrlc(slot: CancelSlot) {
 /// Progress for people: a status line on a terminal, plain lines otherwise.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
+    verbose: bool,
 }
 
 impl Progress {
-    fn new() -> Progress {
+    fn new(verbose: bool) -> Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             b.enable_steady_tick(std::time::Duration::from_millis(120));
             b
         });
-        Progress { bar }
+        Progress { bar, verbose }
     }
 
     /// A line that stays.
@@ -110,11 +111,13 @@ impl Progress {
         }
     }
 
-    /// The current status (a transient status line on a terminal, a plain line otherwise).
+    /// The current status: a transient status line on a terminal; otherwise a plain line with
+    /// `-v` only (the lines that stay say what happened).
     fn status(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.set_message(msg.to_string()),
-            None => eprintln!("pitcrew: {msg}"),
+            None if self.verbose => eprintln!("pitcrew: {msg}"),
+            None => {}
         }
     }
 
@@ -185,7 +188,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     install_ctrlc(Arc::clone(&slot));
 
     let engine = args.engine.engine()?;
-    let progress = Progress::new();
+    let progress = Progress::new(verbose > 0);
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),
@@ -205,10 +208,10 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     } else {
         engine.stop(&id, false)
     };
-    let report = outcome?;
     if let Err(e) = stop {
         eprintln!("pitcrew: {e:#}");
     }
+    let report = outcome?;
     let code = report.exit_code;
     let doc = serde_json::json!({
         "run_id": report.run_id,

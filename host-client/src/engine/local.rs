@@ -286,7 +286,8 @@ impl Engine for LocalEngine {
         fs::write(dir.join("engine.json"), json)
             .with_context(|| format!("{}: write", dir.join("engine.json").display()))?;
         let start = Instant::now();
-        while !socket.exists() {
+        // Listening, not just bound: a connection must be accepted.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
                 bail!(
                     "local sandbox {id}: the supervisor exited ({status}) before listening: {}",
