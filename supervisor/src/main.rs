@@ -34,7 +34,7 @@ enum Command {
 }
 
 /// Arguments of `serve`.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, clap::Args)]
 struct ServeArgs {
     /// The control socket (its directory is created 0700, root-owned).
     #[arg(long, default_value = "/run/pitcrew/control.sock")]
@@ -45,6 +45,12 @@ struct ServeArgs {
     /// Serve exactly one connection on stdin/stdout instead of the socket; exit when it closes.
     #[arg(long)]
     stdio: bool,
+    /// Most entries accepted in one upload.
+    #[arg(long, default_value_t = 100_000)]
+    upload_max_entries: u64,
+    /// Most bytes of file content accepted in one upload.
+    #[arg(long, default_value_t = 4 << 30)]
+    upload_max_bytes: u64,
 }
 
 /// Arguments of `attach`.
@@ -93,6 +99,8 @@ fn main() -> ExitCode {
             socket: pitcrew_core::server::DEFAULT_SOCKET.into(),
             records: pitcrew_core::server::DEFAULT_RECORDS.into(),
             stdio: false,
+            upload_max_entries: pitcrew_core::unpack::UnpackLimits::default().max_entries,
+            upload_max_bytes: pitcrew_core::unpack::UnpackLimits::default().max_bytes,
         })
     });
     match command {
@@ -338,7 +346,10 @@ mod linux {
             socket: absolute(&args.socket),
             records: absolute(&args.records),
             stdio: args.stdio,
-            limits: pitcrew_core::unpack::UnpackLimits::default(),
+            limits: pitcrew_core::unpack::UnpackLimits {
+                max_entries: args.upload_max_entries,
+                max_bytes: args.upload_max_bytes,
+            },
         };
         // Signals first: no thread may ever see an unblocked signal.
         let signals = Signals::install();

@@ -256,3 +256,4 @@ pub fn unique_seconds() -> u32 {
         .unwrap_or(0);
     100_000 + (std::process::id() % 1000) * 1000 + nanos % 1000
 }
+pub mod server;

@@ -1,0 +1,338 @@
+//! Iterations through the real server: streamed events, output and result; a host that
+//! disconnects mid-iteration collects the record later; cancel and signal reach the agent;
+//! live re-verification shows drift.
+#![allow(missing_docs)]
+
+mod common;
+
+use common::server::{files_of, Client, Server};
+use common::{require_root_and_namespaces, Sandbox};
+use pitcrew_core::protocol::{Channel, FrameKind};
+use serde_json::{json, Value};
+use sha2::Digest;
+
+/// What a `run` streamed until its `result`.
+#[derive(Default, Debug)]
+struct Streamed {
+    events: Vec<Value>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    result: Value,
+}
+
+fn read_run(c: &mut Client) -> Streamed {
+    let mut s = Streamed::default();
+    loop {
+        let frame = c.recv().expect("frame before the result");
+        match (frame.kind, frame.channel) {
+            (FrameKind::Data, Channel::Stdout) => s.stdout.extend(frame.payload),
+            (FrameKind::Data, Channel::Stderr) => s.stderr.extend(frame.payload),
+            (FrameKind::Control, _) => {
+                let v: Value = serde_json::from_slice(&frame.payload).unwrap();
+                match v["type"].as_str() {
+                    Some("event") => s.events.push(v),
+                    Some("result") => {
+                        s.result = v;
+                        return s;
+                    }
+                    _ => panic!("unexpected message during run: {v}"),
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn set_manifest(c: &mut Client, manifest: &Value) {
+    let r = c.request(json!({"type": "set_manifest", "manifest": manifest}));
+    assert_eq!(r["type"], "ok", "{r}");
+}
+
+/// Reads frames until the agent's stdout contains `needle`.
+fn wait_for_stdout(c: &mut Client, needle: &str) {
+    let mut out = Vec::new();
+    while !String::from_utf8_lossy(&out).contains(needle) {
+        let frame = c.recv().expect("frame");
+        if frame.kind == FrameKind::Data && frame.channel == Channel::Stdout {
+            out.extend(frame.payload);
+        }
+    }
+}
+
+#[test]
+fn run_streams_events_output_and_the_result() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let sb = Sandbox::sh("echo '{\"hello\":1}'; echo oops >&2; mkdir -p $W/output; echo art > $W/output/a.txt; exit 3");
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    let id = c.send(json!({"type": "run"}));
+    let s = read_run(&mut c);
+    let steps: Vec<String> = s
+        .events
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["step"].as_str().unwrap(),
+                e["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "reap:started",
+            "reap:finished",
+            "verify:started",
+            "verify:finished",
+            "environment:started",
+            "environment:finished",
+            "launch:started",
+            "launch:finished",
+            "agent:started",
+            "agent:finished",
+            "final-reap:started",
+            "final-reap:finished"
+        ]
+    );
+    assert!(s
+        .events
+        .iter()
+        .all(|e| e["id"] == id && e["iteration"] == 1));
+    assert!(s.events[7]["detail"]["pid"].is_i64(), "{:?}", s.events[7]);
+    assert_eq!(s.stdout, b"{\"hello\":1}\n");
+    assert_eq!(s.stderr, b"oops\n");
+    assert_eq!(s.result["iteration"], 1);
+    assert_eq!(s.result["record"]["exit_code"], 3, "{}", s.result);
+
+    // The record stays in the sandbox, root-owned, and collect returns all of it.
+    let (tar, done) = c.collect(1);
+    assert_eq!(done["type"], "ok", "{done}");
+    assert_eq!(done["detail"]["iteration"], 1);
+    let files = files_of(&tar);
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "events.jsonl",
+            "output.jsonl",
+            "output/a.txt",
+            "result.json",
+            "stderr.log"
+        ]
+    );
+    assert_eq!(files["output/a.txt"], b"art\n");
+    assert_eq!(
+        String::from_utf8_lossy(&files["events.jsonl"])
+            .lines()
+            .count(),
+        12
+    );
+    let record: Value = serde_json::from_slice(&files["result.json"]).unwrap();
+    assert_eq!(record["exit_code"], 3);
+
+    // A second iteration is numbered 2.
+    let r = c.request(json!({"type": "run"}));
+    assert_eq!(r["type"], "event");
+    let s = read_run(&mut c);
+    assert_eq!(s.result["iteration"], 2);
+    let status = c.request(json!({"type": "status"}));
+    assert_eq!(
+        status["status"]["history"].as_array().unwrap().len(),
+        2,
+        "{status}"
+    );
+}
+
+#[test]
+fn a_host_killed_mid_iteration_reconnects_and_collects_the_record() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let flag = server.path("go");
+    let sb = Sandbox::sh(&format!(
+        "echo first; while [ ! -e {} ]; do sleep 0.05; done; echo second; exit 7",
+        flag.display()
+    ));
+    {
+        let mut c = server.connect();
+        set_manifest(&mut c, &sb.manifest);
+        c.send(json!({"type": "run"}));
+        wait_for_stdout(&mut c, "first");
+        // The host goes away mid-iteration.
+    }
+    // While it runs, other connections are served, and new iterations are refused.
+    let mut c = server.connect();
+    let r = c.request(json!({"type": "status"}));
+    assert_eq!(r["status"]["state"], "running", "{r}");
+    let r = c.request(json!({"type": "run"}));
+    assert_eq!(r["kind"], "busy", "{r}");
+    let r = c.request(json!({"type": "collect", "iteration": 1}));
+    assert_eq!(r["kind"], "busy", "{r}");
+    std::fs::write(&flag, b"").unwrap();
+    server.wait_idle(1);
+    let (tar, done) = c.collect(1);
+    assert_eq!(done["type"], "ok", "{done}");
+    let files = files_of(&tar);
+    let record: Value = serde_json::from_slice(&files["result.json"]).unwrap();
+    assert_eq!(record["exit_code"], 7, "{record}");
+    assert_eq!(files["output.jsonl"], b"first\nsecond\n");
+}
+
+const TRAPPING: &str = "trap 'echo got-INT >> $W/signals; exit 3' INT; \
+     trap 'echo got-TERM >> $W/signals; exit 4' TERM; \
+     echo ready; while :; do sleep 0.05; done";
+
+#[test]
+fn cancel_reaches_the_agent() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let sb = Sandbox::sh(TRAPPING);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    wait_for_stdout(&mut c, "ready");
+    // Cancel from another connection.
+    let mut other = server.connect();
+    let r = other.request(json!({"type": "cancel"}));
+    assert_eq!(r["detail"]["cancelled"], true, "{r}");
+    let s = read_run(&mut c);
+    let record = &s.result["record"];
+    assert_eq!(record["exit_code"], 143, "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled: "),
+        "{record}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.workdir.join("signals")).unwrap(),
+        "got-TERM\n"
+    );
+}
+
+#[test]
+fn signal_reaches_the_agent() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let sb = Sandbox::sh(TRAPPING);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    wait_for_stdout(&mut c, "ready");
+    let mut other = server.connect();
+    let r = other.request(json!({"type": "signal", "signal": "SIGINT"}));
+    assert_eq!(r["detail"]["delivered"], true, "{r}");
+    let s = read_run(&mut c);
+    let record = &s.result["record"];
+    assert_eq!(record["exit_code"], 3, "{record}");
+    assert_eq!(
+        record["agent"]["forwarded_signals"],
+        json!(["SIGINT"]),
+        "{record}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.workdir.join("signals")).unwrap(),
+        "got-INT\n"
+    );
+}
+
+#[test]
+fn status_verify_shows_drift_after_a_change_from_outside() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("exit 0");
+    let config = sb.path("settings.json");
+    std::fs::write(&config, b"{\"a\":1}").unwrap();
+    let digest = hex::encode(sha2::Sha256::digest(b"{\"a\":1}"));
+    sb.manifest["files"] = json!([{"path": config, "role": "config", "sha256": digest}]);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    let r = c.request(json!({"type": "status", "verify": true}));
+    assert_eq!(r["status"]["verify"]["ok"], true, "{r}");
+    assert_eq!(r["status"]["manifest_loaded"], true);
+    assert!(r["status"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["pid"] == 1));
+    std::fs::write(&config, b"{\"a\":2}").unwrap();
+    let r = c.request(json!({"type": "status", "verify": true}));
+    let verify = &r["status"]["verify"];
+    assert_eq!(verify["ok"], false, "{r}");
+    let reason = verify["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("settings.json"), "{reason}");
+    assert_eq!(verify["failures"][0]["exit_code"], 98, "{verify}");
+}
+
+#[test]
+fn an_attach_inside_the_sandbox_survives_the_reap_that_kills_everything_else() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    use pitcrew_core::protocol::{read_frame, Frame};
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let server = Server::start();
+    let pid1 = common::pid1_of(server.child.id()).expect("pid 1 of the sandbox");
+    let enter = |args: &[&str]| {
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &pid1.to_string(), "-p", "-m", "--"])
+            .args(args);
+        cmd
+    };
+    // A root process left in the sandbox (like one started by `podman exec`): must be reaped.
+    let secs = common::unique_seconds().to_string();
+    let mut leftover = enter(&["sleep", &secs])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(common::busy_wait(
+        || !common::processes_matching(&format!("sleep {secs}")).is_empty(),
+        std::time::Duration::from_secs(60)
+    ));
+    let sb = Sandbox::sh("echo hi");
+    let socket = server.socket.display().to_string();
+    let mut attach = enter(&[common::bin(), "attach", "--socket", &socket])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = attach.stdin.take().unwrap();
+    for msg in [
+        json!({"type": "hello", "id": 1, "versions": [1], "client": "in-sandbox"}),
+        json!({"type": "set_manifest", "id": 2, "manifest": sb.manifest}),
+        json!({"type": "run", "id": 3}),
+    ] {
+        stdin.write_all(&Frame::control(&msg).encode()).unwrap();
+    }
+    let mut stdout = attach.stdout.take().unwrap();
+    let record = loop {
+        let frame = read_frame(&mut stdout)
+            .unwrap()
+            .expect("the attach bridge was cut before the result");
+        if frame.kind == FrameKind::Control {
+            let v: Value = serde_json::from_slice(&frame.payload).unwrap();
+            if v["type"] == "result" {
+                break v["record"].clone();
+            }
+        }
+    };
+    assert_eq!(record["exit_code"], 0, "{record}");
+    assert!(record["reaped"]["before"].as_u64() >= Some(1), "{record}");
+    let _ = leftover.wait();
+    assert!(common::processes_matching(&format!("sleep {secs}")).is_empty());
+    drop(stdin);
+    assert!(attach.wait().unwrap().success());
+}
