@@ -20,7 +20,7 @@ const DATA_FRAME: usize = MAX_PAYLOAD / 4;
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Reading or writing the byte stream failed.
+    /// Reading or writing the byte stream failed (or a request was too large to send).
     #[error("{request}: connection to the sandbox failed: {source}")]
     Io {
         /// The request.

@@ -13,8 +13,8 @@
 //!    local sandbox for `ROUNDS + 1` iterations (the first is dropped as warm-up). Per iteration:
 //!    the host-side time from sending `run` to the `agent started` event (the exec), the
 //!    supervisor's own pre-launch steps from the result record (reap + verify + env +
-//!    confine/launch), and the whole iteration (run request to result). Next to it, interleaved
-//!    in time: the generated shell preflight (`pitcrew_e2e::shell_preflight`, the same generator
+//!    confine/launch), and the whole iteration (run request to result). Next to it, right after
+//!    (never concurrently): the generated shell preflight (`pitcrew_e2e::shell_preflight`, the same generator
 //!    as the supervisor bench) for the same trees, run as `sh` in a fresh PID namespace, whole
 //!    command.
 //! 2. **Upload throughput**: a 200 MB tree sent as a tar stream through the protocol's stdio
@@ -142,37 +142,22 @@ fn iteration_overhead(root: &Path, pitcrew: &Path, init: &Path, rounds: usize) {
     };
     shell_once(); // warm-up
 
-    // One local sandbox, ROUNDS + 1 iterations; the shell runs interleaved in a thread.
-    let shell_times = std::thread::scope(|s| {
-        let t = s.spawn(|| {
-            let mut v = Vec::new();
-            for _ in 0..rounds {
-                std::thread::sleep(Duration::from_millis(300));
-                v.push(shell_once());
-            }
-            v
-        });
-        let out = Command::new(pitcrew)
-            .arg("run")
-            .arg(&harness)
-            .args([
-                "--json",
-                "--iterations",
-                &(rounds + 1).to_string(),
-                "--state-dir",
-            ])
-            .arg(&state)
-            .output()
-            .unwrap();
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            fail(&format!(
-                "pitcrew run --json: {e}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        });
-        (t.join().unwrap(), doc)
+    // One local sandbox, ROUNDS + 1 iterations, then the shell ROUNDS times: one after the
+    // other, never concurrently (2 cores: overlapping them would measure contention).
+    let out = Command::new(pitcrew)
+        .arg("run")
+        .arg(&harness)
+        .args(["--json", "--iterations", &(rounds + 1).to_string(), "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        fail(&format!(
+            "pitcrew run --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
     });
-    let (mut shell, doc) = shell_times;
+    let mut shell: Vec<Duration> = (0..rounds).map(|_| shell_once()).collect();
     if doc["exit_code"] != 0 {
         fail(&format!("pitcrew run failed: {doc}"));
     }
