@@ -147,7 +147,12 @@ fn iteration_overhead(root: &Path, pitcrew: &Path, init: &Path, rounds: usize) {
     let out = Command::new(pitcrew)
         .arg("run")
         .arg(&harness)
-        .args(["--json", "--iterations", &(rounds + 1).to_string(), "--state-dir"])
+        .args([
+            "--json",
+            "--iterations",
+            &(rounds + 1).to_string(),
+            "--state-dir",
+        ])
         .arg(&state)
         .output()
         .unwrap();
