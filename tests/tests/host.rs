@@ -501,3 +501,53 @@ fn ctrl_c_on_the_host_cancels_collects_and_exits_130() {
     // Without --keep the sandbox was stopped.
     assert!(fx.sandboxes().is_empty());
 }
+
+#[test]
+fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
+    if !gate() {
+        return;
+    }
+    // A kept local sandbox stands in for a container: the exec template reaches its supervisor
+    // with `pitcrew-init attach --socket {sandbox}` (the sandbox "name" is the socket path).
+    let fx = fixture("echo via-exec >> notes.txt\ncat notes.txt", 1, "");
+    let (out, doc) = fx.run(&["--keep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let dir = fx.state.join("sandboxes").join(&id);
+    let template = format!(
+        "{} attach --socket {{sandbox}}",
+        binary("pitcrew-init").display()
+    );
+    let socket = dir.join("run/control.sock");
+    let (out, doc) = fx.run(&[
+        "--engine",
+        "exec",
+        "--exec-template",
+        &template,
+        "--sandbox",
+        socket.to_str().unwrap(),
+        "--sandbox-root",
+        dir.join("root").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(doc["engine"], "exec");
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    // The supervisor numbers iterations per sandbox: this is its second.
+    let stdout = read(&run_dir.join("iteration-2/output.jsonl"));
+    assert_eq!(
+        stdout, "via-exec\n",
+        "the workspace was uploaded again: {stdout}"
+    );
+    assert_eq!(doc["iterations"][0]["verified"], true);
+    // The exec engine leaves the sandbox to its owner.
+    assert!(socket.exists());
+    fx.down(&id);
+}
