@@ -187,13 +187,22 @@ const TRAPPING: &str = "trap 'echo got-INT >> $W/signals; exit 3' INT; \
      trap 'echo got-TERM >> $W/signals; exit 4' TERM; \
      echo ready; while :; do sleep 0.05; done";
 
+/// A sandbox running [`TRAPPING`] with a grace long enough that a loaded machine never turns
+/// the SIGTERM into a SIGKILL before the trap ran.
+fn trapping() -> Sandbox {
+    let mut sb = Sandbox::sh(TRAPPING);
+    sb.manifest["limits"]["kill_grace_ms"] = json!(60_000);
+    sb.manifest["limits"]["reap_budget_ms"] = json!(60_000);
+    sb
+}
+
 #[test]
 fn cancel_reaches_the_agent() {
     if !require_root_and_namespaces() {
         return;
     }
     let server = Server::start();
-    let sb = Sandbox::sh(TRAPPING);
+    let sb = trapping();
     let mut c = server.connect();
     set_manifest(&mut c, &sb.manifest);
     c.send(json!({"type": "run"}));
@@ -224,7 +233,7 @@ fn signal_reaches_the_agent() {
         return;
     }
     let server = Server::start();
-    let sb = Sandbox::sh(TRAPPING);
+    let sb = trapping();
     let mut c = server.connect();
     set_manifest(&mut c, &sb.manifest);
     c.send(json!({"type": "run"}));
@@ -335,4 +344,54 @@ fn an_attach_inside_the_sandbox_survives_the_reap_that_kills_everything_else() {
     assert!(common::processes_matching(&format!("sleep {secs}")).is_empty());
     drop(stdin);
     assert!(attach.wait().unwrap().success());
+}
+
+#[test]
+fn transcripts_are_kept_in_the_record() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("");
+    let sessions = sb.path("sessions");
+    let script = format!(
+        "mkdir -p {s}/proj && echo '{{}}' > {s}/proj/one.jsonl && echo no > {s}/notes.txt && ln -s /etc/passwd {s}/two.jsonl",
+        s = sessions.display()
+    );
+    sb.manifest["agent"]["args"] = json!(["-c", script]);
+    sb.manifest["dirs"] = json!({"sessions": sessions});
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let s = read_run(&mut c);
+    assert_eq!(s.result["record"]["exit_code"], 0, "{}", s.result);
+    let (tar, _) = c.collect(1);
+    let files = files_of(&tar);
+    assert_eq!(files["transcripts/proj/one.jsonl"], b"{}\n");
+    assert!(!files.contains_key("transcripts/notes.txt"));
+    assert!(
+        !files.contains_key("transcripts/two.jsonl"),
+        "symlinks are not followed"
+    );
+}
+
+#[test]
+fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut server = Server::start();
+    let sb = trapping();
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    wait_for_stdout(&mut c, "ready");
+    let mut other = server.connect();
+    other.send(json!({"type": "shutdown"}));
+    let s = read_run(&mut c);
+    assert_eq!(s.result["record"]["exit_code"], 143, "{}", s.result);
+    assert_eq!(other.recv_control()["type"], "ok");
+    assert_eq!(server.wait_exit(), Some(0));
+    // The record is kept in the sandbox's records directory.
+    assert!(server.records.join("iteration-1/result.json").is_file());
 }
