@@ -155,6 +155,21 @@ impl Fixture {
     }
 }
 
+impl Drop for Fixture {
+    /// A failed test must not leave a sandbox running: stop whatever the state dir still knows.
+    fn drop(&mut self) {
+        let Ok(out) = self.pitcrew(&["ps", "--json"]).output() else {
+            return;
+        };
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        for s in list.as_array().into_iter().flatten() {
+            if let Some(id) = s["id"].as_str() {
+                let _ = self.pitcrew(&["down", id]).output();
+            }
+        }
+    }
+}
+
 fn read_json(path: &Path) -> Value {
     let bytes = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap()
