@@ -1,7 +1,12 @@
 //! `pitcrew`: the host CLI. Validates harnesses, computes expected hashes from the host's own
 //! copies, and drives sandboxed agent iterations.
 
+mod client;
 mod commands;
+mod engine;
+mod records;
+mod report;
+mod tarball;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +32,18 @@ enum Command {
     Validate(commands::validate::ValidateArgs),
     /// List what pi would auto-discover (agent dir, project), classified and hashed, never loaded.
     Discover(commands::discover::DiscoverArgs),
+    /// Run a harness's iterations in a sandbox: upload, verify, launch, collect, summarise.
+    Run(commands::run::RunArgs),
+    /// Show a sandbox: state, history, live re-verification with drift, processes, confinement.
+    Inspect(commands::inspect::InspectArgs),
+    /// Cancel the iteration running in a sandbox.
+    Cancel(commands::cancel::CancelArgs),
+    /// Fetch an iteration's record from a sandbox.
+    Collect(commands::collect::CollectArgs),
+    /// Stop a sandbox and remove its host-side state.
+    Down(commands::down::DownArgs),
+    /// List the sandboxes known to this host.
+    Ps(commands::ps::PsArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +55,12 @@ fn main() -> ExitCode {
         Command::Classify(args) => commands::classify::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Discover(args) => commands::discover::run(&args),
+        Command::Run(args) => commands::run::run(&args, cli.verbose),
+        Command::Inspect(args) => commands::inspect::run(&args),
+        Command::Cancel(args) => commands::cancel::run(&args),
+        Command::Collect(args) => commands::collect::run(&args),
+        Command::Down(args) => commands::down::run(&args),
+        Command::Ps(args) => commands::ps::run(&args),
     };
     match result {
         Ok(code) => code,

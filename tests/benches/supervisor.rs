@@ -20,7 +20,7 @@
 //! 3. **Peak RSS** of `pitcrew-init` while an agent runs: the agent reads `/proc/1/status`
 //!    (`VmHWM`) of its PID 1.
 
-use pitcrew_e2e::{binary, generate_tree, target_profile_dir};
+use pitcrew_e2e::{binary, generate_tree, shell_preflight, target_profile_dir};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -129,57 +129,12 @@ fn fixture(init: &Path) -> Fixture {
     .unwrap();
 
     let preflight = root.join("preflight.sh");
-    fs::write(&preflight, shell_preflight(&root, &manifest)).unwrap();
+    fs::write(&preflight, shell_preflight(&root.join("work"), &manifest)).unwrap();
     Fixture {
         root,
         manifest: manifest_path,
         preflight,
     }
-}
-
-/// The generated shell preflight of today's runners, for the same manifest (the pattern of
-/// `fullsend`'s pi launch line: pin, guards, `.env`, `unset`, stray sweep).
-fn shell_preflight(root: &Path, manifest: &Value) -> String {
-    let mut s = String::from("#!/bin/sh\n# Generated preflight (baseline for the benchmark).\n");
-    s += &format!("cd {} || exit 1\n", root.join("work").display());
-    // `true` is a shell builtin, so the pin names the binary (`command -v` would print `true`).
-    s += "readonly AGENT_BIN=/bin/true\n[ -x \"$AGENT_BIN\" ] || { echo 'agent not found' >&2; exit 127; }\n";
-    // Stray sweep: every process of this uid except this shell and its ancestors.
-    s += r#"pids=$(command -p ps -o pid= -o ppid= -o stat= -o args= -u "$(command -p id -u)" | command -p awk -v self=$$ '
-  { pid=$1; ppid=$2; stat=$3; parent[pid]=ppid; st[pid]=stat; line[NR]=pid }
-  END { a=self; while (a > 1) { keep[a]=1; a=parent[a] }
-        for (i=1;i<=NR;i++) { p=line[i]; if (!(p in keep) && st[p] !~ /^Z/ && parent[p] != self) printf "%s ", p } }')
-if [ -n "$pids" ]; then
-  kill -TERM $pids 2>/dev/null
-  n=0
-  while [ $n -lt 20 ]; do
-    alive=$(command -p ps -o pid= -p $(echo $pids | tr ' ' ',') 2>/dev/null)
-    [ -z "$alive" ] && break
-    sleep 0.1; n=$((n+1))
-  done
-  [ -n "$alive" ] && kill -KILL $alive 2>/dev/null
-fi
-"#;
-    for file in manifest["files"].as_array().unwrap() {
-        let path = file["path"].as_str().unwrap();
-        let sha = file["sha256"].as_str().unwrap();
-        s += &format!(
-            "[ -f '{path}' ] && [ \"$(command -p sha256sum '{path}' | command -p cut -d' ' -f1)\" = '{sha}' ] || {{ echo 'hook adapter modified' >&2; exit 97; }}\n"
-        );
-    }
-    for tree in manifest["trees"].as_array().unwrap() {
-        let path = tree["path"].as_str().unwrap();
-        let sha = tree["sha256"].as_str().unwrap();
-        s += &format!(
-            "test -d '{path}' || exit 96\nh=$(cd '{path}' && [ -z \"$(command -p find . ! -type f ! -type d | head -c1)\" ] && {{ command -p find . -type f -exec sha256sum {{}} + | LC_ALL=C command -p sort; command -p find . -type d | LC_ALL=C command -p sort | command -p sha256sum; }} | command -p sha256sum | command -p cut -d' ' -f1)\n[ \"$h\" = '{sha}' ] || {{ echo 'plugin modified: {path}' >&2; exit 96; }}\n"
-        );
-    }
-    s += ". ./.env\n";
-    s += "unset -f test command cut sha256sum find echo\n";
-    s += "unset NODE_OPTIONS NODE_PATH LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT PYTHONPATH PYTHONHOME PYTHONSTARTUP BUN_OPTIONS JITI_ALIAS JITI_CACHE JITI_REBUILD_FS_CACHE JITI_TSCONFIG_PATHS JITI_EXTENSIONS JITI_NATIVE_MODULES JITI_TRANSFORM_MODULES JITI_TRY_NATIVE JITI_ESM_EVAL_TEMP_FILE JITI_MODULE_CACHE JITI_REQUIRE_CACHE JITI_INTEROP_DEFAULT JITI_JSX JITI_SOURCE_MAPS JITI_DEBUG JITI_RESPECT_TMPDIR_ENV\n";
-    s += "export JITI_FS_CACHE=false PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 PI_TELEMETRY=0\n";
-    s += "exec \"$AGENT_BIN\" </dev/null\n";
-    s
 }
 
 fn in_namespace(cmd: &[&str]) -> Command {

@@ -118,3 +118,51 @@ pub fn generate_tree(root: &Path, files: u64, bytes: u64, seed: u64) -> std::io:
     }
     Ok(())
 }
+
+/// The generated shell preflight of today's runners for `manifest` (the pattern of `fullsend`'s
+/// pi launch line: binary pin, adapter and tree-hash guards, `. ./.env` from `workdir`, `unset`
+/// of the loader family, a `ps | awk` stray sweep, then `exec /bin/true`). Shared by the
+/// benchmarks as the baseline pitcrew replaces; run it only inside a fresh PID namespace (its
+/// sweep kills every other process of the caller's uid).
+pub fn shell_preflight(workdir: &Path, manifest: &serde_json::Value) -> String {
+    let mut s = String::from("#!/bin/sh\n# Generated preflight (baseline for the benchmark).\n");
+    s += &format!("cd {} || exit 1\n", workdir.display());
+    // `true` is a shell builtin, so the pin names the binary (`command -v` would print `true`).
+    s += "readonly AGENT_BIN=/bin/true\n[ -x \"$AGENT_BIN\" ] || { echo 'agent not found' >&2; exit 127; }\n";
+    // Stray sweep: every process of this uid except this shell and its ancestors.
+    s += r#"pids=$(command -p ps -o pid= -o ppid= -o stat= -o args= -u "$(command -p id -u)" | command -p awk -v self=$$ '
+  { pid=$1; ppid=$2; stat=$3; parent[pid]=ppid; st[pid]=stat; line[NR]=pid }
+  END { a=self; while (a > 1) { keep[a]=1; a=parent[a] }
+        for (i=1;i<=NR;i++) { p=line[i]; if (!(p in keep) && st[p] !~ /^Z/ && parent[p] != self) printf "%s ", p } }')
+if [ -n "$pids" ]; then
+  kill -TERM $pids 2>/dev/null
+  n=0
+  while [ $n -lt 20 ]; do
+    alive=$(command -p ps -o pid= -p $(echo $pids | tr ' ' ',') 2>/dev/null)
+    [ -z "$alive" ] && break
+    sleep 0.1; n=$((n+1))
+  done
+  [ -n "$alive" ] && kill -KILL $alive 2>/dev/null
+fi
+"#;
+    for file in manifest["files"].as_array().unwrap() {
+        let path = file["path"].as_str().unwrap();
+        let sha = file["sha256"].as_str().unwrap();
+        s += &format!(
+            "[ -f '{path}' ] && [ \"$(command -p sha256sum '{path}' | command -p cut -d' ' -f1)\" = '{sha}' ] || {{ echo 'hook adapter modified' >&2; exit 97; }}\n"
+        );
+    }
+    for tree in manifest["trees"].as_array().unwrap() {
+        let path = tree["path"].as_str().unwrap();
+        let sha = tree["sha256"].as_str().unwrap();
+        s += &format!(
+            "test -d '{path}' || exit 96\nh=$(cd '{path}' && [ -z \"$(command -p find . ! -type f ! -type d | head -c1)\" ] && {{ command -p find . -type f -exec sha256sum {{}} + | LC_ALL=C command -p sort; command -p find . -type d | LC_ALL=C command -p sort | command -p sha256sum; }} | command -p sha256sum | command -p cut -d' ' -f1)\n[ \"$h\" = '{sha}' ] || {{ echo 'plugin modified: {path}' >&2; exit 96; }}\n"
+        );
+    }
+    s += ". ./.env\n";
+    s += "unset -f test command cut sha256sum find echo\n";
+    s += "unset NODE_OPTIONS NODE_PATH LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT PYTHONPATH PYTHONHOME PYTHONSTARTUP BUN_OPTIONS JITI_ALIAS JITI_CACHE JITI_REBUILD_FS_CACHE JITI_TSCONFIG_PATHS JITI_EXTENSIONS JITI_NATIVE_MODULES JITI_TRANSFORM_MODULES JITI_TRY_NATIVE JITI_ESM_EVAL_TEMP_FILE JITI_MODULE_CACHE JITI_REQUIRE_CACHE JITI_INTEROP_DEFAULT JITI_JSX JITI_SOURCE_MAPS JITI_DEBUG JITI_RESPECT_TMPDIR_ENV\n";
+    s += "export JITI_FS_CACHE=false PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 PI_TELEMETRY=0\n";
+    s += "exec \"$AGENT_BIN\" </dev/null\n";
+    s
+}

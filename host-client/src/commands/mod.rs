@@ -1,5 +1,11 @@
 //! One module per `pitcrew` subcommand.
 
+pub mod cancel;
 pub mod classify;
+pub mod collect;
 pub mod discover;
+pub mod down;
+pub mod inspect;
+pub mod ps;
+pub mod run;
 pub mod validate;

@@ -1,0 +1,714 @@
+//! A blocking client of the control protocol (`pitcrew_core::protocol`, version 1) over any
+//! `Read` + `Write` pair, typically the stdin/stdout of a spawned `pitcrew-init attach`.
+//!
+//! One request at a time: each helper sends its request and reads frames until the request's
+//! final response. Responses carrying another request's id (a `cancel` sent from a Ctrl-C
+//! handler through a [`Canceller`]) are skipped. Every error names the request it belongs to.
+
+use pitcrew_core::manifest::Manifest;
+use pitcrew_core::protocol::{
+    read_frame, write_frame, AgentSignal, Capabilities, Channel, Frame, FrameError, FrameKind,
+    Owner, Request, Response, MAX_PAYLOAD, PROTOCOL_VERSION,
+};
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Size of the data frames the client sends (a quarter of the protocol's limit).
+const DATA_FRAME: usize = MAX_PAYLOAD / 4;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Reading or writing the byte stream failed (or a request was too large to send).
+    #[error("{request}: connection to the sandbox failed: {source}")]
+    Io {
+        /// The request.
+        request: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The stream carried something that is not a valid frame.
+    #[error("{request}: bad frame from the sandbox: {source}")]
+    Frame {
+        /// The request.
+        request: String,
+        /// The framing error.
+        source: FrameError,
+    },
+    /// The sandbox closed the connection before the request's final response.
+    #[error("{request}: the sandbox closed the connection before answering")]
+    Closed {
+        /// The request.
+        request: String,
+    },
+    /// The supervisor answered with an `error` response.
+    #[error("{request}: refused by the supervisor ({kind}): {message}")]
+    Refused {
+        /// The request.
+        request: String,
+        /// The error kind (`malformed`, `version`, `order`, `busy`, `refused`, `not-found`,
+        /// `internal`).
+        kind: String,
+        /// The supervisor's message.
+        message: String,
+    },
+    /// The supervisor answered with a message the request does not expect.
+    #[error("{request}: unexpected answer from the supervisor: {what}")]
+    Unexpected {
+        /// The request.
+        request: String,
+        /// What arrived.
+        what: String,
+    },
+    /// The supervisor speaks no protocol version this client does.
+    #[error("hello: the supervisor chose protocol version {got}; this pitcrew speaks {PROTOCOL_VERSION}")]
+    Version {
+        /// The version the supervisor chose.
+        got: u32,
+    },
+    /// The caller's own callback (a tar writer or reader) failed.
+    #[error("{request}: {source}")]
+    Local {
+        /// The request.
+        request: String,
+        /// What failed on this side.
+        source: anyhow::Error,
+    },
+}
+
+impl ClientError {
+    /// The error kind of a `Refused` error (`busy`, `not-found`, …).
+    pub fn refused_kind(&self) -> Option<&str> {
+        match self {
+            ClientError::Refused { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+/// What the supervisor said in reply to `hello`.
+#[derive(Debug, Clone)]
+pub struct HelloReply {
+    /// The protocol version both sides speak.
+    pub version: u32,
+    /// The supervisor's version string.
+    pub supervisor: String,
+    /// What it can do.
+    pub capabilities: Capabilities,
+}
+
+/// Something that happened while an iteration ran.
+#[derive(Debug)]
+pub enum RunUpdate<'a> {
+    /// A step started or finished.
+    Event {
+        /// Iteration number.
+        iteration: u32,
+        /// Step name.
+        step: &'a str,
+        /// `started` or `finished`.
+        state: &'a str,
+        /// Step details.
+        detail: &'a serde_json::Value,
+    },
+    /// Agent output (channel 1 stdout, 2 stderr).
+    Output {
+        /// Which stream.
+        channel: Channel,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+}
+
+/// The end of a `run`: the iteration number and its result record.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Iteration number.
+    pub iteration: u32,
+    /// The result record (`docs/result-record.md`).
+    pub record: serde_json::Value,
+}
+
+/// Sends `cancel` (or a signal) from another thread while the owning [`Client`] waits for a
+/// `run` to end. Its responses are skipped by the client.
+#[derive(Clone)]
+pub struct Canceller<W: Write> {
+    writer: Arc<Mutex<W>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl<W: Write> Canceller<W> {
+    /// Sends `cancel` for the running iteration.
+    pub fn cancel(&self) -> io::Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        send(&self.writer, &Request::Cancel { id })
+    }
+}
+
+fn send<W: Write>(writer: &Mutex<W>, request: &Request) -> io::Result<()> {
+    let mut w = writer
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    write_frame(&mut *w, &Frame::control(request))?;
+    w.flush()
+}
+
+/// A blocking protocol client.
+pub struct Client<R: Read, W: Write> {
+    reader: R,
+    writer: Arc<Mutex<W>>,
+    next_id: Arc<AtomicU64>,
+}
+
+/// What arrived for the current request.
+enum Incoming {
+    Control(Response),
+    Data(Channel, Vec<u8>),
+}
+
+impl<R: Read, W: Write> Client<R, W> {
+    /// A client over `reader` (the supervisor's output) and `writer` (its input). Call
+    /// [`Client::hello`] first.
+    pub fn new(reader: R, writer: W) -> Self {
+        Client {
+            reader,
+            writer: Arc::new(Mutex::new(writer)),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// A handle that can send `cancel` from another thread (a Ctrl-C handler).
+    pub fn canceller(&self) -> Canceller<W> {
+        Canceller {
+            writer: Arc::clone(&self.writer),
+            next_id: Arc::clone(&self.next_id),
+        }
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn send(&self, request: &Request, name: &str) -> Result<(), ClientError> {
+        send(&self.writer, request).map_err(|source| ClientError::Io {
+            request: name.to_string(),
+            source,
+        })
+    }
+
+    /// The next frame for request `id`: control messages for other ids are skipped.
+    fn next(&mut self, id: u64, name: &str) -> Result<Incoming, ClientError> {
+        loop {
+            let frame = read_frame(&mut self.reader)
+                .map_err(|source| match source {
+                    FrameError::Io(source) => ClientError::Io {
+                        request: name.to_string(),
+                        source,
+                    },
+                    source => ClientError::Frame {
+                        request: name.to_string(),
+                        source,
+                    },
+                })?
+                .ok_or_else(|| ClientError::Closed {
+                    request: name.to_string(),
+                })?;
+            if frame.kind == FrameKind::Data {
+                return Ok(Incoming::Data(frame.channel, frame.payload));
+            }
+            let response: Response = frame.json().map_err(|source| ClientError::Frame {
+                request: name.to_string(),
+                source,
+            })?;
+            let rid = response_id(&response);
+            // Id 0 is an error about a request the supervisor could not parse: ours.
+            if rid != id && rid != 0 {
+                tracing::debug!("{name}: skipping a response for request {rid}: {response:?}");
+                continue;
+            }
+            if let Response::Error { kind, message, .. } = response {
+                return Err(ClientError::Refused {
+                    request: name.to_string(),
+                    kind,
+                    message,
+                });
+            }
+            return Ok(Incoming::Control(response));
+        }
+    }
+
+    /// Reads until the `ok` of request `id`, refusing anything else.
+    fn expect_ok(&mut self, id: u64, name: &str) -> Result<serde_json::Value, ClientError> {
+        match self.next(id, name)? {
+            Incoming::Control(Response::Ok { detail, .. }) => Ok(detail),
+            other => Err(unexpected(name, &other)),
+        }
+    }
+
+    /// Opens the session: offers protocol version 1 and checks the supervisor's choice.
+    pub fn hello(&mut self) -> Result<HelloReply, ClientError> {
+        let id = self.id();
+        let name = "hello";
+        self.send(
+            &Request::Hello {
+                id,
+                versions: vec![PROTOCOL_VERSION],
+                client: format!("pitcrew {}", env!("CARGO_PKG_VERSION")),
+            },
+            name,
+        )?;
+        match self.next(id, name)? {
+            Incoming::Control(Response::Hello {
+                version,
+                supervisor,
+                capabilities,
+                ..
+            }) => {
+                if version != PROTOCOL_VERSION {
+                    return Err(ClientError::Version { got: version });
+                }
+                Ok(HelloReply {
+                    version,
+                    supervisor,
+                    capabilities,
+                })
+            }
+            other => Err(unexpected(name, &other)),
+        }
+    }
+
+    /// Uploads a tree to `dest` inside the sandbox: `write_tar` writes a tar stream, sent as data
+    /// frames on the tar channel and ended by an empty one. Returns the supervisor's `ok` detail.
+    pub fn upload(
+        &mut self,
+        dest: &str,
+        owner: Option<Owner>,
+        write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let id = self.id();
+        let name = format!("upload {dest}");
+        self.send(
+            &Request::Upload {
+                id,
+                dest: dest.to_string(),
+                owner,
+            },
+            &name,
+        )?;
+        let mut frames = FrameWriter {
+            writer: &self.writer,
+            buf: Vec::with_capacity(DATA_FRAME),
+        };
+        let written = write_tar(&mut frames).and_then(|()| Ok(frames.finish()?));
+        if let Err(err) = written {
+            // The supervisor may have refused the upload and closed the stream: its answer
+            // says more than our broken pipe.
+            let is_io = err.downcast_ref::<io::Error>().is_some();
+            if is_io {
+                if let Err(answer @ ClientError::Refused { .. }) = self.expect_ok(id, &name) {
+                    return Err(answer);
+                }
+            }
+            return Err(ClientError::Local {
+                request: name,
+                source: err,
+            });
+        }
+        self.expect_ok(id, &name)
+    }
+
+    /// Sets the manifest for the following iterations.
+    pub fn set_manifest(&mut self, manifest: &Manifest) -> Result<(), ClientError> {
+        let id = self.id();
+        let name = "set_manifest";
+        self.send(
+            &Request::SetManifest {
+                id,
+                manifest: Box::new(manifest.clone()),
+            },
+            name,
+        )?;
+        self.expect_ok(id, name).map(|_| ())
+    }
+
+    /// Runs one iteration: `on_update` sees each event and each chunk of agent output; returns
+    /// the result record.
+    pub fn run(
+        &mut self,
+        mut on_update: impl FnMut(RunUpdate<'_>),
+    ) -> Result<RunOutcome, ClientError> {
+        let id = self.id();
+        let name = "run";
+        self.send(&Request::Run { id }, name)?;
+        loop {
+            match self.next(id, name)? {
+                Incoming::Data(channel, bytes) => on_update(RunUpdate::Output {
+                    channel,
+                    bytes: &bytes,
+                }),
+                Incoming::Control(Response::Event {
+                    iteration,
+                    step,
+                    state,
+                    detail,
+                    ..
+                }) => on_update(RunUpdate::Event {
+                    iteration,
+                    step: &step,
+                    state: &state,
+                    detail: &detail,
+                }),
+                Incoming::Control(Response::Result {
+                    iteration, record, ..
+                }) => return Ok(RunOutcome { iteration, record }),
+                other => return Err(unexpected(name, &other)),
+            }
+        }
+    }
+
+    /// Sends a signal to the running agent's process group.
+    pub fn signal(&mut self, signal: AgentSignal) -> Result<(), ClientError> {
+        let id = self.id();
+        let name = format!("signal {signal:?}");
+        self.send(&Request::Signal { id, signal }, &name)?;
+        self.expect_ok(id, &name).map(|_| ())
+    }
+
+    /// Cancels the running iteration.
+    pub fn cancel(&mut self) -> Result<serde_json::Value, ClientError> {
+        let id = self.id();
+        self.send(&Request::Cancel { id }, "cancel")?;
+        self.expect_ok(id, "cancel")
+    }
+
+    /// Collects an iteration's record (default: the latest) as a tar stream handed to
+    /// `read_tar`; whatever `read_tar` leaves unread is drained so the session stays usable.
+    pub fn collect<T>(
+        &mut self,
+        iteration: Option<u32>,
+        read_tar: impl FnOnce(&mut dyn Read) -> anyhow::Result<T>,
+    ) -> Result<T, ClientError> {
+        let id = self.id();
+        let name = match iteration {
+            Some(n) => format!("collect iteration {n}"),
+            None => "collect (latest iteration)".to_string(),
+        };
+        self.send(&Request::Collect { id, iteration }, &name)?;
+        let mut reader = TarFrameReader {
+            client: self,
+            id,
+            name: &name,
+            chunk: Vec::new(),
+            pos: 0,
+            ended: false,
+            failure: None,
+        };
+        let result = read_tar(&mut reader);
+        // Drain to the end-of-stream frame, then take the failure that stopped the stream.
+        while !reader.ended && reader.failure.is_none() {
+            if reader.fill().is_err() {
+                break;
+            }
+        }
+        if let Some(err) = reader.failure.take() {
+            return Err(err);
+        }
+        let value = result.map_err(|source| ClientError::Local {
+            request: name.clone(),
+            source,
+        })?;
+        self.expect_ok(id, &name)?;
+        Ok(value)
+    }
+
+    /// Asks for the supervisor's status; with `verify`, a live re-verification.
+    pub fn status(&mut self, verify: bool) -> Result<serde_json::Value, ClientError> {
+        let id = self.id();
+        let name = "status";
+        self.send(&Request::Status { id, verify }, name)?;
+        match self.next(id, name)? {
+            Incoming::Control(Response::Status { status, .. }) => Ok(status),
+            other => Err(unexpected(name, &other)),
+        }
+    }
+
+    /// Stops the supervisor (it kills everything and exits).
+    pub fn shutdown(&mut self) -> Result<(), ClientError> {
+        let id = self.id();
+        self.send(&Request::Shutdown { id }, "shutdown")?;
+        match self.expect_ok(id, "shutdown") {
+            // The supervisor may exit before its answer is read.
+            Ok(_) | Err(ClientError::Closed { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn response_id(r: &Response) -> u64 {
+    match r {
+        Response::Hello { id, .. }
+        | Response::Ok { id, .. }
+        | Response::Error { id, .. }
+        | Response::Event { id, .. }
+        | Response::Result { id, .. }
+        | Response::Status { id, .. } => *id,
+    }
+}
+
+fn unexpected(name: &str, what: &Incoming) -> ClientError {
+    let what = match what {
+        Incoming::Control(r) => {
+            let s = serde_json::to_string(r).unwrap_or_default();
+            let mut s: String = s.chars().take(200).collect();
+            if s.len() >= 200 {
+                s.push('…');
+            }
+            s
+        }
+        Incoming::Data(ch, bytes) => format!("{} bytes of data on channel {ch:?}", bytes.len()),
+    };
+    ClientError::Unexpected {
+        request: name.to_string(),
+        what,
+    }
+}
+
+/// Writes a byte stream as data frames on the tar channel.
+struct FrameWriter<'a, W: Write> {
+    writer: &'a Mutex<W>,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> FrameWriter<'_, W> {
+    fn flush_frame(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let payload = std::mem::replace(&mut self.buf, Vec::with_capacity(DATA_FRAME));
+        let mut w = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        write_frame(&mut *w, &Frame::data(Channel::Tar, payload))
+    }
+
+    /// Sends what is buffered and the empty end-of-stream frame.
+    fn finish(&mut self) -> io::Result<()> {
+        self.flush_frame()?;
+        let mut w = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        write_frame(&mut *w, &Frame::data(Channel::Tar, Vec::new()))?;
+        w.flush()
+    }
+}
+
+impl<W: Write> Write for FrameWriter<'_, W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let room = DATA_FRAME - self.buf.len();
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == DATA_FRAME {
+            self.flush_frame()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads the tar channel's data frames of a `collect` as one byte stream.
+struct TarFrameReader<'a, 'n, R: Read, W: Write> {
+    client: &'a mut Client<R, W>,
+    id: u64,
+    name: &'n str,
+    chunk: Vec<u8>,
+    pos: usize,
+    ended: bool,
+    failure: Option<ClientError>,
+}
+
+impl<R: Read, W: Write> TarFrameReader<'_, '_, R, W> {
+    /// Reads the next frame into `chunk`; sets `ended` at the empty frame.
+    fn fill(&mut self) -> io::Result<()> {
+        match self.client.next(self.id, self.name) {
+            Ok(Incoming::Data(Channel::Tar, bytes)) => {
+                if bytes.is_empty() {
+                    self.ended = true;
+                }
+                self.chunk = bytes;
+                self.pos = 0;
+                Ok(())
+            }
+            Ok(other) => {
+                let err = unexpected(self.name, &other);
+                let msg = err.to_string();
+                self.failure = Some(err);
+                Err(io::Error::other(msg))
+            }
+            Err(err) => {
+                let msg = err.to_string();
+                self.failure = Some(err);
+                Err(io::Error::other(msg))
+            }
+        }
+    }
+}
+
+impl<R: Read, W: Write> Read for TarFrameReader<'_, '_, R, W> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.chunk.len() {
+                let n = out.len().min(self.chunk.len() - self.pos);
+                out[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if self.ended || self.failure.is_some() {
+                return Ok(0);
+            }
+            self.fill()?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Encodes the supervisor's side of a conversation.
+    fn script(responses: &[Frame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in responses {
+            write_frame(&mut out, f).unwrap();
+        }
+        out
+    }
+
+    fn requests(bytes: &[u8]) -> Vec<Frame> {
+        let mut cursor = bytes;
+        let mut out = Vec::new();
+        while let Some(f) = read_frame(&mut cursor).unwrap() {
+            out.push(f);
+        }
+        out
+    }
+
+    fn caps() -> Capabilities {
+        Capabilities {
+            pid1: true,
+            mode: "pid1".into(),
+            landlock_abi: 0,
+            uid_model: "uid from manifest".into(),
+            requests: vec![],
+        }
+    }
+
+    #[test]
+    fn hello_checks_the_version() {
+        let input = script(&[Frame::control(&Response::Hello {
+            id: 1,
+            version: 2,
+            supervisor: "x".into(),
+            capabilities: caps(),
+        })]);
+        let mut c = Client::new(&input[..], Vec::new());
+        assert!(matches!(c.hello(), Err(ClientError::Version { got: 2 })));
+    }
+
+    #[test]
+    fn run_streams_events_and_output_and_skips_other_ids() {
+        let input = script(&[
+            Frame::control(&Response::Ok {
+                id: 99,
+                detail: serde_json::Value::Null,
+            }),
+            Frame::control(&Response::Event {
+                id: 1,
+                iteration: 1,
+                step: "reap".into(),
+                state: "started".into(),
+                detail: serde_json::Value::Null,
+            }),
+            Frame::data(Channel::Stdout, b"hi\n".to_vec()),
+            Frame::control(&Response::Result {
+                id: 1,
+                iteration: 1,
+                record: serde_json::json!({"exit_code": 0}),
+            }),
+        ]);
+        let mut c = Client::new(&input[..], Vec::new());
+        let mut seen = Vec::new();
+        let out = c
+            .run(|u| match u {
+                RunUpdate::Event { step, .. } => seen.push(step.to_string()),
+                RunUpdate::Output { bytes, .. } => seen.push(String::from_utf8_lossy(bytes).into()),
+            })
+            .unwrap();
+        assert_eq!(out.record["exit_code"], 0);
+        assert_eq!(seen, vec!["reap", "hi\n"]);
+    }
+
+    #[test]
+    fn errors_name_the_request() {
+        let input = script(&[Frame::control(&Response::Error {
+            id: 1,
+            kind: "not-found".into(),
+            message: "no iteration 7".into(),
+        })]);
+        let mut c = Client::new(&input[..], Vec::new());
+        let err = c.collect(Some(7), |_| Ok(())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "collect iteration 7: refused by the supervisor (not-found): no iteration 7"
+        );
+        let mut c = Client::new(&[][..], Vec::new());
+        assert_eq!(
+            c.status(false).unwrap_err().to_string(),
+            "status: the sandbox closed the connection before answering"
+        );
+    }
+
+    #[test]
+    fn upload_sends_frames_and_an_end_frame() {
+        let input = script(&[Frame::control(&Response::Ok {
+            id: 1,
+            detail: serde_json::json!({"files": 1}),
+        })]);
+        let mut c = Client::new(&input[..], Vec::new());
+        let big = vec![7u8; DATA_FRAME + 10];
+        c.upload("/p/x", None, |w| Ok(w.write_all(&big)?)).unwrap();
+        let sent = c.writer.lock().unwrap().clone();
+        let frames = requests(&sent);
+        assert_eq!(frames.len(), 4);
+        assert_eq!(frames[1].payload.len(), DATA_FRAME);
+        assert_eq!(frames[2].payload.len(), 10);
+        assert!(frames[3].payload.is_empty() && frames[3].channel == Channel::Tar);
+    }
+
+    #[test]
+    fn collect_reads_the_tar_channel_until_the_empty_frame() {
+        let input = script(&[
+            Frame::data(Channel::Tar, b"abc".to_vec()),
+            Frame::data(Channel::Tar, b"def".to_vec()),
+            Frame::data(Channel::Tar, Vec::new()),
+            Frame::control(&Response::Ok {
+                id: 1,
+                detail: serde_json::Value::Null,
+            }),
+        ]);
+        let mut c = Client::new(&input[..], Vec::new());
+        let got = c
+            .collect(None, |r| {
+                let mut s = String::new();
+                r.read_to_string(&mut s)?;
+                Ok(s)
+            })
+            .unwrap();
+        assert_eq!(got, "abcdef");
+    }
+}

@@ -1,0 +1,74 @@
+//! `pitcrew cancel SANDBOX`: cancel the running iteration (SIGTERM to the agent's group, KILL
+//! after the grace); whoever runs it still gets the result record. With `--signal`, send that
+//! signal to the agent's process group instead.
+
+use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use pitcrew_core::protocol::AgentSignal;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The sandbox id (local engine) or name (exec engine).
+    pub sandbox: String,
+    /// Engine options.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Send this signal to the agent's process group instead of cancelling.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
+    pub signal: Option<AgentSignal>,
+    /// Print the supervisor's answer as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `pitcrew cancel`.
+pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
+    ignore_sigpipe();
+    let engine = args.engine.engine()?;
+    let id = SandboxId(args.sandbox.clone());
+    let mut conn = engine.connect(&id)?;
+    let (what, detail) = match args.signal {
+        Some(sig) => {
+            let res = conn.client().signal(sig).map_err(|e| conn.explain(e));
+            (
+                format!("{sig:?}").to_uppercase(),
+                res.map(|()| serde_json::Value::Null),
+            )
+        }
+        None => (
+            "cancel".to_string(),
+            conn.client().cancel().map_err(|e| conn.explain(e)),
+        ),
+    };
+    conn.close();
+    let detail = detail?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"sandbox": id.0, "sent": what, "detail": detail})
+        );
+    } else {
+        println!("sandbox {id}: {what} sent");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `SIGINT`, `INT`, `int` … → the protocol's signal.
+fn parse_signal(s: &str) -> Result<AgentSignal, String> {
+    let upper = s.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    Ok(match name {
+        "INT" => AgentSignal::Sigint,
+        "TERM" => AgentSignal::Sigterm,
+        "KILL" => AgentSignal::Sigkill,
+        "HUP" => AgentSignal::Sighup,
+        "USR1" => AgentSignal::Sigusr1,
+        "USR2" => AgentSignal::Sigusr2,
+        _ => {
+            return Err(format!(
+                "{s:?}: one of SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGUSR1, SIGUSR2"
+            ))
+        }
+    })
+}

@@ -1,0 +1,82 @@
+//! `pitcrew collect SANDBOX [--iteration N] [--out DIR]`: fetch an iteration's record (the
+//! latest by default) into `DIR/iteration-N/`, with the same safe unpack as `pitcrew run`.
+
+use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::records;
+use crate::report;
+use anyhow::Context as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew collect`.
+#[derive(Debug, clap::Args)]
+pub struct CollectArgs {
+    /// The sandbox id (local engine) or name (exec engine).
+    pub sandbox: String,
+    /// Engine options.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Which iteration (default: the latest).
+    #[arg(long, value_name = "N")]
+    pub iteration: Option<u32>,
+    /// Where to put it [default: runs/<sandbox>]; the record goes to DIR/iteration-N.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the record's summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `pitcrew collect`.
+pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
+    ignore_sigpipe();
+    let engine = args.engine.engine()?;
+    let id = SandboxId(args.sandbox.clone());
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(&id.0));
+    std::fs::create_dir_all(&out).with_context(|| format!("{}: create", out.display()))?;
+    // The safe unpack wants an absolute destination.
+    let out = std::fs::canonicalize(&out).with_context(|| format!("{}: resolve", out.display()))?;
+    let staging = out.join(format!(".collect-{}", std::process::id()));
+    let mut conn = engine.connect(&id)?;
+    let res = records::collect_into(&mut conn, args.iteration, &staging);
+    conn.close();
+    res?;
+    let record_path = staging.join("result.json");
+    let record: serde_json::Value = std::fs::read(&record_path)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(serde_json::from_slice(&b)?))
+        .with_context(|| {
+            format!(
+                "{}: the collected record has no readable result.json",
+                record_path.display()
+            )
+        })?;
+    let n = record["iteration"]
+        .as_u64()
+        .or(args.iteration.map(u64::from))
+        .unwrap_or(0);
+    let dest = out.join(format!("iteration-{n}"));
+    if dest.exists() {
+        std::fs::remove_dir_all(&dest)
+            .with_context(|| format!("{}: remove the previous copy", dest.display()))?;
+    }
+    std::fs::rename(&staging, &dest)
+        .with_context(|| format!("{}: rename to {}", staging.display(), dest.display()))?;
+    let mut summary = report::summarize(&record, 0, Vec::new());
+    summary.record_dir = Some(dest.display().to_string());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "iteration {n}: exit {} ({}), {} → {}",
+            summary.exit_code,
+            summary.meaning,
+            summary.verification,
+            dest.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,420 @@
+//! The `local` engine: the supervisor in fresh PID and mount namespaces on this machine.
+//!
+//! `start` spawns `unshare --pid --fork --mount-proc --kill-child <pitcrew-init> serve --socket
+//! <sandbox>/run/control.sock --records <sandbox>/records`, detached (its own session, output to
+//! `<sandbox>/supervisor.log`), so it keeps running after pitcrew exits. The sandbox shares this
+//! machine's filesystem: uploads land under `<sandbox>/root`. `connect` spawns `pitcrew-init
+//! attach --socket …`. State lives in `<state dir>/sandboxes/<id>/`:
+//!
+//! ```text
+//! engine.json       engine, id, pids, paths, creation time
+//! run/              0700: the control socket (root only)
+//! records/          the supervisor's iteration records
+//! root/             uploads: plugins/, skills/, adapters/, config/, workspace/, home/, tmp/
+//! supervisor.log    the supervisor's own output
+//! ```
+//!
+//! Root only for now: rootless mode (user namespaces) is not implemented, and `start` says so,
+//! naming the kernel feature when it is what is missing.
+
+use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec};
+use anyhow::{bail, Context as _};
+use pitcrew_core::harness::SandboxLayout;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long `start` waits for the control socket to appear.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long `stop` waits for the supervisor to exit after `shutdown`.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What `engine.json` records about a local sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalRecord {
+    /// Always `local`.
+    pub engine: String,
+    /// The sandbox id.
+    pub id: String,
+    /// Pid of the `unshare` process holding the namespaces.
+    pub pid: u32,
+    /// The `pitcrew-init` binary.
+    pub supervisor: PathBuf,
+    /// The control socket.
+    pub socket: PathBuf,
+    /// The records directory.
+    pub records: PathBuf,
+    /// The uploads root.
+    pub root: PathBuf,
+    /// Creation time, seconds since the Unix epoch.
+    pub created: u64,
+}
+
+/// The local engine.
+pub struct LocalEngine {
+    state: PathBuf,
+    supervisor: Option<PathBuf>,
+}
+
+impl LocalEngine {
+    /// A local engine keeping state under `state`; `supervisor` overrides where `pitcrew-init`
+    /// is found.
+    pub fn new(state: PathBuf, supervisor: Option<PathBuf>) -> LocalEngine {
+        LocalEngine { state, supervisor }
+    }
+
+    fn sandboxes(&self) -> PathBuf {
+        self.state.join("sandboxes")
+    }
+
+    fn dir(&self, id: &SandboxId) -> PathBuf {
+        self.sandboxes().join(&id.0)
+    }
+
+    /// Reads a sandbox's `engine.json`.
+    pub fn record(&self, id: &SandboxId) -> anyhow::Result<LocalRecord> {
+        let path = self.dir(id).join("engine.json");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+                "no local sandbox {id} in {} (see `pitcrew ps --state-dir {}`)",
+                self.sandboxes().display(),
+                self.state.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("{}: read", path.display())),
+        };
+        serde_json::from_slice(&bytes).with_context(|| format!("{}: not valid", path.display()))
+    }
+
+    fn supervisor_binary(&self) -> anyhow::Result<PathBuf> {
+        find_supervisor(self.supervisor.as_deref())
+    }
+}
+
+/// Finds `pitcrew-init`: `--supervisor`, else next to the running `pitcrew`, else on `PATH`.
+pub fn find_supervisor(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        if !p.is_file() {
+            bail!("--supervisor {}: no such file", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let p = dir.join("pitcrew-init");
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("pitcrew-init");
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    bail!("pitcrew-init not found next to pitcrew or on PATH; build it (`cargo build --workspace --bins`) or pass --supervisor PATH")
+}
+
+/// Why the local engine cannot run for a non-root user, naming the missing kernel feature when
+/// that is the cause. Reads `/proc` only.
+pub fn rootless_problem() -> String {
+    let read = |p: &str| fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    if !Path::new("/proc/self/ns/user").exists() {
+        return "the local engine needs root: this kernel has no user namespaces (CONFIG_USER_NS), which a rootless mode would need".into();
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return "the local engine needs root: unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone = 0)".into();
+    }
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return "the local engine needs root: user namespaces are disabled (sysctl user.max_user_namespaces = 0)".into();
+    }
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        return "the local engine needs root: AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns = 1)".into();
+    }
+    "the local engine needs root: this kernel allows unprivileged user namespaces, but pitcrew's rootless mode is not implemented yet (run as root, or use --engine exec with a container engine)".into()
+}
+
+fn random_id() -> anyhow::Result<String> {
+    let mut b = [0u8; 4];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("/dev/urandom: read")?;
+    Ok(format!(
+        "pc-{:02x}{:02x}{:02x}{:02x}",
+        b[0], b[1], b[2], b[3]
+    ))
+}
+
+fn mkdir(path: &Path, mode: u32) -> anyhow::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .with_context(|| format!("{}: create directory", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .with_context(|| format!("{}: chmod {mode:o}", path.display()))
+}
+
+/// The agent (another uid) must traverse every directory above its workspace.
+fn check_searchable(root: &Path) -> anyhow::Result<()> {
+    for dir in root.ancestors() {
+        let Ok(meta) = fs::metadata(dir) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o001 == 0 {
+            bail!(
+                "{}: mode {:o} does not let the agent's uid reach {} (chmod o+x it, or choose another --state-dir)",
+                dir.display(),
+                meta.permissions().mode() & 0o7777,
+                root.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `pid` is alive (a zombie counts as gone). Reaps it if it is our child.
+fn alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG on a single pid only reaps that pid if it is our exited
+    // child; it touches nothing but `status`.
+    unsafe {
+        libc::waitpid(raw, &mut status, libc::WNOHANG);
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.trim().lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Engine for LocalEngine {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn start(&self, _spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
+        if !is_root() {
+            bail!("{}", rootless_problem());
+        }
+        let supervisor = self.supervisor_binary()?;
+        let id = SandboxId(random_id()?);
+        let dir = self.dir(&id);
+        if !self.state.exists() {
+            mkdir(&self.state, 0o755)?;
+        }
+        mkdir(&self.sandboxes(), 0o755)?;
+        if dir.exists() {
+            bail!("{}: already exists", dir.display());
+        }
+        mkdir(&dir, 0o755)?;
+        let run = dir.join("run");
+        mkdir(&run, 0o700)?;
+        let records = dir.join("records");
+        mkdir(&records, 0o700)?;
+        let root = dir.join("root");
+        mkdir(&root, 0o755)?;
+        check_searchable(&root)?;
+        let socket = run.join("control.sock");
+        let log_path = dir.join("supervisor.log");
+        let log = fs::File::create(&log_path)
+            .with_context(|| format!("{}: create", log_path.display()))?;
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(&supervisor)
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--records")
+            .arg(&records)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("supervisor.log: dup")?)
+            .stderr(log)
+            .current_dir("/");
+        // SAFETY: the closure runs in the forked child before exec and only calls setsid,
+        // which is async-signal-safe and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .context("cannot start the local sandbox: unshare (util-linux) not found")?;
+        let record = LocalRecord {
+            engine: "local".into(),
+            id: id.0.clone(),
+            pid: child.id(),
+            supervisor,
+            socket: socket.clone(),
+            records,
+            root,
+            created: now_secs(),
+        };
+        let json = serde_json::to_vec_pretty(&record)?;
+        fs::write(dir.join("engine.json"), json)
+            .with_context(|| format!("{}: write", dir.join("engine.json").display()))?;
+        let start = Instant::now();
+        // Listening, not just bound: a connection must be accepted.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "local sandbox {id}: the supervisor exited ({status}) before listening: {}",
+                    log_tail(&log_path)
+                );
+            }
+            if start.elapsed() > START_TIMEOUT {
+                bail!(
+                    "local sandbox {id}: no control socket at {} after {}s: {}",
+                    socket.display(),
+                    START_TIMEOUT.as_secs(),
+                    log_tail(&log_path)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(id)
+    }
+
+    fn connect(&self, id: &SandboxId) -> anyhow::Result<Connection> {
+        let rec = self.record(id)?;
+        match fs::symlink_metadata(&rec.socket) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "cannot reach the control socket of sandbox {id} ({}): permission denied: its control channel is root-only",
+                rec.socket.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+                "sandbox {id} is not running: no control socket at {} (see {})",
+                rec.socket.display(),
+                self.dir(id).join("supervisor.log").display()
+            ),
+            Err(e) => {
+                return Err(e).with_context(|| format!("{}: stat", rec.socket.display()))
+            }
+        }
+        let supervisor = match &self.supervisor {
+            Some(p) => p.clone(),
+            None if rec.supervisor.is_file() => rec.supervisor.clone(),
+            None => self.supervisor_binary()?,
+        };
+        let argv: Vec<OsString> = vec![
+            supervisor.into_os_string(),
+            "attach".into(),
+            "--socket".into(),
+            rec.socket.into_os_string(),
+        ];
+        Connection::spawn(&argv, &format!("sandbox {id} (pitcrew-init attach)"))
+    }
+
+    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<()> {
+        let rec = self.record(id)?;
+        if alive(rec.pid) && rec.socket.exists() {
+            let mut conn = self.connect(id)?;
+            let res = conn.client().shutdown();
+            if let Err(err) = res {
+                return Err(conn.explain(err)).context(format!("stopping sandbox {id}"));
+            }
+            conn.close();
+        }
+        let start = Instant::now();
+        while alive(rec.pid) {
+            if start.elapsed() > STOP_TIMEOUT {
+                // `--kill-child`: the namespace's PID 1 dies with unshare, and everything in
+                // the namespace with it.
+                tracing::warn!(
+                    "sandbox {id}: no exit {}s after shutdown; killing pid {}",
+                    STOP_TIMEOUT.as_secs(),
+                    rec.pid
+                );
+                // SAFETY: kill on a pid we started (recorded in engine.json) with SIGKILL.
+                unsafe {
+                    libc::kill(i32::try_from(rec.pid).unwrap_or(i32::MAX), libc::SIGKILL);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !keep_state {
+            let dir = self.dir(id);
+            fs::remove_dir_all(&dir).with_context(|| format!("{}: remove", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    fn layout(&self, id: &SandboxId) -> anyhow::Result<SandboxLayout> {
+        let rec = self.record(id)?;
+        let root = rec
+            .root
+            .to_str()
+            .with_context(|| format!("{}: not UTF-8", rec.root.display()))?
+            .to_string();
+        Ok(SandboxLayout { root })
+    }
+
+    fn describe(&self, id: &SandboxId) -> anyhow::Result<serde_json::Value> {
+        let rec = self.record(id)?;
+        let running = alive(rec.pid);
+        let mut v = serde_json::to_value(&rec)?;
+        v["running"] = running.into();
+        v["state_dir"] = self.dir(id).to_string_lossy().into_owned().into();
+        Ok(v)
+    }
+
+    fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
+        let dir = self.sandboxes();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("{}: read", dir.display())),
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.with_context(|| format!("{}: read", dir.display()))?;
+            let id = SandboxId(e.file_name().to_string_lossy().into_owned());
+            match self.describe(&id) {
+                Ok(detail) => out.push(SandboxEntry {
+                    id: id.0,
+                    engine: "local".into(),
+                    running: detail["running"].as_bool().unwrap_or(false),
+                    detail,
+                }),
+                Err(err) => tracing::warn!("{}: {err:#}", e.path().display()),
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+}

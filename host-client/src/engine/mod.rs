@@ -1,0 +1,297 @@
+//! Engines: how the host starts a sandbox, reaches its supervisor and stops it.
+//!
+//! An [`Engine`] knows four things about a sandbox: how to start one, how to spawn a process whose
+//! stdin/stdout carry the control protocol to its supervisor ([`Connection`]), how to stop it,
+//! and where uploads land inside it ([`SandboxLayout`]). Everything else (uploads, iterations,
+//! collecting) is the protocol's and is the same for every engine, so podman, docker or kubectl
+//! are small additions next to [`local`] and [`exec`].
+
+pub mod exec;
+pub mod local;
+
+use crate::client::{Client, ClientError, HelloReply};
+use anyhow::{bail, Context as _};
+use pitcrew_core::harness::SandboxLayout;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A sandbox's name as its engine knows it (a local id such as `pc-1a2b3c4d`, or the container
+/// name given to the exec engine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxId(pub String);
+
+impl std::fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSpec {
+    /// An existing sandbox to attach to (exec engine).
+    pub existing: Option<String>,
+}
+
+/// One sandbox known to an engine (for `pitcrew ps`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SandboxEntry {
+    /// Its id.
+    pub id: String,
+    /// The engine.
+    pub engine: String,
+    /// Whether its supervisor is running.
+    pub running: bool,
+    /// Engine-specific details.
+    pub detail: serde_json::Value,
+}
+
+/// How the host starts, reaches and stops sandboxes.
+pub trait Engine {
+    /// The engine's name (`local`, `exec`).
+    fn name(&self) -> &'static str;
+    /// Starts a sandbox (or attaches to an existing one) and returns its id once its supervisor
+    /// answers.
+    fn start(&self, spec: &SandboxSpec) -> anyhow::Result<SandboxId>;
+    /// Opens a protocol connection to the sandbox's supervisor (`hello` already exchanged).
+    fn connect(&self, id: &SandboxId) -> anyhow::Result<Connection>;
+    /// Stops the sandbox; `keep_state` keeps host-side state (records) for later reading.
+    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<()>;
+    /// Where uploads go inside the sandbox.
+    fn layout(&self, id: &SandboxId) -> anyhow::Result<SandboxLayout>;
+    /// A description of the sandbox for people and `--json` (engine, paths, pids).
+    fn describe(&self, id: &SandboxId) -> anyhow::Result<serde_json::Value>;
+    /// Sandboxes this engine knows about on this host (empty when it keeps no state).
+    fn list(&self) -> anyhow::Result<Vec<SandboxEntry>>;
+}
+
+/// A protocol session with a sandbox's supervisor, carried by a spawned process's stdio
+/// (`pitcrew-init attach`, `podman exec -i … pitcrew-init attach`).
+pub struct Connection {
+    child: Child,
+    client: Client<ChildStdout, ChildStdin>,
+    hello: HelloReply,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    what: String,
+}
+
+impl Connection {
+    /// Spawns `argv` and says `hello` over its stdio. The process runs in its own process group
+    /// so a Ctrl-C on the terminal reaches pitcrew (which then sends `cancel`), not the
+    /// transport. `what` names the transport in errors.
+    pub fn spawn(argv: &[OsString], what: &str) -> anyhow::Result<Connection> {
+        let (program, args) = argv
+            .split_first()
+            .context("the transport command is empty")?;
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("{what}: cannot start {}", program.to_string_lossy()))?;
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(mut pipe) = child.stderr.take() {
+            let sink = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut s = sink
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Keep the last 16 KiB: enough for any error message.
+                    s.extend_from_slice(&buf[..n]);
+                    let excess = s.len().saturating_sub(16 * 1024);
+                    s.drain(..excess);
+                }
+            });
+        }
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            bail!("{what}: the transport's stdio was not piped");
+        };
+        let mut client = Client::new(stdout, stdin);
+        match client.hello() {
+            Ok(hello) => Ok(Connection {
+                child,
+                client,
+                hello,
+                stderr,
+                what: what.to_string(),
+            }),
+            Err(err) => {
+                drop(client);
+                let status = wait_timeout(&mut child, Duration::from_secs(2));
+                // Give the stderr reader a moment to see the last bytes.
+                std::thread::sleep(Duration::from_millis(20));
+                let said = tail(&stderr);
+                let status = match status {
+                    Some(s) => format!(" ({s})"),
+                    None => String::new(),
+                };
+                if said.is_empty() {
+                    Err(anyhow::Error::new(err).context(format!("{what}{status}")))
+                } else {
+                    bail!("{what}{status}: {said}")
+                }
+            }
+        }
+    }
+
+    /// The protocol client.
+    pub fn client(&mut self) -> &mut Client<ChildStdout, ChildStdin> {
+        &mut self.client
+    }
+
+    /// What the supervisor said in reply to `hello`.
+    pub fn hello(&self) -> &HelloReply {
+        &self.hello
+    }
+
+    /// Adds what the transport printed on stderr to an error from the client.
+    pub fn explain(&self, err: ClientError) -> anyhow::Error {
+        let said = tail(&self.stderr);
+        let err = anyhow::Error::new(err);
+        if said.is_empty() {
+            err
+        } else {
+            err.context(format!("{} said: {said}", self.what))
+        }
+    }
+
+    /// Closes the session: ends the transport's input and waits (briefly) for it to exit,
+    /// killing it if it does not. (Dropping a connection only closes its input.)
+    pub fn close(self) {
+        let Connection {
+            mut child, client, ..
+        } = self;
+        drop(client);
+        if wait_timeout(&mut child, Duration::from_secs(2)).is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn tail(buf: &Mutex<Vec<u8>>) -> String {
+    let b = buf
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let s = String::from_utf8_lossy(&b);
+    s.trim()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Waits for `child` up to `timeout`; `None` if it is still running.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Options that choose and configure the engine (shared by `run` and the operator commands).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineArgs {
+    /// Which engine runs the sandbox.
+    #[arg(long, value_enum, default_value_t = EngineKind::Local)]
+    pub engine: EngineKind,
+    /// Host-side state of local sandboxes [env: PITCREW_STATE_DIR] [default: /var/lib/pitcrew
+    /// for root, else $XDG_STATE_HOME/pitcrew or ~/.local/state/pitcrew].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The `pitcrew-init` binary for the local engine [default: next to `pitcrew`, else on PATH].
+    #[arg(long, value_name = "PATH")]
+    pub supervisor: Option<PathBuf>,
+    /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on
+    /// whitespace with `{sandbox}` substituted (no shell).
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        default_value = "podman exec -i {sandbox} pitcrew-init attach"
+    )]
+    pub exec_template: String,
+    /// Exec engine: where uploads live inside the sandbox.
+    #[arg(long, value_name = "DIR", default_value = "/pitcrew")]
+    pub sandbox_root: String,
+}
+
+/// The engines this build has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// The supervisor in fresh PID and mount namespaces on this machine (root only for now).
+    Local,
+    /// An existing sandbox reached through an exec-style command template.
+    Exec,
+}
+
+impl EngineArgs {
+    /// The engine these options choose.
+    pub fn engine(&self) -> anyhow::Result<Box<dyn Engine>> {
+        Ok(match self.engine {
+            EngineKind::Local => Box::new(local::LocalEngine::new(
+                state_dir(self.state_dir.as_deref())?,
+                self.supervisor.clone(),
+            )),
+            EngineKind::Exec => Box::new(exec::ExecEngine::new(
+                &self.exec_template,
+                &self.sandbox_root,
+            )?),
+        })
+    }
+}
+
+/// The state directory: `--state-dir`, else `PITCREW_STATE_DIR`, else `/var/lib/pitcrew` for
+/// root, else `$XDG_STATE_HOME/pitcrew` or `~/.local/state/pitcrew`.
+pub fn state_dir(flag: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("PITCREW_STATE_DIR").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    if is_root() {
+        return Ok(PathBuf::from("/var/lib/pitcrew"));
+    }
+    if let Some(p) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p).join("pitcrew"));
+    }
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).context(
+        "no state directory: set --state-dir, PITCREW_STATE_DIR, XDG_STATE_HOME or HOME",
+    )?;
+    Ok(PathBuf::from(home).join(".local/state/pitcrew"))
+}
+
+/// Whether this process runs with effective uid 0.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Makes writes to a dead transport fail with `EPIPE` (reported with context) instead of
+/// killing pitcrew with SIGPIPE.
+pub fn ignore_sigpipe() {
+    // SAFETY: changes only this process's SIGPIPE disposition; called before any protocol
+    // thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}

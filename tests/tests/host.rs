@@ -1,0 +1,568 @@
+//! `pitcrew` driving a long-lived local sandbox, end to end: the built `pitcrew` and
+//! `pitcrew-init` binaries, harness files generated in temp dirs, host state in a temp dir
+//! (`--state-dir`), observed from outside (exit codes, collected records, `/proc`).
+//!
+//! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`); skipped otherwise, or a
+//! failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::{binary, busy_wait, can_unshare_pid, prerequisite};
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn gate() -> bool {
+    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+}
+
+/// A harness directory (with a plugin `p`, an adapter and a workspace) and a state directory,
+/// both reachable by the agent's uid.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+/// `script` is the agent (`/bin/sh -c`); `extra` is appended to the harness YAML.
+fn fixture(script: &str, iterations: u32, extra: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(root.join("plugins/p/lib")).unwrap();
+    fs::write(
+        root.join("plugins/p/index.js"),
+        "module.exports = () => {};\n",
+    )
+    .unwrap();
+    fs::write(root.join("plugins/p/lib/util.js"), "exports.x = 1;\n").unwrap();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    fs::write(root.join("adapters/hooks.json"), "{ \"hooks\": {} }\n").unwrap();
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
+    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
+    let yaml = format!(
+        "runtime: command\ncommand:\n  - /bin/sh\n  - -c\n  - |\n{indented}plugins:\n  - plugins/p\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\niterations: {iterations}\ntimeout: 60s\nworkdir: workspace\n{extra}"
+    );
+    let harness = root.join("harness.yaml");
+    fs::write(&harness, yaml).unwrap();
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o755)).unwrap();
+    Fixture {
+        _dir: dir,
+        root,
+        harness,
+        state,
+    }
+}
+
+impl Fixture {
+    /// `pitcrew <args…> --state-dir <state>`.
+    fn pitcrew(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binary("pitcrew"));
+        c.args(args).arg("--state-dir").arg(&self.state);
+        c
+    }
+
+    /// `pitcrew run HARNESS --json <extra…>`: its output and its JSON document.
+    fn run(&self, extra: &[&str]) -> (Output, Value) {
+        let h = self.harness.to_str().unwrap();
+        let mut args = vec!["run", h, "--json"];
+        args.extend_from_slice(extra);
+        let out = self.pitcrew(&args).output().unwrap();
+        let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "pitcrew run printed no JSON ({e}); exit {:?}\nstderr: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, doc)
+    }
+
+    /// Starts `pitcrew run HARNESS --json <extra…>` in the background.
+    fn spawn_run(&self, extra: &[&str]) -> Child {
+        let h = self.harness.to_str().unwrap();
+        let mut args = vec!["run", h, "--json"];
+        args.extend_from_slice(extra);
+        self.pitcrew(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Ids of the sandboxes in the state dir (`pitcrew ps --json`).
+    fn sandboxes(&self) -> Vec<String> {
+        let out = self.pitcrew(&["ps", "--json"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The one sandbox, once it exists.
+    fn wait_sandbox(&self) -> String {
+        let mut ids = Vec::new();
+        assert!(
+            busy_wait(Duration::from_secs(20), || {
+                ids = self.sandboxes();
+                !ids.is_empty()
+            }),
+            "no sandbox appeared in {}",
+            self.state.display()
+        );
+        ids.remove(0)
+    }
+
+    /// The sandbox's workspace on the host (local engine: same filesystem).
+    fn workspace(&self, id: &str) -> PathBuf {
+        self.state.join("sandboxes").join(id).join("root/workspace")
+    }
+
+    /// `pitcrew inspect ID --json --no-verify`: the supervisor's status.
+    fn status(&self, id: &str) -> Value {
+        let out = self
+            .pitcrew(&["inspect", id, "--json", "--no-verify"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["status"].clone()
+    }
+
+    fn down(&self, id: &str) {
+        let out = self.pitcrew(&["down", id]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Fixture {
+    /// A failed test must not leave a sandbox running: stop whatever the state dir still knows.
+    fn drop(&mut self) {
+        let Ok(out) = self.pitcrew(&["ps", "--json"]).output() else {
+            return;
+        };
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        for s in list.as_array().into_iter().flatten() {
+            if let Some(id) = s["id"].as_str() {
+                let _ = self.pitcrew(&["down", id]).output();
+            }
+        }
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    let bytes = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn three_iterations_in_one_sandbox_each_collected() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture(
+        "echo note >> notes.txt\necho \"notes $(wc -l < notes.txt) uid $(id -u)\"",
+        3,
+        "",
+    );
+    let (out, doc) = fx.run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(doc["stopped"], "iterations");
+    assert_eq!(doc["exit_code"], 0);
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert!(run_dir.starts_with(fx.root.join("runs")), "{run_dir:?}");
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (i, row) in rows.iter().enumerate() {
+        let n = i + 1;
+        assert_eq!(row["iteration"], n);
+        assert_eq!(row["verified"], true, "{row}");
+        let it = run_dir.join(format!("iteration-{n}"));
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["iteration"], n);
+        assert_eq!(record["exit_code"], 0);
+        // The workspace persists across iterations of one sandbox: the agent sees its notes.
+        let stdout = read(&it.join("output.jsonl"));
+        assert!(
+            stdout.contains(&format!("notes {n} uid 65534")),
+            "iteration {n}: {stdout}"
+        );
+        assert!(it.join("events.jsonl").is_file() && it.join("stderr.log").is_file());
+    }
+    assert!(run_dir.join("run.json").is_file());
+    // Without --keep the sandbox is stopped and its state removed.
+    assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
+fn leftover_background_process_is_gone_before_the_next_iteration() {
+    if !gate() {
+        return;
+    }
+    // The leftover's argument is built at run time so the agent's own command line (which holds
+    // this script) never matches the search.
+    let script = r#"N=9876$((54321))
+if [ ! -f started ]; then
+  touch started
+  setsid sleep "$N" </dev/null >/dev/null 2>&1 &
+  echo "left sleep $N behind"
+else
+  for f in /proc/[0-9]*/cmdline; do
+    c=$(tr '\0' ' ' < "$f" 2>/dev/null)
+    case "$c" in *"sleep $N"*) echo "LEFTOVER $f";; esac
+  done
+  echo checked
+fi"#;
+    let fx = fixture(script, 2, "");
+    let (out, doc) = fx.run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    assert!(first.contains("left sleep 987654321 behind"), "{first}");
+    let second = read(&run_dir.join("iteration-2/output.jsonl"));
+    assert!(second.contains("checked"), "{second}");
+    assert!(
+        !second.contains("LEFTOVER"),
+        "the leftover survived: {second}"
+    );
+    // Whichever reap caught it (after iteration 1, or before iteration 2), it was counted.
+    let r1 = read_json(&run_dir.join("iteration-1/result.json"));
+    let r2 = read_json(&run_dir.join("iteration-2/result.json"));
+    let caught = r1["reaped"]["after"].as_u64().unwrap() + r2["reaped"]["before"].as_u64().unwrap();
+    assert!(caught >= 1, "no reap counted the leftover: {r1} {r2}");
+}
+
+#[test]
+fn agent_cannot_modify_a_verified_plugin() {
+    if !gate() {
+        return;
+    }
+    // The agent (uid 65534, cwd = the workspace) attacks the plugin beside it.
+    let script = r#"P=../plugins/p
+if [ ! -f attacked ]; then
+  touch attacked
+  if echo evil >> "$P/index.js" 2>/dev/null; then echo "WROTE index.js"; else echo "denied write"; fi
+  if rm -f "$P/lib/util.js" 2>/dev/null && [ ! -e "$P/lib/util.js" ]; then echo "REMOVED util.js"; else echo "denied rm"; fi
+  if echo x > "$P/new.js" 2>/dev/null; then echo "ADDED new.js"; else echo "denied add"; fi
+fi"#;
+    let fx = fixture(script, 2, "");
+    let (out, doc) = fx.run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    assert_eq!(
+        first.lines().collect::<Vec<_>>(),
+        ["denied write", "denied rm", "denied add"],
+        "{first}"
+    );
+    let r2 = read_json(&run_dir.join("iteration-2/result.json"));
+    assert_eq!(r2["exit_code"], 0, "{r2}");
+    assert_eq!(doc["iterations"][1]["verified"], true);
+}
+
+#[test]
+fn plugin_modified_from_outside_between_iterations_fails_with_96_and_the_drift() {
+    if !gate() {
+        return;
+    }
+    // The validation command runs on the host after each iteration; here it plays the attacker
+    // (a root process outside the sandbox) and asks for another iteration.
+    let fx = fixture(
+        "echo ran",
+        2,
+        "validation:\n  - /bin/sh\n  - -c\n  - echo tampered >> \"$PITCREW_SANDBOX_ROOT/plugins/p/lib/util.js\"; exit 1\n",
+    );
+    let h = fx.harness.to_str().unwrap();
+    let out = fx.pitcrew(&["run", h]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(96),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row2 = table
+        .lines()
+        .find(|l| l.starts_with("2 "))
+        .unwrap_or_else(|| panic!("no row 2: {table}"));
+    assert!(row2.contains("96"), "{row2}");
+    assert!(row2.contains("p drifted: changed lib/util.js"), "{row2}");
+    let records = table
+        .lines()
+        .find_map(|l| l.strip_prefix("records: "))
+        .unwrap();
+    let r2 = read_json(&Path::new(records).join("iteration-2/result.json"));
+    assert_eq!(r2["exit_code"], 96);
+    let tree = &r2["verification"]["trees"][0];
+    assert_eq!(tree["status"], "drifted", "{r2}");
+    assert_eq!(tree["drift"]["changed"], serde_json::json!(["lib/util.js"]));
+    // Nothing was launched in iteration 2.
+    assert!(r2["agent"].is_null(), "{r2}");
+}
+
+#[test]
+fn cancel_from_the_host_reaches_the_agent() {
+    if !gate() {
+        return;
+    }
+    let script =
+        "trap 'echo trapped > cancelled; exit 7' TERM\ntouch running\nwhile :; do sleep 0.1; done";
+    let fx = fixture(script, 1, "");
+    let run = fx.spawn_run(&["--keep"]);
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    assert!(
+        busy_wait(Duration::from_secs(30), || ws.join("running").exists()),
+        "the agent never started"
+    );
+    let out = fx.pitcrew(&["cancel", &id]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run.wait_with_output().unwrap();
+    // The agent's TERM trap ran (the signal reached it), ...
+    assert_eq!(read(&ws.join("cancelled")), "trapped\n");
+    // ... and the iteration is reported as cancelled: 143 with the reason (the supervisor's
+    // rule for a cancelled iteration), or the trap's own code; `pitcrew run` exits with it.
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &doc["iterations"][0];
+    let code = row["exit_code"].as_i64().unwrap();
+    assert!(code == 143 || code == 7, "{row}");
+    if code == 143 {
+        assert!(
+            row["reason"].as_str().unwrap().contains("cancelled"),
+            "{row}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(i32::try_from(code).unwrap()));
+    fx.down(&id);
+}
+
+#[test]
+fn host_killed_mid_iteration_loses_nothing() {
+    if !gate() {
+        return;
+    }
+    let script = "touch running\nsleep 1\necho finished-ok";
+    let fx = fixture(script, 1, "");
+    let mut run = fx.spawn_run(&[]);
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    assert!(
+        busy_wait(Duration::from_secs(30), || ws.join("running").exists()),
+        "the agent never started"
+    );
+    run.kill().unwrap(); // SIGKILL: no cleanup, no stop.
+    run.wait().unwrap();
+    // The iteration finishes in the sandbox without the host.
+    assert!(
+        busy_wait(Duration::from_secs(30), || {
+            let s = fx.status(&id);
+            s["state"] == "idle" && s["history"].as_array().is_some_and(|h| h.len() == 1)
+        }),
+        "iteration 1 never finished"
+    );
+    let out_dir = fx.root.join("collected");
+    let out = fx
+        .pitcrew(&[
+            "collect",
+            &id,
+            "--iteration",
+            "1",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let it = out_dir.join("iteration-1");
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0);
+    assert_eq!(read(&it.join("output.jsonl")), "finished-ok\n");
+    let events = read(&it.join("events.jsonl"));
+    assert!(events.contains("final-reap"), "{events}");
+    fx.down(&id);
+    assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
+fn non_root_cannot_reach_a_root_sandbox() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo hi", 1, "");
+    let (out, doc) = fx.run(&["--keep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let as_nobody = |program: &Path, args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(program)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let state = fx.state.to_str().unwrap();
+    let out = as_nobody(&binary("pitcrew"), &["inspect", &id, "--state-dir", state]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot reach the control socket of sandbox {id}"))
+            && err.contains("permission denied"),
+        "{err}"
+    );
+    // Around pitcrew, straight at the socket: refused too.
+    let socket = fx
+        .state
+        .join("sandboxes")
+        .join(&id)
+        .join("run/control.sock");
+    let out = as_nobody(
+        &binary("pitcrew-init"),
+        &["attach", "--socket", socket.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    // And a non-root `pitcrew run` says why it cannot start a local sandbox.
+    let out = as_nobody(
+        &binary("pitcrew"),
+        &["run", fx.harness.to_str().unwrap(), "--state-dir", state],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("the local engine needs root"), "{err}");
+    fx.down(&id);
+}
+
+#[test]
+fn ctrl_c_on_the_host_cancels_collects_and_exits_130() {
+    if !gate() {
+        return;
+    }
+    let script = "touch running\nwhile :; do sleep 0.1; done";
+    let fx = fixture(script, 3, "");
+    let run = fx.spawn_run(&[]);
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    assert!(
+        busy_wait(Duration::from_secs(30), || ws.join("running").exists()),
+        "the agent never started"
+    );
+    let kill = Command::new("kill")
+        .args(["-INT", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["stopped"], "cancelled");
+    // Iteration 1 was cancelled and collected; no further iteration started.
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{doc}");
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let record = read_json(&run_dir.join("iteration-1/result.json"));
+    assert_eq!(record["exit_code"], 143, "{record}");
+    // Without --keep the sandbox was stopped.
+    assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
+fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
+    if !gate() {
+        return;
+    }
+    // A kept local sandbox stands in for a container: the exec template reaches its supervisor
+    // with `pitcrew-init attach --socket {sandbox}` (the sandbox "name" is the socket path).
+    let fx = fixture("echo via-exec >> notes.txt\ncat notes.txt", 1, "");
+    let (out, doc) = fx.run(&["--keep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let dir = fx.state.join("sandboxes").join(&id);
+    let template = format!(
+        "{} attach --socket {{sandbox}}",
+        binary("pitcrew-init").display()
+    );
+    let socket = dir.join("run/control.sock");
+    let (out, doc) = fx.run(&[
+        "--engine",
+        "exec",
+        "--exec-template",
+        &template,
+        "--sandbox",
+        socket.to_str().unwrap(),
+        "--sandbox-root",
+        dir.join("root").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(doc["engine"], "exec");
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    // The supervisor numbers iterations per sandbox: this is its second.
+    let stdout = read(&run_dir.join("iteration-2/output.jsonl"));
+    assert_eq!(
+        stdout, "via-exec\n",
+        "the workspace was uploaded again: {stdout}"
+    );
+    assert_eq!(doc["iterations"][0]["verified"], true);
+    // The exec engine leaves the sandbox to its owner.
+    assert!(socket.exists());
+    fx.down(&id);
+}
