@@ -5,7 +5,7 @@
 //! ```text
 //! kind: u8   1 = control (payload is one JSON message), 2 = data (payload is raw bytes)
 //! chan: u8   0 for control frames; for data: 1 agent stdout, 2 agent stderr, 3 tar stream
-//! len:  u32  big-endian payload length, at most MAX_PAYLOAD
+//! len:  u32  big-endian payload length: at most MAX_CONTROL_PAYLOAD (control), MAX_PAYLOAD (data)
 //! ```
 //!
 //! A tar stream (an upload from the host, a collect to the host) is a run of data frames on
@@ -21,8 +21,21 @@ use std::io::{self, Read, Write};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
-/// Largest payload of one frame (1 MiB): larger frames are refused, never buffered.
+/// Largest payload of a data frame (1 MiB): larger frames are refused, never buffered.
+/// Senders split byte streams into frames of at most this size.
 pub const MAX_PAYLOAD: usize = 1 << 20;
+/// Largest payload of a control frame (32 MiB): one JSON message, which for `set_manifest`
+/// carries every tree's per-file listing (about 160 bytes a file: 200,000 files fit). Only root
+/// can connect, and a larger frame is refused before it is buffered.
+pub const MAX_CONTROL_PAYLOAD: usize = 32 << 20;
+
+/// The payload limit for frames of `kind`.
+pub fn max_payload(kind: FrameKind) -> usize {
+    match kind {
+        FrameKind::Control => MAX_CONTROL_PAYLOAD,
+        FrameKind::Data => MAX_PAYLOAD,
+    }
+}
 /// Size of a frame header.
 pub const HEADER_LEN: usize = 6;
 
@@ -134,9 +147,14 @@ pub enum FrameError {
     /// The header's channel byte is unknown, or a control frame is not on channel 0.
     #[error("frame channel {0} is unknown or wrong for the frame kind")]
     BadChannel(u8),
-    /// The payload length exceeds [`MAX_PAYLOAD`].
-    #[error("frame of {0} bytes exceeds the {MAX_PAYLOAD}-byte limit")]
-    Oversized(usize),
+    /// The payload length exceeds the limit for its kind ([`max_payload`]).
+    #[error("frame of {len} bytes exceeds the {limit}-byte limit for its kind")]
+    Oversized {
+        /// Announced payload length.
+        len: usize,
+        /// The limit for the frame's kind.
+        limit: usize,
+    },
     /// The stream ended inside a frame.
     #[error("the stream ended inside a frame ({got} of {want} bytes)")]
     Truncated {
@@ -175,8 +193,9 @@ fn parse_header(h: &[u8; HEADER_LEN]) -> Result<(FrameKind, Channel, usize), Fra
         return Err(FrameError::BadChannel(h[1]));
     }
     let len = usize::try_from(u32::from_be_bytes([h[2], h[3], h[4], h[5]])).unwrap_or(usize::MAX);
-    if len > MAX_PAYLOAD {
-        return Err(FrameError::Oversized(len));
+    let limit = max_payload(kind);
+    if len > limit {
+        return Err(FrameError::Oversized { len, limit });
     }
     Ok((kind, channel, len))
 }
@@ -218,8 +237,19 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<Frame>, FrameError> {
     }))
 }
 
-/// Writes one frame to a blocking writer.
+/// Writes one frame to a blocking writer. A payload over the limit for its kind is refused
+/// (`InvalidInput`) before anything is written: the peer would close the connection on it.
 pub fn write_frame(w: &mut impl Write, frame: &Frame) -> io::Result<()> {
+    let limit = max_payload(frame.kind);
+    if frame.payload.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            FrameError::Oversized {
+                len: frame.payload.len(),
+                limit,
+            },
+        ));
+    }
     w.write_all(&frame.encode())
 }
 
@@ -511,8 +541,28 @@ mod tests {
         let mut dec = FrameDecoder::new();
         dec.push(&[2, 1, 0xff, 0xff, 0xff, 0xff]);
         let err = dec.next_frame().unwrap_err();
-        assert!(matches!(err, FrameError::Oversized(_)));
+        assert!(matches!(
+            err,
+            FrameError::Oversized {
+                limit: MAX_PAYLOAD,
+                ..
+            }
+        ));
         assert!(!err.stream_usable());
+
+        let mut dec = FrameDecoder::new();
+        dec.push(&[1, 0, 0xff, 0xff, 0xff, 0xff]);
+        assert!(matches!(
+            dec.next_frame(),
+            Err(FrameError::Oversized {
+                limit: MAX_CONTROL_PAYLOAD,
+                ..
+            })
+        ));
+        let mut sink = Vec::new();
+        let big = Frame::data(Channel::Tar, vec![0; MAX_PAYLOAD + 1]);
+        assert!(write_frame(&mut sink, &big).is_err());
+        assert!(sink.is_empty(), "nothing is written for an oversized frame");
 
         let bytes = Frame::data(Channel::Stdout, vec![1; 10]).encode();
         let mut cursor = &bytes[..8];

@@ -14,7 +14,7 @@ use crate::tarball;
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::{self, Harness, Validated};
 use pitcrew_core::manifest::Manifest;
-use pitcrew_core::protocol::{Channel, Owner, MAX_PAYLOAD};
+use pitcrew_core::protocol::{Channel, Owner};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::os::fd::AsFd as _;
@@ -260,10 +260,9 @@ fn drive(
     slot: &CancelSlot,
 ) -> anyhow::Result<RunReport> {
     let layout = engine.layout(id)?;
-    let mut manifest = validated
+    let manifest = validated
         .manifest(&layout)
         .context("the harness has problems")?;
-    fit_manifest(&mut manifest, progress)?;
     manifest
         .validate()
         .context("the manifest built from this harness is invalid")?;
@@ -369,33 +368,6 @@ fn drive(
         stopped,
         exit_code,
     })
-}
-
-/// Makes the manifest fit in one control frame. Per-file listings (`trees[].files`, `dirs`) only
-/// feed drift reports, and a harness with tens of thousands of files has more listing than the
-/// protocol's 1 MiB control frame holds: then they are left out (every tree digest is still
-/// verified; a drift report names the tree, not the files) and pitcrew says so.
-fn fit_manifest(manifest: &mut Manifest, progress: &Progress) -> anyhow::Result<()> {
-    // Room for the request envelope around the manifest.
-    const ENVELOPE: usize = 256;
-    let size = serde_json::to_vec(manifest)?.len();
-    if size + ENVELOPE <= MAX_PAYLOAD {
-        return Ok(());
-    }
-    for t in &mut manifest.trees {
-        t.files.clear();
-        t.dirs.clear();
-    }
-    let stripped = serde_json::to_vec(manifest)?.len();
-    if stripped + ENVELOPE > MAX_PAYLOAD {
-        bail!(
-            "the manifest is {stripped} bytes even without per-file listings, over the protocol's {MAX_PAYLOAD}-byte control frame"
-        );
-    }
-    progress.line(&format!(
-        "the manifest with per-file listings is {size} bytes, over the protocol's {MAX_PAYLOAD}-byte control frame: sent without them ({stripped} bytes); every tree is still verified, drift reports name trees, not files"
-    ));
-    Ok(())
 }
 
 /// Uploads plugins, skills, adapters (one small tar per destination directory) and the
