@@ -152,8 +152,7 @@ pub struct TreeDigest {
 
 /// Walks `root` without following symlinks and hashes every regular file in parallel.
 pub fn scan_tree(root: &Path) -> Result<TreeListing, TreeError> {
-    let plan = walk::walk(root)?;
-    hasher::hash_plan(root, plan)
+    walk::scan(root)
 }
 
 /// Scans `root` ([`scan_tree`]) and computes its digest in `format`.
