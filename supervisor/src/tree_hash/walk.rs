@@ -129,7 +129,7 @@ pub(super) fn scan(root: &Path) -> Result<TreeListing, TreeError> {
         failed: AtomicBool::new(false),
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let outputs: Vec<Output> = if workers <= 1 {
+    let mut outputs: Vec<Output> = if workers <= 1 {
         vec![worker(&shared)]
     } else {
         std::thread::scope(|scope| {
@@ -148,29 +148,48 @@ pub(super) fn scan(root: &Path) -> Result<TreeListing, TreeError> {
         })
     };
 
-    let mut files = Vec::new();
-    let mut dirs = Vec::new();
     let mut first: Option<Failure> = None;
-    for output in outputs {
-        for failure in output.failures {
-            if first
-                .as_ref()
-                .is_none_or(|f| failure.walk_order(f) == CmpOrdering::Less)
-            {
-                first = Some(failure);
-            }
-        }
-        if first.is_none() {
-            files.extend(output.files);
-            dirs.extend(output.dirs);
+    for failure in outputs.iter_mut().flat_map(|o| o.failures.drain(..)) {
+        if first
+            .as_ref()
+            .is_none_or(|f| failure.walk_order(f) == CmpOrdering::Less)
+        {
+            first = Some(failure);
         }
     }
     if let Some(failure) = first {
         return Err(failure.error);
     }
-    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    // Each worker sorted its own files while the others finished: merge the sorted runs.
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for output in outputs {
+        files = merge(files, output.files);
+        dirs.extend(output.dirs);
+    }
     dirs.sort_unstable();
     Ok(TreeListing { files, dirs })
+}
+
+/// Merges two lists of files sorted by path.
+fn merge(a: Vec<FileRecord>, b: Vec<FileRecord>) -> Vec<FileRecord> {
+    if a.is_empty() {
+        return b;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.path <= y.path => a.next(),
+            (Some(_), Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, _) => b.next(),
+        };
+        match next {
+            Some(file) => out.push(file),
+            None => return out,
+        }
+    }
 }
 
 impl Shared<'_> {
@@ -286,6 +305,9 @@ fn worker(shared: &Shared<'_>) -> Output {
                 }
             }
         }
+    }
+    if out.failures.is_empty() {
+        out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     }
     out
 }
