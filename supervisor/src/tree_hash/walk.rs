@@ -23,7 +23,7 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::error::{Refusal, TreeError};
-use super::hasher::{hash_entry, FileFailure, BUFFER_SIZE};
+use super::hasher::{hash_entry, hex_digest, FileFailure, BUFFER_SIZE};
 use super::{FileRecord, TreeListing};
 
 /// Flags for every directory below the root.
@@ -286,7 +286,7 @@ fn worker(shared: &Shared<'_>) -> Output {
                 match hash_entry(&dir.fd, name, &mut buf) {
                     Ok((digest, size)) => out.files.push(FileRecord {
                         path,
-                        sha256: hex::encode(digest),
+                        sha256: hex_digest(&digest),
                         size,
                     }),
                     Err(failure) => {
