@@ -26,6 +26,11 @@ use super::error::{Refusal, TreeError};
 use super::hasher::{hash_entry, hex_digest, FileFailure, BUFFER_SIZE};
 use super::{FileRecord, TreeListing};
 
+/// A worker claims `left / CLAIM_DIVISOR` of the files left in a directory, at least 1 and at
+/// most [`MAX_CLAIM`].
+const CLAIM_DIVISOR: usize = 16;
+const MAX_CLAIM: usize = 8;
+
 /// Flags for every directory below the root.
 fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
@@ -66,7 +71,7 @@ enum Task {
 /// What a worker takes from the stack.
 enum Work {
     Dir(Pending),
-    File(Arc<Listed>, usize),
+    Files(Arc<Listed>, std::ops::Range<usize>),
 }
 
 struct State {
@@ -209,8 +214,13 @@ impl Shared<'_> {
             match st.stack.last_mut() {
                 Some(Task::Files { dir, next }) => {
                     if *next < dir.files.len() && !self.failed.load(Ordering::Relaxed) {
-                        let work = Work::File(Arc::clone(dir), *next);
-                        *next += 1;
+                        // Several files at a time while many are left (fewer trips through the
+                        // lock), one at a time near the end (so that no worker is left alone
+                        // with a run of large files).
+                        let left = dir.files.len() - *next;
+                        let take = (left / CLAIM_DIVISOR).clamp(1, MAX_CLAIM);
+                        let work = Work::Files(Arc::clone(dir), *next..*next + take);
+                        *next += take;
                         if *next == dir.files.len() {
                             st.stack.pop();
                         }
@@ -280,36 +290,58 @@ fn worker(shared: &Shared<'_>) -> Output {
                     ),
                 }
             }
-            Work::File(dir, index) => {
-                let name = &dir.files[index];
-                let path = join(&dir.rel, name);
-                match hash_entry(&dir.fd, name, &mut buf) {
-                    Ok((digest, size)) => out.files.push(FileRecord {
-                        path,
-                        sha256: hex_digest(&digest),
-                        size,
-                    }),
-                    Err(failure) => {
-                        let error = match failure {
-                            FileFailure::Refused(reason) => refused(shared.root, path, reason),
-                            FileFailure::Io(op, e) => entry_error(shared.root, path, op, e),
-                        };
-                        let failure = Failure {
-                            phase: 1,
-                            dir: dir.rel.clone(),
-                            name: name.clone(),
-                            error,
-                        };
-                        shared.fail(&mut out, failure);
+            Work::Files(dir, range) => {
+                for name in &dir.files[range] {
+                    if shared.failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if !hash_one(shared, &dir, name, &mut buf, &mut out) {
+                        break;
                     }
                 }
             }
         }
     }
     if out.failures.is_empty() {
-        out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        // Stable sort: it merges the runs already sorted (the files of one directory).
+        out.files.sort_by(|a, b| a.path.cmp(&b.path));
     }
     out
+}
+
+/// Hashes one file of a listed directory into `out`; false if it failed (recorded in `out`).
+fn hash_one(
+    shared: &Shared<'_>,
+    dir: &Listed,
+    name: &str,
+    buf: &mut [u8],
+    out: &mut Output,
+) -> bool {
+    let path = join(&dir.rel, name);
+    match hash_entry(&dir.fd, name, buf) {
+        Ok((digest, size)) => {
+            out.files.push(FileRecord {
+                path,
+                sha256: hex_digest(&digest),
+                size,
+            });
+            true
+        }
+        Err(failure) => {
+            let error = match failure {
+                FileFailure::Refused(reason) => refused(shared.root, path, reason),
+                FileFailure::Io(op, e) => entry_error(shared.root, path, op, e),
+            };
+            let failure = Failure {
+                phase: 1,
+                dir: dir.rel.clone(),
+                name: name.to_owned(),
+                error,
+            };
+            shared.fail(out, failure);
+            false
+        }
+    }
 }
 
 /// Opens and lists one directory. Returns its relative path (none for the root) and the tasks
