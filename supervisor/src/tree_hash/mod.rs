@@ -8,7 +8,10 @@
 //! with `openat(parent, name, O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`; the opened descriptor is
 //! `fstat`ed and anything that is not a regular file is refused, so a file swapped for a symlink
 //! or a fifo between listing and hashing is refused too. Each file is read exactly once, streaming
-//! into SHA-256, on [`std::thread::available_parallelism`] workers.
+//! into SHA-256, on [`std::thread::available_parallelism`] workers. The same workers list the
+//! directories: one shared stack holds directories to list and files to hash, so hashing starts as
+//! soon as the root is listed. Which error is reported does not depend on scheduling: listing
+//! errors come first, in depth-first order with sorted names, as in a sequential walk.
 //!
 //! Refused anywhere below the root (the error names the path relative to the root and why):
 //! symlinks, fifos, sockets, block and character devices, names containing `\n`, `\r` or `\`
@@ -152,8 +155,7 @@ pub struct TreeDigest {
 
 /// Walks `root` without following symlinks and hashes every regular file in parallel.
 pub fn scan_tree(root: &Path) -> Result<TreeListing, TreeError> {
-    let plan = walk::walk(root)?;
-    hasher::hash_plan(root, plan)
+    walk::scan(root)
 }
 
 /// Scans `root` ([`scan_tree`]) and computes its digest in `format`.

@@ -1,120 +1,391 @@
-//! The directory walk: lists every entry below the root without following symlinks and refuses
-//! anything that is not a regular file or a directory (or has an inadmissible name).
+//! The walk, overlapped with hashing: every worker takes the next task from one shared stack,
+//! either a directory to list (its subdirectories and its files are pushed back as tasks) or the
+//! next file of a listed directory to hash. Hashing starts as soon as the root is listed, and no
+//! worker waits for a sequential walk.
+//!
+//! Everything below the root is reached with `openat` relative to its parent's descriptor and
+//! `O_NOFOLLOW`; a directory's descriptor stays open only while its files or subdirectories are
+//! still on the stack (last in, first out, so about one directory per level of the tree is open).
+//!
+//! Errors are reported as a sequential walk would: the first refusal or I/O error met while
+//! listing, in depth-first order with sorted names, wins over any error met while hashing; among
+//! hashing errors, the first file in that same order among those seen. After the first error no
+//! more files are hashed, but the directories are still listed so that the reported listing error
+//! does not depend on scheduling.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::cmp::Ordering as CmpOrdering;
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::error::{Refusal, TreeError};
+use super::hasher::{hash_entry, hex_digest, FileFailure, BUFFER_SIZE};
+use super::{FileRecord, TreeListing};
 
-/// How many directory descriptors a walk keeps open for the hashing phase; files in other
-/// directories are reached again from the root, component by component, without following links.
-const RETAINED_DIR_FDS: usize = 256;
+/// A worker claims `left / CLAIM_DIVISOR` of the files left in a directory, at least 1 and at
+/// most [`MAX_CLAIM`].
+const CLAIM_DIVISOR: usize = 16;
+const MAX_CLAIM: usize = 8;
 
 /// Flags for every directory below the root.
-pub(super) fn dir_flags() -> OFlags {
+fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
-/// A directory found by the walk.
-pub(super) struct PlanDir {
+/// A listed directory whose files are being hashed.
+struct Listed {
     /// Relative path without `./`; empty for the root.
-    pub rel: String,
-    /// The open directory, if it was retained.
-    pub fd: Option<OwnedFd>,
-}
-
-/// A regular file found by the walk.
-pub(super) struct PlanFile {
-    /// Relative path without `./`.
-    pub rel: String,
-    /// Byte offset of the file name in `rel`.
-    pub name_start: usize,
-    /// Index of the parent in [`Plan::dirs`].
-    pub dir: usize,
-}
-
-impl PlanFile {
-    /// The file name within its directory.
-    pub fn name(&self) -> &str {
-        &self.rel[self.name_start..]
-    }
-}
-
-/// What the walk found: `dirs[0]` is the root (always retained); files are in walk order, the
-/// files of one directory next to each other.
-pub(super) struct Plan {
-    /// All directories, the root first.
-    pub dirs: Vec<PlanDir>,
-    /// All regular files.
-    pub files: Vec<PlanFile>,
-}
-
-impl Plan {
-    /// The root directory descriptor.
-    pub fn root_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.dirs
-            .first()
-            .and_then(|d| d.fd.as_ref())
-            .map(|fd| fd.as_fd())
-    }
-}
-
-/// One directory being walked: its descriptor and the subdirectories still to visit.
-struct Frame {
-    dir: usize,
+    rel: String,
     fd: OwnedFd,
-    retained: bool,
-    subdirs: std::vec::IntoIter<String>,
+    /// Its regular files, sorted bytewise.
+    files: Vec<String>,
 }
 
-/// Opens `root` (following a symlink at the root itself) and lists everything below it.
-pub(super) fn walk(root: &Path) -> Result<Plan, TreeError> {
+/// A directory still to be opened and listed.
+struct Pending {
+    /// Relative path without `./`; empty for the root.
+    rel: String,
+    /// The root's descriptor, or the parent's descriptor and the offset of the name in `rel`.
+    source: Source,
+}
+
+enum Source {
+    Root(OwnedFd),
+    Child(Arc<Listed>, usize),
+}
+
+/// An entry of the shared stack.
+enum Task {
+    Dir(Pending),
+    /// The files of a listed directory from index `next` on.
+    Files {
+        dir: Arc<Listed>,
+        next: usize,
+    },
+}
+
+/// What a worker takes from the stack.
+enum Work {
+    Dir(Pending),
+    Files(Arc<Listed>, std::ops::Range<usize>),
+}
+
+struct State {
+    stack: Vec<Task>,
+    /// Workers listing a directory (they may still push tasks).
+    listing: usize,
+}
+
+struct Shared<'a> {
+    root: &'a Path,
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Set on the first error: no more files are hashed.
+    failed: AtomicBool,
+}
+
+/// An error with its position in a sequential walk.
+struct Failure {
+    /// 0 for listing errors, 1 for hashing errors.
+    phase: u8,
+    /// The directory being listed, or the directory of the file being hashed.
+    dir: String,
+    /// The file name (hashing errors only).
+    name: String,
+    error: TreeError,
+}
+
+impl Failure {
+    fn walk_order(&self, other: &Failure) -> CmpOrdering {
+        self.phase
+            .cmp(&other.phase)
+            // Depth-first order with sorted names is the order of the paths' component lists.
+            .then_with(|| self.dir.split('/').cmp(other.dir.split('/')))
+            .then_with(|| self.name.cmp(&other.name))
+    }
+}
+
+/// What one worker found.
+#[derive(Default)]
+struct Output {
+    files: Vec<FileRecord>,
+    dirs: Vec<String>,
+    failures: Vec<Failure>,
+}
+
+/// Opens `root` (following a symlink at the root itself), walks everything below it without
+/// following symlinks and hashes every regular file; returns the sorted listing.
+pub(super) fn scan(root: &Path) -> Result<TreeListing, TreeError> {
     let root_fd = open_root(root)?;
-    let mut plan = Plan {
-        dirs: vec![PlanDir {
-            rel: String::new(),
-            fd: None,
-        }],
-        files: Vec::new(),
+    let shared = Shared {
+        root,
+        state: Mutex::new(State {
+            stack: vec![Task::Dir(Pending {
+                rel: String::new(),
+                source: Source::Root(root_fd),
+            })],
+            listing: 0,
+        }),
+        wake: Condvar::new(),
+        failed: AtomicBool::new(false),
     };
-    let subdirs = list(root, &root_fd, 0, &mut plan)?;
-    let mut stack = vec![Frame {
-        dir: 0,
-        fd: root_fd,
-        retained: true,
-        subdirs: subdirs.into_iter(),
-    }];
-    let mut retained = 1usize;
-    while let Some(frame) = stack.last_mut() {
-        let Some(name) = frame.subdirs.next() else {
-            if let Some(done) = stack.pop() {
-                if done.retained {
-                    plan.dirs[done.dir].fd = Some(done.fd);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut outputs: Vec<Output> = if workers <= 1 {
+        vec![worker(&shared)]
+    } else {
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..workers)
+                .map(|_| scope.spawn(|| worker(&shared)))
+                .collect();
+            let mut outputs = vec![worker(&shared)];
+            for helper in helpers {
+                outputs.push(
+                    helper
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                );
+            }
+            outputs
+        })
+    };
+
+    let mut first: Option<Failure> = None;
+    for failure in outputs.iter_mut().flat_map(|o| o.failures.drain(..)) {
+        if first
+            .as_ref()
+            .is_none_or(|f| failure.walk_order(f) == CmpOrdering::Less)
+        {
+            first = Some(failure);
+        }
+    }
+    if let Some(failure) = first {
+        return Err(failure.error);
+    }
+    // Each worker sorted its own files while the others finished: merge the sorted runs.
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for output in outputs {
+        files = merge(files, output.files);
+        dirs.extend(output.dirs);
+    }
+    dirs.sort_unstable();
+    Ok(TreeListing { files, dirs })
+}
+
+/// Merges two lists of files sorted by path.
+fn merge(a: Vec<FileRecord>, b: Vec<FileRecord>) -> Vec<FileRecord> {
+    if a.is_empty() {
+        return b;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.path <= y.path => a.next(),
+            (Some(_), Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, _) => b.next(),
+        };
+        match next {
+            Some(file) => out.push(file),
+            None => return out,
+        }
+    }
+}
+
+impl Shared<'_> {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next piece of work, or `None` when the stack is empty and nobody is listing.
+    /// `listed` is true when the caller just finished listing a directory.
+    fn next(&self, listed: bool) -> Option<Work> {
+        let mut state = self.lock();
+        if listed {
+            state.listing -= 1;
+        }
+        loop {
+            let st = &mut *state;
+            match st.stack.last_mut() {
+                Some(Task::Files { dir, next }) => {
+                    if *next < dir.files.len() && !self.failed.load(Ordering::Relaxed) {
+                        // Several files at a time while many are left (fewer trips through the
+                        // lock), one at a time near the end (so that no worker is left alone
+                        // with a run of large files).
+                        let left = dir.files.len() - *next;
+                        let take = (left / CLAIM_DIVISOR).clamp(1, MAX_CLAIM);
+                        let work = Work::Files(Arc::clone(dir), *next..*next + take);
+                        *next += take;
+                        if *next == dir.files.len() {
+                            st.stack.pop();
+                        }
+                        return Some(work);
+                    }
+                    st.stack.pop();
+                }
+                Some(Task::Dir(_)) => {
+                    if let Some(Task::Dir(pending)) = st.stack.pop() {
+                        st.listing += 1;
+                        return Some(Work::Dir(pending));
+                    }
+                }
+                None if st.listing == 0 => {
+                    drop(state);
+                    self.wake.notify_all();
+                    return None;
+                }
+                None => {
+                    state = self
+                        .wake
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
             }
-            continue;
-        };
-        let rel = join(&plan.dirs[frame.dir].rel, &name);
-        let fd = match rustix::fs::openat(&frame.fd, name.as_str(), dir_flags(), Mode::empty()) {
-            Ok(fd) => fd,
-            Err(e) => return Err(entry_error(root, rel, "open the directory", e)),
-        };
-        let index = plan.dirs.len();
-        plan.dirs.push(PlanDir { rel, fd: None });
-        let subdirs = list(root, &fd, index, &mut plan)?;
-        let keep = retained < RETAINED_DIR_FDS;
-        retained += usize::from(keep);
-        stack.push(Frame {
-            dir: index,
-            fd,
-            retained: keep,
-            subdirs: subdirs.into_iter(),
+        }
+    }
+
+    /// Pushes what listing a directory produced and wakes idle workers.
+    fn push(&self, tasks: impl Iterator<Item = Task>) {
+        self.lock().stack.extend(tasks);
+        self.wake.notify_all();
+    }
+
+    fn fail(&self, out: &mut Output, failure: Failure) {
+        self.failed.store(true, Ordering::Relaxed);
+        out.failures.push(failure);
+    }
+}
+
+/// One worker: lists directories and hashes files until nothing is left.
+fn worker(shared: &Shared<'_>) -> Output {
+    let mut buf = vec![0u8; BUFFER_SIZE];
+    let mut out = Output::default();
+    let mut listed = false;
+    while let Some(work) = shared.next(listed) {
+        listed = false;
+        match work {
+            Work::Dir(pending) => {
+                listed = true;
+                let rel = pending.rel.clone();
+                match visit(shared.root, pending, shared.failed.load(Ordering::Relaxed)) {
+                    Ok((dir, tasks)) => {
+                        if let Some(dir) = dir {
+                            out.dirs.push(dir);
+                        }
+                        shared.push(tasks.into_iter());
+                    }
+                    Err(error) => shared.fail(
+                        &mut out,
+                        Failure {
+                            phase: 0,
+                            dir: rel,
+                            name: String::new(),
+                            error,
+                        },
+                    ),
+                }
+            }
+            Work::Files(dir, range) => {
+                for name in &dir.files[range] {
+                    if shared.failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if !hash_one(shared, &dir, name, &mut buf, &mut out) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if out.failures.is_empty() {
+        // Stable sort: it merges the runs already sorted (the files of one directory).
+        out.files.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    out
+}
+
+/// Hashes one file of a listed directory into `out`; false if it failed (recorded in `out`).
+fn hash_one(
+    shared: &Shared<'_>,
+    dir: &Listed,
+    name: &str,
+    buf: &mut [u8],
+    out: &mut Output,
+) -> bool {
+    let path = join(&dir.rel, name);
+    match hash_entry(&dir.fd, name, buf) {
+        Ok((digest, size)) => {
+            out.files.push(FileRecord {
+                path,
+                sha256: hex_digest(&digest),
+                size,
+            });
+            true
+        }
+        Err(failure) => {
+            let error = match failure {
+                FileFailure::Refused(reason) => refused(shared.root, path, reason),
+                FileFailure::Io(op, e) => entry_error(shared.root, path, op, e),
+            };
+            let failure = Failure {
+                phase: 1,
+                dir: dir.rel.clone(),
+                name: name.to_owned(),
+                error,
+            };
+            shared.fail(out, failure);
+            false
+        }
+    }
+}
+
+/// Opens and lists one directory. Returns its relative path (none for the root) and the tasks
+/// to push: its subdirectories in reverse order (so that they are taken in name order), then its
+/// files (taken first), unless `failed`.
+fn visit(
+    root: &Path,
+    pending: Pending,
+    failed: bool,
+) -> Result<(Option<String>, Vec<Task>), TreeError> {
+    let Pending { rel, source } = pending;
+    let fd = match source {
+        Source::Root(fd) => fd,
+        Source::Child(parent, name_start) => {
+            let name = &rel[name_start..];
+            match rustix::fs::openat(&parent.fd, name, dir_flags(), Mode::empty()) {
+                Ok(fd) => fd,
+                Err(e) => return Err(entry_error(root, rel, "open the directory", e)),
+            }
+        }
+    };
+    let (subdirs, files) = list(root, &fd, &rel)?;
+    let listed = Arc::new(Listed {
+        rel,
+        fd,
+        files: if failed { Vec::new() } else { files },
+    });
+    let mut tasks = Vec::with_capacity(subdirs.len() + 1);
+    for name in subdirs.into_iter().rev() {
+        let child = join(&listed.rel, &name);
+        let name_start = child.len() - name.len();
+        tasks.push(Task::Dir(Pending {
+            rel: child,
+            source: Source::Child(Arc::clone(&listed), name_start),
+        }));
+    }
+    if !listed.files.is_empty() {
+        tasks.push(Task::Files {
+            dir: Arc::clone(&listed),
+            next: 0,
         });
     }
-    Ok(plan)
+    let dir = (!listed.rel.is_empty()).then(|| listed.rel.clone());
+    Ok((dir, tasks))
 }
 
 /// Opens the root directory, mapping failures to root errors.
@@ -133,13 +404,9 @@ fn open_root(root: &Path) -> Result<OwnedFd, TreeError> {
 }
 
 /// Maps an error on an entry: `ELOOP` from an `O_NOFOLLOW` open means the entry became a symlink.
-pub(super) fn entry_error(root: &Path, rel: String, op: &'static str, e: Errno) -> TreeError {
+fn entry_error(root: &Path, rel: String, op: &'static str, e: Errno) -> TreeError {
     if e == Errno::LOOP {
-        TreeError::Refused {
-            root: root.to_path_buf(),
-            path: rel,
-            reason: Refusal::Symlink,
-        }
+        refused(root, rel, Refusal::Symlink)
     } else {
         TreeError::Io {
             root: root.to_path_buf(),
@@ -177,14 +444,13 @@ pub(super) fn type_refusal(file_type: FileType) -> Option<Refusal> {
     }
 }
 
-/// Lists the directory `fd` (index `dir` of the plan): records its regular files in the plan and
-/// returns its subdirectory names, sorted bytewise. Entries are examined in name order, so the
+/// Lists the directory `fd` (at `parent` relative to the root): returns its subdirectory names
+/// and its regular file names, each sorted bytewise. Entries are examined in name order, so the
 /// first refusal reported does not depend on the file system's listing order.
-fn list(root: &Path, fd: &OwnedFd, dir: usize, plan: &mut Plan) -> Result<Vec<String>, TreeError> {
-    let parent = plan.dirs[dir].rel.clone();
+fn list(root: &Path, fd: &OwnedFd, parent: &str) -> Result<(Vec<String>, Vec<String>), TreeError> {
     let list_error = |e: Errno| TreeError::Io {
         root: root.to_path_buf(),
-        path: parent.clone(),
+        path: parent.to_owned(),
         op: "list the directory",
         error: e.into(),
     };
@@ -201,39 +467,35 @@ fn list(root: &Path, fd: &OwnedFd, dir: usize, plan: &mut Plan) -> Result<Vec<St
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
     let mut subdirs = Vec::new();
+    let mut files = Vec::new();
     for (name, mut file_type) in entries {
         let name = match String::from_utf8(name) {
             Ok(name) => name,
             Err(e) => {
                 let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                return Err(refused(root, join(&parent, &lossy), Refusal::NonUtf8Name));
+                return Err(refused(root, join(parent, &lossy), Refusal::NonUtf8Name));
             }
         };
-        let rel = join(&parent, &name);
         if let Some(reason) = name_refusal(&name) {
-            return Err(refused(root, rel, reason));
+            return Err(refused(root, join(parent, &name), reason));
         }
         if file_type == FileType::Unknown {
             // Some file systems do not report types in directory entries.
             match rustix::fs::statat(fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => file_type = FileType::from_raw_mode(st.st_mode),
-                Err(e) => return Err(entry_error(root, rel, "stat", e)),
+                Err(e) => return Err(entry_error(root, join(parent, &name), "stat", e)),
             }
         }
         match file_type {
             FileType::Directory => subdirs.push(name),
-            FileType::RegularFile => plan.files.push(PlanFile {
-                name_start: rel.len() - name.len(),
-                rel,
-                dir,
-            }),
+            FileType::RegularFile => files.push(name),
             other => {
                 let reason = type_refusal(other).unwrap_or(Refusal::OtherType);
-                return Err(refused(root, rel, reason));
+                return Err(refused(root, join(parent, &name), reason));
             }
         }
     }
-    Ok(subdirs)
+    Ok((subdirs, files))
 }
 
 /// The refusal for an inadmissible name, if any.
