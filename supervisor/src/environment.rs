@@ -386,7 +386,7 @@ mod tests {
             kind: crate::manifest::TreeKind::Data,
             format: crate::tree_hash::TreeFormat::PiTreeV1,
             sha256: "0".repeat(64),
-            files: Vec::new(),
+            files: Default::default(),
             dirs: Vec::new(),
             entries: Vec::new(),
             env: env

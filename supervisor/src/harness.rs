@@ -11,8 +11,8 @@
 use crate::env_policy;
 use crate::exit_code::PinRole;
 use crate::manifest::{
-    Agent, EnvSpec, FilePin, FileUse, Limits, Manifest, RuntimeDirs, TreeKind, TreePin,
-    MANIFEST_VERSION,
+    Agent, EnvSpec, FileListing, FilePin, FileUse, Limits, Manifest, RuntimeDirs, TreeKind,
+    TreePin, MANIFEST_VERSION,
 };
 use crate::plugin_format::{self, PluginClass};
 use crate::tree_hash::{self, TreeDigest, TreeFormat};
@@ -307,7 +307,7 @@ impl Validated {
                 kind,
                 format: TreeFormat::PiTreeV1,
                 sha256: p.digest.sha256.clone(),
-                files: p.digest.listing.files.clone(),
+                files: FileListing::from_records(&p.digest.listing.files).ok()?,
                 dirs: p.digest.listing.dirs.clone(),
                 entries: if kind == TreeKind::PiExtension {
                     entries
@@ -326,7 +326,7 @@ impl Validated {
                 kind: TreeKind::Data,
                 format: TreeFormat::PiTreeV1,
                 sha256: s.digest.sha256.clone(),
-                files: s.digest.listing.files.clone(),
+                files: FileListing::from_records(&s.digest.listing.files).ok()?,
                 dirs: s.digest.listing.dirs.clone(),
                 entries: Vec::new(),
                 env: BTreeMap::new(),

@@ -341,7 +341,7 @@ fn check_tree(pin: &TreePin) -> TreeCheck {
             let actual = listing.digest(pin.format);
             if actual != pin.sha256 {
                 let expected = TreeListing {
-                    files: pin.files.clone(),
+                    files: pin.files.to_records(),
                     dirs: pin.dirs.clone(),
                 };
                 check.status = CheckStatus::Drifted;
@@ -547,7 +547,7 @@ mod tests {
             kind: TreeKind::PiExtension,
             format: TreeFormat::PiTreeV1,
             sha256: digest.sha256,
-            files: digest.listing.files,
+            files: crate::manifest::FileListing::from_records(&digest.listing.files).unwrap(),
             dirs: digest.listing.dirs,
             entries: vec!["index.ts".into()],
             env: Default::default(),
