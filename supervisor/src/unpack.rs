@@ -272,6 +272,9 @@ fn unpack_into(
     let mut report = UnpackReport::default();
     let mut count: u64 = 0;
     let mut chown_list: Vec<PathBuf> = Vec::new();
+    // One copy buffer for every entry: `io::copy`'s 8 KiB stack buffer costs a write syscall per
+    // 8 KiB, a third of the upload time for a 200 MB tree.
+    let mut buf = vec![0u8; COPY_BUFFER];
     for entry in entries {
         let mut entry = entry.map_err(|e| UnpackError::Format(e.to_string()))?;
         let raw = entry.path_bytes().into_owned();
@@ -361,7 +364,7 @@ fn unpack_into(
                     UnpackError::Io(path.display().to_string(), e)
                 }
             })?;
-        let written = io::copy(&mut (&mut entry).take(size), &mut file)
+        let written = copy_with(&mut (&mut entry).take(size), &mut file, &mut buf)
             .map_err(|e| UnpackError::Format(format!("{}: {e}", String::from_utf8_lossy(&raw))))?;
         // The umask may have narrowed the mode given at creation.
         file.set_permissions(fs::Permissions::from_mode(mode))
@@ -377,6 +380,24 @@ fn unpack_into(
         }
     }
     Ok(report)
+}
+
+/// Size of the buffer entries are copied through.
+const COPY_BUFFER: usize = 256 * 1024;
+
+/// Copies `r` to `w` through `buf`, returning the bytes copied.
+fn copy_with(r: &mut impl io::Read, w: &mut impl io::Write, buf: &mut [u8]) -> io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        let n = match r.read(buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        w.write_all(&buf[..n])?;
+        total += n as u64;
+    }
 }
 
 #[cfg(test)]

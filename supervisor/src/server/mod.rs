@@ -659,7 +659,14 @@ impl Server {
         let result = spool
             .seek(SeekFrom::Start(0))
             .map_err(|e| UnpackError::Io("upload spool".into(), e))
-            .and_then(|_| unpack_tar(std::io::BufReader::new(spool), dest, &self.limits, owner));
+            .and_then(|_| {
+                unpack_tar(
+                    std::io::BufReader::with_capacity(256 * 1024, spool),
+                    dest,
+                    &self.limits,
+                    owner,
+                )
+            });
         let c = &mut self.conns[i];
         match result {
             Ok(report) => {
