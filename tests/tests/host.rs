@@ -297,6 +297,43 @@ fi"#;
 }
 
 #[test]
+fn agent_replacing_a_verified_config_fails_the_next_iteration_with_98_and_the_drift() {
+    if !gate() {
+        return;
+    }
+    // The runtime config dir is the agent's to write (pi writes auth.json there), so a pinned
+    // config file in it can be replaced by the agent: the next iteration must refuse to launch.
+    let script = r#"C=../config
+if [ ! -f replaced ]; then
+  touch replaced
+  echo '{"providers": {"evil": {}}}' > "$C/models.json.new" && mv -f "$C/models.json.new" "$C/models.json" && echo "replaced models.json"
+fi"#;
+    let fx = fixture(script, 2, "");
+    fs::create_dir_all(fx.root.join("config")).unwrap();
+    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "    role: hook-adapter\n",
+        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (out, doc) = fx.run(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(98),
+        "{doc:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    assert!(first.contains("replaced models.json"), "{first}");
+    let r2 = read_json(&run_dir.join("iteration-2/result.json"));
+    assert_eq!(r2["exit_code"], 98, "{r2}");
+    let reason = r2["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("models.json"), "{reason}");
+    assert!(r2["agent"].is_null(), "nothing may be launched: {r2}");
+}
+
+#[test]
 fn plugin_modified_from_outside_between_iterations_fails_with_96_and_the_drift() {
     if !gate() {
         return;
