@@ -130,12 +130,20 @@ fn bind(socket: &Path) -> Result<UnixListener, String> {
         Ok(_) => return Err(format!("{} exists and is not a socket", socket.display())),
         Err(_) => {}
     }
-    let listener = UnixListener::bind(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    fs::set_permissions(socket, fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    // Bind and listen under a temporary name, then rename: the socket appears at its path only
+    // once it accepts connections (binding in place leaves a window between bind and listen in
+    // which a client that saw the file gets ECONNREFUSED).
+    let staging = dir.join(format!(".control.{}.sock", std::process::id()));
+    let _ = fs::remove_file(&staging);
+    let listener =
+        UnixListener::bind(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
+    let ready = fs::set_permissions(&staging, fs::Permissions::from_mode(0o600))
+        .and_then(|()| listener.set_nonblocking(true))
+        .and_then(|()| fs::rename(&staging, socket));
+    if let Err(e) = ready {
+        let _ = fs::remove_file(&staging);
+        return Err(format!("{}: {e}", socket.display()));
+    }
     Ok(listener)
 }
 
