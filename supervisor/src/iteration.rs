@@ -143,6 +143,11 @@ pub fn run_iteration(
     record.steps.verify_ms = millis(started.elapsed());
     let failure = report.failure();
     let binary = report.resolved_agent().map(Path::to_path_buf);
+    let interpreter = report
+        .agent
+        .interpreter
+        .clone()
+        .map(std::path::PathBuf::from);
     record.verification = Some(report);
     observer.step(
         "verify",
@@ -223,7 +228,17 @@ pub fn run_iteration(
             return record;
         }
     };
-    let spec = match LaunchSpec::prepare(&binary, &argv, &env.env, &manifest.output) {
+    // A `#!/usr/bin/env NAME` agent runs through the interpreter verify resolved on the
+    // baseline PATH: `NAME script args…`, what env would have run, minus the PATH lookup.
+    let (program, argv) = match interpreter {
+        Some(interpreter) => {
+            let mut full = vec![interpreter.display().to_string()];
+            full.extend(argv);
+            (interpreter, full)
+        }
+        None => (binary, argv),
+    };
+    let spec = match LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output) {
         Ok(spec) => spec,
         Err(reason) => {
             observer.step(

@@ -105,6 +105,12 @@ pub struct AgentCheck {
     pub expected_sha256: Option<String>,
     /// The sha256 of the resolved file, when pinned and readable.
     pub actual_sha256: Option<String>,
+    /// For a `#!/usr/bin/env NAME` script (pi's `cli.js` is one): `NAME` resolved once on the
+    /// baseline `PATH`. The supervisor execs this interpreter with the script as its first
+    /// argument, so the agent's own `PATH` (which the agent-writable `.env` may set) never
+    /// chooses what runs before any verified code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<String>,
     /// Why the binary cannot be launched, if it cannot.
     pub failure: Option<VerifyFailure>,
 }
@@ -397,6 +403,22 @@ fn check_agent(binary: &str, pin: Option<&str>, path_var: &str) -> AgentCheck {
         }
     };
     check.resolved = Some(resolved.display().to_string());
+    if let Some(name) = env_shebang(&resolved) {
+        match resolve_agent_binary(&name, path_var) {
+            Ok(interpreter) => check.interpreter = Some(interpreter.display().to_string()),
+            Err(f) => {
+                check.failure = Some(VerifyFailure {
+                    reason: format!(
+                        "agent binary {} runs `#!/usr/bin/env {name}`: {}",
+                        resolved.display(),
+                        f.reason
+                    ),
+                    ..f
+                });
+                return check;
+            }
+        }
+    }
     let Some(pin) = pin else {
         return check;
     };
@@ -433,6 +455,28 @@ enum Candidate {
     Absent,
     Unusable(String),
     Executable,
+}
+
+/// `NAME` when `script` starts with `#!/usr/bin/env NAME` (or `#!/bin/env NAME`) and nothing
+/// else: the form that looks `NAME` up on `PATH` at exec time. Other shebangs name an absolute
+/// interpreter (the kernel needs no `PATH`) and `env` with options is left to `env`.
+pub fn env_shebang(script: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(script).ok()?;
+    let n = file.read(&mut head).ok()?;
+    let line = head[..n].split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?.trim();
+    let mut words = line.split_whitespace();
+    let env = words.next()?;
+    if env != "/usr/bin/env" && env != "/bin/env" {
+        return None;
+    }
+    let name = words.next()?;
+    if words.next().is_some() || name.starts_with('-') || name.contains('/') || name.contains('=') {
+        return None;
+    }
+    Some(name.to_string())
 }
 
 fn candidate(path: &Path) -> Candidate {
@@ -510,6 +554,60 @@ pub fn resolve_agent_binary(binary: &str, path_var: &str) -> Result<PathBuf, Ver
             }
         ))
     }))
+}
+
+#[cfg(test)]
+mod shebang_tests {
+    use super::*;
+
+    fn script(body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cli.js");
+        std::fs::write(&path, body).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn env_shebangs_name_the_interpreter_others_do_not() {
+        let (_d, p) = script("#!/usr/bin/env node\nconsole.log(1)\n");
+        assert_eq!(env_shebang(&p).as_deref(), Some("node"));
+        let (_d, p) = script("#!/bin/env  python3 \n");
+        assert_eq!(env_shebang(&p).as_deref(), Some("python3"));
+        for body in [
+            "#!/bin/sh\n",
+            "#!/usr/bin/env -S node --flag\n",
+            "#!/usr/bin/env A=1 node\n",
+            "#!/usr/bin/env node extra\n",
+            "\x7fELF",
+            "",
+        ] {
+            let (_d, p) = script(body);
+            assert_eq!(env_shebang(&p), None, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn the_interpreter_is_resolved_on_the_baseline_path() {
+        let bin = tempfile::tempdir().unwrap();
+        let interp = bin.path().join("fakenode");
+        std::fs::write(&interp, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&interp, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let (_d, p) = script("#!/usr/bin/env fakenode\n");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path_var = bin.path().display().to_string();
+        let check = check_agent(&p.display().to_string(), None, &path_var);
+        assert_eq!(check.interpreter.as_deref(), Some(interp.to_str().unwrap()));
+        assert!(check.failure.is_none());
+        let check = check_agent(&p.display().to_string(), None, "/nonexistent");
+        let failure = check.failure.unwrap();
+        assert_eq!(failure.exit_code, AGENT_NOT_FOUND);
+        assert!(
+            failure.reason.contains("#!/usr/bin/env fakenode"),
+            "{}",
+            failure.reason
+        );
+    }
 }
 
 #[cfg(test)]

@@ -278,3 +278,50 @@ fn loader_variables_never_reach_the_agent() {
         "a value leaked into the record: {text}"
     );
 }
+
+#[test]
+fn a_path_planted_through_dotenv_never_picks_the_agents_interpreter() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The agent is a `#!/usr/bin/env sh` script (pi's cli.js is `#!/usr/bin/env node`). An
+    // earlier iteration planted a fake `sh` in the writable workspace and put it first on PATH
+    // through the agent-writable `.env`.
+    let mut sandbox = Sandbox::sh("unused");
+    let agent = sandbox.path("agent");
+    fs::write(
+        &agent,
+        "#!/usr/bin/env sh\necho \"real agent ran\" > \"$1\"\n",
+    )
+    .expect("agent");
+    fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let bin = sandbox.workdir.join("bin");
+    fs::create_dir(&bin).expect("bin");
+    let fake = bin.join("sh");
+    let marker = sandbox.workdir.join("hijacked");
+    fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).expect("fake sh");
+    fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let dotenv = sandbox.workdir.join(".env");
+    fs::write(&dotenv, format!("PATH={}:$PATH\n", bin.display())).expect(".env");
+    let out = sandbox.workdir.join("out");
+    sandbox.manifest["agent"] = json!({"binary": agent, "args": [out]});
+    sandbox.manifest["env"] = json!({"dotenv": dotenv});
+    let run = sandbox.run_pid1();
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let interpreter = run.record["verification"]["agent"]["interpreter"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        interpreter.ends_with("/sh")
+            && !interpreter.starts_with(&*sandbox.workdir.to_string_lossy()),
+        "{}",
+        run.record
+    );
+    assert!(!marker.exists(), "the planted interpreter ran");
+    assert_eq!(
+        fs::read_to_string(&out).expect("agent output"),
+        "real agent ran\n"
+    );
+}
