@@ -23,7 +23,7 @@
 //!    `tar -c -C SRC . | sh -c 'tar -x -C DEST'` through a pipe.
 
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
-use pitcrew_e2e::{binary, generate_tree, shell_preflight, target_profile_dir};
+use pitcrew_e2e::{binary, generate_tree, median, ms, shell_preflight, target_profile_dir};
 use serde_json::{json, Value};
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -45,15 +45,6 @@ const DATA_FRAME: usize = pitcrew_core::protocol::MAX_PAYLOAD / 4;
 fn fail(msg: &str) -> ! {
     eprintln!("bench host: {msg}");
     std::process::exit(1)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn rounds() -> usize {

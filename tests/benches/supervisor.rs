@@ -20,7 +20,7 @@
 //! 3. **Peak RSS** of `pitcrew-init` while an agent runs: the agent reads `/proc/1/status`
 //!    (`VmHWM`) of its PID 1.
 
-use pitcrew_e2e::{binary, generate_tree, shell_preflight, target_profile_dir};
+use pitcrew_e2e::{binary, generate_tree, median, ms, shell_preflight, target_profile_dir};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -43,15 +43,6 @@ fn env_num(name: &str, default: u64) -> u64 {
 fn fail(msg: &str) -> ! {
     eprintln!("bench supervisor: {msg}");
     std::process::exit(1)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn sha256_hex(path: &Path) -> String {

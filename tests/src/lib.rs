@@ -166,3 +166,14 @@ fi
     s += "exec \"$AGENT_BIN\" </dev/null\n";
     s
 }
+
+/// The median of `v` (sorts it in place); for benchmark reports.
+pub fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// A duration as `12.3 ms`.
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
