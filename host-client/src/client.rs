@@ -604,6 +604,7 @@ mod tests {
             mode: "pid1".into(),
             landlock_abi: 0,
             uid_model: "uid from manifest".into(),
+            user_namespace: None,
             requests: vec![],
         }
     }

@@ -12,6 +12,7 @@
 //! - [`protocol`]: framing and messages between the host and the supervisor.
 //! - [`result`]: the result record of an iteration.
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
+//! - [`user_namespace`]: the user namespace the supervisor runs in (rootless sandboxes).
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
@@ -41,4 +42,5 @@ pub mod server;
 pub mod tree_hash;
 #[cfg(unix)]
 pub mod unpack;
+pub mod user_namespace;
 pub mod verify;

@@ -425,6 +425,10 @@ pub struct Capabilities {
     pub landlock_abi: u32,
     /// How the agent runs: e.g. `uid 65534` or `uid from manifest`.
     pub uid_model: String,
+    /// The user namespace the supervisor runs in, absent in the initial one (a rootless
+    /// sandbox: uid 0 is the host user, the agent a subordinate id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_namespace: Option<crate::user_namespace::UserNamespace>,
     /// Requests this supervisor serves.
     pub requests: Vec<String>,
 }

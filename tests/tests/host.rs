@@ -505,14 +505,18 @@ fn non_root_cannot_reach_a_root_sandbox() {
         &["attach", "--socket", socket.to_str().unwrap()],
     );
     assert!(!out.status.success());
-    // And a non-root `pitcrew run` says why it cannot start a local sandbox.
+    // And a non-root `pitcrew run` without subordinate ids says why it cannot start a rootless
+    // local sandbox (tests/rootless.rs runs one for a user that has them).
     let out = as_nobody(
         &binary("pitcrew"),
         &["run", fx.harness.to_str().unwrap(), "--state-dir", state],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("the local engine needs root"), "{err}");
+    assert!(
+        err.contains("the local engine cannot run rootless"),
+        "{err}"
+    );
     fx.down(&id);
 }
 
@@ -592,6 +596,12 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
     );
     assert_eq!(doc["engine"], "exec");
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    // The sandbox's name (a socket path here) becomes one component of the run's directory.
+    assert_eq!(
+        run_dir.parent(),
+        Some(fx.root.join("runs").as_path()),
+        "{doc}"
+    );
     // The supervisor numbers iterations per sandbox: this is its second.
     let stdout = read(&run_dir.join("iteration-2/output.jsonl"));
     assert_eq!(

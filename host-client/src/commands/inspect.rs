@@ -85,6 +85,9 @@ fn render(
         "sandbox {id} ({engine}), supervisor {}, mode {}, landlock ABI {}\n",
         hello.supervisor, hello.capabilities.mode, hello.capabilities.landlock_abi
     );
+    if let Some(ns) = &hello.capabilities.user_namespace {
+        out += &format!("rootless: user namespace {}\n", ns.describe());
+    }
     if let Some(obj) = status.as_object() {
         // Known keys in reading order, then whatever else the supervisor reports.
         const ORDER: [&str; 7] = [

@@ -276,7 +276,7 @@ fn drive(
         .set_manifest(&manifest)
         .map_err(|e| conn.explain(e))?;
 
-    let run_id = format!("{}-{id}", utc_stamp());
+    let run_id = format!("{}-{}", utc_stamp(), path_safe(&id.0));
     let run_dir = h.output.join(&run_id);
     std::fs::create_dir_all(&run_dir)
         .with_context(|| format!("{}: create the run directory", run_dir.display()))?;
@@ -475,4 +475,33 @@ fn run_validation(
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// `name` as one path component: anything but ASCII letters, digits, `.`, `_` and `-` becomes
+/// `_` (an exec-engine sandbox may be named by a path or a `pod/container` pair).
+fn path_safe(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    safe.trim_start_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_safe;
+
+    #[test]
+    fn sandbox_names_become_one_path_component() {
+        assert_eq!(path_safe("pc-1a2b3c4d"), "pc-1a2b3c4d");
+        assert_eq!(path_safe("/run/x/control.sock"), "_run_x_control.sock");
+        assert_eq!(path_safe("ns/pod:ctr"), "ns_pod_ctr");
+        assert_eq!(path_safe("../up"), "_up");
+    }
 }

@@ -14,9 +14,15 @@
 //! supervisor.log    the supervisor's own output
 //! ```
 //!
-//! Root only for now: rootless mode (user namespaces) is not implemented, and `start` says so,
-//! naming the kernel feature when it is what is missing.
+//! As root, `unshare` creates the PID and mount namespaces and the agent runs as the manifest's
+//! uid (default 65534) of this machine. As any other user it runs rootless ([`super::rootless`]):
+//! `unshare` also creates a user namespace mapping uid 0 to the user and uids 1–65536 to the
+//! user's subordinate ids, so the supervisor is root of its sandbox and the agent a uid of its
+//! own; when that is impossible `start` names what is missing (a kernel feature, `newuidmap`, the
+//! subordinate ids). Stopping a rootless sandbox removes its state inside the same mapping, since
+//! the agent's files belong to a subordinate uid the user cannot delete directly.
 
+use super::rootless::{self, RootlessPlan};
 use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec};
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::SandboxLayout;
@@ -54,6 +60,9 @@ pub struct LocalRecord {
     pub root: PathBuf,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
+    /// The user namespace of a rootless sandbox (absent when started as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootless: Option<RootlessPlan>,
 }
 
 /// The local engine.
@@ -124,23 +133,32 @@ pub fn find_supervisor(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     bail!("pitcrew-init not found next to pitcrew or on PATH; build it (`cargo build --workspace --bins`) or pass --supervisor PATH")
 }
 
-/// Why the local engine cannot run for a non-root user, naming the missing kernel feature when
-/// that is the cause. Reads `/proc` only.
-pub fn rootless_problem() -> String {
-    let read = |p: &str| fs::read_to_string(p).ok().map(|s| s.trim().to_string());
-    if !Path::new("/proc/self/ns/user").exists() {
-        return "the local engine needs root: this kernel has no user namespaces (CONFIG_USER_NS), which a rootless mode would need".into();
+/// The rootless plan for this (non-root) user, or why there can be none.
+pub fn rootless_plan() -> anyhow::Result<RootlessPlan> {
+    // SAFETY: getuid/getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    rootless::plan(&rootless::Host, uid, gid)
+}
+
+/// Removes `dir` as root of a user namespace with `plan`'s mapping: the agent's files belong to
+/// a subordinate uid that the user may not delete directly.
+fn remove_rootless(dir: &Path, plan: &RootlessPlan) -> anyhow::Result<()> {
+    let out = Command::new("unshare")
+        .args(plan.unshare_args())
+        .args(["rm", "-rf", "--"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot remove a rootless sandbox's state: unshare (util-linux) not found")?;
+    if !out.status.success() || dir.exists() {
+        bail!(
+            "{}: could not remove inside the sandbox's user namespace ({}): {}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
-    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return "the local engine needs root: unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone = 0)".into();
-    }
-    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return "the local engine needs root: user namespaces are disabled (sysctl user.max_user_namespaces = 0)".into();
-    }
-    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return "the local engine needs root: AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns = 1)".into();
-    }
-    "the local engine needs root: this kernel allows unprivileged user namespaces, but pitcrew's rootless mode is not implemented yet (run as root, or use --engine exec with a container engine)".into()
+    Ok(())
 }
 
 fn random_id() -> anyhow::Result<String> {
@@ -222,9 +240,11 @@ impl Engine for LocalEngine {
     }
 
     fn start(&self, _spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
-        if !is_root() {
-            bail!("{}", rootless_problem());
-        }
+        let rootless = if is_root() {
+            None
+        } else {
+            Some(rootless_plan()?)
+        };
         let supervisor = self.supervisor_binary()?;
         let id = SandboxId(random_id()?);
         let dir = self.dir(&id);
@@ -248,6 +268,9 @@ impl Engine for LocalEngine {
         let log = fs::File::create(&log_path)
             .with_context(|| format!("{}: create", log_path.display()))?;
         let mut cmd = Command::new("unshare");
+        if let Some(plan) = &rootless {
+            cmd.args(plan.unshare_args());
+        }
         cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
             .arg(&supervisor)
             .arg("serve")
@@ -281,6 +304,7 @@ impl Engine for LocalEngine {
             records,
             root,
             created: now_secs(),
+            rootless: rootless.clone(),
         };
         let json = serde_json::to_vec_pretty(&record)?;
         fs::write(dir.join("engine.json"), json)
@@ -289,8 +313,13 @@ impl Engine for LocalEngine {
         // Listening, not just bound: a connection must be accepted.
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
+                let hint = if rootless.is_some() {
+                    " (rootless mode needs util-linux >= 2.38 for `unshare --map-users`)"
+                } else {
+                    ""
+                };
                 bail!(
-                    "local sandbox {id}: the supervisor exited ({status}) before listening: {}",
+                    "local sandbox {id}: the supervisor exited ({status}) before listening{hint}: {}",
                     log_tail(&log_path)
                 );
             }
@@ -369,7 +398,11 @@ impl Engine for LocalEngine {
         }
         if !keep_state {
             let dir = self.dir(id);
-            fs::remove_dir_all(&dir).with_context(|| format!("{}: remove", dir.display()))?;
+            match &rec.rootless {
+                Some(plan) => remove_rootless(&dir, plan)?,
+                None => fs::remove_dir_all(&dir)
+                    .with_context(|| format!("{}: remove", dir.display()))?,
+            }
         }
         Ok(())
     }

@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod local;
+pub mod rootless;
 
 use crate::client::{Client, ClientError, HelloReply};
 use anyhow::{bail, Context as _};
@@ -237,7 +238,8 @@ pub struct EngineArgs {
 /// The engines this build has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineKind {
-    /// The supervisor in fresh PID and mount namespaces on this machine (root only for now).
+    /// The supervisor in fresh PID and mount namespaces on this machine (rootless through a
+    /// user namespace and subordinate ids when not run as root).
     Local,
     /// An existing sandbox reached through an exec-style command template.
     Exec,

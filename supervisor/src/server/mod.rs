@@ -249,6 +249,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         );
         return exit_code::SUPERVISOR_FAILED;
     }
+    let user_namespace = crate::user_namespace::current();
     let capabilities = Capabilities {
         pid1: ctx.info.pid1,
         mode: match ctx.info.mode {
@@ -256,8 +257,8 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
             crate::result::SupervisorMode::Degraded => "degraded".into(),
         },
         landlock_abi: crate::sandbox::confine::kernel_landlock_abi(),
-        uid_model:
-            "supervisor and uploads root; agent as the manifest's user (default 65534:65534)".into(),
+        uid_model: uid_model(user_namespace.as_ref()),
+        user_namespace,
         requests: REQUESTS.iter().map(|s| s.to_string()).collect(),
     };
     let mut server = Server {
@@ -396,6 +397,15 @@ fn salvage_id(payload: &[u8]) -> u64 {
         .ok()
         .and_then(|v| v.get("id").and_then(Value::as_u64))
         .unwrap_or(0)
+}
+
+/// How uids are used, for `hello`.
+fn uid_model(ns: Option<&crate::user_namespace::UserNamespace>) -> String {
+    let base = "supervisor and uploads root; agent as the manifest's user (default 65534:65534)";
+    match ns {
+        None => base.to_string(),
+        Some(ns) => format!("{base}; rootless, in a user namespace: {}", ns.describe()),
+    }
 }
 
 /// The processes of the sandbox, from `/proc`.
