@@ -1,6 +1,10 @@
 //! Tree-hashing benchmark (not a timed test): pitcrew in-process, `pitcrew-init hash` as a
 //! subprocess and the shell pipeline, interleaved, on a generated tree of ≥ 20,000 files and
-//! ≥ 200 MB; plus single-core SHA-256 throughput and the resulting hardware limit.
+//! ≥ 200 MB; plus single-core SHA-256 throughput and the resulting hardware limit, and the
+//! *read(2) floor*: the same files hashed by the least work any implementation that reads them
+//! through the kernel must do (`openat` in an already open directory, `fstat`, `read`, SHA-256,
+//! on every core, files claimed from one atomic counter), without walking, sorting, checking
+//! names or building records.
 //!
 //! ```sh
 //! cargo bench -p pitcrew-supervisor --bench tree_hash
@@ -19,7 +23,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pitcrew_core::tree_hash::{hash_tree, TreeFormat};
+use rustix::fs::{Mode, OFlags};
 use sha2::{Digest, Sha256};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const PIPELINE: &str = r#"cd "$1" && { find . -type f -exec sha256sum {} + | LC_ALL=C sort; find . -type d | LC_ALL=C sort | sha256sum; } | sha256sum | cut -d' ' -f1"#;
 
@@ -146,6 +153,50 @@ fn secs(d: Duration) -> String {
     format!("{:.3} s", d.as_secs_f64())
 }
 
+/// The read(2) floor: every file of `files` (directory index, name) opened relative to its
+/// already open directory, `fstat`ed, read in 64 KiB chunks into SHA-256, on `cores` threads.
+/// Returns the bytes hashed.
+fn floor(dirs: &[OwnedFd], files: &[(usize, String)], cores: usize) -> u64 {
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut bytes = 0u64;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((dir, name)) = files.get(i) else {
+                return bytes;
+            };
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(&dirs[*dir], name.as_str(), flags, Mode::empty())
+                .unwrap_or_else(|e| fail(&format!("floor: open {name}: {e}")));
+            let size = rustix::fs::fstat(&fd)
+                .unwrap_or_else(|e| fail(&format!("floor: fstat {name}: {e}")))
+                .st_size as u64;
+            let mut hasher = Sha256::new();
+            let mut read = 0u64;
+            loop {
+                let n = rustix::io::read(&fd, &mut buf)
+                    .unwrap_or_else(|e| fail(&format!("floor: read {name}: {e}")));
+                hasher.update(&buf[..n]);
+                read += n as u64;
+                if n == 0 || (n < buf.len() && read == size) {
+                    break;
+                }
+            }
+            std::hint::black_box(hasher.finalize());
+            bytes += read;
+        }
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..cores).map(|_| scope.spawn(work)).collect();
+        let mut total = work();
+        for h in helpers {
+            total += h.join().unwrap_or(0);
+        }
+        total
+    })
+}
+
 fn fail(msg: &str) -> ! {
     eprintln!("tree_hash bench: {msg}");
     std::process::exit(1)
@@ -169,6 +220,23 @@ fn main() {
     let total_bytes = warm.listing.total_bytes();
     let file_count = warm.listing.files.len();
     let dir_count = warm.listing.dirs.len() + 1;
+
+    // The floor's inputs, prepared once: every directory open, every file as (directory, name).
+    let mut dir_index = std::collections::HashMap::new();
+    let mut dir_fds = Vec::new();
+    let mut floor_files = Vec::with_capacity(file_count);
+    for file in &warm.listing.files {
+        let (dir, name) = file.path.rsplit_once('/').unwrap_or(("", &file.path));
+        let index = *dir_index.entry(dir.to_owned()).or_insert_with(|| {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let fd = rustix::fs::open(root.join(dir), flags, Mode::empty())
+                .unwrap_or_else(|e| fail(&format!("floor: open {dir}: {e}")));
+            dir_fds.push(fd);
+            dir_fds.len() - 1
+        });
+        floor_files.push((index, name.to_owned()));
+    }
+    let mut t_floor = Vec::new();
 
     let mut t_lib = Vec::new();
     let mut t_bin = Vec::new();
@@ -215,6 +283,13 @@ fn main() {
         c_sh.push(cpu_times(tck).1.saturating_sub(cpu2.1));
         let sh_digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
 
+        let start = Instant::now();
+        let floor_bytes = floor(&dir_fds, &floor_files, cores);
+        t_floor.push(start.elapsed());
+        if floor_bytes != total_bytes {
+            fail(&format!("floor: read {floor_bytes} bytes, the tree has {total_bytes}"));
+        }
+
         if lib.sha256 != bin_digest || lib.sha256 != sh_digest {
             fail(&format!(
                 "digests disagree in round {round}: in-process {}, subprocess {bin_digest}, shell {sh_digest}",
@@ -222,10 +297,11 @@ fn main() {
             ));
         }
         eprintln!(
-            "round {round}: in-process {}, subprocess {}, shell {}",
+            "round {round}: in-process {}, subprocess {}, shell {}, read(2) floor {}",
             secs(t_lib[round]),
             secs(t_bin[round]),
-            secs(t_sh[round])
+            secs(t_sh[round]),
+            secs(t_floor[round])
         );
     }
 
@@ -243,6 +319,7 @@ fn main() {
     let limit = total_bytes as f64 / throughput / cores as f64;
 
     let (lib, bin_t, sh) = (median(&mut t_lib), median(&mut t_bin), median(&mut t_sh));
+    let floor_t = median(&mut t_floor);
     let (cpu_lib, cpu_bin, cpu_sh) = (median(&mut c_lib), median(&mut c_bin), median(&mut c_sh));
     let sha_cpu = total_bytes as f64 / throughput;
     let mut out = std::io::stdout().lock();
@@ -256,6 +333,8 @@ fn main() {
          shell / pitcrew (in-process):   {:.1}x\n\
          shell / pitcrew (subprocess):   {:.1}x\n\
          pitcrew / hardware limit:       {:.2}x (in-process), {:.2}x (subprocess)\n\
+         median read(2) floor:           {} ({:.2}x the hardware limit; shell / floor {:.1}x)\n\
+         pitcrew / read(2) floor:        {:.2}x (in-process), {:.2}x (subprocess)\n\
          median CPU time (user+sys): in-process {}, subprocess {}, shell {}\n\
          CPU: shell / pitcrew {:.1}x; pitcrew / pure SHA-256 CPU ({:.3} s) {:.2}x\n\
          digest: {}",
@@ -270,6 +349,11 @@ fn main() {
         sh.as_secs_f64() / bin_t.as_secs_f64(),
         lib.as_secs_f64() / limit,
         bin_t.as_secs_f64() / limit,
+        secs(floor_t),
+        floor_t.as_secs_f64() / limit,
+        sh.as_secs_f64() / floor_t.as_secs_f64(),
+        lib.as_secs_f64() / floor_t.as_secs_f64(),
+        bin_t.as_secs_f64() / floor_t.as_secs_f64(),
         secs(cpu_lib),
         secs(cpu_bin),
         secs(cpu_sh),
