@@ -153,10 +153,28 @@ fn secs(d: Duration) -> String {
     format!("{:.3} s", d.as_secs_f64())
 }
 
+/// How much of the floor's work to do (for the single-thread breakdown).
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Stage {
+    /// `openat` and `close`.
+    Open,
+    /// … and `fstat`.
+    Stat,
+    /// … and `read` every byte.
+    Read,
+    /// … and SHA-256 (the floor).
+    Hash,
+}
+
 /// The read(2) floor: every file of `files` (directory index, name) opened relative to its
 /// already open directory, `fstat`ed, read in 64 KiB chunks into SHA-256, on `cores` threads.
 /// Returns the bytes hashed.
 fn floor(dirs: &[OwnedFd], files: &[(usize, String)], cores: usize) -> u64 {
+    floor_stage(dirs, files, cores, Stage::Hash)
+}
+
+/// [`floor`] up to `stage`.
+fn floor_stage(dirs: &[OwnedFd], files: &[(usize, String)], cores: usize, stage: Stage) -> u64 {
     let next = AtomicUsize::new(0);
     let work = || {
         let mut buf = vec![0u8; 64 << 10];
@@ -169,15 +187,23 @@ fn floor(dirs: &[OwnedFd], files: &[(usize, String)], cores: usize) -> u64 {
             let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
             let fd = rustix::fs::openat(&dirs[*dir], name.as_str(), flags, Mode::empty())
                 .unwrap_or_else(|e| fail(&format!("floor: open {name}: {e}")));
+            if stage == Stage::Open {
+                continue;
+            }
             let size = rustix::fs::fstat(&fd)
                 .unwrap_or_else(|e| fail(&format!("floor: fstat {name}: {e}")))
                 .st_size as u64;
+            if stage == Stage::Stat {
+                continue;
+            }
             let mut hasher = Sha256::new();
             let mut read = 0u64;
             loop {
                 let n = rustix::io::read(&fd, &mut buf)
                     .unwrap_or_else(|e| fail(&format!("floor: read {name}: {e}")));
-                hasher.update(&buf[..n]);
+                if stage == Stage::Hash {
+                    hasher.update(&buf[..n]);
+                }
                 read += n as u64;
                 if n == 0 || (n < buf.len() && read == size) {
                     break;
@@ -287,7 +313,9 @@ fn main() {
         let floor_bytes = floor(&dir_fds, &floor_files, cores);
         t_floor.push(start.elapsed());
         if floor_bytes != total_bytes {
-            fail(&format!("floor: read {floor_bytes} bytes, the tree has {total_bytes}"));
+            fail(&format!(
+                "floor: read {floor_bytes} bytes, the tree has {total_bytes}"
+            ));
         }
 
         if lib.sha256 != bin_digest || lib.sha256 != sh_digest {
@@ -316,6 +344,22 @@ fn main() {
         std::hint::black_box(digest);
     }
     let throughput = buf.len() as f64 / best.as_secs_f64();
+
+    // Where the floor's time goes, on one thread (best of 3 per stage).
+    let breakdown: Vec<Duration> = [Stage::Open, Stage::Stat, Stage::Read, Stage::Hash]
+        .into_iter()
+        .map(|stage| {
+            (0..3)
+                .map(|_| {
+                    let start = Instant::now();
+                    floor_stage(&dir_fds, &floor_files, 1, stage);
+                    start.elapsed()
+                })
+                .min()
+                .unwrap_or_default()
+        })
+        .collect();
+    let per_file = |d: Duration| d.as_secs_f64() * 1e6 / file_count.max(1) as f64;
     let limit = total_bytes as f64 / throughput / cores as f64;
 
     let (lib, bin_t, sh) = (median(&mut t_lib), median(&mut t_bin), median(&mut t_sh));
@@ -335,6 +379,7 @@ fn main() {
          pitcrew / hardware limit:       {:.2}x (in-process), {:.2}x (subprocess)\n\
          median read(2) floor:           {} ({:.2}x the hardware limit; shell / floor {:.1}x)\n\
          pitcrew / read(2) floor:        {:.2}x (in-process), {:.2}x (subprocess)\n\
+         floor on 1 thread, best of 3:   openat+close {} ({:.1} us/file), +fstat {} ({:.1} us/file), +read {}, +SHA-256 {}\n\
          median CPU time (user+sys): in-process {}, subprocess {}, shell {}\n\
          CPU: shell / pitcrew {:.1}x; pitcrew / pure SHA-256 CPU ({:.3} s) {:.2}x\n\
          digest: {}",
@@ -354,6 +399,12 @@ fn main() {
         sh.as_secs_f64() / floor_t.as_secs_f64(),
         lib.as_secs_f64() / floor_t.as_secs_f64(),
         bin_t.as_secs_f64() / floor_t.as_secs_f64(),
+        secs(breakdown[0]),
+        per_file(breakdown[0]),
+        secs(breakdown[1]),
+        per_file(breakdown[1]),
+        secs(breakdown[2]),
+        secs(breakdown[3]),
         secs(cpu_lib),
         secs(cpu_bin),
         secs(cpu_sh),
