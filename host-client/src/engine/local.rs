@@ -313,10 +313,16 @@ impl Engine for LocalEngine {
         // Listening, not just bound: a connection must be accepted.
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
-                let hint = if rootless.is_some() {
-                    " (rootless mode needs util-linux >= 2.38 for `unshare --map-users`)"
-                } else {
-                    ""
+                let hint = match &rootless {
+                    Some(plan) => format!(
+                        " (rootless: `unshare {}` needs util-linux >= 2.38 and working newuidmap/newgidmap)",
+                        plan.unshare_args()
+                            .iter()
+                            .map(|a| a.to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                    None => String::new(),
                 };
                 bail!(
                     "local sandbox {id}: the supervisor exited ({status}) before listening{hint}: {}",
