@@ -126,9 +126,10 @@ pub fn user_name(passwd: &str, uid: u32) -> Option<String> {
     })
 }
 
-/// The first block of an `/etc/subuid`-style text that belongs to `name` or to `id` (the file
-/// may name the user either way), as `newuidmap` accepts it.
-pub fn subordinate_range(text: &str, name: Option<&str>, id: u32) -> Option<IdRange> {
+/// The first block of an `/etc/subuid`-style text that belongs to the user `name` or `uid` (the
+/// file may name the user either way, in `/etc/subgid` too), as `newuidmap` and `newgidmap`
+/// look it up.
+pub fn subordinate_range(text: &str, name: Option<&str>, uid: u32) -> Option<IdRange> {
     text.lines().find_map(|line| {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -138,7 +139,7 @@ pub fn subordinate_range(text: &str, name: Option<&str>, id: u32) -> Option<IdRa
         let owner = fields.next()?;
         let start: u32 = fields.next()?.trim().parse().ok()?;
         let count: u32 = fields.next()?.trim().parse().ok()?;
-        let mine = Some(owner) == name || owner.parse() == Ok(id);
+        let mine = Some(owner) == name || owner.parse() == Ok(uid);
         (mine && count > 0 && start.checked_add(count).is_some())
             .then_some(IdRange { start, count })
     })
@@ -163,19 +164,20 @@ pub fn plan(sys: &dyn SystemFiles, uid: u32, gid: u32) -> anyhow::Result<Rootles
     };
     let who_arg = user.clone().unwrap_or_else(|| uid.to_string());
     let mut ranges = [None, None];
-    for (slot, (file, id, flag)) in ranges.iter_mut().zip([
-        ("/etc/subuid", uid, "--add-subuids"),
-        ("/etc/subgid", gid, "--add-subgids"),
+    for (slot, (file, flag)) in ranges.iter_mut().zip([
+        ("/etc/subuid", "--add-subuids"),
+        ("/etc/subgid", "--add-subgids"),
     ]) {
+        // Both files are keyed by the user (name or uid), not by the group.
         let range = sys
             .read(file)
-            .and_then(|text| subordinate_range(&text, user.as_deref(), id));
+            .and_then(|text| subordinate_range(&text, user.as_deref(), uid));
         match range {
             None => bail!(
-                "{PREFIX}: {who} has no subordinate ids in {file}, so the agent cannot get a uid of its own; as root: usermod {flag} 100000-165535 {who_arg}"
+                "{PREFIX}: {who} has no subordinate ids in {file}, so the agent cannot get a uid of its own; as root, give it a free range: usermod {flag} 100000-165535 {who_arg}"
             ),
             Some(r) if r.count < MIN_SUBORDINATE_IDS => bail!(
-                "{PREFIX}: {who} has {} subordinate ids in {file} ({}–{}); the agent's id 65534 needs at least {MIN_SUBORDINATE_IDS} (as root: usermod {flag} 100000-165535 {who_arg})",
+                "{PREFIX}: {who} has {} subordinate ids in {file} ({}–{}); the agent's id 65534 needs at least {MIN_SUBORDINATE_IDS} (as root, give it a free range: usermod {flag} 100000-165535 {who_arg})",
                 r.count,
                 r.start,
                 r.start + (r.count - 1)
@@ -236,7 +238,8 @@ mod tests {
 
     #[test]
     fn plan_maps_root_to_the_user_and_the_rest_to_subordinate_ids() {
-        let p = plan(&ready(), 1000, 1000).unwrap();
+        // The gid (2000) plays no part in finding the ranges: both files are keyed by the user.
+        let p = plan(&ready(), 1000, 2000).unwrap();
         assert_eq!(p.user.as_deref(), Some("ana"));
         assert_eq!(
             p.subuid,
