@@ -613,3 +613,56 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
     assert!(socket.exists());
     fx.down(&id);
 }
+
+#[test]
+fn a_state_dir_the_agent_cannot_reach_is_refused_and_nothing_is_left() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo hi", 1, "");
+    // A 0700 directory above the state dir: the agent's uid could not reach its workspace.
+    let private = fx.root.join("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let state = private.join("state");
+    let out = Command::new(binary("pitcrew"))
+        .args(["run", fx.harness.to_str().unwrap(), "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: mode 700 does not let the agent's uid reach",
+            private.display()
+        )),
+        "{err}"
+    );
+    assert!(!state.exists(), "pitcrew created {}", state.display());
+}
+
+#[test]
+fn a_supervisor_that_never_listens_leaves_no_sandbox_behind() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo hi", 1, "");
+    let out = fx
+        .pitcrew(&[
+            "run",
+            fx.harness.to_str().unwrap(),
+            "--supervisor",
+            "/bin/false",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the supervisor exited"), "{err}");
+    let left: Vec<_> = fs::read_dir(fx.state.join("sandboxes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

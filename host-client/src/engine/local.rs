@@ -104,6 +104,103 @@ impl LocalEngine {
     fn supervisor_binary(&self) -> anyhow::Result<PathBuf> {
         find_supervisor(self.supervisor.as_deref())
     }
+
+    /// Creates the sandbox's directories in `dir`, starts its supervisor and waits until it
+    /// listens.
+    fn launch(
+        &self,
+        id: &SandboxId,
+        dir: &Path,
+        supervisor: PathBuf,
+        rootless: Option<RootlessPlan>,
+    ) -> anyhow::Result<()> {
+        let run = dir.join("run");
+        mkdir(&run, 0o700)?;
+        let records = dir.join("records");
+        mkdir(&records, 0o700)?;
+        let root = dir.join("root");
+        mkdir(&root, 0o755)?;
+        let socket = run.join("control.sock");
+        let log_path = dir.join("supervisor.log");
+        let log = fs::File::create(&log_path)
+            .with_context(|| format!("{}: create", log_path.display()))?;
+        let mut cmd = Command::new("unshare");
+        if let Some(plan) = &rootless {
+            cmd.args(plan.unshare_args());
+        }
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(&supervisor)
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--records")
+            .arg(&records)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("supervisor.log: dup")?)
+            .stderr(log)
+            .current_dir("/");
+        // SAFETY: the closure runs in the forked child before exec and only calls setsid,
+        // which is async-signal-safe and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .context("cannot start the local sandbox: unshare (util-linux) not found")?;
+        let record = LocalRecord {
+            engine: "local".into(),
+            id: id.0.clone(),
+            pid: child.id(),
+            supervisor,
+            socket: socket.clone(),
+            records,
+            root,
+            created: now_secs(),
+            rootless: rootless.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&record)?;
+        fs::write(dir.join("engine.json"), json)
+            .with_context(|| format!("{}: write", dir.join("engine.json").display()))?;
+        let start = Instant::now();
+        // Listening, not just bound: a connection must be accepted.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let hint = match &rootless {
+                    Some(plan) => format!(
+                        " (rootless: `unshare {}` needs util-linux >= 2.38 and working newuidmap/newgidmap)",
+                        plan.unshare_args()
+                            .iter()
+                            .map(|a| a.to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                    None => String::new(),
+                };
+                bail!(
+                    "local sandbox {id}: the supervisor exited ({status}) before listening{hint}: {}",
+                    log_tail(&log_path)
+                );
+            }
+            if start.elapsed() > START_TIMEOUT {
+                // `--kill-child`: the namespace's PID 1 goes with unshare.
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "local sandbox {id}: no control socket at {} after {}s: {}",
+                    socket.display(),
+                    START_TIMEOUT.as_secs(),
+                    log_tail(&log_path)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
 }
 
 /// Finds `pitcrew-init`: `--supervisor`, else next to the running `pitcrew`, else on `PATH`.
@@ -248,6 +345,9 @@ impl Engine for LocalEngine {
         let supervisor = self.supervisor_binary()?;
         let id = SandboxId(random_id()?);
         let dir = self.dir(&id);
+        // The agent's uid must reach <sandboxes>/<id>/root: refuse before creating anything
+        // (directories that do not exist yet are created 0755).
+        check_searchable(&self.sandboxes())?;
         if !self.state.exists() {
             mkdir(&self.state, 0o755)?;
         }
@@ -256,90 +356,16 @@ impl Engine for LocalEngine {
             bail!("{}: already exists", dir.display());
         }
         mkdir(&dir, 0o755)?;
-        let run = dir.join("run");
-        mkdir(&run, 0o700)?;
-        let records = dir.join("records");
-        mkdir(&records, 0o700)?;
-        let root = dir.join("root");
-        mkdir(&root, 0o755)?;
-        check_searchable(&root)?;
-        let socket = run.join("control.sock");
-        let log_path = dir.join("supervisor.log");
-        let log = fs::File::create(&log_path)
-            .with_context(|| format!("{}: create", log_path.display()))?;
-        let mut cmd = Command::new("unshare");
-        if let Some(plan) = &rootless {
-            cmd.args(plan.unshare_args());
-        }
-        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-            .arg(&supervisor)
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--records")
-            .arg(&records)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().context("supervisor.log: dup")?)
-            .stderr(log)
-            .current_dir("/");
-        // SAFETY: the closure runs in the forked child before exec and only calls setsid,
-        // which is async-signal-safe and allocates nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
+        // A sandbox that does not come up leaves nothing behind: no directory, no process.
+        match self.launch(&id, &dir, supervisor, rootless) {
+            Ok(()) => Ok(id),
+            Err(err) => {
+                if let Err(e) = fs::remove_dir_all(&dir) {
+                    tracing::warn!("{}: remove after a failed start: {e}", dir.display());
                 }
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .context("cannot start the local sandbox: unshare (util-linux) not found")?;
-        let record = LocalRecord {
-            engine: "local".into(),
-            id: id.0.clone(),
-            pid: child.id(),
-            supervisor,
-            socket: socket.clone(),
-            records,
-            root,
-            created: now_secs(),
-            rootless: rootless.clone(),
-        };
-        let json = serde_json::to_vec_pretty(&record)?;
-        fs::write(dir.join("engine.json"), json)
-            .with_context(|| format!("{}: write", dir.join("engine.json").display()))?;
-        let start = Instant::now();
-        // Listening, not just bound: a connection must be accepted.
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let hint = match &rootless {
-                    Some(plan) => format!(
-                        " (rootless: `unshare {}` needs util-linux >= 2.38 and working newuidmap/newgidmap)",
-                        plan.unshare_args()
-                            .iter()
-                            .map(|a| a.to_string_lossy())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    ),
-                    None => String::new(),
-                };
-                bail!(
-                    "local sandbox {id}: the supervisor exited ({status}) before listening{hint}: {}",
-                    log_tail(&log_path)
-                );
+                Err(err)
             }
-            if start.elapsed() > START_TIMEOUT {
-                bail!(
-                    "local sandbox {id}: no control socket at {} after {}s: {}",
-                    socket.display(),
-                    START_TIMEOUT.as_secs(),
-                    log_tail(&log_path)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(id)
     }
 
     fn connect(&self, id: &SandboxId) -> anyhow::Result<Connection> {
