@@ -666,3 +666,47 @@ fn a_supervisor_that_never_listens_leaves_no_sandbox_behind() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn names_the_host_would_refuse_in_the_output_never_lose_the_record() {
+    if !gate() {
+        return;
+    }
+    // The agent fills `output/` with entries a collected archive may not carry (a backslash, a
+    // newline, a hard link to a file root could read): they are left out, the rest arrives.
+    let script = r#"mkdir -p output
+printf 'kept\n' > output/ok.txt
+: > 'output/a\b'
+: > "output/line
+break"
+printf 'secret\n' > private
+ln private output/hard
+echo done"#;
+    let fx = fixture(script, 1, "");
+    let (out, doc) = fx.run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let it = run_dir.join("iteration-1");
+    assert_eq!(read_json(&it.join("result.json"))["exit_code"], 0);
+    assert_eq!(read(&it.join("output/ok.txt")), "kept\n");
+    let copied: Vec<String> = fs::read_dir(it.join("output"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(copied, ["ok.txt"]);
+    // The record says what was left out, and why.
+    let events = read(&it.join("events.jsonl"));
+    let record = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["step"] == "record")
+        .unwrap_or_else(|| panic!("no record event: {events}"));
+    let skipped = record["detail"]["output"]["skipped"].to_string();
+    for why in ["backslash", "newline", "hard link"] {
+        assert!(skipped.contains(why), "{why}: {skipped}");
+    }
+}

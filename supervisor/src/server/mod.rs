@@ -998,17 +998,34 @@ impl Server {
         };
         self.pump_tails();
 
-        // After the final reap nothing but the supervisor runs: copy what the agent left.
+        // After the final reap nothing but the supervisor runs: copy what the agent left, and
+        // keep the whole record within what the host accepts (one refused entry or a record
+        // over the host's limits would lose all of it).
+        let mut budget = records::CopyBudget::default();
         let output = records::copy_tree(
             &Path::new(&manifest.workdir).join("output"),
             &dir.join("output"),
             &|_| true,
+            &mut budget,
         );
         let transcripts = manifest.dirs.sessions.as_ref().map(|s| {
-            records::copy_tree(Path::new(s), &dir.join("transcripts"), &|p| {
-                p.extension().is_some_and(|e| e == "jsonl")
-            })
+            records::copy_tree(
+                Path::new(s),
+                &dir.join("transcripts"),
+                &|p| p.extension().is_some_and(|e| e == "jsonl"),
+                &mut budget,
+            )
         });
+        let mut truncated = serde_json::Map::new();
+        for name in ["output.jsonl", "stderr.log"] {
+            match records::cap_file(&dir.join(name), records::STREAM_CAP_BYTES) {
+                Ok(0) => {}
+                Ok(dropped) => {
+                    truncated.insert(name.into(), dropped.into());
+                }
+                Err(err) => tracing::warn!("record: {name}: {err}"),
+            }
+        }
         for (what, report) in [
             ("output", Some(&output)),
             ("transcripts", transcripts.as_ref()),
@@ -1017,6 +1034,15 @@ impl Server {
                 tracing::warn!("record: {what}: skipped {:?}", report.skipped);
             }
         }
+        self.step(
+            "record",
+            "finished",
+            json!({
+                "output": output,
+                "transcripts": transcripts,
+                "truncated_bytes": truncated,
+            }),
+        );
         let line = record.to_json_line();
         if let Err(err) = records::write_atomically(&dir.join("result.json"), line.as_bytes()) {
             tracing::error!("record: {}: {err}", dir.display());
