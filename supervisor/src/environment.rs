@@ -195,7 +195,8 @@ pub fn common_pins(dirs: &RuntimeDirPaths, current_path: Option<&str>) -> Vec<Pi
 pub fn pi_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     vec![
         // PI_CODING_AGENT_DIR: pi reads settings.json/models.json (which can execute commands)
-        // from its agent dir; it must be the supervisor-owned, verified one.
+        // from its agent dir; it holds the pinned, verified files and nothing else when the
+        // agent starts (`config_reset`).
         ("PI_CODING_AGENT_DIR", dirs.config.clone()),
         // PI_CODING_AGENT_SESSION_DIR: sessions go where the supervisor collects them
         // (--session-dir also says so; the variable covers sub-agents started by pi).

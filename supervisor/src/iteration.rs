@@ -135,6 +135,29 @@ pub fn run_iteration(
         return record;
     }
 
+    // 1b. The config dir holds what the host pinned and nothing the agent added since.
+    match crate::config_reset::reset(manifest) {
+        Ok(reset) if reset.count > 0 => {
+            observer.step(
+                "config-reset",
+                "finished",
+                json!({"removed": reset.count, "paths": reset.removed}),
+            );
+            record.config_reset = Some(crate::result::ConfigResetRecord {
+                removed: reset.count,
+                paths: reset.removed,
+            });
+        }
+        Ok(_) => {}
+        Err(err) => {
+            record.finish(
+                exit_code::SUPERVISOR_FAILED,
+                Some(format!("config-reset: {err}")),
+            );
+            return record;
+        }
+    }
+
     // 2. Verify.
     observer.step("verify", "started", json!({}));
     let path_var = ctx.baseline.path().to_string();

@@ -6,6 +6,8 @@
 //!   which entry files pi would load.
 //! - [`env_policy`]: the deny-lists and reserved names for environment variables, and the rules
 //!   for `pi.args`.
+//! - `config_reset` (Unix): the runtime's config directory brought back to the pinned files
+//!   before each verification.
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
@@ -19,6 +21,8 @@
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
+#[cfg(unix)]
+pub mod config_reset;
 pub mod dotenv;
 pub mod env_policy;
 pub mod environment;

@@ -37,6 +37,9 @@ pub struct IterationResult {
     /// Processes killed by the reap before and after the agent.
     #[serde(default)]
     pub reaped: ReapCounts,
+    /// What was removed from `dirs.config` before verifying (absent when nothing was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_reset: Option<ConfigResetRecord>,
     /// The verification report (absent when the iteration failed before verifying).
     #[serde(default)]
     pub verification: Option<VerifyReport>,
@@ -100,6 +103,16 @@ pub struct ReapCounts {
     /// Processes still present when the final reap's budget ran out (normally 0).
     #[serde(default)]
     pub remaining_after: u64,
+}
+
+/// What bringing the config directory back to the pinned files removed (`config_reset`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigResetRecord {
+    /// How many entries were removed (a directory counts once).
+    pub removed: u64,
+    /// The first 100 of them, relative to `dirs.config`.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// What the environment step reported, copied as it reported it.
@@ -192,6 +205,7 @@ impl IterationResult {
             supervisor,
             steps: StepTimes::default(),
             reaped: ReapCounts::default(),
+            config_reset: None,
             verification: None,
             env: EnvRecord::default(),
             confinement: None,

@@ -334,6 +334,53 @@ fi"#;
 }
 
 #[test]
+fn what_the_agent_adds_to_its_config_dir_is_gone_before_the_next_iteration() {
+    if !gate() {
+        return;
+    }
+    // Files the runtime would load at startup (settings, skills) planted in the config dir by
+    // iteration 1 must not reach iteration 2: only the pinned files are left.
+    let script = r#"C=../config
+if [ ! -f planted ]; then
+  touch planted
+  echo '{"disableAllHooks": true}' > "$C/settings.json"
+  mkdir -p "$C/skills/evil" && echo evil > "$C/skills/evil/SKILL.md"
+  ln -s /etc "$C/etc-link"
+  echo planted
+else
+  echo "config: $(cd "$C" && ls -A | tr '\n' ' ')"
+fi"#;
+    let fx = fixture(script, 2, "");
+    fs::create_dir_all(fx.root.join("config")).unwrap();
+    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "    role: hook-adapter\n",
+        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (out, doc) = fx.run(&[]);
+    assert!(
+        out.status.success(),
+        "{doc:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert!(read(&run_dir.join("iteration-1/output.jsonl")).contains("planted"));
+    let second = read(&run_dir.join("iteration-2/output.jsonl"));
+    assert!(
+        second.contains("config: models.json "),
+        "iteration 2 saw more than the pinned file: {second}"
+    );
+    let r2 = read_json(&run_dir.join("iteration-2/result.json"));
+    assert_eq!(r2["config_reset"]["removed"], 3, "{r2}");
+    let paths = r2["config_reset"]["paths"].to_string();
+    for p in ["settings.json", "skills", "etc-link"] {
+        assert!(paths.contains(p), "{p}: {paths}");
+    }
+    assert!(Path::new("/etc/passwd").exists());
+}
+
+#[test]
 fn plugin_modified_from_outside_between_iterations_fails_with_96_and_the_drift() {
     if !gate() {
         return;
