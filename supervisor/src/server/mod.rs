@@ -1001,7 +1001,13 @@ impl Server {
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
         // over the host's limits would lose all of it).
-        let mut budget = records::CopyBudget::default();
+        // Processes that survived the final reap could swap paths under the copy (it runs as
+        // root): then nothing the agent left is copied.
+        let mut budget = if record.reaped.remaining_after > 0 {
+            records::CopyBudget::none()
+        } else {
+            records::CopyBudget::default()
+        };
         let output = records::copy_tree(
             &Path::new(&manifest.workdir).join("output"),
             &dir.join("output"),
@@ -1041,6 +1047,8 @@ impl Server {
                 "output": output,
                 "transcripts": transcripts,
                 "truncated_bytes": truncated,
+                "not_copied": (record.reaped.remaining_after > 0)
+                    .then_some("processes survived the final reap"),
             }),
         );
         let line = record.to_json_line();

@@ -24,6 +24,16 @@ pub(super) struct CopyBudget {
     entries: u64,
 }
 
+impl CopyBudget {
+    /// A budget that copies nothing (every entry is skipped and named).
+    pub(super) fn none() -> Self {
+        CopyBudget {
+            bytes: 0,
+            entries: 0,
+        }
+    }
+}
+
 impl Default for CopyBudget {
     fn default() -> Self {
         CopyBudget {
