@@ -14,7 +14,6 @@ use crate::sandbox::reap::{reap_everything, ReapOutcome};
 use crate::sandbox::supervise::supervise;
 use crate::{environment, runtime_argv, verify};
 use serde::Serialize;
-use std::io::{BufReader, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -355,15 +354,12 @@ pub fn run_iteration(
 /// Runs the judge over the captured stdout (only possible when the manifest sends stdout to
 /// a file).
 fn judge_stdout(manifest: &Manifest, spec: &LaunchSpec) -> Option<String> {
-    let Some(mut file) = spec.stdout_file() else {
+    let Some(file) = spec.stdout_file() else {
         if manifest.runtime != crate::manifest::Runtime::Command {
             tracing::warn!("judge: stdout is not captured (output.stdout unset); not judged");
         }
         return None;
     };
-    if let Err(err) = file.seek(SeekFrom::Start(0)) {
-        tracing::warn!("judge: cannot rewind the stdout file: {err}");
-        return None;
-    }
-    judge(manifest.runtime, BufReader::new(file))
+    // The judge seeks within the file itself and reads a bounded part of it.
+    judge(manifest.runtime, file)
 }

@@ -6,31 +6,200 @@
 //! `plugin_errors`). This module reads the agent's JSONL stdout and says whether such an
 //! iteration failed anyway. Lines that are not JSON objects are skipped: the judge looks for
 //! evidence of failure, it does not validate the stream.
+//!
+//! The stream is the agent's to write (an 8 TiB sparse file costs it nothing), so the judge
+//! reads a bounded part of it ([`Bounds`]): the first 64 MiB (Claude's `system/init`) and the
+//! last 64 MiB (the last assistant message, the `result` event), and skips lines longer than
+//! 16 MiB as it reads them, without buffering them.
 
 use crate::manifest::Runtime;
 use serde_json::Value;
-use std::io::BufRead;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
 /// Longest excerpt of an agent-provided message copied into a reason.
 const EXCERPT_CHARS: usize = 200;
 
-/// Why an agent that exited 0 is a failed iteration (exit 1), as a machine-readable reason
-/// `judge: <kind>: <excerpt>`; `None` when the stream shows no failure or the runtime is
-/// `command` (its output is not ours to interpret).
-pub fn judge(runtime: Runtime, stdout: impl BufRead) -> Option<String> {
-    match runtime {
-        Runtime::Command => None,
-        Runtime::Pi => judge_pi(stdout),
-        Runtime::Claude => judge_claude(stdout),
+/// How much of the stream the judge reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Bytes read from the start (where Claude's `system/init` event is).
+    pub head: u64,
+    /// Bytes read from the end (where pi's last assistant message and Claude's `result` are).
+    /// A stream of at most `head + tail` bytes is read whole.
+    pub tail: u64,
+    /// Longest line parsed; longer ones are skipped without being buffered.
+    pub max_line: usize,
+}
+
+impl Default for Bounds {
+    /// 64 MiB head, 64 MiB tail, 16 MiB lines.
+    fn default() -> Self {
+        Bounds {
+            head: 64 << 20,
+            tail: 64 << 20,
+            max_line: 16 << 20,
+        }
     }
 }
 
-fn objects(stdout: impl BufRead) -> impl Iterator<Item = Value> {
-    stdout
-        .split(b'\n')
-        .map_while(Result::ok)
-        .filter_map(|line| serde_json::from_slice::<Value>(&line).ok())
-        .filter(Value::is_object)
+/// Why an agent that exited 0 is a failed iteration (exit 1), as a machine-readable reason
+/// `judge: <kind>: <excerpt>`; `None` when the stream shows no failure or the runtime is
+/// `command` (its output is not ours to interpret). Reads within [`Bounds::default`].
+pub fn judge(runtime: Runtime, stdout: impl Read + Seek) -> Option<String> {
+    judge_within(runtime, stdout, Bounds::default())
+}
+
+/// [`judge`] with explicit bounds.
+pub fn judge_within(runtime: Runtime, stdout: impl Read + Seek, bounds: Bounds) -> Option<String> {
+    let objects = || {
+        Lines::new(stdout, bounds)
+            .filter_map(|line| serde_json::from_slice::<Value>(&line).ok())
+            .filter(Value::is_object)
+    };
+    match runtime {
+        Runtime::Command => None,
+        Runtime::Pi => judge_pi(objects()),
+        Runtime::Claude => judge_claude(objects()),
+    }
+}
+
+/// A part of the stream that is read.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: u64,
+    bytes: u64,
+    /// It ends at the end of the stream: an unterminated last line counts.
+    at_end: bool,
+    /// It may start inside a line: the bytes up to the first newline are not a line.
+    mid_line: bool,
+}
+
+/// The lines (without their newline) of a bounded stream: all of them when it is at most
+/// `head + tail` bytes long, else the whole lines of its first `head` bytes, then those of its
+/// last `tail` bytes. Lines longer than `max_line` are skipped as they are read; a read error
+/// ends the lines.
+struct Lines<R> {
+    reader: BufReader<R>,
+    /// Windows still to read, the next one last.
+    windows: Vec<Window>,
+    /// The window being read, and its bytes not read yet.
+    window: Option<(Window, u64)>,
+    max_line: usize,
+    line: Vec<u8>,
+    /// Inside a line that is not kept (too long, or cut by the start of a window).
+    skipping: bool,
+}
+
+impl<R: Read + Seek> Lines<R> {
+    fn new(mut stdout: R, bounds: Bounds) -> Lines<R> {
+        let windows = match stdout.seek(SeekFrom::End(0)) {
+            Err(_) => Vec::new(),
+            Ok(len) if len <= bounds.head.saturating_add(bounds.tail) => vec![Window {
+                start: 0,
+                bytes: len,
+                at_end: true,
+                mid_line: false,
+            }],
+            // The tail window starts one byte early: when a line starts exactly `tail` bytes
+            // before the end, the partial line skipped is just the newline before it.
+            Ok(len) => vec![
+                Window {
+                    start: len - bounds.tail - 1,
+                    bytes: bounds.tail + 1,
+                    at_end: true,
+                    mid_line: true,
+                },
+                Window {
+                    start: 0,
+                    bytes: bounds.head,
+                    at_end: false,
+                    mid_line: false,
+                },
+            ],
+        };
+        Lines {
+            reader: BufReader::new(stdout),
+            windows,
+            window: None,
+            max_line: bounds.max_line,
+            line: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    /// Starts the next window; `None` when there is none (or it cannot be reached).
+    fn start_window(&mut self) -> Option<()> {
+        let w = self.windows.pop()?;
+        if self.reader.seek(SeekFrom::Start(w.start)).is_err() {
+            self.windows.clear();
+            return None;
+        }
+        self.window = Some((w, w.bytes));
+        self.line.clear();
+        self.skipping = w.mid_line;
+        Some(())
+    }
+
+    /// Ends the current window; its unterminated last line, when that counts.
+    fn end_window(&mut self) -> Option<Vec<u8>> {
+        let at_end = self.window.take().is_some_and(|(w, _)| w.at_end);
+        let last = std::mem::take(&mut self.line);
+        let skipped = std::mem::replace(&mut self.skipping, false);
+        (at_end && !skipped && !last.is_empty()).then_some(last)
+    }
+}
+
+impl<R: Read + Seek> Iterator for Lines<R> {
+    type Item = Vec<u8>;
+
+    fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            let Some((_, left)) = self.window else {
+                self.start_window()?;
+                continue;
+            };
+            if left == 0 {
+                match self.end_window() {
+                    Some(last) => return Some(last),
+                    None => continue,
+                }
+            }
+            let buf = match self.reader.fill_buf() {
+                Ok([]) => {
+                    // The stream shrank under us: the window ends here.
+                    self.window = self.window.map(|(w, _)| (w, 0));
+                    continue;
+                }
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.window = None;
+                    self.windows.clear();
+                    return None;
+                }
+            };
+            let avail = &buf[..usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()))];
+            let newline = avail.iter().position(|&b| b == b'\n');
+            let part = &avail[..newline.unwrap_or(avail.len())];
+            if !self.skipping {
+                if self.line.len() + part.len() > self.max_line {
+                    self.skipping = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            let used = newline.map_or(avail.len(), |i| i + 1);
+            self.reader.consume(used);
+            self.window = self.window.map(|(w, left)| (w, left - used as u64));
+            if newline.is_some() {
+                if std::mem::replace(&mut self.skipping, false) {
+                    continue;
+                }
+                return Some(std::mem::take(&mut self.line));
+            }
+        }
+    }
 }
 
 fn excerpt(text: &str) -> String {
@@ -43,9 +212,9 @@ fn excerpt(text: &str) -> String {
 
 /// pi `--mode json`: the last assistant message decides. It arrives in `message_end`
 /// (`message`), and again in `turn_end` (`message`) and `agent_end` (`messages`).
-fn judge_pi(stdout: impl BufRead) -> Option<String> {
+fn judge_pi(events: impl Iterator<Item = Value>) -> Option<String> {
     let mut last: Option<Value> = None;
-    for event in objects(stdout) {
+    for event in events {
         let candidates: Vec<&Value> = match event.get("type").and_then(Value::as_str) {
             Some("message_end" | "turn_end") => event.get("message").into_iter().collect(),
             Some("agent_end") => event
@@ -78,8 +247,8 @@ fn judge_pi(stdout: impl BufRead) -> Option<String> {
 
 /// Claude `stream-json`: a `system/init` event with non-empty `plugin_errors`, or a `result`
 /// event with `is_error: true`.
-fn judge_claude(stdout: impl BufRead) -> Option<String> {
-    for event in objects(stdout) {
+fn judge_claude(events: impl Iterator<Item = Value>) -> Option<String> {
+    for event in events {
         match event.get("type").and_then(Value::as_str) {
             Some("system") if event.get("subtype").and_then(Value::as_str) == Some("init") => {
                 if let Some(errors) = event.get("plugin_errors").and_then(Value::as_array) {
@@ -106,8 +275,46 @@ fn judge_claude(stdout: impl BufRead) -> Option<String> {
 mod tests {
     use super::*;
 
+    use std::io::Cursor;
+
     fn run(runtime: Runtime, lines: &[&str]) -> Option<String> {
-        judge(runtime, lines.join("\n").as_bytes())
+        judge(runtime, Cursor::new(lines.join("\n")))
+    }
+
+    fn lines_of(text: &str, bounds: Bounds) -> Vec<String> {
+        Lines::new(Cursor::new(text), bounds)
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect()
+    }
+
+    /// A stream of `len` zero bytes (a sparse file), counting what is read of it.
+    struct Zeros {
+        len: u64,
+        pos: u64,
+        read: u64,
+    }
+
+    impl Read for Zeros {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = usize::try_from(self.len.saturating_sub(self.pos))
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            buf[..n].fill(0);
+            self.pos += n as u64;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    impl Seek for Zeros {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.pos = match to {
+                SeekFrom::Start(p) => p,
+                SeekFrom::End(d) => self.len.saturating_add_signed(d),
+                SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+            };
+            Ok(self.pos)
+        }
     }
 
     #[test]
@@ -191,6 +398,130 @@ mod tests {
         assert_eq!(run(Runtime::Claude, &stream), None);
         let bad = [r#"{"type":"result","is_error":true}"#];
         assert_eq!(run(Runtime::Command, &bad), None);
+    }
+
+    #[test]
+    fn a_short_stream_is_read_whole() {
+        let bounds = Bounds {
+            head: 8,
+            tail: 8,
+            max_line: 100,
+        };
+        assert_eq!(lines_of("a\n\nbb\nccc", bounds), ["a", "", "bb", "ccc"]);
+        assert_eq!(lines_of("a\nbb\n", bounds), ["a", "bb"]);
+        assert!(lines_of("", bounds).is_empty());
+    }
+
+    #[test]
+    fn a_long_stream_is_read_at_its_head_and_tail_only() {
+        let bounds = Bounds {
+            head: 6,
+            tail: 6,
+            max_line: 100,
+        };
+        // The head keeps the whole lines of the first 6 bytes ("h1\nh2\n"), the tail those of
+        // the last 6 ("t1\nt22": "xxt1" started before the window, so it is skipped).
+        assert_eq!(
+            lines_of("h1\nh2\nmiddle\nxxt1\nt22", bounds),
+            ["h1", "h2", "t22"]
+        );
+        // A line starting exactly `tail` bytes before the end is whole.
+        assert_eq!(
+            lines_of("h1\nh2\nmiddle\nt1\nt2\n", bounds),
+            ["h1", "h2", "t1", "t2"]
+        );
+        // A line cut by the end of the head window is not a line.
+        assert_eq!(
+            lines_of("h1\nh2345\nmiddle\nt1\nt2\n", bounds),
+            ["h1", "t1", "t2"]
+        );
+    }
+
+    #[test]
+    fn lines_over_the_bound_are_skipped() {
+        let bounds = Bounds {
+            head: 1 << 20,
+            tail: 1 << 20,
+            max_line: 4,
+        };
+        assert_eq!(
+            lines_of("abcd\nabcde\nxyz\nlong-last-line", bounds),
+            ["abcd", "xyz"]
+        );
+        // A stream in pieces: the bound holds across reads of the buffer.
+        let long = "y".repeat(100_000);
+        let text = format!("ok\n{long}\nend");
+        assert_eq!(lines_of(&text, bounds), ["ok", "end"]);
+    }
+
+    #[test]
+    fn the_verdict_comes_from_the_head_and_the_tail_of_a_long_stream() {
+        let bounds = Bounds {
+            head: 1024,
+            tail: 1024,
+            max_line: 512,
+        };
+        let filler = format!(r#"{{"type":"assistant","text":"{}"}}"#, "f".repeat(400));
+        let middle: Vec<&str> = std::iter::repeat_n(filler.as_str(), 20).collect();
+        let judged = |first: &str, last: &str| {
+            let mut stream = vec![first];
+            stream.extend(&middle);
+            stream.push(last);
+            let text = stream.join("\n");
+            assert!(text.len() > 4 * 1024);
+            judge_within(Runtime::Claude, Cursor::new(text), bounds)
+        };
+        let init_ok = r#"{"type":"system","subtype":"init","plugin_errors":[]}"#;
+        let init_bad = r#"{"type":"system","subtype":"init","plugin_errors":[{"plugin":"p"}]}"#;
+        let result_ok = r#"{"type":"result","is_error":false,"result":"done"}"#;
+        let result_bad = r#"{"type":"result","is_error":true,"result":"Not logged in"}"#;
+        assert_eq!(judged(init_ok, result_ok), None);
+        assert!(judged(init_bad, result_ok)
+            .unwrap()
+            .contains("plugin-errors"));
+        assert!(judged(init_ok, result_bad)
+            .unwrap()
+            .contains("Not logged in"));
+        // pi: the last assistant message, at the end.
+        let mut stream =
+            vec![r#"{"type":"message_end","message":{"role":"assistant","stopReason":"stop"}}"#];
+        stream.extend(&middle);
+        stream.push(r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"429"}}"#);
+        let reason = judge_within(Runtime::Pi, Cursor::new(stream.join("\n")), bounds).unwrap();
+        assert!(reason.contains("429"), "{reason}");
+    }
+
+    #[test]
+    fn a_huge_sparse_stream_is_read_within_the_bounds() {
+        // 8 TiB of zeros: one endless line, never buffered, and only head + tail bytes read.
+        let bounds = Bounds::default();
+        let mut zeros = Zeros {
+            len: 1 << 43,
+            pos: 0,
+            read: 0,
+        };
+        let mut lines = Lines::new(&mut zeros, bounds);
+        let mut count = 0;
+        for _ in lines.by_ref() {
+            count += 1;
+        }
+        assert!(lines.line.capacity() <= 2 * bounds.max_line);
+        drop(lines);
+        assert_eq!(count, 0);
+        let slack = 64 * 1024;
+        assert!(
+            zeros.read <= bounds.head + bounds.tail + 1 + slack,
+            "{}",
+            zeros.read
+        );
+        assert!(zeros.read >= bounds.head + bounds.tail);
+        let mut zeros = Zeros {
+            len: 1 << 43,
+            pos: 0,
+            read: 0,
+        };
+        assert_eq!(judge(Runtime::Claude, &mut zeros), None);
+        assert!(zeros.read <= bounds.head + bounds.tail + 1 + slack);
     }
 
     #[test]

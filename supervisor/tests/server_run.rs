@@ -1,6 +1,7 @@
 //! Iterations through the real server: streamed events, output and result; a host that
 //! disconnects mid-iteration collects the record later; cancel and signal reach the agent;
-//! live re-verification shows drift.
+//! live re-verification shows drift; a huge sparse stdout neither holds the supervisor past the
+//! timeout nor streams without bound.
 #![allow(missing_docs)]
 
 mod common;
@@ -394,4 +395,71 @@ fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
     assert_eq!(server.wait_exit(), Some(0));
     // The record is kept in the sandbox's records directory.
     assert!(server.records.join("iteration-1/result.json").is_file());
+}
+
+#[test]
+fn a_huge_sparse_stdout_does_not_hold_the_supervisor() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // An 8 TiB sparse stdout costs the agent nothing; the supervisor must still time it out,
+    // stream a bounded amount of it, and keep serving.
+    let server = Server::start();
+    let mut sb = Sandbox::sh("perl -e 'truncate(STDOUT, 2**43) or die $!'; sleep 1000");
+    sb.manifest["limits"]["timeout_ms"] = json!(2_000);
+    sb.manifest["limits"]["kill_grace_ms"] = json!(60_000);
+    sb.manifest["limits"]["reap_budget_ms"] = json!(60_000);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    // Count the streamed bytes (they are not kept: up to the 1 GiB cap arrives); give up, rather
+    // than hang, when no result came within the harness's bound.
+    let deadline = std::time::Instant::now() + common::server::WAIT;
+    let (mut stdout, mut events) = (0u64, Vec::new());
+    let result = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no result within {:?} ({stdout} bytes of stdout streamed)",
+            common::server::WAIT
+        );
+        let frame = c.recv().expect("frame before the result");
+        match (frame.kind, frame.channel) {
+            (FrameKind::Data, Channel::Stdout) => stdout += frame.payload.len() as u64,
+            (FrameKind::Control, _) => {
+                let v: Value = serde_json::from_slice(&frame.payload).unwrap();
+                if v["type"] == "result" {
+                    break v;
+                }
+                events.push(v);
+            }
+            _ => {}
+        }
+    };
+    let record = &result["record"];
+    assert_eq!(record["exit_code"], 143, "{record}");
+    assert_eq!(record["agent"]["timed_out"], true, "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("timeout:"),
+        "{record}"
+    );
+    // The stream stopped at the cap and said so; the record file keeps what the agent wrote.
+    assert_eq!(stdout, 1 << 30);
+    let truncated: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["step"] == "output" && e["state"] == "truncated")
+        .collect();
+    assert_eq!(truncated.len(), 1, "{events:?}");
+    assert_eq!(truncated[0]["detail"]["channel"], "stdout");
+    assert_eq!(truncated[0]["detail"]["bytes"], 1u64 << 30);
+    let output = server.records.join("iteration-1/output.jsonl");
+    assert_eq!(std::fs::metadata(output).unwrap().len(), 1 << 43);
+    // The supervisor still answers, on this connection and on a new one.
+    let status = c.request(json!({"type": "status"}));
+    assert_eq!(status["status"]["state"], "idle", "{status}");
+    let status = server.connect().request(json!({"type": "status"}));
+    assert_eq!(status["status"]["state"], "idle", "{status}");
+    assert_eq!(status["status"]["history"][0]["exit_code"], 143, "{status}");
 }

@@ -45,8 +45,16 @@ pub const DEFAULT_RECORDS: &str = "/var/lib/pitcrew/records";
 const ITERATION_WAIT: Duration = Duration::from_millis(50);
 /// The longest the idle loop sleeps without a reap pass.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-/// Bytes of agent output read per stream per wake-up.
+/// Bytes of agent output read (and sent as one data frame) at a time.
 const TAIL_CHUNK: usize = 64 * 1024;
+/// Most bytes of one output stream sent per wake-up while the agent runs. Output that grows
+/// faster (or a huge sparse file) is sent over the next wake-ups, which come without waiting,
+/// so the supervise loop keeps enforcing the timeout and serving `cancel`, signals and
+/// connections in between.
+const TAIL_BUDGET: u64 = 1 << 20;
+/// Most bytes of one output stream sent to the host per iteration (1 GiB). Past it the stream
+/// stops with an `output`/`truncated` event; the record file keeps everything.
+const STREAM_CAP: u64 = 1 << 30;
 
 /// Every request this supervisor serves (sent in the capabilities).
 pub const REQUESTS: [&str; 9] = [
@@ -174,6 +182,23 @@ struct Tail {
     path: PathBuf,
     channel: Channel,
     file: Option<File>,
+    /// Bytes sent so far.
+    sent: u64,
+    /// Most bytes ever sent ([`STREAM_CAP`]).
+    cap: u64,
+    /// The cap was reached with more output behind it: nothing more is sent.
+    truncated: bool,
+}
+
+/// What one [`Tail::pump`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pumped {
+    /// Everything written so far was sent (or the stream was truncated earlier).
+    CaughtUp,
+    /// The budget ran out before the end of the file.
+    Behind,
+    /// The cap was reached now with more output behind it: the stream stops here.
+    Truncated,
 }
 
 impl Tail {
@@ -182,11 +207,14 @@ impl Tail {
             path,
             channel,
             file: None,
+            sent: 0,
+            cap: STREAM_CAP,
+            truncated: false,
         }
     }
 
-    /// The next new bytes (empty when none).
-    fn next_chunk(&mut self) -> Vec<u8> {
+    /// At most `max` (and [`TAIL_CHUNK`]) new bytes (empty when none).
+    fn next_chunk(&mut self, max: u64) -> Vec<u8> {
         if self.file.is_none() {
             self.file = OpenOptions::new()
                 .read(true)
@@ -197,7 +225,8 @@ impl Tail {
         let Some(file) = self.file.as_mut() else {
             return Vec::new();
         };
-        let mut buf = vec![0u8; TAIL_CHUNK];
+        let len = usize::try_from(max).map_or(TAIL_CHUNK, |m| m.min(TAIL_CHUNK));
+        let mut buf = vec![0u8; len];
         match file.read(&mut buf) {
             Ok(n) => {
                 buf.truncate(n);
@@ -205,6 +234,33 @@ impl Tail {
             }
             Err(_) => Vec::new(),
         }
+    }
+
+    /// Hands up to `budget` new bytes to `send`, in chunks, never more than `cap` in all.
+    fn pump(&mut self, budget: u64, mut send: impl FnMut(Channel, &[u8])) -> Pumped {
+        let mut left = budget;
+        while !self.truncated {
+            if self.sent >= self.cap {
+                // Only output beyond the cap truncates the stream (one byte tells).
+                if self.next_chunk(1).is_empty() {
+                    return Pumped::CaughtUp;
+                }
+                self.truncated = true;
+                return Pumped::Truncated;
+            }
+            if left == 0 {
+                return Pumped::Behind;
+            }
+            let chunk = self.next_chunk(left.min(self.cap - self.sent));
+            if chunk.is_empty() {
+                return Pumped::CaughtUp;
+            }
+            let n = chunk.len() as u64;
+            left -= n;
+            self.sent += n;
+            send(self.channel, &chunk);
+        }
+        Pumped::CaughtUp
     }
 }
 
@@ -217,6 +273,8 @@ struct Current {
     iteration: u32,
     events: Option<File>,
     tails: Vec<Tail>,
+    /// A tail has more output than the last pump sent: the loop should come back at once.
+    behind: bool,
 }
 
 /// The server (everything but the [`Supervisor`] state, so both can be borrowed at once).
@@ -973,6 +1031,7 @@ impl Server {
                 Tail::new(stdout, Channel::Stdout),
                 Tail::new(stderr, Channel::Stderr),
             ],
+            behind: false,
         });
         let prepared = events.map(drop).and_then(|()| {
             let (uid, gid) = (manifest.user.uid, manifest.user.gid);
@@ -996,7 +1055,7 @@ impl Server {
                 record
             }
         };
-        self.pump_tails();
+        self.pump_tails(STREAM_CAP);
 
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
@@ -1081,22 +1140,39 @@ impl Server {
         );
     }
 
-    /// Streams new agent output to the requester (and advances the tails even without one).
-    fn pump_tails(&mut self) {
+    /// Streams up to `budget` bytes of new agent output per stream to the requester (and
+    /// advances the tails even without one). While the agent runs the budget is
+    /// [`TAIL_BUDGET`]; once it has ended, [`STREAM_CAP`] (everything, up to the cap). A stream
+    /// that reaches the cap gets an `output`/`truncated` event.
+    fn pump_tails(&mut self, budget: u64) {
         let Some(cur) = self.current.as_mut() else {
             return;
         };
-        let conn = cur.conn;
+        let mut conn = cur
+            .conn
+            .and_then(|id| self.conns.iter_mut().find(|c| c.id == id));
+        let mut behind = false;
+        let mut truncated = Vec::new();
         for tail in &mut cur.tails {
-            loop {
-                let chunk = tail.next_chunk();
-                if chunk.is_empty() {
-                    break;
+            let pumped = tail.pump(budget, |channel, chunk| {
+                if let Some(c) = conn.as_mut() {
+                    c.data(channel, chunk);
                 }
-                if let Some(c) = conn.and_then(|id| self.conns.iter_mut().find(|c| c.id == id)) {
-                    c.data(tail.channel, &chunk);
-                }
+            });
+            match pumped {
+                Pumped::CaughtUp => {}
+                Pumped::Behind => behind = true,
+                Pumped::Truncated => truncated.push((tail.channel, tail.sent)),
             }
+        }
+        cur.behind = behind;
+        for (channel, bytes) in truncated {
+            tracing::warn!("output: {channel:?} reached {bytes} bytes; no longer streamed");
+            self.step(
+                "output",
+                "truncated",
+                json!({"channel": channel, "bytes": bytes}),
+            );
         }
     }
 }
@@ -1104,7 +1180,7 @@ impl Server {
 impl IterationObserver for Server {
     fn step(&mut self, step: &str, state: &str, detail: Value) {
         if step == "agent" && state == "finished" {
-            self.pump_tails();
+            self.pump_tails(STREAM_CAP);
         }
         let Some(cur) = self.current.as_mut() else {
             return;
@@ -1140,11 +1216,15 @@ impl IterationObserver for Server {
     }
 
     fn on_tick(&mut self) {
-        self.pump_tails();
+        self.pump_tails(TAIL_BUDGET);
     }
 
     fn max_wait(&self) -> Duration {
-        ITERATION_WAIT
+        if self.current.as_ref().is_some_and(|c| c.behind) {
+            Duration::ZERO
+        } else {
+            ITERATION_WAIT
+        }
     }
 }
 
@@ -1180,6 +1260,62 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         let err = prepare_socket_dir(&dir).unwrap_err();
         assert!(err.contains(&dir.display().to_string()), "{err}");
+    }
+
+    /// Pumps `tail` once; the bytes it sent.
+    fn pump(tail: &mut Tail, budget: u64) -> (Pumped, u64) {
+        let mut sent = 0u64;
+        let pumped = tail.pump(budget, |channel, chunk| {
+            assert_eq!(channel, Channel::Stdout);
+            assert!(chunk.len() <= TAIL_CHUNK);
+            sent += chunk.len() as u64;
+        });
+        (pumped, sent)
+    }
+
+    #[test]
+    fn a_tail_sends_at_most_its_budget_per_call() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("out");
+        let file = File::create(&path).unwrap();
+        // A sparse file far larger than anything pumped here costs nothing.
+        file.set_len(1 << 40).unwrap();
+        let mut tail = Tail::new(path, Channel::Stdout);
+        assert_eq!(pump(&mut tail, TAIL_BUDGET), (Pumped::Behind, TAIL_BUDGET));
+        assert_eq!(pump(&mut tail, 100), (Pumped::Behind, 100));
+        assert_eq!(tail.sent, TAIL_BUDGET + 100);
+    }
+
+    #[test]
+    fn a_tail_stops_at_its_cap_only_when_more_follows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("out");
+        let mut file = File::create(&path).unwrap();
+        let mut tail = Tail::new(path, Channel::Stdout);
+        tail.cap = 3 * TAIL_CHUNK as u64;
+        // Nothing yet (the file may not even exist yet in real use).
+        assert_eq!(pump(&mut tail, u64::MAX), (Pumped::CaughtUp, 0));
+        // Exactly the cap: all of it is sent, nothing is truncated.
+        file.write_all(&vec![b'x'; 3 * TAIL_CHUNK]).unwrap();
+        assert_eq!(pump(&mut tail, u64::MAX), (Pumped::CaughtUp, tail.cap));
+        assert_eq!(pump(&mut tail, u64::MAX), (Pumped::CaughtUp, 0));
+        assert!(!tail.truncated);
+        // One byte more: the stream is truncated, once, and stays quiet afterwards.
+        file.write_all(b"y").unwrap();
+        assert_eq!(pump(&mut tail, u64::MAX), (Pumped::Truncated, 0));
+        assert!(tail.truncated);
+        file.write_all(b"more").unwrap();
+        assert_eq!(pump(&mut tail, u64::MAX), (Pumped::CaughtUp, 0));
+        assert_eq!(tail.sent, tail.cap);
+    }
+
+    #[test]
+    fn a_tail_under_its_cap_sends_everything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("out");
+        fs::write(&path, b"{\"hello\":1}\n").unwrap();
+        let mut tail = Tail::new(path, Channel::Stdout);
+        assert_eq!(pump(&mut tail, TAIL_BUDGET), (Pumped::CaughtUp, 12));
     }
 
     #[test]
