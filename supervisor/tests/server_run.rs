@@ -86,6 +86,8 @@ fn run_streams_events_output_and_the_result() {
         [
             "reap:started",
             "reap:finished",
+            "agent-dirs:started",
+            "agent-dirs:finished",
             "verify:started",
             "verify:finished",
             "environment:started",
@@ -102,7 +104,7 @@ fn run_streams_events_output_and_the_result() {
         .events
         .iter()
         .all(|e| e["id"] == id && e["iteration"] == 1));
-    assert!(s.events[7]["detail"]["pid"].is_i64(), "{:?}", s.events[7]);
+    assert!(s.events[9]["detail"]["pid"].is_i64(), "{:?}", s.events[9]);
     assert_eq!(s.stdout, b"{\"hello\":1}\n");
     assert_eq!(s.stderr, b"oops\n");
     assert_eq!(s.result["iteration"], 1);
@@ -129,7 +131,7 @@ fn run_streams_events_output_and_the_result() {
         String::from_utf8_lossy(&files["events.jsonl"])
             .lines()
             .count(),
-        12
+        14
     );
     let record: Value = serde_json::from_slice(&files["result.json"]).unwrap();
     assert_eq!(record["exit_code"], 3);
@@ -394,4 +396,112 @@ fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
     assert_eq!(server.wait_exit(), Some(0));
     // The record is kept in the sandbox's records directory.
     assert!(server.records.join("iteration-1/result.json").is_file());
+}
+
+/// Iteration 1's agent swaps its sessions dir (in its own config dir) for `sessions -> /`.
+/// Iteration 2 still runs: the link is removed (not followed) and replaced by a directory
+/// after the reap, the replacement is reported, and the agent of iteration 2 gets no write
+/// access outside its roots from it.
+#[test]
+fn a_sessions_dir_replaced_by_a_symlink_is_restored_for_the_next_iteration() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("");
+    let config = sb.path("config");
+    let sessions = config.join("sessions");
+    // World-writable and outside every writable root: only Landlock keeps the agent out.
+    let open = sb.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    sb.manifest["dirs"] = json!({"config": config, "sessions": sessions});
+    let s = sessions.display();
+    sb.manifest["agent"]["args"] = json!(["-c", format!("rm -r {s} && ln -s / {s}")]);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let first = read_run(&mut c);
+    assert_eq!(first.result["record"]["exit_code"], 0, "{}", first.result);
+    assert!(
+        std::fs::symlink_metadata(&sessions)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the agent could not replace its sessions dir"
+    );
+
+    let w = sb.workdir.display();
+    let o = open.display();
+    let script = format!(
+        "echo ok > {s}/second || exit 7; \
+         if echo x > {o}/escaped 2>/dev/null; then echo escaped > {w}/verdict; else echo denied > {w}/verdict; fi"
+    );
+    sb.manifest["agent"]["args"] = json!(["-c", script]);
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let second = read_run(&mut c);
+    let record = &second.result["record"];
+    assert_eq!(record["exit_code"], 0, "{}", second.result);
+    let meta = std::fs::symlink_metadata(&sessions).unwrap();
+    assert!(meta.is_dir(), "sessions is not a directory again");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), common::AGENT_ID);
+    assert_eq!(
+        std::fs::read_to_string(sessions.join("second")).unwrap(),
+        "ok\n"
+    );
+    let dirs = second
+        .events
+        .iter()
+        .find(|e| e["step"] == "agent-dirs" && e["state"] == "finished")
+        .unwrap_or_else(|| panic!("no agent-dirs event: {:?}", second.events));
+    assert_eq!(
+        dirs["detail"]["replaced"],
+        json!([{"path": sessions, "was": "symlink"}]),
+        "{dirs}"
+    );
+    let landlock = record["confinement"]["landlock"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        landlock == "fully-enforced" || landlock == "partially-enforced",
+        "Landlock {landlock}: the escape cannot be checked"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.workdir.join("verdict")).unwrap(),
+        "denied\n"
+    );
+    assert!(!open.join("escaped").exists());
+}
+
+/// A link the host put in a root-owned place (here the workdir itself) is not the agent's
+/// doing: it is neither followed nor removed, and the iteration is refused.
+#[test]
+fn a_symlinked_workdir_in_a_root_owned_parent_is_refused_not_removed() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("touch $W/launched");
+    let link = sb.path("work-link");
+    std::os::unix::fs::symlink(&sb.workdir, &link).unwrap();
+    sb.manifest["workdir"] = json!(link);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let s = read_run(&mut c);
+    let record = &s.result["record"];
+    assert_eq!(record["exit_code"], 125, "{}", s.result);
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("agent-dirs: ")
+            && reason.contains(&link.display().to_string())
+            && reason.contains("symlink"),
+        "{reason}"
+    );
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!sb.workdir.join("launched").exists());
 }
