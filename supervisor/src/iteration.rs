@@ -2,7 +2,8 @@
 //! launch → supervise → judge → reap again, producing the result record.
 //!
 //! This is the only place that knows the order. `pitcrew-init run` calls it once; a long-lived
-//! mode calls it once per iteration with the same [`Supervisor`].
+//! mode calls it once per iteration with the same [`Supervisor`], and prepares the agent's
+//! directories between the reap and the verification ([`IterationObserver::after_reap`]).
 
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
@@ -50,6 +51,12 @@ pub trait IterationObserver {
     }
     /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
     fn on_tick(&mut self) {}
+    /// Called once the first reap succeeded (nothing of an earlier agent runs any more), before
+    /// verification: the long-lived mode prepares the agent's directories here. An error ends
+    /// the iteration with 125 and the error as its reason; nothing is verified or launched.
+    fn after_reap(&mut self, _manifest: &Manifest) -> Result<(), String> {
+        Ok(())
+    }
     /// The longest the supervise loop may sleep between calls.
     fn max_wait(&self) -> Duration {
         Duration::from_secs(1)
@@ -131,6 +138,10 @@ pub fn run_iteration(
                 outcome.remaining, manifest.limits.reap_budget_ms
             )),
         );
+        return record;
+    }
+    if let Err(reason) = observer.after_reap(manifest) {
+        record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
         return record;
     }
 

@@ -155,9 +155,6 @@ pub struct LandlockRecord {
     pub status: LandlockState,
     /// The mode the manifest asked for.
     pub mode: LandlockMode,
-    /// Paths the policy named that did not exist (no rule added for them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skipped: Vec<String>,
     /// Verified paths that lie under an agent-writable root (Landlock cannot make them
     /// read-only; ownership still protects them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -255,7 +252,6 @@ mod tests {
                 abi: 7,
                 status: LandlockState::FullyEnforced,
                 mode: LandlockMode::BestEffort,
-                skipped: vec![],
                 overlaps: vec![],
             },
         });

@@ -110,3 +110,64 @@ fn landlock_required_is_honoured_or_refused() {
         }
     }
 }
+
+/// A writable root the agent could replace: `dirs.sessions` inside the agent-owned
+/// `dirs.config`. In a first run the agent writes there (the positive control) and then swaps
+/// the directory for `sessions -> /`, as any agent may in its own config dir. The next launch
+/// must not follow the link (it would make `/` writable for Landlock): it fails 125 naming the
+/// path, and nothing is launched.
+#[test]
+fn a_writable_root_replaced_by_a_symlink_fails_closed() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut sandbox = Sandbox::sh("");
+    let config = sandbox.path("config");
+    let sessions = config.join("sessions");
+    for dir in [&config, &sessions] {
+        std::fs::create_dir(dir).expect("mkdir");
+        std::os::unix::fs::chown(dir, Some(AGENT_ID), Some(AGENT_ID)).expect("chown");
+    }
+    let w = sandbox.workdir.display().to_string();
+    let s = sessions.display().to_string();
+    sandbox.manifest["dirs"] = serde_json::json!({"config": config, "sessions": sessions});
+    sandbox.manifest["agent"]["args"][1] =
+        format!("echo ok > {s}/w && cp {s}/w {w}/sessions-write && rm -r {s} && ln -s / {s}")
+            .into();
+    let run = sandbox.run_pid1();
+    assert_eq!(
+        run.code, 0,
+        "stderr:\n{}\nrecord: {}",
+        run.stderr, run.record
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.workdir.join("sessions-write")).unwrap_or_default(),
+        "ok\n",
+        "the agent could not write in its sessions dir"
+    );
+    assert!(
+        std::fs::symlink_metadata(&sessions)
+            .expect("sessions")
+            .file_type()
+            .is_symlink(),
+        "the agent could not replace its sessions dir"
+    );
+
+    let marker = sandbox.workdir.join("launched");
+    sandbox.manifest["agent"]["args"][1] = format!("touch {}", marker.display()).into();
+    let run = sandbox.run_pid1();
+    assert_eq!(
+        run.code, 125,
+        "stderr:\n{}\nrecord: {}",
+        run.stderr, run.record
+    );
+    let reason = run.record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("confine: writable root")
+            && reason.contains(&s)
+            && reason.contains("symlink"),
+        "{reason}"
+    );
+    assert!(!marker.exists(), "the agent was launched");
+    assert!(run.record["agent"].is_null(), "{}", run.record);
+}

@@ -87,6 +87,8 @@ fn run_streams_events_output_and_the_result() {
         [
             "reap:started",
             "reap:finished",
+            "agent-dirs:started",
+            "agent-dirs:finished",
             "verify:started",
             "verify:finished",
             "environment:started",
@@ -103,7 +105,7 @@ fn run_streams_events_output_and_the_result() {
         .events
         .iter()
         .all(|e| e["id"] == id && e["iteration"] == 1));
-    assert!(s.events[7]["detail"]["pid"].is_i64(), "{:?}", s.events[7]);
+    assert!(s.events[9]["detail"]["pid"].is_i64(), "{:?}", s.events[9]);
     assert_eq!(s.stdout, b"{\"hello\":1}\n");
     assert_eq!(s.stderr, b"oops\n");
     assert_eq!(s.result["iteration"], 1);
@@ -130,7 +132,7 @@ fn run_streams_events_output_and_the_result() {
         String::from_utf8_lossy(&files["events.jsonl"])
             .lines()
             .count(),
-        12
+        14
     );
     let record: Value = serde_json::from_slice(&files["result.json"]).unwrap();
     assert_eq!(record["exit_code"], 3);
@@ -454,12 +456,130 @@ fn a_huge_sparse_stdout_does_not_hold_the_supervisor() {
     assert_eq!(truncated.len(), 1, "{events:?}");
     assert_eq!(truncated[0]["detail"]["channel"], "stdout");
     assert_eq!(truncated[0]["detail"]["bytes"], 1u64 << 30);
+    // The record keeps the first 1 GiB of it (cut after the final reap), and says so.
     let output = server.records.join("iteration-1/output.jsonl");
-    assert_eq!(std::fs::metadata(output).unwrap().len(), 1 << 43);
+    assert_eq!(std::fs::metadata(output).unwrap().len(), 1 << 30);
+    let cut = events
+        .iter()
+        .find(|e| e["step"] == "record")
+        .unwrap_or_else(|| panic!("no record event: {events:?}"));
+    assert_eq!(
+        cut["detail"]["truncated_bytes"]["output.jsonl"],
+        (1u64 << 43) - (1u64 << 30),
+        "{cut}"
+    );
     // The supervisor still answers, on this connection and on a new one.
     let status = c.request(json!({"type": "status"}));
     assert_eq!(status["status"]["state"], "idle", "{status}");
     let status = server.connect().request(json!({"type": "status"}));
     assert_eq!(status["status"]["state"], "idle", "{status}");
     assert_eq!(status["status"]["history"][0]["exit_code"], 143, "{status}");
+}
+
+/// Iteration 1's agent swaps its sessions dir (in its own config dir) for `sessions -> /`.
+/// Iteration 2 still runs: the link is removed (not followed) and replaced by a directory
+/// after the reap, the replacement is reported, and the agent of iteration 2 gets no write
+/// access outside its roots from it.
+#[test]
+fn a_sessions_dir_replaced_by_a_symlink_is_restored_for_the_next_iteration() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("");
+    let config = sb.path("config");
+    let sessions = config.join("sessions");
+    // World-writable and outside every writable root: only Landlock keeps the agent out.
+    let open = sb.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    sb.manifest["dirs"] = json!({"config": config, "sessions": sessions});
+    let s = sessions.display();
+    sb.manifest["agent"]["args"] = json!(["-c", format!("rm -r {s} && ln -s / {s}")]);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let first = read_run(&mut c);
+    assert_eq!(first.result["record"]["exit_code"], 0, "{}", first.result);
+    assert!(
+        std::fs::symlink_metadata(&sessions)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the agent could not replace its sessions dir"
+    );
+
+    let w = sb.workdir.display();
+    let o = open.display();
+    let script = format!(
+        "echo ok > {s}/second || exit 7; \
+         if echo x > {o}/escaped 2>/dev/null; then echo escaped > {w}/verdict; else echo denied > {w}/verdict; fi"
+    );
+    sb.manifest["agent"]["args"] = json!(["-c", script]);
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let second = read_run(&mut c);
+    let record = &second.result["record"];
+    assert_eq!(record["exit_code"], 0, "{}", second.result);
+    let meta = std::fs::symlink_metadata(&sessions).unwrap();
+    assert!(meta.is_dir(), "sessions is not a directory again");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), common::AGENT_ID);
+    assert_eq!(
+        std::fs::read_to_string(sessions.join("second")).unwrap(),
+        "ok\n"
+    );
+    let dirs = second
+        .events
+        .iter()
+        .find(|e| e["step"] == "agent-dirs" && e["state"] == "finished")
+        .unwrap_or_else(|| panic!("no agent-dirs event: {:?}", second.events));
+    assert_eq!(
+        dirs["detail"]["replaced"],
+        json!([{"path": sessions, "was": "symlink"}]),
+        "{dirs}"
+    );
+    let landlock = record["confinement"]["landlock"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        landlock == "fully-enforced" || landlock == "partially-enforced",
+        "Landlock {landlock}: the escape cannot be checked"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.workdir.join("verdict")).unwrap(),
+        "denied\n"
+    );
+    assert!(!open.join("escaped").exists());
+}
+
+/// A link the host put in a root-owned place (here the workdir itself) is not the agent's
+/// doing: it is neither followed nor removed, and the iteration is refused.
+#[test]
+fn a_symlinked_workdir_in_a_root_owned_parent_is_refused_not_removed() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("touch $W/launched");
+    let link = sb.path("work-link");
+    std::os::unix::fs::symlink(&sb.workdir, &link).unwrap();
+    sb.manifest["workdir"] = json!(link);
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    let s = read_run(&mut c);
+    let record = &s.result["record"];
+    assert_eq!(record["exit_code"], 125, "{}", s.result);
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("agent-dirs: ")
+            && reason.contains(&link.display().to_string())
+            && reason.contains("symlink"),
+        "{reason}"
+    );
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!sb.workdir.join("launched").exists());
 }

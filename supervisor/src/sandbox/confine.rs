@@ -6,8 +6,9 @@
 //!   resolves the identity, lists the capabilities the kernel supports (refusing a kernel
 //!   capability the `caps` crate cannot name, since it could be neither dropped nor read
 //!   back), converts paths to C strings and **builds the Landlock ruleset** (opening every
-//!   rule's path). Doing this here keeps path lookups out of the child and surfaces errors
-//!   before anything is forked.
+//!   rule's path; the writable roots without following a symlink in any component, see
+//!   [`super::nofollow`]). Doing this here keeps path lookups out of the child and surfaces
+//!   errors before anything is forked.
 //! - [`ConfinePlan::apply_in_child`] runs between `fork` and `exec`: raw `libc` syscalls plus
 //!   the `caps` and `landlock` crates, on data prepared by the parent.
 //!
@@ -48,10 +49,12 @@ use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{ConfinementRecord, LandlockRecord, LandlockState};
 use caps::{CapSet, Capability};
 use landlock::{
-    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI,
+    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI,
 };
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::path::Path;
 
 /// The Landlock ABI whose filesystem rights are handled. Pinned (not the running kernel's) so
 /// that a kernel upgrade cannot silently change what the agent may do; V5 (Linux 6.10) adds
@@ -60,6 +63,12 @@ use std::ffi::CString;
 pub const LANDLOCK_ABI: ABI = ABI::V5;
 
 /// Device files the agent may write to (missing ones are skipped silently).
+///
+/// Unlike the writable roots these are opened *following* symlinks (`path_beneath_rules`): some
+/// runtimes make `/dev/ptmx` a link to `pts/ptmx`. That is safe because every one of them, and
+/// any link on the way, lives in the root-owned `/dev` (or a devpts/tmpfs mounted there by the
+/// runtime), which the agent cannot change: it may create entries in `/dev/shm` (world-writable,
+/// sticky) but not replace `/dev/shm` or any of the others.
 const DEVICE_RW: [&str; 7] = [
     "/dev/null",
     "/dev/zero",
@@ -286,6 +295,11 @@ pub fn kernel_capabilities() -> Result<Vec<Capability>, String> {
 /// The paths the agent may write: workdir, the runtime dirs the manifest sets (home, tmp,
 /// config, sessions) and `confinement.read_write`. There is no implicit `/tmp`: a shared `/tmp`
 /// would make anything below it writable, and Landlock cannot subtract a verified tree again.
+///
+/// Each must be an existing directory reached without a symlink in any component: several
+/// lie in directories the agent owns (`<config>/sessions`), where it could otherwise plant
+/// `sessions -> /` and be granted `/` at the next launch. [`ConfinePlan::prepare`] refuses the
+/// launch (125, `confine: writable root …`) when one is not.
 pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
     let mut roots = vec![manifest.workdir.clone()];
     let dirs = &manifest.dirs;
@@ -348,25 +362,24 @@ impl ConfinePlan {
 
         let mode = manifest.confinement.landlock;
         let abi = kernel_landlock_abi();
-        let mut skipped = Vec::new();
         let landlock = if mode == LandlockMode::Off {
             None
         } else {
-            let mut existing = Vec::new();
-            for path in &writable {
-                if std::path::Path::new(path).exists() {
-                    existing.push(path.clone());
-                } else {
-                    skipped.push(path.clone());
-                }
-            }
-            existing.extend(
-                DEVICE_RW
-                    .iter()
-                    .filter(|p| std::path::Path::new(p).exists())
-                    .map(|p| (*p).to_string()),
-            );
-            Some(build_ruleset(&existing).map_err(|e| format!("confine: landlock ruleset: {e}"))?)
+            // Fail closed: a root that cannot be opened without following a link gets no
+            // rule of its own, and the launch is refused rather than run with less (or, through
+            // the link, more) than the manifest says.
+            let roots = writable
+                .iter()
+                .map(|path| {
+                    super::nofollow::open_dir(Path::new(path)).map_err(|why| {
+                        format!(
+                            "confine: writable root {path}: {why} (writable roots must be \
+                             existing directories, reached without following a symlink)"
+                        )
+                    })
+                })
+                .collect::<Result<Vec<OwnedFd>, String>>()?;
+            Some(build_ruleset(roots).map_err(|e| format!("confine: landlock ruleset: {e}"))?)
         };
 
         Ok(ConfinePlan {
@@ -397,7 +410,6 @@ impl ConfinePlan {
                         LandlockState::NotEnforced
                     },
                     mode,
-                    skipped,
                     overlaps,
                 },
             },
@@ -603,18 +615,24 @@ impl ConfinePlan {
     }
 }
 
-/// Read (and execute) everywhere, all rights under `writable`.
-fn build_ruleset(writable: &[String]) -> Result<RulesetCreated, landlock::RulesetError> {
+/// Read (and execute) everywhere, all rights under the directories `writable` (opened by the
+/// caller) and on the [`DEVICE_RW`] paths that exist.
+fn build_ruleset(writable: Vec<OwnedFd>) -> Result<RulesetCreated, landlock::RulesetError> {
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
-    let ruleset = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?
         .create()?
-        .add_rules(path_beneath_rules(["/"], read))?
-        .add_rules(path_beneath_rules(writable, all))?
-        .no_new_privs(true);
-    Ok(ruleset)
+        .add_rules(path_beneath_rules(["/"], read))?;
+    for root in writable {
+        ruleset = ruleset.add_rule(PathBeneath::new(root, all))?;
+    }
+    // `path_beneath_rules` skips paths it cannot open and narrows the rights to file rights
+    // for the device files.
+    Ok(ruleset
+        .add_rules(path_beneath_rules(DEVICE_RW, all))?
+        .no_new_privs(true))
 }
 
 #[cfg(test)]

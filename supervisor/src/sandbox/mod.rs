@@ -5,6 +5,8 @@
 //! - [`supervisor`]: the long-lived state (signals, reaper, baseline environment, PID-1 mode).
 //! - [`reap`]: step 1, kill and reap everything but the supervisor.
 //! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
+//! - [`nofollow`]: directories reached without following a symlink in any component (the
+//!   Landlock writable roots, the agent's directories in long-lived mode).
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
 //! - [`supervise`]: step 6, wait for the agent, forward signals, enforce the timeout.
 //!
@@ -12,6 +14,7 @@
 
 pub mod confine;
 pub mod launch;
+pub mod nofollow;
 pub mod reap;
 pub mod reaper;
 pub mod signals;

@@ -23,6 +23,7 @@ use crate::protocol::{
     AgentSignal, Capabilities, Channel, Frame, FrameKind, Request, Response, PROTOCOL_VERSION,
 };
 use crate::result::{ConfinementRecord, IterationResult};
+use crate::sandbox::nofollow;
 use crate::sandbox::reap::{parse_stat_ppid, proc_pids, reap_everything};
 use crate::unpack::{unpack_tar, UnpackError, UnpackLimits};
 use conn::{Conn, TarFrames, Upload};
@@ -495,24 +496,51 @@ fn processes() -> Vec<Value> {
         .collect()
 }
 
-/// Ensures `dir` exists and is owned by the agent: missing ones are created 0700 (parents as
-/// root 0755), existing ones are chowned (the directory itself, not its contents).
-fn ensure_agent_dir(dir: &str, uid: u32, gid: u32) -> Result<(), String> {
-    let path = Path::new(dir);
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return Err(format!("{dir} exists and is not a directory")),
-        Err(_) => {
-            if let Some(parent) = path.parent() {
-                fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-            }
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(path)
-                .map_err(|e| format!("{dir}: {e}"))?;
-        }
+/// The agent's directories in the order they are prepared: `workdir`, then every `dirs.*`
+/// the manifest sets.
+fn agent_dirs(manifest: &Manifest) -> Vec<&str> {
+    let dirs = &manifest.dirs;
+    [
+        Some(&manifest.workdir),
+        dirs.home.as_ref(),
+        dirs.tmp.as_ref(),
+        dirs.config.as_ref(),
+        dirs.sessions.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(String::as_str)
+    .collect()
+}
+
+/// Ensures every agent directory of `manifest` exists as a directory owned by the agent:
+/// missing ones are created 0700 (parents as root 0755), existing ones are chowned (the
+/// directory itself, not its contents). No symlink is followed in any component.
+///
+/// Something other than a directory where one belongs (a symlink, a file) is what an earlier
+/// agent left in its own space, so it is removed (`unlinkat`, not followed) and replaced by a
+/// directory — but only when the entry lies in an agent directory; in any other place it is the
+/// host's doing and the iteration is refused. Returns what was replaced.
+fn ensure_agent_dirs(manifest: &Manifest) -> Result<Vec<nofollow::Replaced>, String> {
+    let dirs = agent_dirs(manifest);
+    let agent_writable = |parent: &Path| dirs.iter().any(|d| parent.starts_with(d));
+    let uid = rustix::fs::Uid::from_raw_unchecked(manifest.user.uid);
+    let gid = rustix::fs::Gid::from_raw_unchecked(manifest.user.gid);
+    let mut replaced = Vec::new();
+    for dir in &dirs {
+        let (fd, mut r) = nofollow::ensure_dir(Path::new(dir), &agent_writable)?;
+        replaced.append(&mut r);
+        // `fchownat(fd, "", AT_EMPTY_PATH)`: the directory just walked to, not a path.
+        rustix::fs::chownat(
+            &fd,
+            "",
+            Some(uid),
+            Some(gid),
+            rustix::fs::AtFlags::EMPTY_PATH,
+        )
+        .map_err(|e| format!("{dir}: chown: {e}"))?;
     }
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| format!("{dir}: {e}"))
+    Ok(replaced)
 }
 
 impl Server {
@@ -1033,21 +1061,9 @@ impl Server {
             ],
             behind: false,
         });
-        let prepared = events.map(drop).and_then(|()| {
-            let (uid, gid) = (manifest.user.uid, manifest.user.gid);
-            let dirs = [
-                Some(&manifest.workdir),
-                manifest.dirs.home.as_ref(),
-                manifest.dirs.tmp.as_ref(),
-                manifest.dirs.config.as_ref(),
-                manifest.dirs.sessions.as_ref(),
-            ];
-            dirs.into_iter()
-                .flatten()
-                .try_for_each(|d| ensure_agent_dir(d, uid, gid))
-                .map_err(|e| format!("agent-dirs: {e}"))
-        });
-        let record = match prepared {
+        // The agent's directories are prepared in `after_reap`, once nothing of an earlier
+        // agent runs any more.
+        let record = match events.map(drop) {
             Ok(()) => run_iteration(ctx, &manifest, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
@@ -1217,6 +1233,28 @@ impl IterationObserver for Server {
 
     fn on_tick(&mut self) {
         self.pump_tails(TAIL_BUDGET);
+    }
+
+    fn after_reap(&mut self, manifest: &Manifest) -> Result<(), String> {
+        self.step("agent-dirs", "started", json!({}));
+        match ensure_agent_dirs(manifest) {
+            Ok(replaced) => {
+                for r in &replaced {
+                    tracing::warn!(
+                        "agent-dirs: {} was a {}, replaced by a directory",
+                        r.path,
+                        r.was
+                    );
+                }
+                self.step("agent-dirs", "finished", json!({"replaced": replaced}));
+                Ok(())
+            }
+            Err(err) => {
+                let reason = format!("agent-dirs: {err}");
+                self.step("agent-dirs", "finished", json!({"error": reason}));
+                Err(reason)
+            }
+        }
     }
 
     fn max_wait(&self) -> Duration {
