@@ -98,9 +98,13 @@ fn run_streams_events_output_and_the_result() {
             "agent:started",
             "agent:finished",
             "final-reap:started",
-            "final-reap:finished"
+            "final-reap:finished",
+            "record:finished"
         ]
     );
+    let record_event = &s.events[14]["detail"];
+    assert_eq!(record_event["output"]["files"], 1, "{record_event}");
+    assert_eq!(record_event["truncated_bytes"], json!({}), "{record_event}");
     assert!(s
         .events
         .iter()
@@ -132,7 +136,7 @@ fn run_streams_events_output_and_the_result() {
         String::from_utf8_lossy(&files["events.jsonl"])
             .lines()
             .count(),
-        14
+        15
     );
     let record: Value = serde_json::from_slice(&files["result.json"]).unwrap();
     assert_eq!(record["exit_code"], 3);
