@@ -757,3 +757,28 @@ echo done"#;
         assert!(skipped.contains(why), "{why}: {skipped}");
     }
 }
+
+#[test]
+fn a_state_dir_reached_through_a_symlink_still_runs() {
+    if !gate() {
+        return;
+    }
+    // The supervisor refuses a Landlock root or agent dir reached through a symlink; pitcrew
+    // hands it the real path of the state dir.
+    let fx = fixture("echo through-link", 1, "");
+    let link = fx.root.join("state-link");
+    std::os::unix::fs::symlink(&fx.state, &link).unwrap();
+    let h = fx.harness.to_str().unwrap();
+    let out = Command::new(binary("pitcrew"))
+        .args(["run", h, "--json", "--state-dir"])
+        .arg(&link)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["iterations"][0]["exit_code"], 0, "{doc}");
+}

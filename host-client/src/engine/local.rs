@@ -114,6 +114,9 @@ impl LocalEngine {
         supervisor: PathBuf,
         rootless: Option<RootlessPlan>,
     ) -> anyhow::Result<()> {
+        // The supervisor walks the agent's directories and Landlock roots without following any
+        // symlink: give it the real path when the state dir is reached through one.
+        let dir = &fs::canonicalize(dir).with_context(|| format!("{}: resolve", dir.display()))?;
         let run = dir.join("run");
         mkdir(&run, 0o700)?;
         let records = dir.join("records");
