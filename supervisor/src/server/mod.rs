@@ -468,10 +468,17 @@ fn uid_model(ns: Option<&crate::user_namespace::UserNamespace>) -> String {
 }
 
 /// The processes of the sandbox, from `/proc`.
+///
+/// Bounded, since the agent decides how many processes there are and how long their command
+/// lines are: at most [`STATUS_PROCESSES`] processes, [`STATUS_CMDLINE_BYTES`] of each command
+/// line (a `status` reply stays far below the 32 MiB control frame).
 fn processes() -> Vec<Value> {
     let mut pids = proc_pids();
     pids.sort_unstable();
-    pids.into_iter()
+    let total = pids.len();
+    let mut listed: Vec<Value> = pids
+        .into_iter()
+        .take(STATUS_PROCESSES)
         .filter_map(|pid| {
             let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let ppid = parse_stat_ppid(&stat);
@@ -484,17 +491,28 @@ fn processes() -> Vec<Value> {
                             .and_then(|v| v.parse::<u32>().ok())
                     })
                 });
-            let cmd = fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .trim_end_matches('\0')
-                        .replace('\0', " ")
-                })
-                .unwrap_or_default();
+            let mut cmdline = Vec::new();
+            if let Ok(f) = fs::File::open(format!("/proc/{pid}/cmdline")) {
+                let _ = f
+                    .take(STATUS_CMDLINE_BYTES as u64)
+                    .read_to_end(&mut cmdline);
+            }
+            let cmd = String::from_utf8_lossy(&cmdline)
+                .trim_end_matches('\0')
+                .replace('\0', " ");
             Some(json!({"pid": pid, "ppid": ppid, "uid": uid, "cmd": cmd}))
         })
-        .collect()
+        .collect();
+    if total > STATUS_PROCESSES {
+        listed.push(json!({"more": total - STATUS_PROCESSES}));
+    }
+    listed
 }
+
+/// Most processes listed by `status`.
+const STATUS_PROCESSES: usize = 2000;
+/// Most bytes of one process's command line in `status`.
+const STATUS_CMDLINE_BYTES: usize = 4096;
 
 /// The agent's directories in the order they are prepared: `workdir`, then every `dirs.*`
 /// the manifest sets.
