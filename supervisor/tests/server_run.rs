@@ -587,3 +587,38 @@ fn a_symlinked_workdir_in_a_root_owned_parent_is_refused_not_removed() {
         .is_symlink());
     assert!(!sb.workdir.join("launched").exists());
 }
+
+/// The agent decides how long its command lines are: `status` cuts each at 4096 bytes.
+#[test]
+fn status_cuts_the_agents_command_lines() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let long = "x".repeat(20_000);
+    let sb = Sandbox::sh(&format!("sh -c 'echo ready; sleep 30' {long} & wait"));
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    c.send(json!({"type": "run"}));
+    wait_for_stdout(&mut c, "ready");
+    let mut other = server.connect();
+    let status = other.request(json!({"type": "status"}));
+    let processes = status["status"]["processes"].as_array().unwrap();
+    let long: Vec<&str> = processes
+        .iter()
+        .filter_map(|p| p["cmd"].as_str())
+        .filter(|cmd| cmd.contains("xxxx"))
+        .collect();
+    // The agent's shell and the `sh -c` it started both carry the 20,000-byte argument.
+    assert_eq!(long.len(), 2, "{status}");
+    assert!(long.iter().all(|cmd| cmd.len() == 4096), "{long:?}");
+    assert!(
+        long.iter()
+            .any(|cmd| cmd.starts_with("sh -c echo ready; sleep 30 xxx")),
+        "{long:?}"
+    );
+    let r = other.request(json!({"type": "cancel"}));
+    assert_eq!(r["detail"]["cancelled"], true, "{r}");
+    let s = read_run(&mut c);
+    assert_eq!(s.result["record"]["exit_code"], 143, "{}", s.result);
+}
