@@ -134,6 +134,12 @@ pub(super) fn copy_tree(
         Ok(meta) if meta.is_dir() => {}
         _ => return report,
     }
+    // Not through a link in any component either (the agent may own a parent of `src`): root
+    // would copy from wherever it points.
+    if let Err(why) = crate::sandbox::nofollow::open_dir(src) {
+        report.skipped.push(format!("{} ({why})", src.display()));
+        return report;
+    }
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let Ok(dir) = fs::read_dir(src.join(&rel)) else {
@@ -369,5 +375,28 @@ mod tests {
         assert_eq!(cap_file(&f, 60).unwrap(), 40);
         assert_eq!(fs::metadata(&f).unwrap().len(), 60);
         assert_eq!(cap_file(&tmp.path().join("missing"), 1).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_source_reached_through_a_link_is_not_copied() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(tmp.path()).unwrap();
+        let real = base.join("real/sessions");
+        fs::create_dir_all(&real).unwrap();
+        fs::write(real.join("s.jsonl"), b"{}").unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("agent")).unwrap();
+        let dst = base.join("dst");
+        let report = copy_tree(
+            &base.join("agent/sessions"),
+            &dst,
+            &|_| true,
+            &mut CopyBudget::default(),
+        );
+        assert_eq!(report.files, 0);
+        assert!(report.skipped[0].contains("is a symlink"), "{report:?}");
+        assert!(!dst.exists());
+        // The same directory reached without the link is copied.
+        let report = copy_tree(&real, &dst, &|_| true, &mut CopyBudget::default());
+        assert_eq!(report.files, 1);
     }
 }
