@@ -59,6 +59,20 @@ fn fixture(script: &str, iterations: u32, extra: &str) -> Fixture {
     }
 }
 
+/// [`fixture`] whose harness also pins `config/models.json` (role `config`, uploaded into the
+/// runtime's config dir).
+fn fixture_with_pinned_config(script: &str, iterations: u32) -> Fixture {
+    let fx = fixture(script, iterations, "");
+    fs::create_dir_all(fx.root.join("config")).unwrap();
+    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "    role: hook-adapter\n",
+        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    fx
+}
+
 impl Fixture {
     /// `pitcrew <args…> --state-dir <state>`.
     fn pitcrew(&self, args: &[&str]) -> Command {
@@ -308,14 +322,7 @@ if [ ! -f replaced ]; then
   touch replaced
   echo '{"providers": {"evil": {}}}' > "$C/models.json.new" && mv -f "$C/models.json.new" "$C/models.json" && echo "replaced models.json"
 fi"#;
-    let fx = fixture(script, 2, "");
-    fs::create_dir_all(fx.root.join("config")).unwrap();
-    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
-        "    role: hook-adapter\n",
-        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
-    );
-    fs::write(&fx.harness, yaml).unwrap();
+    let fx = fixture_with_pinned_config(script, 2);
     let (out, doc) = fx.run(&[]);
     assert_eq!(
         out.status.code(),
@@ -350,14 +357,7 @@ if [ ! -f planted ]; then
 else
   echo "config: $(cd "$C" && ls -A | tr '\n' ' ')"
 fi"#;
-    let fx = fixture(script, 2, "");
-    fs::create_dir_all(fx.root.join("config")).unwrap();
-    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
-        "    role: hook-adapter\n",
-        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
-    );
-    fs::write(&fx.harness, yaml).unwrap();
+    let fx = fixture_with_pinned_config(script, 2);
     let (out, doc) = fx.run(&[]);
     assert!(
         out.status.success(),
