@@ -451,7 +451,7 @@ fn a_huge_sparse_stdout_does_not_hold_the_supervisor() {
             .starts_with("timeout:"),
         "{record}"
     );
-    // The stream stopped at the cap and said so; the record file keeps what the agent wrote.
+    // The stream stopped at the cap and said so.
     assert_eq!(stdout, 1 << 30);
     let truncated: Vec<&Value> = events
         .iter()

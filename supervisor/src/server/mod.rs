@@ -53,9 +53,10 @@ const TAIL_CHUNK: usize = 64 * 1024;
 /// so the supervise loop keeps enforcing the timeout and serving `cancel`, signals and
 /// connections in between.
 const TAIL_BUDGET: u64 = 1 << 20;
-/// Most bytes of one output stream sent to the host per iteration (1 GiB). Past it the stream
-/// stops with an `output`/`truncated` event; the record file keeps everything.
-const STREAM_CAP: u64 = 1 << 30;
+/// Most bytes of one output stream sent to the host per iteration: the same 1 GiB the record
+/// keeps of it ([`records::STREAM_CAP_BYTES`], cut after the final reap). Past it the stream
+/// stops with an `output`/`truncated` event.
+const STREAM_CAP: u64 = records::STREAM_CAP_BYTES;
 
 /// Every request this supervisor serves (sent in the capabilities).
 pub const REQUESTS: [&str; 9] = [
