@@ -349,6 +349,7 @@ mod linux {
             limits: pitcrew_core::unpack::UnpackLimits {
                 max_entries: args.upload_max_entries,
                 max_bytes: args.upload_max_bytes,
+                private: false,
             },
         };
         // Signals first: no thread may ever see an unblocked signal.

@@ -33,6 +33,30 @@ pub struct UnpackLimits {
     pub max_entries: u64,
     /// Most bytes of file content accepted (the sum of every file's size).
     pub max_bytes: u64,
+    /// Owner-only modes (directories 0700, files 0600, 0700 when executable) instead of
+    /// 0755/0644: for collected records on the host, which hold what the agent saw and wrote.
+    pub private: bool,
+}
+
+impl UnpackLimits {
+    /// The mode of every directory unpacked.
+    fn dir_mode(&self) -> u32 {
+        if self.private {
+            0o700
+        } else {
+            0o755
+        }
+    }
+
+    /// The mode of a file, executable or not.
+    fn file_mode(&self, exec: bool) -> u32 {
+        match (self.private, exec) {
+            (false, false) => 0o644,
+            (false, true) => 0o755,
+            (true, false) => 0o600,
+            (true, true) => 0o700,
+        }
+    }
 }
 
 impl Default for UnpackLimits {
@@ -40,6 +64,7 @@ impl Default for UnpackLimits {
         UnpackLimits {
             max_entries: 100_000,
             max_bytes: 4 << 30,
+            private: false,
         }
     }
 }
@@ -191,7 +216,7 @@ pub fn unpack_tar(
         .create(&staging)
         .map_err(io_err(&staging))?;
     match unpack_into(reader, &staging, limits, owner) {
-        Ok(report) => match finish(&staging, dest, owner) {
+        Ok(report) => match finish(&staging, dest, owner, limits.dir_mode()) {
             Ok(()) => Ok(report),
             Err(err) => {
                 let _ = fs::remove_dir_all(&staging);
@@ -206,8 +231,13 @@ pub fn unpack_tar(
 }
 
 /// Sets the final mode and owner of the staging root, then swaps it into place.
-fn finish(staging: &Path, dest: &Path, owner: Option<(u32, u32)>) -> Result<(), UnpackError> {
-    fs::set_permissions(staging, fs::Permissions::from_mode(0o755)).map_err(io_err(staging))?;
+fn finish(
+    staging: &Path,
+    dest: &Path,
+    owner: Option<(u32, u32)>,
+    mode: u32,
+) -> Result<(), UnpackError> {
+    fs::set_permissions(staging, fs::Permissions::from_mode(mode)).map_err(io_err(staging))?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::lchown(staging, Some(uid), Some(gid)).map_err(io_err(staging))?;
     }
@@ -240,7 +270,7 @@ fn finish(staging: &Path, dest: &Path, owner: Option<(u32, u32)>) -> Result<(), 
 }
 
 /// Makes sure `dir` (inside staging, created by us) exists as a real directory.
-fn ensure_dir(dir: &Path, raw: &[u8], created: &mut u64) -> Result<(), UnpackError> {
+fn ensure_dir(dir: &Path, raw: &[u8], created: &mut u64, mode: u32) -> Result<(), UnpackError> {
     match fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(_) => Err(UnpackError::refused(
@@ -249,7 +279,7 @@ fn ensure_dir(dir: &Path, raw: &[u8], created: &mut u64) -> Result<(), UnpackErr
         )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             fs::DirBuilder::new()
-                .mode(0o755)
+                .mode(mode)
                 .create(dir)
                 .map_err(io_err(dir))?;
             *created += 1;
@@ -324,7 +354,7 @@ fn unpack_into(
         for part in dirs {
             path.push(part);
             let before = report.dirs;
-            ensure_dir(&path, &raw, &mut report.dirs)?;
+            ensure_dir(&path, &raw, &mut report.dirs, limits.dir_mode())?;
             if report.dirs > before {
                 chown_list.push(path.clone());
             }
@@ -332,7 +362,7 @@ fn unpack_into(
         path.push(last);
         if is_dir {
             let before = report.dirs;
-            ensure_dir(&path, &raw, &mut report.dirs)?;
+            ensure_dir(&path, &raw, &mut report.dirs, limits.dir_mode())?;
             if report.dirs > before {
                 chown_list.push(path.clone());
             }
@@ -350,7 +380,7 @@ fn unpack_into(
             .mode()
             .map(|m| m & 0o100 != 0)
             .unwrap_or(false);
-        let mode = if exec { 0o755 } else { 0o644 };
+        let mode = limits.file_mode(exec);
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -487,12 +517,14 @@ mod tests {
         let limits = UnpackLimits {
             max_entries: 1,
             max_bytes: 100,
+            private: false,
         };
         let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
         assert!(err.to_string().contains("more than 1 entries"), "{err}");
         let limits = UnpackLimits {
             max_entries: 10,
             max_bytes: 1,
+            private: false,
         };
         let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
         assert!(err.to_string().contains("bytes"), "{err}");
