@@ -16,7 +16,8 @@
 //! directory and leaves `dest` untouched. Nothing is ever written outside the staging directory:
 //! every directory is created by this code (`mkdir`, which never follows a final symlink) inside a
 //! fresh directory no one else can write, and files are created with `O_CREAT|O_EXCL|O_NOFOLLOW`.
-//! Modes keep only the owner-exec bit: files 0644 or 0755, directories 0755.
+//! Modes keep only the owner-exec bit: files 0644 or 0755, directories 0755 (owner-only 0600,
+//! 0700 and 0700 with [`UnpackLimits::private`], as the host unpacks collected records).
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read};
