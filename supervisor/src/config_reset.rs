@@ -73,7 +73,8 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
             let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
             let rel = rel.join(entry.file_name());
             let path = config.join(&rel);
-            let is_dir = fs::symlink_metadata(&path)
+            let is_dir = entry
+                .file_type()
                 .map_err(|e| format!("{}: {e}", path.display()))?
                 .is_dir();
             if pinned.contains(&rel) {
@@ -83,7 +84,17 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
                 // The sessions directory stays (a writable root), emptied.
                 for child in fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))? {
                     let child = child.map_err(|e| format!("{}: {e}", path.display()))?;
-                    remove(&child.path(), &rel.join(child.file_name()), &mut report)?;
+                    // `DirEntry::file_type` does not follow a symlink.
+                    let is_dir = child
+                        .file_type()
+                        .map_err(|e| format!("{}: {e}", child.path().display()))?
+                        .is_dir();
+                    remove(
+                        &child.path(),
+                        &rel.join(child.file_name()),
+                        is_dir,
+                        &mut report,
+                    )?;
                 }
                 continue;
             }
@@ -91,17 +102,15 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
                 stack.push(rel);
                 continue;
             }
-            remove(&path, &rel, &mut report)?;
+            remove(&path, &rel, is_dir, &mut report)?;
         }
     }
     Ok(report)
 }
 
-/// Removes one entry without following a symlink (a directory with everything in it).
-fn remove(path: &Path, rel: &Path, report: &mut ResetReport) -> Result<(), String> {
-    let is_dir = fs::symlink_metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .is_dir();
+/// Removes one entry without following a symlink (a directory with everything in it);
+/// `is_dir` is what `lstat` said of it.
+fn remove(path: &Path, rel: &Path, is_dir: bool, report: &mut ResetReport) -> Result<(), String> {
     // `remove_dir_all` does not follow symlinks (it removes the link itself).
     let res: io::Result<()> = if is_dir {
         fs::remove_dir_all(path)
