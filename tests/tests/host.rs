@@ -97,6 +97,17 @@ impl Fixture {
         (out, doc)
     }
 
+    /// [`Fixture::run`] that must succeed: its JSON document.
+    fn run_ok(&self, extra: &[&str]) -> Value {
+        let (out, doc) = self.run(extra);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        doc
+    }
+
     /// Starts `pitcrew run HARNESS --json <extra…>` in the background.
     fn spawn_run(&self, extra: &[&str]) -> Child {
         let h = self.harness.to_str().unwrap();
@@ -203,12 +214,7 @@ fn three_iterations_in_one_sandbox_each_collected() {
         3,
         "",
     );
-    let (out, doc) = fx.run(&[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&[]);
     assert_eq!(doc["stopped"], "iterations");
     assert_eq!(doc["exit_code"], 0);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
@@ -256,12 +262,7 @@ else
   echo checked
 fi"#;
     let fx = fixture(script, 2, "");
-    let (out, doc) = fx.run(&[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&[]);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     let first = read(&run_dir.join("iteration-1/output.jsonl"));
     assert!(first.contains("left sleep 987654321 behind"), "{first}");
@@ -292,12 +293,7 @@ if [ ! -f attacked ]; then
   if echo x > "$P/new.js" 2>/dev/null; then echo "ADDED new.js"; else echo "denied add"; fi
 fi"#;
     let fx = fixture(script, 2, "");
-    let (out, doc) = fx.run(&[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&[]);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     let first = read(&run_dir.join("iteration-1/output.jsonl"));
     assert_eq!(
@@ -517,12 +513,7 @@ fn non_root_cannot_reach_a_root_sandbox() {
         return;
     }
     let fx = fixture("echo hi", 1, "");
-    let (out, doc) = fx.run(&["--keep"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&["--keep"]);
     let id = doc["sandbox"].as_str().unwrap().to_string();
     let as_nobody = |program: &Path, args: &[&str]| {
         Command::new("setpriv")
@@ -613,12 +604,7 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
     // A kept local sandbox stands in for a container: the exec template reaches its supervisor
     // with `pitcrew-init attach --socket {sandbox}` (the sandbox "name" is the socket path).
     let fx = fixture("echo via-exec >> notes.txt\ncat notes.txt", 1, "");
-    let (out, doc) = fx.run(&["--keep"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&["--keep"]);
     let id = doc["sandbox"].as_str().unwrap().to_string();
     let dir = fx.state.join("sandboxes").join(&id);
     let template = format!(
@@ -626,7 +612,7 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
         binary("pitcrew-init").display()
     );
     let socket = dir.join("run/control.sock");
-    let (out, doc) = fx.run(&[
+    let doc = fx.run_ok(&[
         "--engine",
         "exec",
         "--exec-template",
@@ -636,11 +622,6 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
         "--sandbox-root",
         dir.join("root").to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(doc["engine"], "exec");
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     // The sandbox's name (a socket path here) becomes one component of the run's directory.
@@ -730,12 +711,7 @@ printf 'secret\n' > private
 ln private output/hard
 echo done"#;
     let fx = fixture(script, 1, "");
-    let (out, doc) = fx.run(&[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let doc = fx.run_ok(&[]);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     let it = run_dir.join("iteration-1");
     assert_eq!(read_json(&it.join("result.json"))["exit_code"], 0);
