@@ -5,7 +5,7 @@
 //! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::{binary, busy_wait, can_unshare_pid, prerequisite};
+use pitcrew_e2e::{binary, busy_wait, can_unshare_pid, prerequisite, read_json, read_text};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -195,15 +195,6 @@ impl Drop for Fixture {
     }
 }
 
-fn read_json(path: &Path) -> Value {
-    let bytes = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap()
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 #[test]
 fn three_iterations_in_one_sandbox_each_collected() {
     if !gate() {
@@ -230,7 +221,7 @@ fn three_iterations_in_one_sandbox_each_collected() {
         assert_eq!(record["iteration"], n);
         assert_eq!(record["exit_code"], 0);
         // The workspace persists across iterations of one sandbox: the agent sees its notes.
-        let stdout = read(&it.join("output.jsonl"));
+        let stdout = read_text(&it.join("output.jsonl"));
         assert!(
             stdout.contains(&format!("notes {n} uid 65534")),
             "iteration {n}: {stdout}"
@@ -264,9 +255,9 @@ fi"#;
     let fx = fixture(script, 2, "");
     let doc = fx.run_ok(&[]);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
-    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    let first = read_text(&run_dir.join("iteration-1/output.jsonl"));
     assert!(first.contains("left sleep 987654321 behind"), "{first}");
-    let second = read(&run_dir.join("iteration-2/output.jsonl"));
+    let second = read_text(&run_dir.join("iteration-2/output.jsonl"));
     assert!(second.contains("checked"), "{second}");
     assert!(
         !second.contains("LEFTOVER"),
@@ -295,7 +286,7 @@ fi"#;
     let fx = fixture(script, 2, "");
     let doc = fx.run_ok(&[]);
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
-    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    let first = read_text(&run_dir.join("iteration-1/output.jsonl"));
     assert_eq!(
         first.lines().collect::<Vec<_>>(),
         ["denied write", "denied rm", "denied add"],
@@ -327,7 +318,7 @@ fi"#;
         String::from_utf8_lossy(&out.stderr)
     );
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
-    let first = read(&run_dir.join("iteration-1/output.jsonl"));
+    let first = read_text(&run_dir.join("iteration-1/output.jsonl"));
     assert!(first.contains("replaced models.json"), "{first}");
     let r2 = read_json(&run_dir.join("iteration-2/result.json"));
     assert_eq!(r2["exit_code"], 98, "{r2}");
@@ -361,8 +352,8 @@ fi"#;
         String::from_utf8_lossy(&out.stderr)
     );
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
-    assert!(read(&run_dir.join("iteration-1/output.jsonl")).contains("planted"));
-    let second = read(&run_dir.join("iteration-2/output.jsonl"));
+    assert!(read_text(&run_dir.join("iteration-1/output.jsonl")).contains("planted"));
+    let second = read_text(&run_dir.join("iteration-2/output.jsonl"));
     assert!(
         second.contains("config: models.json "),
         "iteration 2 saw more than the pinned file: {second}"
@@ -439,7 +430,7 @@ fn cancel_from_the_host_reaches_the_agent() {
     );
     let out = run.wait_with_output().unwrap();
     // The agent's TERM trap ran (the signal reached it), ...
-    assert_eq!(read(&ws.join("cancelled")), "trapped\n");
+    assert_eq!(read_text(&ws.join("cancelled")), "trapped\n");
     // ... and the iteration is reported as cancelled: 143 with the reason (the supervisor's
     // rule for a cancelled iteration), or the trap's own code; `pitcrew run` exits with it.
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -500,8 +491,8 @@ fn host_killed_mid_iteration_loses_nothing() {
     let it = out_dir.join("iteration-1");
     let record = read_json(&it.join("result.json"));
     assert_eq!(record["exit_code"], 0);
-    assert_eq!(read(&it.join("output.jsonl")), "finished-ok\n");
-    let events = read(&it.join("events.jsonl"));
+    assert_eq!(read_text(&it.join("output.jsonl")), "finished-ok\n");
+    let events = read_text(&it.join("events.jsonl"));
     assert!(events.contains("final-reap"), "{events}");
     fx.down(&id);
     assert!(fx.sandboxes().is_empty());
@@ -631,7 +622,7 @@ fn exec_engine_drives_an_existing_sandbox_through_a_command_template() {
         "{doc}"
     );
     // The supervisor numbers iterations per sandbox: this is its second.
-    let stdout = read(&run_dir.join("iteration-2/output.jsonl"));
+    let stdout = read_text(&run_dir.join("iteration-2/output.jsonl"));
     assert_eq!(
         stdout, "via-exec\n",
         "the workspace was uploaded again: {stdout}"
@@ -715,14 +706,14 @@ echo done"#;
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     let it = run_dir.join("iteration-1");
     assert_eq!(read_json(&it.join("result.json"))["exit_code"], 0);
-    assert_eq!(read(&it.join("output/ok.txt")), "kept\n");
+    assert_eq!(read_text(&it.join("output/ok.txt")), "kept\n");
     let copied: Vec<String> = fs::read_dir(it.join("output"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(copied, ["ok.txt"]);
     // The record says what was left out, and why.
-    let events = read(&it.join("events.jsonl"));
+    let events = read_text(&it.join("events.jsonl"));
     let record = events
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -6,7 +6,7 @@
 //! failure with `PITCREW_REQUIRE_E2E=1`. Podman runs with `images/containers.conf` (runc, no
 //! default ulimits), as on the CI machine.
 
-use pitcrew_e2e::{binary, can_unshare_pid, prerequisite};
+use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -87,11 +87,6 @@ impl Drop for Container {
         let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
         let _ = podman(&["rmi", "-f", &self.image]);
     }
-}
-
-fn read_json(path: &Path) -> Value {
-    let bytes = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! user with ranges in `/etc/subuid` and `/etc/subgid`; skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::{binary, can_unshare_pid, prerequisite};
+use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json};
 use serde_json::{json, Value};
 use std::fs;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -248,12 +248,8 @@ setsid sleep 987654 </dev/null >/dev/null 2>&1 &"#,
     assert_ne!(owner, user.uid);
 
     // Iteration 2 verified, ran, and the leftover `sleep` was reaped in between.
-    let r1: Value =
-        serde_json::from_slice(&fs::read(run_dir.join("iteration-1/result.json")).unwrap())
-            .unwrap();
-    let r2: Value =
-        serde_json::from_slice(&fs::read(run_dir.join("iteration-2/result.json")).unwrap())
-            .unwrap();
+    let r1 = read_json(&run_dir.join("iteration-1/result.json"));
+    let r2 = read_json(&run_dir.join("iteration-2/result.json"));
     assert_eq!(r2["exit_code"], 0, "{r2}");
     assert_eq!(doc["iterations"][1]["verified"], true, "{doc}");
     let caught = r1["reaped"]["after"].as_u64().unwrap() + r2["reaped"]["before"].as_u64().unwrap();
@@ -333,7 +329,7 @@ fn a_single_uid_user_namespace_cannot_launch_the_agent() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let record: Value = serde_json::from_slice(&fs::read(&result).unwrap()).unwrap();
+    let record = read_json(&result);
     let reason = record["reason"].as_str().unwrap_or_default();
     assert!(
         reason.contains("the agent's uid 65534 is not mapped in this user namespace"),
