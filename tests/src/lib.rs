@@ -2,6 +2,8 @@
 //! prerequisite gate (`PITCREW_REQUIRE_E2E`), polling instead of sleeping, and deterministic
 //! fixture trees.
 
+pub mod model_server;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -187,4 +189,53 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 /// The text of the file at `path` (a test failure names the file).
 pub fn read_text(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `pitcrew run HARNESS --json --state-dir STATE <extra…>` with `env` added to its environment;
+/// it must succeed: its JSON document (a failure shows the document and pitcrew's stderr).
+pub fn pitcrew_run(
+    harness: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let out = std::process::Command::new(binary("pitcrew"))
+        .arg("run")
+        .arg(harness)
+        .arg("--json")
+        .arg("--state-dir")
+        .arg(state)
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("pitcrew run: {e}"));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "pitcrew run printed no JSON ({e}); exit {:?}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success(),
+        "pitcrew run failed: {doc:#}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    doc
+}
+
+/// The collected record directory of iteration `n` of a `pitcrew run --json` document.
+pub fn iteration_dir(doc: &serde_json::Value, n: usize) -> PathBuf {
+    Path::new(doc["run_dir"].as_str().unwrap_or_default()).join(format!("iteration-{n}"))
+}
+
+/// What an agent binary on `PATH` prints for `--version` (pi prints to stderr, Claude Code to
+/// stdout), if it runs.
+pub fn agent_version(program: &str) -> Option<String> {
+    let out = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = [out.stdout, out.stderr].concat();
+    Some(String::from_utf8_lossy(&text).trim().to_owned())
 }

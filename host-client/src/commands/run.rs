@@ -36,6 +36,11 @@ pub struct RunArgs {
     /// Exec engine: the existing sandbox to attach to.
     #[arg(long, value_name = "NAME")]
     pub sandbox: Option<String>,
+    /// Local engine: pass this variable of pitcrew's own environment into the new sandbox
+    /// (repeatable). Nothing else of it reaches the sandbox but `PATH`, the locale (`LANG`,
+    /// `LANGUAGE`, `LC_*`), `TZ` and `RUST_LOG`.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// Run at most N iterations (overrides the harness's `iterations`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub iterations: Option<u32>,
@@ -192,6 +197,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),
+        pass_env: args.pass_env.clone(),
     })?;
     progress.line(&format!("sandbox {id} ({})", engine.name()));
 

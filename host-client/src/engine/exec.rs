@@ -53,6 +53,11 @@ impl Engine for ExecEngine {
     }
 
     fn start(&self, spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
+        if let Some(name) = spec.pass_env.first() {
+            anyhow::bail!(
+                "--pass-env {name}: only for the local engine; an exec sandbox's environment is its container's (set it there)"
+            );
+        }
         let name = spec
             .existing
             .clone()

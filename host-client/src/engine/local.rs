@@ -113,6 +113,7 @@ impl LocalEngine {
         dir: &Path,
         supervisor: PathBuf,
         rootless: Option<RootlessPlan>,
+        env: &[(OsString, OsString)],
     ) -> anyhow::Result<()> {
         // The supervisor walks the agent's directories and Landlock roots without following any
         // symlink: give it the real path when the state dir is reached through one.
@@ -141,7 +142,9 @@ impl LocalEngine {
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("supervisor.log: dup")?)
             .stderr(log)
-            .current_dir("/");
+            .current_dir("/")
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)));
         // SAFETY: the closure runs in the forked child before exec and only calls setsid,
         // which is async-signal-safe and allocates nothing.
         unsafe {
@@ -334,12 +337,60 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Names of pitcrew's own environment every local sandbox starts with (besides the locale,
+/// `LANG`, `LANGUAGE` and `LC_*`): the agent binary is looked up on `PATH` as the operator sees
+/// it, and `RUST_LOG` sets the supervisor's log level.
+const KEPT_ENV: [&str; 3] = ["PATH", "TZ", "RUST_LOG"];
+
+/// The environment a local sandbox's supervisor starts with, i.e. the sandbox's *baseline*
+/// (what an image's environment is to a container): from `own` (pitcrew's environment) only
+/// [`KEPT_ENV`], the locale and the names passed with `--pass-env`. The operator's shell
+/// environment (tokens, agent sockets, cloud credentials) must not become the agent's. A passed
+/// name must be set and must not be a loader variable (the supervisor would strip it anyway).
+fn baseline_env(
+    own: impl Iterator<Item = (OsString, OsString)>,
+    pass: &[String],
+) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    for name in pass {
+        let valid = name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+        if name.is_empty() || !valid {
+            bail!("--pass-env {name:?}: not an environment variable name");
+        }
+        if let Some(rule) = pitcrew_core::env_policy::loader_denial(name) {
+            bail!(
+                "--pass-env {name}: refused by the loader rule {rule}; it never reaches an agent"
+            );
+        }
+    }
+    let own: Vec<(OsString, OsString)> = own.collect();
+    for name in pass {
+        if !own.iter().any(|(k, _)| k.as_os_str() == name.as_str()) {
+            bail!("--pass-env {name}: not set in pitcrew's environment");
+        }
+    }
+    Ok(own
+        .into_iter()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            KEPT_ENV.contains(&k.as_ref())
+                || k == "LANG"
+                || k == "LANGUAGE"
+                || k.starts_with("LC_")
+                || pass.iter().any(|p| *p == k)
+        })
+        .collect())
+}
+
 impl Engine for LocalEngine {
     fn name(&self) -> &'static str {
         "local"
     }
 
-    fn start(&self, _spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
+    fn start(&self, spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
+        let env = baseline_env(std::env::vars_os(), &spec.pass_env)?;
         let rootless = if is_root() {
             None
         } else {
@@ -360,7 +411,7 @@ impl Engine for LocalEngine {
         }
         mkdir(&dir, 0o755)?;
         // A sandbox that does not come up leaves nothing behind: no directory, no process.
-        match self.launch(&id, &dir, supervisor, rootless) {
+        match self.launch(&id, &dir, supervisor, rootless, &env) {
             Ok(()) => Ok(id),
             Err(err) => {
                 if let Err(e) = fs::remove_dir_all(&dir) {
@@ -484,5 +535,64 @@ impl Engine for LocalEngine {
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own() -> impl Iterator<Item = (OsString, OsString)> {
+        [
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", "/root"),
+            ("GITHUB_TOKEN", "ghp_secret"),
+            ("SSH_AUTH_SOCK", "/tmp/ssh-agent"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+            ("MOCK_API_KEY", "k"),
+            ("NODE_OPTIONS", "--require x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+    }
+
+    fn names(env: &[(OsString, OsString)]) -> Vec<String> {
+        env.iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn only_path_the_locale_and_passed_names_reach_a_local_sandbox() {
+        let env = baseline_env(own(), &[]).unwrap();
+        assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
+        let env = baseline_env(own(), &["MOCK_API_KEY".into()]).unwrap();
+        assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL", "MOCK_API_KEY"]);
+    }
+
+    #[test]
+    fn passing_a_loader_variable_an_unset_or_a_bad_name_is_refused() {
+        let err = baseline_env(own(), &["NODE_OPTIONS".into()]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--pass-env NODE_OPTIONS: refused by the loader rule NODE_OPTIONS"),
+            "{err}"
+        );
+        let err = baseline_env(own(), &["NOT_THERE".into()]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--pass-env NOT_THERE: not set in pitcrew's environment"
+        );
+        let err = baseline_env(own(), &["A=B".into()]).unwrap_err();
+        assert!(
+            err.to_string().contains("not an environment variable name"),
+            "{err}"
+        );
+        let err = baseline_env(own(), &["1X".into()]).unwrap_err();
+        assert!(
+            err.to_string().contains("not an environment variable name"),
+            "{err}"
+        );
     }
 }

@@ -37,6 +37,9 @@ impl std::fmt::Display for SandboxId {
 pub struct SandboxSpec {
     /// An existing sandbox to attach to (exec engine).
     pub existing: Option<String>,
+    /// Variables of pitcrew's own environment to pass into a new local sandbox's baseline
+    /// (`--pass-env`); an exec sandbox's baseline is its container's environment.
+    pub pass_env: Vec<String>,
 }
 
 /// One sandbox known to an engine (for `pitcrew ps`).

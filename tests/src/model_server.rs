@@ -1,0 +1,396 @@
+//! A scripted model server on 127.0.0.1 for offline runs of the real agents, speaking two APIs
+//! as server-sent events:
+//!
+//! - OpenAI chat completions (`POST /v1/chat/completions`), which pi speaks through a
+//!   `models.json` provider with `api: openai-completions`;
+//! - Anthropic Messages (`POST /v1/messages`, Claude Code with `ANTHROPIC_BASE_URL`), streamed,
+//!   or one JSON message when the request does not ask for a stream.
+//!
+//! The script is a function from the request's JSON body to a [`Reply`]. Every request body is
+//! kept, in arrival order, so a test can assert what the agent sent (tools offered, tool results).
+//! The server stops when the [`ModelServer`] is dropped.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use serde_json::{json, Value};
+
+/// What the model answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// One call of the tool `name` with these JSON arguments (`finish_reason: tool_calls`).
+    ToolCall {
+        /// The tool's name, as offered in the request's `tools`.
+        name: String,
+        /// Its arguments.
+        arguments: Value,
+    },
+    /// Assistant text (`finish_reason: stop`).
+    Text(String),
+}
+
+type Script = dyn Fn(&Value) -> Reply + Send + Sync;
+
+/// A running scripted server; stopped on drop.
+pub struct ModelServer {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Value>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ModelServer {
+    /// Starts a server on an ephemeral port of 127.0.0.1 answering with `script`.
+    pub fn start(script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> ModelServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local_addr");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let script: Arc<Script> = Arc::new(script);
+        let thread = {
+            let (requests, stop) = (Arc::clone(&requests), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let (requests, script) = (Arc::clone(&requests), Arc::clone(&script));
+                    std::thread::spawn(move || serve(stream, &requests, &*script));
+                }
+            })
+        };
+        ModelServer {
+            addr,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:<port>/v1`, a pi provider's `baseUrl`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:<port>`, Claude Code's `ANTHROPIC_BASE_URL`.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The JSON bodies of the model requests received so far (both APIs).
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees `stop`.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The request line, the headers that matter and the body of one HTTP/1.1 request.
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let path = parts.next().unwrap_or_default().to_owned();
+    let (mut length, mut chunked) = (0usize, false);
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header.trim_end().is_empty() {
+            break;
+        }
+        let Some((name, value)) = header.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => length = value.parse().unwrap_or(0),
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size)?;
+            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
+            let mut chunk = vec![0u8; size + 2]; // data and its CRLF
+            reader.read_exact(&mut chunk)?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(length, 0);
+        reader.read_exact(&mut body)?;
+    }
+    Ok(Some(Request { method, path, body }))
+}
+
+/// Answers requests on one connection until the client closes it.
+fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    while let Ok(Some(request)) = read_request(&mut reader) {
+        // Claude Code appends `?beta=true`.
+        let path = request.path.split('?').next().unwrap_or_default();
+        let api = match (request.method.as_str(), path) {
+            ("POST", "/v1/chat/completions") => Some(Api::OpenAi),
+            ("POST", "/v1/messages") => Some(Api::Anthropic),
+            _ => None,
+        };
+        let response = match (api, serde_json::from_slice::<Value>(&request.body)) {
+            (None, _) if request.method == "HEAD" => http_response("200 OK", "text/plain", ""),
+            (None, _) => http_response("404 Not Found", "text/plain", "not found\n"),
+            (Some(_), Err(e)) => http_response("400 Bad Request", "text/plain", &format!("{e}\n")),
+            (Some(api), Ok(body)) => {
+                requests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(body.clone());
+                let reply = script(&body);
+                match api {
+                    Api::OpenAi => http_response(
+                        "200 OK",
+                        "text/event-stream",
+                        &chat_completion_events(&reply),
+                    ),
+                    Api::Anthropic if body["stream"] == true => {
+                        http_response("200 OK", "text/event-stream", &message_events(&reply))
+                    }
+                    Api::Anthropic => http_response(
+                        "200 OK",
+                        "application/json",
+                        &anthropic_message(&reply).to_string(),
+                    ),
+                }
+            }
+        };
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Which API a request speaks.
+#[derive(Clone, Copy)]
+enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+fn http_response(status: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncache-control: no-cache\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The server-sent events of a streamed chat completion carrying `reply`.
+fn chat_completion_events(reply: &Reply) -> String {
+    let chunk = |choices: Value| {
+        json!({
+            "id": "chatcmpl-pitcrew",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "mock-model",
+            "choices": choices,
+        })
+    };
+    let choice = |delta: Value, finish: Value| json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
+    let mut chunks = Vec::new();
+    match reply {
+        Reply::ToolCall { name, arguments } => {
+            chunks.push(chunk(choice(
+                json!({"role": "assistant", "tool_calls": [{
+                    "index": 0, "id": "call_pitcrew_1", "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }]}),
+                Value::Null,
+            )));
+            chunks.push(chunk(choice(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments.to_string()}}]}),
+                Value::Null,
+            )));
+            chunks.push(chunk(choice(json!({}), json!("tool_calls"))));
+        }
+        Reply::Text(text) => {
+            chunks.push(chunk(choice(
+                json!({"role": "assistant", "content": text}),
+                Value::Null,
+            )));
+            chunks.push(chunk(choice(json!({}), json!("stop"))));
+        }
+    }
+    let mut usage = chunk(json!([]));
+    usage["usage"] = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    chunks.push(usage);
+    let mut events: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    events.push_str("data: [DONE]\n\n");
+    events
+}
+
+/// An Anthropic Messages API message (the non-streamed answer) carrying `reply`.
+fn anthropic_message(reply: &Reply) -> Value {
+    let (content, stop) = match reply {
+        Reply::ToolCall { name, arguments } => (
+            json!([{"type": "tool_use", "id": "toolu_pitcrew_1", "name": name, "input": arguments}]),
+            "tool_use",
+        ),
+        Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+    };
+    json!({
+        "id": "msg_pitcrew", "type": "message", "role": "assistant", "model": "mock-model",
+        "content": content, "stop_reason": stop, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    })
+}
+
+/// The server-sent events of a streamed Anthropic message carrying `reply`.
+fn message_events(reply: &Reply) -> String {
+    let message = anthropic_message(reply);
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    let (block, delta) = match reply {
+        Reply::ToolCall { name, arguments } => (
+            json!({"type": "tool_use", "id": "toolu_pitcrew_1", "name": name, "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": arguments.to_string()}),
+        ),
+        Reply::Text(text) => (
+            json!({"type": "text", "text": ""}),
+            json!({"type": "text_delta", "text": text}),
+        ),
+    };
+    let events = [
+        (
+            "message_start",
+            json!({"type": "message_start", "message": start}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": block}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": message["stop_reason"], "stop_sequence": null},
+                   "usage": {"output_tokens": 5}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
+}
+
+/// The text of the last tool result in a model request, if any: the last `role: tool` message
+/// (OpenAI), or the last `tool_result` block of a user message (Anthropic).
+pub fn last_tool_result(request: &Value) -> Option<String> {
+    let messages = request["messages"].as_array()?;
+    let text = |content: &Value| match content {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join(""),
+        ),
+        _ => None,
+    };
+    messages.iter().rev().find_map(|m| {
+        if m["role"] == "tool" {
+            return text(&m["content"]);
+        }
+        let blocks = m["content"].as_array()?;
+        let result = blocks.iter().rev().find(|b| b["type"] == "tool_result")?;
+        text(&result["content"])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunked_request_body_is_read_whole() {
+        let raw = b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n";
+        let request = read_request(&mut &raw[..]).unwrap().unwrap();
+        assert_eq!(request.body, b"{\"a\":1}");
+    }
+
+    #[test]
+    fn tool_results_are_found_in_both_apis() {
+        let openai = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "content": [{"type": "text", "text": "r1"}]},
+        ]});
+        assert_eq!(last_tool_result(&openai).as_deref(), Some("r1"));
+        let anthropic = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r2"}]},
+        ]});
+        assert_eq!(last_tool_result(&anthropic).as_deref(), Some("r2"));
+        assert_eq!(
+            last_tool_result(&json!({"messages": [{"role": "user", "content": "hi"}]})),
+            None
+        );
+    }
+
+    #[test]
+    fn anthropic_events_name_each_event() {
+        let events = message_events(&Reply::Text("hello".into()));
+        assert!(events.starts_with("event: message_start\ndata: "));
+        assert!(events.contains(r#""stop_reason":"end_turn""#));
+        assert!(events.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    }
+
+    #[test]
+    fn tool_call_events_end_with_done() {
+        let events = chat_completion_events(&Reply::ToolCall {
+            name: "t".into(),
+            arguments: json!({"x": 1}),
+        });
+        assert!(events.contains("\"finish_reason\":\"tool_calls\""));
+        assert!(events.contains(r#""arguments":"{\"x\":1}""#));
+        assert!(events.ends_with("data: [DONE]\n\n"));
+    }
+}

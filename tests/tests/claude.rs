@@ -1,0 +1,265 @@
+//! The real Claude Code (`@anthropic-ai/claude-code` from npm, its native binary) supervised by
+//! `pitcrew-init`, driven by `pitcrew run` on the local engine, against the scripted model
+//! server of `pitcrew_e2e::model_server` (Anthropic Messages API) on 127.0.0.1: Claude loads the
+//! harness's plugin through `--plugin-dir`, the model runs one command with the Bash tool, and
+//! that command reports what the agent process sees.
+//!
+//! Needs root, PID namespaces and `claude` on `PATH` (`.ci/run` installs it); skipped
+//! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
+use pitcrew_e2e::{
+    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_json, read_text,
+};
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+
+/// The Claude Code release these tests run.
+const CLAUDE_VERSION: &str = "2.1.332";
+
+fn gate() -> bool {
+    let version = agent_version("claude");
+    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+        && prerequisite(
+            version
+                .as_deref()
+                .is_some_and(|v| v.starts_with(CLAUDE_VERSION)),
+            &format!(
+                "needs Claude Code {CLAUDE_VERSION} on PATH (npm install -g @anthropic-ai/claude-code@{CLAUDE_VERSION}), found {version:?}"
+            ),
+        )
+}
+
+/// What the model asks the Bash tool to run: the agent's uid, two variables that must not
+/// reach it, one that was passed, and an attempt to change the plugin it runs with (the
+/// workspace and the plugins are siblings in the sandbox's upload root).
+const PROBE: &str = "id -u; \
+echo \"NODE_OPTIONS=${NODE_OPTIONS-unset} SMUGGLED=${PITCREW_E2E_SMUGGLED-unset} CONFIG=${CLAUDE_CONFIG_DIR-unset}\"; \
+touch ../plugins/hello-claude/planted 2>/dev/null && echo PLUGIN_WRITTEN || echo PLUGIN_WRITE_DENIED";
+
+fn script(request: &Value) -> Reply {
+    match last_tool_result(request) {
+        Some(result) => Reply::Text(format!("the probe said: {result}")),
+        None => Reply::ToolCall {
+            name: "Bash".into(),
+            arguments: json!({"command": PROBE, "description": "probe the sandbox"}),
+        },
+    }
+}
+
+/// A harness for Claude Code with the plugin `plugins/hello-claude` and `ANTHROPIC_BASE_URL`
+/// pointing at `server`, in a temp dir the agent's uid can read; and a state dir for `pitcrew`.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    let plugin = root.join("plugins/hello-claude");
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::create_dir_all(plugin.join("commands")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "hello-claude", "version": "0.1.0", "description": "pitcrew e2e plugin"}"#,
+    )
+    .unwrap();
+    fs::write(
+        plugin.join("commands/hello.md"),
+        "---\ndescription: Say hello\n---\nSay hello.\n",
+    )
+    .unwrap();
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
+    let harness = root.join("harness.yaml");
+    fs::write(
+        &harness,
+        format!(
+            "runtime: claude\nprompt: \"please probe the sandbox\"\nagent:\n  model: claude-sonnet-4-5\nplugins:\n  - plugins/hello-claude\nenv:\n  ANTHROPIC_BASE_URL: \"{}\"\niterations: {iterations}\ntimeout: 120s\nworkdir: workspace\n",
+            server.origin()
+        ),
+    )
+    .unwrap();
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    Fixture {
+        _dir: dir,
+        harness,
+        state,
+    }
+}
+
+#[test]
+fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture(&server, 1);
+    // The API key reaches the sandbox only because it is passed by name; strays and loader
+    // variables of pitcrew's own environment do not.
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[
+            ("ANTHROPIC_API_KEY", "dummy-key"),
+            (
+                "NODE_OPTIONS",
+                "--require /nonexistent/pitcrew-e2e-preload.js",
+            ),
+            ("PITCREW_E2E_SMUGGLED", "yes"),
+        ],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let probe = last_tool_result(&requests[1]).expect("the second request carries the result");
+    let lines: Vec<&str> = probe.lines().collect();
+    assert_eq!(lines.first(), Some(&"65534"), "{probe}");
+    assert!(
+        probe.contains("NODE_OPTIONS=unset SMUGGLED=unset CONFIG=/"),
+        "{probe}"
+    );
+    assert!(probe.contains("PLUGIN_WRITE_DENIED"), "{probe}");
+
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    // Claude's init event lists the plugin it loaded from the verified tree.
+    let output = read_text(&it.join("output.jsonl"));
+    let init: Value = output
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "system" && e["subtype"] == "init")
+        .unwrap_or_else(|| panic!("no init event: {output}"));
+    let plugins = init["plugins"].to_string();
+    assert!(plugins.contains("hello-claude"), "{init:#}");
+    assert!(output.contains("the probe said:"), "{output}");
+}
+
+/// What the agent plants in the first iteration: a hook in the project's
+/// `.claude/settings.json` and in the user settings of its config dir; each hook writes a marker
+/// into the workspace when it runs.
+const PLANT: &str = r#"hook="{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"echo ran >> $PWD/HOOK_RAN\"}]}]}}"
+mkdir -p .claude
+printf '%s\n' "$hook" > .claude/settings.json
+printf '%s\n' "$hook" > .claude/settings.local.json
+printf '%s\n' "$hook" > "$CLAUDE_CONFIG_DIR/settings.json"
+echo planted"#;
+
+/// What the agent looks for in the second iteration (a planted `PreToolUse` hook would run
+/// before this very command).
+const LOOK: &str = "cat HOOK_RAN 2>/dev/null || echo NO_HOOK_RAN; ls -a .claude";
+
+#[test]
+fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
+    if !gate() {
+        return;
+    }
+    let turns = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |request| {
+        if let Some(result) = last_tool_result(request) {
+            return Reply::Text(format!("the probe said: {result}"));
+        }
+        let command = match turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => PLANT,
+            _ => LOOK,
+        };
+        Reply::ToolCall {
+            name: "Bash".into(),
+            arguments: json!({"command": command, "description": "probe"}),
+        }
+    });
+    let fx = fixture(&server, 2);
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", "dummy-key")],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(last_tool_result)
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    // The project settings are still there (the workspace persists); no planted hook ran.
+    assert!(results[1].contains("NO_HOOK_RAN"), "{results:?}");
+    assert!(results[1].contains("settings.json"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let reset = second["config_reset"]["paths"].to_string();
+    assert!(reset.contains("\"settings.json\""), "{second:#}");
+}
+
+/// The control for the test above: the same hooks, planted for Claude Code started by hand
+/// without pitcrew (all setting sources, a config dir nobody resets), run, so the test above can
+/// fail.
+#[test]
+fn control_claude_without_pitcrew_runs_planted_hooks() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request| match last_tool_result(request) {
+        Some(result) => Reply::Text(result),
+        None => Reply::ToolCall {
+            name: "Bash".into(),
+            arguments: json!({"command": "true", "description": "probe"}),
+        },
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (config, ws, home) = (
+        dir.path().join("config"),
+        dir.path().join("ws"),
+        dir.path().join("home"),
+    );
+    for d in [&config, &home, &ws.join(".claude")] {
+        fs::create_dir_all(d).unwrap();
+    }
+    let hook = |marker: &str| {
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": format!("touch {}/{marker}", ws.display())},
+        ]}]}})
+        .to_string()
+    };
+    fs::write(config.join("settings.json"), hook("USER")).unwrap();
+    fs::write(ws.join(".claude/settings.json"), hook("PROJECT")).unwrap();
+    fs::write(ws.join(".claude/settings.local.json"), hook("LOCAL")).unwrap();
+    let out = std::process::Command::new("claude")
+        .current_dir(&ws)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("CLAUDE_CONFIG_DIR", &config)
+        .env("ANTHROPIC_BASE_URL", server.origin())
+        .env("ANTHROPIC_API_KEY", "dummy-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        // Root may skip permissions only in a declared sandbox.
+        .env("IS_SANDBOX", "1")
+        .args(["-p", "--output-format", "stream-json", "--verbose"])
+        .args([
+            "--dangerously-skip-permissions",
+            "--model",
+            "claude-sonnet-4-5",
+            "go",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for marker in ["USER", "PROJECT", "LOCAL"] {
+        assert!(ws.join(marker).exists(), "the {marker} hook did not run");
+    }
+}

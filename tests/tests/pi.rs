@@ -1,0 +1,334 @@
+//! The real pi (`@mariozechner/pi-coding-agent` from npm, on Node) supervised by `pitcrew-init`,
+//! driven by `pitcrew run` on the local engine, against the scripted model server of
+//! `pitcrew_e2e::model_server` on 127.0.0.1: pi loads the harness's extension through `-e`, the
+//! model calls the extension's tool, and the tool reports what the agent process sees.
+//!
+//! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it); skipped otherwise, or a
+//! failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
+use pitcrew_e2e::{
+    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_json, read_text,
+};
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+
+/// The pi release these tests run (the one that runs on Node 20).
+const PI_VERSION: &str = "0.73.1";
+
+fn gate() -> bool {
+    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+        && prerequisite(
+            agent_version("pi").as_deref() == Some(PI_VERSION),
+            &format!(
+                "needs pi {PI_VERSION} on PATH (npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}), found {:?}",
+                agent_version("pi")
+            ),
+        )
+}
+
+/// The extension: a `--greeting` flag and a `hello_tool` that answers with what the agent
+/// process sees (its uid, loader variables, the plugin's env) and whether it could write into
+/// its own plugin directory.
+const EXTENSION: &str = r#"import { Type } from "@mariozechner/pi-ai";
+import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
+import { writeFileSync } from "node:fs";
+
+export default function (pi: ExtensionAPI) {
+	pi.registerFlag("greeting", { description: "Greeting word", type: "string" });
+	pi.registerTool({
+		name: "hello_tool",
+		label: "Hello",
+		description: "Greets someone and reports what the agent process sees",
+		parameters: Type.Object({ name: Type.String({ description: "Name to greet" }) }),
+		async execute(_toolCallId, params) {
+			let pluginWrite = "allowed";
+			try {
+				// Its own entry file, as pi was told with -e.
+				const entry = process.argv.find((a) => a.endsWith("/hello/index.ts"));
+				writeFileSync(entry.replace(/index\.ts$/, "planted.ts"), "export default () => {};\n");
+			} catch (e: any) {
+				pluginWrite = e.code;
+			}
+			const seen = {
+				greeting: `${pi.getFlag("greeting")}, ${params.name}!`,
+				uid: process.getuid(),
+				node_options: process.env.NODE_OPTIONS ?? null,
+				jiti_fs_cache: process.env.JITI_FS_CACHE ?? null,
+				pi_offline: process.env.PI_OFFLINE ?? null,
+				smuggled: process.env.PITCREW_E2E_SMUGGLED ?? null,
+				passed: process.env.E2E_PASSED ?? null,
+				hello_level: process.env.HELLO_LEVEL ?? null,
+				plugin_write: pluginWrite,
+			};
+			return { content: [{ type: "text", text: JSON.stringify(seen) }], details: {} };
+		},
+	});
+}
+"#;
+
+/// pi's `models.json` with one provider, `mock`, served by `server`.
+fn models_json(server: &ModelServer) -> String {
+    let models = json!({"providers": {"mock": {
+        "baseUrl": server.base_url(),
+        "api": "openai-completions",
+        "apiKey": "dummy-key",
+        "models": [{
+            "id": "mock-model", "name": "Mock", "reasoning": false, "input": ["text"],
+            "contextWindow": 32000, "maxTokens": 1024,
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+        }],
+    }}});
+    format!("{models:#}\n")
+}
+
+/// A harness for pi with the extension `plugins/hello` and a pinned `models.json` pointing at
+/// `server`, in a temp dir the agent's uid can read; and a state dir for `pitcrew`.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(root.join("plugins/hello")).unwrap();
+    fs::write(root.join("plugins/hello/index.ts"), EXTENSION).unwrap();
+    fs::create_dir_all(root.join("config")).unwrap();
+    fs::write(root.join("config/models.json"), models_json(server)).unwrap();
+    fs::write(root.join("config/settings.json"), "{}\n").unwrap();
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
+    let yaml = format!(
+        r#"runtime: pi
+prompt: "please call hello_tool"
+agent:
+  model: mock/mock-model
+plugins:
+  - path: plugins/hello
+    env:
+      HELLO_LEVEL: "3"
+    pi:
+      args: ["--greeting=Hello"]
+adapters:
+  - path: config/models.json
+    role: config
+  - path: config/settings.json
+    role: config
+iterations: {iterations}
+timeout: 120s
+workdir: workspace
+"#
+    );
+    let harness = root.join("harness.yaml");
+    fs::write(&harness, yaml).unwrap();
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    Fixture {
+        _dir: dir,
+        harness,
+        state,
+    }
+}
+
+/// The model: call `hello_tool` first, then answer with the tool's result.
+fn script(request: &Value) -> Reply {
+    match last_tool_result(request) {
+        Some(result) => Reply::Text(format!("the tool said: {result}")),
+        None => Reply::ToolCall {
+            name: "hello_tool".into(),
+            arguments: json!({"name": "pitcrew"}),
+        },
+    }
+}
+
+/// The JSON the tool returned in `iteration`, from the request the model server received.
+fn tool_result(requests: &[Value], iteration: usize) -> Value {
+    let results: Vec<String> = requests.iter().filter_map(last_tool_result).collect();
+    let text = results
+        .get(iteration - 1)
+        .unwrap_or_else(|| panic!("no tool result for iteration {iteration}: {requests:#?}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("tool result {text}: {e}"))
+}
+
+#[test]
+fn pi_loads_the_verified_extension_and_its_tool_runs_confined() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture(&server, 2);
+    // Of pitcrew's own environment only what is passed by name reaches pi: not a loader
+    // variable (with this NODE_OPTIONS Node itself would fail to start), not a stray.
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "E2E_PASSED"],
+        &[
+            (
+                "NODE_OPTIONS",
+                "--require /nonexistent/pitcrew-e2e-preload.js",
+            ),
+            ("PITCREW_E2E_SMUGGLED", "yes"),
+            ("E2E_PASSED", "through"),
+        ],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    // Two iterations, two turns each: the tool call, then the answer with its result.
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let tools = requests[0]["tools"].to_string();
+    assert!(
+        tools.contains("hello_tool"),
+        "the extension's tool was not offered: {tools}"
+    );
+
+    for n in 1..=2 {
+        let seen = tool_result(&requests, n);
+        assert_eq!(seen["greeting"], "Hello, pitcrew!", "iteration {n}: {seen}");
+        assert_eq!(seen["uid"], 65534, "{seen}");
+        assert_eq!(seen["node_options"], Value::Null, "{seen}");
+        assert_eq!(seen["smuggled"], Value::Null, "{seen}");
+        assert_eq!(seen["passed"], "through", "{seen}");
+        assert_eq!(seen["jiti_fs_cache"], "false", "{seen}");
+        assert_eq!(seen["pi_offline"], "1", "{seen}");
+        assert_eq!(seen["hello_level"], "3", "{seen}");
+        // The agent cannot change the extension it runs: Landlock and the root-owned tree.
+        assert_eq!(seen["plugin_write"], "EACCES", "{seen}");
+
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        // pi's session transcript is collected with the record.
+        let transcripts: Vec<_> = fs::read_dir(it.join("transcripts"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            transcripts.iter().any(|t| t.ends_with(".jsonl")),
+            "{transcripts:?}"
+        );
+        let output = read_text(&it.join("output.jsonl"));
+        assert!(output.contains("tool_execution_end"), "{output}");
+        assert!(output.contains("the tool said:"), "{output}");
+    }
+    // What pi wrote into its config dir in the first iteration (its `auth.json`, the session)
+    // is gone before the second is verified; the pinned files stay and verify.
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let reset = second["config_reset"]["paths"].to_string();
+    assert!(reset.contains("\"auth.json\""), "{second:#}");
+    assert!(reset.contains("sessions/"), "{second:#}");
+}
+
+/// What the agent plants in the first iteration: an extension pi would auto-discover in the
+/// project (`.pi/extensions/`), one listed in the project's `.pi/settings.json`, and one in its
+/// own agent dir; each writes a marker into the workspace when loaded.
+const PLANT: &str = r#"mkdir -p .pi/extensions "$PI_CODING_AGENT_DIR/extensions"
+for f in .pi/extensions/evil.ts .pi/listed.ts "$PI_CODING_AGENT_DIR/extensions/evil.ts"; do
+  printf '%s\n' 'import { writeFileSync } from "node:fs";' \
+    "export default function () { writeFileSync(\"$PWD/EVIL_LOADED\", \"$f\"); }" > "$f"
+done
+printf '{"extensions": ["%s"]}\n' "$PWD/.pi/listed.ts" > .pi/settings.json
+echo planted"#;
+
+/// What the agent looks for in the second iteration.
+const LOOK: &str = "cat EVIL_LOADED 2>/dev/null || echo NOTHING_LOADED; ls .pi/extensions";
+
+#[test]
+fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
+    if !gate() {
+        return;
+    }
+    let turns = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |request| {
+        if let Some(result) = last_tool_result(request) {
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        let command = match turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => PLANT,
+            _ => LOOK,
+        };
+        Reply::ToolCall {
+            name: "bash".into(),
+            arguments: json!({ "command": command }),
+        }
+    });
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [bash]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let doc = pitcrew_run(&fx.harness, &fx.state, &[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(last_tool_result)
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    // The planted files are there (the workspace persists), and none of them was loaded.
+    assert!(results[1].contains("NOTHING_LOADED"), "{results:?}");
+    assert!(results[1].contains("evil.ts"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let reset = second["config_reset"]["paths"].to_string();
+    assert!(reset.contains("extensions"), "{second:#}");
+}
+
+/// The control for the test above: the same planted extensions, pi started by hand in the same
+/// kind of workspace without pitcrew's `--no-extensions`, are loaded, so the test above can fail.
+#[test]
+fn control_pi_without_no_extensions_loads_what_was_planted() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("hi".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, ws, home) = (
+        dir.path().join("agent"),
+        dir.path().join("ws"),
+        dir.path().join("home"),
+    );
+    for d in [&agent, &home, &ws.join(".pi/extensions")] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::write(agent.join("models.json"), models_json(&server)).unwrap();
+    let extension = |marker: &str| {
+        format!(
+            "import {{ writeFileSync }} from \"node:fs\";\nexport default function () {{ writeFileSync(\"{}/{marker}\", \"1\"); }}\n",
+            ws.display()
+        )
+    };
+    fs::write(ws.join(".pi/extensions/evil.ts"), extension("PROJECT")).unwrap();
+    fs::write(ws.join(".pi/listed.ts"), extension("LISTED")).unwrap();
+    let settings = json!({ "extensions": [ws.join(".pi/listed.ts")] });
+    fs::write(ws.join(".pi/settings.json"), settings.to_string()).unwrap();
+    let out = std::process::Command::new("pi")
+        .current_dir(&ws)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .env("PI_OFFLINE", "1")
+        .args([
+            "--model",
+            "mock/mock-model",
+            "--no-session",
+            "--mode",
+            "json",
+            "-p",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ws.join("PROJECT").exists() && ws.join("LISTED").exists());
+}
