@@ -191,14 +191,15 @@ pub fn read_text(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `pitcrew run HARNESS --json --state-dir STATE <extra…>` with `env` added to its environment;
-/// it must succeed: its JSON document (a failure shows the document and pitcrew's stderr).
-pub fn pitcrew_run(
+/// `pitcrew run HARNESS --json --state-dir STATE <extra…>` with `env` added to its environment:
+/// its exit code and its JSON document (a run that prints none fails the test, with pitcrew's
+/// stderr).
+pub fn pitcrew_run_status(
     harness: &Path,
     state: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
-) -> serde_json::Value {
+) -> (Option<i32>, serde_json::Value) {
     let out = std::process::Command::new(binary("pitcrew"))
         .arg("run")
         .arg(harness)
@@ -209,18 +210,25 @@ pub fn pitcrew_run(
         .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("pitcrew run: {e}"));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "pitcrew run printed no JSON ({e}); exit {:?}\nstderr: {}",
             out.status.code(),
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    assert!(
-        out.status.success(),
-        "pitcrew run failed: {doc:#}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    (out.status.code(), doc)
+}
+
+/// [`pitcrew_run_status`] of a run that must succeed: its JSON document.
+pub fn pitcrew_run(
+    harness: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let (code, doc) = pitcrew_run_status(harness, state, extra, env);
+    assert_eq!(code, Some(0), "pitcrew run failed: {doc:#}");
     doc
 }
 

@@ -30,6 +30,13 @@ pub enum Reply {
     },
     /// Assistant text (`finish_reason: stop`).
     Text(String),
+    /// An HTTP error with the API's JSON error body (a 4xx is not retried by the agents).
+    Error {
+        /// The HTTP status code.
+        status: u16,
+        /// The error message.
+        message: String,
+    },
 }
 
 type Script = dyn Fn(&Value) -> Reply + Send + Sync;
@@ -177,16 +184,19 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(body.clone());
                 let reply = script(&body);
-                match api {
-                    Api::OpenAi => http_response(
+                match (&reply, api) {
+                    (Reply::Error { status, message }, api) => {
+                        error_response(*status, message, api)
+                    }
+                    (_, Api::OpenAi) => http_response(
                         "200 OK",
                         "text/event-stream",
                         &chat_completion_events(&reply),
                     ),
-                    Api::Anthropic if body["stream"] == true => {
+                    (_, Api::Anthropic) if body["stream"] == true => {
                         http_response("200 OK", "text/event-stream", &message_events(&reply))
                     }
-                    Api::Anthropic => http_response(
+                    (_, Api::Anthropic) => http_response(
                         "200 OK",
                         "application/json",
                         &anthropic_message(&reply).to_string(),
@@ -198,6 +208,22 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
             return;
         }
     }
+}
+
+/// An HTTP error response in the shape of `api`'s error bodies.
+fn error_response(status: u16, message: &str, api: Api) -> String {
+    let body = match api {
+        Api::OpenAi => json!({"error": {"message": message, "type": "invalid_request_error"}}),
+        Api::Anthropic => json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": message},
+        }),
+    };
+    http_response(
+        &format!("{status} Scripted Error"),
+        "application/json",
+        &body.to_string(),
+    )
 }
 
 /// Which API a request speaks.
@@ -249,6 +275,8 @@ fn chat_completion_events(reply: &Reply) -> String {
             )));
             chunks.push(chunk(choice(json!({}), json!("stop"))));
         }
+        // Answered by `error_response` before any event is built.
+        Reply::Error { .. } => {}
     }
     let mut usage = chunk(json!([]));
     usage["usage"] = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
@@ -266,6 +294,7 @@ fn anthropic_message(reply: &Reply) -> Value {
             "tool_use",
         ),
         Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        Reply::Error { message, .. } => (json!([{"type": "text", "text": message}]), "end_turn"),
     };
     json!({
         "id": "msg_pitcrew", "type": "message", "role": "assistant", "model": "mock-model",
@@ -285,7 +314,7 @@ fn message_events(reply: &Reply) -> String {
             json!({"type": "tool_use", "id": "toolu_pitcrew_1", "name": name, "input": {}}),
             json!({"type": "input_json_delta", "partial_json": arguments.to_string()}),
         ),
-        Reply::Text(text) => (
+        Reply::Text(text) | Reply::Error { message: text, .. } => (
             json!({"type": "text", "text": ""}),
             json!({"type": "text_delta", "text": text}),
         ),

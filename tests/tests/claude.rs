@@ -9,7 +9,8 @@
 
 use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
 use pitcrew_e2e::{
-    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_json, read_text,
+    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
+    read_json, read_text,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -262,4 +263,60 @@ fn control_claude_without_pitcrew_runs_planted_hooks() {
     for marker in ["USER", "PROJECT", "LOCAL"] {
         assert!(ws.join(marker).exists(), "the {marker} hook did not run");
     }
+}
+
+/// Claude Code loads a plugin whose hooks file is broken, reports it only in `plugin_errors` of
+/// its init event and exits 0; the judge fails the iteration on it.
+#[test]
+fn a_plugin_that_fails_to_load_fails_the_iteration_although_claude_exits_0() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("hello".into()));
+    let fx = fixture(&server, 1);
+    let hooks = fx.harness.with_file_name("plugins/hello-claude/hooks");
+    fs::create_dir_all(&hooks).unwrap();
+    fs::write(hooks.join("hooks.json"), "{ not json").unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", "dummy-key")],
+    );
+    assert_eq!(code, Some(1), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("judge: claude-plugin-errors:") && reason.contains("hook-load-failed"),
+        "{record:#}"
+    );
+}
+
+/// Claude Code exits 1 on a model error: the iteration fails with the agent's own code, and the
+/// error is in the collected stream.
+#[test]
+fn a_model_error_fails_the_iteration_with_claudes_exit_code() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Error {
+        status: 400,
+        message: "scripted model failure".into(),
+    });
+    let fx = fixture(&server, 1);
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", "dummy-key")],
+    );
+    assert_eq!(code, Some(1), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 1, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(
+        output.contains(r#""is_error":true"#) && output.contains("scripted model failure"),
+        "{output}"
+    );
 }

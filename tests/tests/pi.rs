@@ -8,7 +8,8 @@
 
 use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
 use pitcrew_e2e::{
-    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_json, read_text,
+    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
+    read_json, read_text,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -331,4 +332,27 @@ fn control_pi_without_no_extensions_loads_what_was_planted() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(ws.join("PROJECT").exists() && ws.join("LISTED").exists());
+}
+
+/// pi exits 0 after a model error and reports the error only in its JSON stream; the judge
+/// fails the iteration on it (exit 1, the reason names pi's message).
+#[test]
+fn a_model_error_fails_the_iteration_although_pi_exits_0() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Error {
+        status: 400,
+        message: "scripted model failure".into(),
+    });
+    let fx = fixture(&server, 1);
+    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &[], &[]);
+    assert_eq!(code, Some(1), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["exit_code"], 1, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("judge: pi-error:") && reason.contains("scripted model failure"),
+        "{record:#}"
+    );
 }
