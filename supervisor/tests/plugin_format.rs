@@ -84,14 +84,85 @@ fn claude_root_manifest_with_code_surfaces() {
 
 #[test]
 fn claude_inline_hooks_and_mcp_count() {
-    let d = fixture(&[(
-        "plugin.json",
-        r#"{"name":"x","hooks":"./h.json","mcpServers":{}}"#,
-    )]);
+    let d = fixture(&[
+        (
+            "plugin.json",
+            r#"{"name":"x","hooks":"./h.json","mcpServers":{}}"#,
+        ),
+        ("h.json", r#"{"hooks":{}}"#),
+    ]);
     let PluginClass::Claude(c) = classify(d.path()).unwrap() else {
         panic!()
     };
     assert!(c.has_hooks && c.has_mcp && !c.has_bin);
+}
+
+#[test]
+fn claude_component_paths_that_exist_inside_the_plugin_are_accepted() {
+    let d = fixture(&[
+        (
+            ".claude-plugin/plugin.json",
+            r#"{"name":"x","skills":".","commands":["./cmds/","./more/hello.md"],
+                "hooks":"./config/hooks.json","mcpServers":{"s":{"command":"x"}},
+                "experimental":{"monitors":"./mon/monitors.json"}}"#,
+        ),
+        ("cmds/a.md", "a"),
+        ("more/hello.md", "b"),
+        ("config/hooks.json", "{}"),
+        ("mon/monitors.json", "{}"),
+    ]);
+    assert_eq!(classify(d.path()).unwrap().kind(), "claude");
+}
+
+#[test]
+fn claude_component_paths_claude_would_not_load_are_refused() {
+    let cases = [
+        (r#""commands":"./nope""#, "names nothing in the plugin"),
+        (
+            r#""agents":["./agents","./missing/x.md"]"#,
+            "names nothing in the plugin",
+        ),
+        (r#""commands":"cmds""#, "must start with `./`"),
+        (r#""commands":"/etc""#, "must start with `./`"),
+        (r#""skills":"./../outside""#, "contains `..`"),
+        (r#""hooks":"./agents/x.md""#, "must end with `.json`"),
+        (r#""outputStyles":"./""#, "does not name a file or folder"),
+        (
+            r#""experimental":{"themes":"./nothemes"}"#,
+            "names nothing in the plugin",
+        ),
+    ];
+    for (field, problem) in cases {
+        let manifest = format!(r#"{{"name":"x",{field}}}"#);
+        let d = fixture(&[
+            (".claude-plugin/plugin.json", manifest.as_str()),
+            ("agents/x.md", "a"),
+        ]);
+        let e = err(d.path());
+        assert!(
+            matches!(e, ClassifyError::ClaudeComponentPath { .. }),
+            "{field}: {e}"
+        );
+        let text = e.to_string();
+        assert!(text.contains(problem), "{field}: {text}");
+        assert!(
+            text.contains("`.claude-plugin/plugin.json`") && text.contains("component path rule"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn claude_component_path_through_a_symlink_is_refused() {
+    let d = fixture(&[
+        (
+            ".claude-plugin/plugin.json",
+            r#"{"name":"x","commands":"./cmds/a.md"}"#,
+        ),
+        ("real/a.md", "a"),
+    ]);
+    std::os::unix::fs::symlink("real", d.path().join("cmds")).unwrap();
+    assert!(matches!(err(d.path()), ClassifyError::Symlink { .. }));
 }
 
 #[test]

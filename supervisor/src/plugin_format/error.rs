@@ -70,6 +70,24 @@ pub enum ClassifyError {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A path in a Claude manifest's component fields (`commands`, `hooks`, …) that Claude
+    /// would refuse or report as a load error (`path-not-found`), loading the plugin without it.
+    #[error(
+        "{}: Claude manifest `{file}` `{field}`: {path:?} {problem} (Claude's component path rule)",
+        dir.display()
+    )]
+    ClaudeComponentPath {
+        /// The plugin directory as given.
+        dir: PathBuf,
+        /// `plugin.json` or `.claude-plugin/plugin.json`.
+        file: String,
+        /// The manifest field.
+        field: String,
+        /// The path as written.
+        path: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// Both Claude manifests exist and name different plugins.
     #[error(
         "{}: `plugin.json` names {root_name:?} but `.claude-plugin/plugin.json` names \
