@@ -226,6 +226,25 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     ]
 }
 
+/// The names pinned for some runtime: whatever an earlier layer sets for them is replaced.
+pub fn pinned_names() -> Vec<&'static str> {
+    let dirs = RuntimeDirPaths {
+        home: String::new(),
+        tmp: String::new(),
+        config: String::new(),
+        sessions: String::new(),
+    };
+    let mut names: Vec<&'static str> = common_pins(&dirs, None)
+        .into_iter()
+        .chain(pi_pins(&dirs))
+        .chain(claude_pins(&dirs))
+        .map(|(name, _)| name)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// Every pin for the manifest's runtime.
 pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> {
     let dirs = runtime_dirs(manifest);

@@ -119,9 +119,16 @@ fn claude_component_paths_claude_would_not_load_are_refused() {
     let cases = [
         (r#""commands":"./nope""#, "names nothing in the plugin"),
         (
-            r#""agents":["./agents","./missing/x.md"]"#,
+            r#""agents":["./agents/x.md","./missing/x.md"]"#,
             "names nothing in the plugin",
         ),
+        (r#""agents":"./agents""#, "must end with `.md`"),
+        (
+            r#""commands":{"hi":{"source":"./nope.md"}}"#,
+            "names nothing in the plugin",
+        ),
+        (r#""themes":"./nothemes""#, "names nothing in the plugin"),
+        (r#""mcpServers":"https://example.com/s.mcpb""#, "is a URL"),
         (r#""commands":"cmds""#, "must start with `./`"),
         (r#""commands":"/etc""#, "must start with `./`"),
         (r#""skills":"./../outside""#, "contains `..`"),

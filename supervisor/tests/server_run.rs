@@ -309,13 +309,15 @@ fn an_attach_inside_the_sandbox_survives_the_reap_that_kills_everything_else() {
         cmd
     };
     // A root process left in the sandbox (like one started by `podman exec`): must be reaped.
+    // Waited for as `sleep` itself: `nsenter`, which carries the same words in its arguments,
+    // is there before the sleep has entered the namespace.
     let secs = common::unique_seconds().to_string();
     let mut leftover = enter(&["sleep", &secs])
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
     assert!(common::busy_wait(
-        || !common::processes_matching(&format!("sleep {secs}")).is_empty(),
+        || !common::processes_started_as(&format!("sleep {secs}")).is_empty(),
         std::time::Duration::from_secs(60)
     ));
     let sb = Sandbox::sh("echo hi");
@@ -348,7 +350,7 @@ fn an_attach_inside_the_sandbox_survives_the_reap_that_kills_everything_else() {
     assert_eq!(record["exit_code"], 0, "{record}");
     assert!(record["reaped"]["before"].as_u64() >= Some(1), "{record}");
     let _ = leftover.wait();
-    assert!(common::processes_matching(&format!("sleep {secs}")).is_empty());
+    assert!(common::processes_started_as(&format!("sleep {secs}")).is_empty());
     drop(stdin);
     assert!(attach.wait().unwrap().success());
 }

@@ -134,7 +134,11 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
         };
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.parse().unwrap_or(0),
+            "content-length" => {
+                length = value.parse().map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "bad content-length")
+                })?;
+            }
             "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
             _ => {}
         }
@@ -146,11 +150,16 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
             reader.read_line(&mut size)?;
             let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
                 .unwrap_or(0);
-            let mut chunk = vec![0u8; size + 2]; // data and its CRLF
-            reader.read_exact(&mut chunk)?;
             if size == 0 {
+                // Trailers, if any, up to the empty line.
+                let mut trailer = String::new();
+                while reader.read_line(&mut trailer)? > 0 && !trailer.trim_end().is_empty() {
+                    trailer.clear();
+                }
                 break;
             }
+            let mut chunk = vec![0u8; size + 2]; // data and its CRLF
+            reader.read_exact(&mut chunk)?;
             body.extend_from_slice(&chunk[..size]);
         }
     } else {
@@ -183,7 +192,14 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(body.clone());
-                let reply = script(&body);
+                // A script that panics answers 400 (not retried by the agents) so that the
+                // test fails on what it asserts instead of waiting for the agent's timeout.
+                let reply =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| script(&body)))
+                        .unwrap_or_else(|_| Reply::Error {
+                            status: 400,
+                            message: "the model server's script panicked".into(),
+                        });
                 match (&reply, api) {
                     (Reply::Error { status, message }, api) => {
                         error_response(*status, message, api)
@@ -381,9 +397,13 @@ mod tests {
 
     #[test]
     fn a_chunked_request_body_is_read_whole() {
-        let raw = b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n";
-        let request = read_request(&mut &raw[..]).unwrap().unwrap();
+        let raw = b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+        let mut reader = &raw[..];
+        let request = read_request(&mut reader).unwrap().unwrap();
         assert_eq!(request.body, b"{\"a\":1}");
+        // The trailer is consumed: the next request starts where it should.
+        let next = read_request(&mut reader).unwrap().unwrap();
+        assert_eq!((next.method.as_str(), next.path.as_str()), ("GET", "/"));
     }
 
     #[test]

@@ -35,10 +35,11 @@ fn gate() -> bool {
 
 /// What the model asks the Bash tool to run: the agent's uid, two variables that must not
 /// reach it, one that was passed, and an attempt to change the plugin it runs with (the
-/// workspace and the plugins are siblings in the sandbox's upload root).
+/// workspace and the plugins are siblings in the sandbox's upload root; `ls` shows the path is
+/// right, so a denied write is not a missing directory).
 const PROBE: &str = "id -u; \
-echo \"NODE_OPTIONS=${NODE_OPTIONS-unset} SMUGGLED=${PITCREW_E2E_SMUGGLED-unset} CONFIG=${CLAUDE_CONFIG_DIR-unset}\"; \
-touch ../plugins/hello-claude/planted 2>/dev/null && echo PLUGIN_WRITTEN || echo PLUGIN_WRITE_DENIED";
+echo \"NODE_OPTIONS=${NODE_OPTIONS-unset} SMUGGLED=${PITCREW_E2E_SMUGGLED-unset} PASSED=${E2E_PASSED-unset} CONFIG=${CLAUDE_CONFIG_DIR-unset}\"; \
+ls -d ../plugins/hello-claude/.claude-plugin && touch ../plugins/hello-claude/planted 2>&1; echo touch=$?";
 
 fn script(request: &Value) -> Reply {
     match last_tool_result(request) {
@@ -107,9 +108,15 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     let doc = pitcrew_run(
         &fx.harness,
         &fx.state,
-        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[
+            "--pass-env",
+            "ANTHROPIC_API_KEY",
+            "--pass-env",
+            "E2E_PASSED",
+        ],
         &[
             ("ANTHROPIC_API_KEY", "dummy-key"),
+            ("E2E_PASSED", "through"),
             (
                 "NODE_OPTIONS",
                 "--require /nonexistent/pitcrew-e2e-preload.js",
@@ -125,10 +132,15 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     let lines: Vec<&str> = probe.lines().collect();
     assert_eq!(lines.first(), Some(&"65534"), "{probe}");
     assert!(
-        probe.contains("NODE_OPTIONS=unset SMUGGLED=unset CONFIG=/"),
+        probe.contains("NODE_OPTIONS=unset SMUGGLED=unset PASSED=through CONFIG=/"),
         "{probe}"
     );
-    assert!(probe.contains("PLUGIN_WRITE_DENIED"), "{probe}");
+    // The plugin is there to see, and writing into it is denied.
+    assert!(
+        probe.contains("hello-claude/.claude-plugin") && probe.contains("Permission denied"),
+        "{probe}"
+    );
+    assert!(probe.contains("touch=1"), "{probe}");
 
     let it = iteration_dir(&doc, 1);
     let record = read_json(&it.join("result.json"));

@@ -294,7 +294,7 @@ fn control_pi_without_no_extensions_loads_what_was_planted() {
         dir.path().join("ws"),
         dir.path().join("home"),
     );
-    for d in [&agent, &home, &ws.join(".pi/extensions")] {
+    for d in [&agent.join("extensions"), &home, &ws.join(".pi/extensions")] {
         fs::create_dir_all(d).unwrap();
     }
     fs::write(agent.join("models.json"), models_json(&server)).unwrap();
@@ -306,6 +306,7 @@ fn control_pi_without_no_extensions_loads_what_was_planted() {
     };
     fs::write(ws.join(".pi/extensions/evil.ts"), extension("PROJECT")).unwrap();
     fs::write(ws.join(".pi/listed.ts"), extension("LISTED")).unwrap();
+    fs::write(agent.join("extensions/evil.ts"), extension("AGENT_DIR")).unwrap();
     let settings = json!({ "extensions": [ws.join(".pi/listed.ts")] });
     fs::write(ws.join(".pi/settings.json"), settings.to_string()).unwrap();
     let out = std::process::Command::new("pi")
@@ -331,7 +332,12 @@ fn control_pi_without_no_extensions_loads_what_was_planted() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(ws.join("PROJECT").exists() && ws.join("LISTED").exists());
+    for marker in ["PROJECT", "LISTED", "AGENT_DIR"] {
+        assert!(
+            ws.join(marker).exists(),
+            "the {marker} extension was not loaded"
+        );
+    }
 }
 
 /// pi exits 0 after a model error and reports the error only in its JSON stream; the judge

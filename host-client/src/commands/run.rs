@@ -189,6 +189,9 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     let Some(h) = validated.harness.clone() else {
         bail!("{file}: not a harness");
     };
+    if let Some(name) = args.pass_env.iter().find(|n| h.env.contains_key(*n)) {
+        bail!("--pass-env {name}: the harness `env:` sets {name} too, and its value would win; keep one");
+    }
     let slot: CancelSlot = Arc::new(Mutex::new(None));
     install_ctrlc(Arc::clone(&slot));
 

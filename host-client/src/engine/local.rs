@@ -337,20 +337,42 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Names of pitcrew's own environment every local sandbox starts with (besides the locale,
-/// `LANG`, `LANGUAGE` and `LC_*`): the agent binary is looked up on `PATH` as the operator sees
-/// it, and `RUST_LOG` sets the supervisor's log level.
-const KEPT_ENV: [&str; 3] = ["PATH", "TZ", "RUST_LOG"];
+/// Names of pitcrew's own environment every local sandbox starts with: the agent binary is
+/// looked up on `PATH` as the operator sees it, the locale and `TZ` keep output readable, and
+/// `RUST_LOG` sets the supervisor's log level.
+const KEPT_ENV: [&str; 18] = [
+    "PATH",
+    "TZ",
+    "RUST_LOG",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_COLLATE",
+    "LC_MESSAGES",
+    "LC_MONETARY",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_ADDRESS",
+    "LC_IDENTIFICATION",
+    "LC_MEASUREMENT",
+    "LC_NAME",
+    "LC_PAPER",
+    "LC_TELEPHONE",
+];
 
 /// The environment a local sandbox's supervisor starts with, i.e. the sandbox's *baseline*
 /// (what an image's environment is to a container): from `own` (pitcrew's environment) only
-/// [`KEPT_ENV`], the locale and the names passed with `--pass-env`. The operator's shell
-/// environment (tokens, agent sockets, cloud credentials) must not become the agent's. A passed
-/// name must be set and must not be a loader variable (the supervisor would strip it anyway).
+/// [`KEPT_ENV`] and the names passed with `--pass-env`. The operator's shell environment
+/// (tokens, agent sockets, cloud credentials) must not become the agent's. A passed name must
+/// be set, must not be a loader variable (the supervisor would strip it) and must not be one the
+/// supervisor sets itself (its value would be replaced).
 fn baseline_env(
     own: impl Iterator<Item = (OsString, OsString)>,
     pass: &[String],
 ) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    use pitcrew_core::{env_policy, environment};
+    let pinned = environment::pinned_names();
     for name in pass {
         let valid = name
             .bytes()
@@ -359,10 +381,16 @@ fn baseline_env(
         if name.is_empty() || !valid {
             bail!("--pass-env {name:?}: not an environment variable name");
         }
-        if let Some(rule) = pitcrew_core::env_policy::loader_denial(name) {
+        if let Some(rule) = env_policy::loader_denial(name) {
             bail!(
                 "--pass-env {name}: refused by the loader rule {rule}; it never reaches an agent"
             );
+        }
+        if KEPT_ENV.contains(&name.as_str()) {
+            continue;
+        }
+        if pinned.contains(&name.as_str()) || env_policy::sandbox_env_reserved(name).is_some() {
+            bail!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced");
         }
     }
     let own: Vec<(OsString, OsString)> = own.collect();
@@ -375,11 +403,7 @@ fn baseline_env(
         .into_iter()
         .filter(|(k, _)| {
             let k = k.to_string_lossy();
-            KEPT_ENV.contains(&k.as_ref())
-                || k == "LANG"
-                || k == "LANGUAGE"
-                || k.starts_with("LC_")
-                || pass.iter().any(|p| *p == k)
+            KEPT_ENV.contains(&k.as_ref()) || pass.iter().any(|p| *p == k)
         })
         .collect())
 }
@@ -593,6 +617,38 @@ mod tests {
         assert!(
             err.to_string().contains("not an environment variable name"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn passing_a_name_the_supervisor_sets_itself_is_refused() {
+        for name in [
+            "HOME",
+            "TMPDIR",
+            "CLAUDE_CONFIG_DIR",
+            "PI_TELEMETRY",
+            "PITCREW_X",
+        ] {
+            let own = own().chain([(OsString::from(name), OsString::from("v"))]);
+            let err = baseline_env(own, &[name.to_owned()]).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced")
+            );
+        }
+        let err = baseline_env(own(), &["ld_preload".into()]).unwrap_err();
+        assert!(err.to_string().contains("loader rule"), "{err}");
+        // PATH and the locale are passed anyway.
+        let env = baseline_env(own(), &["PATH".into(), "LC_ALL".into()]).unwrap();
+        assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
+    }
+
+    #[test]
+    fn only_the_locale_categories_pass_not_every_lc_name() {
+        let own = own().chain([(OsString::from("LC_TERMINAL"), OsString::from("iTerm2"))]);
+        assert_eq!(
+            names(&baseline_env(own, &[]).unwrap()),
+            ["PATH", "LANG", "LC_ALL"]
         );
     }
 }

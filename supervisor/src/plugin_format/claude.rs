@@ -69,8 +69,10 @@ fn read_manifest(
 }
 
 /// Manifest fields whose values are paths into the plugin: a string or a list of strings
-/// (`hooks`, `mcpServers` and `lspServers` may instead be inline objects, not checked here).
-const COMPONENT_FIELDS: [&str; 8] = [
+/// (`hooks`, `mcpServers` and `lspServers` may instead be inline objects; `commands` may be an
+/// object whose entries name their file in `source`). `themes` and `monitors` are also read
+/// under `experimental` (top level is deprecated but still loads).
+const COMPONENT_FIELDS: [&str; 10] = [
     "skills",
     "commands",
     "agents",
@@ -79,20 +81,28 @@ const COMPONENT_FIELDS: [&str; 8] = [
     "mcpServers",
     "outputStyles",
     "lspServers",
+    "themes",
+    "monitors",
 ];
 
-/// Every component path of the manifest must be what Claude accepts, `./` and a path inside
-/// the plugin (`skills` also takes `.`), with no `..`, naming something that exists and is not
-/// a symlink; a `hooks` file must end with `.json`. Otherwise Claude refuses the manifest or
-/// loads the plugin without the component, reporting it only in its init event's
-/// `plugin_errors` (observed: `path-not-found`), which the judge would then fail every iteration
-/// on: better refused at validation.
+/// Every component path of `.claude-plugin/plugin.json` (the manifest Claude reads; a root
+/// `plugin.json` only marks the directory) must be what Claude accepts: `./` and a path inside
+/// the plugin (`skills` may also be `.` or `./`, the plugin itself), no `..`, no URL, naming
+/// something that exists and is not reached through a symlink; a `hooks` file ends with
+/// `.json` and an `agents` file with `.md`. Otherwise Claude refuses the manifest, or loads the
+/// plugin without the component and reports it only in its init event's `plugin_errors`
+/// (observed: `path-not-found`), on which the judge would fail every iteration: better refused
+/// at validation.
 fn check_component_paths(
     ctx: &Ctx,
     file: &str,
     obj: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), ClassifyError> {
-    let experimental = obj.get("experimental").and_then(|e| e.as_object());
+    use serde_json::Value;
+    if file != DOT_MANIFEST {
+        return Ok(());
+    }
+    let experimental = obj.get("experimental").and_then(Value::as_object);
     let fields = COMPONENT_FIELDS
         .iter()
         .filter_map(|f| obj.get(*f).map(|v| ((*f).to_owned(), v)))
@@ -102,46 +112,82 @@ fn check_component_paths(
                 .map(|v| (format!("experimental.{f}"), v))
         }));
     for (field, value) in fields {
-        let paths: Vec<&str> = match value {
-            serde_json::Value::String(p) => vec![p.as_str()],
-            serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
+        let paths: Vec<(String, &str)> = match value {
+            Value::String(p) => vec![(field.clone(), p.as_str())],
+            Value::Array(items) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|p| (field.clone(), p))
+                .collect(),
+            Value::Object(entries) if field == "commands" => entries
+                .iter()
+                .filter_map(|(name, entry)| {
+                    let source = entry.get("source").and_then(Value::as_str)?;
+                    Some((format!("commands.{name}.source"), source))
+                })
+                .collect(),
             _ => Vec::new(),
         };
-        for path in paths {
-            let refuse = |problem| ClassifyError::ClaudeComponentPath {
-                dir: ctx.dir.clone(),
-                file: file.to_owned(),
-                field: field.clone(),
-                path: path.to_owned(),
-                problem,
-            };
-            if path == "." && field == "skills" {
-                continue;
-            }
-            let Some(rel) = path.strip_prefix("./") else {
-                return Err(refuse("must start with `./`"));
-            };
-            let rel = rel.trim_end_matches('/');
-            if rel.split('/').any(|c| c == "..") {
-                return Err(refuse("contains `..`: it would reach outside the plugin"));
-            }
-            if rel.is_empty() || rel.split('/').any(|c| c.is_empty() || c == ".") {
-                return Err(refuse("does not name a file or folder of the plugin"));
-            }
-            if field == "hooks" && !rel.ends_with(".json") {
-                return Err(refuse("must end with `.json`"));
-            }
-            // Refuses a symlink on the way, like every other path a loader reads.
-            let mut prefix = String::new();
-            for component in rel.split('/') {
-                prefix = super::join(&prefix, component);
-                if ctx.kind(&prefix)?.is_none() {
-                    return Err(refuse(
-                        "names nothing in the plugin: Claude would load it without this component (`path-not-found`)",
-                    ));
-                }
+        for (field, path) in paths {
+            if let Some(problem) = component_path_problem(ctx, &field, path)? {
+                return Err(ClassifyError::ClaudeComponentPath {
+                    dir: ctx.dir.clone(),
+                    file: file.to_owned(),
+                    field,
+                    path: path.to_owned(),
+                    problem,
+                });
             }
         }
     }
     Ok(())
+}
+
+/// What is wrong with one component path of manifest field `field`, if anything.
+fn component_path_problem(
+    ctx: &Ctx,
+    field: &str,
+    path: &str,
+) -> Result<Option<&'static str>, ClassifyError> {
+    if path.contains("://") {
+        return Ok(Some(
+            "is a URL: Claude would fetch code that pitcrew never verified",
+        ));
+    }
+    if field == "skills" && (path == "." || path == "./") {
+        return Ok(None);
+    }
+    let Some(rel) = path.strip_prefix("./") else {
+        return Ok(Some("must start with `./`"));
+    };
+    // Claude accepts `./a//b` and `./a/./b`.
+    let components: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if components.contains(&"..") {
+        return Ok(Some("contains `..`: it would reach outside the plugin"));
+    }
+    if components.is_empty() {
+        return Ok(Some("does not name a file or folder of the plugin"));
+    }
+    let last = components[components.len() - 1];
+    if field == "hooks" && !last.ends_with(".json") {
+        return Ok(Some("must end with `.json`"));
+    }
+    if field == "agents" && !last.ends_with(".md") {
+        return Ok(Some("must end with `.md`"));
+    }
+    // One component at a time, so a symlink on the way is refused like every other path a
+    // loader reads.
+    let mut prefix = String::new();
+    for component in components {
+        prefix = super::join(&prefix, component);
+        if ctx.kind(&prefix)?.is_none() {
+            return Ok(Some(
+                "names nothing in the plugin: Claude would load it without this component (`path-not-found`)",
+            ));
+        }
+    }
+    Ok(None)
 }

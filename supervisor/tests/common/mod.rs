@@ -229,6 +229,16 @@ pub fn pid1_of(unshare_pid: u32) -> Option<i32> {
 
 /// Host pids whose command line contains `needle` (arguments joined by spaces).
 pub fn processes_matching(needle: &str) -> Vec<i32> {
+    processes_where(|cmdline| cmdline.contains(needle))
+}
+
+/// Host pids whose command line starts with `prefix`: the program itself, not a launcher such as
+/// `nsenter … -- sleep N` that carries it in its arguments.
+pub fn processes_started_as(prefix: &str) -> Vec<i32> {
+    processes_where(|cmdline| cmdline.starts_with(prefix))
+}
+
+fn processes_where(matches: impl Fn(&str) -> bool) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
@@ -240,7 +250,7 @@ pub fn processes_matching(needle: &str) -> Vec<i32> {
         };
         if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
             let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(needle) {
+            if matches(&text) {
                 found.push(pid);
             }
         }
