@@ -88,6 +88,14 @@ impl ModelServer {
         format!("http://{}", self.addr)
     }
 
+    /// The texts of the tool results the agent has sent back so far, in order.
+    pub fn tool_results(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter_map(last_tool_result)
+            .collect()
+    }
+
     /// The JSON bodies of the model requests received so far (both APIs).
     pub fn requests(&self) -> Vec<Value> {
         self.requests
@@ -364,6 +372,28 @@ fn message_events(reply: &Reply) -> String {
         .iter()
         .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
         .collect()
+}
+
+/// A script for an agent that runs one shell command per iteration: the first turn of each
+/// iteration calls the tool `tool` with `arguments(command)`, `commands` in order (the last one
+/// repeats); a turn that carries a tool result is answered with text quoting it.
+pub fn one_command_per_iteration(
+    tool: &'static str,
+    commands: &'static [&'static str],
+    arguments: fn(&str) -> Value,
+) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    let iteration = std::sync::atomic::AtomicUsize::new(0);
+    move |request| {
+        if let Some(result) = last_tool_result(request) {
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        let n = iteration.fetch_add(1, Ordering::SeqCst);
+        let command = commands[n.min(commands.len().saturating_sub(1))];
+        Reply::ToolCall {
+            name: tool.into(),
+            arguments: arguments(command),
+        }
+    }
 }
 
 /// The text of the last tool result in a model request, if any: the last `role: tool` message

@@ -7,7 +7,7 @@
 //! Needs root, PID namespaces and `claude` on `PATH` (`.ci/run` installs it); skipped
 //! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
+use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
     read_json, read_text,
@@ -96,6 +96,18 @@ fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
     }
 }
 
+impl Fixture {
+    /// `pitcrew run` with the API key passed into the sandbox: its exit code and document.
+    fn run_status(&self) -> (Option<i32>, Value) {
+        pitcrew_run_status(
+            &self.harness,
+            &self.state,
+            &["--pass-env", "ANTHROPIC_API_KEY"],
+            &[("ANTHROPIC_API_KEY", "dummy-key")],
+        )
+    }
+}
+
 #[test]
 fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     if !gate() {
@@ -176,33 +188,16 @@ fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
     if !gate() {
         return;
     }
-    let turns = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |request| {
-        if let Some(result) = last_tool_result(request) {
-            return Reply::Text(format!("the probe said: {result}"));
-        }
-        let command = match turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => PLANT,
-            _ => LOOK,
-        };
-        Reply::ToolCall {
-            name: "Bash".into(),
-            arguments: json!({"command": command, "description": "probe"}),
-        }
-    });
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT, LOOK],
+        |c| json!({"command": c, "description": "probe"}),
+    ));
     let fx = fixture(&server, 2);
-    let doc = pitcrew_run(
-        &fx.harness,
-        &fx.state,
-        &["--pass-env", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", "dummy-key")],
-    );
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
-    let results: Vec<String> = server
-        .requests()
-        .iter()
-        .filter_map(last_tool_result)
-        .collect();
+    let results = server.tool_results();
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].contains("planted"), "{results:?}");
     // The project settings are still there (the workspace persists); no planted hook ran.
@@ -289,12 +284,7 @@ fn a_plugin_that_fails_to_load_fails_the_iteration_although_claude_exits_0() {
     let hooks = fx.harness.with_file_name("plugins/hello-claude/hooks");
     fs::create_dir_all(&hooks).unwrap();
     fs::write(hooks.join("hooks.json"), "{ not json").unwrap();
-    let (code, doc) = pitcrew_run_status(
-        &fx.harness,
-        &fx.state,
-        &["--pass-env", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", "dummy-key")],
-    );
+    let (code, doc) = fx.run_status();
     assert_eq!(code, Some(1), "{doc:#}");
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     let reason = record["reason"].as_str().unwrap_or_default();
@@ -316,12 +306,7 @@ fn a_model_error_fails_the_iteration_with_claudes_exit_code() {
         message: "scripted model failure".into(),
     });
     let fx = fixture(&server, 1);
-    let (code, doc) = pitcrew_run_status(
-        &fx.harness,
-        &fx.state,
-        &["--pass-env", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", "dummy-key")],
-    );
+    let (code, doc) = fx.run_status();
     assert_eq!(code, Some(1), "{doc:#}");
     let it = iteration_dir(&doc, 1);
     let record = read_json(&it.join("result.json"));

@@ -6,7 +6,7 @@
 //! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
+use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
     read_json, read_text,
@@ -244,20 +244,11 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
     if !gate() {
         return;
     }
-    let turns = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |request| {
-        if let Some(result) = last_tool_result(request) {
-            return Reply::Text(format!("the tool said: {result}"));
-        }
-        let command = match turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => PLANT,
-            _ => LOOK,
-        };
-        Reply::ToolCall {
-            name: "bash".into(),
-            arguments: json!({ "command": command }),
-        }
-    });
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT, LOOK],
+        |c| json!({ "command": c }),
+    ));
     let fx = fixture(&server, 2);
     let yaml = fs::read_to_string(&fx.harness)
         .unwrap()
@@ -265,11 +256,7 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
     fs::write(&fx.harness, yaml).unwrap();
     let doc = pitcrew_run(&fx.harness, &fx.state, &[], &[]);
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
-    let results: Vec<String> = server
-        .requests()
-        .iter()
-        .filter_map(last_tool_result)
-        .collect();
+    let results = server.tool_results();
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].contains("planted"), "{results:?}");
     // The planted files are there (the workspace persists), and none of them was loaded.
