@@ -2,6 +2,7 @@
 //! prerequisite gate (`PITCREW_REQUIRE_E2E`), polling instead of sleeping, and deterministic
 //! fixture trees.
 
+pub mod container;
 pub mod model_server;
 
 use std::path::{Path, PathBuf};

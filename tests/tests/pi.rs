@@ -6,6 +6,7 @@
 //! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`.
 
+use pitcrew_e2e::container;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
@@ -348,4 +349,41 @@ fn a_model_error_fails_the_iteration_although_pi_exits_0() {
         reason.starts_with("judge: pi-error:") && reason.contains("scripted model failure"),
         "{record:#}"
     );
+}
+
+/// The deployment shape: pi in a podman container whose PID 1 is `pitcrew-init`, driven through
+/// the exec engine's default template (`podman exec -i … pitcrew-init attach`); the container
+/// shares the host's network so that pi reaches the model server on 127.0.0.1.
+#[test]
+fn pi_in_a_podman_container_under_pitcrew_init() {
+    if !gate()
+        || !prerequisite(
+            container::podman_usable(),
+            "needs root, podman and busybox-static (.ci/run installs them)",
+        )
+    {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture(&server, 2);
+    let c = container::Container::start(container::Image::WithPi, &["--network", "host"]);
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--engine", "exec", "--sandbox", &c.name],
+        &[(
+            "CONTAINERS_CONF",
+            container::containers_conf().to_str().unwrap(),
+        )],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    for n in 1..=2 {
+        let seen = tool_result(&server.requests(), n);
+        assert_eq!(seen["greeting"], "Hello, pitcrew!", "iteration {n}: {seen}");
+        assert_eq!(seen["uid"], 65534, "{seen}");
+        assert_eq!(seen["plugin_write"], "EACCES", "{seen}");
+        assert_eq!(seen["hello_level"], "3", "{seen}");
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+    }
 }

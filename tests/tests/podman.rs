@@ -3,90 +3,21 @@
 //! reaches it through the default template `podman exec -i {sandbox} pitcrew-init attach`.
 //!
 //! Needs root, podman and a static busybox (`.ci/run` installs them); skipped otherwise, or a
-//! failure with `PITCREW_REQUIRE_E2E=1`. Podman runs with `images/containers.conf` (runc, no
-//! default ulimits), as on the CI machine.
+//! failure with `PITCREW_REQUIRE_E2E=1`. The container helpers are `pitcrew_e2e::container`.
 
-use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json};
+use pitcrew_e2e::container::{containers_conf, podman, podman_usable, Container, Image};
+use pitcrew_e2e::{binary, prerequisite, read_json};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-fn containers_conf() -> PathBuf {
-    repo().join("images/containers.conf")
-}
-
-fn podman(args: &[&str]) -> Output {
-    Command::new("podman")
-        .args(args)
-        .env("CONTAINERS_CONF", containers_conf())
-        .output()
-        .expect("podman")
-}
+use std::path::PathBuf;
+use std::process::Command;
 
 fn gate() -> bool {
-    // Root (the namespaces check needs it), as rootful podman does.
-    let root = can_unshare_pid();
-    let podman_ok = Command::new("podman")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let busybox = Command::new("busybox")
-        .arg("true")
-        .output()
-        .is_ok_and(|o| o.status.success());
     prerequisite(
-        root && podman_ok && busybox,
+        podman_usable(),
         "needs root, podman and busybox-static (.ci/run installs them)",
     )
-}
-
-/// A test image and a running container from it, removed at the end.
-struct Container {
-    image: String,
-    name: String,
-}
-
-impl Container {
-    fn start() -> Container {
-        let tag = format!("localhost/pitcrew-test:e2e-{}", std::process::id());
-        let out = Command::new(repo().join("scripts/build-test-image"))
-            .arg(binary("pitcrew-init"))
-            .arg(&tag)
-            .env("CONTAINERS_CONF", containers_conf())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "build-test-image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let name = format!("pitcrew-e2e-{}", std::process::id());
-        let _ = podman(&["rm", "-f", &name]);
-        let out = podman(&["run", "-d", "--name", &name, &tag]);
-        let c = Container { image: tag, name };
-        assert!(
-            out.status.success(),
-            "podman run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        c
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
-        let _ = podman(&["rmi", "-f", &self.image]);
-    }
 }
 
 #[test]
@@ -94,7 +25,7 @@ fn a_podman_container_runs_verifies_and_reaps_through_the_default_exec_template(
     if !gate() {
         return;
     }
-    let container = Container::start();
+    let container = Container::start(Image::Plain, &[]);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();

@@ -1,0 +1,137 @@
+//! Real podman containers from the offline test image (`images/test/Containerfile`, built by
+//! `scripts/build-test-image` from this machine's files; nothing is pulled). Podman runs with
+//! `images/containers.conf` (runc, no default ulimits), as on the CI machine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// `images/containers.conf`, for `CONTAINERS_CONF`.
+pub fn containers_conf() -> PathBuf {
+    repo().join("images/containers.conf")
+}
+
+/// `podman <args…>` with [`containers_conf`].
+pub fn podman(args: &[&str]) -> Output {
+    Command::new("podman")
+        .args(args)
+        .env("CONTAINERS_CONF", containers_conf())
+        .output()
+        .expect("podman")
+}
+
+/// Whether this process is root with podman and a static busybox (the image's shell).
+pub fn podman_usable() -> bool {
+    let podman_ok = Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let busybox = Command::new("busybox")
+        .arg("true")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    crate::can_unshare_pid() && podman_ok && busybox
+}
+
+/// What the test image holds besides busybox and `pitcrew-init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Image {
+    /// Nothing else.
+    Plain,
+    /// Ready for this machine's pi (`PITCREW_IMAGE_PI=1`): the container gets `node` and the
+    /// pi package bind-mounted read-only at their paths here.
+    WithPi,
+}
+
+/// A test image and a running container from it (`pitcrew-init` as its PID 1), both removed
+/// when dropped.
+pub struct Container {
+    image: String,
+    /// The container's name (the exec engine's `--sandbox`).
+    pub name: String,
+}
+
+impl Container {
+    /// Builds the image with the `pitcrew-init` of this build and starts a container from it
+    /// with `run_args` added to `podman run -d`.
+    pub fn start(image: Image, run_args: &[&str]) -> Container {
+        let id = std::process::id();
+        let tag = format!("localhost/pitcrew-test:e2e-{id}-{image:?}").to_lowercase();
+        let mut build = Command::new(repo().join("scripts/build-test-image"));
+        build
+            .arg(crate::binary("pitcrew-init"))
+            .arg(&tag)
+            .env("CONTAINERS_CONF", containers_conf());
+        if image == Image::WithPi {
+            build.env("PITCREW_IMAGE_PI", "1");
+        }
+        let out = build.output().expect("scripts/build-test-image");
+        assert!(
+            out.status.success(),
+            "build-test-image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let name = format!("pitcrew-e2e-{id}-{image:?}").to_lowercase();
+        let _ = podman(&["rm", "-f", &name]);
+        let mounts = if image == Image::WithPi {
+            pi_mounts()
+        } else {
+            Vec::new()
+        };
+        let mut args = vec!["run", "-d", "--name", &name];
+        for mount in &mounts {
+            args.extend(["-v", mount.as_str()]);
+        }
+        args.extend_from_slice(run_args);
+        args.push(&tag);
+        let out = podman(&args);
+        let c = Container {
+            image: tag.clone(),
+            name: name.clone(),
+        };
+        assert!(
+            out.status.success(),
+            "podman run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+}
+
+/// `-v` arguments that mount this machine's `node` and pi package read-only at their paths.
+fn pi_mounts() -> Vec<String> {
+    let resolve = |program: &str| {
+        let out = Command::new("sh")
+            .args(["-c", &format!("readlink -f \"$(command -v {program})\"")])
+            .output()
+            .expect("sh");
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(!path.is_empty(), "{program} is not on PATH");
+        PathBuf::from(path)
+    };
+    let node = resolve("node");
+    // <package>/dist/cli.js
+    let package = resolve("pi")
+        .parent()
+        .and_then(Path::parent)
+        .expect("pi's package")
+        .to_path_buf();
+    [node, package]
+        .iter()
+        .map(|p| format!("{0}:{0}:ro", p.display()))
+        .collect()
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
+        let _ = podman(&["rmi", "-f", &self.image]);
+    }
+}
