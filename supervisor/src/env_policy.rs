@@ -224,6 +224,17 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
         "pinned by the supervisor",
     ),
     rule(Exact("PI_OFFLINE"), "pinned by the supervisor"),
+    rule(Exact("PI_SKIP_VERSION_CHECK"), "pinned by the supervisor"),
+    rule(Exact("PI_TELEMETRY"), "pinned by the supervisor"),
+    rule(
+        Exact("NODE_DISABLE_COMPILE_CACHE"),
+        "pinned by the supervisor",
+    ),
+    rule(Exact("DISABLE_AUTOUPDATER"), "pinned by the supervisor"),
+    rule(
+        Exact("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"),
+        "pinned by the supervisor",
+    ),
     rule(Exact("CLAUDE_CONFIG_DIR"), "pinned by the supervisor"),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),

@@ -381,6 +381,19 @@ fn read_dotenv(path: &str) -> Result<Option<Vec<u8>>, EnvError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn every_pinned_name_is_reserved_for_the_harness() {
+        // A harness `env:` value for a pinned name would be replaced without a word: validation
+        // must refuse it instead.
+        for name in pinned_names() {
+            assert!(
+                crate::env_policy::sandbox_env_reserved(name).is_some(),
+                "{name} is pinned but the harness may set it"
+            );
+        }
+    }
+
     use super::*;
     use std::path::PathBuf;
 

@@ -86,7 +86,7 @@ fn claude_root_manifest_with_code_surfaces() {
 fn claude_inline_hooks_and_mcp_count() {
     let d = fixture(&[
         (
-            "plugin.json",
+            ".claude-plugin/plugin.json",
             r#"{"name":"x","hooks":"./h.json","mcpServers":{}}"#,
         ),
         ("h.json", r#"{"hooks":{}}"#),
@@ -95,6 +95,15 @@ fn claude_inline_hooks_and_mcp_count() {
         panic!()
     };
     assert!(c.has_hooks && c.has_mcp && !c.has_bin);
+    // A root `plugin.json` only marks the directory: Claude never reads its keys.
+    let d = fixture(&[(
+        "plugin.json",
+        r#"{"name":"x","hooks":"./h.json","mcpServers":{}}"#,
+    )]);
+    let PluginClass::Claude(c) = classify(d.path()).unwrap() else {
+        panic!()
+    };
+    assert!(!c.has_hooks && !c.has_mcp);
 }
 
 #[test]

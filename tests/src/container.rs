@@ -27,7 +27,8 @@ pub fn podman(args: &[&str]) -> Output {
         .expect("podman")
 }
 
-/// Whether this process is root with podman and a static busybox (the image's shell).
+/// Whether this process is root with podman and a busybox (`scripts/build-test-image` checks
+/// that it is static).
 pub fn podman_usable() -> bool {
     let podman_ok = Command::new("podman")
         .arg("--version")
@@ -78,24 +79,24 @@ impl Container {
             "build-test-image: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let name = format!("pitcrew-e2e-{id}-{image:?}").to_lowercase();
-        let _ = podman(&["rm", "-f", &name]);
+        // From here on, dropping `c` (a failed assertion too) removes the image and container.
+        let c = Container {
+            image: tag,
+            name: format!("pitcrew-e2e-{id}-{image:?}").to_lowercase(),
+        };
+        let _ = podman(&["rm", "-f", &c.name]);
         let mounts = if image == Image::WithPi {
             pi_mounts()
         } else {
             Vec::new()
         };
-        let mut args = vec!["run", "-d", "--name", &name];
+        let mut args = vec!["run", "-d", "--name", &c.name];
         for mount in &mounts {
             args.extend(["-v", mount.as_str()]);
         }
         args.extend_from_slice(run_args);
-        args.push(&tag);
+        args.push(&c.image);
         let out = podman(&args);
-        let c = Container {
-            image: tag.clone(),
-            name: name.clone(),
-        };
         assert!(
             out.status.success(),
             "podman run: {}",
@@ -105,7 +106,9 @@ impl Container {
     }
 }
 
-/// `-v` arguments that mount this machine's `node` and pi package read-only at their paths.
+/// `-v` arguments that mount this machine's `node` read-only at `/usr/bin/node` and its pi
+/// package at its own path (where the image's `/usr/bin/pi` link points, see
+/// `scripts/build-test-image`).
 fn pi_mounts() -> Vec<String> {
     let resolve = |program: &str| {
         let out = Command::new("sh")
@@ -123,15 +126,23 @@ fn pi_mounts() -> Vec<String> {
         .and_then(Path::parent)
         .expect("pi's package")
         .to_path_buf();
-    [node, package]
-        .iter()
-        .map(|p| format!("{0}:{0}:ro", p.display()))
-        .collect()
+    vec![
+        format!("{}:/usr/bin/node:ro", node.display()),
+        format!("{0}:{0}:ro", package.display()),
+    ]
 }
 
 impl Drop for Container {
+    /// Removes the container and the image; never panics (it may run while a test unwinds).
     fn drop(&mut self) {
-        let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
-        let _ = podman(&["rmi", "-f", &self.image]);
+        for args in [
+            &["rm", "-f", "-t", "0", self.name.as_str()][..],
+            &["rmi", "-f", self.image.as_str()][..],
+        ] {
+            let _ = Command::new("podman")
+                .args(args)
+                .env("CONTAINERS_CONF", containers_conf())
+                .output();
+        }
     }
 }

@@ -156,8 +156,10 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
         loop {
             let mut size = String::new();
             reader.read_line(&mut size)?;
-            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
+            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "bad chunk size")
+                })?;
             if size == 0 {
                 // Trailers, if any, up to the empty line.
                 let mut trailer = String::new();

@@ -41,14 +41,9 @@ const PROBE: &str = "id -u; \
 echo \"NODE_OPTIONS=${NODE_OPTIONS-unset} SMUGGLED=${PITCREW_E2E_SMUGGLED-unset} PASSED=${E2E_PASSED-unset} CONFIG=${CLAUDE_CONFIG_DIR-unset}\"; \
 ls -d ../plugins/hello-claude/.claude-plugin && touch ../plugins/hello-claude/planted 2>&1; echo touch=$?";
 
-fn script(request: &Value) -> Reply {
-    match last_tool_result(request) {
-        Some(result) => Reply::Text(format!("the probe said: {result}")),
-        None => Reply::ToolCall {
-            name: "Bash".into(),
-            arguments: json!({"command": PROBE, "description": "probe the sandbox"}),
-        },
-    }
+/// The Bash tool's arguments for `command`.
+fn bash(command: &str) -> Value {
+    json!({"command": command, "description": "probe the sandbox"})
 }
 
 /// A harness for Claude Code with the plugin `plugins/hello-claude` and `ANTHROPIC_BASE_URL`
@@ -113,7 +108,7 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     if !gate() {
         return;
     }
-    let server = ModelServer::start(script);
+    let server = ModelServer::start(one_command_per_iteration("Bash", &[PROBE], bash));
     let fx = fixture(&server, 1);
     // The API key reaches the sandbox only because it is passed by name; strays and loader
     // variables of pitcrew's own environment do not.
@@ -166,7 +161,7 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
         .unwrap_or_else(|| panic!("no init event: {output}"));
     let plugins = init["plugins"].to_string();
     assert!(plugins.contains("hello-claude"), "{init:#}");
-    assert!(output.contains("the probe said:"), "{output}");
+    assert!(output.contains("the tool said:"), "{output}");
 }
 
 /// What the agent plants in the first iteration: a hook in the project's
@@ -188,11 +183,7 @@ fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
     if !gate() {
         return;
     }
-    let server = ModelServer::start(one_command_per_iteration(
-        "Bash",
-        &[PLANT, LOOK],
-        |c| json!({"command": c, "description": "probe"}),
-    ));
+    let server = ModelServer::start(one_command_per_iteration("Bash", &[PLANT, LOOK], bash));
     let fx = fixture(&server, 2);
     let (code, doc) = fx.run_status();
     assert_eq!(code, Some(0), "{doc:#}");

@@ -1,10 +1,11 @@
 //! The real pi (`@mariozechner/pi-coding-agent` from npm, on Node) supervised by `pitcrew-init`,
-//! driven by `pitcrew run` on the local engine, against the scripted model server of
-//! `pitcrew_e2e::model_server` on 127.0.0.1: pi loads the harness's extension through `-e`, the
-//! model calls the extension's tool, and the tool reports what the agent process sees.
+//! driven by `pitcrew run` on the local engine (and once in a podman container through the exec
+//! engine), against the scripted model server of `pitcrew_e2e::model_server` on 127.0.0.1: pi
+//! loads the harness's extension through `-e`, the model calls the extension's tool, and the
+//! tool reports what the agent process sees.
 //!
-//! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it); skipped otherwise, or a
-//! failure with `PITCREW_REQUIRE_E2E=1`.
+//! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it), and for the container
+//! test podman and busybox-static; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
 use pitcrew_e2e::container;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
@@ -149,11 +150,11 @@ fn script(request: &Value) -> Reply {
 }
 
 /// The JSON the tool returned in `iteration`, from the request the model server received.
-fn tool_result(requests: &[Value], iteration: usize) -> Value {
-    let results: Vec<String> = requests.iter().filter_map(last_tool_result).collect();
+fn tool_result(server: &ModelServer, iteration: usize) -> Value {
+    let results = server.tool_results();
     let text = results
         .get(iteration - 1)
-        .unwrap_or_else(|| panic!("no tool result for iteration {iteration}: {requests:#?}"));
+        .unwrap_or_else(|| panic!("no tool result for iteration {iteration}: {results:#?}"));
     serde_json::from_str(text).unwrap_or_else(|e| panic!("tool result {text}: {e}"))
 }
 
@@ -190,7 +191,7 @@ fn pi_loads_the_verified_extension_and_its_tool_runs_confined() {
     );
 
     for n in 1..=2 {
-        let seen = tool_result(&requests, n);
+        let seen = tool_result(&server, n);
         assert_eq!(seen["greeting"], "Hello, pitcrew!", "iteration {n}: {seen}");
         assert_eq!(seen["uid"], 65534, "{seen}");
         assert_eq!(seen["node_options"], Value::Null, "{seen}");
@@ -378,7 +379,7 @@ fn pi_in_a_podman_container_under_pitcrew_init() {
     );
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     for n in 1..=2 {
-        let seen = tool_result(&server.requests(), n);
+        let seen = tool_result(&server, n);
         assert_eq!(seen["greeting"], "Hello, pitcrew!", "iteration {n}: {seen}");
         assert_eq!(seen["uid"], 65534, "{seen}");
         assert_eq!(seen["plugin_write"], "EACCES", "{seen}");

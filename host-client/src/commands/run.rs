@@ -38,7 +38,7 @@ pub struct RunArgs {
     pub sandbox: Option<String>,
     /// Local engine: pass this variable of pitcrew's own environment into the new sandbox
     /// (repeatable). Nothing else of it reaches the sandbox but `PATH`, the locale (`LANG`,
-    /// `LANGUAGE`, `LC_*`), `TZ` and `RUST_LOG`.
+    /// `LANGUAGE`, the `LC_*` categories), `TZ` and `RUST_LOG`.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
     /// Run at most N iterations (overrides the harness's `iterations`).
@@ -189,8 +189,8 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     let Some(h) = validated.harness.clone() else {
         bail!("{file}: not a harness");
     };
-    if let Some(name) = args.pass_env.iter().find(|n| h.env.contains_key(*n)) {
-        bail!("--pass-env {name}: the harness `env:` sets {name} too, and its value would win; keep one");
+    if let Some(problem) = pass_env_conflict(&args.pass_env, &h) {
+        bail!("{problem}");
     }
     let slot: CancelSlot = Arc::new(Mutex::new(None));
     install_ctrlc(Arc::clone(&slot));
@@ -445,6 +445,23 @@ fn upload_all(
     Ok(())
 }
 
+/// A `--pass-env` name the harness sets too (its `env:` or a plugin's `env:`, applied after the
+/// baseline): the passed value would silently lose.
+fn pass_env_conflict(pass: &[String], h: &Harness) -> Option<String> {
+    pass.iter().find_map(|name| {
+        if h.env.contains_key(name) {
+            return Some(format!(
+                "--pass-env {name}: the harness `env:` sets {name} too, and its value would win; keep one"
+            ));
+        }
+        let plugin = h.plugins.iter().find(|p| p.env.contains_key(name))?;
+        Some(format!(
+            "--pass-env {name}: plugin {} sets {name} in its `env:`, and its value would win; keep one",
+            plugin.name
+        ))
+    })
+}
+
 /// Runs the harness's validation command on the host (cwd = the harness directory, its stdout
 /// sent to stderr so `--json` stays clean). It sees `PITCREW_ITERATION`,
 /// `PITCREW_RECORD_DIR` (the collected record), `PITCREW_SANDBOX`, `PITCREW_ENGINE` and
@@ -504,7 +521,32 @@ fn path_safe(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::path_safe;
+    use super::{pass_env_conflict, path_safe};
+
+    #[test]
+    fn a_passed_name_the_harness_or_a_plugin_sets_is_a_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("p")).unwrap();
+        std::fs::write(
+            dir.path().join("p/index.js"),
+            "module.exports = () => {};\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("w")).unwrap();
+        let yaml = "runtime: command\ncommand: [/bin/true]\nworkdir: w\nenv:\n  A: \"1\"\nplugins:\n  - path: p\n    env:\n      B: \"2\"\n";
+        std::fs::write(dir.path().join("h.yaml"), yaml).unwrap();
+        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let h = validated.harness.expect("a valid harness");
+        assert_eq!(
+            pass_env_conflict(&["A".into()], &h).unwrap(),
+            "--pass-env A: the harness `env:` sets A too, and its value would win; keep one"
+        );
+        assert_eq!(
+            pass_env_conflict(&["C".into(), "B".into()], &h).unwrap(),
+            "--pass-env B: plugin p sets B in its `env:`, and its value would win; keep one"
+        );
+        assert_eq!(pass_env_conflict(&["C".into()], &h), None);
+    }
 
     #[test]
     fn sandbox_names_become_one_path_component() {

@@ -389,8 +389,11 @@ fn baseline_env(
         if KEPT_ENV.contains(&name.as_str()) {
             continue;
         }
-        if pinned.contains(&name.as_str()) || env_policy::sandbox_env_reserved(name).is_some() {
+        if pinned.contains(&name.as_str()) {
             bail!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced");
+        }
+        if let Some(rule) = env_policy::sandbox_env_reserved(name) {
+            bail!("--pass-env {name}: reserved, {rule}");
         }
     }
     let own: Vec<(OsString, OsString)> = own.collect();
@@ -622,13 +625,7 @@ mod tests {
 
     #[test]
     fn passing_a_name_the_supervisor_sets_itself_is_refused() {
-        for name in [
-            "HOME",
-            "TMPDIR",
-            "CLAUDE_CONFIG_DIR",
-            "PI_TELEMETRY",
-            "PITCREW_X",
-        ] {
+        for name in ["HOME", "TMPDIR", "CLAUDE_CONFIG_DIR", "PI_TELEMETRY"] {
             let own = own().chain([(OsString::from(name), OsString::from("v"))]);
             let err = baseline_env(own, &[name.to_owned()]).unwrap_err();
             assert_eq!(
@@ -636,6 +633,12 @@ mod tests {
                 format!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced")
             );
         }
+        let own_x = own().chain([(OsString::from("PITCREW_X"), OsString::from("v"))]);
+        let err = baseline_env(own_x, &["PITCREW_X".into()]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--pass-env PITCREW_X: reserved, PITCREW_* (the supervisor's namespace)"
+        );
         let err = baseline_env(own(), &["ld_preload".into()]).unwrap_err();
         assert!(err.to_string().contains("loader rule"), "{err}");
         // PATH and the locale are passed anyway.

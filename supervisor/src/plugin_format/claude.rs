@@ -37,12 +37,14 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<ClaudePlugin>, ClassifyError> {
             (DOT_MANIFEST, d)
         }
     };
+    let read = manifest == DOT_MANIFEST;
     check_component_paths(ctx, manifest, &obj)?;
     Ok(Some(ClaudePlugin {
         manifest: manifest.to_owned(),
         name,
-        has_hooks: ctx.exists("hooks/hooks.json") || obj.contains_key("hooks"),
-        has_mcp: ctx.exists(".mcp.json") || obj.contains_key("mcpServers"),
+        // Keys of a root `plugin.json` do not count: Claude only reads `.claude-plugin/`.
+        has_hooks: ctx.exists("hooks/hooks.json") || (read && obj.contains_key("hooks")),
+        has_mcp: ctx.exists(".mcp.json") || (read && obj.contains_key("mcpServers")),
         has_bin: ctx.exists("bin"),
     }))
 }

@@ -71,10 +71,11 @@ pub struct ClaudePlugin {
     pub manifest: String,
     /// The manifest's `name`.
     pub name: String,
-    /// Ships hooks (`hooks/hooks.json` or a manifest `hooks` key): runs commands. Informational.
+    /// Ships hooks (`hooks/hooks.json` or a `hooks` key in `.claude-plugin/plugin.json`): runs
+    /// commands. Informational.
     pub has_hooks: bool,
-    /// Ships MCP servers (`.mcp.json` or a manifest `mcpServers` key): runs servers.
-    /// Informational.
+    /// Ships MCP servers (`.mcp.json` or an `mcpServers` key in `.claude-plugin/plugin.json`):
+    /// runs servers. Informational.
     pub has_mcp: bool,
     /// Ships `bin/` (added to the Bash tool's PATH). Informational.
     pub has_bin: bool,
