@@ -366,7 +366,7 @@ const KEPT_ENV: [&str; 18] = [
 /// [`KEPT_ENV`] and the names passed with `--pass-env`. The operator's shell environment
 /// (tokens, agent sockets, cloud credentials) must not become the agent's. A passed name must
 /// be set, must not be a loader variable (the supervisor would strip it) and must not be one the
-/// supervisor sets itself (its value would be replaced).
+/// supervisor sets itself (its value would be replaced) or reserves (`PITCREW_*`, …).
 fn baseline_env(
     own: impl Iterator<Item = (OsString, OsString)>,
     pass: &[String],
