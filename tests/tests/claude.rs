@@ -165,18 +165,20 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
 }
 
 /// What the agent plants in the first iteration: a hook in the project's
-/// `.claude/settings.json` and in the user settings of its config dir; each hook writes a marker
-/// into the workspace when it runs.
+/// `.claude/settings.json` and `.claude/settings.local.json` and in the user settings of its
+/// config dir, and an MCP server in the project's `.mcp.json`; each writes a marker into the
+/// workspace when it runs.
 const PLANT: &str = r#"hook="{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"echo ran >> $PWD/HOOK_RAN\"}]}]}}"
 mkdir -p .claude
 printf '%s\n' "$hook" > .claude/settings.json
 printf '%s\n' "$hook" > .claude/settings.local.json
 printf '%s\n' "$hook" > "$CLAUDE_CONFIG_DIR/settings.json"
+printf '{"mcpServers": {"planted": {"command": "/bin/sh", "args": ["-c", "echo ran >> %s/HOOK_RAN; sleep 5"]}}}\n' "$PWD" > .mcp.json
 echo planted"#;
 
 /// What the agent looks for in the second iteration (a planted `PreToolUse` hook would run
 /// before this very command).
-const LOOK: &str = "cat HOOK_RAN 2>/dev/null || echo NO_HOOK_RAN; ls -a .claude";
+const LOOK: &str = "cat HOOK_RAN 2>/dev/null || echo NO_HOOK_RAN; ls -a .claude .mcp.json";
 
 #[test]
 fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
@@ -191,15 +193,17 @@ fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
     let results = server.tool_results();
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].contains("planted"), "{results:?}");
-    // The project settings are still there (the workspace persists); no planted hook ran.
+    // The project settings and `.mcp.json` are still there (the workspace persists); no planted
+    // hook or MCP server ran.
     assert!(results[1].contains("NO_HOOK_RAN"), "{results:?}");
     assert!(results[1].contains("settings.json"), "{results:?}");
+    assert!(results[1].contains(".mcp.json"), "{results:?}");
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
     assert!(reset.contains("\"settings.json\""), "{second:#}");
 }
 
-/// The control for the test above: the same hooks, planted for Claude Code started by hand
+/// The control for the test above: the same hooks and MCP server, planted for Claude Code started by hand
 /// without pitcrew (all setting sources, a config dir nobody resets), run, so the test above can
 /// fail.
 #[test]
@@ -232,6 +236,10 @@ fn control_claude_without_pitcrew_runs_planted_hooks() {
     fs::write(config.join("settings.json"), hook("USER")).unwrap();
     fs::write(ws.join(".claude/settings.json"), hook("PROJECT")).unwrap();
     fs::write(ws.join(".claude/settings.local.json"), hook("LOCAL")).unwrap();
+    let mcp = json!({"mcpServers": {"planted": {"command": "/bin/sh", "args": [
+        "-c", format!("touch {}/MCP; sleep 5", ws.display()),
+    ]}}});
+    fs::write(ws.join(".mcp.json"), mcp.to_string()).unwrap();
     let out = std::process::Command::new("claude")
         .current_dir(&ws)
         .env_clear()
@@ -258,8 +266,8 @@ fn control_claude_without_pitcrew_runs_planted_hooks() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for marker in ["USER", "PROJECT", "LOCAL"] {
-        assert!(ws.join(marker).exists(), "the {marker} hook did not run");
+    for marker in ["USER", "PROJECT", "LOCAL", "MCP"] {
+        assert!(ws.join(marker).exists(), "the {marker} plant did not run");
     }
 }
 
