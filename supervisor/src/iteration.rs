@@ -203,6 +203,16 @@ pub fn run_iteration(
         return record;
     };
 
+    // 2b. What the runtime will read from the workspace unverified, with no flag to stop it.
+    record.workspace_config = crate::workspace_config::present(manifest);
+    if !record.workspace_config.is_empty() {
+        observer.step(
+            "workspace-config",
+            "finished",
+            json!({"unverified": record.workspace_config}),
+        );
+    }
+
     // 3. Environment.
     observer.step("environment", "started", json!({}));
     let started = Instant::now();

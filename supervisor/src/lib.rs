@@ -16,6 +16,8 @@
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`user_namespace`]: the user namespace the supervisor runs in (rootless sandboxes).
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
+//! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
+//!   off (reported per iteration).
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
@@ -48,3 +50,4 @@ pub mod tree_hash;
 pub mod unpack;
 pub mod user_namespace;
 pub mod verify;
+pub mod workspace_config;

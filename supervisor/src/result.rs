@@ -40,6 +40,10 @@ pub struct IterationResult {
     /// What was removed from `dirs.config` before verifying (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reset: Option<ConfigResetRecord>,
+    /// Runtime configuration files in the workspace that the runtime reads unverified and no
+    /// flag switches off (`.pi/settings.json` for pi), found before launch; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspace_config: Vec<String>,
     /// The verification report (absent when the iteration failed before verifying).
     #[serde(default)]
     pub verification: Option<VerifyReport>,
@@ -203,6 +207,7 @@ impl IterationResult {
             steps: StepTimes::default(),
             reaped: ReapCounts::default(),
             config_reset: None,
+            workspace_config: Vec::new(),
             verification: None,
             env: EnvRecord::default(),
             confinement: None,

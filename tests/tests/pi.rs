@@ -267,6 +267,15 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
     assert!(reset.contains("extensions"), "{second:#}");
+    // The project settings pi still merges are named in the record: not in the first
+    // iteration's (planted during it), in the second's.
+    let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert!(first.get("workspace_config").is_none(), "{first:#}");
+    assert_eq!(
+        second["workspace_config"],
+        json!([".pi/settings.json"]),
+        "{second:#}"
+    );
 }
 
 /// The control for the test above: the same planted extensions, pi started by hand in the same
