@@ -31,6 +31,9 @@ pub struct IterationSummary {
     pub drift: Vec<Value>,
     /// Names of the environment variables the supervisor removed.
     pub env_removed: Vec<String>,
+    /// Workspace files the runtime read as configuration, unverified (`workspace_config`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workspace_config: Vec<String>,
     /// Step times from the record (`reap_ms`, `verify_ms`, …).
     pub steps: Value,
     /// Host-side time of each event since the `run` request (`step`, `state`, `at_ms`).
@@ -146,6 +149,14 @@ pub fn summarize(record: &Value, duration_ms: u64, events: Vec<Value>) -> Iterat
         verification,
         drift,
         env_removed,
+        workspace_config: record["workspace_config"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
         steps: record["steps"].clone(),
         events,
         record_dir: None,
@@ -227,12 +238,14 @@ mod tests {
                 "agent": {"requested": "/bin/sh"}
             },
             "env": {"removed": [{"name": "NODE_OPTIONS", "rule": "deny"}]},
+            "workspace_config": [".pi/settings.json"],
             "steps": {}
         });
         let s = summarize(&record, 1500, Vec::new());
         assert!(!s.verified);
         assert_eq!(s.verification, "hello drifted: changed index.ts");
         assert_eq!(s.env_removed, ["NODE_OPTIONS"]);
+        assert_eq!(s.workspace_config, [".pi/settings.json"]);
         let t = table(&[s]);
         assert!(t.contains("96 plugin tree differs"), "{t}");
         assert!(t.contains("1/0"), "{t}");

@@ -276,6 +276,11 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
         json!([".pi/settings.json"]),
         "{second:#}"
     );
+    assert_eq!(
+        doc["iterations"][1]["workspace_config"],
+        json!([".pi/settings.json"]),
+        "{doc:#}"
+    );
 }
 
 /// The control for the test above: the same planted extensions, pi started by hand in the same

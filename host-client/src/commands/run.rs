@@ -344,6 +344,13 @@ fn drive(
             "iteration {}: exit {} ({}), {}",
             row.iteration, row.exit_code, row.meaning, row.verification
         ));
+        if !row.workspace_config.is_empty() {
+            progress.line(&format!(
+                "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",
+                row.iteration,
+                row.workspace_config.join(", ")
+            ));
+        }
         let cancelled = INTERRUPTED.load(Ordering::SeqCst);
         if !cancelled {
             if let Some(argv) = &h.validation {
