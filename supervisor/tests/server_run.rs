@@ -49,6 +49,14 @@ fn set_manifest(c: &mut Client, manifest: &Value) {
     assert_eq!(r["type"], "ok", "{r}");
 }
 
+/// A connection on which `manifest` was set and a `run` sent.
+fn start_run(server: &Server, manifest: &Value) -> Client {
+    let mut c = server.connect();
+    set_manifest(&mut c, manifest);
+    c.send(json!({"type": "run"}));
+    c
+}
+
 /// Reads frames until the agent's stdout contains `needle`.
 fn wait_for_stdout(c: &mut Client, needle: &str) {
     let mut out = Vec::new();
@@ -166,9 +174,7 @@ fn a_host_killed_mid_iteration_reconnects_and_collects_the_record() {
         flag.display()
     ));
     {
-        let mut c = server.connect();
-        set_manifest(&mut c, &sb.manifest);
-        c.send(json!({"type": "run"}));
+        let mut c = start_run(&server, &sb.manifest);
         wait_for_stdout(&mut c, "first");
         // The host goes away mid-iteration.
     }
@@ -210,9 +216,7 @@ fn cancel_reaches_the_agent() {
     }
     let server = Server::start();
     let sb = trapping();
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     wait_for_stdout(&mut c, "ready");
     // Cancel from another connection.
     let mut other = server.connect();
@@ -241,9 +245,7 @@ fn signal_reaches_the_agent() {
     }
     let server = Server::start();
     let sb = trapping();
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     wait_for_stdout(&mut c, "ready");
     let mut other = server.connect();
     let r = other.request(json!({"type": "signal", "signal": "SIGINT"}));
@@ -369,9 +371,7 @@ fn transcripts_are_kept_in_the_record() {
     );
     sb.manifest["agent"]["args"] = json!(["-c", script]);
     sb.manifest["dirs"] = json!({"sessions": sessions});
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     let s = read_run(&mut c);
     assert_eq!(s.result["record"]["exit_code"], 0, "{}", s.result);
     let (tar, _) = c.collect(1);
@@ -391,9 +391,7 @@ fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
     }
     let mut server = Server::start();
     let sb = trapping();
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     wait_for_stdout(&mut c, "ready");
     let mut other = server.connect();
     other.send(json!({"type": "shutdown"}));
@@ -417,9 +415,7 @@ fn a_huge_sparse_stdout_does_not_hold_the_supervisor() {
     sb.manifest["limits"]["timeout_ms"] = json!(2_000);
     sb.manifest["limits"]["kill_grace_ms"] = json!(60_000);
     sb.manifest["limits"]["reap_budget_ms"] = json!(60_000);
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     // Count the streamed bytes (they are not kept: up to the 1 GiB cap arrives); give up, rather
     // than hang, when no result came within the harness's bound.
     let deadline = std::time::Instant::now() + common::server::WAIT;
@@ -502,9 +498,7 @@ fn a_sessions_dir_replaced_by_a_symlink_is_restored_for_the_next_iteration() {
     sb.manifest["dirs"] = json!({"config": config, "sessions": sessions});
     let s = sessions.display();
     sb.manifest["agent"]["args"] = json!(["-c", format!("rm -r {s} && ln -s / {s}")]);
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     let first = read_run(&mut c);
     assert_eq!(first.result["record"]["exit_code"], 0, "{}", first.result);
     assert!(
@@ -570,9 +564,7 @@ fn a_symlinked_workdir_in_a_root_owned_parent_is_refused_not_removed() {
     let link = sb.path("work-link");
     std::os::unix::fs::symlink(&sb.workdir, &link).unwrap();
     sb.manifest["workdir"] = json!(link);
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     let s = read_run(&mut c);
     let record = &s.result["record"];
     assert_eq!(record["exit_code"], 125, "{}", s.result);
@@ -599,9 +591,7 @@ fn status_cuts_the_agents_command_lines() {
     let server = Server::start();
     let long = "x".repeat(20_000);
     let sb = Sandbox::sh(&format!("sh -c 'echo ready; sleep 30' {long} & wait"));
-    let mut c = server.connect();
-    set_manifest(&mut c, &sb.manifest);
-    c.send(json!({"type": "run"}));
+    let mut c = start_run(&server, &sb.manifest);
     wait_for_stdout(&mut c, "ready");
     let mut other = server.connect();
     let status = other.request(json!({"type": "status"}));

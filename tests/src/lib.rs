@@ -193,14 +193,14 @@ pub fn read_text(path: &Path) -> String {
 }
 
 /// `pitcrew run HARNESS --json --state-dir STATE <extra…>` with `env` added to its environment:
-/// its exit code and its JSON document (a run that prints none fails the test, with pitcrew's
+/// its output and its JSON document (a run that prints none fails the test, with pitcrew's
 /// stderr).
-pub fn pitcrew_run_status(
+pub fn pitcrew_run_output(
     harness: &Path,
     state: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
-) -> (Option<i32>, serde_json::Value) {
+) -> (std::process::Output, serde_json::Value) {
     let out = std::process::Command::new(binary("pitcrew"))
         .arg("run")
         .arg(harness)
@@ -218,18 +218,33 @@ pub fn pitcrew_run_status(
             String::from_utf8_lossy(&out.stderr)
         )
     });
+    (out, doc)
+}
+
+/// [`pitcrew_run_output`]'s exit code and JSON document.
+pub fn pitcrew_run_status(
+    harness: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, serde_json::Value) {
+    let (out, doc) = pitcrew_run_output(harness, state, extra, env);
     (out.status.code(), doc)
 }
 
-/// [`pitcrew_run_status`] of a run that must succeed: its JSON document.
+/// [`pitcrew_run_output`] of a run that must succeed: its JSON document.
 pub fn pitcrew_run(
     harness: &Path,
     state: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> serde_json::Value {
-    let (code, doc) = pitcrew_run_status(harness, state, extra, env);
-    assert_eq!(code, Some(0), "pitcrew run failed: {doc:#}");
+    let (out, doc) = pitcrew_run_output(harness, state, extra, env);
+    assert!(
+        out.status.success(),
+        "pitcrew run failed: {doc:#}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     doc
 }
 

@@ -5,7 +5,10 @@
 //! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::{binary, busy_wait, can_unshare_pid, prerequisite, read_json, read_text};
+use pitcrew_e2e::{
+    binary, busy_wait, can_unshare_pid, pitcrew_run, pitcrew_run_output, prerequisite, read_json,
+    read_text,
+};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -81,31 +84,15 @@ impl Fixture {
         c
     }
 
-    /// `pitcrew run HARNESS --json <extra…>`: its output and its JSON document.
+    /// `pitcrew run HARNESS --json --state-dir <state> <extra…>`: its output and its JSON
+    /// document.
     fn run(&self, extra: &[&str]) -> (Output, Value) {
-        let h = self.harness.to_str().unwrap();
-        let mut args = vec!["run", h, "--json"];
-        args.extend_from_slice(extra);
-        let out = self.pitcrew(&args).output().unwrap();
-        let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "pitcrew run printed no JSON ({e}); exit {:?}\nstderr: {}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out, doc)
+        pitcrew_run_output(&self.harness, &self.state, extra, &[])
     }
 
     /// [`Fixture::run`] that must succeed: its JSON document.
     fn run_ok(&self, extra: &[&str]) -> Value {
-        let (out, doc) = self.run(extra);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        doc
+        pitcrew_run(&self.harness, &self.state, extra, &[])
     }
 
     /// Starts `pitcrew run HARNESS --json <extra…>` in the background.
