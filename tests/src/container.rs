@@ -47,7 +47,8 @@ pub enum Image {
     /// Nothing else.
     Plain,
     /// Ready for this machine's pi (`PITCREW_IMAGE_PI=1`): the container gets `node` and the
-    /// pi package bind-mounted read-only at their paths here.
+    /// pi package bind-mounted read-only where the image expects them (the mounts
+    /// `scripts/build-test-image` prints).
     WithPi,
 }
 
@@ -85,14 +86,15 @@ impl Container {
             name: format!("pitcrew-e2e-{id}-{image:?}").to_lowercase(),
         };
         let _ = podman(&["rm", "-f", &c.name]);
-        let mounts = if image == Image::WithPi {
-            pi_mounts()
-        } else {
-            Vec::new()
-        };
+        // The mounts the image expects, as `scripts/build-test-image` printed them.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mounts: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("mount: "))
+            .collect();
         let mut args = vec!["run", "-d", "--name", &c.name];
         for mount in &mounts {
-            args.extend(["-v", mount.as_str()]);
+            args.extend(["-v", mount]);
         }
         args.extend_from_slice(run_args);
         args.push(&c.image);
@@ -104,32 +106,6 @@ impl Container {
         );
         c
     }
-}
-
-/// `-v` arguments that mount this machine's `node` read-only at `/usr/bin/node` and its pi
-/// package at its own path (where the image's `/usr/bin/pi` link points, see
-/// `scripts/build-test-image`).
-fn pi_mounts() -> Vec<String> {
-    let resolve = |program: &str| {
-        let out = Command::new("sh")
-            .args(["-c", &format!("readlink -f \"$(command -v {program})\"")])
-            .output()
-            .expect("sh");
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(!path.is_empty(), "{program} is not on PATH");
-        PathBuf::from(path)
-    };
-    let node = resolve("node");
-    // <package>/dist/cli.js
-    let package = resolve("pi")
-        .parent()
-        .and_then(Path::parent)
-        .expect("pi's package")
-        .to_path_buf();
-    vec![
-        format!("{}:/usr/bin/node:ro", node.display()),
-        format!("{0}:{0}:ro", package.display()),
-    ]
 }
 
 impl Drop for Container {
