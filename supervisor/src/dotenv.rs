@@ -34,7 +34,16 @@
 //! words (the shell would run them as a command), unterminated quotes and trailing-backslash
 //! continuations (multi-line values). The physical lines a refused multi-line value spans are
 //! refused too, so no part of a refused value is ever read as an assignment of its own.
+//!
+//! Refused by the caller's rules ([`Rules`]): a name the caller denies (the environment step
+//! denies the names only a trusted layer may set, `HTTPS_PROXY`, `SHELL`, …), an assignment
+//! whose `NAME=value` is longer than [`Rules::max_entry_bytes`] (checked while the value is
+//! built, so an expansion never grows past it), and any assignment once the file's accepted
+//! assignments (every one, also those a later line replaces) would total more than
+//! [`Rules::max_total_bytes`]. These refusals, and every refusal of a line whose key was read,
+//! name the key; a refused assignment is not visible to later `$NAME` expansions.
 
+use crate::env_policy::DenyRule;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -44,8 +53,32 @@ use std::fmt;
 pub struct DotenvRefusal {
     /// 1-based line number.
     pub line: usize,
+    /// The assignment's key, when the line got as far as a valid one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Why the line was refused.
     pub reason: String,
+}
+
+/// What the caller refuses beyond the grammar.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    /// The longest accepted `NAME=value`, in bytes.
+    pub max_entry_bytes: usize,
+    /// The most bytes all accepted assignments together may take (`NAME=value` and a NUL
+    /// each, every assignment counted, also one a later line replaces).
+    pub max_total_bytes: usize,
+    /// The rule that refuses a name, if any.
+    pub deny_name: &'a dyn Fn(&str) -> Option<&'static DenyRule>,
+}
+
+impl fmt::Debug for Rules<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rules")
+            .field("max_entry_bytes", &self.max_entry_bytes)
+            .field("max_total_bytes", &self.max_total_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An accepted assignment. `Debug` never shows the value.
@@ -138,13 +171,50 @@ enum Refused {
     Continuation,
     #[error("part of a refused multi-line value")]
     InsideRefusedValue,
+    #[error("only a trusted layer (the image's environment, the harness env:, --pass-env) may set it: matches {0}")]
+    DeniedName(&'static DenyRule),
+    #[error("NAME=value is longer than {0} bytes, the limit per .env variable (execve refuses a string over 131072 bytes)")]
+    EntryTooLong(usize),
+    #[error("the .env's assignments would total more than {0} bytes, the limit for the whole file (expansions included)")]
+    TotalTooLarge(usize),
 }
 
-/// Parses `.env` bytes. `lookup` resolves `$NAME` for names not assigned earlier in the file
-/// (the environment built before the file).
-pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>) -> Parsed {
+/// A value under construction that refuses to grow past its limit.
+struct Value {
+    text: String,
+    max: usize,
+    /// The limit reported when it is exceeded (the whole `NAME=value`).
+    entry_limit: usize,
+}
+
+impl Value {
+    fn push(&mut self, c: char) -> Result<(), Refused> {
+        self.reserve(c.len_utf8())?;
+        self.text.push(c);
+        Ok(())
+    }
+
+    fn push_str(&mut self, s: &str) -> Result<(), Refused> {
+        self.reserve(s.len())?;
+        self.text.push_str(s);
+        Ok(())
+    }
+
+    fn reserve(&self, more: usize) -> Result<(), Refused> {
+        if self.text.len().saturating_add(more) > self.max {
+            return Err(Refused::EntryTooLong(self.entry_limit));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `.env` bytes under `rules`. `lookup` resolves `$NAME` for names not assigned
+/// earlier in the file (the environment built before the file).
+pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>, rules: &Rules<'_>) -> Parsed {
     let mut parsed = Parsed::default();
     let mut overlay: HashMap<String, String> = HashMap::new();
+    // Bytes taken by the accepted assignments so far.
+    let mut used: usize = 0;
     // Quoting state carried over from a refused line whose value spans several lines.
     let mut pending: Option<Quoting> = None;
     // A final newline ends the last line; it does not start another one.
@@ -152,29 +222,40 @@ pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>) -> Parsed {
     for (index, raw) in body.split(|b| *b == b'\n').enumerate() {
         let line_no = index + 1;
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let mut refuse = |why: Refused| {
+        let mut refuse = |why: Refused, name: Option<String>| {
             parsed.refused.push(DotenvRefusal {
                 line: line_no,
+                name,
                 reason: why.to_string(),
             });
         };
         if let Some(state) = pending {
-            refuse(Refused::InsideRefusedValue);
+            refuse(Refused::InsideRefusedValue, None);
             pending = open_quoting(state, &String::from_utf8_lossy(raw));
             continue;
         }
         if raw.contains(&0) {
-            refuse(Refused::Nul);
+            refuse(Refused::Nul, None);
             continue;
         }
         let Ok(line) = std::str::from_utf8(raw) else {
-            refuse(Refused::NotUtf8);
+            refuse(Refused::NotUtf8, None);
             continue;
         };
         let resolve = |name: &str| overlay.get(name).cloned().or_else(|| lookup(name));
-        match parse_line(line, &resolve) {
+        match parse_line(line, &resolve, rules.max_entry_bytes) {
             Ok(None) => {}
             Ok(Some((key, value))) => {
+                if let Some(rule) = (rules.deny_name)(&key) {
+                    refuse(Refused::DeniedName(rule), Some(key));
+                    continue;
+                }
+                let cost = key.len() + value.len() + 2;
+                if used.saturating_add(cost) > rules.max_total_bytes {
+                    refuse(Refused::TotalTooLarge(rules.max_total_bytes), Some(key));
+                    continue;
+                }
+                used += cost;
                 overlay.insert(key.clone(), value.clone());
                 parsed.assignments.push(Assignment {
                     line: line_no,
@@ -182,8 +263,8 @@ pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>) -> Parsed {
                     value,
                 });
             }
-            Err(why) => {
-                refuse(why);
+            Err((why, key)) => {
+                refuse(why, key);
                 pending = open_quoting(Quoting::Unquoted, line);
             }
         }
@@ -202,10 +283,34 @@ fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
 }
 
+/// Why a line was refused, and its key when it was read.
+type LineRefusal = (Refused, Option<String>);
+
+/// One line: `Ok(None)` for a blank or comment line; a refusal carries the key when it was
+/// read.
 fn parse_line(
     line: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<(String, String)>, Refused> {
+    max_entry_bytes: usize,
+) -> Result<Option<(String, String)>, LineRefusal> {
+    let Some((key, text)) = parse_key(line).map_err(|why| (why, None))? else {
+        return Ok(None);
+    };
+    let named = |why| (why, Some(key.to_string()));
+    let max = max_entry_bytes
+        .checked_sub(key.len() + 1)
+        .ok_or(named(Refused::EntryTooLong(max_entry_bytes)))?;
+    let mut value = Value {
+        text: String::new(),
+        max,
+        entry_limit: max_entry_bytes,
+    };
+    parse_value(text, lookup, &mut value).map_err(named)?;
+    Ok(Some((key.to_string(), value.text)))
+}
+
+/// The key and the value text of an assignment line (`Ok(None)`: blank or comment).
+fn parse_key(line: &str) -> Result<Option<(&str, &str)>, Refused> {
     let s = line.trim_matches(is_blank);
     if s.is_empty() || s.starts_with('#') {
         return Ok(None);
@@ -232,13 +337,15 @@ fn parse_line(
     if !is_valid_key(key) {
         return Err(Refused::BadKey);
     }
-    let value = parse_value(&s[eq + 1..], lookup)?;
-    Ok(Some((key.to_string(), value)))
+    Ok(Some((key, &s[eq + 1..])))
 }
 
-fn parse_value(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, Refused> {
+fn parse_value(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    out: &mut Value,
+) -> Result<(), Refused> {
     let chars: Vec<char> = text.chars().collect();
-    let mut out = String::new();
     let mut i = 0;
     while let Some(&c) = chars.get(i) {
         match c {
@@ -255,28 +362,30 @@ fn parse_value(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
                     .iter()
                     .position(|&c| c == '\'')
                     .ok_or(Refused::UnterminatedSingle)?;
-                out.extend(&chars[i + 1..i + 1 + end]);
+                for &c in &chars[i + 1..i + 1 + end] {
+                    out.push(c)?;
+                }
                 i += end + 2;
             }
-            '"' => i = parse_double(&chars, i + 1, lookup, &mut out)?,
+            '"' => i = parse_double(&chars, i + 1, lookup, out)?,
             '\\' => {
                 let next = chars.get(i + 1).ok_or(Refused::Continuation)?;
-                out.push(*next);
+                out.push(*next)?;
                 i += 2;
             }
-            '$' => i = expand(&chars, i, false, lookup, &mut out)?,
+            '$' => i = expand(&chars, i, false, lookup, out)?,
             '`' => return Err(Refused::Backtick),
             '~' if i == 0 || chars[i - 1] == ':' => return Err(Refused::Tilde),
             _ => {
                 if let Some((op, what)) = SHELL_OPERATORS.iter().find(|(op, _)| *op == c) {
                     return Err(Refused::Operator(*op, what));
                 }
-                out.push(c);
+                out.push(c)?;
                 i += 1;
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Parses a double-quoted segment starting after the opening quote; returns the index after
@@ -285,7 +394,7 @@ fn parse_double(
     chars: &[char],
     mut i: usize,
     lookup: &dyn Fn(&str) -> Option<String>,
-    out: &mut String,
+    out: &mut Value,
 ) -> Result<usize, Refused> {
     while let Some(&c) = chars.get(i) {
         match c {
@@ -293,11 +402,11 @@ fn parse_double(
             '\\' => {
                 match chars.get(i + 1) {
                     None => return Err(Refused::UnterminatedDouble),
-                    Some(&e @ ('"' | '\\' | '$' | '`')) => out.push(e),
-                    Some('n') => out.push('\n'),
+                    Some(&e @ ('"' | '\\' | '$' | '`')) => out.push(e)?,
+                    Some('n') => out.push('\n')?,
                     Some(&other) => {
-                        out.push('\\');
-                        out.push(other);
+                        out.push('\\')?;
+                        out.push(other)?;
                     }
                 }
                 i += 2;
@@ -305,7 +414,7 @@ fn parse_double(
             '$' => i = expand(chars, i, true, lookup, out)?,
             '`' => return Err(Refused::Backtick),
             _ => {
-                out.push(c);
+                out.push(c)?;
                 i += 1;
             }
         }
@@ -319,7 +428,7 @@ fn expand(
     i: usize,
     in_double: bool,
     lookup: &dyn Fn(&str) -> Option<String>,
-    out: &mut String,
+    out: &mut Value,
 ) -> Result<usize, Refused> {
     let is_name_start = |c: char| c.is_ascii_alphabetic() || c == '_';
     let is_name_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
@@ -335,7 +444,7 @@ fn expand(
             if !is_valid_key(&name) {
                 return Err(Refused::ParameterOperator);
             }
-            out.push_str(&lookup(&name).unwrap_or_default());
+            out.push_str(&lookup(&name).unwrap_or_default())?;
             Ok(i + 3 + close)
         }
         Some(c) if is_name_start(c) => {
@@ -344,13 +453,13 @@ fn expand(
                 .take_while(|&&c| is_name_char(c))
                 .count();
             let name: String = chars[i + 1..i + 1 + len].iter().collect();
-            out.push_str(&lookup(&name).unwrap_or_default());
+            out.push_str(&lookup(&name).unwrap_or_default())?;
             Ok(i + 1 + len)
         }
         Some(c) if c.is_ascii_digit() || "@*#?$!-".contains(c) => Err(Refused::SpecialParameter),
         Some('\'' | '"') if !in_double => Err(Refused::DollarQuote),
         _ => {
-            out.push('$');
+            out.push('$')?;
             Ok(i + 1)
         }
     }
@@ -395,6 +504,17 @@ fn open_quoting(mut state: Quoting, line: &str) -> Option<Quoting> {
 mod tests {
     use super::*;
 
+    fn allow_all(_: &str) -> Option<&'static DenyRule> {
+        None
+    }
+
+    /// Only the grammar: no denied name, limits nothing in these tests reaches.
+    const OPEN: Rules<'static> = Rules {
+        max_entry_bytes: 1 << 20,
+        max_total_bytes: 1 << 24,
+        deny_name: &allow_all,
+    };
+
     fn env(name: &str) -> Option<String> {
         match name {
             "PATH" => Some("/usr/bin:/bin".into()),
@@ -404,7 +524,7 @@ mod tests {
     }
 
     fn pairs(input: &str) -> Vec<(String, String)> {
-        let parsed = parse(input.as_bytes(), env);
+        let parsed = parse(input.as_bytes(), env, &OPEN);
         assert!(parsed.refused.is_empty(), "{input:?}: {:?}", parsed.refused);
         parsed
             .assignments
@@ -420,7 +540,7 @@ mod tests {
     }
 
     fn refusal(input: &str) -> String {
-        let parsed = parse(input.as_bytes(), env);
+        let parsed = parse(input.as_bytes(), env, &OPEN);
         assert!(parsed.assignments.is_empty(), "{input:?} must be refused");
         assert_eq!(parsed.refused.len(), 1, "{input:?}: {:?}", parsed.refused);
         parsed.refused[0].reason.clone()
@@ -528,7 +648,7 @@ mod tests {
 
     #[test]
     fn nul_and_invalid_utf8_refuse_only_their_line() {
-        let parsed = parse(b"A=1\nB=x\0y\nC=\xff\nD=4\n", env);
+        let parsed = parse(b"A=1\nB=x\0y\nC=\xff\nD=4\n", env, &OPEN);
         let keys: Vec<&str> = parsed.assignments.iter().map(|a| a.key.as_str()).collect();
         assert_eq!(keys, ["A", "D"]);
         assert_eq!(
@@ -536,10 +656,12 @@ mod tests {
             vec![
                 DotenvRefusal {
                     line: 2,
+                    name: None,
                     reason: "contains a NUL byte".into()
                 },
                 DotenvRefusal {
                     line: 3,
+                    name: None,
                     reason: "not valid UTF-8".into()
                 },
             ]
@@ -550,7 +672,7 @@ mod tests {
     fn multi_line_values_are_refused_whole() {
         let input =
             "A=\"first\nPATH=/evil\nstill\" tail\nB='x\nLD_PRELOAD=/y.so'\nC=a\\\nD=hidden\nE=ok\n";
-        let parsed = parse(input.as_bytes(), env);
+        let parsed = parse(input.as_bytes(), env, &OPEN);
         let keys: Vec<&str> = parsed.assignments.iter().map(|a| a.key.as_str()).collect();
         assert_eq!(keys, ["E"]);
         let lines: Vec<usize> = parsed.refused.iter().map(|r| r.line).collect();
@@ -569,12 +691,12 @@ mod tests {
             format!("bad-key={secret}"),
             format!("A=${{{secret}:-x}}"),
         ] {
-            let parsed = parse(input.as_bytes(), env);
+            let parsed = parse(input.as_bytes(), env, &OPEN);
             assert_eq!(parsed.refused.len(), 1, "{input:?}");
             let json = serde_json::to_string(&parsed.refused).unwrap();
             assert!(!json.contains(secret), "{json}");
         }
-        let parsed = parse(format!("A={secret}").as_bytes(), env);
+        let parsed = parse(format!("A={secret}").as_bytes(), env, &OPEN);
         assert!(!format!("{parsed:?}").contains(secret));
     }
 
@@ -582,5 +704,119 @@ mod tests {
     fn later_assignment_wins_and_expansion_sees_it() {
         let p = pairs("A=1\nA=2\nB=$A\n");
         assert_eq!(p.last().unwrap(), &("B".to_string(), "2".to_string()));
+    }
+
+    const PROXY_RULE: DenyRule = DenyRule {
+        pattern: crate::env_policy::Pattern::Suffix("_PROXY"),
+        reason: "routes traffic",
+    };
+
+    fn deny_proxy(name: &str) -> Option<&'static DenyRule> {
+        PROXY_RULE.pattern.matches(name).then_some(&PROXY_RULE)
+    }
+
+    fn refusals(parsed: &Parsed) -> Vec<(usize, Option<&str>, &str)> {
+        parsed
+            .refused
+            .iter()
+            .map(|r| (r.line, r.name.as_deref(), r.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_denied_name_is_refused_by_name_and_never_expanded() {
+        let rules = Rules {
+            deny_name: &deny_proxy,
+            ..OPEN
+        };
+        let parsed = parse(
+            b"https_proxy=http://evil:1\nB=[$https_proxy]\nexport HTTPS_PROXY=x\nC=1\n",
+            env,
+            &rules,
+        );
+        let got: Vec<(&str, &str)> = parsed
+            .assignments
+            .iter()
+            .map(|a| (a.key.as_str(), a.value.as_str()))
+            .collect();
+        assert_eq!(got, [("B", "[]"), ("C", "1")]);
+        let refused = refusals(&parsed);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert_eq!((refused[0].0, refused[0].1), (1, Some("https_proxy")));
+        assert_eq!((refused[1].0, refused[1].1), (3, Some("HTTPS_PROXY")));
+        assert!(
+            refused[0].2.contains("only a trusted layer") && refused[0].2.contains("*_PROXY"),
+            "{refused:?}"
+        );
+        assert!(!format!("{refused:?}").contains("evil"));
+    }
+
+    #[test]
+    fn an_entry_over_the_limit_is_refused_while_it_is_built() {
+        let rules = Rules {
+            max_entry_bytes: 16,
+            ..OPEN
+        };
+        // NAME=value of exactly 16 bytes passes; one more byte, however it comes, does not.
+        let input = "A=0123456789abcd\n\
+                     B=0123456789abcde\n\
+                     C='0123456789abcd'x\n\
+                     D=\"$HOME$HOME\"\n\
+                     E=${HOME}${HOME}\n\
+                     F=\"open 0123456789\n\
+                     G=continued\"\n\
+                     H=ok\n";
+        let parsed = parse(input.as_bytes(), env, &rules);
+        let keys: Vec<&str> = parsed.assignments.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(keys, ["A", "H"]);
+        let refused = refusals(&parsed);
+        let named: Vec<(usize, Option<&str>)> = refused.iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(
+            named,
+            [
+                (2, Some("B")),
+                (3, Some("C")),
+                (4, Some("D")),
+                (5, Some("E")),
+                (6, Some("F")),
+                (7, None)
+            ]
+        );
+        assert!(refused[0].2.contains("longer than 16 bytes"), "{refused:?}");
+        // The line inside the refused multi-line value is refused as part of it.
+        assert!(refused[5].2.contains("multi-line"), "{refused:?}");
+        // A key alone over the limit.
+        let parsed = parse(format!("{}=1\n", "K".repeat(20)).as_bytes(), env, &rules);
+        assert!(parsed.assignments.is_empty());
+        assert!(parsed.refused[0].reason.contains("longer than 16"));
+    }
+
+    #[test]
+    fn the_total_counts_every_accepted_assignment() {
+        let rules = Rules {
+            max_total_bytes: 20,
+            ..OPEN
+        };
+        // Each `A=12345` costs 8 (key, '=', value, NUL): two fit, the third would make 24.
+        let parsed = parse(b"A=12345\nA=12345\nA=12345\nB=1\nC=12\n", env, &rules);
+        let keys: Vec<&str> = parsed.assignments.iter().map(|a| a.key.as_str()).collect();
+        // B (4 bytes) still fits in the 20; C (5) does not.
+        assert_eq!(keys, ["A", "A", "B"]);
+        let refused = refusals(&parsed);
+        assert_eq!(refused.len(), 2);
+        assert_eq!((refused[0].0, refused[0].1), (3, Some("A")));
+        assert_eq!((refused[1].0, refused[1].1), (5, Some("C")));
+        assert!(refused[0].2.contains("more than 20 bytes"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_refusal_after_the_key_names_the_key() {
+        let parsed = parse(b"STOLEN=$(cat /etc/shadow)\nbad-key=1\nf() {\n", env, &OPEN);
+        let named: Vec<Option<&str>> = parsed.refused.iter().map(|r| r.name.as_deref()).collect();
+        assert_eq!(named, [Some("STOLEN"), None, None]);
+        let json = serde_json::to_string(&parsed.refused).unwrap();
+        assert!(!json.contains("shadow"), "{json}");
+        // No `name` key when there is none.
+        assert_eq!(json.matches("\"name\"").count(), 1, "{json}");
     }
 }

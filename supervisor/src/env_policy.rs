@@ -1,16 +1,26 @@
 //! Environment and argument policy, defined once for the host (validation) and the supervisor
 //! (the environment step).
 //!
-//! Three lists live here:
-//! - [`loader_denial`]: variables the supervisor strips from every agent environment because they
-//!   make an interpreter or the dynamic linker load code, or change what the runtime trusts
-//!   (`NODE_OPTIONS`, every `JITI_*`, `LD_*`, `BUN_OPTIONS`, `PYTHON*`, `BASH_FUNC_*`, …).
-//! - [`plugin_env_denial`]: names a plugin's `env:` block may not set (the loader families plus
-//!   the runner's, the providers' and anything credential- or proxy-shaped).
-//! - [`sandbox_env_reserved`]: names the harness `env:` block may not set.
+//! The agent's environment is built from layers of two kinds. **Trusted**: the image's own
+//! environment (the supervisor's baseline, which the local engine fills from `--pass-env`) and
+//! the harness `env:` the operator wrote. **Untrusted**: the sandbox `.env` (an earlier
+//! iteration or the repository writes it) and a plugin's `env:` (it comes with the plugin tree).
+//! Four lists live here:
+//! - [`LOADER_RULES`] ([`loader_denial`]): variables stripped from every layer, trusted ones
+//!   included, because they make an interpreter, a shell or the dynamic linker load code
+//!   (`NODE_OPTIONS`, every `JITI_*`, `LD_*`, `BUN_OPTIONS`, `PYTHON*`, `BASH_ENV`, …).
+//! - [`TRUSTED_ONLY_RULES`] ([`untrusted_denial`]): variables only a trusted layer may set,
+//!   because they route network traffic, change TLS trust or choose a program the runtime or its
+//!   tools run (`HTTPS_PROXY`, `NODE_EXTRA_CA_CERTS`, `SHELL`, `GIT_SSH_COMMAND`, `PAGER`, …).
+//!   A `.env` line setting one is refused by name; a plugin `env:` entry is an error.
+//! - [`PLUGIN_ENV_RULES`]: what a plugin's `env:` may not set beyond those two lists
+//!   ([`plugin_env_denial`]).
+//! - [`SANDBOX_ENV_RULES`]: names the harness `env:` may not set ([`sandbox_env_reserved`]).
 //!
-//! All matching is ASCII case-insensitive: a lower-case `node_options` is refused like the real
-//! one, so nobody has to reason about which programs read which spelling.
+//! All matching is ASCII case-insensitive: a lower-case `node_options` or `https_proxy` is
+//! refused like the upper-case one, so nobody has to reason about which programs read which
+//! spelling. The tables of `docs/manifest.md` are generated from these lists
+//! ([`crate::environment::policy_doc`]).
 
 use std::fmt;
 
@@ -78,15 +88,16 @@ const LINKER: &str = "the dynamic linker or libc loads code from it";
 const SHELL: &str = "a shell executes or sources it";
 const PYTHON: &str = "Python loads code from it";
 const OTHER_INTERP: &str = "an interpreter loads code from it";
-const OPENSSL: &str = "OpenSSL loads native code from it";
 const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
-const GIT: &str = "git runs programs or reads config from it";
 
-/// Variables stripped from every agent environment by the supervisor's environment step.
+/// Variables stripped from every agent environment by the supervisor's environment step, from
+/// every layer (the image's environment included).
 ///
 /// These are loader and interpreter controls: whoever sets them runs code inside the agent or
-/// its tools, whatever the verified trees say. `JITI_FS_CACHE` is stripped too and then pinned
-/// to `false` by the runner pins.
+/// its tools, whatever the verified trees say. `BASH_ENV` and `ENV` stay here although they
+/// also choose what every tool call runs: they make every shell source a file, a code loader
+/// like `NODE_OPTIONS`. `JITI_FS_CACHE` is stripped too and then pinned to `false` by the runner
+/// pins.
 pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_OPTIONS"), NODE_LOADS),
     rule(Exact("NODE_PATH"), NODE_LOADS),
@@ -97,14 +108,6 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_UNIQUE_ID"), NODE_LOADS),
     rule(Prefix("NODE_CHANNEL_"), NODE_LOADS),
     rule(Exact("NODE_TEST_CONTEXT"), NODE_LOADS),
-    rule(
-        Exact("NODE_EXTRA_CA_CERTS"),
-        "Node trusts extra certificates from it",
-    ),
-    rule(
-        Exact("NODE_TLS_REJECT_UNAUTHORIZED"),
-        "Node disables TLS verification with it",
-    ),
     rule(Exact("NODE_V8_COVERAGE"), "Node writes files to it"),
     rule(Exact("NODE_REDIRECT_WARNINGS"), "Node writes files to it"),
     rule(Exact("NODE_REPL_HISTORY"), "Node writes files to it"),
@@ -123,7 +126,6 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("HOSTALIASES"), LINKER),
     rule(Exact("RES_OPTIONS"), LINKER),
     rule(Exact("LOCALDOMAIN"), LINKER),
-    rule(Prefix("OPENSSL_"), OPENSSL),
     rule(Prefix("PYTHON"), PYTHON),
     rule(Exact("BASH_ENV"), SHELL),
     rule(Exact("ENV"), SHELL),
@@ -146,96 +148,246 @@ pub const LOADER_RULES: &[DenyRule] = &[
         Exact("CLAUDE_ENV_FILE"),
         "Claude Code sources it before every Bash command",
     ),
-    rule(
-        Exact("CLAUDE_CODE_SHELL_PREFIX"),
-        "Claude Code prefixes every shell command with it",
-    ),
     rule(Exact("PI_PACKAGE_DIR"), RUNTIME_CODE),
     rule(Exact("PI_SELF_UPDATE_COMMAND"), RUNTIME_CODE),
-    rule(Exact("GIT_SSH_COMMAND"), GIT),
-    rule(Exact("GIT_EXEC_PATH"), GIT),
-    rule(Exact("GIT_ASKPASS"), GIT),
-    rule(Prefix("GIT_CONFIG"), GIT),
     rule(
         Prefix("NPM_CONFIG_"),
         "npm runs scripts and reads registries from it",
     ),
 ];
 
-/// Names a plugin's `env:` block may not set, beyond [`LOADER_RULES`]: process basics, the
-/// runner's and the providers' families, and anything credential- or proxy-shaped.
+const PROXY: &str = "routes network traffic through a proxy (curl, git, Python requests, undici and Bun honour it; Node with NODE_USE_ENV_PROXY): the runtime's model traffic, API key included, would pass through whoever runs it";
+const TOOL_PROGRAM: &str = "a tool runs the program it names (git, man, less and others)";
+const CLAUDE_SHELL: &str = "Claude Code runs every Bash tool call with the shell it names";
+const GIT_PROGRAM: &str = "git runs the program it names";
+
+/// The reason of the model providers' families in [`TRUSTED_ONLY_RULES`]: AWS's config file
+/// names an `endpoint_url` and a `credential_process`, Azure's resource name becomes the host,
+/// Google's credentials file can name an executable.
+const PROVIDER: &str =
+    "a model provider's endpoint, credentials or configuration file: the runtime sends its key where it says";
+
+/// Names only a trusted layer (the image's environment, the harness `env:`, `--pass-env`) may
+/// set: they route network traffic, change TLS trust, choose a program the runtime or its tools
+/// run for every call, or redirect a configuration home. The `.env` and a plugin's `env:` may
+/// not set them (a named refusal, an error). Only the two config dirs are pinned (in their
+/// runtime); with no trusted layer setting one of the others it is absent and programs use
+/// their default (under the pinned `HOME`). Exact names come before the prefix that also covers
+/// them, so each gets its own reason.
+pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
+    // Network routing and TLS trust.
+    rule(
+        Exact("NODE_USE_ENV_PROXY"),
+        "makes Node's fetch and http honour the *_PROXY variables",
+    ),
+    rule(Suffix("_PROXY"), PROXY),
+    rule(
+        Exact("NODE_USE_SYSTEM_CA"),
+        "makes Node trust the system certificate store: changes TLS trust",
+    ),
+    rule(
+        Exact("NODE_EXTRA_CA_CERTS"),
+        "Node and Bun trust extra certificates from it",
+    ),
+    rule(
+        Exact("NODE_TLS_REJECT_UNAUTHORIZED"),
+        "Node and Bun disable TLS verification with it",
+    ),
+    rule(
+        Prefix("SSL_"),
+        "OpenSSL, Python and curl trust certificates from it (SSL_CERT_FILE, SSL_CERT_DIR)",
+    ),
+    rule(
+        Exact("SSLKEYLOGFILE"),
+        "TLS libraries write their session keys to it",
+    ),
+    rule(
+        Exact("REQUESTS_CA_BUNDLE"),
+        "Python requests trusts certificates from it",
+    ),
+    rule(
+        Exact("CURL_CA_BUNDLE"),
+        "curl and Python requests trust certificates from it",
+    ),
+    rule(
+        Prefix("OPENSSL_"),
+        "OpenSSL reads its configuration, engines and providers from it (OPENSSL_CONF, OPENSSL_MODULES, …)",
+    ),
+    rule(
+        Exact("CURL_HOME"),
+        "curl reads .curlrc (proxy, certificates, headers) from it",
+    ),
+    rule(
+        Exact("WGETRC"),
+        "wget reads its configuration (proxy, certificates) from it",
+    ),
+    rule(
+        Exact("NETRC"),
+        "curl, git and Python requests send the credentials of this file",
+    ),
+    rule(
+        Suffix("_BASE_URL"),
+        "redirects a provider's API endpoint (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, …), with its API key",
+    ),
+    rule(
+        Prefix("AWS_ENDPOINT_URL"),
+        "redirects AWS API calls (Bedrock), with their credentials",
+    ),
+    rule(
+        Prefix("ACTIONS_ID_TOKEN_REQUEST_"),
+        "the runner's identity-token request (with its bearer token) goes where it says",
+    ),
+    rule(
+        Prefix("ANTHROPIC_"),
+        "Claude Code's provider configuration: endpoint, credentials, headers, model",
+    ),
+    rule(Prefix("AWS_"), PROVIDER),
+    rule(Prefix("GOOGLE_"), PROVIDER),
+    rule(Prefix("GCLOUD_"), PROVIDER),
+    rule(Prefix("CLOUDSDK_"), PROVIDER),
+    rule(Prefix("GCE_METADATA_"), PROVIDER),
+    rule(Prefix("AZURE_"), PROVIDER),
+    rule(Prefix("OPENAI_"), PROVIDER),
+    rule(Prefix("XAI_"), PROVIDER),
+    rule(Prefix("GEMINI_"), PROVIDER),
+    rule(Prefix("GROQ_"), PROVIDER),
+    rule(Prefix("CEREBRAS_"), PROVIDER),
+    rule(Prefix("MISTRAL_"), PROVIDER),
+    rule(Prefix("MINIMAX_"), PROVIDER),
+    rule(Prefix("OPENROUTER_"), PROVIDER),
+    rule(Prefix("DEEPSEEK_"), PROVIDER),
+    rule(Prefix("KIMI_"), PROVIDER),
+    rule(Prefix("ZAI_"), PROVIDER),
+    rule(Prefix("AI_GATEWAY_"), PROVIDER),
+    rule(Prefix("OPENCODE_"), PROVIDER),
+    rule(Prefix("CLOUDFLARE_"), PROVIDER),
+    rule(Prefix("COPILOT_"), PROVIDER),
+    rule(Exact("CLOUD_ML_REGION"), PROVIDER),
+    rule(Exact("HF_TOKEN"), PROVIDER),
+    // Programs the runtime or its tools run.
+    rule(Exact("SHELL"), CLAUDE_SHELL),
+    rule(Exact("CLAUDE_CODE_SHELL"), CLAUDE_SHELL),
+    rule(
+        Exact("CLAUDE_CODE_SHELL_PREFIX"),
+        "Claude Code prefixes every shell command with it",
+    ),
+    rule(
+        Exact("CLAUDE_CONFIG_DIR"),
+        "Claude Code reads settings, hooks and plugins from it (pinned for the claude runtime)",
+    ),
+    rule(
+        Prefix("CLAUDE_"),
+        "Claude Code's configuration (shell, config dir, provider switches) is the operator's",
+    ),
+    rule(
+        Exact("PI_CODING_AGENT_DIR"),
+        "pi reads settings and models (which can run commands) from it (pinned for the pi runtime)",
+    ),
+    rule(
+        Prefix("PI_"),
+        "pi's configuration (agent dir, offline mode, packages) is the operator's",
+    ),
+    rule(
+        Exact("USE_BUILTIN_RIPGREP"),
+        "Claude Code runs rg from PATH instead of its own with it",
+    ),
+    rule(
+        Exact("RIPGREP_CONFIG_PATH"),
+        "ripgrep (the runtimes' grep tool) reads flags from it; --pre runs a program for every file",
+    ),
+    rule(
+        Exact("ZDOTDIR"),
+        "zsh sources .zshenv from it for every shell",
+    ),
+    rule(Exact("GIT_SSH"), GIT_PROGRAM),
+    rule(Exact("GIT_SSH_COMMAND"), GIT_PROGRAM),
+    rule(Exact("GIT_PROXY_COMMAND"), GIT_PROGRAM),
+    rule(Exact("GIT_EXTERNAL_DIFF"), GIT_PROGRAM),
+    rule(Exact("GIT_PAGER"), GIT_PROGRAM),
+    rule(Exact("GIT_EDITOR"), GIT_PROGRAM),
+    rule(Exact("GIT_SEQUENCE_EDITOR"), GIT_PROGRAM),
+    rule(Exact("GIT_ASKPASS"), GIT_PROGRAM),
+    rule(
+        Exact("GIT_EXEC_PATH"),
+        "git runs its sub-commands from it",
+    ),
+    rule(
+        Exact("GIT_TEMPLATE_DIR"),
+        "git copies hooks from it into every new repository",
+    ),
+    rule(
+        Prefix("GIT_CONFIG"),
+        "git reads configuration from it (core.sshCommand, core.pager, core.fsmonitor run programs)",
+    ),
+    rule(
+        Prefix("GIT_"),
+        "git's environment is the operator's (programs, configuration, TLS trust: GIT_SSL_*)",
+    ),
+    rule(Exact("PAGER"), TOOL_PROGRAM),
+    rule(Exact("MANPAGER"), TOOL_PROGRAM),
+    rule(Exact("EDITOR"), TOOL_PROGRAM),
+    rule(Exact("VISUAL"), TOOL_PROGRAM),
+    rule(Exact("BROWSER"), TOOL_PROGRAM),
+    rule(
+        Prefix("LESS"),
+        "less runs LESSOPEN and LESSCLOSE as input filters and reads options and key bindings from LESS*",
+    ),
+    rule(
+        Exact("VIMINIT"),
+        "vim runs the commands in it (:! runs programs)",
+    ),
+    rule(
+        Exact("EXINIT"),
+        "vi runs the commands in it (:! runs programs)",
+    ),
+    rule(Prefix("SSH_ASKPASS"), "ssh runs the program it names"),
+    rule(
+        Prefix("XDG_"),
+        "configuration and data homes: git and other tools read configuration (which can name programs) from them",
+    ),
+    // Namespaces of the supervisor, the runner and its security hook.
+    rule(Prefix("PITCREW_"), "the supervisor's namespace"),
+    rule(Prefix("FULLSEND_"), "the runner's namespace"),
+    rule(Prefix("TIRITH_"), "the security hook's namespace"),
+];
+
+/// Names a plugin's `env:` block may not set beyond [`LOADER_RULES`] and
+/// [`TRUSTED_ONLY_RULES`]: process basics, the runner's and the providers' families, and
+/// anything credential-shaped.
 pub const PLUGIN_ENV_RULES: &[DenyRule] = &[
     rule(Exact("PATH"), "process basics are the runner's"),
     rule(Exact("HOME"), "process basics are the runner's"),
     rule(Exact("TMPDIR"), "process basics are the runner's"),
-    rule(Exact("SHELL"), "process basics are the runner's"),
-    rule(
-        Exact("CLOUD_ML_REGION"),
-        "provider configuration is the runner's",
-    ),
-    rule(Exact("SSLKEYLOGFILE"), "leaks TLS session keys"),
-    rule(Exact("REQUESTS_CA_BUNDLE"), "changes TLS trust"),
-    rule(Exact("CURL_CA_BUNDLE"), "changes TLS trust"),
     rule(Exact("GOPROXY"), "changes where code is fetched from"),
     rule(Exact("GOFLAGS"), "changes how code is built"),
     rule(Prefix("NODE_"), "the Node family is the runner's"),
-    rule(Prefix("SSL_"), "changes TLS trust"),
-    rule(Prefix("PI_"), "pi's own configuration is the runner's"),
-    rule(Prefix("PITCREW_"), "the supervisor's namespace"),
-    rule(Prefix("FULLSEND_"), "the runner's namespace"),
-    rule(Prefix("TIRITH_"), "the security hook's namespace"),
-    rule(Prefix("GOOGLE_"), "provider credentials and configuration"),
-    rule(Prefix("GCLOUD_"), "provider credentials and configuration"),
-    rule(
-        Prefix("CLOUDSDK_"),
-        "provider credentials and configuration",
-    ),
-    rule(Prefix("GIT_"), "git configuration is the runner's"),
-    rule(
-        Prefix("ANTHROPIC_"),
-        "provider credentials and configuration",
-    ),
-    rule(
-        Prefix("CLAUDE_"),
-        "Claude Code configuration is the runner's",
-    ),
-    rule(Prefix("XAI_"), "provider credentials and configuration"),
-    rule(Prefix("OPENAI_"), "provider credentials and configuration"),
-    rule(Prefix("AZURE_"), "provider credentials and configuration"),
-    rule(Prefix("AWS_"), "provider credentials and configuration"),
-    rule(Suffix("_PROXY"), "proxy-shaped: redirects network traffic"),
     rule(Suffix("_API_KEY"), "credential-shaped"),
     rule(Suffix("_TOKEN"), "credential-shaped"),
     rule(Contains("_SECRET"), "credential-shaped"),
 ];
 
+/// The reason of a [`SANDBOX_ENV_RULES`] entry for a name the supervisor pins (a unit test
+/// checks that each such name is pinned).
+pub const PINNED: &str = "pinned by the supervisor";
+
 /// Names the harness `env:` block (the sandbox environment) may not set, beyond
 /// [`LOADER_RULES`] (which the supervisor would strip anyway: refusing them at validation keeps
-/// that from being a silent drop).
+/// that from being a silent drop). The harness is a trusted layer: [`TRUSTED_ONLY_RULES`] do not
+/// apply to it.
 pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
-    rule(Exact("PATH"), "pinned by the supervisor"),
-    rule(Exact("HOME"), "pinned by the supervisor"),
-    rule(Exact("SHELL"), "pinned by the supervisor"),
-    rule(Exact("TMPDIR"), "pinned by the supervisor"),
-    rule(Exact("JITI_FS_CACHE"), "pinned to false by the supervisor"),
-    rule(Exact("PI_CODING_AGENT_DIR"), "pinned by the supervisor"),
-    rule(
-        Exact("PI_CODING_AGENT_SESSION_DIR"),
-        "pinned by the supervisor",
-    ),
-    rule(Exact("PI_OFFLINE"), "pinned by the supervisor"),
-    rule(Exact("PI_SKIP_VERSION_CHECK"), "pinned by the supervisor"),
-    rule(Exact("PI_TELEMETRY"), "pinned by the supervisor"),
-    rule(
-        Exact("NODE_DISABLE_COMPILE_CACHE"),
-        "pinned by the supervisor",
-    ),
-    rule(Exact("DISABLE_AUTOUPDATER"), "pinned by the supervisor"),
-    rule(
-        Exact("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"),
-        "pinned by the supervisor",
-    ),
-    rule(Exact("CLAUDE_CONFIG_DIR"), "pinned by the supervisor"),
+    rule(Exact("PATH"), PINNED),
+    rule(Exact("HOME"), PINNED),
+    rule(Exact("TMPDIR"), PINNED),
+    rule(Exact("JITI_FS_CACHE"), PINNED),
+    rule(Exact("PI_CODING_AGENT_DIR"), PINNED),
+    rule(Exact("PI_CODING_AGENT_SESSION_DIR"), PINNED),
+    rule(Exact("PI_OFFLINE"), PINNED),
+    rule(Exact("PI_SKIP_VERSION_CHECK"), PINNED),
+    rule(Exact("PI_TELEMETRY"), PINNED),
+    rule(Exact("NODE_DISABLE_COMPILE_CACHE"), PINNED),
+    rule(Exact("DISABLE_AUTOUPDATER"), PINNED),
+    rule(Exact("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), PINNED),
+    rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),
     rule(
@@ -253,9 +405,17 @@ pub fn loader_denial(name: &str) -> Option<&'static DenyRule> {
     LOADER_RULES.iter().find(|r| r.pattern.matches(name))
 }
 
+/// The first trusted-only rule that forbids an untrusted layer (the `.env`, a plugin's `env:`)
+/// from setting `name`, if any.
+pub fn untrusted_denial(name: &str) -> Option<&'static DenyRule> {
+    TRUSTED_ONLY_RULES.iter().find(|r| r.pattern.matches(name))
+}
+
 /// The first rule that forbids a plugin's `env:` from setting `name`, if any.
 pub fn plugin_env_denial(name: &str) -> Option<&'static DenyRule> {
-    loader_denial(name).or_else(|| PLUGIN_ENV_RULES.iter().find(|r| r.pattern.matches(name)))
+    loader_denial(name)
+        .or_else(|| untrusted_denial(name))
+        .or_else(|| PLUGIN_ENV_RULES.iter().find(|r| r.pattern.matches(name)))
 }
 
 /// The first rule that forbids the harness `env:` from setting `name`, if any.
@@ -504,12 +664,12 @@ mod tests {
             "ENV",
             "BASH_FUNC_echo%%",
             "GLIBC_TUNABLES",
-            "OPENSSL_CONF",
             "CLAUDE_ENV_FILE",
-            "GIT_SSH_COMMAND",
         ] {
             assert!(loader_denial(name).is_some(), "{name} must be stripped");
         }
+        // Proxy, TLS-trust and program-choosing names are not loaders: a trusted layer (an image
+        // behind a TLS-inspecting proxy) may set them.
         for name in [
             "PATH",
             "HOME",
@@ -518,8 +678,157 @@ mod tests {
             "ENVIRONMENT",
             "MY_NODE",
             "GREETING",
+            "OPENSSL_CONF",
+            "NODE_EXTRA_CA_CERTS",
+            "NODE_TLS_REJECT_UNAUTHORIZED",
+            "GIT_SSH_COMMAND",
+            "GIT_CONFIG_GLOBAL",
+            "CLAUDE_CODE_SHELL_PREFIX",
+            "HTTPS_PROXY",
+            "SHELL",
         ] {
             assert!(loader_denial(name).is_none(), "{name} must pass");
+        }
+    }
+
+    /// Names an untrusted layer may not set, and that the harness (trusted) may.
+    const TRUSTED_ONLY_NAMES: &[&str] = &[
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "NODE_USE_ENV_PROXY",
+        "NODE_USE_SYSTEM_CA",
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "SSLKEYLOGFILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "CURL_HOME",
+        "NETRC",
+        "WGETRC",
+        "OPENSSL_CONF",
+        "OPENSSL_MODULES",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+        "SHELL",
+        "CLAUDE_CODE_SHELL",
+        "CLAUDE_CODE_SHELL_PREFIX",
+        "CLAUDE_CODE_USE_BEDROCK",
+        "ZDOTDIR",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_ASKPASS",
+        "GIT_EXEC_PATH",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_COUNT",
+        "GIT_TEMPLATE_DIR",
+        "GIT_SSL_NO_VERIFY",
+        "PAGER",
+        "MANPAGER",
+        "EDITOR",
+        "VISUAL",
+        "BROWSER",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "VIMINIT",
+        "SSH_ASKPASS",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "RIPGREP_CONFIG_PATH",
+        "USE_BUILTIN_RIPGREP",
+        "TIRITH_MODE",
+        "ACTIONS_ID_TOKEN_REQUEST_URL",
+    ];
+
+    #[test]
+    fn proxy_trust_and_program_names_are_for_trusted_layers_only() {
+        for name in TRUSTED_ONLY_NAMES {
+            assert!(untrusted_denial(name).is_some(), "{name}: .env may set it");
+            assert!(
+                plugin_env_denial(name).is_some(),
+                "{name}: a plugin may set it"
+            );
+            if is_valid_name(name) && !name.starts_with("ACTIONS_") {
+                assert!(
+                    sandbox_env_problems(name, "v").is_empty(),
+                    "{name}: the harness may not set it"
+                );
+            }
+        }
+        // The pinned config homes are refused from the untrusted layers in every runtime.
+        for name in [
+            "CLAUDE_CONFIG_DIR",
+            "PI_CODING_AGENT_DIR",
+            "pi_coding_agent_dir",
+        ] {
+            assert!(untrusted_denial(name).is_some(), "{name}");
+        }
+        for name in [
+            "PATH",
+            "LANG",
+            "GREETING",
+            "NODE_ENV",
+            "TERM",
+            "PROXY_HOST",
+            "MY_PROXY_PORT",
+            "DATABASE_URL",
+            "CI",
+        ] {
+            assert!(untrusted_denial(name).is_none(), "{name} must pass");
+        }
+        let rule = untrusted_denial("https_proxy").unwrap();
+        assert_eq!(rule.pattern, Suffix("_PROXY"));
+        assert_eq!(
+            untrusted_denial("GIT_SSH_COMMAND").unwrap().pattern,
+            Exact("GIT_SSH_COMMAND")
+        );
+    }
+
+    #[test]
+    fn every_rule_is_the_first_match_for_its_own_name() {
+        // An exact name after a prefix that covers it would never be reported with its own
+        // reason; a duplicate would be dead.
+        for rules in [
+            LOADER_RULES,
+            TRUSTED_ONLY_RULES,
+            SANDBOX_ENV_RULES,
+            PLUGIN_ENV_RULES,
+        ] {
+            for (i, rule) in rules.iter().enumerate() {
+                let sample = match rule.pattern {
+                    Exact(p) | Prefix(p) | Suffix(p) | Contains(p) => p,
+                };
+                let first = rules.iter().position(|r| r.pattern.matches(sample));
+                assert_eq!(first, Some(i), "{rule} is shadowed");
+            }
+        }
+    }
+
+    #[test]
+    fn reasons_fit_a_table_cell() {
+        for rules in [
+            LOADER_RULES,
+            TRUSTED_ONLY_RULES,
+            SANDBOX_ENV_RULES,
+            PLUGIN_ENV_RULES,
+        ] {
+            for rule in rules {
+                assert!(
+                    !rule.reason.contains(['|', '\n', '`']) && !rule.reason.is_empty(),
+                    "{rule}"
+                );
+            }
         }
     }
 
@@ -529,6 +838,9 @@ mod tests {
             "PATH",
             "home",
             "OPENSSL_CONF",
+            "SHELL",
+            "PAGER",
+            "XDG_CONFIG_HOME",
             "NODE_ENV",
             "PI_OFFLINE",
             "GOOGLE_CLOUD_PROJECT",
@@ -579,10 +891,13 @@ mod tests {
             "PITCREW_X",
             "LD_PRELOAD",
             "NODE_OPTIONS",
+            "CLAUDE_CONFIG_DIR",
         ] {
             assert!(sandbox_env_reserved(name).is_some(), "{name}");
         }
         assert!(sandbox_env_reserved("OPENAI_API_KEY").is_none());
+        // Not pinned, so not reserved: the operator may choose the shell.
+        assert!(sandbox_env_reserved("SHELL").is_none());
         assert!(sandbox_env_problems("LANG", "C.UTF-8").is_empty());
     }
 

@@ -1,20 +1,30 @@
-//! Step 3 of an iteration: build the agent's environment from scratch (design 3.3).
+//! Step 3 of an iteration: build the agent's environment from scratch.
 //!
 //! Nothing is inherited implicitly. The layers, in order:
 //!
-//! 1. the **baseline**: the image environment the supervisor captured at start;
-//! 2. the sandbox **`.env`** (`manifest.env.dotenv`), parsed as data by [`crate::dotenv`]
-//!    (a missing file adds nothing; a symlink, a non-regular file or an unreadable one is an
-//!    error; refused lines are reported by number and reason);
-//! 3. the harness **`env.set`**;
+//! 1. the **baseline** (trusted): the image environment the supervisor captured at start;
+//! 2. the sandbox **`.env`** (untrusted: an earlier iteration or the repository writes it,
+//!    `manifest.env.dotenv`), parsed as data by [`crate::dotenv`] (a missing file adds nothing;
+//!    a symlink, a non-regular file or an unreadable one is an error; refused lines are reported
+//!    by number, key and reason). Refused besides the grammar: a name only a trusted layer may
+//!    set ([`env_policy::untrusted_denial`]: proxies, TLS trust, programs the runtime runs), a
+//!    `NAME=value` over [`DOTENV_MAX_ENTRY_BYTES`], and assignments past
+//!    [`DOTENV_MAX_TOTAL_BYTES`] for the whole file;
+//! 3. the harness **`env.set`** (trusted);
 //! 4. the **deny rules**: [`env_policy::loader_denial`] removes every loader/interpreter control
 //!    set by any layer so far; each removed name is reported once, with the layer that set the
 //!    value that was removed and the rule that matched;
 //! 5. the **runner pins** (see [`common_pins`], [`pi_pins`], [`claude_pins`]);
-//! 6. each tree's plugin **`env`**, in manifest order, validated again with
+//! 6. each tree's plugin **`env`** (untrusted), in manifest order, validated again with
 //!    [`env_policy::plugin_env_problems`] (a problem, or a pinned name, is an error).
 //!
+//! The result must fit `execve`: a `NAME=value` over [`ENV_MAX_ENTRY_BYTES`] or an environment
+//! over [`ENV_MAX_TOTAL_BYTES`] is an error naming the variables and their layers (exit 125),
+//! never a launch that fails with `E2BIG` (126). The `.env` limits keep the `.env` alone from
+//! getting there.
+//!
 //! Reports carry names only, never values; [`EnvOutcome::env`] itself is never serialized.
+//! [`EnvOutcome::layers`] says which layer set each variable of the result.
 //!
 //! Default runtime directories (when `manifest.dirs` leaves them unset), with `BASE` the parent
 //! of `manifest.workdir` (`/` if it has none): `HOME` = `BASE/home`, `TMPDIR` = `BASE/tmp`,
@@ -22,22 +32,41 @@
 //! (command), sessions = `<config>/sessions`. See [`runtime_dirs`].
 
 use crate::dotenv::{self, DotenvRefusal};
-use crate::env_policy::{self, EnvProblem};
+use crate::env_policy::{self, DenyRule, EnvProblem};
 use crate::manifest::{Manifest, Runtime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::Read;
 use std::path::Path;
 
 /// The largest `.env` file read (bigger is an error, not a truncation).
 pub const DOTENV_MAX_BYTES: u64 = 1024 * 1024;
 
+/// The longest `NAME=value` a `.env` line may produce, in bytes (the kernel refuses a string
+/// over 131072 bytes with its NUL, `MAX_ARG_STRLEN`); a longer one is a named refusal.
+pub const DOTENV_MAX_ENTRY_BYTES: usize = 64 * 1024;
+
+/// The most bytes all accepted `.env` assignments together may take (`NAME=value` and a NUL
+/// each, every assignment counted, expansions included); past it lines are refused by name.
+pub const DOTENV_MAX_TOTAL_BYTES: usize = 256 * 1024;
+
+/// The longest `NAME=value` of the built environment (the kernel's `MAX_ARG_STRLEN` less the
+/// NUL); a longer one is an error (exit 125).
+pub const ENV_MAX_ENTRY_BYTES: usize = 128 * 1024 - 1;
+
+/// The most bytes the built environment may take as `execve` counts it (each `NAME=value`, its
+/// NUL and its pointer), a quarter of the usual 2 MiB `ARG_MAX`, so the argv has the rest;
+/// more is an error (exit 125).
+pub const ENV_MAX_TOTAL_BYTES: usize = 512 * 1024;
+
 /// `PATH` when no layer sets one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Which layer set a variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// Which layer set a variable: serialized as `baseline`, `dotenv`, `harness`, `pin` or
+/// `plugin:<tree path>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum EnvSource {
     /// The image environment captured at supervisor start.
     Baseline,
@@ -45,6 +74,45 @@ pub enum EnvSource {
     Dotenv,
     /// The harness `env.set` block.
     Harness,
+    /// A runner pin.
+    Pin,
+    /// The `env` of the plugin tree at this path.
+    Plugin(String),
+}
+
+impl fmt::Display for EnvSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvSource::Baseline => f.write_str("baseline"),
+            EnvSource::Dotenv => f.write_str("dotenv"),
+            EnvSource::Harness => f.write_str("harness"),
+            EnvSource::Pin => f.write_str("pin"),
+            EnvSource::Plugin(path) => write!(f, "plugin:{path}"),
+        }
+    }
+}
+
+impl From<EnvSource> for String {
+    fn from(source: EnvSource) -> String {
+        source.to_string()
+    }
+}
+
+impl TryFrom<String> for EnvSource {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<EnvSource, String> {
+        Ok(match text.as_str() {
+            "baseline" => EnvSource::Baseline,
+            "dotenv" => EnvSource::Dotenv,
+            "harness" => EnvSource::Harness,
+            "pin" => EnvSource::Pin,
+            _ => match text.strip_prefix("plugin:") {
+                Some(path) => EnvSource::Plugin(path.to_string()),
+                None => return Err(format!("unknown environment layer {text:?}")),
+            },
+        })
+    }
 }
 
 /// A variable removed by a deny rule (name only, never the value).
@@ -69,6 +137,9 @@ pub struct EnvOutcome {
     pub removed: Vec<RemovedVar>,
     /// `.env` lines refused by the parser.
     pub dotenv_refused: Vec<DotenvRefusal>,
+    /// The layer that set each variable of [`EnvOutcome::env`] (names only). `PATH` keeps the
+    /// layer whose value the pin kept, and is `pin` only when it is the default.
+    pub layers: BTreeMap<String, EnvSource>,
 }
 
 impl EnvOutcome {
@@ -115,6 +186,28 @@ pub enum EnvError {
         tree: String,
         /// The pinned name.
         name: String,
+    },
+    /// One variable is longer than `execve` takes.
+    #[error("environment: {name} (set by {layer}) is {bytes} bytes as NAME=value, over the limit of {limit} per variable")]
+    EntryTooLong {
+        /// The variable.
+        name: String,
+        /// The layer that set it.
+        layer: EnvSource,
+        /// Its `NAME=value` length.
+        bytes: usize,
+        /// [`ENV_MAX_ENTRY_BYTES`].
+        limit: usize,
+    },
+    /// The whole environment is larger than the limit.
+    #[error("environment: {bytes} bytes, over the limit of {limit}; largest: {largest}")]
+    TooLarge {
+        /// Its size as `execve` counts it.
+        bytes: usize,
+        /// [`ENV_MAX_TOTAL_BYTES`].
+        limit: usize,
+        /// The largest variables, `NAME (layer, N bytes)`, comma-separated.
+        largest: String,
     },
 }
 
@@ -258,7 +351,7 @@ pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> 
 }
 
 /// Builds the environment: baseline, `.env` as data, harness `env.set`, deny rules, runner
-/// pins, plugin env (see the module doc).
+/// pins, plugin env, then the size check (see the module doc).
 pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
@@ -273,7 +366,16 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
 
     if let Some(path) = &manifest.env.dotenv {
         if let Some(bytes) = read_dotenv(path)? {
-            let parsed = dotenv::parse(&bytes, |name| vars.get(name).map(|(v, _)| v.clone()));
+            let rules = dotenv::Rules {
+                max_entry_bytes: DOTENV_MAX_ENTRY_BYTES,
+                max_total_bytes: DOTENV_MAX_TOTAL_BYTES,
+                deny_name: &env_policy::untrusted_denial,
+            };
+            let parsed = dotenv::parse(
+                &bytes,
+                |name| vars.get(name).map(|(v, _)| v.clone()),
+                &rules,
+            );
             for a in parsed.assignments {
                 vars.insert(a.key, (a.value, EnvSource::Dotenv));
             }
@@ -289,7 +391,7 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         Some(rule) => {
             outcome.removed.push(RemovedVar {
                 name: name.clone(),
-                source: *source,
+                source: source.clone(),
                 rule: rule.to_string(),
             });
             false
@@ -297,10 +399,17 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         None => true,
     });
 
-    let mut env: BTreeMap<String, String> = vars.into_iter().map(|(k, (v, _))| (k, v)).collect();
-    let pins = runner_pins(manifest, env.get("PATH").map(String::as_str));
+    let current_path = vars
+        .get("PATH")
+        .filter(|(p, _)| !p.is_empty())
+        .map(|(p, source)| (p.clone(), source.clone()));
+    let pins = runner_pins(manifest, current_path.as_ref().map(|(p, _)| p.as_str()));
     for (name, value) in &pins {
-        env.insert((*name).to_string(), value.clone());
+        let source = match &current_path {
+            Some((_, source)) if *name == "PATH" => source.clone(),
+            _ => EnvSource::Pin,
+        };
+        vars.insert((*name).to_string(), (value.clone(), source));
     }
 
     for tree in &manifest.trees {
@@ -320,12 +429,138 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
                     name: name.clone(),
                 });
             }
-            env.insert(name.clone(), value.clone());
+            let source = EnvSource::Plugin(tree.path.clone());
+            vars.insert(name.clone(), (value.clone(), source));
         }
     }
 
-    outcome.env = env.into_iter().collect();
+    check_size(&vars)?;
+    for (name, (value, source)) in vars {
+        outcome.layers.insert(name.clone(), source);
+        outcome.env.push((name, value));
+    }
     Ok(outcome)
+}
+
+/// The size of `NAME=value` as `execve` counts it in the total: the string, its NUL and its
+/// pointer.
+fn exec_cost(name: &str, value: &str) -> usize {
+    name.len() + 1 + value.len() + 1 + std::mem::size_of::<usize>()
+}
+
+/// Refuses an environment `execve` would refuse (`E2BIG`), naming what makes it so.
+fn check_size(vars: &BTreeMap<String, (String, EnvSource)>) -> Result<(), EnvError> {
+    for (name, (value, source)) in vars {
+        let bytes = name.len() + 1 + value.len();
+        if bytes > ENV_MAX_ENTRY_BYTES {
+            return Err(EnvError::EntryTooLong {
+                name: name.clone(),
+                layer: source.clone(),
+                bytes,
+                limit: ENV_MAX_ENTRY_BYTES,
+            });
+        }
+    }
+    let bytes: usize = vars.iter().map(|(n, (v, _))| exec_cost(n, v)).sum();
+    if bytes > ENV_MAX_TOTAL_BYTES {
+        let mut sizes: Vec<(usize, &String, &EnvSource)> = vars
+            .iter()
+            .map(|(n, (v, source))| (exec_cost(n, v), n, source))
+            .collect();
+        sizes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let largest = sizes
+            .iter()
+            .take(5)
+            .map(|(size, name, source)| format!("{name} ({source}, {size} bytes)"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(EnvError::TooLarge {
+            bytes,
+            limit: ENV_MAX_TOTAL_BYTES,
+            largest,
+        });
+    }
+    Ok(())
+}
+
+/// The first line of the generated policy tables in `docs/manifest.md`.
+pub const POLICY_DOC_BEGIN: &str = "<!-- BEGIN env-policy: generated from supervisor/src/env_policy.rs and environment.rs by `PITCREW_UPDATE_DOCS=1 cargo test -p pitcrew-supervisor --lib policy_doc`; edit the code, not these tables -->";
+
+/// The last line of the generated policy tables in `docs/manifest.md`.
+pub const POLICY_DOC_END: &str = "<!-- END env-policy -->";
+
+/// The environment policy as the Markdown tables of `docs/manifest.md` (between
+/// [`POLICY_DOC_BEGIN`] and [`POLICY_DOC_END`]): the pins, the four rule lists and the size
+/// limits, so the documented lists are the code's.
+pub fn policy_doc() -> String {
+    let dirs = RuntimeDirPaths {
+        home: "dirs.home".into(),
+        tmp: "dirs.tmp".into(),
+        config: "dirs.config".into(),
+        sessions: "dirs.sessions".into(),
+    };
+    let mut out = String::from(
+        "#### Pinned by the supervisor\n\n\
+         Set after the harness `env:`, whatever an earlier layer said; a plugin's `env:` may not \
+         set a pin of its runtime.\n\n| name | runtime | value |\n|---|---|---|\n",
+    );
+    for (runtime, pins) in [
+        ("all", common_pins(&dirs, None)),
+        ("pi", pi_pins(&dirs)),
+        ("claude", claude_pins(&dirs)),
+    ] {
+        for (name, value) in pins {
+            let value = if name == "PATH" {
+                format!("the layers' `PATH` when one sets it, else `{value}`")
+            } else {
+                format!("`{value}`")
+            };
+            out.push_str(&format!("| `{name}` | {runtime} | {value} |\n"));
+        }
+    }
+    let sections: [(&str, &[DenyRule]); 4] = [
+        (
+            "#### Stripped from every layer (loader rules)\n\n\
+             Removed from the image's environment, the `.env` and the harness `env:` (each removal \
+             recorded in `env.removed`); refused in the harness `env:`, a plugin's `env:` and \
+             `--pass-env`.",
+            env_policy::LOADER_RULES,
+        ),
+        (
+            "#### Only a trusted layer may set (refused in the `.env` and a plugin's `env:`)\n\n\
+             The image's environment, the harness `env:` and `--pass-env` may set them (except \
+             the pinned and reserved names); a `.env` line is refused by name \
+             (`env.dotenv_refused`), a plugin's `env:` entry is an error. \
+             Only `CLAUDE_CONFIG_DIR` and `PI_CODING_AGENT_DIR` are pinned (in their runtime): when no \
+             trusted layer sets one of the others, it is absent and programs use their default \
+             (under the pinned `HOME`).",
+            env_policy::TRUSTED_ONLY_RULES,
+        ),
+        (
+            "#### Reserved: the harness `env:` may not set (besides the loader rules)",
+            env_policy::SANDBOX_ENV_RULES,
+        ),
+        (
+            "#### Refused in a plugin's `env:` (besides the two lists above)",
+            env_policy::PLUGIN_ENV_RULES,
+        ),
+    ];
+    for (heading, rules) in sections {
+        out.push_str(&format!("\n{heading}\n\n| name | why |\n|---|---|\n"));
+        for rule in rules {
+            let reason = rule.reason.replace('*', "\\*");
+            out.push_str(&format!("| `{}` | {reason} |\n", rule.pattern));
+        }
+    }
+    out.push_str(&format!(
+        "\n#### Size limits\n\n| what | bytes | past it |\n|---|---|---|\n\
+         | the `.env` file | {DOTENV_MAX_BYTES} | the `.env` is refused: exit 125 |\n\
+         | one `NAME=value` of the `.env` | {DOTENV_MAX_ENTRY_BYTES} | the line is refused by name |\n\
+         | all `.env` assignments (`NAME=value` and a NUL each; every one counted, expansions included) | {DOTENV_MAX_TOTAL_BYTES} | later lines are refused by name |\n\
+         | one `NAME=value` of the built environment | {ENV_MAX_ENTRY_BYTES} | exit 125 naming it and its layer |\n\
+         | the built environment (`NAME=value`, a NUL and a pointer each) | {ENV_MAX_TOTAL_BYTES} | exit 125 naming the largest variables and their layers |\n"
+    ));
+    out
 }
 
 /// Reads the `.env` file without following a symlink: `Ok(None)` when it does not exist.
@@ -629,5 +864,238 @@ mod tests {
         assert!(!json.contains(secret), "{json}");
         assert!(json.contains("PYTHONPATH"), "{json}");
         assert_eq!(o.get("OK"), Some(secret));
+    }
+
+    #[test]
+    fn every_name_reserved_as_pinned_is_pinned() {
+        // The harness may not set a name "pinned by the supervisor": it must then really be
+        // pinned, or the reservation is a false promise (SHELL was).
+        let pinned = pinned_names();
+        for rule in env_policy::SANDBOX_ENV_RULES {
+            if rule.reason == env_policy::PINNED {
+                let crate::env_policy::Pattern::Exact(name) = rule.pattern else {
+                    panic!("{rule}: a pinned name is exact");
+                };
+                assert!(
+                    pinned.contains(&name),
+                    "{name} is reserved as pinned but not pinned"
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_env__dotenv_cannot_set_proxy_trust_or_program_names() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(
+            &dotenv,
+            "HTTPS_PROXY=http://planted:1\nhttps_proxy=http://planted:2\n\
+             NODE_EXTRA_CA_CERTS=/planted.pem\nOPENSSL_CONF=/planted.cnf\nSHELL=/planted/sh\n\
+             GIT_SSH_COMMAND=planted\nXDG_CONFIG_HOME=/planted\nPAGER=planted\nOK=1\n",
+        )
+        .unwrap();
+        let m = manifest("claude", Some(&dotenv));
+        let o = build(&m, &base(&[("HTTPS_PROXY", "http://image-proxy:3128")])).unwrap();
+        assert_eq!(o.get("HTTPS_PROXY"), Some("http://image-proxy:3128"));
+        assert_eq!(o.layers["HTTPS_PROXY"], EnvSource::Baseline);
+        for name in [
+            "https_proxy",
+            "NODE_EXTRA_CA_CERTS",
+            "OPENSSL_CONF",
+            "SHELL",
+            "GIT_SSH_COMMAND",
+            "XDG_CONFIG_HOME",
+            "PAGER",
+        ] {
+            assert!(o.get(name).is_none(), "{name} reached the agent");
+        }
+        assert_eq!(o.get("OK"), Some("1"));
+        let named: Vec<(usize, &str)> = o
+            .dotenv_refused
+            .iter()
+            .map(|r| (r.line, r.name.as_deref().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (1, "HTTPS_PROXY"),
+                (2, "https_proxy"),
+                (3, "NODE_EXTRA_CA_CERTS"),
+                (4, "OPENSSL_CONF"),
+                (5, "SHELL"),
+                (6, "GIT_SSH_COMMAND"),
+                (7, "XDG_CONFIG_HOME"),
+                (8, "PAGER")
+            ]
+        );
+        assert!(!serde_json::to_string(&o).unwrap().contains("planted"));
+    }
+
+    #[test]
+    fn trusted_layers_set_proxy_ca_openssl_shell_and_git() {
+        let mut m = manifest("pi", None);
+        m.env
+            .set
+            .insert("HTTPS_PROXY".into(), "http://harness-proxy:3128".into());
+        m.env.set.insert("SHELL".into(), "/bin/bash".into());
+        let o = build(
+            &m,
+            &base(&[
+                ("NODE_EXTRA_CA_CERTS", "/etc/ssl/ca.pem"),
+                ("OPENSSL_CONF", "/etc/ssl/openssl.cnf"),
+                ("GIT_SSH_COMMAND", "ssh -F /etc/ssh/image_config"),
+                ("CLAUDE_CODE_SHELL_PREFIX", "/usr/bin/audit"),
+                ("no_proxy", "localhost"),
+            ]),
+        )
+        .unwrap();
+        assert!(o.removed.is_empty(), "{:?}", o.removed);
+        assert_eq!(o.get("NODE_EXTRA_CA_CERTS"), Some("/etc/ssl/ca.pem"));
+        assert_eq!(o.get("OPENSSL_CONF"), Some("/etc/ssl/openssl.cnf"));
+        assert_eq!(
+            o.get("GIT_SSH_COMMAND"),
+            Some("ssh -F /etc/ssh/image_config")
+        );
+        assert_eq!(o.get("CLAUDE_CODE_SHELL_PREFIX"), Some("/usr/bin/audit"));
+        assert_eq!(o.get("no_proxy"), Some("localhost"));
+        assert_eq!(o.get("HTTPS_PROXY"), Some("http://harness-proxy:3128"));
+        assert_eq!(o.get("SHELL"), Some("/bin/bash"));
+        assert_eq!(o.layers["SHELL"], EnvSource::Harness);
+        assert_eq!(o.layers["OPENSSL_CONF"], EnvSource::Baseline);
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_env__plugin_env_cannot_set_proxy_or_program_names() {
+        for name in [
+            "HTTPS_PROXY",
+            "PAGER",
+            "XDG_CONFIG_HOME",
+            "SHELL",
+            "OPENSSL_CONF",
+        ] {
+            let mut m = manifest("pi", None);
+            m.trees.push(tree_with_env("p", &[(name, "/planted")]));
+            let err = build(&m, &[]).unwrap_err();
+            assert!(matches!(err, EnvError::PluginEnv { .. }), "{name}: {err}");
+            let text = err.to_string();
+            assert!(text.contains(name) && !text.contains("/planted"), "{text}");
+        }
+    }
+
+    #[test]
+    fn layers_name_the_source_of_every_variable() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        std::fs::write(&dotenv, "GREETING=hi\nPATH=/w/bin:$PATH\nHOME=/planted\n").unwrap();
+        let mut m = manifest("pi", Some(&dotenv));
+        m.env.set.insert("LANG".into(), "C.UTF-8".into());
+        m.trees.push(tree_with_env("a", &[("LEVEL", "3")]));
+        let o = build(&m, &base(&[("IMAGE", "x"), ("PATH", "/usr/bin")])).unwrap();
+        assert_eq!(o.layers["IMAGE"], EnvSource::Baseline);
+        assert_eq!(o.layers["GREETING"], EnvSource::Dotenv);
+        // The pin kept the `.env`'s PATH: the record says so.
+        assert_eq!(o.get("PATH"), Some("/w/bin:/usr/bin"));
+        assert_eq!(o.layers["PATH"], EnvSource::Dotenv);
+        assert_eq!(o.layers["LANG"], EnvSource::Harness);
+        assert_eq!(o.layers["HOME"], EnvSource::Pin);
+        assert_eq!(o.layers["PI_OFFLINE"], EnvSource::Pin);
+        assert_eq!(o.layers["LEVEL"], EnvSource::Plugin("/t/a".into()));
+        let names: Vec<&String> = o.env.iter().map(|(k, _)| k).collect();
+        let listed: Vec<&String> = o.layers.keys().collect();
+        assert_eq!(names, listed);
+        let json = serde_json::to_value(&o).unwrap();
+        assert_eq!(json["layers"]["LEVEL"], "plugin:/t/a");
+        assert_eq!(json["layers"]["HOME"], "pin");
+        // No layer sets PATH: the default is the pin's.
+        let o = build(&manifest("command", None), &[]).unwrap();
+        assert_eq!(o.layers["PATH"], EnvSource::Pin);
+        for text in ["baseline", "dotenv", "harness", "pin", "plugin:/x/y"] {
+            let layer = EnvSource::try_from(text.to_string()).unwrap();
+            assert_eq!(layer.to_string(), text);
+        }
+        assert!(EnvSource::try_from("image".to_string()).is_err());
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_env__dotenv_sizes_are_refused_by_name_within_the_limits() {
+        let (_t, dir) = tmp();
+        let dotenv = dir.join(".env");
+        let mut text = format!("BIG={}\nA={}\n", "b".repeat(200_000), "a".repeat(60_000));
+        for i in 0..40 {
+            text.push_str(&format!("X{i}=$A\n"));
+        }
+        std::fs::write(&dotenv, text).unwrap();
+        let m = manifest("command", Some(&dotenv));
+        let o = build(&m, &[]).unwrap();
+        assert!(o.get("BIG").is_none());
+        let big = &o.dotenv_refused[0];
+        assert_eq!((big.line, big.name.as_deref()), (1, Some("BIG")));
+        assert!(big.reason.contains(&DOTENV_MAX_ENTRY_BYTES.to_string()));
+        // A and three copies fit the .env's total; the fourth copy and the rest are refused.
+        assert!(o.get("X2").is_some() && o.get("X3").is_none());
+        let total = &o.dotenv_refused[1];
+        assert_eq!((total.line, total.name.as_deref()), (6, Some("X3")));
+        assert!(total.reason.contains(&DOTENV_MAX_TOTAL_BYTES.to_string()));
+        assert_eq!(o.dotenv_refused.len(), 1 + 37);
+        let size: usize = o.env.iter().map(|(k, v)| exec_cost(k, v)).sum();
+        assert!(size <= ENV_MAX_TOTAL_BYTES, "{size}");
+    }
+
+    #[test]
+    fn an_environment_execve_would_refuse_is_an_error_naming_it() {
+        let mut m = manifest("command", None);
+        m.env.set.insert("HUGE".into(), "h".repeat(140_000));
+        let err = build(&m, &[]).unwrap_err();
+        assert!(
+            matches!(&err, EnvError::EntryTooLong { name, layer: EnvSource::Harness, .. } if name == "HUGE"),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("HUGE (set by harness)"), "{text}");
+        assert!(!text.contains("hhhh"), "{text}");
+
+        let many: Vec<(String, String)> = (0..8)
+            .map(|i| (format!("IMG{i}"), "i".repeat(100_000)))
+            .collect();
+        let err = build(&manifest("command", None), &many).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, EnvError::TooLarge { .. }), "{text}");
+        assert!(
+            text.contains("IMG0 (baseline, 100014 bytes)")
+                && text.contains("over the limit of 524288"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn policy_doc_in_manifest_md_is_generated_from_the_code() {
+        // docs/manifest.md carries the pins, the rule lists and the limits between two markers;
+        // they must be what the code enforces. PITCREW_UPDATE_DOCS=1 rewrites them.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/manifest.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let begin = text
+            .find(POLICY_DOC_BEGIN)
+            .map(|i| i + POLICY_DOC_BEGIN.len() + 1)
+            .expect("docs/manifest.md has no env-policy begin marker");
+        let end = text
+            .find(POLICY_DOC_END)
+            .expect("docs/manifest.md has no env-policy end marker");
+        let expected = policy_doc();
+        if text[begin..end] != expected {
+            if std::env::var("PITCREW_UPDATE_DOCS").as_deref() == Ok("1") {
+                let updated = format!("{}{expected}{}", &text[..begin], &text[end..]);
+                std::fs::write(&path, updated).unwrap();
+            } else {
+                panic!(
+                    "the env-policy tables of docs/manifest.md differ from the code; run \
+                     PITCREW_UPDATE_DOCS=1 cargo test -p pitcrew-supervisor --lib policy_doc\n\
+                     expected:\n{expected}"
+                );
+            }
+        }
     }
 }

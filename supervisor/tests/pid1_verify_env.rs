@@ -1,7 +1,11 @@
 //! Verification and environment as seen from outside and from inside the agent: a tree changed
 //! after the manifest was made fails with 96 and names the path, an adapter with 97, a config
 //! with 98, and nothing is launched; loader variables planted in the baseline or the `.env`
-//! never reach the agent, and `JITI_FS_CACHE=false` does.
+//! never reach the agent, and `JITI_FS_CACHE=false` does; proxy, TLS-trust and program-choosing
+//! variables reach it from the trusted layers (the image's environment, the harness `env:`) and
+//! never from the untrusted ones (the `.env`, a plugin's `env:`); an over-long `.env` is refused
+//! by name instead of breaking every launch; the record names each variable's layer.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 mod common;
 use common::{require_root_and_namespaces, Sandbox};
@@ -36,7 +40,7 @@ fn plugin_tree(sandbox: &Sandbox) -> std::path::PathBuf {
 }
 
 #[test]
-fn a_tree_changed_after_the_manifest_fails_96_and_names_the_path() {
+fn attack_verified_trees__a_tree_changed_after_the_manifest_fails_96_and_names_the_path() {
     if !require_root_and_namespaces() {
         return;
     }
@@ -187,7 +191,7 @@ fn an_untouched_sandbox_verifies_and_launches() {
 }
 
 #[test]
-fn loader_variables_never_reach_the_agent() {
+fn attack_env__loader_variables_never_reach_the_agent() {
     if !require_root_and_namespaces() {
         return;
     }
@@ -324,4 +328,353 @@ fn a_path_planted_through_dotenv_never_picks_the_agents_interpreter() {
         fs::read_to_string(&out).expect("agent output"),
         "real agent ran\n"
     );
+}
+
+/// The agent's environment as it printed it (`env > $W/env`): (name, value) pairs.
+fn agent_env(sandbox: &Sandbox) -> Vec<(String, String)> {
+    let text = fs::read_to_string(sandbox.workdir.join("env")).expect("agent env");
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn value_of<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// A sandbox whose agent prints its environment, with the `.env` at `$W/.env` holding `dotenv`.
+fn env_printing_sandbox(dotenv: &str) -> Sandbox {
+    let mut sandbox = Sandbox::sh("env > $W/env");
+    let path = sandbox.workdir.join(".env");
+    fs::write(&path, dotenv).expect("write .env");
+    sandbox.manifest["env"] = json!({"dotenv": path});
+    sandbox
+}
+
+/// The `.env` refusals of a record as (line, name, reason).
+fn dotenv_refusals(record: &Value) -> Vec<(u64, String, String)> {
+    record["env"]["dotenv_refused"]
+        .as_array()
+        .expect("dotenv_refused")
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap_or(0),
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Plants each `(name, value)` in a `.env` (one line each, in order) and checks that none
+/// reaches the agent, that each is refused by name on its line, and that no value is recorded.
+fn assert_dotenv_names_refused(planted: &[(&str, &str)]) {
+    let mut dotenv = String::from("# written by an earlier iteration\nGREETING=kept\n");
+    for (name, value) in planted {
+        dotenv.push_str(&format!("export {name}='{value}'\n"));
+    }
+    let sandbox = env_printing_sandbox(&dotenv);
+    let run = sandbox.run_pid1();
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    assert_eq!(value_of(&env, "GREETING"), Some("kept"), "{env:?}");
+    for (name, value) in planted {
+        assert!(
+            !env.iter().any(|(_, v)| v == value),
+            "{name}={value} reached the agent: {env:?}"
+        );
+    }
+    let refusals = dotenv_refusals(&run.record);
+    for (i, (name, _)) in planted.iter().enumerate() {
+        let line = i as u64 + 3;
+        assert!(
+            refusals
+                .iter()
+                .any(|(l, n, reason)| *l == line && n == name && !reason.is_empty()),
+            "{name} (line {line}) not refused by name: {refusals:?}"
+        );
+    }
+    let text = run.record.to_string();
+    for (_, value) in planted {
+        assert!(
+            !text.contains(value),
+            "a value leaked into the record: {text}"
+        );
+    }
+}
+
+#[test]
+fn attack_env__dotenv_https_proxy_and_ca_are_refused() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // An earlier iteration routes the runtime's model traffic, API key included, through a proxy
+    // it runs, and makes the runtime trust that proxy's certificate.
+    assert_dotenv_names_refused(&[
+        ("HTTPS_PROXY", "http://127.0.0.1:9/planted-upper"),
+        ("https_proxy", "http://127.0.0.1:9/planted-lower"),
+        ("ALL_PROXY", "socks5://127.0.0.1:9/planted-all"),
+        ("NO_PROXY", "planted-no-proxy"),
+        ("NODE_USE_ENV_PROXY", "planted-1"),
+        ("NODE_EXTRA_CA_CERTS", "/tmp/planted-ca.pem"),
+        ("NODE_TLS_REJECT_UNAUTHORIZED", "planted-0"),
+        ("SSL_CERT_FILE", "/tmp/planted-cert.pem"),
+        ("REQUESTS_CA_BUNDLE", "/tmp/planted-bundle.pem"),
+        ("OPENSSL_CONF", "/tmp/planted-openssl.cnf"),
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/planted-base-url"),
+    ]);
+}
+
+#[test]
+fn attack_env__dotenv_shell_and_git_ssh_command_are_refused() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // An earlier iteration chooses the program the runtime runs for every tool call.
+    assert_dotenv_names_refused(&[
+        ("SHELL", "/tmp/planted-shell"),
+        ("CLAUDE_CODE_SHELL", "/tmp/planted-claude-shell"),
+        ("CLAUDE_CODE_SHELL_PREFIX", "/tmp/planted-prefix"),
+        ("GIT_SSH_COMMAND", "/tmp/planted-ssh"),
+        ("GIT_CONFIG_GLOBAL", "/tmp/planted-gitconfig"),
+        ("GIT_PAGER", "/tmp/planted-git-pager"),
+        ("PAGER", "/tmp/planted-pager"),
+        ("EDITOR", "/tmp/planted-editor"),
+        ("LESSOPEN", "|/tmp/planted-lessopen %s"),
+        ("ZDOTDIR", "/tmp/planted-zdotdir"),
+        ("XDG_CONFIG_HOME", "/tmp/planted-xdg"),
+        ("RIPGREP_CONFIG_PATH", "/tmp/planted-rgrc"),
+        ("CLAUDE_CONFIG_DIR", "/tmp/planted-claude-config"),
+    ]);
+}
+
+#[test]
+fn attack_env__dotenv_provider_config_files_and_endpoints_are_refused() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The provider's own configuration, one step removed from `*_BASE_URL`: an AWS config file
+    // with `endpoint_url` (pi's Bedrock client sent the operator's bearer key there), Azure's
+    // resource name (it becomes the host), Google's credentials file and metadata server.
+    assert_dotenv_names_refused(&[
+        ("AWS_CONFIG_FILE", "/tmp/planted-aws-config"),
+        ("AWS_PROFILE", "evil"),
+        ("AZURE_OPENAI_RESOURCE_NAME", "evil.example/x#"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "/tmp/planted-gcp.json"),
+        ("GCE_METADATA_HOST", "127.0.0.1:9"),
+        ("OPENAI_ORG_ID", "planted"),
+    ]);
+}
+
+#[test]
+fn attack_env__dotenv_cannot_replace_the_images_proxy() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The image routes traffic through its own proxy; the `.env` tries to swap it for its own.
+    let sandbox = env_printing_sandbox(
+        "HTTPS_PROXY=http://127.0.0.1:9/planted\nNODE_EXTRA_CA_CERTS=/tmp/planted.pem\n",
+    );
+    let run = sandbox.run_pid1_with_env(&[
+        ("HTTPS_PROXY", "http://proxy.image.example:3128"),
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem"),
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    assert_eq!(
+        value_of(&env, "HTTPS_PROXY"),
+        Some("http://proxy.image.example:3128"),
+        "{env:?}"
+    );
+    assert_eq!(
+        value_of(&env, "NODE_EXTRA_CA_CERTS"),
+        Some("/etc/ssl/image-ca.pem"),
+        "{env:?}"
+    );
+    assert_eq!(run.record["env"]["layers"]["HTTPS_PROXY"], "baseline");
+    let names: Vec<String> = dotenv_refusals(&run.record)
+        .into_iter()
+        .map(|(_, n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        ["HTTPS_PROXY", "NODE_EXTRA_CA_CERTS"],
+        "{}",
+        run.record
+    );
+}
+
+#[test]
+fn the_images_and_the_harness_proxy_ca_shell_and_git_variables_reach_the_agent() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // Trusted layers: the image's environment (an image behind a TLS-inspecting proxy needs its
+    // CA and OpenSSL settings) and the operator's harness `env:`.
+    let mut sandbox = Sandbox::sh("env > $W/env");
+    sandbox.manifest["env"] = json!({"set": {
+        "NO_PROXY": "localhost,127.0.0.1",
+        "NODE_USE_ENV_PROXY": "1",
+        "SSL_CERT_DIR": "/etc/ssl/certs",
+    }});
+    let baseline = [
+        ("HTTPS_PROXY", "http://proxy.image.example:3128"),
+        ("https_proxy", "http://proxy.image.example:3128"),
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem"),
+        ("OPENSSL_CONF", "/etc/ssl/image-openssl.cnf"),
+        ("SHELL", "/bin/bash"),
+        ("GIT_SSH_COMMAND", "ssh -o StrictHostKeyChecking=yes"),
+        ("GIT_CONFIG_GLOBAL", "/etc/image-gitconfig"),
+        ("CLAUDE_CODE_SHELL_PREFIX", "/usr/local/bin/audit-wrap"),
+    ];
+    let run = sandbox.run_pid1_with_env(&baseline);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    for (name, value) in baseline {
+        assert_eq!(value_of(&env, name), Some(value), "{name}: {env:?}");
+        assert_eq!(run.record["env"]["layers"][name], "baseline", "{name}");
+    }
+    for (name, value) in [
+        ("NO_PROXY", "localhost,127.0.0.1"),
+        ("NODE_USE_ENV_PROXY", "1"),
+        ("SSL_CERT_DIR", "/etc/ssl/certs"),
+    ] {
+        assert_eq!(value_of(&env, name), Some(value), "{name}: {env:?}");
+        assert_eq!(run.record["env"]["layers"][name], "harness", "{name}");
+    }
+    let removed = run.record["env"]["removed"].to_string();
+    for (name, _) in baseline {
+        assert!(!removed.contains(&format!("\"{name}\"")), "{removed}");
+    }
+}
+
+#[test]
+fn attack_env__plugin_env_pager_xdg_and_ripgrep_config_are_refused() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // A plugin's `env:` comes with the plugin tree: it may not choose programs either.
+    for name in ["PAGER", "XDG_CONFIG_HOME", "RIPGREP_CONFIG_PATH", "BROWSER"] {
+        let mut sandbox = Sandbox::sh(MARK_LAUNCH);
+        let tree = plugin_tree(&sandbox);
+        let mut pin = tree_pin("hello", &tree);
+        pin["env"] = json!({name: "/tmp/planted"});
+        sandbox.manifest["trees"] = json!([pin]);
+        let run = sandbox.run_pid1();
+        assert_eq!(run.code, 125, "{name}: {}\n{}", run.record, run.stderr);
+        let reason = run.record["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(name) && reason.contains("env"),
+            "{name}: {reason}"
+        );
+        assert!(
+            !sandbox.workdir.join("launched").exists(),
+            "{name}: the agent ran"
+        );
+    }
+}
+
+#[test]
+fn attack_env__dotenv_overlong_value_is_refused_not_126() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // 200,000 bytes: over the kernel's 131,072 per string, so execve would fail with E2BIG and
+    // every later iteration would exit 126 ("Argument list too long").
+    let dotenv = format!("BIG={}\nSMALL=ok\n", "a".repeat(200_000));
+    let sandbox = env_printing_sandbox(&dotenv);
+    let run = sandbox.run_pid1();
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    assert_eq!(value_of(&env, "SMALL"), Some("ok"));
+    assert_eq!(value_of(&env, "BIG"), None);
+    let refusals = dotenv_refusals(&run.record);
+    assert!(
+        refusals
+            .iter()
+            .any(|(l, n, r)| *l == 1 && n == "BIG" && r.contains("65536")),
+        "{refusals:?}"
+    );
+}
+
+#[test]
+fn attack_env__dotenv_expansion_past_the_total_is_refused_not_126() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // A 1 MiB `.env` can still expand to megabytes: 60 copies of a 60,000-byte value would be
+    // 3.6 MB of environment, past ARG_MAX.
+    let mut dotenv = format!("A={}\n", "a".repeat(60_000));
+    for i in 0..60 {
+        dotenv.push_str(&format!("B{i}=$A\n"));
+    }
+    dotenv.push_str("LAST=small\n");
+    let sandbox = env_printing_sandbox(&dotenv);
+    let run = sandbox.run_pid1();
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    assert_eq!(value_of(&env, "A").map(str::len), Some(60_000));
+    assert_eq!(value_of(&env, "B59"), None);
+    let refusals = dotenv_refusals(&run.record);
+    assert!(
+        refusals
+            .iter()
+            .any(|(l, n, r)| *l == 61 && n == "B59" && r.contains("262144")),
+        "{refusals:?}"
+    );
+}
+
+#[test]
+fn the_record_names_the_layer_of_every_variable() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut sandbox = env_printing_sandbox("GREETING=from-dotenv\nPATH=/opt/x/bin:$PATH\n");
+    let tree = plugin_tree(&sandbox);
+    let mut pin = tree_pin("hello", &tree);
+    pin["env"] = json!({"LEVEL": "3"});
+    sandbox.manifest["trees"] = json!([pin]);
+    sandbox.manifest["env"]["set"] = json!({"LANG": "C.UTF-8"});
+    let run = sandbox.run_pid1_with_env(&[("IMAGE_VAR", "image-value")]);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let layers = &run.record["env"]["layers"];
+    assert_eq!(layers["IMAGE_VAR"], "baseline", "{layers}");
+    assert_eq!(layers["GREETING"], "dotenv", "{layers}");
+    assert_eq!(layers["PATH"], "dotenv", "{layers}");
+    assert_eq!(layers["LANG"], "harness", "{layers}");
+    assert_eq!(layers["HOME"], "pin", "{layers}");
+    assert_eq!(layers["JITI_FS_CACHE"], "pin", "{layers}");
+    assert_eq!(
+        layers["LEVEL"],
+        format!("plugin:{}", tree.display()),
+        "{layers}"
+    );
+    // Exactly the agent's names (as far as `sh` passes them on: it adds PWD and drops names
+    // that are not shell identifiers), and never a value.
+    let shell_name = |n: &&str| {
+        *n != "PWD"
+            && n.bytes().next().is_some_and(|b| !b.is_ascii_digit())
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    let env = agent_env(&sandbox);
+    let mut names: Vec<&str> = env
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(shell_name)
+        .collect();
+    names.sort_unstable();
+    let listed: Vec<&str> = layers
+        .as_object()
+        .expect("layers")
+        .keys()
+        .map(String::as_str)
+        .filter(shell_name)
+        .collect();
+    assert_eq!(listed, names);
+    let text = layers.to_string();
+    for value in ["from-dotenv", "image-value", "/opt/x/bin", "C.UTF-8"] {
+        assert!(!text.contains(value), "{text}");
+    }
 }
