@@ -1,12 +1,19 @@
 //! Collected iteration records on the host: a `collect` tar stream unpacked with the one safe
 //! unpack rule both binaries share (`pitcrew_core::unpack`: no absolute paths, `..`, links,
 //! devices, fifos or bad names; staged, then renamed), owner-only: a record holds what the
-//! agent saw and wrote (prompts, transcripts, output), which is nobody else's to read.
+//! agent saw and wrote (prompts, transcripts, output), which is nobody else's to read. The
+//! unpack creates every entry relative to its directory's descriptor, so a record whose entry
+//! paths reach the 4096 bytes the supervisor lets through unpacks below a run directory of any
+//! depth (the full path may exceed `PATH_MAX`).
 
 use crate::engine::Connection;
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use pitcrew_core::unpack::{unpack_tar, UnpackLimits};
-use std::path::Path;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
 
 /// How a collected record is unpacked: the default limits, owner-only modes.
 fn record_limits() -> UnpackLimits {
@@ -31,9 +38,158 @@ pub fn collect_into(
     res.map_err(|e| conn.explain(e))
 }
 
+/// How many times one component of the records directory is created before giving up.
+const ATTEMPTS: usize = 3;
+
+fn dir_flags() -> OFlags {
+    OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
+/// Opens (creating it when missing) the run directory `<output>/<run_id>` below the harness
+/// directory `base`, one component at a time with `openat(O_NOFOLLOW)`: a symlink or a
+/// non-directory anywhere below `base` is refused with its path, so records never land outside
+/// the harness directory, whatever was planted there since validation (the harness `validation:`
+/// command runs on the host between iterations). Returns the path and an `O_PATH` descriptor of
+/// the directory that was checked.
+pub fn open_run_dir(
+    base: &Path,
+    output: &Path,
+    run_id: &str,
+) -> anyhow::Result<(PathBuf, OwnedFd)> {
+    let rel = output.strip_prefix(base).with_context(|| {
+        format!(
+            "output {}: not inside the harness directory {}",
+            output.display(),
+            base.display()
+        )
+    })?;
+    let mut names = Vec::new();
+    for component in rel.components().chain([Component::Normal(run_id.as_ref())]) {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            _ => bail!(
+                "output {}: only plain names below the harness directory",
+                output.display()
+            ),
+        }
+    }
+    let mut dir = rustix::fs::open(
+        base,
+        OFlags::DIRECTORY | OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("{}: open the harness directory", base.display()))?;
+    let mut reached = base.to_path_buf();
+    for name in names {
+        reached.push(name);
+        let mut attempts = 0;
+        dir = loop {
+            attempts += 1;
+            if attempts > ATTEMPTS {
+                bail!(
+                    "output {}: changed {ATTEMPTS} times while being created",
+                    reached.display()
+                );
+            }
+            match rustix::fs::openat(&dir, name, dir_flags(), Mode::empty()) {
+                Ok(fd) => break fd,
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => bail!("output {}: create: {e}", reached.display()),
+                    }
+                }
+                Err(err) => {
+                    let what = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                            FileType::Symlink => "a symlink",
+                            FileType::Directory => "",
+                            _ => "not a directory",
+                        },
+                        Err(_) => "",
+                    };
+                    if what.is_empty() {
+                        bail!("output {}: {err}", reached.display());
+                    }
+                    bail!(
+                        "output {} is {what}: records are written only to real directories inside \
+                         the harness directory {} (links are not followed)",
+                        reached.display(),
+                        base.display()
+                    );
+                }
+            }
+        };
+    }
+    Ok((reached, dir))
+}
+
+/// Writes `name` in the directory `dir` (from [`open_run_dir`]) without following a link
+/// planted under that name.
+pub fn write_in(dir: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    std::fs::File::from(fd).write_all(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_output_path__a_run_dir_below_a_symlink_is_never_created() {
+        let harness = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(harness.path()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        // `runs` planted as a link to a directory outside, after validation.
+        std::os::unix::fs::symlink(outside.path(), base.join("runs")).unwrap();
+        let err = open_run_dir(&base, &base.join("runs"), "r1").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "output {} is a symlink: records are written only to real directories inside the harness directory {} (links are not followed)",
+                base.join("runs").display(),
+                base.display()
+            )
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        // A link as the run directory itself, or deeper, is refused the same way.
+        std::fs::remove_file(base.join("runs")).unwrap();
+        std::fs::create_dir_all(base.join("runs/a")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), base.join("runs/a/r1")).unwrap();
+        let err = open_run_dir(&base, &base.join("runs/a"), "r1").unwrap_err();
+        assert!(err.to_string().contains("r1 is a symlink"), "{err}");
+        std::fs::write(base.join("runs/file"), b"x").unwrap();
+        let err = open_run_dir(&base, &base.join("runs/file/x"), "r1").unwrap_err();
+        assert!(err.to_string().contains("file is not a directory"), "{err}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_run_dir_is_created_and_files_are_written_without_following_links() {
+        let harness = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(harness.path()).unwrap();
+        let (path, dir) = open_run_dir(&base, &base.join("./out/records"), "r1").unwrap();
+        assert_eq!(path, base.join("out/records/r1"));
+        assert!(path.is_dir());
+        // Again: it exists now, and opening it is fine.
+        open_run_dir(&base, &base.join("out/records"), "r1").unwrap();
+        write_in(&dir, "run.json", b"{}").unwrap();
+        assert_eq!(std::fs::read(path.join("run.json")).unwrap(), b"{}");
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        std::fs::remove_file(path.join("run.json")).unwrap();
+        std::os::unix::fs::symlink(&target, path.join("run.json")).unwrap();
+        assert!(write_in(&dir, "run.json", b"{}").is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    }
 
     #[test]
     fn records_become_owner_only() {
@@ -60,5 +216,47 @@ mod tests {
         assert_eq!(mode("result.json"), 0o600);
         assert_eq!(mode("output/sub"), 0o700);
         assert_eq!(mode("output/sub/tool"), 0o700);
+    }
+
+    #[test]
+    fn a_record_with_paths_near_the_limit_unpacks_below_a_deep_run_dir() {
+        use std::os::fd::AsFd as _;
+        // The run directory's own path (~2000 bytes) plus an entry of ~4050 bytes: over
+        // PATH_MAX as a full path, yet the record arrives whole.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut run_dir = tmp.path().to_path_buf();
+        for i in 0..8 {
+            run_dir.push(format!("{i}{}", "r".repeat(240)));
+        }
+        let name = "n".repeat(255);
+        let deep: String = (0..15).map(|_| format!("{name}/")).collect();
+        let entry = format!("output/{deep}{}", "f".repeat(200));
+        assert!(entry.len() > 4000 && entry.len() <= pitcrew_core::unpack::MAX_PATH_LEN);
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, data) in [("result.json", &b"{}"[..]), (entry.as_str(), &b"deep"[..])] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            b.append_data(&mut h, path, data).unwrap();
+        }
+        let bytes = b.into_inner().unwrap();
+        let dest = run_dir.join("iteration-1");
+        unpack_tar(&bytes[..], &dest, &record_limits(), None).unwrap();
+        assert_eq!(std::fs::read(dest.join("result.json")).unwrap(), b"{}");
+        let mut dir = pitcrew_core::bounded_tree::open_dir(&dest.join("output")).unwrap();
+        for _ in 0..15 {
+            dir = pitcrew_core::bounded_tree::open_dir_at(dir.as_fd(), name.as_ref()).unwrap();
+        }
+        let f = rustix::fs::openat(
+            &dir,
+            "f".repeat(200).as_str(),
+            OFlags::RDONLY,
+            Mode::empty(),
+        );
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(f.unwrap()), &mut text).unwrap();
+        assert_eq!(text, "deep");
+        pitcrew_core::bounded_tree::remove_path(&dest).unwrap();
     }
 }

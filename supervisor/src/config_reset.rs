@@ -6,13 +6,17 @@
 //! (`settings.json`, `models.json`, `skills/`, `.claude.json`, `agents/` …) without a digest the
 //! host computed. Every entry that is not a pinned file (`files[]` below the directory), an
 //! ancestor directory of one, or the sessions directory (`dirs.sessions`, whose *contents* are
-//! removed) is removed, without following symlinks. Pinned files are left exactly as they are:
+//! removed) is removed, without following symlinks, at any depth, in a bounded number of
+//! descriptors ([`crate::bounded_tree`]). Pinned files are left exactly as they are:
 //! verification, which runs next, reports any that changed (exit 98 for a config).
 
+use crate::bounded_tree::{self, TreeError};
 use crate::manifest::Manifest;
+use rustix::fs::{Dir, FileType};
 use std::collections::BTreeSet;
-use std::fs;
-use std::io;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 
 /// Most removed paths named in the record (the count is always exact).
@@ -34,18 +38,32 @@ fn below(dir: &Path, path: &Path) -> Option<PathBuf> {
     (normal && !rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
 }
 
+fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> TreeError {
+    TreeError::Io {
+        path: path.display().to_string(),
+        op,
+        source: err.into(),
+    }
+}
+
 /// Brings `dirs.config` back to the pinned files (see the module docs). A missing config
 /// directory, or one that is not a directory, is left alone (verification then reports the
 /// pinned files it cannot find). Errors name the path.
-pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
+///
+/// Everything is done relative to directory descriptors, and what is removed is removed with
+/// [`bounded_tree::remove_at`]: a tree of any depth the agent built goes in a bounded number of
+/// descriptors and bounded memory, without following a symlink.
+pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
     let mut report = ResetReport::default();
     let Some(config) = manifest.dirs.config.as_deref().map(Path::new) else {
         return Ok(report);
     };
-    match fs::symlink_metadata(config) {
-        Ok(meta) if meta.is_dir() => {}
-        _ => return Ok(report),
-    }
+    // The last component is not followed; a config dir that is a link or a file is left to
+    // verification.
+    let root = match bounded_tree::open_dir(config) {
+        Ok(fd) => fd,
+        Err(_) => return Ok(report),
+    };
     let pinned: BTreeSet<PathBuf> = manifest
         .files
         .iter()
@@ -65,36 +83,39 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
             }
         }
     }
+    // Kept directories still to read: their path below the config dir. Only the host's pinned
+    // paths are ever kept, so this holds at most as many as the manifest names.
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let dir = config.join(&rel);
-        let entries = fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-            let rel = rel.join(entry.file_name());
-            let path = config.join(&rel);
-            let is_dir = entry
-                .file_type()
-                .map_err(|e| format!("{}: {e}", path.display()))?
-                .is_dir();
+        let dir_path = config.join(&rel);
+        let dir = open_below(root.as_fd(), &rel).map_err(|e| io_error(&dir_path, "open", e))?;
+        let mut entries = listing(&dir, &dir_path)?;
+        while let Some(entry) = entries.read() {
+            let entry = entry.map_err(|e| io_error(&dir_path, "read directory", e))?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if matches!(name.as_bytes(), b"." | b"..") {
+                continue;
+            }
+            let rel = rel.join(name);
             if pinned.contains(&rel) {
                 continue;
             }
+            // Never followed: a link to a directory is a link.
+            let is_dir = kind(dir.as_fd(), name, &entry) == FileType::Directory;
             if is_dir && sessions.as_ref() == Some(&rel) {
                 // The sessions directory stays (a writable root), emptied.
-                for child in fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))? {
-                    let child = child.map_err(|e| format!("{}: {e}", path.display()))?;
-                    // `DirEntry::file_type` does not follow a symlink.
-                    let is_dir = child
-                        .file_type()
-                        .map_err(|e| format!("{}: {e}", child.path().display()))?
-                        .is_dir();
-                    remove(
-                        &child.path(),
-                        &rel.join(child.file_name()),
-                        is_dir,
-                        &mut report,
-                    )?;
+                let path = config.join(&rel);
+                let sessions_dir = bounded_tree::open_dir_at(dir.as_fd(), name)
+                    .map_err(|e| io_error(&path, "open", e))?;
+                let mut children = listing(&sessions_dir, &path)?;
+                while let Some(child) = children.read() {
+                    let child = child.map_err(|e| io_error(&path, "read directory", e))?;
+                    let child = OsStr::from_bytes(child.file_name().to_bytes());
+                    if matches!(child.as_bytes(), b"." | b"..") {
+                        continue;
+                    }
+                    let shown = rel.join(child);
+                    remove(sessions_dir.as_fd(), &path, child, &shown, &mut report)?;
                 }
                 continue;
             }
@@ -102,25 +123,54 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, String> {
                 stack.push(rel);
                 continue;
             }
-            remove(&path, &rel, is_dir, &mut report)?;
+            remove(dir.as_fd(), &dir_path, name, &rel, &mut report)?;
         }
     }
     Ok(report)
 }
 
-/// Removes one entry without following a symlink (a directory with everything in it);
-/// `is_dir` is what `lstat` said of it.
-fn remove(path: &Path, rel: &Path, is_dir: bool, report: &mut ResetReport) -> Result<(), String> {
-    // `remove_dir_all` does not follow symlinks (it removes the link itself).
-    let res: io::Result<()> = if is_dir {
-        fs::remove_dir_all(path)
-    } else {
-        fs::remove_file(path)
-    };
-    res.map_err(|e| format!("{}: remove: {e}", path.display()))?;
+/// Opens the kept directory `rel` below the config dir, one component at a time, never
+/// through a symlink.
+fn open_below(root: BorrowedFd<'_>, rel: &Path) -> std::io::Result<OwnedFd> {
+    let mut dir = bounded_tree::open_dir_at(root, OsStr::new("."))?;
+    for name in rel.iter() {
+        dir = bounded_tree::open_dir_at(dir.as_fd(), name)?;
+    }
+    Ok(dir)
+}
+
+/// A directory stream over `dir` (its own descriptor, so `dir` stays usable for `*at` calls).
+fn listing(dir: &OwnedFd, path: &Path) -> Result<Dir, TreeError> {
+    let fd = bounded_tree::open_dir_at(dir.as_fd(), OsStr::new("."))
+        .map_err(|e| io_error(path, "open", e))?;
+    Dir::new(fd).map_err(|e| io_error(path, "read directory", e))
+}
+
+/// The type of `entry` in `dir`, from the directory entry or `fstatat(AT_SYMLINK_NOFOLLOW)`.
+fn kind(dir: BorrowedFd<'_>, name: &OsStr, entry: &rustix::fs::DirEntry) -> FileType {
+    match entry.file_type() {
+        FileType::Unknown => rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
+        known => known,
+    }
+}
+
+/// Removes the entry `name` of `dir` (at `dir_path`) without following a symlink: a directory
+/// with everything in it, at any depth. `shown` is its path below the config dir, for the report.
+fn remove(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &OsStr,
+    shown: &Path,
+    report: &mut ResetReport,
+) -> Result<(), TreeError> {
+    let removed = bounded_tree::remove_at(dir, name, &dir_path.display().to_string())?;
+    if removed == 0 {
+        return Ok(());
+    }
     report.count += 1;
     if report.removed.len() < NAMED {
-        report.removed.push(rel.display().to_string());
+        report.removed.push(shown.display().to_string());
     }
     Ok(())
 }
@@ -129,6 +179,7 @@ fn remove(path: &Path, rel: &Path, is_dir: bool, report: &mut ResetReport) -> Re
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::fs;
 
     fn manifest(config: &Path, sessions: Option<&Path>, pinned: &[&Path]) -> Manifest {
         let files: Vec<_> = pinned
@@ -204,5 +255,41 @@ mod tests {
         // No config dir, or none in the manifest: nothing happens.
         let m = manifest(&tmp.path().join("absent"), None, &[]);
         assert_eq!(reset(&m).unwrap().count, 0);
+    }
+
+    /// A chain of `depth` directories named `d` below `top`, built with relative steps (its
+    /// full path is far over `PATH_MAX`).
+    fn chain(top: &Path, depth: usize) {
+        fs::create_dir_all(top).unwrap();
+        let mut dir = bounded_tree::open_dir(top).unwrap();
+        for _ in 0..depth {
+            rustix::fs::mkdirat(&dir, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+            dir = bounded_tree::open_dir_at(dir.as_fd(), OsStr::new("d")).unwrap();
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn deep_trees_in_the_config_and_sessions_dirs_go_with_a_few_descriptors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = tmp.path().join("config");
+        fs::create_dir_all(c.join("sessions")).unwrap();
+        fs::write(c.join("settings.json"), "{}").unwrap();
+        chain(&c.join("deep"), 30_000);
+        chain(&c.join("sessions/deep"), 1_500);
+        let m = manifest(&c, Some(&c.join("sessions")), &[&c.join("settings.json")]);
+        bounded_tree::test_support::with_fd_limit(64, || match reset(&m) {
+            Ok(r) if r.count == 2 => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+        let left: Vec<_> = fs::read_dir(&c)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let sessions_left = fs::read_dir(c.join("sessions")).unwrap().count();
+        // Whatever happened, nothing deep is left for the temp dir's recursive removal.
+        let _ = bounded_tree::remove_path(&c);
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert_eq!(sessions_left, 0);
     }
 }

@@ -6,6 +6,8 @@
 //!   which entry files pi would load.
 //! - [`env_policy`]: the deny-lists and reserved names for environment variables, and the rules
 //!   for `pi.args`.
+//! - `bounded_tree` (Unix): walks and removals of agent-written trees in bounded descriptors
+//!   and memory at any depth, never following a link or leaving the tree.
 //! - `config_reset` (Unix): the runtime's config directory brought back to the pinned files
 //!   before each verification.
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
@@ -23,6 +25,8 @@
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
+#[cfg(unix)]
+pub mod bounded_tree;
 #[cfg(unix)]
 pub mod config_reset;
 pub mod dotenv;

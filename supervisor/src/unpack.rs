@@ -14,14 +14,26 @@
 //! unpacking), then `dest` is replaced atomically: the old one is renamed aside, the staging
 //! directory is renamed into place, the old one is removed. Any refusal removes the staging
 //! directory and leaves `dest` untouched. Nothing is ever written outside the staging directory:
-//! every directory is created by this code (`mkdir`, which never follows a final symlink) inside a
-//! fresh directory no one else can write, and files are created with `O_CREAT|O_EXCL|O_NOFOLLOW`.
+//! every directory is created by this code (`mkdirat`, which never follows a final symlink)
+//! inside a fresh directory no one else can write, and files are created with
+//! `O_CREAT|O_EXCL|O_NOFOLLOW`.
+//!
+//! Entries are created relative to directory descriptors, from the staging directory down one
+//! component at a time, never through a full path: an entry path of up to [`MAX_PATH_LEN`] bytes
+//! unpacks below a destination of any length (the full path may exceed `PATH_MAX`), in a bounded
+//! number of descriptors at any depth. Replaced and failed trees are removed with
+//! [`crate::bounded_tree`], at any depth in a bounded number of descriptors.
+//!
 //! Modes keep only the owner-exec bit: files 0644 or 0755, directories 0755 (owner-only 0600,
 //! 0700 and 0700 with [`UnpackLimits::private`], as the host unpacks collected records).
 
-use std::fs::{self, OpenOptions};
+use crate::bounded_tree::{self, DirStack};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 /// The longest accepted entry path, in bytes.
@@ -220,14 +232,21 @@ pub fn unpack_tar(
         Ok(report) => match finish(&staging, dest, owner, limits.dir_mode()) {
             Ok(()) => Ok(report),
             Err(err) => {
-                let _ = fs::remove_dir_all(&staging);
+                discard(&staging);
                 Err(err)
             }
         },
         Err(err) => {
-            let _ = fs::remove_dir_all(&staging);
+            discard(&staging);
             Err(err)
         }
+    }
+}
+
+/// Removes a staging or replaced tree (of any depth), logging what could not be removed.
+fn discard(path: &Path) {
+    if let Err(e) = bounded_tree::remove_path(path) {
+        tracing::warn!("unpack: could not remove {}: {e}", path.display());
     }
 }
 
@@ -258,36 +277,95 @@ fn finish(
         return Err(UnpackError::Io(dest.display().to_string(), e));
     }
     if let Some(old) = old {
-        let removed = if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
-            fs::remove_dir_all(&old)
-        } else {
-            fs::remove_file(&old)
-        };
-        if let Err(e) = removed {
-            tracing::warn!("unpack: could not remove {}: {e}", old.display());
-        }
+        discard(&old);
     }
     Ok(())
 }
 
-/// Makes sure `dir` (inside staging, created by us) exists as a real directory.
-fn ensure_dir(dir: &Path, raw: &[u8], created: &mut u64, mode: u32) -> Result<(), UnpackError> {
-    match fs::symlink_metadata(dir) {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(UnpackError::refused(
-            raw,
-            "a path component is already a file in this archive",
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::DirBuilder::new()
-                .mode(mode)
-                .create(dir)
-                .map_err(io_err(dir))?;
-            *created += 1;
-            Ok(())
+/// The directories of the staging tree an entry goes into, opened from the staging root down
+/// one component at a time (never through a full path or a symlink). The last entry's
+/// directory stays current, since archives list neighbours together: the next entry's
+/// directory is reached by going up to the common part of both paths and down from there
+/// ([`DirStack`]: at most its [`bounded_tree::OPEN_DIRS`] deepest directories open, the others
+/// reopened through `..` and checked), so a deep archive costs one step per level it moves.
+struct Dirs {
+    stack: DirStack,
+    /// The names of the current directory's path below the staging root.
+    names: Vec<String>,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    /// Directories created.
+    created: u64,
+}
+
+impl Dirs {
+    /// The directory `parts` below the root, each component created (mode, owner) when missing
+    /// and refused when it is a file this archive wrote.
+    fn dir(&mut self, parts: &[String], raw: &[u8]) -> Result<BorrowedFd<'_>, UnpackError> {
+        let io = |e: io::Error| UnpackError::Io(String::from_utf8_lossy(raw).into_owned(), e);
+        let common = self
+            .names
+            .iter()
+            .zip(parts)
+            .take_while(|(open, part)| open == part)
+            .count();
+        self.stack.truncate(common).map_err(io)?;
+        self.names.truncate(common);
+        for part in &parts[common..] {
+            let fd = ensure_dir_at(
+                self.stack.dir(),
+                part,
+                raw,
+                self.mode,
+                self.owner,
+                &mut self.created,
+            )?;
+            self.stack.push(fd).map_err(io)?;
+            self.names.push(part.clone());
         }
-        Err(e) => Err(UnpackError::Io(dir.display().to_string(), e)),
+        Ok(self.stack.dir())
     }
+}
+
+/// Opens the directory `name` in `parent` (inside staging, created by us), creating it when
+/// missing (counted in `created`, chowned to `owner`).
+fn ensure_dir_at(
+    parent: BorrowedFd<'_>,
+    name: &str,
+    raw: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    created: &mut u64,
+) -> Result<OwnedFd, UnpackError> {
+    let io = |e: io::Error| UnpackError::Io(String::from_utf8_lossy(raw).into_owned(), e);
+    let file_in_the_way =
+        || UnpackError::refused(raw, "a path component is already a file in this archive");
+    match bounded_tree::open_dir_at(parent, name.as_ref()) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
+            return Err(file_in_the_way())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => return Err(file_in_the_way()),
+        Err(e) => return Err(io(e.into())),
+    }
+    *created += 1;
+    let fd = bounded_tree::open_dir_at(parent, name.as_ref()).map_err(io)?;
+    if let Some((uid, gid)) = owner {
+        chown(fd.as_fd(), uid, gid).map_err(io)?;
+    }
+    Ok(fd)
+}
+
+/// `fchown` of an open file or directory.
+fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    let uid = rustix::fs::Uid::from_raw_unchecked(uid);
+    let gid = rustix::fs::Gid::from_raw_unchecked(gid);
+    Ok(rustix::fs::fchown(fd, Some(uid), Some(gid))?)
 }
 
 fn unpack_into(
@@ -302,7 +380,14 @@ fn unpack_into(
         .map_err(|e| UnpackError::Format(e.to_string()))?;
     let mut report = UnpackReport::default();
     let mut count: u64 = 0;
-    let mut chown_list: Vec<PathBuf> = Vec::new();
+    let root = bounded_tree::open_dir(staging).map_err(io_err(staging))?;
+    let mut dirs = Dirs {
+        stack: DirStack::new(root).map_err(io_err(staging))?,
+        names: Vec::new(),
+        mode: limits.dir_mode(),
+        owner,
+        created: 0,
+    };
     // One copy buffer for every entry: `io::copy`'s 8 KiB stack buffer costs a write syscall per
     // 8 KiB, a third of the upload time for a 200 MB tree.
     let mut buf = vec![0u8; COPY_BUFFER];
@@ -341,34 +426,19 @@ fn unpack_into(
             }
         };
         let parts = check_entry_path(&raw)?;
-        let mut path = staging.to_path_buf();
-        let Some((last, dirs)) = parts.split_last() else {
-            if is_dir {
-                // `./` itself: the destination, created already.
-                continue;
+        if is_dir {
+            // `./` itself is the destination, created already.
+            if !parts.is_empty() {
+                dirs.dir(&parts, &raw)?;
             }
+            continue;
+        }
+        let Some((last, parents)) = parts.split_last() else {
             return Err(UnpackError::refused(
                 &raw,
                 "a file entry with an empty name",
             ));
         };
-        for part in dirs {
-            path.push(part);
-            let before = report.dirs;
-            ensure_dir(&path, &raw, &mut report.dirs, limits.dir_mode())?;
-            if report.dirs > before {
-                chown_list.push(path.clone());
-            }
-        }
-        path.push(last);
-        if is_dir {
-            let before = report.dirs;
-            ensure_dir(&path, &raw, &mut report.dirs, limits.dir_mode())?;
-            if report.dirs > before {
-                chown_list.push(path.clone());
-            }
-            continue;
-        }
         let size = entry.size();
         if report.bytes.saturating_add(size) > limits.max_bytes {
             return Err(UnpackError::refused(
@@ -382,34 +452,32 @@ fn unpack_into(
             .map(|m| m & 0o100 != 0)
             .unwrap_or(false);
         let mode = limits.file_mode(exec);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    UnpackError::refused(&raw, "duplicate entry")
-                } else {
-                    UnpackError::Io(path.display().to_string(), e)
-                }
-            })?;
+        let io = |e: io::Error| UnpackError::Io(String::from_utf8_lossy(&raw).into_owned(), e);
+        let parent = dirs.dir(parents, &raw)?;
+        let file = rustix::fs::openat(
+            parent,
+            last.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| match e {
+            Errno::EXIST => UnpackError::refused(&raw, "duplicate entry"),
+            other => io(other.into()),
+        })?;
+        let mut file = File::from(file);
         let written = copy_with(&mut (&mut entry).take(size), &mut file, &mut buf)
             .map_err(|e| UnpackError::Format(format!("{}: {e}", String::from_utf8_lossy(&raw))))?;
         // The umask may have narrowed the mode given at creation.
         file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(io_err(&path))?;
+            .map_err(io)?;
+        if let Some((uid, gid)) = owner {
+            chown(file.as_fd(), uid, gid).map_err(io)?;
+        }
         drop(file);
         report.bytes += written;
         report.files += 1;
-        chown_list.push(path);
     }
-    if let Some((uid, gid)) = owner {
-        for path in &chown_list {
-            std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io_err(path))?;
-        }
-    }
+    report.dirs = dirs.created;
     Ok(report)
 }
 
@@ -536,5 +604,98 @@ mod tests {
     fn paths_are_checked() {
         assert_eq!(check_entry_path(b"./a/./b").unwrap(), vec!["a", "b"]);
         assert!(check_entry_path(&vec![b'a'; MAX_PATH_LEN + 1]).is_err());
+    }
+
+    /// A tar of `entries` (path, data) with GNU long names, as `tar_dir` writes them.
+    fn long_tar(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(if path.ends_with('/') {
+                tar::EntryType::Directory
+            } else {
+                tar::EntryType::Regular
+            });
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, path, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn entries_near_the_path_limit_unpack_below_a_long_destination() {
+        // The destination's own path (~3000 bytes) plus an entry path of ~4000 bytes is far over
+        // PATH_MAX: every entry is created relative to its directory's descriptor.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut base = tmp.path().to_path_buf();
+        for i in 0..11 {
+            base.push(format!("{i:x}{}", "h".repeat(254)));
+        }
+        fs::create_dir_all(&base).unwrap();
+        let dest = base.join("iteration-1");
+        assert!(dest.as_os_str().len() > 2800);
+        let name = "n".repeat(255);
+        let dir: String = (0..15).map(|_| format!("{name}/")).collect();
+        let file = format!("output/{dir}{}", "f".repeat(100));
+        assert!(
+            file.len() > 3900 && file.len() <= MAX_PATH_LEN,
+            "{}",
+            file.len()
+        );
+        let bytes = long_tar(&[
+            ("result.json", b"{}"),
+            (&file, b"deep"),
+            (&format!("output/{dir}"), b""),
+        ]);
+        let report = unpack_tar(&bytes[..], &dest, &UnpackLimits::default(), None).unwrap();
+        assert_eq!((report.files, report.dirs), (2, 16));
+        // Read back one component at a time as well.
+        let mut fd = crate::bounded_tree::open_dir(&dest.join("output")).unwrap();
+        for _ in 0..15 {
+            fd = crate::bounded_tree::open_dir_at(fd.as_fd(), name.as_ref()).unwrap();
+        }
+        let f = rustix::fs::openat(&fd, "f".repeat(100).as_str(), OFlags::RDONLY, Mode::empty());
+        let mut text = String::new();
+        File::from(f.unwrap()).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "deep");
+        // Replacing it removes the old deep tree, and nothing else is left beside it.
+        unpack_tar(
+            &tar_of(&[(b"x", tar::EntryType::Regular, b"1")])[..],
+            &dest,
+            &UnpackLimits::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(leftovers(&base), vec!["iteration-1".to_string()]);
+        assert!(dest.join("x").is_file());
+        crate::bounded_tree::remove_path(&dest).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_2000_deep_entry_unpacks_with_64_descriptors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("tree");
+        let deep = "a/".repeat(2000);
+        let bytes = long_tar(&[
+            (&format!("{deep}f"), b"1"),
+            (&format!("{deep}g"), b"2"),
+            ("b/c", b"3"),
+        ]);
+        crate::bounded_tree::test_support::with_fd_limit(64, || {
+            // Twice: the second replaces the 2000-deep tree, which goes as well.
+            for _ in 0..2 {
+                let report = unpack_tar(&bytes[..], &dest, &UnpackLimits::default(), None)
+                    .map_err(|e| e.to_string())?;
+                if (report.files, report.dirs) != (3, 2001) {
+                    return Err(format!("{report:?}"));
+                }
+            }
+            Ok(())
+        });
+        assert_eq!(fs::read(dest.join("b/c")).unwrap(), b"3");
+        assert_eq!(leftovers(tmp.path()), vec!["tree".to_string()]);
+        crate::bounded_tree::remove_path(&dest).unwrap();
     }
 }

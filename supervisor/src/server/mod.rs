@@ -1105,6 +1105,7 @@ impl Server {
         let output = records::copy_tree(
             &Path::new(&manifest.workdir).join("output"),
             &dir.join("output"),
+            "output",
             &|_| true,
             &mut budget,
         );
@@ -1112,6 +1113,7 @@ impl Server {
             records::copy_tree(
                 Path::new(s),
                 &dir.join("transcripts"),
+                "transcripts",
                 &|p| p.extension().is_some_and(|e| e == "jsonl"),
                 &mut budget,
             )

@@ -2,8 +2,12 @@
 //! `<records>/iteration-N/{result.json, events.jsonl, output.jsonl, stderr.log, output/,
 //! transcripts/}`, root-owned, directories 0700.
 
+use crate::bounded_tree::{self, DirStack, Step, Walk};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -93,6 +97,9 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path)
 }
 
+/// Most skipped entries named in a [`CopyReport`] (the count is always exact).
+const SKIPPED_NAMED: usize = 100;
+
 /// What a copy into the record did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub(super) struct CopyReport {
@@ -101,15 +108,28 @@ pub(super) struct CopyReport {
     /// Bytes copied.
     pub bytes: u64,
     /// Entries skipped (symlinks, special files, hard links, names the host would refuse,
-    /// over budget), as relative paths with the reason.
+    /// over budget), as relative paths with the reason; the first [`SKIPPED_NAMED`].
     pub skipped: Vec<String>,
+    /// How many entries were skipped.
+    pub skipped_count: u64,
 }
 
-/// Why an entry's relative path cannot travel in a collected archive, if it cannot: the host
-/// unpacks records with the same rules as uploads, and one refused entry would lose the record.
-fn name_problem(rel: &Path) -> Option<String> {
+impl CopyReport {
+    /// Counts a skipped entry, and names it while fewer than [`SKIPPED_NAMED`] are named.
+    fn skip(&mut self, what: impl FnOnce() -> String) {
+        self.skipped_count += 1;
+        if self.skipped.len() < SKIPPED_NAMED {
+            self.skipped.push(what());
+        }
+    }
+}
+
+/// Why an entry's path in the record (`output/…`, `transcripts/…`) cannot travel in a
+/// collected archive, if it cannot: the host unpacks records with the same rules as uploads,
+/// and one refused entry would lose the record.
+fn name_problem(in_record: &Path) -> Option<String> {
     use std::os::unix::ffi::OsStrExt as _;
-    crate::unpack::check_entry_path(rel.as_os_str().as_bytes())
+    crate::unpack::check_entry_path(in_record.as_os_str().as_bytes())
         .err()
         .map(|e| match e {
             crate::unpack::UnpackError::Refused { rule, .. } => rule,
@@ -117,15 +137,58 @@ fn name_problem(rel: &Path) -> Option<String> {
         })
 }
 
-/// Copies the tree `src` into `dst` without following symlinks, keeping files whose relative
-/// path `keep` accepts, within `budget` (shared by the copies of one record). Skipped, each
-/// named in the report: symlinks, special files, hard links (a link the agent made to a file
-/// it cannot read must not be read by root), names the host's unpack would refuse, whatever
-/// exceeds the budget. Run only after the final reap, when nothing but the supervisor runs, so
-/// the tree cannot change underneath.
+/// The copy's side of the record: directories created on the way to the first file copied into
+/// them, mirroring where the walk is.
+struct Target<'a> {
+    root: &'a Path,
+    dirs: Option<DirStack>,
+}
+
+impl Target<'_> {
+    /// Forgets directories below `depth` (the walk left them).
+    fn truncate(&mut self, depth: usize) -> io::Result<()> {
+        match self.dirs.as_mut() {
+            Some(dirs) => dirs.truncate(depth),
+            None => Ok(()),
+        }
+    }
+
+    /// The directory of the record that mirrors the parent of `rel` (created as needed).
+    fn dir_for(&mut self, rel: &Path) -> io::Result<BorrowedFd<'_>> {
+        if self.dirs.is_none() {
+            create_private_dir(self.root)?;
+            self.dirs = Some(DirStack::new(bounded_tree::open_dir(self.root)?)?);
+        }
+        let Some(dirs) = self.dirs.as_mut() else {
+            return Err(io::Error::other("record directory not open"));
+        };
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        for name in parent.iter().skip(dirs.depth()) {
+            match rustix::fs::mkdirat(dirs.dir(), name, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(err) => return Err(err.into()),
+            }
+            dirs.enter(name)?;
+        }
+        Ok(dirs.dir())
+    }
+}
+
+/// Copies the tree `src` into `dst` (whose path in the record is `in_record`: `output`,
+/// `transcripts`) without following symlinks, keeping files whose relative path `keep`
+/// accepts, within `budget` (shared by the copies of one record). Skipped, each named in the
+/// report: symlinks, special files, hard links (a link the agent made to a file it cannot read
+/// must not be read by root), names the host's unpack would refuse (`in_record/<path>` over
+/// 4096 bytes included: a directory that long is not walked into, so the walk's depth stays
+/// bounded), whatever exceeds the budget (every entry, skipped ones too, takes one from the
+/// entry budget). Walked and written relative to directory descriptors
+/// ([`crate::bounded_tree`]), never through full paths, so a path longer than `PATH_MAX` on
+/// either side is copied as well. Run only after the final reap, when nothing but the supervisor
+/// runs, so the tree cannot change underneath.
 pub(super) fn copy_tree(
     src: &Path,
     dst: &Path,
+    in_record: &str,
     keep: &dyn Fn(&Path) -> bool,
     budget: &mut CopyBudget,
 ) -> CopyReport {
@@ -136,76 +199,100 @@ pub(super) fn copy_tree(
     }
     // Not through a link in any component either (the agent may own a parent of `src`): root
     // would copy from wherever it points.
-    if let Err(why) = crate::sandbox::nofollow::open_dir(src) {
-        report.skipped.push(format!("{} ({why})", src.display()));
-        return report;
-    }
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(dir) = fs::read_dir(src.join(&rel)) else {
-            report.skipped.push(rel.display().to_string());
-            continue;
+    let root = crate::sandbox::nofollow::open_dir(src).and_then(|fd| {
+        bounded_tree::open_dir_at(fd.as_fd(), std::ffi::OsStr::new("."))
+            .map_err(|e| format!("{}: {e}", src.display()))
+    });
+    let root = match root {
+        Ok(root) => root,
+        Err(why) => {
+            report.skip(|| format!("{} ({why})", src.display()));
+            return report;
+        }
+    };
+    let mut walk = match Walk::new(root, &src.display().to_string(), budget.entries) {
+        Ok(walk) => walk,
+        Err(err) => {
+            report.skip(|| format!("{} ({err})", src.display()));
+            return report;
+        }
+    };
+    let mut target = Target {
+        root: dst,
+        dirs: None,
+    };
+    while let Some(step) = walk.next() {
+        let entry = match step {
+            Ok(Step::Entry(entry)) => entry,
+            Ok(Step::Limit(rel)) => {
+                report.skip(|| format!("{} (entry budget)", rel.display()));
+                break;
+            }
+            Err(err) => {
+                report.skip(|| err.to_string());
+                continue;
+            }
         };
-        let mut names: Vec<_> = dir.filter_map(Result::ok).map(|e| e.file_name()).collect();
-        names.sort();
-        for name in names {
-            let rel = rel.join(&name);
-            if let Some(problem) = name_problem(&rel) {
-                report
-                    .skipped
-                    .push(format!("{} ({problem})", rel.display()));
-                continue;
+        let rel = &entry.rel;
+        if let Some(problem) = name_problem(&Path::new(in_record).join(rel)) {
+            report.skip(|| format!("{} ({problem})", rel.display()));
+            continue;
+        }
+        let kind = entry.file_type();
+        if kind == FileType::Directory {
+            let entered = target
+                .truncate(entry.depth)
+                .map_err(|e| e.to_string())
+                .and_then(|()| walk.enter().map_err(|e| e.to_string()));
+            if let Err(err) = entered {
+                report.skip(|| format!("{} ({err})", rel.display()));
             }
-            if budget.entries == 0 {
-                report
-                    .skipped
-                    .push(format!("{} (entry budget)", rel.display()));
-                return report;
+            continue;
+        }
+        if kind != FileType::RegularFile {
+            report.skip(|| format!("{} (not a regular file)", rel.display()));
+            continue;
+        }
+        if !keep(rel) {
+            continue;
+        }
+        let size = u64::try_from(entry.stat.st_size).unwrap_or(u64::MAX);
+        if size > budget.bytes {
+            report.skip(|| format!("{} (byte budget)", rel.display()));
+            continue;
+        }
+        let copied = target.truncate(entry.depth).and_then(|()| {
+            let to = target.dir_for(rel)?;
+            copy_file(walk.dir(), &entry.name, to, budget.bytes)
+        });
+        match copied {
+            Ok(n) => {
+                report.files += 1;
+                report.bytes += n;
+                budget.bytes -= n.min(budget.bytes);
             }
-            budget.entries -= 1;
-            let Ok(meta) = fs::symlink_metadata(src.join(&rel)) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(rel);
-            } else if meta.is_file() && keep(&rel) {
-                if meta.len() > budget.bytes {
-                    report
-                        .skipped
-                        .push(format!("{} (byte budget)", rel.display()));
-                    continue;
-                }
-                match copy_file(&src.join(&rel), &dst.join(&rel), budget.bytes) {
-                    Ok(n) => {
-                        report.files += 1;
-                        report.bytes += n;
-                        budget.bytes -= n.min(budget.bytes);
-                    }
-                    Err(err) => report.skipped.push(format!("{} ({err})", rel.display())),
-                }
-            } else if !meta.is_file() {
-                report
-                    .skipped
-                    .push(format!("{} (not a regular file)", rel.display()));
-            }
+            Err(err) => report.skip(|| format!("{} ({err})", rel.display())),
         }
     }
+    budget.entries = walk.left();
     report
 }
 
-/// Copies one regular file (opened without following a link, never a hard link) into a new
-/// `dst`, at most `limit` bytes.
-fn copy_file(src: &Path, dst: &Path, limit: u64) -> io::Result<u64> {
-    if let Some(parent) = dst.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
-    }
-    let mut from = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(src)?;
+/// Copies the regular file `name` of `from_dir` (opened without following a link, never a hard
+/// link) into a new file of the same name in `to_dir`, at most `limit` bytes.
+fn copy_file(
+    from_dir: BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    to_dir: BorrowedFd<'_>,
+    limit: u64,
+) -> io::Result<u64> {
+    let from = rustix::fs::openat(
+        from_dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let from = File::from(from);
     let meta = from.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -213,13 +300,13 @@ fn copy_file(src: &Path, dst: &Path, limit: u64) -> io::Result<u64> {
     if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
         return Err(io::Error::other("a hard link"));
     }
-    let mut to = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(dst)?;
-    io::copy(&mut (&mut from).take(limit), &mut to)
+    let to = rustix::fs::openat(
+        to_dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    io::copy(&mut from.take(limit), &mut File::from(to))
 }
 
 /// Cuts the file at `path` to at most `cap` bytes; returns how many bytes were dropped (0 when
@@ -243,44 +330,47 @@ pub(super) fn cap_file(path: &Path, cap: u64) -> io::Result<u64> {
 }
 
 /// Streams the directory `dir` as a tar archive (paths relative to `dir`, regular files and
-/// directories only) into `out`.
+/// directories only) into `out`, walked relative to directory descriptors
+/// ([`crate::bounded_tree`]): a record as deep or as long as [`copy_tree`] lets it be is read in
+/// a bounded number of descriptors.
 pub(super) fn tar_dir(dir: &Path, out: &mut dyn Write) -> io::Result<()> {
     let mut builder = tar::Builder::new(out);
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let mut names: Vec<_> = fs::read_dir(dir.join(&rel))?
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .collect();
-        names.sort();
-        for name in names {
-            let rel = rel.join(&name);
-            let path = dir.join(&rel);
-            let meta = fs::symlink_metadata(&path)?;
-            let mut header = tar::Header::new_gnu();
-            header.set_mtime(
-                meta.modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs()),
-            );
-            if meta.is_dir() {
+    let root = bounded_tree::open_dir(dir)?;
+    let mut walk =
+        Walk::new(root, &dir.display().to_string(), u64::MAX).map_err(io::Error::other)?;
+    while let Some(step) = walk.next() {
+        let entry = match step.map_err(io::Error::other)? {
+            Step::Entry(entry) => entry,
+            Step::Limit(_) => break,
+        };
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(u64::try_from(entry.stat.st_mtime).unwrap_or(0));
+        match entry.file_type() {
+            FileType::Directory => {
                 header.set_entry_type(tar::EntryType::Directory);
                 header.set_mode(0o755);
                 header.set_size(0);
-                builder.append_data(&mut header, format!("{}/", rel.display()), io::empty())?;
-                stack.push(rel);
-            } else if meta.is_file() {
-                let file: File = OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&path)?;
+                builder.append_data(
+                    &mut header,
+                    format!("{}/", entry.rel.display()),
+                    io::empty(),
+                )?;
+                walk.enter().map_err(io::Error::other)?;
+            }
+            FileType::RegularFile => {
+                let file = File::from(rustix::fs::openat(
+                    walk.dir(),
+                    &entry.name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?);
                 let len = file.metadata()?.len();
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_mode(0o644);
                 header.set_size(len);
-                builder.append_data(&mut header, &rel, file.take(len))?;
+                builder.append_data(&mut header, &entry.rel, file.take(len))?;
             }
+            _ => {}
         }
     }
     builder.finish()
@@ -299,7 +389,7 @@ mod tests {
         fs::write(src.join("b.txt"), b"b").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
         let dst = tmp.path().join("dst");
-        let report = copy_tree(&src, &dst, &|_| true, &mut CopyBudget::default());
+        let report = copy_tree(&src, &dst, "output", &|_| true, &mut CopyBudget::default());
         assert_eq!(report.files, 2);
         assert_eq!(
             report.skipped,
@@ -336,7 +426,7 @@ mod tests {
             bytes: 100,
             entries: 10,
         };
-        let report = copy_tree(&src, &dst, &|_| true, &mut budget);
+        let report = copy_tree(&src, &dst, "output", &|_| true, &mut budget);
         assert_eq!(report.files, 1, "{report:?}");
         assert_eq!(fs::read(dst.join("ok.txt")).unwrap(), b"fine");
         let skipped = report.skipped.join("; ");
@@ -360,8 +450,20 @@ mod tests {
             bytes: 1 << 20,
             entries: 2,
         };
-        let first = copy_tree(&src, &tmp.path().join("d1"), &|_| true, &mut budget);
-        let second = copy_tree(&src, &tmp.path().join("d2"), &|_| true, &mut budget);
+        let first = copy_tree(
+            &src,
+            &tmp.path().join("d1"),
+            "output",
+            &|_| true,
+            &mut budget,
+        );
+        let second = copy_tree(
+            &src,
+            &tmp.path().join("d2"),
+            "output",
+            &|_| true,
+            &mut budget,
+        );
         assert!(first.skipped.iter().any(|s| s.ends_with("(entry budget)")));
         assert_eq!(second.files, 0);
     }
@@ -389,6 +491,7 @@ mod tests {
         let report = copy_tree(
             &base.join("agent/sessions"),
             &dst,
+            "transcripts",
             &|_| true,
             &mut CopyBudget::default(),
         );
@@ -396,7 +499,113 @@ mod tests {
         assert!(report.skipped[0].contains("is a symlink"), "{report:?}");
         assert!(!dst.exists());
         // The same directory reached without the link is copied.
-        let report = copy_tree(&real, &dst, &|_| true, &mut CopyBudget::default());
+        let report = copy_tree(
+            &real,
+            &dst,
+            "transcripts",
+            &|_| true,
+            &mut CopyBudget::default(),
+        );
         assert_eq!(report.files, 1);
+    }
+
+    /// Makes the directory `name` in `dir` and returns it opened (relative steps only).
+    fn mkdir_in(dir: &std::os::fd::OwnedFd, name: &str) -> std::os::fd::OwnedFd {
+        rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)).unwrap();
+        bounded_tree::open_dir_at(dir.as_fd(), name.as_ref()).unwrap()
+    }
+
+    fn write_in(dir: &std::os::fd::OwnedFd, name: &str, data: &[u8]) {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::CREATE,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        File::from(fd).write_all(data).unwrap();
+    }
+
+    #[test]
+    fn paths_near_the_limit_are_copied_longer_ones_named_and_the_record_unpacks() {
+        // Below a source and a record directory whose own paths are long, `output/` holds a
+        // ~3950-byte path (15 directories of 255-byte names) and one over 4096 bytes: the first
+        // is copied although its full paths exceed PATH_MAX on both sides, the second is named.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut base = fs::canonicalize(tmp.path()).unwrap();
+        for i in 0..4 {
+            base.push(format!("{i}{}", "b".repeat(200)));
+        }
+        let src = base.join("workspace/output");
+        let dst = base.join("records/iteration-1/output");
+        fs::create_dir_all(&src).unwrap();
+        let name = "n".repeat(255);
+        let mut dir = bounded_tree::open_dir(&src).unwrap();
+        for _ in 0..15 {
+            dir = mkdir_in(&dir, &name);
+        }
+        write_in(&dir, &"f".repeat(100), b"near the limit");
+        let over = mkdir_in(&dir, &name);
+        write_in(&over, "g", b"over");
+        let report = copy_tree(&src, &dst, "output", &|_| true, &mut CopyBudget::default());
+        assert_eq!(report.files, 1, "{report:?}");
+        assert_eq!(report.skipped_count, 1, "{report:?}");
+        assert!(
+            report.skipped[0].ends_with("(path longer than 4096 bytes)"),
+            "{report:?}"
+        );
+        let mut bytes = Vec::new();
+        tar_dir(&dst, &mut bytes).unwrap();
+        let out = base.join("host/iteration-1");
+        let unpacked =
+            crate::unpack::unpack_tar(&bytes[..], &out, &Default::default(), None).unwrap();
+        assert_eq!(unpacked.files, 1);
+        let mut fd = bounded_tree::open_dir(&out).unwrap();
+        for _ in 0..15 {
+            fd = bounded_tree::open_dir_at(fd.as_fd(), name.as_ref()).unwrap();
+        }
+        let f = rustix::fs::openat(&fd, "f".repeat(100).as_str(), OFlags::RDONLY, Mode::empty());
+        let mut text = String::new();
+        File::from(f.unwrap()).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "near the limit");
+        bounded_tree::remove_path(&base).unwrap();
+    }
+
+    #[test]
+    fn a_30000_deep_output_is_copied_to_the_path_limit_with_few_descriptors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("output");
+        fs::create_dir_all(&src).unwrap();
+        let mut dir = bounded_tree::open_dir(&src).unwrap();
+        for level in 1..=30_000 {
+            dir = mkdir_in(&dir, "d");
+            if level == 2000 {
+                write_in(&dir, "f", b"within the limit");
+            }
+        }
+        write_in(&dir, "bottom", b"beyond it");
+        drop(dir);
+        let dst = tmp.path().join("record/output");
+        crate::bounded_tree::test_support::with_fd_limit(64, || {
+            let report = copy_tree(&src, &dst, "output", &|_| true, &mut Default::default());
+            let mut bytes = Vec::new();
+            tar_dir(dst.parent().unwrap(), &mut bytes).map_err(|e| format!("tar: {e}"))?;
+            let ok = report.files == 1
+                && report.skipped_count == 1
+                && report.skipped[0].ends_with("(path longer than 4096 bytes)");
+            ok.then_some(()).ok_or_else(|| format!("{report:?}"))
+        });
+        // The record holds the chain down to the file.
+        let mut depth = 0;
+        let copied = bounded_tree::open_dir(&dst);
+        if let Ok(mut fd) = copied {
+            while let Ok(next) = bounded_tree::open_dir_at(fd.as_fd(), "d".as_ref()) {
+                fd = next;
+                depth += 1;
+            }
+        }
+        bounded_tree::remove_path(&src).unwrap();
+        bounded_tree::remove_path(&dst).unwrap();
+        assert_eq!(depth, 2000);
     }
 }
