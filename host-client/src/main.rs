@@ -65,7 +65,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("pitcrew: {err:#}");
+            // Errors quote paths, names and messages from the sandbox: escaped for the terminal.
+            eprintln!("pitcrew: {}", report::escape_controls(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }

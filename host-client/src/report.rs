@@ -1,10 +1,122 @@
 //! Reading result records for people: one summary per iteration (exit code and meaning,
 //! duration, reaped, verification or drift, removed environment names) and the table `pitcrew
-//! run` prints.
+//! run` prints; and [`escape_controls`], which every human-readable output of `pitcrew` goes
+//! through before it reaches the operator's terminal.
 
 use serde::Serialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::fmt::Write as _;
+
+/// Whether `c` must not reach a terminal as it is: C0 controls (ESC, BEL, CR, …), DEL, C1
+/// controls, and the Unicode bidi controls and line separators that reorder or break what the
+/// operator reads. `\n` and `\t` only when `keep_lines` is false.
+fn is_unsafe(c: char, keep_lines: bool) -> bool {
+    match c {
+        '\n' | '\t' => !keep_lines,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' => true,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        _ => false,
+    }
+}
+
+fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_unsafe(c, keep_lines)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !is_unsafe(c, keep_lines) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` as it may be shown on the operator's terminal: control characters and bidi controls
+/// are written as escapes (`\x1b`, `\x07`, `\r`, `\n`, `\u{9b}`, `\u{202e}`), so bytes the
+/// agent or a repository chose (file names, reasons, command lines, output) cannot move the
+/// cursor, clear the screen, retitle the window or reorder a line. Everything else, backslashes
+/// included, is unchanged. JSON output does not use it: JSON escapes controls itself.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    escape(s, false)
+}
+
+/// [`escape_controls`] for text the operator asked to see as lines (the agent's output with
+/// `-v`): newlines and tabs are kept, every other control is escaped.
+pub fn escape_text(s: &str) -> Cow<'_, str> {
+    escape(s, true)
+}
+
+/// A byte stream (the agent's output) made safe for a terminal piece by piece: invalid UTF-8
+/// becomes `\xNN`, controls are escaped as by [`escape_text`], and a character split between
+/// two pieces is kept until the next one.
+#[derive(Debug, Default)]
+pub struct EscapedStream {
+    pending: Vec<u8>,
+}
+
+impl EscapedStream {
+    /// The printable text of `bytes` (after what an earlier piece left pending).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        let mut rest: &[u8] = &self.pending;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    out.push_str(&escape_text(text));
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (good, bad) = rest.split_at(e.valid_up_to());
+                    // Valid UTF-8 by construction.
+                    out.push_str(&escape_text(&String::from_utf8_lossy(good)));
+                    match e.error_len() {
+                        Some(n) => {
+                            for b in &bad[..n] {
+                                let _ = write!(out, "\\x{b:02x}");
+                            }
+                            rest = &bad[n..];
+                        }
+                        // An incomplete character at the end: wait for the rest of it.
+                        None => {
+                            rest = bad;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let keep = rest.len();
+        let start = self.pending.len() - keep;
+        self.pending.drain(..start);
+        out
+    }
+
+    /// What is still pending at the end of the stream, escaped.
+    pub fn finish(&mut self) -> String {
+        let mut out = String::new();
+        for b in self.pending.drain(..) {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+        out
+    }
+}
 
 /// What the summary table shows of one iteration.
 #[derive(Debug, Clone, Serialize)]
@@ -187,13 +299,14 @@ pub fn table(rows: &[IterationSummary]) -> String {
         } else {
             format!("{}: {}", r.env_removed.len(), r.env_removed.join(", "))
         };
+        // Meaning, reason, drifted names and env names come from the record: escaped.
         lines.push([
             r.iteration.to_string(),
-            exit,
+            escape_controls(&exit).into_owned(),
             format!("{:.2}s", r.duration_ms as f64 / 1000.0),
             format!("{}/{}", r.reaped_before, r.reaped_after),
-            r.verification.clone(),
-            env,
+            escape_controls(&r.verification).into_owned(),
+            escape_controls(&env).into_owned(),
         ]);
     }
     // The last two columns are free-width; the others are padded.
@@ -250,5 +363,90 @@ mod tests {
         assert!(t.contains("96 plugin tree differs"), "{t}");
         assert!(t.contains("1/0"), "{t}");
         assert!(t.contains("1: NODE_OPTIONS"), "{t}");
+    }
+
+    /// No raw control (C0, DEL, C1) or bidi control in `text` (newlines allowed when `lines`).
+    fn assert_clean(text: &str, lines: bool) {
+        let bad: Vec<char> = text
+            .chars()
+            .filter(|&c| !(lines && c == '\n'))
+            .filter(|&c| {
+                c.is_control()
+                    || ('\u{202a}'..='\u{202e}').contains(&c)
+                    || ('\u{2066}'..='\u{2069}').contains(&c)
+            })
+            .collect();
+        assert!(bad.is_empty(), "raw {bad:?} in {text:?}");
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_terminal__control_bytes_in_a_record_are_escaped_in_the_summary() {
+        // Everything the record carries that the agent or a repository can choose.
+        let record = json!({
+            "iteration": 1, "exit_code": 96, "meaning": "m\u{202e}gnp",
+            "reason": "tree-drifted: \u{1b}[2J\u{7}\r",
+            "verification": {
+                "trees": [{"name": "p", "path": "/p/p", "status": "drifted",
+                           "drift": {"added": ["x\u{1b}]0;owned\u{7}.js"], "removed": [],
+                                     "changed": ["\u{9b}31m.js"]},
+                           "error": "bad \u{2066}name\u{2069}"}],
+                "files": [{"path": "/a/\u{1b}[1Ahooks.js", "status": "drifted"}],
+                "agent": {"failure": {"reason": "agent \u{8}\u{8}\u{8}ok"}}
+            },
+            "env": {"removed": ["LD_\u{1b}[2J"]},
+            "steps": {}
+        });
+        let s = summarize(&record, 10, Vec::new());
+        // The summary itself (the --json document) stays exact.
+        assert_eq!(s.reason.as_deref(), Some("tree-drifted: \u{1b}[2J\u{7}\r"));
+        let t = table(&[s]);
+        assert_clean(&t, true);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        for shown in [
+            "tree-drifted: \\x1b[2J\\x07\\r",
+            "m\\u{202e}gnp",
+            "added x\\x1b]0;owned\\x07.js",
+            "changed \\u{9b}31m.js",
+            "bad \\u{2066}name\\u{2069}",
+            "/a/\\x1b[1Ahooks.js drifted",
+            "agent: agent \\x08\\x08\\x08ok",
+            "1: LD_\\x1b[2J",
+        ] {
+            assert!(t.contains(shown), "{shown} not in {t}");
+        }
+    }
+
+    #[test]
+    fn escapes_controls_and_bidi_and_leaves_the_rest() {
+        assert!(matches!(
+            escape_controls("plain é ✓ a\\b"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_controls("a\u{0}\u{1b}\u{7}\r\n\t\u{7f}\u{85}\u{9f}"),
+            "a\\x00\\x1b\\x07\\r\\n\\t\\x7f\\u{85}\\u{9f}"
+        );
+        for c in [
+            '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{200f}', '\u{2028}',
+        ] {
+            assert_eq!(
+                escape_controls(&c.to_string()),
+                format!("\\u{{{:x}}}", u32::from(c))
+            );
+        }
+        assert_eq!(escape_text("l1\n\tl2\r\u{1b}c"), "l1\n\tl2\\r\\x1bc");
+    }
+
+    #[test]
+    fn a_stream_is_escaped_across_pieces_and_bad_utf8() {
+        let mut st = EscapedStream::default();
+        let bidi = "\u{202e}".as_bytes();
+        let mut out = st.push(b"a\x1b[2J");
+        out += &st.push(&bidi[..1]);
+        out += &st.push(&bidi[1..]);
+        out += &st.push(b"\xff\n\xc3");
+        out += &st.finish();
+        assert_eq!(out, "a\\x1b[2J\\u{202e}\\xff\n\\xc3");
     }
 }

@@ -1,5 +1,6 @@
 //! `pitcrew discover`: pi's auto-discovery places scanned, candidates classified and hashed,
 //! nothing imported or executed.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use serde_json::Value;
 use std::fs;
@@ -97,4 +98,53 @@ fn absent_places_are_reported_not_errors() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("(absent)"), "{text}");
     assert!(text.contains("no candidates"), "{text}");
+}
+
+#[test]
+fn attack_terminal__discover_escapes_names_from_the_project() {
+    // The project is the untrusted repository: its extension names reach the operator's terminal.
+    let project = tempfile::tempdir().unwrap();
+    let agent = tempfile::tempdir().unwrap();
+    let exts = project.path().join(".pi/extensions");
+    fs::create_dir_all(&exts).unwrap();
+    let name = "evil\u{1b}]0;pwned\u{7}\r\u{9b}2J\u{2067}";
+    fs::write(
+        exts.join(format!("{name}.ts")),
+        "export default () => {};\n",
+    )
+    .unwrap();
+    fs::create_dir_all(exts.join(name)).unwrap();
+    fs::write(
+        exts.join(name).join("index.js"),
+        "module.exports = () => {};\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("discover")
+        .arg("--agent-dir")
+        .arg(agent.path())
+        .arg("--project")
+        .arg(project.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| c != '\n')
+        .filter(|&c| {
+            c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect();
+    assert!(raw.is_empty(), "raw {raw:?} in {text:?}");
+    assert!(
+        text.contains("evil\\x1b]0;pwned\\x07\\r\\u{9b}2J\\u{2067}.ts (file)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- plugins/evil\\x1b]0;pwned\\x07\\r\\u{9b}2J\\u{2067}"),
+        "{text}"
+    );
 }

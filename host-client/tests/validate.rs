@@ -1,6 +1,9 @@
 //! `pitcrew validate` driven as a user would: harness files in temp dirs, the built binary,
 //! one test per validation rule, each problem checked for its location and its rule.
 
+// Tests that play an attacker are named `attack_<class>__<case>` (the security report's naming).
+#![allow(non_snake_case)]
+
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
@@ -386,4 +389,177 @@ fn unreadable_or_malformed_harness_is_one_clear_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.yaml"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The raw control (C0, DEL, C1) and bidi characters in `text`, newlines aside.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n')
+        .filter(|&c| {
+            c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect()
+}
+
+#[test]
+fn attack_terminal__validate_escapes_the_names_it_quotes() {
+    // A vendored plugin carries a file whose name is a terminal escape sequence (a symlink, so
+    // validation refuses it and quotes its name).
+    let dir = fixture();
+    let name = "x\u{1b}[2J\u{7}\u{202e}.js";
+    std::os::unix::fs::symlink("index.ts", dir.path().join("plugins/hello").join(name)).unwrap();
+    write(
+        dir.path(),
+        "harness.yaml",
+        "runtime: pi\nprompt: hi\nplugins:\n  - plugins/hello\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("harness.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("symlink"), "{stderr}");
+    assert!(
+        raw_controls(&stderr).is_empty(),
+        "raw {:?} in {stderr:?}",
+        raw_controls(&stderr)
+    );
+    // The tree hash quotes the name with Rust's escapes; the bidi override is escaped too.
+    assert!(
+        stderr.contains("[2J") && stderr.contains("\\u{202e}.js"),
+        "{stderr}"
+    );
+    // --json stays exact: the message as validation wrote it (JSON escapes what it must).
+    let (_, json) = validate(
+        dir.path(),
+        "runtime: pi\nprompt: hi\nplugins:\n  - plugins/hello\n",
+        &[],
+    );
+    assert!(
+        problems(&json).iter().any(|p| p.contains("\u{202e}.js")),
+        "{json}"
+    );
+}
+
+/// `pitcrew validate FILE` (text): its exit code and stderr.
+fn validate_text(root: &Path, harness: &str) -> (Option<i32>, String) {
+    write(root, "harness.yaml", harness);
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(root.join("harness.yaml"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn attack_harness__a_duplicate_top_level_key_is_refused_with_both_locations() {
+    // The second `runtime:` would silently win (and a reviewer reads the first).
+    let dir = fixture();
+    let file = dir.path().join("harness.yaml");
+    let (code, stderr) = validate_text(
+        dir.path(),
+        "runtime: command\ncommand: [/bin/true]\nruntime: pi\nprompt: hi\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{f}:3:1: duplicate key \"runtime\" (first at {f}:1:1)",
+            f = file.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn attack_harness__a_duplicate_env_name_is_refused_with_both_locations() {
+    let dir = fixture();
+    let file = dir.path().join("harness.yaml");
+    let (code, stderr) = validate_text(
+        dir.path(),
+        "runtime: command\ncommand: [/bin/true]\nenv:\n  LANG: C.UTF-8\n  OTHER: x\n  LANG: \"evil\"\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{f}:6:3: duplicate key \"LANG\" (first at {f}:4:3)",
+            f = file.display()
+        )),
+        "{stderr}"
+    );
+    // In a plugin's env too, and in a flow mapping.
+    let (code, stderr) = validate_text(
+        dir.path(),
+        "runtime: pi\nprompt: hi\nplugins:\n  - path: plugins/hello\n    env: {A: \"1\", A: \"2\"}\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("duplicate key \"A\""), "{stderr}");
+}
+
+#[test]
+fn attack_output_path__an_output_symlinked_outside_the_harness_is_refused() {
+    let dir = fixture();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("out")).unwrap();
+    let base = "runtime: command\ncommand: [/bin/true]\n";
+    let (out, json) = validate(dir.path(), &format!("{base}output: out/records\n"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_problem(&json, 3, "output", "is a symlink");
+    let all = problems(&json).join("\n");
+    assert!(
+        all.contains(&dir.path().join("out").display().to_string()),
+        "{all}"
+    );
+    // The default `runs` is checked the same way.
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("runs")).unwrap();
+    let (out, json) = validate(dir.path(), base, &[]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert!(
+        problems(&json)
+            .iter()
+            .any(|p| p.contains("output") && p.contains("runs") && p.contains("symlink")),
+        "{json}"
+    );
+    // A real directory (or one that does not exist yet) is fine.
+    fs::remove_file(dir.path().join("runs")).unwrap();
+    let (out, json) = validate(dir.path(), &format!("{base}output: records/here\n"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{json}");
+}
+
+#[test]
+fn processes_sets_the_agents_process_limit_and_is_checked() {
+    let dir = fixture();
+    let with = |line: &str| format!("{CLEAN}{line}\n");
+    let (out, _) = validate(dir.path(), &with("processes: 256"), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("validate")
+        .arg(dir.path().join("harness.yaml"))
+        .arg("--emit-manifest")
+        .output()
+        .unwrap();
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m["limits"]["processes"], 256, "{m:#}");
+    for bad in ["processes: 0", "processes: many", "processes: 99999999"] {
+        let (out, json) = validate(dir.path(), &with(bad), &[]);
+        assert!(!out.status.success(), "{bad}");
+        let found = problems(&json);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("processes") && p.contains("expected an integer")),
+            "{bad}: {found:?}"
+        );
+    }
 }

@@ -164,6 +164,8 @@ pub struct Harness {
     /// Per-iteration agent time limit.
     #[serde(serialize_with = "serialize_duration_secs")]
     pub timeout: Duration,
+    /// Most processes and threads of the agent's uid at once (`limits.processes`).
+    pub processes: u64,
     /// Host directory uploaded as the agent's workspace.
     pub workdir: Option<PathBuf>,
     /// Host directory receiving run records.
@@ -171,6 +173,9 @@ pub struct Harness {
     /// Host command run after each iteration; success stops the loop.
     pub validation: Option<Vec<String>>,
 }
+
+/// The largest `processes:` a harness may ask for (the kernel's own `pid_max` limit).
+const MAX_PROCESSES: u64 = 4_194_304;
 
 fn serialize_duration_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
@@ -388,6 +393,7 @@ impl Validated {
             output: Default::default(),
             limits: Limits {
                 timeout_ms: u64::try_from(h.timeout.as_millis()).unwrap_or(u64::MAX),
+                processes: h.processes,
                 ..Limits::default()
             },
             confinement: Default::default(),
@@ -448,11 +454,75 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
     Ok(out)
 }
 
+/// Checks the records directory `output` (below the harness directory `base`) without
+/// following links: a symlink in any component below `base` is refused, since records written
+/// through it would land outside the harness directory; so is a component that is not a
+/// directory. Components that do not exist yet are fine (`pitcrew run` creates them, again
+/// without following links). The error names the offending path.
+pub fn check_output_dir(base: &Path, output: &Path) -> Result<(), String> {
+    let rel = output.strip_prefix(base).map_err(|_| {
+        format!(
+            "{} is not inside the harness directory {}",
+            output.display(),
+            base.display()
+        )
+    })?;
+    let mut reached = base.to_path_buf();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => reached.push(name),
+            Component::CurDir => continue,
+            _ => {
+                return Err(format!(
+                    "{}: only plain names below the harness directory",
+                    output.display()
+                ))
+            }
+        }
+        match std::fs::symlink_metadata(&reached) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symlink: records are written only to real directories inside the \
+                     harness directory (links are not followed)",
+                    reached.display()
+                ))
+            }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(format!("{} is not a directory", reached.display()))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{}: {e}", reached.display())),
+        }
+    }
+    Ok(())
+}
+
 fn parse_yaml(file: &Path, text: &str) -> Result<Node, HarnessError> {
+    // A key given twice in one mapping (`runtime:`, a name in `env:`) is refused: by default the
+    // loader keeps the last one silently, while a reader sees the first.
+    let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
     // The YAML loader has internal `unreachable!`s; a harness must never crash the CLI.
-    let parsed = std::panic::catch_unwind(|| marked_yaml::parse_yaml(0, text));
+    let parsed =
+        std::panic::catch_unwind(|| marked_yaml::parse_yaml_with_options(0, text, options));
     match parsed {
         Ok(Ok(node)) => Ok(node),
+        Ok(Err(marked_yaml::LoadError::DuplicateKey(dup))) => {
+            let at = |key: &MarkedScalarNode| match scalar_location(key) {
+                Some(l) => format!("{}:{}", l.line, l.column),
+                None => "?".to_string(),
+            };
+            Err(HarnessError::Yaml {
+                path: file.to_path_buf(),
+                detail: format!(
+                    "{}: duplicate key {:?} (first at {}:{})",
+                    at(&dup.key),
+                    dup.key.as_str(),
+                    file.display(),
+                    at(&dup.prev_key)
+                ),
+            })
+        }
         Ok(Err(err)) => Err(HarnessError::Yaml {
             path: file.to_path_buf(),
             detail: err.to_string(),
@@ -489,6 +559,7 @@ const TOP_KEYS: &[&str] = &[
     "env",
     "iterations",
     "timeout",
+    "processes",
     "workdir",
     "output",
     "validation",
@@ -570,6 +641,24 @@ impl Checker {
                     format!("{prefix}{}", key.as_str()),
                     format!("unknown key (allowed: {})", allowed.join(", ")),
                 );
+            }
+        }
+    }
+
+    /// Checks the program the agent runs as (`agent.binary`, `command[0]`) by the manifest's
+    /// rule for it: not empty, and a name with a '/' is an absolute path inside the sandbox.
+    fn program(&mut self, at: Option<Location>, field: &str, what: &str, name: &str) {
+        if name.is_empty() {
+            self.problem(at, field, format!("an empty {what} name"));
+        } else if name.contains('/') {
+            if !name.starts_with('/') {
+                self.problem(
+                    at,
+                    field,
+                    format!("a {what} with a '/' must be an absolute path inside the sandbox"),
+                );
+            } else if let Some(problem) = crate::manifest::sandbox_path_problem(name) {
+                self.problem(at, field, problem);
             }
         }
     }
@@ -691,13 +780,8 @@ impl Checker {
                     .get_node("binary")
                     .and_then(|n| self.string(n, "agent.binary"));
                 if let Some(b) = &agent.binary {
-                    if b.contains('/') && !b.starts_with('/') {
-                        self.problem(
-                            m.get_node("binary").and_then(location),
-                            "agent.binary",
-                            "a binary with a '/' must be an absolute path inside the sandbox",
-                        );
-                    }
+                    let at = m.get_node("binary").and_then(location);
+                    self.program(at, "agent.binary", "binary", b);
                 }
                 if let Some(n) = m.get_node("args") {
                     agent.args = self.string_list(n, "agent.args");
@@ -766,13 +850,8 @@ impl Checker {
             None => {}
         }
         if let Some(cmd0) = command.first() {
-            if cmd0.contains('/') && !cmd0.starts_with('/') {
-                self.problem(
-                    top.get_node("command").and_then(location),
-                    "command[0]",
-                    "a program with a '/' must be an absolute path inside the sandbox",
-                );
-            }
+            let at = top.get_node("command").and_then(location);
+            self.program(at, "command[0]", "program", cmd0);
         }
 
         let plugins = match top.get_node("plugins") {
@@ -809,6 +888,20 @@ impl Checker {
                         "expected an integer from 1 to 1000",
                     );
                     1
+                }
+            },
+        };
+        let processes = match top.get_node("processes") {
+            None => crate::manifest::DEFAULT_PROCESSES,
+            Some(n) => match n.as_scalar().and_then(|s| s.as_u64()) {
+                Some(p) if (1..=MAX_PROCESSES).contains(&p) => p,
+                _ => {
+                    self.problem(
+                        location(n),
+                        "processes",
+                        format!("expected an integer from 1 to {MAX_PROCESSES}"),
+                    );
+                    crate::manifest::DEFAULT_PROCESSES
                 }
             },
         };
@@ -857,6 +950,9 @@ impl Checker {
                 None => self.base.join("runs"),
             },
         };
+        if let Err(e) = check_output_dir(&self.base, &output) {
+            self.problem(top.get_node("output").and_then(location), "output", e);
+        }
         let validation = top.get_node("validation").and_then(|n| match n {
             Node::Sequence(_) => {
                 let v = self.string_list(n, "validation");
@@ -891,6 +987,7 @@ impl Checker {
             env,
             iterations,
             timeout,
+            processes,
             workdir,
             output,
             validation,
@@ -1246,4 +1343,63 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("a timeout of zero would kill the agent at once".to_string());
     }
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validates `text` as the harness of an empty directory.
+    fn check(text: &str) -> Validated {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("harness.yaml");
+        std::fs::write(&file, text).unwrap();
+        validate(&file).unwrap()
+    }
+
+    /// Found by the `harness` fuzz target: `command: [/bin/..]` passed validation, but the
+    /// manifest built from it was refused (`'..' segment`), so `validate` said ok and
+    /// `--emit-manifest` and `run` failed. The program follows the manifest's rule now.
+    #[test]
+    fn fuzz_regression_program_paths_follow_the_manifest_rule() {
+        let refused = [
+            (
+                "runtime: command\ncommand: [/bin/.., -c, \"true\"]\n",
+                "command[0]",
+                "'..'",
+            ),
+            ("runtime: command\ncommand: [\"\"]\n", "command[0]", "empty"),
+            (
+                "runtime: pi\nprompt: hi\nagent:\n  binary: \"/usr/bin/pi\\r\"\n",
+                "agent.binary",
+                "carriage return",
+            ),
+            (
+                "runtime: pi\nprompt: hi\nagent:\n  binary: \"\"\n",
+                "agent.binary",
+                "empty",
+            ),
+        ];
+        for (text, field, needle) in refused {
+            let v = check(text);
+            assert!(
+                v.problems
+                    .iter()
+                    .any(|p| p.field == field && p.message.contains(needle)),
+                "{text:?}: {:?}",
+                v.problems
+            );
+            assert!(v.manifest(&SandboxLayout::default()).is_none());
+        }
+        for text in [
+            "runtime: command\ncommand: [/bin/true]\n",
+            "runtime: command\ncommand: [sh, -c, \"true\"]\n",
+            "runtime: pi\nprompt: hi\nagent:\n  binary: /usr/local/bin/pi\n",
+        ] {
+            let v = check(text);
+            assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
+            let manifest = v.manifest(&SandboxLayout::default()).unwrap();
+            manifest.validate().unwrap();
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //!
 //! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
     binary, busy_wait, can_unshare_pid, pitcrew_run, pitcrew_run_output, prerequisite, read_json,
@@ -221,7 +222,7 @@ fn three_iterations_in_one_sandbox_each_collected() {
 }
 
 #[test]
-fn leftover_background_process_is_gone_before_the_next_iteration() {
+fn attack_leftovers__a_background_process_is_gone_before_the_next_iteration() {
     if !gate() {
         return;
     }
@@ -258,7 +259,7 @@ fi"#;
 }
 
 #[test]
-fn agent_cannot_modify_a_verified_plugin() {
+fn attack_verified_trees__the_agent_cannot_modify_a_verified_plugin() {
     if !gate() {
         return;
     }
@@ -285,7 +286,7 @@ fi"#;
 }
 
 #[test]
-fn agent_replacing_a_verified_config_fails_the_next_iteration_with_98_and_the_drift() {
+fn attack_verified_trees__a_replaced_verified_config_fails_the_next_iteration_with_98() {
     if !gate() {
         return;
     }
@@ -315,7 +316,7 @@ fi"#;
 }
 
 #[test]
-fn what_the_agent_adds_to_its_config_dir_is_gone_before_the_next_iteration() {
+fn attack_leftovers__what_the_agent_adds_to_its_config_dir_is_gone_next_iteration() {
     if !gate() {
         return;
     }
@@ -486,7 +487,7 @@ fn host_killed_mid_iteration_loses_nothing() {
 }
 
 #[test]
-fn non_root_cannot_reach_a_root_sandbox() {
+fn attack_control_socket__a_non_root_user_cannot_reach_a_root_sandbox() {
     if !gate() {
         return;
     }
@@ -674,7 +675,7 @@ fn a_supervisor_that_never_listens_leaves_no_sandbox_behind() {
 }
 
 #[test]
-fn names_the_host_would_refuse_in_the_output_never_lose_the_record() {
+fn attack_plants__hard_links_and_refused_names_in_the_output_never_lose_the_record() {
     if !gate() {
         return;
     }
@@ -735,4 +736,183 @@ fn a_state_dir_reached_through_a_symlink_still_runs() {
     );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["iterations"][0]["exit_code"], 0, "{doc}");
+}
+
+/// The raw control (C0, DEL, C1) and bidi characters in `text`, newlines aside.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n')
+        .filter(|&c| {
+            c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect()
+}
+
+#[test]
+fn attack_terminal__agent_output_and_command_lines_reach_the_operator_escaped() {
+    if !gate() {
+        return;
+    }
+    // The agent prints a clear-screen, a bell, a carriage return and a bidi override, and runs a
+    // process whose command line carries the same plus a C1 CSI: with `-v` the operator sees
+    // its output, and `inspect` lists its processes.
+    let script = r#"printf 'out:\033[2J\007\r\342\200\256:end\n'
+sh -c 'while :; do sleep 0.1; done' "$(printf 'cmd:\033[2J\007\r\342\200\256\302\233:end')" &
+touch running
+while :; do sleep 0.1; done"#;
+    let fx = fixture(script, 1, "");
+    let h = fx.harness.to_str().unwrap();
+    let run = fx
+        .pitcrew(&["run", h, "--keep", "-v"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    assert!(
+        busy_wait(Duration::from_secs(30), || ws.join("running").exists()),
+        "the agent never started"
+    );
+    let mut inspect = String::new();
+    assert!(
+        busy_wait(Duration::from_secs(10), || {
+            let out = fx
+                .pitcrew(&["inspect", &id, "--no-verify"])
+                .output()
+                .unwrap();
+            inspect = String::from_utf8_lossy(&out.stdout).into_owned();
+            inspect.contains("cmd:")
+        }),
+        "no process with the crafted command line: {inspect}"
+    );
+    assert!(
+        raw_controls(&inspect).is_empty(),
+        "raw {:?} in {inspect:?}",
+        raw_controls(&inspect)
+    );
+    assert!(
+        inspect.contains("cmd:\\x1b[2J\\x07\\r\\u{202e}\\u{9b}:end"),
+        "{inspect}"
+    );
+    let out = fx.pitcrew(&["cancel", &id]).output().unwrap();
+    assert!(out.status.success());
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("out:\\x1b[2J\\x07\\r\\u{202e}:end\n"),
+        "{stderr}"
+    );
+    let raw = raw_controls(&stderr);
+    assert!(raw.is_empty(), "raw {raw:?} in {stderr:?}");
+    // The collected record keeps the agent's bytes exactly.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let records = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("records: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let output = read_text(&Path::new(records).join("iteration-1/output.jsonl"));
+    assert!(
+        output.contains("out:\u{1b}[2J\u{7}\r\u{202e}:end"),
+        "{output:?}"
+    );
+    fx.down(&id);
+}
+
+#[test]
+fn attack_output_path__a_run_dir_swapped_for_a_symlink_between_iterations_is_refused() {
+    if !gate() {
+        return;
+    }
+    // The validation command runs on the host between iterations, over what the agent wrote:
+    // here it swaps the run directory for a link to a directory outside the harness directory.
+    let outside = tempfile::tempdir().unwrap();
+    let fx = fixture(
+        "echo ran",
+        2,
+        &format!(
+            "validation:\n  - /bin/sh\n  - -c\n  - |\n    run=$(dirname \"$PITCREW_RECORD_DIR\")\n    if [ ! -L \"$run\" ]; then mv \"$run\" \"$run.real\" && ln -s {} \"$run\"; fi\n    exit 1\n",
+            outside.path().display()
+        ),
+    );
+    let (out, doc) = fx.run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let left: Vec<_> = fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "records written outside: {left:?}\n{stderr}"
+    );
+    let run_dir = doc["run_dir"].as_str().unwrap();
+    assert!(
+        stderr.contains(&format!("iteration 2: output {run_dir} is a symlink")),
+        "{stderr}"
+    );
+    assert!(doc["iterations"][1]["record_dir"].is_null(), "{doc:#}");
+    // Iteration 1 was collected before the swap.
+    let real = format!("{run_dir}.real");
+    assert_eq!(
+        read_json(&Path::new(&real).join("iteration-1/result.json"))["exit_code"],
+        0
+    );
+}
+
+/// Field 22 of `/proc/<pid>/stat` (clock ticks after boot).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[test]
+fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo hi", 1, "");
+    let doc = fx.run_ok(&["--keep"]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let engine_json = fx.state.join("sandboxes").join(&id).join("engine.json");
+    let mut rec = read_json(&engine_json);
+    let pid = u32::try_from(rec["pid"].as_u64().unwrap()).unwrap();
+    // The sandbox's process is recorded with its start time.
+    assert_eq!(rec["pid_start"].as_u64(), start_time(pid), "{rec}");
+    let out = fx.pitcrew(&["ps"]).output().unwrap();
+    let ps = String::from_utf8_lossy(&out.stdout);
+    assert!(ps.contains(&format!("{id}  local  running")), "{ps}");
+    // The sandbox dies (its unshare killed: the PID namespace goes with it) ...
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        busy_wait(Duration::from_secs(10), || {
+            fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+        }),
+        "pid {pid} still running"
+    );
+    // ... and its pid goes to an unrelated process (simulated: the record now names a `sleep`).
+    let mut stranger = Command::new("sleep").arg("300").spawn().unwrap();
+    rec["pid"] = stranger.id().into();
+    fs::write(&engine_json, rec.to_string()).unwrap();
+    let out = fx.pitcrew(&["ps"]).output().unwrap();
+    let ps = String::from_utf8_lossy(&out.stdout);
+    assert!(ps.contains(&format!("{id}  local  stale")), "{ps}");
+    let out = fx.pitcrew(&["down", &id]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let alive = stranger.try_wait().unwrap().is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(alive, "down signalled the stranger: {stderr}");
+    assert!(
+        stderr.contains(&format!("pid {} is another process now", rec["pid"])),
+        "{stderr}"
+    );
+    assert!(fx.sandboxes().is_empty());
 }

@@ -3,6 +3,7 @@
 //! signal to the agent's process group instead.
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::report::escape_controls;
 use pitcrew_core::protocol::AgentSignal;
 use std::process::ExitCode;
 
@@ -49,7 +50,7 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
             serde_json::json!({"sandbox": id.0, "sent": what, "detail": detail})
         );
     } else {
-        println!("sandbox {id}: {what} sent");
+        println!("sandbox {}: {what} sent", escape_controls(&id.0));
     }
     Ok(ExitCode::SUCCESS)
 }

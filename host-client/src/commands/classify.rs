@@ -1,6 +1,7 @@
 //! `pitcrew classify DIR [--json]`: which runtime would load a plugin directory and, for pi,
 //! which entry files and flags.
 
+use crate::report::escape_controls;
 use pitcrew_core::plugin_format::{classify, PluginClass};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,7 +34,8 @@ pub fn run(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The human-readable report, one fact per line.
+/// The human-readable report, one fact per line; entries, flags and names come from the
+/// plugin's files and are escaped for the terminal.
 fn render(class: &PluginClass) -> String {
     match class {
         PluginClass::Pi(p) => {
@@ -47,14 +49,19 @@ fn render(class: &PluginClass) -> String {
                     .join(", ")
             };
             format!(
-                "pi extension ({}): {}\nregistered flags: {flags}\n",
-                p.rule,
-                p.entries.join(", ")
+                "pi extension ({}): {}\nregistered flags: {}\n",
+                escape_controls(&p.rule.to_string()),
+                escape_controls(&p.entries.join(", ")),
+                escape_controls(&flags)
             )
         }
         PluginClass::Claude(c) => {
             let name = serde_json::Value::from(c.name.as_str());
-            let mut out = format!("claude plugin {name} ({})\n", c.manifest);
+            let mut out = format!(
+                "claude plugin {} ({})\n",
+                escape_controls(&name.to_string()),
+                escape_controls(&c.manifest)
+            );
             let surfaces: Vec<&str> = [
                 (c.has_hooks, "hooks"),
                 (c.has_mcp, "MCP servers"),

@@ -60,7 +60,8 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(0);
     let dest = out.join(format!("iteration-{n}"));
     if dest.exists() {
-        std::fs::remove_dir_all(&dest)
+        // A record may be as deep as the agent's output was: removed in bounded descriptors.
+        pitcrew_core::bounded_tree::remove_path(&dest)
             .with_context(|| format!("{}: remove the previous copy", dest.display()))?;
     }
     std::fs::rename(&staging, &dest)
@@ -70,13 +71,14 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        println!(
+        let line = format!(
             "iteration {n}: exit {} ({}), {} → {}",
             summary.exit_code,
             summary.meaning,
             summary.verification,
             dest.display()
         );
+        println!("{}", report::escape_controls(&line));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 //! subdirectories — classifies and hashes each candidate, and prints the harness `plugins:`
 //! entry that would enable it explicitly. Candidates are read, never loaded or executed.
 
+use crate::report::escape_controls;
 use pitcrew_core::plugin_format::{self, PluginClass};
 use pitcrew_core::tree_hash::{self, TreeFormat};
 use serde::Serialize;
@@ -69,30 +70,37 @@ pub fn run(args: &DiscoverArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // Candidate names, entries and problems come from the scanned directories (the project is
+    // the untrusted repository): every line is escaped for the terminal.
+    let line = |text: String| println!("{}", escape_controls(&text));
     for (scope, dir) in &places {
         let state = if dir.is_dir() { "" } else { " (absent)" };
-        println!("scanned {scope}: {}{state}", dir.display());
+        line(format!("scanned {scope}: {}{state}", dir.display()));
     }
     if candidates.is_empty() {
         println!("no candidates: pi would auto-discover nothing here");
     }
     for c in &candidates {
-        println!("{} {} ({})", c.scope, c.path.display(), c.shape);
+        line(format!("{} {} ({})", c.scope, c.path.display(), c.shape));
         match &c.class {
-            Some(PluginClass::Pi(pi)) => {
-                println!("  pi extension ({}): {}", pi.rule, pi.entries.join(", "))
-            }
-            Some(PluginClass::Claude(cl)) => println!("  claude plugin {:?}", cl.name),
+            Some(PluginClass::Pi(pi)) => line(format!(
+                "  pi extension ({}): {}",
+                pi.rule,
+                pi.entries.join(", ")
+            )),
+            Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name)),
             None => {}
         }
         if let Some(sha) = &c.sha256 {
-            println!("  sha256 {sha}");
+            line(format!("  sha256 {sha}"));
         }
         if let Some(p) = &c.problem {
-            println!("  not enabled as is: {p}");
+            line(format!("  not enabled as is: {p}"));
         }
         if let Some(e) = &c.harness_entry {
-            println!("  enable by vendoring it next to your harness and adding:\n    plugins:\n      - {e}");
+            println!("  enable by vendoring it next to your harness and adding:");
+            println!("    plugins:");
+            line(format!("      - {e}"));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,9 @@
 //! `pitcrew down SANDBOX [--keep]`: stop a sandbox (`shutdown`, wait), then remove its host-side
-//! state unless `--keep`.
+//! state unless `--keep`. A recorded pid that is not provably the sandbox's process any more is
+//! never signalled; `down` says so.
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::report::escape_controls;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew down`.
@@ -25,14 +27,25 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
     let engine = args.engine.engine()?;
     let id = SandboxId(args.sandbox.clone());
-    engine.stop(&id, args.keep)?;
+    let outcome = engine.stop(&id, args.keep)?;
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"sandbox": id.0, "stopped": true, "state_kept": args.keep})
+            serde_json::json!({
+                "sandbox": id.0, "stopped": true, "state_kept": args.keep,
+                "warning": outcome.warning,
+            })
         );
     } else {
-        println!("sandbox {id}: stopped");
+        let id = escape_controls(&id.0);
+        match &outcome.warning {
+            None => println!("sandbox {id}: stopped"),
+            Some(why) => {
+                let state = if args.keep { "kept" } else { "removed" };
+                eprintln!("pitcrew: sandbox {id}: {}", escape_controls(why));
+                println!("sandbox {id}: not running; its state {state}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! drift, the processes running now and the confinement status, from `status{verify: true}`.
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
-use crate::report::verification_summary;
+use crate::report::{escape_controls, verification_summary};
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -34,7 +34,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let status = match conn.client().status(verify) {
         // Verification is refused while an iteration runs: report the rest.
         Err(e) if verify && e.refused_kind() == Some("busy") => {
-            tracing::info!("{e}");
+            tracing::info!("{}", escape_controls(&e.to_string()));
             conn.client().status(false).map_err(|e| conn.explain(e))?
         }
         other => other.map_err(|e| conn.explain(e))?,
@@ -64,14 +64,36 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// A value as text, escaped for the terminal (a string as it is, anything else as JSON).
 fn compact(v: &Value) -> String {
-    match v {
+    let text = match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
         other => other.to_string(),
-    }
+    };
+    escape_controls(&text).into_owned()
 }
 
+/// One process of the sandbox: `pid 12 (ppid 1, uid 65534): <command line>`; the command line
+/// is the agent's to choose, so it is escaped like every other value.
+fn process_line(p: &Value) -> String {
+    if let Some(more) = p["more"].as_u64() {
+        return format!("... and {more} more");
+    }
+    if p["pid"].is_null() {
+        return compact(p);
+    }
+    format!(
+        "pid {} (ppid {}, uid {}): {}",
+        compact(&p["pid"]),
+        compact(&p["ppid"]),
+        compact(&p["uid"]),
+        compact(&p["cmd"])
+    )
+}
+
+/// The text report. Every value that comes from the sandbox (reasons, meanings, command lines,
+/// drifted names) is escaped: the agent chooses many of them.
 fn render(
     id: &SandboxId,
     sandbox: &Value,
@@ -82,11 +104,18 @@ fn render(
     let mut out = String::new();
     let engine = sandbox["engine"].as_str().unwrap_or("?");
     out += &format!(
-        "sandbox {id} ({engine}), supervisor {}, mode {}, landlock ABI {}\n",
-        hello.supervisor, hello.capabilities.mode, hello.capabilities.landlock_abi
+        "sandbox {} ({}), supervisor {}, mode {}, landlock ABI {}\n",
+        escape_controls(&id.0),
+        escape_controls(engine),
+        escape_controls(&hello.supervisor),
+        escape_controls(&hello.capabilities.mode),
+        hello.capabilities.landlock_abi
     );
     if let Some(ns) = &hello.capabilities.user_namespace {
-        out += &format!("rootless: user namespace {}\n", ns.describe());
+        out += &format!(
+            "rootless: user namespace {}\n",
+            escape_controls(&ns.describe())
+        );
     }
     if let Some(obj) = status.as_object() {
         // Known keys in reading order, then whatever else the supervisor reports.
@@ -103,9 +132,10 @@ fn render(
         keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
         for key in keys {
             let value = &obj[key];
+            let name = escape_controls(key);
             match key.as_str() {
                 "verify" => {
-                    out += &format!("verification (live): {verification}\n");
+                    out += &format!("verification (live): {}\n", escape_controls(verification));
                     for f in value["failures"].as_array().into_iter().flatten() {
                         out += &format!(
                             "  exit {}: {}\n",
@@ -117,13 +147,13 @@ fn render(
                 "capabilities" => {}
                 "history" | "iterations" => {
                     let list = value.as_array().cloned().unwrap_or_default();
-                    out += &format!("{key}: {}\n", list.len());
+                    out += &format!("{name}: {}\n", list.len());
                     for it in list {
                         out += &format!(
                             "  iteration {}: exit {} {}\n",
                             compact(&it["iteration"]),
                             compact(&it["exit_code"]),
-                            it["meaning"].as_str().unwrap_or_default()
+                            escape_controls(it["meaning"].as_str().unwrap_or_default())
                         );
                     }
                 }
@@ -131,14 +161,72 @@ fn render(
                     let list = value.as_array().cloned().unwrap_or_default();
                     out += &format!("processes: {}\n", list.len());
                     for p in list {
-                        out += &format!("  {}\n", compact(&p));
+                        out += &format!("  {}\n", process_line(&p));
                     }
                 }
-                _ => out += &format!("{key}: {}\n", compact(value)),
+                _ => out += &format!("{name}: {}\n", compact(value)),
             }
         }
     } else {
         out += &format!("status: {}\n", compact(status));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_terminal__inspect_escapes_command_lines_reasons_and_meanings() {
+        let hello = crate::client::HelloReply {
+            version: 1,
+            supervisor: "pitcrew-init 0.1.0".into(),
+            capabilities: serde_json::from_value(json!({
+                "pid1": true, "mode": "pid1", "landlock_abi": 4, "uid_model": "uid 65534",
+                "requests": []
+            }))
+            .unwrap(),
+        };
+        let status = json!({
+            "state": "running\u{1b}[2J",
+            "history": [{"iteration": 1, "exit_code": 96, "meaning": "plugin\u{7}\r tree differs"}],
+            "verify": {"ok": false, "failures": [{"exit_code": 96, "reason": "tree-drifted: \u{1b}]0;x\u{7}"}]},
+            "processes": [
+                {"pid": 1, "ppid": 0, "uid": 0, "cmd": "pitcrew-init serve"},
+                {"pid": 7, "ppid": 1, "uid": 65534, "cmd": "sh -c x \u{1b}[2J\u{7}\r\u{202e}\u{9b}1m"},
+                {"more": 3}
+            ],
+            "\u{1b}[31mkey": "v\u{202e}"
+        });
+        let text = render(
+            &SandboxId("pc-1".into()),
+            &json!({"engine": "local"}),
+            &hello,
+            &status,
+            "p drifted: added \u{1b}[2J.js",
+        );
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|&c| c != '\n')
+            .filter(|&c| {
+                c.is_control()
+                    || ('\u{202a}'..='\u{202e}').contains(&c)
+                    || ('\u{2066}'..='\u{2069}').contains(&c)
+            })
+            .collect();
+        assert!(raw.is_empty(), "raw {raw:?} in {text}");
+        for shown in [
+            "state: running\\x1b[2J",
+            "iteration 1: exit 96 plugin\\x07\\r tree differs",
+            "verification (live): p drifted: added \\x1b[2J.js",
+            "exit 96: tree-drifted: \\x1b]0;x\\x07",
+            "sh -c x \\x1b[2J\\x07\\r\\u{202e}\\u{9b}1m",
+            "\\x1b[31mkey: v\\u{202e}",
+        ] {
+            assert!(text.contains(shown), "{shown} not in\n{text}");
+        }
+    }
 }

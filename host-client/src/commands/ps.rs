@@ -1,6 +1,7 @@
 //! `pitcrew ps [--json]`: the sandboxes this host's state directory knows about.
 
 use crate::engine::EngineArgs;
+use crate::report::escape_controls;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew ps`.
@@ -26,13 +27,17 @@ pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
         println!("no {} sandboxes", engine.name());
     }
     for s in list {
-        println!(
+        let mut line = format!(
             "{}  {}  {}  {}",
             s.id,
             s.engine,
-            if s.running { "running" } else { "stopped" },
+            s.state,
             s.detail["root"].as_str().unwrap_or_default()
         );
+        if let Some(why) = s.detail["state_detail"].as_str() {
+            line += &format!("  ({why})");
+        }
+        println!("{}", escape_controls(&line));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -9,7 +9,7 @@
 use crate::client::RunUpdate;
 use crate::engine::{ignore_sigpipe, Connection, Engine, EngineArgs, SandboxId, SandboxSpec};
 use crate::records;
-use crate::report::{self, IterationSummary};
+use crate::report::{self, escape_controls, EscapedStream, IterationSummary};
 use crate::tarball;
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::{self, Harness, Validated};
@@ -83,7 +83,7 @@ fn install_ctrlc(slot: CancelSlot) {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = guard.as_ref() {
             if let Err(e) = c.cancel() {
-                eprintln!("pitcrew: cancel: {e}");
+                eprintln!("pitcrew: cancel: {}", escape_controls(&e.to_string()));
             }
         }
     });
@@ -92,10 +92,14 @@ fn install_ctrlc(slot: CancelSlot) {
     }
 }
 
-/// Progress for people: a status line on a terminal, plain lines otherwise.
+/// Progress for people: a status line on a terminal, plain lines otherwise. Everything it
+/// prints is escaped for the terminal ([`escape_controls`]): messages quote the supervisor's
+/// events, reasons and drifted names, and the agent's output is the agent's.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     verbose: bool,
+    /// The agent's stdout and stderr, each escaped as a stream.
+    streams: Mutex<[EscapedStream; 2]>,
 }
 
 impl Progress {
@@ -105,11 +109,16 @@ impl Progress {
             b.enable_steady_tick(std::time::Duration::from_millis(120));
             b
         });
-        Progress { bar, verbose }
+        Progress {
+            bar,
+            verbose,
+            streams: Mutex::default(),
+        }
     }
 
     /// A line that stays.
     fn line(&self, msg: &str) {
+        let msg = escape_controls(msg);
         match &self.bar {
             Some(b) => b.println(format!("pitcrew: {msg}")),
             None => eprintln!("pitcrew: {msg}"),
@@ -119,18 +128,30 @@ impl Progress {
     /// The current status: a transient status line on a terminal; otherwise a plain line with
     /// `-v` only (the lines that stay say what happened).
     fn status(&self, msg: &str) {
+        let msg = escape_controls(msg);
         match &self.bar {
-            Some(b) => b.set_message(msg.to_string()),
+            Some(b) => b.set_message(msg.into_owned()),
             None if self.verbose => eprintln!("pitcrew: {msg}"),
             None => {}
         }
     }
 
-    /// Raw agent output (only with `-v`).
-    fn output(&self, bytes: &[u8]) {
+    /// The agent's output (only with `-v`), its lines kept and every other control escaped.
+    fn output(&self, channel: Channel, bytes: &[u8]) {
+        let text = {
+            let mut streams = self
+                .streams
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let i = usize::from(matches!(channel, Channel::Stderr));
+            streams[i].push(bytes)
+        };
+        if text.is_empty() {
+            return;
+        }
         let write = || {
             let mut e = std::io::stderr().lock();
-            let _ = e.write_all(bytes);
+            let _ = e.write_all(text.as_bytes());
             let _ = e.flush();
         };
         match &self.bar {
@@ -140,6 +161,17 @@ impl Progress {
     }
 
     fn finish(&self) {
+        let tails: Vec<String> = self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter_mut()
+            .map(EscapedStream::finish)
+            .filter(|t| !t.is_empty())
+            .collect();
+        for t in tails {
+            eprintln!("{t}");
+        }
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
@@ -179,7 +211,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     let file = args.harness.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {
-            eprintln!("{file}:{p}");
+            eprintln!("{}", escape_controls(&format!("{file}:{p}")));
         }
         bail!(
             "{file}: {} problem(s); nothing was started",
@@ -213,12 +245,21 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         .take();
 
     let stop = if args.keep {
-        Ok(())
+        Ok(Default::default())
     } else {
         engine.stop(&id, false)
     };
-    if let Err(e) = stop {
-        eprintln!("pitcrew: {e:#}");
+    match stop {
+        Ok(outcome) => {
+            if let Some(why) = outcome.warning {
+                eprintln!(
+                    "pitcrew: sandbox {}: {}",
+                    escape_controls(&id.0),
+                    escape_controls(&why)
+                );
+            }
+        }
+        Err(e) => eprintln!("pitcrew: {}", escape_controls(&format!("{e:#}"))),
     }
     let report = outcome?;
     let code = report.exit_code;
@@ -234,15 +275,22 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         "iterations": report.rows,
     });
     let doc_text = serde_json::to_string_pretty(&doc)?;
-    if let Err(e) = std::fs::write(Path::new(&report.run_dir).join("run.json"), &doc_text) {
-        tracing::warn!("{}/run.json: {e}", report.run_dir);
+    let written = records::open_run_dir(&h.base, &h.output, &report.run_id)
+        .and_then(|(_, dir)| Ok(records::write_in(&dir, "run.json", doc_text.as_bytes())?));
+    if let Err(e) = written {
+        tracing::warn!(
+            "{}/run.json: {}",
+            escape_controls(&report.run_dir),
+            escape_controls(&format!("{e:#}"))
+        );
     }
     if args.json {
         println!("{doc_text}");
     } else {
         print!("{}", report::table(&report.rows));
-        println!("records: {}", report.run_dir);
+        println!("records: {}", escape_controls(&report.run_dir));
         if args.keep {
+            let id = escape_controls(&id.0);
             println!("sandbox kept: {id} (pitcrew inspect {id}; pitcrew down {id})");
         }
     }
@@ -286,9 +334,8 @@ fn drive(
         .map_err(|e| conn.explain(e))?;
 
     let run_id = format!("{}-{}", utc_stamp(), path_safe(&id.0));
-    let run_dir = h.output.join(&run_id);
-    std::fs::create_dir_all(&run_dir)
-        .with_context(|| format!("{}: create the run directory", run_dir.display()))?;
+    // Created without following links: `output:` stays inside the harness directory.
+    let (run_dir, _) = records::open_run_dir(&h.base, &h.output, &run_id)?;
     let total = args.iterations.unwrap_or(h.iterations);
     let mut rows = Vec::new();
     let mut stopped = Stopped::Iterations;
@@ -327,7 +374,7 @@ fn drive(
                 }
                 RunUpdate::Output { channel, bytes } => {
                     if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
-                        progress.output(bytes);
+                        progress.output(channel, bytes);
                     }
                 }
             })
@@ -336,7 +383,11 @@ fn drive(
         let mut row = report::summarize(&outcome.record, duration_ms, events);
         let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
         progress.status(&format!("iteration {}: collecting", outcome.iteration));
-        match records::collect_into(&mut conn, Some(outcome.iteration), &dest) {
+        // Checked again before every collect: the validation command runs on the host between
+        // iterations and may have swapped the run directory for a link.
+        let collected = records::open_run_dir(&h.base, &h.output, &run_id)
+            .and_then(|_| records::collect_into(&mut conn, Some(outcome.iteration), &dest));
+        match collected {
             Ok(()) => row.record_dir = Some(dest.display().to_string()),
             Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
         }

@@ -1,5 +1,6 @@
 //! `pitcrew validate HARNESS [--json] [--emit-manifest]`.
 
+use crate::report::escape_controls;
 use anyhow::Context as _;
 use pitcrew_core::harness::{self, SandboxLayout, Validated};
 use pitcrew_core::plugin_format::PluginClass;
@@ -54,27 +55,35 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Prints each problem as `FILE:LINE:COLUMN: field: message`, escaped: problems quote paths and
+/// names from the harness directory.
 fn print_problems(file: &str, v: &Validated) {
     for p in &v.problems {
-        eprintln!("{file}:{p}");
+        eprintln!("{}", escape_controls(&format!("{file}:{p}")));
     }
     eprintln!(
-        "{file}: {} problem{}",
+        "{}: {} problem{}",
+        escape_controls(file),
         v.problems.len(),
         if v.problems.len() == 1 { "" } else { "s" }
     );
 }
 
+/// Prints one line of the text report, escaped for the terminal.
+fn line(text: &str) {
+    println!("{}", escape_controls(text));
+}
+
 fn print_report(file: &str, v: &Validated) {
     for n in &v.notes {
-        println!("{file}:{n} (note)");
+        line(&format!("{file}:{n} (note)"));
     }
     if !v.is_ok() {
         print_problems(file, v);
         return;
     }
     let Some(h) = &v.harness else { return };
-    println!(
+    line(&format!(
         "{file}: ok: runtime {}, {} plugin(s), {} skills dir(s), {} adapter(s), {} iteration(s), timeout {}s",
         h.runtime.as_str(),
         v.plugins.len(),
@@ -82,7 +91,7 @@ fn print_report(file: &str, v: &Validated) {
         v.adapters.len(),
         h.iterations,
         h.timeout.as_secs()
-    );
+    ));
     for p in &v.plugins {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
@@ -93,21 +102,24 @@ fn print_report(file: &str, v: &Validated) {
         } else {
             " [skipped by this runtime]"
         };
-        println!(
-            "  plugin {}: {what}{skipped}\n    pi-tree-v1 {} ({} files)",
-            p.spec.name,
+        line(&format!("  plugin {}: {what}{skipped}", p.spec.name));
+        line(&format!(
+            "    pi-tree-v1 {} ({} files)",
             p.digest.sha256,
             p.digest.listing.files.len()
-        );
+        ));
     }
     for s in &v.skills {
-        println!("  skills {}: pi-tree-v1 {}", s.spec.name, s.digest.sha256);
+        line(&format!(
+            "  skills {}: pi-tree-v1 {}",
+            s.spec.name, s.digest.sha256
+        ));
     }
     for a in &v.adapters {
-        println!(
+        line(&format!(
             "  adapter {} ({}): sha256 {}",
             a.spec.path, a.spec.role, a.sha256
-        );
+        ));
     }
 }
 

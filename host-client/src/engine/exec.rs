@@ -5,7 +5,7 @@
 //! stdin/stdout carry the protocol. Starting and stopping the sandbox belong to whoever created
 //! it: `start` only checks that its supervisor answers, `stop` does nothing.
 
-use super::{Connection, Engine, SandboxEntry, SandboxId, SandboxSpec};
+use super::{Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::SandboxLayout;
 use std::ffi::OsString;
@@ -76,9 +76,9 @@ impl Engine for ExecEngine {
         Connection::spawn(&argv, &format!("sandbox {id} ({})", shown.join(" ")))
     }
 
-    fn stop(&self, id: &SandboxId, _keep_state: bool) -> anyhow::Result<()> {
+    fn stop(&self, id: &SandboxId, _keep_state: bool) -> anyhow::Result<StopOutcome> {
         tracing::info!("sandbox {id}: the exec engine leaves stopping the sandbox to its owner");
-        Ok(())
+        Ok(StopOutcome::default())
     }
 
     fn layout(&self, _id: &SandboxId) -> anyhow::Result<SandboxLayout> {

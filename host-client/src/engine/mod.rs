@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod local;
+pub mod process;
 pub mod rootless;
 
 use crate::client::{Client, ClientError, HelloReply};
@@ -51,8 +52,19 @@ pub struct SandboxEntry {
     pub engine: String,
     /// Whether its supervisor is running.
     pub running: bool,
+    /// `running`, `stopped`, `stale` (its pid is another process now) or `unverified` (a
+    /// live pid that cannot be shown to be the sandbox's).
+    pub state: String,
     /// Engine-specific details.
     pub detail: serde_json::Value,
+}
+
+/// What [`Engine::stop`] did, beyond stopping.
+#[derive(Debug, Clone, Default)]
+pub struct StopOutcome {
+    /// Why a process was left alone (its pid no longer is, or cannot be shown to be, the
+    /// sandbox's), for the operator.
+    pub warning: Option<String>,
 }
 
 /// How the host starts, reaches and stops sandboxes.
@@ -65,7 +77,7 @@ pub trait Engine {
     /// Opens a protocol connection to the sandbox's supervisor (`hello` already exchanged).
     fn connect(&self, id: &SandboxId) -> anyhow::Result<Connection>;
     /// Stops the sandbox; `keep_state` keeps host-side state (records) for later reading.
-    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<()>;
+    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<StopOutcome>;
     /// Where uploads go inside the sandbox.
     fn layout(&self, id: &SandboxId) -> anyhow::Result<SandboxLayout>;
     /// A description of the sandbox for people and `--json` (engine, paths, pids).
