@@ -242,9 +242,16 @@ impl Ctx {
         fs::symlink_metadata(self.abs(rel)).is_ok()
     }
 
-    /// Reads and parses a JSON file (not a symlink), capped at [`MAX_JSON_BYTES`].
+    /// Reads and parses a JSON file (a regular file, not a symlink), capped at
+    /// [`MAX_JSON_BYTES`]. Anything else is refused before it is opened: opening a fifo named
+    /// `package.json` would block for ever.
     fn read_json(&self, rel: &str) -> Result<serde_json::Value, ClassifyError> {
-        self.kind(rel)?;
+        if self.kind(rel)? != Some(Kind::File) {
+            return Err(self.io(
+                rel,
+                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
+            ));
+        }
         let mut text = Vec::new();
         fs::File::open(self.abs(rel))
             .and_then(|f| f.take(MAX_JSON_BYTES).read_to_end(&mut text))
@@ -290,5 +297,50 @@ fn join(a: &str, b: &str) -> String {
         b.to_owned()
     } else {
         format!("{a}/{b}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found with the `pi_manifest` fuzz target's fixture: a `package.json` (or `plugin.json`)
+    /// that is a fifo made `classify` (and so `pitcrew classify`, `validate`, `discover`) block
+    /// for ever in `open`. A manifest that is not a regular file is refused now.
+    #[cfg(unix)]
+    #[test]
+    fn fuzz_regression_a_fifo_manifest_is_refused_not_opened() {
+        let mkfifo = |path: &Path| {
+            let status = std::process::Command::new("mkfifo")
+                .arg(path)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        };
+        let root = tempfile::tempdir().unwrap();
+        let pkg = root.path().join("pkg");
+        fs::create_dir(&pkg).unwrap();
+        mkfifo(&pkg.join("package.json"));
+        fs::write(pkg.join("index.ts"), "export default 1;\n").unwrap();
+        let err = classify(&pkg).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let nested = root.path().join("nested");
+        fs::create_dir_all(nested.join("sub")).unwrap();
+        fs::write(
+            nested.join("package.json"),
+            r#"{"pi":{"extensions":["sub"]}}"#,
+        )
+        .unwrap();
+        fs::write(nested.join("sub/index.ts"), "export default 1;\n").unwrap();
+        mkfifo(&nested.join("sub/package.json"));
+        let err = classify(&nested).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let claude = root.path().join("claude");
+        fs::create_dir(&claude).unwrap();
+        mkfifo(&claude.join("plugin.json"));
+        let err = classify(&claude).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 }
