@@ -8,7 +8,8 @@
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
 use crate::manifest::Manifest;
-use crate::result::{AgentRecord, IterationResult};
+use crate::result::{AgentRecord, IterationResult, OutputRecord};
+use crate::sandbox::capture::{StreamName, StreamReport};
 use crate::sandbox::confine::ConfinePlan;
 use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, ReapOutcome};
@@ -140,6 +141,12 @@ pub fn run_iteration(
         );
         return record;
     }
+    if ctx.private_ipc {
+        if let Err(reason) = crate::sandbox::private_ipc::renew() {
+            record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
+            return record;
+        }
+    }
     if let Err(reason) = observer.after_reap(manifest) {
         record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
         return record;
@@ -228,6 +235,11 @@ pub fn run_iteration(
     };
     record.env.removed = to_values(&env.removed);
     record.env.dotenv_refused = to_values(&env.dotenv_refused);
+    record.env.layers = env
+        .layers
+        .iter()
+        .map(|(name, layer)| (name.clone(), layer.to_string()))
+        .collect();
     observer.step(
         "environment",
         "finished",
@@ -281,22 +293,23 @@ pub fn run_iteration(
         }
         None => (binary, argv),
     };
-    let spec = match LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output) {
-        Ok(spec) => spec,
-        Err(reason) => {
-            observer.step(
-                "launch",
-                "finished",
-                json!({"error": format!("launch: {reason}")}),
-            );
-            record.finish(
-                exit_code::SUPERVISOR_FAILED,
-                Some(format!("launch: {reason}")),
-            );
-            return record;
-        }
-    };
-    let launched = launch(&spec, &mut plan, &mut ctx.reaper);
+    let (mut spec, mut capture) =
+        match LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output) {
+            Ok(prepared) => prepared,
+            Err(reason) => {
+                observer.step(
+                    "launch",
+                    "finished",
+                    json!({"error": format!("launch: {reason}")}),
+                );
+                record.finish(
+                    exit_code::SUPERVISOR_FAILED,
+                    Some(format!("launch: {reason}")),
+                );
+                return record;
+            }
+        };
+    let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
     let mut confinement = plan.record.clone();
     drop(plan);
@@ -313,12 +326,14 @@ pub fn run_iteration(
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
             final_reap(ctx, manifest, &mut record, observer);
+            capture.finish();
             return record;
         }
     };
     confinement.no_new_privs = launched.report.no_new_privs;
     confinement.caps_cleared = launched.report.caps_cleared;
     confinement.landlock.status = launched.report.landlock;
+    confinement.seccomp.installed = launched.report.seccomp;
     record.confinement = Some(confinement);
 
     observer.step("launch", "finished", json!({"pid": launched.pid}));
@@ -326,14 +341,8 @@ pub fn run_iteration(
     // 6. Supervise.
     observer.step("agent", "started", json!({"pid": launched.pid}));
     let started = Instant::now();
-    let outcome = supervise(ctx, launched.pid, &manifest.limits, observer);
+    let outcome = supervise(ctx, launched.pid, &manifest.limits, &mut capture, observer);
     record.steps.agent_ms = millis(started.elapsed());
-    record.agent = Some(AgentRecord {
-        argv0: spec.argv0.clone(),
-        pid: launched.pid,
-        timed_out: outcome.timed_out,
-        forwarded_signals: outcome.forwarded.clone(),
-    });
     let mut code = outcome.exit.code();
     let mut reason = outcome.timed_out.then(|| {
         format!(
@@ -359,28 +368,72 @@ pub fn run_iteration(
         }),
     );
 
-    // 7. Judge, then reap again.
+    // 7. Reap again, then judge: nothing of the agent runs while the verdict is formed, and
+    // the stream the judge reads is complete (every process that could write it is gone).
+    record.signal = outcome.exit.signal().map(signal_name);
+    final_reap(ctx, manifest, &mut record, observer);
+    let streams = capture.finish();
+    record.agent = Some(AgentRecord {
+        argv0: spec.argv0.clone(),
+        pid: launched.pid,
+        timed_out: outcome.timed_out,
+        forwarded_signals: outcome.forwarded.clone(),
+        output: streams.iter().map(output_record).collect(),
+    });
     if code == 0 && outcome.cancelled.is_none() {
-        if let Some(verdict) = judge_stdout(manifest, &spec) {
+        if let Some(verdict) = judge_stdout(manifest, &spec, &streams) {
             code = 1;
             reason = Some(verdict);
         }
     }
     record.finish(code, reason);
-    record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, &mut record, observer);
     record
 }
 
+/// A captured stream as the record shows it.
+fn output_record(report: &StreamReport) -> OutputRecord {
+    OutputRecord {
+        stream: match report.name {
+            StreamName::Stdout => "stdout",
+            StreamName::Stderr => "stderr",
+            StreamName::Both => "both",
+        }
+        .to_string(),
+        kept: report.kept,
+        dropped: report.dropped,
+        complete: report.complete,
+        write_error: report.write_error.clone(),
+    }
+}
+
 /// Runs the judge over the captured stdout (only possible when the manifest sends stdout to
-/// a file).
-fn judge_stdout(manifest: &Manifest, spec: &LaunchSpec) -> Option<String> {
+/// a file). A stdout still held open after the final reap (a process outside the sandbox got
+/// the agent's socket, or one survived the reap) could have been written after the runtime
+/// ended: the iteration fails rather than be judged on it.
+fn judge_stdout(
+    manifest: &Manifest,
+    spec: &LaunchSpec,
+    streams: &[StreamReport],
+) -> Option<String> {
     let Some(file) = spec.stdout_file() else {
         if manifest.runtime != crate::manifest::Runtime::Command {
             tracing::warn!("judge: stdout is not captured (output.stdout unset); not judged");
         }
         return None;
     };
+    if manifest.runtime == crate::manifest::Runtime::Command {
+        return None;
+    }
+    let held = streams
+        .iter()
+        .any(|s| s.name != StreamName::Stderr && !s.complete);
+    if held {
+        return Some(
+            "judge: output-incomplete: the agent's stdout was still open after the final reap \
+             (a process outside the sandbox holds it, or one survived the reap); not judged"
+                .to_string(),
+        );
+    }
     // The judge seeks within the file itself and reads a bounded part of it.
     judge(manifest.runtime, file)
 }

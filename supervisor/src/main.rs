@@ -51,6 +51,11 @@ struct ServeArgs {
     /// Most bytes of file content accepted in one upload.
     #[arg(long, default_value_t = 4 << 30)]
     upload_max_bytes: u64,
+    /// A fresh System V IPC namespace and a private tmpfs on /dev/shm before every iteration.
+    /// For sandboxes that share the host's filesystem in their own mount namespace (the local
+    /// engine); needs PID 1 and CAP_SYS_ADMIN.
+    #[arg(long)]
+    private_ipc: bool,
 }
 
 /// Arguments of `attach`.
@@ -101,6 +106,7 @@ fn main() -> ExitCode {
             stdio: false,
             upload_max_entries: pitcrew_core::unpack::UnpackLimits::default().max_entries,
             upload_max_bytes: pitcrew_core::unpack::UnpackLimits::default().max_bytes,
+            private_ipc: false,
         })
     });
     match command {
@@ -369,7 +375,21 @@ mod linux {
                 return exit(SUPERVISOR_FAILED);
             }
         };
-        let ctx = Supervisor::start(baseline, signals);
+        let mut ctx = Supervisor::start(baseline, signals);
+        if args.private_ipc {
+            if !ctx.info.pid1 {
+                eprintln!(
+                    "pitcrew-init: --private-ipc needs PID 1 of a PID namespace (with its own \
+                     mount namespace); refusing to unmount the host's /dev/shm"
+                );
+                return exit(SUPERVISOR_FAILED);
+            }
+            if let Err(err) = pitcrew_core::sandbox::private_ipc::renew() {
+                eprintln!("pitcrew-init: {err}");
+                return exit(SUPERVISOR_FAILED);
+            }
+            ctx.private_ipc = true;
+        }
         exit(pitcrew_core::server::serve(ctx, opts))
     }
 

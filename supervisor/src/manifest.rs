@@ -369,6 +369,18 @@ pub struct Limits {
     pub kill_grace_ms: u64,
     /// Upper bound for one reap step (TERM, grace, KILL, rescans).
     pub reap_budget_ms: u64,
+    /// Most processes (threads count) the agent's uid may have at once: `RLIMIT_NPROC` of the
+    /// agent's tree, so a fork bomb stops there and the supervisor keeps serving.
+    #[serde(default = "default_processes")]
+    pub processes: u64,
+}
+
+/// The default of [`Limits::processes`]: room for a runtime and its tools (Node alone runs a
+/// dozen threads), far below what would starve the machine.
+pub const DEFAULT_PROCESSES: u64 = 4096;
+
+fn default_processes() -> u64 {
+    DEFAULT_PROCESSES
 }
 
 impl Default for Limits {
@@ -377,6 +389,7 @@ impl Default for Limits {
             timeout_ms: 30 * 60 * 1000,
             kill_grace_ms: 2000,
             reap_budget_ms: 10_000,
+            processes: DEFAULT_PROCESSES,
         }
     }
 }
@@ -448,20 +461,27 @@ pub fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
+/// What makes `path` unacceptable as an absolute path inside the sandbox (not absolute, a `..`
+/// segment, a newline, carriage return or NUL), if anything: the rule every manifest path
+/// follows, also applied by the harness to what becomes one.
+pub fn sandbox_path_problem(path: &str) -> Option<String> {
     if !Path::new(path).is_absolute() {
-        return Err(field(name, format!("{path:?} is not an absolute path")));
+        return Some(format!("{path:?} is not an absolute path"));
     }
     if path.split('/').any(|seg| seg == "..") {
-        return Err(field(name, format!("{path:?} contains a '..' segment")));
+        return Some(format!("{path:?} contains a '..' segment"));
     }
     if path.contains(['\n', '\r', '\0']) {
-        return Err(field(
-            name,
-            "path contains a newline, carriage return or NUL",
-        ));
+        return Some("path contains a newline, carriage return or NUL".to_string());
     }
-    Ok(())
+    None
+}
+
+fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
+    match sandbox_path_problem(path) {
+        Some(problem) => Err(field(name, problem)),
+        None => Ok(()),
+    }
 }
 
 impl Manifest {
@@ -603,6 +623,9 @@ impl Manifest {
         }
         if self.limits.timeout_ms == 0 {
             return Err(field("limits.timeout_ms", "must be greater than 0"));
+        }
+        if self.limits.processes == 0 {
+            return Err(field("limits.processes", "must be greater than 0"));
         }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
             return Err(field(

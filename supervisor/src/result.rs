@@ -131,6 +131,11 @@ pub struct EnvRecord {
     /// Baseline variables skipped because their name or value is not UTF-8 (lossy names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baseline_non_utf8: Vec<String>,
+    /// The layer that set each variable of the agent's environment, by name (never values):
+    /// `baseline`, `dotenv`, `harness`, `pin` or `plugin:<tree path>`; empty when the
+    /// environment was not built.
+    #[serde(default)]
+    pub layers: std::collections::BTreeMap<String, String>,
 }
 
 /// Confinement as confirmed by the child just before exec.
@@ -148,6 +153,41 @@ pub struct ConfinementRecord {
     pub caps_cleared: bool,
     /// Landlock.
     pub landlock: LandlockRecord,
+    /// The seccomp filter installed on the agent's process tree.
+    #[serde(default)]
+    pub seccomp: SeccompRecord,
+    /// The resource limits set on the agent's process tree.
+    #[serde(default)]
+    pub rlimits: RlimitRecord,
+}
+
+/// Resource limits of the agent's process tree (soft and hard alike).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitRecord {
+    /// `RLIMIT_NPROC`: processes and threads the agent's uid may have at once.
+    pub processes: u64,
+    /// `RLIMIT_CORE`: 0, no core files.
+    pub core: u64,
+}
+
+/// The seccomp filter of the agent's process tree: what keeps the agent's tools from rewriting
+/// the runtime that runs them (its memory, its descriptors, its inspector).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeccompRecord {
+    /// Whether the filter was installed (read back with `PR_GET_SECCOMP`).
+    pub installed: bool,
+    /// Why it was not installed (an architecture the filter does not know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    /// The system calls refused with `EPERM`.
+    #[serde(default)]
+    pub denied_syscalls: Vec<String>,
+    /// Signals no process of the tree may send (`SIGUSR1`: it opens Node's inspector).
+    #[serde(default)]
+    pub denied_signals: Vec<String>,
+    /// `fcntl` commands refused (`F_SETSIG`: it would let the kernel send `SIGUSR1` for us).
+    #[serde(default)]
+    pub denied_fcntl: Vec<String>,
 }
 
 /// What Landlock enforced.
@@ -190,6 +230,26 @@ pub struct AgentRecord {
     pub timed_out: bool,
     /// Signals forwarded to its process group, in order (names).
     pub forwarded_signals: Vec<String>,
+    /// What the supervisor captured of the agent's stdout and stderr.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<OutputRecord>,
+}
+
+/// One captured output stream of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRecord {
+    /// `stdout`, `stderr`, or `both` (one file for both).
+    pub stream: String,
+    /// Bytes kept in the record file.
+    pub kept: u64,
+    /// Bytes received past the 1 GiB cap (or after the record file failed), not kept.
+    #[serde(default)]
+    pub dropped: u64,
+    /// The stream reached its end: every process that could write it was gone.
+    pub complete: bool,
+    /// Why writing the record file stopped, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
 }
 
 impl IterationResult {
@@ -259,6 +319,8 @@ mod tests {
                 mode: LandlockMode::BestEffort,
                 overlaps: vec![],
             },
+            seccomp: SeccompRecord::default(),
+            rlimits: RlimitRecord::default(),
         });
         let line = r.to_json_line();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();

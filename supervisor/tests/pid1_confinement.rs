@@ -1,6 +1,7 @@
 //! Confinement as seen from inside the launched agent: `no_new_privs`, no capabilities in any
 //! set, the agent's uid/gid, a verified tree that cannot be written (even though its mode
 //! would allow it: only Landlock stops the write), and a writable workdir.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 mod common;
 use common::{require_root_and_namespaces, Sandbox, AGENT_ID};
@@ -117,7 +118,7 @@ fn landlock_required_is_honoured_or_refused() {
 /// must not follow the link (it would make `/` writable for Landlock): it fails 125 naming the
 /// path, and nothing is launched.
 #[test]
-fn a_writable_root_replaced_by_a_symlink_fails_closed() {
+fn attack_plants__a_writable_root_replaced_by_a_symlink_fails_closed() {
     if !require_root_and_namespaces() {
         return;
     }

@@ -2,6 +2,7 @@
 //! ignores SIGTERM are killed before the agent starts and after it ends; simultaneous exits
 //! do not hang the reaper; without PID 1 (degraded mode) the supervisor still reaps its own
 //! descendants.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 mod common;
 use common::{processes_matching, require_root_and_namespaces, unique_seconds, Sandbox};
@@ -23,7 +24,7 @@ fn no_survivors(token: u32) {
 }
 
 #[test]
-fn leftovers_of_the_agent_are_reaped_before_exit() {
+fn attack_leftovers__processes_the_agent_leaves_are_reaped_before_exit() {
     if !require_root_and_namespaces() {
         return;
     }
@@ -42,7 +43,7 @@ fn leftovers_of_the_agent_are_reaped_before_exit() {
 }
 
 #[test]
-fn leftovers_present_before_the_iteration_are_gone_when_the_agent_starts() {
+fn attack_leftovers__daemons_and_term_ignoring_processes_are_gone_before_launch() {
     if !require_root_and_namespaces() {
         return;
     }

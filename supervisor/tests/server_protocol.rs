@@ -1,5 +1,6 @@
 //! `pitcrew-init serve` as PID 1: sessions, malformed/truncated/oversized/out-of-order frames,
 //! the root-only control socket, `attach`, shutdown.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 #![allow(missing_docs)]
 
 mod common;
@@ -196,7 +197,7 @@ fn attach_bridges_stdio_to_the_socket() {
 }
 
 #[test]
-fn a_non_root_host_cannot_use_the_control_socket() {
+fn attack_control_socket__a_non_root_peer_is_refused() {
     if !require_root_and_namespaces() {
         return;
     }

@@ -1,29 +1,36 @@
 //! The `local` engine: the supervisor in fresh PID and mount namespaces on this machine.
 //!
-//! `start` spawns `unshare --pid --fork --mount-proc --kill-child <pitcrew-init> serve --socket
-//! <sandbox>/run/control.sock --records <sandbox>/records`, detached (its own session, output to
+//! `start` spawns `unshare --pid --fork --mount-proc --ipc --kill-child <pitcrew-init> serve
+//! --private-ipc --socket <sandbox>/run/control.sock --records <sandbox>/records`, detached (its own session, output to
 //! `<sandbox>/supervisor.log`), so it keeps running after pitcrew exits. The sandbox shares this
 //! machine's filesystem: uploads land under `<sandbox>/root`. `connect` spawns `pitcrew-init
 //! attach --socket …`. State lives in `<state dir>/sandboxes/<id>/`:
 //!
 //! ```text
-//! engine.json       engine, id, pids, paths, creation time
+//! engine.json       engine, id, pid and its start time, paths, creation time
 //! run/              0700: the control socket (root only)
 //! records/          the supervisor's iteration records
 //! root/             uploads: plugins/, skills/, adapters/, config/, workspace/, home/, tmp/
 //! supervisor.log    the supervisor's own output
 //! ```
 //!
-//! As root, `unshare` creates the PID and mount namespaces and the agent runs as the manifest's
+//! As root, `unshare` creates the PID, mount and IPC namespaces (with `--private-ipc` the
+//! supervisor renews its IPC namespace and a tmpfs on `/dev/shm` before every iteration)
+//! and the agent runs as the manifest's
 //! uid (default 65534) of this machine. As any other user it runs rootless ([`super::rootless`]):
 //! `unshare` also creates a user namespace mapping uid 0 to the user and uids 1–65536 to the
 //! user's subordinate ids, so the supervisor is root of its sandbox and the agent a uid of its
 //! own; when that is impossible `start` names what is missing (a kernel feature, `newuidmap`, the
 //! subordinate ids). Stopping a rootless sandbox removes its state inside the same mapping, since
 //! the agent's files belong to a subordinate uid the user cannot delete directly.
+//!
+//! The sandbox's process is known by its pid *and* its start time ([`super::process`]): a pid
+//! the kernel gave to another process after the sandbox died is never signalled, and `ps`
+//! shows such a sandbox as `stale`.
 
+use super::process::{self, Identity};
 use super::rootless::{self, RootlessPlan};
-use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec};
+use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::SandboxLayout;
 use serde::{Deserialize, Serialize};
@@ -31,6 +38,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::Read as _;
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -50,6 +58,11 @@ pub struct LocalRecord {
     pub id: String,
     /// Pid of the `unshare` process holding the namespaces.
     pub pid: u32,
+    /// That process's start time (field 22 of `/proc/<pid>/stat`, clock ticks after boot): with
+    /// the pid, what identifies it. Absent in state written by older versions: such a pid is
+    /// never signalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
     /// The `pitcrew-init` binary.
     pub supervisor: PathBuf,
     /// The control socket.
@@ -105,6 +118,17 @@ impl LocalEngine {
         find_supervisor(self.supervisor.as_deref())
     }
 
+    /// Sends `shutdown` to the sandbox's supervisor over its control socket.
+    fn shutdown(&self, id: &SandboxId) -> anyhow::Result<()> {
+        let mut conn = self.connect(id)?;
+        let res = conn.client().shutdown();
+        if let Err(err) = res {
+            return Err(conn.explain(err)).context(format!("stopping sandbox {id}"));
+        }
+        conn.close();
+        Ok(())
+    }
+
     /// Creates the sandbox's directories in `dir`, starts its supervisor and waits until it
     /// listens.
     fn launch(
@@ -132,9 +156,12 @@ impl LocalEngine {
         if let Some(plan) = &rootless {
             cmd.args(plan.unshare_args());
         }
-        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        // Own PID, mount and IPC namespaces: System V IPC and (with `--private-ipc`) /dev/shm
+        // are the sandbox's alone, and nothing the agent leaves there outlives an iteration.
+        cmd.args(["--pid", "--fork", "--mount-proc", "--ipc", "--kill-child"])
             .arg(&supervisor)
             .arg("serve")
+            .arg("--private-ipc")
             .arg("--socket")
             .arg(&socket)
             .arg("--records")
@@ -158,10 +185,23 @@ impl LocalEngine {
         let mut child = cmd
             .spawn()
             .context("cannot start the local sandbox: unshare (util-linux) not found")?;
+        // Our unreaped child: its pid cannot be anyone else's while we read its start time.
+        let pid_start = match process::start_time(child.id()) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e).context(format!(
+                    "local sandbox {id}: the start time of its process {}",
+                    child.id()
+                ));
+            }
+        };
         let record = LocalRecord {
             engine: "local".into(),
             id: id.0.clone(),
             pid: child.id(),
+            pid_start: Some(pid_start),
             supervisor,
             socket: socket.clone(),
             records,
@@ -243,6 +283,15 @@ pub fn rootless_plan() -> anyhow::Result<RootlessPlan> {
     rootless::plan(&rootless::Host, uid, gid)
 }
 
+/// Removes a sandbox's state directory: the agent wrote parts of it (the workspace, its home,
+/// tmp and config dirs), so it is removed at any depth in a bounded number of descriptors,
+/// without following a link or leaving the directory (`pitcrew_core::bounded_tree`).
+fn remove_state(dir: &Path) -> anyhow::Result<()> {
+    pitcrew_core::bounded_tree::remove_path(dir)
+        .with_context(|| format!("{}: remove", dir.display()))?;
+    Ok(())
+}
+
 /// Removes `dir` as root of a user namespace with `plan`'s mapping: the agent's files belong to
 /// a subordinate uid that the user may not delete directly.
 fn remove_rootless(dir: &Path, plan: &RootlessPlan) -> anyhow::Result<()> {
@@ -301,27 +350,6 @@ fn check_searchable(root: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `pid` is alive (a zombie counts as gone). Reaps it if it is our child.
-fn alive(pid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    let mut status = 0;
-    // SAFETY: waitpid with WNOHANG on a single pid only reaps that pid if it is our exited
-    // child; it touches nothing but `status`.
-    unsafe {
-        libc::waitpid(raw, &mut status, libc::WNOHANG);
-    }
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 fn log_tail(path: &Path) -> String {
@@ -441,8 +469,8 @@ impl Engine for LocalEngine {
         match self.launch(&id, &dir, supervisor, rootless, &env) {
             Ok(()) => Ok(id),
             Err(err) => {
-                if let Err(e) = fs::remove_dir_all(&dir) {
-                    tracing::warn!("{}: remove after a failed start: {e}", dir.display());
+                if let Err(e) = remove_state(&dir) {
+                    tracing::warn!("remove after a failed start: {e:#}");
                 }
                 Err(err)
             }
@@ -480,44 +508,57 @@ impl Engine for LocalEngine {
         Connection::spawn(&argv, &format!("sandbox {id} (pitcrew-init attach)"))
     }
 
-    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<()> {
+    fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<StopOutcome> {
         let rec = self.record(id)?;
-        if alive(rec.pid) && rec.socket.exists() {
-            let mut conn = self.connect(id)?;
-            let res = conn.client().shutdown();
-            if let Err(err) = res {
-                return Err(conn.explain(err)).context(format!("stopping sandbox {id}"));
-            }
-            conn.close();
-        }
-        let start = Instant::now();
-        while alive(rec.pid) {
-            if start.elapsed() > STOP_TIMEOUT {
-                // `--kill-child`: the namespace's PID 1 dies with unshare, and everything in
-                // the namespace with it.
-                tracing::warn!(
-                    "sandbox {id}: no exit {}s after shutdown; killing pid {}",
-                    STOP_TIMEOUT.as_secs(),
-                    rec.pid
-                );
-                // SAFETY: kill on a pid we started (recorded in engine.json) with SIGKILL.
-                unsafe {
-                    libc::kill(i32::try_from(rec.pid).unwrap_or(i32::MAX), libc::SIGKILL);
+        let mut outcome = StopOutcome::default();
+        match process::identify(rec.pid, rec.pid_start) {
+            Identity::Running(proc_) => {
+                if rec.socket.exists() {
+                    self.shutdown(id)?;
                 }
-                std::thread::sleep(Duration::from_millis(100));
-                break;
+                if !proc_.wait_exit(STOP_TIMEOUT) {
+                    // `--kill-child`: the namespace's PID 1 dies with unshare, and everything in
+                    // the namespace with it.
+                    tracing::warn!(
+                        "sandbox {id}: no exit {}s after shutdown; killing pid {}",
+                        STOP_TIMEOUT.as_secs(),
+                        rec.pid
+                    );
+                    proc_
+                        .kill()
+                        .with_context(|| format!("sandbox {id}: kill pid {}", rec.pid))?;
+                    proc_.wait_exit(Duration::from_secs(1));
+                }
             }
-            std::thread::sleep(Duration::from_millis(10));
+            Identity::Gone => {}
+            other => {
+                // The pid is not (or not provably) the sandbox's: it is never signalled. Only
+                // the sandbox's own control socket, if it still answers, is asked to stop.
+                if UnixStream::connect(&rec.socket).is_ok() {
+                    self.shutdown(id)?;
+                    let start = Instant::now();
+                    while UnixStream::connect(&rec.socket).is_ok() {
+                        if start.elapsed() > STOP_TIMEOUT {
+                            bail!(
+                                "sandbox {id}: its supervisor still answers {}s after shutdown, and {}; stop it by hand",
+                                STOP_TIMEOUT.as_secs(),
+                                other.warning(rec.pid).unwrap_or_default()
+                            );
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                outcome.warning = other.warning(rec.pid);
+            }
         }
         if !keep_state {
             let dir = self.dir(id);
             match &rec.rootless {
                 Some(plan) => remove_rootless(&dir, plan)?,
-                None => fs::remove_dir_all(&dir)
-                    .with_context(|| format!("{}: remove", dir.display()))?,
+                None => remove_state(&dir)?,
             }
         }
-        Ok(())
+        Ok(outcome)
     }
 
     fn layout(&self, id: &SandboxId) -> anyhow::Result<SandboxLayout> {
@@ -532,9 +573,13 @@ impl Engine for LocalEngine {
 
     fn describe(&self, id: &SandboxId) -> anyhow::Result<serde_json::Value> {
         let rec = self.record(id)?;
-        let running = alive(rec.pid);
+        let identity = process::identify(rec.pid, rec.pid_start);
         let mut v = serde_json::to_value(&rec)?;
-        v["running"] = running.into();
+        v["running"] = matches!(identity, Identity::Running(_)).into();
+        v["state"] = identity.state().into();
+        if let Some(why) = identity.warning(rec.pid) {
+            v["state_detail"] = why.into();
+        }
         v["state_dir"] = self.dir(id).to_string_lossy().into_owned().into();
         Ok(v)
     }
@@ -555,9 +600,13 @@ impl Engine for LocalEngine {
                     id: id.0,
                     engine: "local".into(),
                     running: detail["running"].as_bool().unwrap_or(false),
+                    state: detail["state"].as_str().unwrap_or("stopped").to_string(),
                     detail,
                 }),
-                Err(err) => tracing::warn!("{}: {err:#}", e.path().display()),
+                Err(err) => tracing::warn!(
+                    "{}",
+                    crate::report::escape_controls(&format!("{}: {err:#}", e.path().display()))
+                ),
             }
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -644,6 +693,26 @@ mod tests {
         // PATH and the locale are passed anyway.
         let env = baseline_env(own(), &["PATH".into(), "LC_ALL".into()]).unwrap();
         assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
+    }
+
+    #[test]
+    fn proxy_ca_shell_and_git_variables_may_be_passed() {
+        // `--pass-env` fills the baseline, a trusted layer: an operator behind a TLS-inspecting
+        // proxy passes its proxy and CA (only the `.env` and a plugin's `env:` may not set them).
+        let pass = [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "NODE_EXTRA_CA_CERTS",
+            "OPENSSL_CONF",
+            "SHELL",
+            "GIT_SSH_COMMAND",
+        ];
+        let own = own().chain(pass.map(|n| (OsString::from(n), OsString::from("v"))));
+        let passed: Vec<String> = pass.iter().map(|n| (*n).to_owned()).collect();
+        let env = baseline_env(own, &passed).unwrap();
+        for name in pass {
+            assert!(names(&env).iter().any(|n| n == name), "{name}");
+        }
     }
 
     #[test]

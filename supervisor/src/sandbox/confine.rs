@@ -41,26 +41,32 @@
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
 //! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
-//! as the agent; mark every fd ≥ 3 close-on-exec; `PR_SET_NO_NEW_PRIVS` (read back); Landlock
-//! `restrict_self`; restore the signal mask the supervisor started with. A failing stage is
+//! as the agent; mark every fd ≥ 3 close-on-exec; `RLIMIT_NPROC` and `RLIMIT_CORE`;
+//! `PR_SET_NO_NEW_PRIVS` (read back); Landlock
+//! `restrict_self`; the seccomp filter ([`super::seccomp`], read back); restore the signal mask
+//! the supervisor started with. A failing stage is
 //! reported by name and errno.
 
 use crate::manifest::{LandlockMode, Manifest};
-use crate::result::{ConfinementRecord, LandlockRecord, LandlockState};
+use crate::result::{
+    ConfinementRecord, LandlockRecord, LandlockState, RlimitRecord, SeccompRecord,
+};
 use caps::{CapSet, Capability};
 use landlock::{
     path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-/// The Landlock ABI whose filesystem rights are handled. Pinned (not the running kernel's) so
-/// that a kernel upgrade cannot silently change what the agent may do; V5 (Linux 6.10) adds
-/// `IOCTL_DEV`. On older kernels best effort enforces what the kernel knows
-/// ("partially-enforced"), and mode `required` refuses.
-pub const LANDLOCK_ABI: ABI = ABI::V5;
+/// The Landlock ABI whose filesystem rights and scopes are handled. Pinned (not the running
+/// kernel's) so that a kernel upgrade cannot silently change what the agent may do; V5 (Linux
+/// 6.10) adds `IOCTL_DEV`, V6 (Linux 6.12) the scopes: the agent's tree may neither connect to
+/// an abstract Unix socket nor signal a process created outside its Landlock domain (the host's
+/// processes, other sandboxes' agents of the same uid). On older kernels best effort enforces
+/// what the kernel knows ("partially-enforced"), and mode `required` refuses.
+pub const LANDLOCK_ABI: ABI = ABI::V6;
 
 /// Device files the agent may write to (missing ones are skipped silently).
 ///
@@ -117,10 +123,14 @@ pub enum Stage {
     SignalMask = 16,
     /// `execve` itself.
     Exec = 17,
+    /// Installing the seccomp filter ([`super::seccomp`]).
+    Seccomp = 18,
+    /// Setting the resource limits (`RLIMIT_NPROC`, `RLIMIT_CORE`).
+    Rlimits = 19,
 }
 
 impl Stage {
-    const ALL: [Stage; 17] = [
+    const ALL: [Stage; 19] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -138,6 +148,8 @@ impl Stage {
         Stage::LandlockRequired,
         Stage::SignalMask,
         Stage::Exec,
+        Stage::Seccomp,
+        Stage::Rlimits,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -160,6 +172,8 @@ impl Stage {
             Stage::LandlockRequired => "landlock-required",
             Stage::SignalMask => "signal-mask",
             Stage::Exec => "exec",
+            Stage::Seccomp => "seccomp",
+            Stage::Rlimits => "rlimits",
         }
     }
 
@@ -187,11 +201,13 @@ pub struct ChildReport {
     pub no_new_privs: bool,
     /// Every capability set read back empty.
     pub caps_cleared: bool,
+    /// The seccomp filter is installed (`PR_GET_SECCOMP` read back 2).
+    pub seccomp: bool,
 }
 
 impl ChildReport {
-    /// Encodes the report as three words for the status pipe.
-    pub fn to_words(self) -> [u32; 3] {
+    /// Encodes the report as four words for the status pipe.
+    pub fn to_words(self) -> [u32; 4] {
         let landlock = match self.landlock {
             LandlockState::FullyEnforced => 1,
             LandlockState::PartiallyEnforced => 2,
@@ -202,11 +218,12 @@ impl ChildReport {
             landlock,
             u32::from(self.no_new_privs),
             u32::from(self.caps_cleared),
+            u32::from(self.seccomp),
         ]
     }
 
     /// Decodes [`ChildReport::to_words`].
-    pub fn from_words(words: [u32; 3]) -> Option<ChildReport> {
+    pub fn from_words(words: [u32; 4]) -> Option<ChildReport> {
         let landlock = match words[0] {
             1 => LandlockState::FullyEnforced,
             2 => LandlockState::PartiallyEnforced,
@@ -218,6 +235,7 @@ impl ChildReport {
             landlock,
             no_new_privs: words[1] == 1,
             caps_cleared: words[2] == 1,
+            seccomp: words[3] == 1,
         })
     }
 }
@@ -239,6 +257,9 @@ pub struct ConfinePlan {
     workdir: CString,
     landlock: Option<RulesetCreated>,
     landlock_required: bool,
+    seccomp: Option<super::seccomp::Filter>,
+    /// `RLIMIT_NPROC` of the agent ([`crate::manifest::Limits::processes`]).
+    processes: libc::rlim_t,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -382,6 +403,29 @@ impl ConfinePlan {
             Some(build_ruleset(roots).map_err(|e| format!("confine: landlock ruleset: {e}"))?)
         };
 
+        let (seccomp, seccomp_record) = match super::seccomp::Filter::build() {
+            Ok(filter) => (
+                Some(filter),
+                SeccompRecord {
+                    installed: false,
+                    unavailable: None,
+                    denied_syscalls: super::seccomp::DENIED_SYSCALLS.map(String::from).to_vec(),
+                    denied_signals: super::seccomp::DENIED_SIGNALS.map(String::from).to_vec(),
+                    denied_fcntl: super::seccomp::DENIED_FCNTL.map(String::from).to_vec(),
+                },
+            ),
+            Err(why) => {
+                tracing::warn!("confine: {why}; the agent runs without it");
+                (
+                    None,
+                    SeccompRecord {
+                        unavailable: Some(why),
+                        ..SeccompRecord::default()
+                    },
+                )
+            }
+        };
+
         Ok(ConfinePlan {
             uid: user.uid,
             gid: user.gid,
@@ -395,6 +439,9 @@ impl ConfinePlan {
             workdir,
             landlock,
             landlock_required: mode == LandlockMode::Required,
+            seccomp,
+            processes: libc::rlim_t::try_from(manifest.limits.processes)
+                .unwrap_or(libc::RLIM_INFINITY),
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -411,6 +458,11 @@ impl ConfinePlan {
                     },
                     mode,
                     overlaps,
+                },
+                seccomp: seccomp_record,
+                rlimits: RlimitRecord {
+                    processes: manifest.limits.processes,
+                    core: 0,
                 },
             },
         })
@@ -535,6 +587,19 @@ impl ConfinePlan {
             }
         }
 
+        // After the uid change, so the process limit counts the agent's uid; no core files (they
+        // would land in the workspace with whatever the process held in memory).
+        for (resource, value) in [(libc::RLIMIT_NPROC, self.processes), (libc::RLIMIT_CORE, 0)] {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            // SAFETY: setrlimit reads a stack struct; lowering limits needs no privilege.
+            if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+                return Err(fail(Stage::Rlimits));
+            }
+        }
+
         // SAFETY: prctl with integer arguments only.
         let no_new_privs = unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -564,6 +629,21 @@ impl ConfinePlan {
             });
         }
 
+        // Last, so nothing of the setup above depends on what it refuses.
+        let seccomp = match &self.seccomp {
+            None => false,
+            // SAFETY: no_new_privs is set (checked above); `install` only calls prctl.
+            Some(filter) => match unsafe { filter.install() } {
+                Ok(()) => true,
+                Err(errno) => {
+                    return Err(ChildFailure {
+                        stage: Stage::Seccomp,
+                        errno,
+                    })
+                }
+            },
+        };
+
         // SAFETY: `original_mask` is a sigset_t owned by `self`; the old mask is not wanted.
         if unsafe {
             libc::sigprocmask(libc::SIG_SETMASK, &self.original_mask, std::ptr::null_mut())
@@ -576,6 +656,7 @@ impl ConfinePlan {
             landlock,
             no_new_privs,
             caps_cleared,
+            seccomp,
         })
     }
 
@@ -616,13 +697,14 @@ impl ConfinePlan {
 }
 
 /// Read (and execute) everywhere, all rights under the directories `writable` (opened by the
-/// caller) and on the [`DEVICE_RW`] paths that exist.
+/// caller) and on the [`DEVICE_RW`] paths that exist; scoped abstract Unix sockets and signals.
 fn build_ruleset(writable: Vec<OwnedFd>) -> Result<RulesetCreated, landlock::RulesetError> {
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?
+        .scope(Scope::from_all(LANDLOCK_ABI))?
         .create()?
         .add_rules(path_beneath_rules(["/"], read))?;
     for root in writable {
@@ -653,6 +735,7 @@ mod tests {
             landlock: LandlockState::PartiallyEnforced,
             no_new_privs: true,
             caps_cleared: false,
+            seccomp: true,
         };
         assert_eq!(ChildReport::from_words(report.to_words()), Some(report));
     }

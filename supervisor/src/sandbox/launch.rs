@@ -18,6 +18,7 @@
 //! right before `fork` with [`ensure_single_threaded`] and otherwise fails the iteration with
 //! 125, `internal: …`, without forking.
 
+use super::capture::{OutputCapture, StreamName};
 use super::confine::{ChildFailure, ChildReport, ConfinePlan, Stage};
 use super::reaper::Reaper;
 use crate::exit_code;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 const MSG_REPORT: u32 = 1;
 const MSG_FAILURE: u32 = 2;
-const MSG_WORDS: usize = 4;
+const MSG_WORDS: usize = 5;
 const MSG_BYTES: usize = MSG_WORDS * 4;
 
 /// How long [`launch`] waits for the thread count to reach 1. A thread that `pthread_join` has
@@ -40,9 +41,9 @@ const MSG_BYTES: usize = MSG_WORDS * 4;
 /// (`release_task`). A thread still running after this long is a real second thread.
 const THREAD_EXIT_WAIT: Duration = Duration::from_millis(200);
 
-/// Mode of the output files the supervisor creates (the agent writes them through its
-/// inherited fds, it cannot reopen them).
-const OUTPUT_MODE: u32 = 0o640;
+/// Mode of the output files the supervisor creates (only the supervisor writes them, from what
+/// the agent sends through its socket: [`super::capture`]).
+const OUTPUT_MODE: u32 = 0o600;
 
 /// The argv, environment and stdio of the agent, as C data ready for `execve`.
 #[derive(Debug)]
@@ -53,8 +54,12 @@ pub struct LaunchSpec {
     _envp: Vec<CString>,
     envp_ptrs: Vec<*const libc::c_char>,
     stdin: OwnedFd,
-    stdout: Option<File>,
-    stderr: Option<File>,
+    /// The agent's ends of the capture sockets (fd 1, fd 2); closed in the supervisor right
+    /// after the fork, so the stream ends with the agent's last process.
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    /// The stdout record file, for the judge (read once the capture is finished).
+    stdout_file: Option<File>,
     /// The program path as text, for the result record.
     pub argv0: String,
 }
@@ -165,13 +170,15 @@ fn open_output(path: &str) -> Result<File, String> {
 
 impl LaunchSpec {
     /// Prepares `argv` (argv\[0\] included) and `env` for exec of `program`, with stdin
-    /// `/dev/null` and stdout/stderr as `output` says (created here) or inherited.
+    /// `/dev/null` and stdout/stderr captured into the files `output` names (created here, see
+    /// [`super::capture`]) or inherited when it names none. Returns the capture the supervise
+    /// loop pumps.
     pub fn prepare(
         program: &Path,
         argv: &[String],
         env: &[(String, String)],
         output: &OutputSpec,
-    ) -> Result<LaunchSpec, String> {
+    ) -> Result<(LaunchSpec, OutputCapture), String> {
         let argv0 = program.display().to_string();
         let program = CString::new(program.as_os_str().as_encoded_bytes())
             .map_err(|_| "the agent path contains a NUL byte".to_string())?;
@@ -190,31 +197,60 @@ impl LaunchSpec {
         let stdin = File::open("/dev/null")
             .map_err(|e| format!("stdin: /dev/null: {e}"))?
             .into();
-        let stdout = output.stdout.as_deref().map(open_output).transpose()?;
-        let stderr = match (&output.stderr, &output.stdout, &stdout) {
-            (Some(err), Some(out), Some(file)) if err == out => Some(
-                file.try_clone()
-                    .map_err(|e| format!("output-files: {err}: {e}"))?,
-            ),
-            (Some(err), _, _) => Some(open_output(err)?),
-            (None, _, _) => None,
+
+        let mut capture = OutputCapture::default();
+        let mut capture_into = |name: StreamName, path: &str| -> Result<(OwnedFd, File), String> {
+            let file = open_output(path)?;
+            let reader = file
+                .try_clone()
+                .map_err(|e| format!("output-files: {path}: {e}"))?;
+            let end = capture
+                .add(name, file)
+                .map_err(|e| format!("output-files: capture socket: {e}"))?;
+            Ok((end.fd, reader))
         };
-        Ok(LaunchSpec {
-            program,
-            _argv: argv,
-            argv_ptrs,
-            _envp: envp,
-            envp_ptrs,
-            stdin,
-            stdout,
-            stderr,
-            argv0,
-        })
+        let (stdout, stderr, stdout_file) = match (&output.stdout, &output.stderr) {
+            (Some(out), Some(err)) if out == err => {
+                let (end, file) = capture_into(StreamName::Both, out)?;
+                let twin = end
+                    .try_clone()
+                    .map_err(|e| format!("output-files: capture socket: {e}"))?;
+                (Some(end), Some(twin), Some(file))
+            }
+            (out, err) => {
+                let stdout = out
+                    .as_deref()
+                    .map(|p| capture_into(StreamName::Stdout, p))
+                    .transpose()?;
+                let stderr = err
+                    .as_deref()
+                    .map(|p| capture_into(StreamName::Stderr, p))
+                    .transpose()?;
+                let (stdout, stdout_file) = stdout.unzip();
+                (stdout, stderr.map(|(end, _)| end), stdout_file)
+            }
+        };
+        Ok((
+            LaunchSpec {
+                program,
+                _argv: argv,
+                argv_ptrs,
+                _envp: envp,
+                envp_ptrs,
+                stdin,
+                stdout,
+                stderr,
+                stdout_file,
+                argv0,
+            },
+            capture,
+        ))
     }
 
-    /// The file receiving the agent's stdout, when the manifest names one (for the judge).
+    /// The record file of the agent's stdout, when the manifest names one (for the judge: read
+    /// it once [`OutputCapture::finish`] has run).
     pub fn stdout_file(&self) -> Option<&File> {
-        self.stdout.as_ref()
+        self.stdout_file.as_ref()
     }
 }
 
@@ -260,7 +296,7 @@ pub fn ensure_single_threaded(wait: Duration) -> Result<(), String> {
 
 /// Forks, confines and execs; on success the agent's pid is registered with `reaper`.
 pub fn launch(
-    spec: &LaunchSpec,
+    spec: &mut LaunchSpec,
     plan: &mut ConfinePlan,
     reaper: &mut Reaper,
 ) -> Result<Launched, LaunchError> {
@@ -273,6 +309,8 @@ pub fn launch(
     // on data prepared before the fork, and never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
+        spec.stdout = None;
+        spec.stderr = None;
         return Err(LaunchError::Setup(format!(
             "fork: {}",
             std::io::Error::last_os_error()
@@ -283,6 +321,9 @@ pub fn launch(
         unsafe { child_main(spec, plan, write_end.as_raw_fd()) }
     }
     drop(write_end);
+    // Only the agent holds the sending ends of its streams now.
+    spec.stdout = None;
+    spec.stderr = None;
     reaper.watch(pid);
 
     let mut buf = [0u8; MSG_BYTES * 2];
@@ -303,7 +344,9 @@ pub fn launch(
             *w = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         }
         match words[0] {
-            MSG_REPORT => report = ChildReport::from_words([words[1], words[2], words[3]]),
+            MSG_REPORT => {
+                report = ChildReport::from_words([words[1], words[2], words[3], words[4]])
+            }
             MSG_FAILURE => {
                 let stage = Stage::from_u32(words[1]).unwrap_or(Stage::Exec);
                 let errno = i32::try_from(words[2]).unwrap_or(0);
@@ -375,6 +418,7 @@ unsafe fn child_main(spec: &LaunchSpec, plan: &mut ConfinePlan, status: RawFd) -
                 stage as u32,
                 u32::try_from(errno).unwrap_or(0),
                 0,
+                0,
             ],
         );
         // SAFETY: _exit skips atexit handlers and stdio flushing, as a forked child must.
@@ -388,11 +432,11 @@ unsafe fn child_main(spec: &LaunchSpec, plan: &mut ConfinePlan, status: RawFd) -
             && spec
                 .stdout
                 .as_ref()
-                .is_none_or(|f| redirect(f.as_raw_fd(), 1))
+                .is_none_or(|fd| redirect(fd.as_raw_fd(), 1))
             && spec
                 .stderr
                 .as_ref()
-                .is_none_or(|f| redirect(f.as_raw_fd(), 2))
+                .is_none_or(|fd| redirect(fd.as_raw_fd(), 2))
     };
     if !stdio_ok {
         fail(Stage::Stdio, errno(), exit_code::SUPERVISOR_FAILED);
@@ -402,8 +446,8 @@ unsafe fn child_main(spec: &LaunchSpec, plan: &mut ConfinePlan, status: RawFd) -
         Ok(report) => report,
         Err(failure) => fail(failure.stage, failure.errno, exit_code::SUPERVISOR_FAILED),
     };
-    let [a, b, c] = report.to_words();
-    write_message(status, [MSG_REPORT, a, b, c]);
+    let [a, b, c, d] = report.to_words();
+    write_message(status, [MSG_REPORT, a, b, c, d]);
     // SAFETY: program, argv and envp are NUL-terminated C strings and NULL-terminated pointer
     // arrays owned by `spec`, alive for the whole call.
     unsafe {

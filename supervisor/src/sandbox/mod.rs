@@ -7,16 +7,23 @@
 //! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
 //! - [`nofollow`]: directories reached without following a symlink in any component (the
 //!   Landlock writable roots, the agent's directories in long-lived mode).
+//! - [`seccomp`]: the filter that keeps the agent's tools from rewriting their runtime.
+//! - [`capture`]: the agent's stdout/stderr through sockets only the supervisor reads.
+//! - [`private_ipc`]: a fresh IPC namespace and `/dev/shm` per iteration where the sandbox
+//!   shares the host's filesystem.
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
 //! - [`supervise`]: step 6, wait for the agent, forward signals, enforce the timeout.
 //!
 //! The order of the steps lives in [`crate::iteration`].
 
+pub mod capture;
 pub mod confine;
 pub mod launch;
 pub mod nofollow;
+pub mod private_ipc;
 pub mod reap;
 pub mod reaper;
+pub mod seccomp;
 pub mod signals;
 pub mod supervise;
 pub mod supervisor;

@@ -11,6 +11,7 @@
 //! control connections), so the supervisor stays single-threaded; the observer may ask for a
 //! signal to the agent or a cancel (TERM to the group, KILL after `kill_grace_ms`).
 
+use super::capture::{OutputCapture, PUMP_BUDGET};
 use super::reaper::ChildExit;
 use super::signals::is_forwarded;
 use super::supervisor::Supervisor;
@@ -57,12 +58,14 @@ fn signal_agent(pid: i32, signo: i32) {
     }
 }
 
-/// Waits for the agent `pid` (already registered with the reaper) to exit, servicing
-/// `observer` at least every [`IterationObserver::max_wait`].
+/// Waits for the agent `pid` (already registered with the reaper) to exit, copying its output
+/// from `capture` as it arrives and servicing `observer` at least every
+/// [`IterationObserver::max_wait`].
 pub fn supervise(
     ctx: &mut Supervisor,
     pid: i32,
     limits: &Limits,
+    capture: &mut OutputCapture,
     observer: &mut dyn IterationObserver,
 ) -> AgentOutcome {
     let start = Instant::now();
@@ -80,6 +83,7 @@ pub fn supervise(
         forwarded.push(signal_name(signo));
     }
 
+    let mut capture_behind = false;
     loop {
         ctx.reaper.reap(|_, _| {});
         if let Some(exit) = ctx.reaper.main_exit() {
@@ -114,15 +118,24 @@ pub fn supervise(
             continue;
         }
         let wait = (deadline - now).min(TICK).min(observer.max_wait());
-        let millis = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX).max(1);
+        // More output is waiting: only look for what else is ready, do not sleep.
+        let millis = if capture_behind {
+            0
+        } else {
+            u16::try_from(wait.as_millis()).unwrap_or(u16::MAX).max(1)
+        };
         {
             let mut fds = vec![PollFd::new(ctx.signals.as_fd(), PollFlags::POLLIN)];
+            let output = capture.poll_fds();
+            fds.extend(output.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
             let extra = observer.poll_fds();
             fds.extend(extra.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
             if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
                 tracing::debug!("supervise: poll: {err}");
             }
         }
+        // The output first, so the observer streams what just arrived.
+        capture_behind = capture.pump(PUMP_BUDGET);
         for action in observer.on_ready(ctx) {
             match action {
                 ObserverAction::Signal(signo) => {

@@ -56,6 +56,8 @@ pub struct Supervisor {
     /// hosts (pids from `SO_PEERCRED`). The agent uid can never reach the control socket, so
     /// nothing the agent started is ever listed here.
     pub spared: Vec<i32>,
+    /// A fresh IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc`]).
+    pub private_ipc: bool,
 }
 
 impl Supervisor {
@@ -105,6 +107,7 @@ impl Supervisor {
             proc_is_ours,
             pid,
             spared: Vec::new(),
+            private_ipc: false,
         }
     }
 }

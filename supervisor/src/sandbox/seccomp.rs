@@ -1,0 +1,396 @@
+//! The seccomp filter of the agent's process tree.
+//!
+//! A verified hook adapter runs *inside* the runtime (a pi extension in pi's Node process). A
+//! tool the runtime starts (pi's `bash` tool) has the runtime's uid, so without more it could
+//! rewrite the runtime under the adapter: attach with `ptrace`, write its memory with
+//! `process_vm_writev`, copy its descriptors with `pidfd_getfd` (the stdout the judge reads, the
+//! model connection), or send Node's `SIGUSR1` and drive the inspector that opens. The filter,
+//! installed in the child right before `execve` and inherited by every descendant, refuses
+//! those system calls with `EPERM`, refuses sending `SIGUSR1` through any of the signal
+//! system calls, and refuses `fcntl(F_SETSIG)`: with it a process chooses the signal the kernel
+//! itself sends to a descriptor's owner (`F_SETOWN` may name any process of the same uid) when
+//! I/O is possible, a lease breaks or a directory changes, so `SIGUSR1` would reach the runtime
+//! without any signal system call. The kernel keyring calls (`add_key`, `request_key`,
+//! `keyctl`) are refused too: a uid's keyring outlives every process and namespace of the
+//! sandbox, a channel to later iterations and to other sandboxes of the same uid. (Writing `/proc/<pid>/mem` is an `open`, which seccomp cannot tell apart; it
+//! needs write access below `/proc`, which the Landlock ruleset does not grant.)
+//!
+//! The program is a dozen classic BPF instructions built here by hand rather than with a crate:
+//! it is small enough to read whole, and the supervisor stays free of a filter compiler. It
+//! checks the architecture first: a system call of another ABI of the same machine (i386 or x32
+//! on x86-64, arm32 on arm64) could otherwise reach the same kernel function under a number
+//! the filter does not list, so every foreign-ABI call fails with `ENOSYS`.
+
+/// The system calls the agent's tree may not make, by name (for the record).
+pub const DENIED_SYSCALLS: [&str; 7] = [
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "add_key",
+    "request_key",
+    "keyctl",
+];
+
+/// `fcntl` commands the agent's tree may not use, by name (for the record).
+pub const DENIED_FCNTL: [&str; 1] = ["F_SETSIG"];
+
+/// Signals no process of the agent's tree may send, by name (for the record).
+pub const DENIED_SIGNALS: [&str; 1] = ["SIGUSR1"];
+
+// Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
+/// `F_SETSIG` (linux/fcntl.h; not exported by the `libc` crate): the signal sent for a
+/// descriptor's I/O, lease and directory notifications.
+const F_SETSIG: u32 = 10;
+
+// Offsets in `struct seccomp_data`.
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+const fn data_arg_low(index: u32) -> u32 {
+    // `args[i]` is a u64 at 16 + 8i; the low half comes first on the little-endian machines
+    // this filter is built for, and the kernel reads every signal argument as an `int`.
+    16 + 8 * index
+}
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    /// `AUDIT_ARCH_X86_64`.
+    pub const AUDIT_ARCH: u32 = 0xc000_003e;
+    /// x32 system calls carry the native arch with this bit set in the number.
+    pub const FOREIGN_NR_BIT: Option<u32> = Some(0x4000_0000);
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    /// `AUDIT_ARCH_AARCH64`.
+    pub const AUDIT_ARCH: u32 = 0xc000_00b7;
+    /// No second ABI shares the native arch value.
+    pub const FOREIGN_NR_BIT: Option<u32> = None;
+}
+
+/// Where a jump goes.
+#[derive(Debug, Clone, Copy)]
+enum To {
+    Next,
+    Skip(u8),
+    Allow,
+    Deny,
+    Foreign,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Insn {
+    code: u16,
+    jt: To,
+    jf: To,
+    k: u32,
+}
+
+fn load(offset: u32) -> Insn {
+    Insn {
+        code: BPF_LD_W_ABS,
+        jt: To::Next,
+        jf: To::Next,
+        k: offset,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: To, jf: To) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// The compiled filter, ready for `PR_SET_SECCOMP` in the child.
+#[derive(Debug)]
+pub struct Filter {
+    program: Vec<libc::sock_filter>,
+}
+
+/// The signal system calls and the index of their signal argument.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn signal_syscalls() -> [(libc::c_long, u32); 6] {
+    [
+        (libc::SYS_kill, 1),
+        (libc::SYS_tkill, 1),
+        (libc::SYS_tgkill, 2),
+        (libc::SYS_rt_sigqueueinfo, 1),
+        (libc::SYS_rt_tgsigqueueinfo, 2),
+        (libc::SYS_pidfd_send_signal, 1),
+    ]
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn denied_numbers() -> [libc::c_long; 7] {
+    [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_keyctl,
+    ]
+}
+
+fn nr(n: libc::c_long) -> u32 {
+    // System call numbers are small non-negative integers.
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl Filter {
+    /// Builds the filter for this machine's architecture; `Err` names why there is none.
+    pub fn build() -> Result<Filter, String> {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        {
+            let mut insns = vec![
+                load(DATA_ARCH),
+                jump(BPF_JEQ_K, arch::AUDIT_ARCH, To::Next, To::Foreign),
+                load(DATA_NR),
+            ];
+            if let Some(bit) = arch::FOREIGN_NR_BIT {
+                insns.push(jump(BPF_JGE_K, bit, To::Foreign, To::Next));
+            }
+            for n in denied_numbers() {
+                insns.push(jump(BPF_JEQ_K, nr(n), To::Deny, To::Next));
+            }
+            // fcntl(fd, F_SETSIG, …): the command is the second argument.
+            insns.push(jump(BPF_JEQ_K, nr(libc::SYS_fcntl), To::Next, To::Skip(2)));
+            insns.push(load(data_arg_low(1)));
+            insns.push(jump(BPF_JEQ_K, F_SETSIG, To::Deny, To::Allow));
+            let usr1 = u32::try_from(libc::SIGUSR1).unwrap_or(10);
+            for (n, arg) in signal_syscalls() {
+                // Not this call: skip its two-instruction argument check (A still holds nr).
+                insns.push(jump(BPF_JEQ_K, nr(n), To::Next, To::Skip(2)));
+                insns.push(load(data_arg_low(arg)));
+                insns.push(jump(BPF_JEQ_K, usr1, To::Deny, To::Allow));
+            }
+            Ok(Filter {
+                program: resolve(&insns),
+            })
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            Err(format!(
+                "no seccomp filter for the {} architecture",
+                std::env::consts::ARCH
+            ))
+        }
+    }
+
+    /// Number of BPF instructions.
+    pub fn len(&self) -> usize {
+        self.program.len()
+    }
+
+    /// Whether the program is empty (never, for a built filter).
+    pub fn is_empty(&self) -> bool {
+        self.program.is_empty()
+    }
+
+    /// Installs the filter on the calling thread (and so on everything it execs and forks).
+    /// Returns the errno on failure.
+    ///
+    /// # Safety
+    ///
+    /// `no_new_privs` must be set (or the caller hold `CAP_SYS_ADMIN`). Meant for the forked
+    /// child before exec: it only calls `prctl` with a pointer to a stack struct that points
+    /// into `self`, and allocates nothing.
+    pub unsafe fn install(&self) -> Result<(), i32> {
+        let prog = libc::sock_fprog {
+            len: u16::try_from(self.program.len()).unwrap_or(u16::MAX),
+            filter: self.program.as_ptr().cast_mut(),
+        };
+        // SAFETY: `prog` points at `self.program`, alive for the call; the kernel copies it.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if rc == 0 {
+            // SAFETY: PR_GET_SECCOMP takes no pointer.
+            let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+            if mode == 2 {
+                return Ok(());
+            }
+            return Err(libc::EPERM);
+        }
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    }
+}
+
+/// Places the return instructions after `insns` and turns jump targets into offsets.
+fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
+    let allow = insns.len();
+    let deny = allow + 1;
+    let foreign = allow + 2;
+    let offset = |at: usize, to: To| -> u8 {
+        let target = match to {
+            To::Next => at + 1,
+            To::Skip(n) => at + 1 + usize::from(n),
+            To::Allow => allow,
+            To::Deny => deny,
+            To::Foreign => foreign,
+        };
+        // The program is a few dozen instructions: every offset fits.
+        u8::try_from(target - at - 1).unwrap_or(u8::MAX)
+    };
+    let mut program: Vec<libc::sock_filter> = insns
+        .iter()
+        .enumerate()
+        .map(|(at, insn)| libc::sock_filter {
+            code: insn.code,
+            jt: offset(at, insn.jt),
+            jf: offset(at, insn.jf),
+            k: insn.k,
+        })
+        .collect();
+    let errno = |e: i32| SECCOMP_RET_ERRNO | u32::try_from(e).unwrap_or(1);
+    for k in [SECCOMP_RET_ALLOW, errno(libc::EPERM), errno(libc::ENOSYS)] {
+        program.push(libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+    }
+    program
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `probe` in a forked child with the filter installed; its exit code.
+    fn in_filtered_child(probe: fn() -> i32) -> i32 {
+        let filter = Filter::build().expect("filter");
+        // SAFETY: the child only makes raw system calls and `_exit`s; the test harness may have
+        // other threads, but the child never allocates or takes a lock.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: child side: prctl, the probe's raw calls, _exit.
+            unsafe {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    libc::_exit(100);
+                }
+                if filter.install().is_err() {
+                    libc::_exit(101);
+                }
+                libc::_exit(probe());
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child status {status:#x}");
+        libc::WEXITSTATUS(status)
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    #[test]
+    fn the_program_ends_with_its_three_returns_and_every_jump_lands_inside() {
+        let filter = Filter::build().unwrap();
+        let n = filter.len();
+        assert!(n < 64, "{n}");
+        for (at, insn) in filter.program.iter().enumerate() {
+            if insn.code == BPF_JEQ_K || insn.code == BPF_JGE_K {
+                assert!(at + 1 + usize::from(insn.jt) < n);
+                assert!(at + 1 + usize::from(insn.jf) < n);
+            }
+        }
+        assert!(filter.program[n - 3..].iter().all(|i| i.code == BPF_RET_K));
+    }
+
+    #[test]
+    fn ptrace_and_the_memory_and_fd_calls_are_refused() {
+        fn probe() -> i32 {
+            // SAFETY: raw system calls with integer arguments and null pointers.
+            unsafe {
+                let ppid = libc::getppid();
+                if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != -1 || errno() != libc::EPERM {
+                    return 1;
+                }
+                let iov = libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                };
+                if libc::process_vm_readv(ppid, &iov, 1, &iov, 1, 0) != -1 || errno() != libc::EPERM
+                {
+                    return 2;
+                }
+                if libc::process_vm_writev(ppid, &iov, 1, &iov, 1, 0) != -1
+                    || errno() != libc::EPERM
+                {
+                    return 3;
+                }
+                if libc::syscall(libc::SYS_pidfd_getfd, 0, 1, 0) != -1 || errno() != libc::EPERM {
+                    return 4;
+                }
+                // KEYCTL_GET_KEYRING_ID of the user keyring.
+                if libc::syscall(libc::SYS_keyctl, 0, -4, 0) != -1 || errno() != libc::EPERM {
+                    return 6;
+                }
+                if libc::fcntl(0, F_SETSIG as i32, libc::SIGUSR1) != -1 || errno() != libc::EPERM {
+                    return 7;
+                }
+                // Other fcntl commands work.
+                if libc::fcntl(0, libc::F_GETFD) < 0 && errno() != libc::EBADF {
+                    return 8;
+                }
+                // Ordinary calls still work.
+                if libc::getpid() <= 0 {
+                    return 5;
+                }
+                0
+            }
+        }
+        assert_eq!(in_filtered_child(probe), 0);
+    }
+
+    #[test]
+    fn sigusr1_is_refused_through_every_signal_call_and_other_signals_pass() {
+        fn probe() -> i32 {
+            // SAFETY: signals to ourselves; SIGUSR2 and SIGWINCH are blocked/ignored first so
+            // delivering them does nothing.
+            unsafe {
+                let me = libc::getpid();
+                libc::signal(libc::SIGWINCH, libc::SIG_IGN);
+                if libc::kill(me, libc::SIGUSR1) != -1 || errno() != libc::EPERM {
+                    return 1;
+                }
+                if libc::syscall(libc::SYS_tgkill, me, me, libc::SIGUSR1) != -1
+                    || errno() != libc::EPERM
+                {
+                    return 2;
+                }
+                if libc::syscall(libc::SYS_tkill, me, libc::SIGUSR1) != -1 || errno() != libc::EPERM
+                {
+                    return 3;
+                }
+                if libc::syscall(libc::SYS_pidfd_send_signal, 0, libc::SIGUSR1, 0, 0) != -1
+                    || errno() != libc::EPERM
+                {
+                    return 4;
+                }
+                if libc::kill(me, libc::SIGWINCH) != 0 || libc::kill(me, 0) != 0 {
+                    return 5;
+                }
+                0
+            }
+        }
+        assert_eq!(in_filtered_child(probe), 0);
+    }
+}
