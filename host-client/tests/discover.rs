@@ -129,15 +129,7 @@ fn attack_terminal__discover_escapes_names_from_the_project() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    let raw: Vec<char> = text
-        .chars()
-        .filter(|&c| c != '\n')
-        .filter(|&c| {
-            c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c)
-        })
-        .collect();
+    let raw = pitcrew_e2e::raw_terminal_controls(&text);
     assert!(raw.is_empty(), "raw {raw:?} in {text:?}");
     assert!(
         text.contains("evil\\x1b]0;pwned\\x07\\r\\u{9b}2J\\u{2067}.ts (file)"),

@@ -391,18 +391,6 @@ fn unreadable_or_malformed_harness_is_one_clear_line() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The raw control (C0, DEL, C1) and bidi characters in `text`, newlines aside.
-fn raw_controls(text: &str) -> Vec<char> {
-    text.chars()
-        .filter(|&c| c != '\n')
-        .filter(|&c| {
-            c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c)
-        })
-        .collect()
-}
-
 #[test]
 fn attack_terminal__validate_escapes_the_names_it_quotes() {
     // A vendored plugin carries a file whose name is a terminal escape sequence (a symlink, so
@@ -424,9 +412,9 @@ fn attack_terminal__validate_escapes_the_names_it_quotes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("symlink"), "{stderr}");
     assert!(
-        raw_controls(&stderr).is_empty(),
+        pitcrew_e2e::raw_terminal_controls(&stderr).is_empty(),
         "raw {:?} in {stderr:?}",
-        raw_controls(&stderr)
+        pitcrew_e2e::raw_terminal_controls(&stderr)
     );
     // The tree hash quotes the name with Rust's escapes; the bidi override is escaped too.
     assert!(

@@ -7,8 +7,8 @@
 //! iteration failed anyway. Lines that are not JSON objects are skipped: the judge looks for
 //! evidence of failure, it does not validate the stream.
 //!
-//! The stream is the agent's to write (an 8 TiB sparse file costs it nothing), so the judge
-//! reads a bounded part of it ([`Bounds`]): the first 64 MiB (Claude's `system/init`) and the
+//! The stream is the agent's to write (up to the 1 GiB the supervisor's capture keeps of it),
+//! so the judge reads a bounded part of it ([`Bounds`]): the first 64 MiB (Claude's `system/init`) and the
 //! last 64 MiB (the last assistant message, the `result` event), and skips lines longer than
 //! 16 MiB as it reads them, without buffering them.
 

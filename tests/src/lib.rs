@@ -263,3 +263,55 @@ pub fn agent_version(program: &str) -> Option<String> {
     let text = [out.stdout, out.stderr].concat();
     Some(String::from_utf8_lossy(&text).trim().to_owned())
 }
+
+/// The raw control characters (C0, DEL, C1) and bidi controls (U+202A–U+202E, U+2066–U+2069)
+/// in `text`, newlines aside: what must never reach an operator's terminal unescaped. Written
+/// here, apart from the host's escaping, so the tests check it against a rule of their own.
+pub fn raw_terminal_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n')
+        .filter(|&c| {
+            c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect()
+}
+
+/// Writes into `root` a harness whose agent is `/bin/sh -c SCRIPT` (`runtime: command`): a
+/// plugin `plugins/p` (`index.js`, `lib/util.js`), a hook adapter `adapters/hooks.json`, with
+/// `pin_config` also a pinned `config/models.json` (role `config`, uploaded into the runtime's
+/// config dir), and a workspace holding a `README.md`. `extra` is appended to the YAML and must
+/// not repeat a key written here. Returns the harness file.
+pub fn write_command_harness(
+    root: &Path,
+    script: &str,
+    iterations: u32,
+    timeout: &str,
+    pin_config: bool,
+    extra: &str,
+) -> PathBuf {
+    let write = |rel: &str, body: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().expect("a file below root")).expect("mkdir");
+        std::fs::write(&path, body).expect("write");
+    };
+    write("plugins/p/index.js", "module.exports = () => {};\n");
+    write("plugins/p/lib/util.js", "exports.x = 1;\n");
+    write("adapters/hooks.json", "{ \"hooks\": {} }\n");
+    write("workspace/README.md", "work\n");
+    let mut adapters = String::from("  - path: adapters/hooks.json\n    role: hook-adapter\n");
+    if pin_config {
+        write("config/models.json", "{}\n");
+        adapters.push_str("  - path: config/models.json\n    role: config\n");
+    }
+    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
+    let harness = root.join("harness.yaml");
+    write(
+        "harness.yaml",
+        &format!(
+            "runtime: command\ncommand:\n  - /bin/sh\n  - -c\n  - |\n{indented}plugins:\n  - plugins/p\nadapters:\n{adapters}iterations: {iterations}\ntimeout: {timeout}\nworkdir: workspace\n{extra}"
+        ),
+    );
+    harness
+}

@@ -10,7 +10,9 @@
 #![allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 
 use pitcrew_core::bounded_tree::{self, Step, Walk};
-use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json, read_text};
+use pitcrew_e2e::{
+    binary, can_unshare_pid, prerequisite, read_json, read_text, write_command_harness,
+};
 use serde_json::Value;
 use std::fs;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
@@ -41,24 +43,8 @@ fn fixture(script: &str, iterations: u32, harness_dir: &Path) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path();
     fs::set_permissions(tmp, fs::Permissions::from_mode(0o755)).unwrap();
-    let root = tmp.join(harness_dir);
-    fs::create_dir_all(root.join("plugins/p")).unwrap();
-    fs::write(
-        root.join("plugins/p/index.js"),
-        "module.exports = () => {};\n",
-    )
-    .unwrap();
-    fs::create_dir_all(root.join("adapters")).unwrap();
-    fs::write(root.join("adapters/hooks.json"), "{ \"hooks\": {} }\n").unwrap();
-    fs::create_dir_all(root.join("config")).unwrap();
-    fs::write(root.join("config/models.json"), "{}\n").unwrap();
-    fs::create_dir_all(root.join("workspace")).unwrap();
-    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
-    let yaml = format!(
-        "runtime: command\ncommand:\n  - /bin/sh\n  - -c\n  - |\n{indented}plugins:\n  - plugins/p\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n  - path: config/models.json\n    role: config\niterations: {iterations}\ntimeout: 200s\nworkdir: workspace\n"
-    );
-    let harness = root.join("harness.yaml");
-    fs::write(&harness, yaml).unwrap();
+    let harness =
+        write_command_harness(&tmp.join(harness_dir), script, iterations, "200s", true, "");
     let state = tmp.join("state");
     fs::create_dir(&state).unwrap();
     Fixture {

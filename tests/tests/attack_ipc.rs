@@ -6,7 +6,9 @@
 //! Needs root and PID namespaces; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
-use pitcrew_e2e::{can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_text};
+use pitcrew_e2e::{
+    can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_text, write_command_harness,
+};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
@@ -36,16 +38,14 @@ fn attack_leftovers__dev_shm_and_sysv_ipc_do_not_outlive_the_iteration() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir(root.join("workspace")).unwrap();
-    let indented: String = AGENT.lines().map(|l| format!("    {l}\n")).collect();
-    let harness = root.join("harness.yaml");
-    fs::write(
-        &harness,
-        format!(
-            "runtime: command\ncommand:\n  - /bin/sh\n  - -c\n  - |\n{indented}env:\n  TOKEN: \"{token}\"\n  KEY: \"{key}\"\niterations: 2\ntimeout: 60s\nworkdir: workspace\n"
-        ),
-    )
-    .unwrap();
+    let harness = write_command_harness(
+        root,
+        AGENT,
+        2,
+        "60s",
+        false,
+        &format!("env:\n  TOKEN: \"{token}\"\n  KEY: \"{key}\"\n"),
+    );
     let state = root.join("state");
     fs::create_dir(&state).unwrap();
 

@@ -8,7 +8,7 @@
 
 use pitcrew_e2e::{
     binary, busy_wait, can_unshare_pid, pitcrew_run, pitcrew_run_output, prerequisite, read_json,
-    read_text,
+    read_text, write_command_harness,
 };
 use serde_json::Value;
 use std::fs;
@@ -32,26 +32,20 @@ struct Fixture {
 
 /// `script` is the agent (`/bin/sh -c`); `extra` is appended to the harness YAML.
 fn fixture(script: &str, iterations: u32, extra: &str) -> Fixture {
+    fixture_pinning(script, iterations, extra, false)
+}
+
+/// [`fixture`] whose harness also pins `config/models.json` (role `config`, uploaded into the
+/// runtime's config dir).
+fn fixture_with_pinned_config(script: &str, iterations: u32) -> Fixture {
+    fixture_pinning(script, iterations, "", true)
+}
+
+fn fixture_pinning(script: &str, iterations: u32, extra: &str, pin_config: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir_all(root.join("plugins/p/lib")).unwrap();
-    fs::write(
-        root.join("plugins/p/index.js"),
-        "module.exports = () => {};\n",
-    )
-    .unwrap();
-    fs::write(root.join("plugins/p/lib/util.js"), "exports.x = 1;\n").unwrap();
-    fs::create_dir_all(root.join("adapters")).unwrap();
-    fs::write(root.join("adapters/hooks.json"), "{ \"hooks\": {} }\n").unwrap();
-    fs::create_dir_all(root.join("workspace")).unwrap();
-    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
-    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
-    let yaml = format!(
-        "runtime: command\ncommand:\n  - /bin/sh\n  - -c\n  - |\n{indented}plugins:\n  - plugins/p\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\niterations: {iterations}\ntimeout: 60s\nworkdir: workspace\n{extra}"
-    );
-    let harness = root.join("harness.yaml");
-    fs::write(&harness, yaml).unwrap();
+    let harness = write_command_harness(&root, script, iterations, "60s", pin_config, extra);
     let state = root.join("state");
     fs::create_dir(&state).unwrap();
     fs::set_permissions(&state, fs::Permissions::from_mode(0o755)).unwrap();
@@ -61,20 +55,6 @@ fn fixture(script: &str, iterations: u32, extra: &str) -> Fixture {
         harness,
         state,
     }
-}
-
-/// [`fixture`] whose harness also pins `config/models.json` (role `config`, uploaded into the
-/// runtime's config dir).
-fn fixture_with_pinned_config(script: &str, iterations: u32) -> Fixture {
-    let fx = fixture(script, iterations, "");
-    fs::create_dir_all(fx.root.join("config")).unwrap();
-    fs::write(fx.root.join("config/models.json"), "{}\n").unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
-        "    role: hook-adapter\n",
-        "    role: hook-adapter\n  - path: config/models.json\n    role: config\n",
-    );
-    fs::write(&fx.harness, yaml).unwrap();
-    fx
 }
 
 impl Fixture {
@@ -738,18 +718,6 @@ fn a_state_dir_reached_through_a_symlink_still_runs() {
     assert_eq!(doc["iterations"][0]["exit_code"], 0, "{doc}");
 }
 
-/// The raw control (C0, DEL, C1) and bidi characters in `text`, newlines aside.
-fn raw_controls(text: &str) -> Vec<char> {
-    text.chars()
-        .filter(|&c| c != '\n')
-        .filter(|&c| {
-            c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c)
-        })
-        .collect()
-}
-
 #[test]
 fn attack_terminal__agent_output_and_command_lines_reach_the_operator_escaped() {
     if !gate() {
@@ -789,9 +757,9 @@ while :; do sleep 0.1; done"#;
         "no process with the crafted command line: {inspect}"
     );
     assert!(
-        raw_controls(&inspect).is_empty(),
+        pitcrew_e2e::raw_terminal_controls(&inspect).is_empty(),
         "raw {:?} in {inspect:?}",
-        raw_controls(&inspect)
+        pitcrew_e2e::raw_terminal_controls(&inspect)
     );
     assert!(
         inspect.contains("cmd:\\x1b[2J\\x07\\r\\u{202e}\\u{9b}:end"),
@@ -805,7 +773,7 @@ while :; do sleep 0.1; done"#;
         stderr.contains("out:\\x1b[2J\\x07\\r\\u{202e}:end\n"),
         "{stderr}"
     );
-    let raw = raw_controls(&stderr);
+    let raw = pitcrew_e2e::raw_terminal_controls(&stderr);
     assert!(raw.is_empty(), "raw {raw:?} in {stderr:?}");
     // The collected record keeps the agent's bytes exactly.
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -208,15 +208,7 @@ mod tests {
             &status,
             "p drifted: added \u{1b}[2J.js",
         );
-        let raw: Vec<char> = text
-            .chars()
-            .filter(|&c| c != '\n')
-            .filter(|&c| {
-                c.is_control()
-                    || ('\u{202a}'..='\u{202e}').contains(&c)
-                    || ('\u{2066}'..='\u{2069}').contains(&c)
-            })
-            .collect();
+        let raw = pitcrew_e2e::raw_terminal_controls(&text);
         assert!(raw.is_empty(), "raw {raw:?} in {text}");
         for shown in [
             "state: running\\x1b[2J",

@@ -183,16 +183,6 @@ impl Filter {
         }
     }
 
-    /// Number of BPF instructions.
-    pub fn len(&self) -> usize {
-        self.program.len()
-    }
-
-    /// Whether the program is empty (never, for a built filter).
-    pub fn is_empty(&self) -> bool {
-        self.program.is_empty()
-    }
-
     /// Installs the filter on the calling thread (and so on everything it execs and forks).
     /// Returns the errno on failure.
     ///
@@ -303,7 +293,7 @@ mod tests {
     #[test]
     fn the_program_ends_with_its_three_returns_and_every_jump_lands_inside() {
         let filter = Filter::build().unwrap();
-        let n = filter.len();
+        let n = filter.program.len();
         assert!(n < 64, "{n}");
         for (at, insn) in filter.program.iter().enumerate() {
             if insn.code == BPF_JEQ_K || insn.code == BPF_JGE_K {

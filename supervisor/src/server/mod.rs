@@ -49,13 +49,13 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Bytes of agent output read (and sent as one data frame) at a time.
 const TAIL_CHUNK: usize = 64 * 1024;
 /// Most bytes of one output stream sent per wake-up while the agent runs. Output that grows
-/// faster (or a huge sparse file) is sent over the next wake-ups, which come without waiting,
+/// faster is sent over the next wake-ups, which come without waiting,
 /// so the supervise loop keeps enforcing the timeout and serving `cancel`, signals and
 /// connections in between.
 const TAIL_BUDGET: u64 = 1 << 20;
 /// Most bytes of one output stream sent to the host per iteration: the same 1 GiB the record
-/// keeps of it ([`records::STREAM_CAP_BYTES`], cut after the final reap). Past it the stream
-/// stops with an `output`/`truncated` event.
+/// keeps of it ([`records::STREAM_CAP_BYTES`], the capture's cap). Past it the stream stops
+/// with an `output`/`truncated` event.
 const STREAM_CAP: u64 = records::STREAM_CAP_BYTES;
 
 /// Every request this supervisor serves (sent in the capabilities).
@@ -1118,14 +1118,16 @@ impl Server {
                 &mut budget,
             )
         });
+        // What the capture read past its cap (or after the record file failed) and did not keep.
         let mut truncated = serde_json::Map::new();
-        for name in ["output.jsonl", "stderr.log"] {
-            match records::cap_file(&dir.join(name), records::STREAM_CAP_BYTES) {
-                Ok(0) => {}
-                Ok(dropped) => {
-                    truncated.insert(name.into(), dropped.into());
-                }
-                Err(err) => tracing::warn!("record: {name}: {err}"),
+        for stream in record.agent.iter().flat_map(|a| &a.output) {
+            if stream.dropped > 0 {
+                let name = if stream.stream == "stderr" {
+                    "stderr.log"
+                } else {
+                    "output.jsonl"
+                };
+                truncated.insert(name.into(), stream.dropped.into());
             }
         }
         for (what, report) in [

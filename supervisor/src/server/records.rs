@@ -17,9 +17,10 @@ const COPY_BUDGET_BYTES: u64 = 1 << 30;
 /// Most entries copied into `output/` and `transcripts/` of one record together: half of what
 /// the host accepts in one collected archive ([`crate::unpack::UnpackLimits`]).
 const COPY_BUDGET_ENTRIES: u64 = 50_000;
-/// Most bytes of `output.jsonl` and of `stderr.log` kept in a record (each). With the copy
-/// budget, a whole record stays under the host's 4 GiB unpack limit.
-pub(super) const STREAM_CAP_BYTES: u64 = 1 << 30;
+/// Most bytes of `output.jsonl` and of `stderr.log` kept in a record (each): the capture's own
+/// cap, never written past. With the copy budget, a whole record stays under the host's 4 GiB
+/// unpack limit.
+pub(super) const STREAM_CAP_BYTES: u64 = crate::sandbox::capture::STREAM_CAP;
 
 /// What the agent-controlled parts of one record may still take.
 #[derive(Debug, Clone, Copy)]
@@ -309,26 +310,6 @@ fn copy_file(
     io::copy(&mut from.take(limit), &mut File::from(to))
 }
 
-/// Cuts the file at `path` to at most `cap` bytes; returns how many bytes were dropped (0 when
-/// it was within the cap or does not exist).
-pub(super) fn cap_file(path: &Path, cap: u64) -> io::Result<u64> {
-    let file = match OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    if len <= cap {
-        return Ok(0);
-    }
-    file.set_len(cap)?;
-    Ok(len - cap)
-}
-
 /// Streams the directory `dir` as a tar archive (paths relative to `dir`, regular files and
 /// directories only) into `out`, walked relative to directory descriptors
 /// ([`crate::bounded_tree`]): a record as deep or as long as [`copy_tree`] lets it be is read in
@@ -466,17 +447,6 @@ mod tests {
         );
         assert!(first.skipped.iter().any(|s| s.ends_with("(entry budget)")));
         assert_eq!(second.files, 0);
-    }
-
-    #[test]
-    fn cap_file_cuts_only_what_is_over() {
-        let tmp = tempfile::tempdir().unwrap();
-        let f = tmp.path().join("out");
-        fs::write(&f, vec![1u8; 100]).unwrap();
-        assert_eq!(cap_file(&f, 200).unwrap(), 0);
-        assert_eq!(cap_file(&f, 60).unwrap(), 40);
-        assert_eq!(fs::metadata(&f).unwrap().len(), 60);
-        assert_eq!(cap_file(&tmp.path().join("missing"), 1).unwrap(), 0);
     }
 
     #[test]
