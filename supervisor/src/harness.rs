@@ -164,8 +164,10 @@ pub struct Harness {
     /// Per-iteration agent time limit.
     #[serde(serialize_with = "serialize_duration_secs")]
     pub timeout: Duration,
-    /// Most processes and threads of the agent's uid at once (`limits.processes`).
+    /// Most processes and threads of the agent's tree at once (`limits.processes`).
     pub processes: u64,
+    /// Most memory of the agent's tree at once, in bytes (`limits.memory_bytes`).
+    pub memory: u64,
     /// Host directory uploaded as the agent's workspace.
     pub workdir: Option<PathBuf>,
     /// Host directory receiving run records.
@@ -394,6 +396,7 @@ impl Validated {
             limits: Limits {
                 timeout_ms: u64::try_from(h.timeout.as_millis()).unwrap_or(u64::MAX),
                 processes: h.processes,
+                memory_bytes: h.memory,
                 ..Limits::default()
             },
             confinement: Default::default(),
@@ -560,6 +563,7 @@ const TOP_KEYS: &[&str] = &[
     "iterations",
     "timeout",
     "processes",
+    "memory",
     "workdir",
     "output",
     "validation",
@@ -905,6 +909,17 @@ impl Checker {
                 }
             },
         };
+        let memory = match top.get_node("memory") {
+            None => crate::manifest::DEFAULT_MEMORY_BYTES,
+            Some(n) => match self.string(n, "memory").as_deref().map(parse_size) {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(e)) => {
+                    self.problem(location(n), "memory", e);
+                    crate::manifest::DEFAULT_MEMORY_BYTES
+                }
+                None => crate::manifest::DEFAULT_MEMORY_BYTES,
+            },
+        };
         let timeout = match top.get_node("timeout") {
             None => Duration::from_secs(30 * 60),
             Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
@@ -988,6 +1003,7 @@ impl Checker {
             iterations,
             timeout,
             processes,
+            memory,
             workdir,
             output,
             validation,
@@ -1322,6 +1338,45 @@ fn role_help(what: &str) -> String {
     )
 }
 
+/// Parses a harness size: `8GiB`, `512MiB`, `64KiB`, `1TiB` or a number of bytes; at least
+/// 16 MiB.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, ""),
+    };
+    let example = "e.g. 512MiB, 8GiB or a number of bytes";
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size ({example})"))?;
+    let shift = match unit.trim_start() {
+        "" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit (use KiB, MiB, GiB or TiB)"
+            ))
+        }
+    };
+    let bytes = n
+        .checked_mul(1 << shift)
+        .filter(|b| *b <= MAX_MEMORY_BYTES)
+        .ok_or_else(|| format!("{s:?} is more than 1024 TiB"))?;
+    if bytes < crate::manifest::MIN_MEMORY_BYTES {
+        return Err(format!(
+            "{s:?} is less than 16MiB, too little for any runtime"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The largest `memory:` a harness may ask for (1024 TiB: past any machine's, short of overflow).
+const MAX_MEMORY_BYTES: u64 = 1 << 50;
+
 /// Parses a duration: `90` (seconds), `90s`, `15m`, `2h`, `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -1348,6 +1403,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_binary_units_and_refuse_the_rest() {
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("33554432"), Ok(32 << 20));
+        for (bad, why) in [
+            ("8GB", "unknown unit"),
+            ("1MiB", "less than 16MiB"),
+            ("lots", "not a size"),
+            ("2048TiB", "more than 1024 TiB"),
+            ("99999999999999999999", "not a size"),
+        ] {
+            let err = parse_size(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
 
     /// Validates `text` as the harness of an empty directory.
     fn check(text: &str) -> Validated {

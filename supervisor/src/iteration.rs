@@ -275,7 +275,26 @@ pub fn run_iteration(
             return record;
         }
     };
-    let mut plan = match ConfinePlan::prepare(manifest, *ctx.signals.original_mask()) {
+    // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
+    let cgroups = match ctx.agent_cgroups.create(
+        iteration,
+        manifest.limits.memory_bytes,
+        manifest.limits.processes,
+    ) {
+        Ok(cgroups) => cgroups,
+        Err(reason) => {
+            let reason = format!("limits: {reason}");
+            observer.step("launch", "finished", json!({"error": reason}));
+            record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
+            return record;
+        }
+    };
+    let mut plan = match ConfinePlan::prepare(
+        manifest,
+        *ctx.signals.original_mask(),
+        &ctx.agent_cgroups,
+        &cgroups,
+    ) {
         Ok(plan) => plan,
         Err(reason) => {
             observer.step("launch", "finished", json!({"error": reason}));
@@ -372,6 +391,23 @@ pub fn run_iteration(
     // the stream the judge reads is complete (every process that could write it is gone).
     record.signal = outcome.exit.signal().map(signal_name);
     final_reap(ctx, manifest, &mut record, observer);
+    let usage = cgroups.usage();
+    drop(cgroups);
+    if let Some(confinement) = &mut record.confinement {
+        let limits = &mut confinement.limits;
+        limits.memory.peak = usage.memory_peak;
+        limits.memory.oom_kills = usage.oom_kills;
+        limits.processes.peak = usage.processes_peak;
+        limits.processes.refused_forks = usage.refused_forks;
+    }
+    if reason.is_none() && code != 0 && usage.oom_kills.is_some_and(|n| n > 0) {
+        reason = Some(format!(
+            "memory-limit: the agent's tree reached limits.memory_bytes ({} bytes); the kernel \
+             killed {} of its processes",
+            manifest.limits.memory_bytes,
+            usage.oom_kills.unwrap_or(0)
+        ));
+    }
     let streams = capture.finish();
     record.agent = Some(AgentRecord {
         argv0: spec.argv0.clone(),

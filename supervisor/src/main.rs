@@ -6,6 +6,8 @@
 //! the container entrypoint) or bridges stdio to the control socket (`attach`).
 
 use clap::{Parser, Subcommand};
+#[cfg(target_os = "linux")]
+use pitcrew_core::sandbox::cgroup::CgroupMode;
 use std::process::ExitCode;
 
 /// The sandbox supervisor: reaps, verifies, sanitises, confines and launches the agent.
@@ -56,6 +58,11 @@ struct ServeArgs {
     /// engine); needs PID 1 and CAP_SYS_ADMIN.
     #[arg(long)]
     private_ipc: bool,
+    /// Whether each iteration's agent tree gets a cgroup of its own (memory and process limits
+    /// counted for the tree alone), where the supervisor's cgroup is writable; `off` leaves the
+    /// limits to rlimits (per uid, per process).
+    #[arg(long, value_enum, default_value_t = CgroupMode::Auto)]
+    agent_cgroup: CgroupMode,
 }
 
 /// Arguments of `attach`.
@@ -81,6 +88,11 @@ struct RunArgs {
     /// The iteration number recorded in the result.
     #[arg(long, default_value_t = 1)]
     iteration: u32,
+    /// Whether each iteration's agent tree gets a cgroup of its own (memory and process limits
+    /// counted for the tree alone), where the supervisor's cgroup is writable; `off` leaves the
+    /// limits to rlimits (per uid, per process).
+    #[arg(long, value_enum, default_value_t = CgroupMode::Auto)]
+    agent_cgroup: CgroupMode,
 }
 
 fn main() -> ExitCode {
@@ -107,6 +119,7 @@ fn main() -> ExitCode {
             upload_max_entries: pitcrew_core::unpack::UnpackLimits::default().max_entries,
             upload_max_bytes: pitcrew_core::unpack::UnpackLimits::default().max_bytes,
             private_ipc: false,
+            agent_cgroup: CgroupMode::Auto,
         })
     });
     match command {
@@ -312,7 +325,7 @@ mod linux {
                 );
             }
         };
-        let mut ctx = Supervisor::start(baseline, signals);
+        let mut ctx = Supervisor::start(baseline, signals, args.agent_cgroup);
         if let Some(err) = sink_error {
             // Nowhere to write a record: say it on stderr.
             tracing::error!("cli: {err}");
@@ -375,7 +388,7 @@ mod linux {
                 return exit(SUPERVISOR_FAILED);
             }
         };
-        let mut ctx = Supervisor::start(baseline, signals);
+        let mut ctx = Supervisor::start(baseline, signals, args.agent_cgroup);
         if args.private_ipc {
             if !ctx.info.pid1 {
                 eprintln!(

@@ -359,7 +359,7 @@ pub struct OutputSpec {
     pub stderr: Option<String>,
 }
 
-/// Time limits, in milliseconds.
+/// Time limits (in milliseconds) and the bounds of the agent's process tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -369,10 +369,27 @@ pub struct Limits {
     pub kill_grace_ms: u64,
     /// Upper bound for one reap step (TERM, grace, KILL, rescans).
     pub reap_budget_ms: u64,
-    /// Most processes (threads count) the agent's uid may have at once: `RLIMIT_NPROC` of the
-    /// agent's tree, so a fork bomb stops there and the supervisor keeps serving.
+    /// Most processes (threads count) the agent's tree may have at once, so a fork bomb stops
+    /// there and the supervisor keeps serving: `pids.max` of the tree's cgroup, or
+    /// `RLIMIT_NPROC` of the agent's uid where there is none ([`crate::sandbox::cgroup`]).
     #[serde(default = "default_processes")]
     pub processes: u64,
+    /// Most memory the agent's tree may use at once, in bytes: `memory.limit_in_bytes` of the
+    /// tree's cgroup (the kernel kills a process of the tree past it), or `RLIMIT_DATA` of each
+    /// process where there is none.
+    #[serde(default = "default_memory_bytes")]
+    pub memory_bytes: u64,
+}
+
+/// The default of [`Limits::memory_bytes`]: 8 GiB, room for a runtime and the builds its
+/// tools run.
+pub const DEFAULT_MEMORY_BYTES: u64 = 8 << 30;
+
+/// The smallest [`Limits::memory_bytes`]: below it no runtime starts.
+pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
+
+fn default_memory_bytes() -> u64 {
+    DEFAULT_MEMORY_BYTES
 }
 
 /// The default of [`Limits::processes`]: room for a runtime and its tools (Node alone runs a
@@ -390,6 +407,7 @@ impl Default for Limits {
             kill_grace_ms: 2000,
             reap_budget_ms: 10_000,
             processes: DEFAULT_PROCESSES,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
         }
     }
 }
@@ -626,6 +644,12 @@ impl Manifest {
         }
         if self.limits.processes == 0 {
             return Err(field("limits.processes", "must be greater than 0"));
+        }
+        if self.limits.memory_bytes < MIN_MEMORY_BYTES {
+            return Err(field(
+                "limits.memory_bytes",
+                format!("must be at least {MIN_MEMORY_BYTES} (16 MiB)"),
+            ));
         }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
             return Err(field(

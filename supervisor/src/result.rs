@@ -156,18 +156,57 @@ pub struct ConfinementRecord {
     /// The seccomp filter installed on the agent's process tree.
     #[serde(default)]
     pub seccomp: SeccompRecord,
-    /// The resource limits set on the agent's process tree.
+    /// The limits of the agent's process tree and what enforced them.
     #[serde(default)]
-    pub rlimits: RlimitRecord,
+    pub limits: LimitsRecord,
 }
 
-/// Resource limits of the agent's process tree (soft and hard alike).
+/// The limits of the agent's process tree, and what enforced each.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RlimitRecord {
-    /// `RLIMIT_NPROC`: processes and threads the agent's uid may have at once.
-    pub processes: u64,
+pub struct LimitsRecord {
+    /// `limits.processes`: processes and threads at once.
+    pub processes: LimitRecord,
+    /// `limits.memory_bytes`: memory in use at once.
+    pub memory: LimitRecord,
     /// `RLIMIT_CORE`: 0, no core files.
     pub core: u64,
+}
+
+/// One limit of the agent's tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitRecord {
+    /// The limit (processes, or bytes).
+    pub limit: u64,
+    /// What enforced it, and so what it counts.
+    pub enforced_by: Enforcement,
+    /// The agent's cgroup, when one enforced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Why no cgroup enforced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_unavailable: Option<String>,
+    /// The most the tree used at once (cgroup only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<u64>,
+    /// Forks the process limit refused (cgroup only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_forks: Option<u64>,
+    /// Processes the kernel killed at the memory limit (cgroup only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
+}
+
+/// The mechanism behind a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforcement {
+    /// A cgroup v1 of the iteration's own: counts the whole tree, nothing else.
+    #[default]
+    CgroupV1,
+    /// `RLIMIT_NPROC`: counts every process of the agent's uid, other sandboxes' included.
+    RlimitNproc,
+    /// `RLIMIT_DATA`: bounds each process's data on its own, not the tree's sum.
+    RlimitData,
 }
 
 /// The seccomp filter of the agent's process tree: what keeps the agent's tools from rewriting
@@ -320,7 +359,7 @@ mod tests {
                 overlaps: vec![],
             },
             seccomp: SeccompRecord::default(),
-            rlimits: RlimitRecord::default(),
+            limits: LimitsRecord::default(),
         });
         let line = r.to_json_line();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();

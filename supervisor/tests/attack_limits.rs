@@ -1,6 +1,11 @@
 //! Resource limits the agent cannot exceed, played from the agent's side: a fork bomb stops at
-//! `limits.processes` (`RLIMIT_NPROC` of the agent's uid) while the supervisor keeps serving, and
-//! the agent writes no core file.
+//! `limits.processes` while the supervisor keeps serving, memory past `limits.memory_bytes`
+//! kills only the agent's tree, another sandbox of the same uid takes nothing from this one's
+//! limits, the agent cannot leave its cgroup, and it writes no core file.
+//!
+//! These run as root on a host with writable cgroup v1 `memory` and `pids` hierarchies, where
+//! each iteration's tree gets cgroups of its own; the rlimit fallback is played with
+//! `--agent-cgroup off`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 #![allow(missing_docs)]
 
@@ -40,12 +45,21 @@ fn attack_limits__forks_stop_at_the_process_limit() {
     assert_eq!(error, "EAGAIN", "{out}");
     let forked: u32 = forked.parse().unwrap();
     assert!(forked < 40, "{out}");
+    let limits = &run.record["confinement"]["limits"];
+    assert_eq!(limits["processes"]["limit"], 40, "{limits:#}");
     assert_eq!(
-        run.record["confinement"]["rlimits"],
-        json!({"processes": 40, "core": 0}),
-        "{:#}",
-        run.record
+        limits["processes"]["enforced_by"], "cgroup-v1",
+        "{limits:#}"
     );
+    assert!(
+        limits["processes"]["refused_forks"].as_u64() >= Some(1),
+        "{limits:#}"
+    );
+    assert!(
+        limits["processes"]["peak"].as_u64() <= Some(40),
+        "{limits:#}"
+    );
+    assert_eq!(limits["core"], 0, "{limits:#}");
     // Every child was killed by the final reap.
     assert!(run.record["reaped"]["after"].as_u64() >= Some(u64::from(forked)));
 }
@@ -116,4 +130,144 @@ fn attack_limits__a_crashing_agent_leaves_no_core_file() {
         .filter(|e| e.file_name() != "core-limit")
         .collect();
     assert!(cores.is_empty(), "{cores:?}");
+}
+
+/// A Python agent that allocates (and touches) `mib` MiB and says how far it got.
+fn hog(mib: u32) -> String {
+    format!(
+        concat!(
+            "exec python3 -c '\n",
+            "held = []\n",
+            "try:\n",
+            "    for i in range({mib}):\n",
+            "        held.append(bytearray(1 << 20))\n",
+            "    print(\"allocated\", len(held))\n",
+            "except MemoryError:\n",
+            "    held.clear(); print(\"MemoryError\")\n",
+            "'",
+        ),
+        mib = mib
+    )
+}
+
+#[test]
+fn attack_limits__memory_past_the_limit_kills_only_the_agent_tree() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut sb = Sandbox::sh(&hog(512));
+    sb.manifest["limits"]["memory_bytes"] = json!(64 << 20);
+    let run = sb.run_pid1();
+    // The kernel killed the agent; PID 1 lived to judge and record it.
+    assert_eq!(run.code, 128 + 9, "{:#}\n{}", run.record, run.stderr);
+    let reason = run.record["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("memory-limit: "), "{reason}");
+    let memory = &run.record["confinement"]["limits"]["memory"];
+    assert_eq!(memory["enforced_by"], "cgroup-v1", "{memory:#}");
+    assert_eq!(memory["limit"], 64 << 20, "{memory:#}");
+    assert!(memory["oom_kills"].as_u64() >= Some(1), "{memory:#}");
+    assert!(memory["peak"].as_u64() <= Some(64 << 20), "{memory:#}");
+    // The iteration's cgroup is gone with it.
+    let cgroup = memory["cgroup"].as_str().expect("cgroup path");
+    assert!(
+        !std::path::Path::new(cgroup).exists(),
+        "{cgroup} left behind"
+    );
+}
+
+#[test]
+fn attack_limits__without_a_cgroup_each_process_stops_at_the_memory_limit() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut sb = Sandbox::sh(&hog(512));
+    sb.manifest["limits"]["memory_bytes"] = json!(64 << 20);
+    sb.manifest["output"] = json!({"stdout": sb.path("out.log")});
+    let run = sb.run_pid1_with_args(&["--agent-cgroup", "off"]);
+    assert_eq!(run.code, 0, "{:#}\n{}", run.record, run.stderr);
+    let out = std::fs::read_to_string(sb.path("out.log")).unwrap();
+    assert_eq!(out.trim(), "MemoryError");
+    let limits = &run.record["confinement"]["limits"];
+    assert_eq!(limits["memory"]["enforced_by"], "rlimit-data", "{limits:#}");
+    assert_eq!(
+        limits["processes"]["enforced_by"], "rlimit-nproc",
+        "{limits:#}"
+    );
+    assert_eq!(
+        limits["memory"]["cgroup_unavailable"], "off (--agent-cgroup off)",
+        "{limits:#}"
+    );
+}
+
+#[test]
+fn attack_limits__another_sandbox_of_the_same_uid_takes_nothing_from_the_process_limit() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // Sandbox A (the same agent uid) holds 60 processes until told to stop.
+    let a = Sandbox::sh(concat!(
+        "for i in $(seq 60); do sleep 60 & done; : > $W/holding; ",
+        "i=0; while [ ! -e $W/release ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+    ));
+    let (child, _result) = a.spawn_pid1();
+    let holding = a.workdir.join("holding");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !holding.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(holding.exists(), "sandbox A never held its processes");
+    // Sandbox B may have 40: it gets (nearly) all of them, whatever A holds.
+    let mut b = Sandbox::sh(concat!(
+        "exec python3 -c '\n",
+        "import os, time\n",
+        "n = 0\n",
+        "try:\n",
+        "    while n < 100:\n",
+        "        if os.fork() == 0:\n",
+        "            time.sleep(30); os._exit(0)\n",
+        "        n += 1\n",
+        "except OSError:\n",
+        "    pass\n",
+        "print(n)\n",
+        "'",
+    ));
+    b.manifest["limits"]["processes"] = json!(40);
+    b.manifest["output"] = json!({"stdout": b.path("out.log")});
+    let run = b.run_pid1();
+    std::fs::write(a.workdir.join("release"), "").unwrap();
+    let a_out = child.wait_with_output().unwrap();
+    assert!(a_out.status.success(), "{a_out:?}");
+    assert_eq!(run.code, 0, "{:#}\n{}", run.record, run.stderr);
+    let forked: u32 = std::fs::read_to_string(b.path("out.log"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The shell and python take two of the 40.
+    assert!((30..40).contains(&forked), "forked {forked}");
+}
+
+#[test]
+fn attack_limits__the_agent_cannot_leave_or_widen_its_cgroup() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let mut sb = Sandbox::sh(concat!(
+        "p=$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); echo \"$p\"; ",
+        "echo max > /sys/fs/cgroup/pids$p/pids.max 2>/dev/null && echo raised; ",
+        "echo $$ > /sys/fs/cgroup/pids$(dirname \"$p\")/cgroup.procs 2>/dev/null && echo left; ",
+        "echo $$ > /sys/fs/cgroup/pids/cgroup.procs 2>/dev/null && echo left-for-root; ",
+        "sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup",
+    ));
+    sb.manifest["output"] = json!({"stdout": sb.path("out.log")});
+    let run = sb.run_pid1();
+    assert_eq!(run.code, 0, "{:#}\n{}", run.record, run.stderr);
+    let out = std::fs::read_to_string(sb.path("out.log")).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0], lines[1], "{out}");
+    assert!(
+        lines[0].contains("/pitcrew-"),
+        "not in a cgroup of its own: {out}"
+    );
 }

@@ -8,6 +8,7 @@
 //! Needs root (to switch to the test user), PID namespaces, `newuidmap`/`newgidmap` and the test
 //! user with ranges in `/etc/subuid` and `/etc/subgid`; skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json};
 use serde_json::{json, Value};
@@ -369,4 +370,54 @@ fn a_user_without_subordinate_ids_is_told_what_is_missing() {
         "{err}"
     );
     assert!(!state.join("sandboxes").exists(), "a sandbox was started");
+}
+
+#[test]
+fn attack_deep_tree__rootless_down_removes_a_workspace_30000_levels_deep() {
+    let Some(user) = gate() else {
+        return;
+    };
+    // The agent leaves a chain 30,000 directories deep in its workspace (built bottom-up near
+    // the top, as `attack_deep` does: Landlock makes top-down creation quadratic). The user
+    // cannot remove the agent's files directly (a subordinate uid owns them); `down` does, inside
+    // the same mapping, with a bounded number of descriptors.
+    let dir = user_dir(&user);
+    let root = dir.path();
+    let yaml = "runtime: command\ncommand:\n  - perl\n  - -e\n  - 'mkdir \"c\" or die; for (2..30000) { mkdir \"t\" or die; rename(\"c\", \"t/d\") or die; rename(\"t\", \"c\") or die } print \"planted\\n\"'\ntimeout: 120s\nworkdir: workspace\n";
+    write_as(&user, &root.join("harness.yaml"), yaml, 0o644);
+    write_as(&user, &root.join("workspace/README.md"), "work\n", 0o644);
+    chown_tree(&user, root);
+    let state = root.join("state");
+    let out = user.pitcrew(
+        &state,
+        &[
+            "run",
+            root.join("harness.yaml").to_str().unwrap(),
+            "--json",
+            "--keep",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let sandbox = state.join("sandboxes").join(&id);
+    let _down = Down {
+        user: &user,
+        state: &state,
+        id: &id,
+    };
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(
+        fs::read_to_string(run_dir.join("iteration-1/output.jsonl")).unwrap(),
+        "planted\n"
+    );
+    assert!(sandbox.join("root/workspace/c/d/d").is_dir());
+    let out = user.pitcrew(&state, &["down", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!sandbox.exists(), "{} is left", sandbox.display());
 }

@@ -36,20 +36,24 @@
 //!
 //! # Order in the child
 //!
-//! See `reference/init-and-sandbox-anchors.md` §4.5: default signal dispositions; `setsid`
-//! (new session: no controlling terminal, so no TIOCSTI injection); drop the capability bounding
+//! Default signal dispositions; `setsid` (new session: no controlling terminal, so no TIOCSTI
+//! injection); join the agent's cgroups (while still root: their `cgroup.procs` are root's,
+//! [`super::cgroup`]); drop the capability bounding
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
 //! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
-//! as the agent; mark every fd ≥ 3 close-on-exec; `RLIMIT_NPROC` and `RLIMIT_CORE`;
+//! as the agent; mark every fd ≥ 3 close-on-exec; the rlimits (`RLIMIT_CORE` 0, and
+//! `RLIMIT_NPROC`/`RLIMIT_DATA` for the limits no cgroup enforces);
 //! `PR_SET_NO_NEW_PRIVS` (read back); Landlock
 //! `restrict_self`; the seccomp filter ([`super::seccomp`], read back); restore the signal mask
 //! the supervisor started with. A failing stage is
 //! reported by name and errno.
 
+use super::cgroup::{AgentCgroups, Controller, IterationCgroups};
 use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{
-    ConfinementRecord, LandlockRecord, LandlockState, RlimitRecord, SeccompRecord,
+    ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitRecord, LimitsRecord,
+    SeccompRecord,
 };
 use caps::{CapSet, Capability};
 use landlock::{
@@ -125,12 +129,14 @@ pub enum Stage {
     Exec = 17,
     /// Installing the seccomp filter ([`super::seccomp`]).
     Seccomp = 18,
-    /// Setting the resource limits (`RLIMIT_NPROC`, `RLIMIT_CORE`).
+    /// Setting the resource limits (`RLIMIT_NPROC`, `RLIMIT_DATA`, `RLIMIT_CORE`).
     Rlimits = 19,
+    /// Joining the agent's cgroups.
+    Cgroup = 20,
 }
 
 impl Stage {
-    const ALL: [Stage; 19] = [
+    const ALL: [Stage; 20] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -150,6 +156,7 @@ impl Stage {
         Stage::Exec,
         Stage::Seccomp,
         Stage::Rlimits,
+        Stage::Cgroup,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -174,6 +181,7 @@ impl Stage {
             Stage::Exec => "exec",
             Stage::Seccomp => "seccomp",
             Stage::Rlimits => "rlimits",
+            Stage::Cgroup => "cgroup",
         }
     }
 
@@ -258,11 +266,44 @@ pub struct ConfinePlan {
     landlock: Option<RulesetCreated>,
     landlock_required: bool,
     seccomp: Option<super::seccomp::Filter>,
-    /// `RLIMIT_NPROC` of the agent ([`crate::manifest::Limits::processes`]).
-    processes: libc::rlim_t,
+    /// The `cgroup.procs` of the agent's cgroups, joined by writing `0`.
+    cgroup_procs: Vec<libc::c_int>,
+    /// `RLIMIT_NPROC` of the agent, where no pids cgroup counts its processes.
+    processes: Option<libc::rlim_t>,
+    /// `RLIMIT_DATA` of the agent, where no memory cgroup bounds its tree.
+    data: Option<libc::rlim_t>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
+}
+
+fn rlim(value: u64) -> libc::rlim_t {
+    libc::rlim_t::try_from(value).unwrap_or(libc::RLIM_INFINITY)
+}
+
+/// How `limit` is enforced: by the tree's cgroup of `controller` if it has one, else by
+/// `fallback` (with the reason there is no cgroup).
+fn limit_record(
+    limit: u64,
+    controller: Controller,
+    fallback: Enforcement,
+    agent_cgroups: &AgentCgroups,
+    cgroups: &IterationCgroups,
+) -> LimitRecord {
+    match cgroups.dir(controller) {
+        Some(dir) => LimitRecord {
+            limit,
+            enforced_by: Enforcement::CgroupV1,
+            cgroup: Some(dir.display().to_string()),
+            ..LimitRecord::default()
+        },
+        None => LimitRecord {
+            limit,
+            enforced_by: fallback,
+            cgroup_unavailable: agent_cgroups.unavailable(controller).map(String::from),
+            ..LimitRecord::default()
+        },
+    }
 }
 
 /// Whether `path` is `root` or lies below it.
@@ -334,10 +375,13 @@ pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
 
 impl ConfinePlan {
     /// Prepares confinement for `manifest` (the parent's half). `original_mask` is restored in
-    /// the child right before exec.
+    /// the child right before exec; the child joins `cgroups` (made from `agent_cgroups`), and
+    /// the limits they do not enforce become rlimits.
     pub fn prepare(
         manifest: &Manifest,
         original_mask: libc::sigset_t,
+        agent_cgroups: &AgentCgroups,
+        cgroups: &IterationCgroups,
     ) -> Result<ConfinePlan, String> {
         let user = &manifest.user;
         let groups: Vec<libc::gid_t> = user.groups.clone();
@@ -440,8 +484,15 @@ impl ConfinePlan {
             landlock,
             landlock_required: mode == LandlockMode::Required,
             seccomp,
-            processes: libc::rlim_t::try_from(manifest.limits.processes)
-                .unwrap_or(libc::RLIM_INFINITY),
+            cgroup_procs: cgroups.procs_fds(),
+            processes: cgroups
+                .dir(Controller::Pids)
+                .is_none()
+                .then(|| rlim(manifest.limits.processes)),
+            data: cgroups
+                .dir(Controller::Memory)
+                .is_none()
+                .then(|| rlim(manifest.limits.memory_bytes)),
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -460,8 +511,21 @@ impl ConfinePlan {
                     overlaps,
                 },
                 seccomp: seccomp_record,
-                rlimits: RlimitRecord {
-                    processes: manifest.limits.processes,
+                limits: LimitsRecord {
+                    processes: limit_record(
+                        manifest.limits.processes,
+                        Controller::Pids,
+                        Enforcement::RlimitNproc,
+                        agent_cgroups,
+                        cgroups,
+                    ),
+                    memory: limit_record(
+                        manifest.limits.memory_bytes,
+                        Controller::Memory,
+                        Enforcement::RlimitData,
+                        agent_cgroups,
+                        cgroups,
+                    ),
                     core: 0,
                 },
             },
@@ -498,6 +562,15 @@ impl ConfinePlan {
             }
             if libc::setsid() < 0 {
                 return Err(fail(Stage::Setsid));
+            }
+        }
+
+        // Into the agent's cgroups while still root (their files are root's); every process
+        // the agent starts is born there.
+        for &fd in &self.cgroup_procs {
+            // SAFETY: write of a 1-byte static buffer to an fd the parent opened for us.
+            if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+                return Err(fail(Stage::Cgroup));
             }
         }
 
@@ -589,7 +662,12 @@ impl ConfinePlan {
 
         // After the uid change, so the process limit counts the agent's uid; no core files (they
         // would land in the workspace with whatever the process held in memory).
-        for (resource, value) in [(libc::RLIMIT_NPROC, self.processes), (libc::RLIMIT_CORE, 0)] {
+        for (resource, value) in [
+            (libc::RLIMIT_NPROC, self.processes),
+            (libc::RLIMIT_DATA, self.data),
+            (libc::RLIMIT_CORE, Some(0)),
+        ] {
+            let Some(value) = value else { continue };
             let limit = libc::rlimit {
                 rlim_cur: value,
                 rlim_max: value,

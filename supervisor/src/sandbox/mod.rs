@@ -9,6 +9,7 @@
 //!   Landlock writable roots, the agent's directories in long-lived mode).
 //! - [`seccomp`]: the filter that keeps the agent's tools from rewriting their runtime.
 //! - [`capture`]: the agent's stdout/stderr through sockets only the supervisor reads.
+//! - [`cgroup`]: the agent tree's own cgroup, bounding its memory and process count.
 //! - [`private_ipc`]: a fresh IPC namespace and `/dev/shm` per iteration where the sandbox
 //!   shares the host's filesystem.
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
@@ -17,6 +18,7 @@
 //! The order of the steps lives in [`crate::iteration`].
 
 pub mod capture;
+pub mod cgroup;
 pub mod confine;
 pub mod launch;
 pub mod nofollow;

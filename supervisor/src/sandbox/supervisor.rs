@@ -1,6 +1,7 @@
 //! The supervisor's long-lived state, created once at start and handed to every iteration:
 //! the signalfd, the reaper, the baseline environment and whether we are PID 1.
 
+use super::cgroup::{AgentCgroups, CgroupMode};
 use super::reaper::Reaper;
 use super::signals::Signals;
 use crate::result::{SupervisorInfo, SupervisorMode};
@@ -58,13 +59,15 @@ pub struct Supervisor {
     pub spared: Vec<i32>,
     /// A fresh IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc`]).
     pub private_ipc: bool,
+    /// Where each iteration's agent tree gets its own cgroup, if anywhere.
+    pub agent_cgroups: AgentCgroups,
 }
 
 impl Supervisor {
-    /// Sets up process-wide state: as PID 1, `chdir("/")` (so the supervisor pins no
+    /// Sets up process-wide state (the agent's cgroups are looked for as `cgroups` says): as PID 1, `chdir("/")` (so the supervisor pins no
     /// mount); otherwise becomes a child subreaper so the agent's orphans stay ours, and says
     /// so in [`Supervisor::info`].
-    pub fn start(baseline: BaselineEnv, signals: Signals) -> Supervisor {
+    pub fn start(baseline: BaselineEnv, signals: Signals, cgroups: CgroupMode) -> Supervisor {
         let pid = nix::unistd::getpid().as_raw();
         let proc_is_ours = std::fs::read_link("/proc/self")
             .map(|p| p.as_os_str() == pid.to_string().as_str())
@@ -108,6 +111,7 @@ impl Supervisor {
             pid,
             spared: Vec::new(),
             private_ipc: false,
+            agent_cgroups: AgentCgroups::discover(cgroups),
         }
     }
 }

@@ -138,6 +138,11 @@ impl Sandbox {
     /// As [`Sandbox::spawn_pid1`], with extra variables in pitcrew-init's own (baseline)
     /// environment.
     pub fn spawn_pid1_with_env(&self, vars: &[(&str, &str)]) -> (Child, PathBuf) {
+        self.spawn_pid1_with(vars, &[])
+    }
+
+    /// As [`Sandbox::spawn_pid1_with_env`], with extra `run` arguments.
+    pub fn spawn_pid1_with(&self, vars: &[(&str, &str)], args: &[&str]) -> (Child, PathBuf) {
         let (manifest, result) = self.write_manifest();
         let child = Command::new("unshare")
             .envs(vars.iter().copied())
@@ -152,12 +157,19 @@ impl Sandbox {
             .arg(&manifest)
             .arg("--result")
             .arg(&result)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn unshare");
         (child, result)
+    }
+
+    /// Runs pitcrew-init as PID 1 with extra `run` arguments and waits.
+    pub fn run_pid1_with_args(&self, args: &[&str]) -> Run {
+        let (child, result) = self.spawn_pid1_with(&[], args);
+        finish(child.wait_with_output().expect("wait"), &result)
     }
 
     /// Runs pitcrew-init as PID 1 of a fresh PID namespace and waits.
