@@ -1,4 +1,4 @@
-//! Exit codes of an iteration and what each one means (design section 7).
+//! Exit codes of an iteration and what each one means (`docs/result-record.md` lists them).
 //!
 //! Codes 93–98 and 125–127 are compatible with the shell preflights that runners use today, so a
 //! runner that already maps them keeps working when pitcrew replaces the shell.

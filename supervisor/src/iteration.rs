@@ -1,77 +1,75 @@
-//! One iteration, in the order of design section 3: reap → verify → environment → confine and
-//! launch → supervise → judge → reap again, producing the result record.
+//! One iteration, in order: reap → prepare → verify → environment → confine and launch →
+//! supervise → reap again and judge, producing the result record.
 //!
-//! This is the only place that knows the order. `pitcrew-init run` calls it once; a long-lived
-//! mode calls it once per iteration with the same [`Supervisor`], and prepares the agent's
-//! directories between the reap and the verification ([`IterationObserver::after_reap`]).
+//! This is the only place that knows the order, and [`run_steps`] is nothing but the steps:
+//! each is a function of its own that either hands the next one what it needs or stops the
+//! iteration with a [`Stop`] (its exit code and reason). `pitcrew-init run` calls
+//! [`run_iteration`] once; the long-lived mode calls it once per iteration with the same
+//! [`Supervisor`], and prepares the agent's directories between the reap and the verification
+//! ([`IterationObserver::after_reap`]).
 
+use crate::clock::millis;
+use crate::environment::EnvOutcome;
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
 use crate::manifest::Manifest;
 use crate::result::{AgentRecord, IterationResult, OutputRecord};
-use crate::sandbox::capture::{StreamName, StreamReport};
+use crate::sandbox::capture::{OutputCapture, StreamName, StreamReport};
+use crate::sandbox::cgroup::IterationCgroups;
 use crate::sandbox::confine::ConfinePlan;
 use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, ReapOutcome};
-use crate::sandbox::supervise::supervise;
+use crate::sandbox::supervise::{supervise, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
 use serde::Serialize;
-use std::path::Path;
+use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use crate::sandbox::observer::{IterationObserver, NoopObserver, ObserverAction};
 pub use crate::sandbox::supervisor::{BaselineEnv, Supervisor};
-use serde_json::json;
-use std::os::fd::BorrowedFd;
 
-/// What an observer asks the running iteration to do.
+/// Why an iteration ended at a step instead of with the agent's own verdict: the record's exit
+/// code and reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ObserverAction {
-    /// Send this signal to the agent's process group.
-    Signal(i32),
-    /// Cancel: SIGTERM to the agent's group, SIGKILL after `kill_grace_ms`; the record's reason
-    /// becomes `cancelled: <text>`.
-    Cancel(String),
+pub struct Stop {
+    /// The iteration's exit code.
+    pub code: i32,
+    /// The record's reason.
+    pub reason: String,
 }
 
-/// Watches an iteration and keeps other work going while the agent runs, without threads: the
-/// supervise loop polls [`IterationObserver::poll_fds`] with its signalfd and calls
-/// [`IterationObserver::on_ready`] and [`IterationObserver::on_tick`] after every wake-up.
-/// `pitcrew-init run` passes [`NoopObserver`]; the long-lived mode passes its server, so both run
-/// the same code path.
-pub trait IterationObserver {
-    /// A step `started` or `finished`, with details.
-    fn step(&mut self, _step: &str, _state: &str, _detail: serde_json::Value) {}
-    /// Descriptors to wait on (readable) while the agent runs.
-    fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
-        Vec::new()
-    }
-    /// Called after every wake-up of the supervise loop (and once before launch): service the
-    /// descriptors and return actions for the agent.
-    fn on_ready(&mut self, _ctx: &mut Supervisor) -> Vec<ObserverAction> {
-        Vec::new()
-    }
-    /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
-    fn on_tick(&mut self) {}
-    /// Called once the first reap succeeded (nothing of an earlier agent runs any more), before
-    /// verification: the long-lived mode prepares the agent's directories here. An error ends
-    /// the iteration with 125 and the error as its reason; nothing is verified or launched.
-    fn after_reap(&mut self, _manifest: &Manifest) -> Result<(), String> {
-        Ok(())
-    }
-    /// The longest the supervise loop may sleep between calls.
-    fn max_wait(&self) -> Duration {
-        Duration::from_secs(1)
+impl Stop {
+    /// A step of the supervisor's own failed (125).
+    fn supervisor(reason: impl Into<String>) -> Stop {
+        Stop {
+            code: exit_code::SUPERVISOR_FAILED,
+            reason: reason.into(),
+        }
     }
 }
 
-/// An observer that does nothing (the one-shot `pitcrew-init run`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopObserver;
+/// How the agent's run ended, for the record.
+struct Verdict {
+    code: i32,
+    reason: Option<String>,
+}
 
-impl IterationObserver for NoopObserver {}
+/// What verification resolved for the launch.
+struct Verified {
+    /// The agent program.
+    binary: PathBuf,
+    /// The interpreter of a `#!/usr/bin/env NAME` agent, resolved on the baseline `PATH`.
+    interpreter: Option<PathBuf>,
+}
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+/// The agent while it runs, and what must outlive it until the verdict.
+struct Running {
+    pid: i32,
+    spec: LaunchSpec,
+    capture: OutputCapture,
+    /// Removed (when dropped) after the final reap.
+    cgroups: IterationCgroups,
 }
 
 /// A step's report list as JSON values (whatever item type the step uses).
@@ -89,6 +87,293 @@ fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
         Duration::from_millis(manifest.limits.kill_grace_ms),
         Duration::from_millis(manifest.limits.reap_budget_ms),
     )
+}
+
+/// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's),
+/// reporting each step to `observer`.
+pub fn run_iteration(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    iteration: u32,
+    observer: &mut dyn IterationObserver,
+) -> IterationResult {
+    let mut record = IterationResult::new(iteration, ctx.info.clone());
+    record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
+    match run_steps(ctx, manifest, iteration, observer, &mut record) {
+        Ok(verdict) => record.finish(verdict.code, verdict.reason),
+        Err(stop) => record.finish(stop.code, Some(stop.reason)),
+    }
+    record
+}
+
+/// The steps in order; each fills in its part of `record`.
+fn run_steps(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    iteration: u32,
+    observer: &mut dyn IterationObserver,
+    record: &mut IterationResult,
+) -> Result<Verdict, Stop> {
+    // 1. Reap: nothing but the supervisor may run while we verify.
+    reap_before(ctx, manifest, record, observer)?;
+    // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
+    prepare(ctx, manifest, record, observer)?;
+    // 2. Verify.
+    let verified = verify_step(ctx, manifest, record, observer)?;
+    // 3. Environment.
+    let env = environment_step(ctx, manifest, record, observer)?;
+    refuse_if_cancelled(ctx, observer)?;
+    // 4 and 5. Confine and launch.
+    let mut running = launch_step(ctx, manifest, iteration, &verified, &env, record, observer)?;
+    // 6. Supervise.
+    observer.step("agent", "started", json!({"pid": running.pid}));
+    let started = Instant::now();
+    let outcome = supervise(
+        ctx,
+        running.pid,
+        &manifest.limits,
+        &mut running.capture,
+        observer,
+    );
+    record.steps.agent_ms = millis(started.elapsed());
+    // 7. Reap again, then judge.
+    Ok(conclude(ctx, manifest, running, &outcome, record, observer))
+}
+
+/// Step 1: kill and reap every process but the supervisor.
+fn reap_before(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    observer.step("reap", "started", json!({}));
+    let outcome = reap(ctx, manifest);
+    record.steps.reap_ms = millis(outcome.elapsed);
+    record.reaped.before = outcome.killed;
+    observer.step(
+        "reap",
+        "finished",
+        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
+    );
+    if outcome.remaining > 0 {
+        return Err(Stop::supervisor(format!(
+            "reap-incomplete: {} process(es) survived {} ms of TERM/KILL",
+            outcome.remaining, manifest.limits.reap_budget_ms
+        )));
+    }
+    Ok(())
+}
+
+/// Step 1b, once nothing of an earlier agent runs: a fresh IPC namespace where asked, the
+/// agent's directories (long-lived mode), and the config dir back to what the host pinned.
+fn prepare(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    if ctx.private_ipc {
+        crate::sandbox::private_ipc::renew().map_err(Stop::supervisor)?;
+    }
+    observer.after_reap(manifest).map_err(Stop::supervisor)?;
+    let reset = crate::config_reset::reset(manifest)
+        .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
+    if reset.count > 0 {
+        observer.step(
+            "config-reset",
+            "finished",
+            json!({"removed": reset.count, "paths": reset.removed}),
+        );
+        record.config_reset = Some(crate::result::ConfigResetRecord {
+            removed: reset.count,
+            paths: reset.removed,
+        });
+    }
+    Ok(())
+}
+
+/// Step 2: every tree, pinned file and the agent binary against the manifest.
+fn verify_step(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<Verified, Stop> {
+    observer.step("verify", "started", json!({}));
+    let started = Instant::now();
+    let report = verify::verify(manifest, ctx.baseline.path());
+    record.steps.verify_ms = millis(started.elapsed());
+    let failure = report.failure();
+    let binary = report.resolved_agent().map(Path::to_path_buf);
+    let interpreter = report.agent.interpreter.clone().map(PathBuf::from);
+    record.verification = Some(report);
+    observer.step(
+        "verify",
+        "finished",
+        match &failure {
+            None => json!({"ok": true}),
+            Some(f) => json!({"ok": false, "exit_code": f.exit_code, "reason": f.reason}),
+        },
+    );
+    if let Some(failure) = failure {
+        return Err(Stop {
+            code: failure.exit_code,
+            reason: failure.reason,
+        });
+    }
+    // A clean report always has a resolved agent; anything else is a supervisor bug.
+    let binary = binary.ok_or_else(|| {
+        Stop::supervisor("internal: verification passed without a resolved agent binary")
+    })?;
+
+    // What the runtime will read from the workspace unverified, with no flag to stop it.
+    record.workspace_config = crate::workspace_config::present(manifest);
+    if !record.workspace_config.is_empty() {
+        observer.step(
+            "workspace-config",
+            "finished",
+            json!({"unverified": record.workspace_config}),
+        );
+    }
+    Ok(Verified {
+        binary,
+        interpreter,
+    })
+}
+
+/// Step 3: the agent's environment, built from scratch.
+fn environment_step(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<EnvOutcome, Stop> {
+    observer.step("environment", "started", json!({}));
+    let started = Instant::now();
+    let env = environment::build(manifest, &ctx.baseline.vars);
+    record.steps.env_ms = millis(started.elapsed());
+    let env = env.map_err(|err| {
+        observer.step("environment", "finished", json!({"error": err.to_string()}));
+        Stop::supervisor(err.to_string())
+    })?;
+    record.env.removed = to_values(&env.removed);
+    record.env.dotenv_refused = to_values(&env.dotenv_refused);
+    record.env.layers = env
+        .layers
+        .iter()
+        .map(|(name, layer)| (name.clone(), layer.to_string()))
+        .collect();
+    observer.step(
+        "environment",
+        "finished",
+        json!({"removed": record.env.removed.len(), "dotenv_refused": record.env.dotenv_refused.len()}),
+    );
+    Ok(env)
+}
+
+/// A cancel that arrived while reaping or verifying: nothing is launched.
+fn refuse_if_cancelled(
+    ctx: &mut Supervisor,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    match observer.on_ready(ctx).into_iter().find_map(|a| match a {
+        ObserverAction::Cancel(why) => Some(why),
+        ObserverAction::Signal(_) => None,
+    }) {
+        Some(why) => Err(Stop {
+            code: 128 + libc::SIGTERM,
+            reason: format!("cancelled: {why} (before launch)"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Steps 4 and 5: the agent's cgroups, confinement, argv and streams prepared in the
+/// supervisor, then fork, confine and exec. A failed launch is reaped before it stops the
+/// iteration.
+fn launch_step(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    iteration: u32,
+    verified: &Verified,
+    env: &EnvOutcome,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<Running, Stop> {
+    observer.step("launch", "started", json!({}));
+    crate::sandbox::supervisor::release_freed_memory();
+    let started = Instant::now();
+    let refused = |observer: &mut dyn IterationObserver, reason: String| {
+        observer.step("launch", "finished", json!({"error": reason}));
+        Stop::supervisor(reason)
+    };
+    let argv = runtime_argv::argv(manifest, &verified.binary)
+        .map_err(|err| refused(observer, format!("argv: {err}")))?;
+    // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
+    let cgroups = ctx
+        .agent_cgroups
+        .create(
+            iteration,
+            manifest.limits.memory_bytes,
+            manifest.limits.processes,
+        )
+        .map_err(|reason| refused(observer, format!("limits: {reason}")))?;
+    let mut plan = ConfinePlan::prepare(
+        manifest,
+        *ctx.signals.original_mask(),
+        &ctx.agent_cgroups,
+        &cgroups,
+    )
+    .map_err(|reason| refused(observer, reason))?;
+    // A `#!/usr/bin/env NAME` agent runs through the interpreter verify resolved on the
+    // baseline PATH: `NAME script args…`, what env would have run, minus the PATH lookup.
+    let (program, argv) = match &verified.interpreter {
+        Some(interpreter) => {
+            let mut full = vec![interpreter.display().to_string()];
+            full.extend(argv);
+            (interpreter.clone(), full)
+        }
+        None => (verified.binary.clone(), argv),
+    };
+    let (mut spec, mut capture) =
+        LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
+            .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
+    let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
+    record.steps.confine_launch_ms = millis(started.elapsed());
+    let mut confinement = plan.record.clone();
+    drop(plan);
+    let launched = match launched {
+        Ok(launched) => launched,
+        Err(err) => {
+            tracing::warn!("launch: {}", err.reason());
+            observer.step(
+                "launch",
+                "finished",
+                json!({"error": err.reason(), "exit_code": err.exit_code()}),
+            );
+            record.confinement = Some(confinement);
+            ctx.reaper.unwatch();
+            final_reap(ctx, manifest, record, observer);
+            capture.finish();
+            return Err(Stop {
+                code: err.exit_code(),
+                reason: err.reason(),
+            });
+        }
+    };
+    confinement.no_new_privs = launched.report.no_new_privs;
+    confinement.caps_cleared = launched.report.caps_cleared;
+    confinement.landlock.status = launched.report.landlock;
+    confinement.seccomp.installed = launched.report.seccomp;
+    record.confinement = Some(confinement);
+    observer.step("launch", "finished", json!({"pid": launched.pid}));
+    Ok(Running {
+        pid: launched.pid,
+        spec,
+        capture,
+        cgroups,
+    })
 }
 
 /// The reap after the agent (or after a failed launch): records it, never changes the code.
@@ -110,258 +395,22 @@ fn final_reap(
     );
 }
 
-/// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's),
-/// reporting each step to `observer`.
-pub fn run_iteration(
+/// Step 7: reap again, then judge. Nothing of the agent runs while the verdict is formed, and
+/// the stream the judge reads is complete (every process that could write it is gone).
+fn conclude(
     ctx: &mut Supervisor,
     manifest: &Manifest,
-    iteration: u32,
+    running: Running,
+    outcome: &AgentOutcome,
+    record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
-) -> IterationResult {
-    let mut record = IterationResult::new(iteration, ctx.info.clone());
-    record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
-
-    // 1. Reap: nothing but the supervisor may run while we verify.
-    observer.step("reap", "started", json!({}));
-    let outcome = reap(ctx, manifest);
-    record.steps.reap_ms = millis(outcome.elapsed);
-    record.reaped.before = outcome.killed;
-    observer.step(
-        "reap",
-        "finished",
-        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
-    );
-    if outcome.remaining > 0 {
-        record.finish(
-            exit_code::SUPERVISOR_FAILED,
-            Some(format!(
-                "reap-incomplete: {} process(es) survived {} ms of TERM/KILL",
-                outcome.remaining, manifest.limits.reap_budget_ms
-            )),
-        );
-        return record;
-    }
-    if ctx.private_ipc {
-        if let Err(reason) = crate::sandbox::private_ipc::renew() {
-            record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
-            return record;
-        }
-    }
-    if let Err(reason) = observer.after_reap(manifest) {
-        record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
-        return record;
-    }
-
-    // 1b. The config dir holds what the host pinned and nothing the agent added since.
-    match crate::config_reset::reset(manifest) {
-        Ok(reset) if reset.count > 0 => {
-            observer.step(
-                "config-reset",
-                "finished",
-                json!({"removed": reset.count, "paths": reset.removed}),
-            );
-            record.config_reset = Some(crate::result::ConfigResetRecord {
-                removed: reset.count,
-                paths: reset.removed,
-            });
-        }
-        Ok(_) => {}
-        Err(err) => {
-            record.finish(
-                exit_code::SUPERVISOR_FAILED,
-                Some(format!("config-reset: {err}")),
-            );
-            return record;
-        }
-    }
-
-    // 2. Verify.
-    observer.step("verify", "started", json!({}));
-    let path_var = ctx.baseline.path().to_string();
-    let started = Instant::now();
-    let report = verify::verify(manifest, &path_var);
-    record.steps.verify_ms = millis(started.elapsed());
-    let failure = report.failure();
-    let binary = report.resolved_agent().map(Path::to_path_buf);
-    let interpreter = report
-        .agent
-        .interpreter
-        .clone()
-        .map(std::path::PathBuf::from);
-    record.verification = Some(report);
-    observer.step(
-        "verify",
-        "finished",
-        match &failure {
-            None => json!({"ok": true}),
-            Some(f) => json!({"ok": false, "exit_code": f.exit_code, "reason": f.reason}),
-        },
-    );
-    if let Some(failure) = failure {
-        record.finish(failure.exit_code, Some(failure.reason));
-        return record;
-    }
-    // A clean report always has a resolved agent; anything else is a supervisor bug.
-    let Some(binary) = binary else {
-        record.finish(
-            exit_code::SUPERVISOR_FAILED,
-            Some("internal: verification passed without a resolved agent binary".to_string()),
-        );
-        return record;
-    };
-
-    // 2b. What the runtime will read from the workspace unverified, with no flag to stop it.
-    record.workspace_config = crate::workspace_config::present(manifest);
-    if !record.workspace_config.is_empty() {
-        observer.step(
-            "workspace-config",
-            "finished",
-            json!({"unverified": record.workspace_config}),
-        );
-    }
-
-    // 3. Environment.
-    observer.step("environment", "started", json!({}));
-    let started = Instant::now();
-    let env = environment::build(manifest, &ctx.baseline.vars);
-    record.steps.env_ms = millis(started.elapsed());
-    let env = match env {
-        Ok(env) => env,
-        Err(err) => {
-            observer.step("environment", "finished", json!({"error": err.to_string()}));
-            record.finish(exit_code::SUPERVISOR_FAILED, Some(err.to_string()));
-            return record;
-        }
-    };
-    record.env.removed = to_values(&env.removed);
-    record.env.dotenv_refused = to_values(&env.dotenv_refused);
-    record.env.layers = env
-        .layers
-        .iter()
-        .map(|(name, layer)| (name.clone(), layer.to_string()))
-        .collect();
-    observer.step(
-        "environment",
-        "finished",
-        json!({"removed": record.env.removed.len(), "dotenv_refused": record.env.dotenv_refused.len()}),
-    );
-
-    // A cancel that arrived while reaping or verifying: nothing is launched.
-    let early = observer.on_ready(ctx);
-    if let Some(why) = early.into_iter().find_map(|a| match a {
-        ObserverAction::Cancel(why) => Some(why),
-        ObserverAction::Signal(_) => None,
-    }) {
-        record.finish(
-            128 + libc::SIGTERM,
-            Some(format!("cancelled: {why} (before launch)")),
-        );
-        return record;
-    }
-
-    // 4 and 5. Confine and launch.
-    observer.step("launch", "started", json!({}));
-    crate::sandbox::supervisor::release_freed_memory();
-    let started = Instant::now();
-    let argv = match runtime_argv::argv(manifest, &binary) {
-        Ok(argv) => argv,
-        Err(err) => {
-            observer.step(
-                "launch",
-                "finished",
-                json!({"error": format!("argv: {err}")}),
-            );
-            record.finish(exit_code::SUPERVISOR_FAILED, Some(format!("argv: {err}")));
-            return record;
-        }
-    };
-    // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
-    let cgroups = match ctx.agent_cgroups.create(
-        iteration,
-        manifest.limits.memory_bytes,
-        manifest.limits.processes,
-    ) {
-        Ok(cgroups) => cgroups,
-        Err(reason) => {
-            let reason = format!("limits: {reason}");
-            observer.step("launch", "finished", json!({"error": reason}));
-            record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
-            return record;
-        }
-    };
-    let mut plan = match ConfinePlan::prepare(
-        manifest,
-        *ctx.signals.original_mask(),
-        &ctx.agent_cgroups,
-        &cgroups,
-    ) {
-        Ok(plan) => plan,
-        Err(reason) => {
-            observer.step("launch", "finished", json!({"error": reason}));
-            record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
-            return record;
-        }
-    };
-    // A `#!/usr/bin/env NAME` agent runs through the interpreter verify resolved on the
-    // baseline PATH: `NAME script args…`, what env would have run, minus the PATH lookup.
-    let (program, argv) = match interpreter {
-        Some(interpreter) => {
-            let mut full = vec![interpreter.display().to_string()];
-            full.extend(argv);
-            (interpreter, full)
-        }
-        None => (binary, argv),
-    };
-    let (mut spec, mut capture) =
-        match LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output) {
-            Ok(prepared) => prepared,
-            Err(reason) => {
-                observer.step(
-                    "launch",
-                    "finished",
-                    json!({"error": format!("launch: {reason}")}),
-                );
-                record.finish(
-                    exit_code::SUPERVISOR_FAILED,
-                    Some(format!("launch: {reason}")),
-                );
-                return record;
-            }
-        };
-    let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
-    record.steps.confine_launch_ms = millis(started.elapsed());
-    let mut confinement = plan.record.clone();
-    drop(plan);
-    let launched = match launched {
-        Ok(launched) => launched,
-        Err(err) => {
-            tracing::warn!("launch: {}", err.reason());
-            observer.step(
-                "launch",
-                "finished",
-                json!({"error": err.reason(), "exit_code": err.exit_code()}),
-            );
-            record.finish(err.exit_code(), Some(err.reason()));
-            record.confinement = Some(confinement);
-            ctx.reaper.unwatch();
-            final_reap(ctx, manifest, &mut record, observer);
-            capture.finish();
-            return record;
-        }
-    };
-    confinement.no_new_privs = launched.report.no_new_privs;
-    confinement.caps_cleared = launched.report.caps_cleared;
-    confinement.landlock.status = launched.report.landlock;
-    confinement.seccomp.installed = launched.report.seccomp;
-    record.confinement = Some(confinement);
-
-    observer.step("launch", "finished", json!({"pid": launched.pid}));
-
-    // 6. Supervise.
-    observer.step("agent", "started", json!({"pid": launched.pid}));
-    let started = Instant::now();
-    let outcome = supervise(ctx, launched.pid, &manifest.limits, &mut capture, observer);
-    record.steps.agent_ms = millis(started.elapsed());
+) -> Verdict {
+    let Running {
+        pid,
+        spec,
+        mut capture,
+        cgroups,
+    } = running;
     let mut code = outcome.exit.code();
     let mut reason = outcome.timed_out.then(|| {
         format!(
@@ -387,10 +436,8 @@ pub fn run_iteration(
         }),
     );
 
-    // 7. Reap again, then judge: nothing of the agent runs while the verdict is formed, and
-    // the stream the judge reads is complete (every process that could write it is gone).
     record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, &mut record, observer);
+    final_reap(ctx, manifest, record, observer);
     let usage = cgroups.usage();
     drop(cgroups);
     if let Some(confinement) = &mut record.confinement {
@@ -411,7 +458,7 @@ pub fn run_iteration(
     let streams = capture.finish();
     record.agent = Some(AgentRecord {
         argv0: spec.argv0.clone(),
-        pid: launched.pid,
+        pid,
         timed_out: outcome.timed_out,
         forwarded_signals: outcome.forwarded.clone(),
         output: streams.iter().map(output_record).collect(),
@@ -422,8 +469,7 @@ pub fn run_iteration(
             reason = Some(verdict);
         }
     }
-    record.finish(code, reason);
-    record
+    Verdict { code, reason }
 }
 
 /// A captured stream as the record shows it.

@@ -1,6 +1,6 @@
 //! Step 7 of an iteration: judge the agent's own report.
 //!
-//! pi and Claude Code both exit 0 on some failures (design section 8 and `reference/`): pi
+//! pi and Claude Code both exit 0 on some failures (seen with pi 0.73 and Claude Code 2.1): pi
 //! `--mode json` on a model error, Claude with a `result` event whose `is_error` is true, and
 //! Claude when a `--plugin-dir` fails to load (only the `system/init` event says so, in
 //! `plugin_errors`). This module reads the agent's JSONL stdout and says whether such an

@@ -27,6 +27,7 @@
 
 #[cfg(unix)]
 pub mod bounded_tree;
+pub mod clock;
 #[cfg(unix)]
 pub mod config_reset;
 pub mod dotenv;

@@ -19,7 +19,7 @@ pub struct IterationResult {
     pub version: u32,
     /// Iteration number (1-based), as given by the caller.
     pub iteration: u32,
-    /// The iteration's exit code (design section 7).
+    /// The iteration's exit code ([`crate::exit_code`]).
     pub exit_code: i32,
     /// One-line meaning of `exit_code` ([`exit_code::meaning`]).
     pub meaning: String,
@@ -234,6 +234,9 @@ pub struct SeccompRecord {
 pub struct LandlockRecord {
     /// The kernel's Landlock ABI version (0: not available).
     pub abi: u32,
+    /// Why the kernel offers no Landlock, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
     /// What was enforced.
     pub status: LandlockState,
     /// The mode the manifest asked for.
@@ -354,6 +357,7 @@ mod tests {
             caps_cleared: true,
             landlock: LandlockRecord {
                 abi: 7,
+                unavailable: None,
                 status: LandlockState::FullyEnforced,
                 mode: LandlockMode::BestEffort,
                 overlaps: vec![],

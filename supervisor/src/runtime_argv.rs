@@ -1,4 +1,5 @@
-//! The argv each runtime needs (design section 8). `argv[0]` is the resolved absolute binary
+//! The argv each runtime needs to load exactly what was verified, run headless and report in
+//! JSON (the judge reads it). `argv[0]` is the resolved absolute binary
 //! from the verify step.
 //!
 //! - **pi**: `--print --mode json --no-extensions --no-prompt-templates --no-themes

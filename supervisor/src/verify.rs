@@ -1,5 +1,6 @@
 //! Step 2 of an iteration: verify every tree and pinned file of the manifest and resolve the
-//! agent binary (design 3.2).
+//! agent binary, with nothing of the agent running and the expected values only from the
+//! manifest the host sent.
 //!
 //! Runs with no other process alive (after the reap step). Expected values come only from the
 //! in-memory manifest. Every check runs, whatever failed before it, so the report is complete:
@@ -20,13 +21,13 @@
 //!
 //! 1. the agent binary: 127 (not found, not absolute, or differs from its pin) or 126 (found
 //!    but not a regular file or without an execute bit);
-//! 2. then the drift classes in the order of the design's exit-code table: 98 (config), 97
+//! 2. then the drift classes from the highest code down: 98 (config), 97
 //!    (hook adapter), 96 (plugin/skill trees), 95 (runtime manifest), 94 (sub-agent), 93
 //!    (edit-repair);
 //! 3. within the first class that has a failure, the first failing check in manifest order,
 //!    trees (in `trees[]` order) before files (in `files[]` order).
 
-use crate::exit_code::{PinRole, AGENT_NOT_EXECUTABLE, AGENT_NOT_FOUND};
+use crate::exit_code::{self, PinRole, AGENT_NOT_EXECUTABLE, AGENT_NOT_FOUND};
 use crate::manifest::{FilePin, Manifest, TreePin};
 use crate::tree_hash::{self, Drift, TreeFormat, TreeListing};
 use serde::{Deserialize, Serialize};
@@ -35,7 +36,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The order in which drift classes decide the exit code (after the agent binary).
-pub const DRIFT_PRIORITY: [i32; 6] = [98, 97, 96, 95, 94, 93];
+pub const DRIFT_PRIORITY: [i32; 6] = [
+    exit_code::CONFIG_DRIFT,
+    exit_code::HOOK_ADAPTER_DRIFT,
+    exit_code::PLUGIN_DRIFT,
+    exit_code::RUNTIME_MANIFEST_DRIFT,
+    exit_code::SUB_AGENT_DRIFT,
+    exit_code::EDIT_REPAIR_DRIFT,
+];
 
 /// How many paths of each drift list a reason string names before summarising.
 const REASON_PATHS: usize = 10;

@@ -1,5 +1,6 @@
 //! Classification of plugin directories built in tempdirs: one test per rule and per refusal,
-//! including every silent-load case of `pi-runtime-facts.md` §2.4/§2.5.
+//! including every case where pi would load a directory silently as nothing (a `package.json`
+//! whose `pi` key names no resources, a `main` that does not exist, …).
 
 use pitcrew_core::plugin_format::{
     classify, registered_flags, ClassifyError, EntryProblem, ManifestProblem, PiRule, PluginClass,

@@ -42,7 +42,8 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use pitcrew_core::clock::now_secs;
+use std::time::{Duration, Instant};
 
 /// How long `start` waits for the control socket to appear.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -356,13 +357,6 @@ fn log_tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.trim().lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Names of pitcrew's own environment every local sandbox starts with: the agent binary is

@@ -1,7 +1,8 @@
 //! Plugin format: which runtime loads a plugin directory, and what it loads.
 //!
 //! A harness lists plugin directories once (`plugins:`); the directory itself decides the
-//! runtime (design §6, ADR 0094 rule 1). The rules, in precedence order:
+//! runtime: a harness never says "this is a pi extension", so a file added to a plugin cannot
+//! move it to the other runtime unnoticed. The rules, in precedence order:
 //!
 //! 1. **Claude plugin**: `plugin.json` at the root or `.claude-plugin/plugin.json`. Checked
 //!    first, so a Claude plugin that ships a `package.json` (an MCP server's `main`, even a `pi`

@@ -312,20 +312,70 @@ fn is_under(path: &str, root: &str) -> bool {
     root.is_empty() || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
 }
 
-/// The kernel's Landlock ABI version (0 when unavailable). Does not create any fd.
+/// Whether the running kernel offers Landlock, and why not when it does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LandlockAvailability {
+    /// Available, at this ABI version.
+    Available(u32),
+    /// Not available, and why (kernel built without it, disabled at boot, refused by a
+    /// seccomp profile, …).
+    Unavailable(String),
+}
+
+impl LandlockAvailability {
+    /// Asks the kernel (`landlock_create_ruleset` with the VERSION flag).
+    pub fn probe() -> LandlockAvailability {
+        const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+        // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the syscall only
+        // returns a number; it reads no memory and creates no file descriptor.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        match u32::try_from(abi) {
+            Ok(abi) if abi > 0 => LandlockAvailability::Available(abi),
+            _ => {
+                let err = std::io::Error::last_os_error();
+                LandlockAvailability::Unavailable(match err.raw_os_error() {
+                    Some(libc::ENOSYS) => {
+                        "the kernel has no Landlock (built without CONFIG_SECURITY_LANDLOCK, or \
+                         the call is filtered)"
+                            .to_string()
+                    }
+                    Some(libc::EOPNOTSUPP) => {
+                        "Landlock is built in but not enabled (add it to the kernel's lsm= list)"
+                            .to_string()
+                    }
+                    _ => format!("landlock_create_ruleset: {err}"),
+                })
+            }
+        }
+    }
+
+    /// The ABI version, 0 when unavailable.
+    pub fn abi(&self) -> u32 {
+        match self {
+            LandlockAvailability::Available(abi) => *abi,
+            LandlockAvailability::Unavailable(_) => 0,
+        }
+    }
+
+    /// Why Landlock is unavailable, if it is.
+    pub fn unavailable(&self) -> Option<&str> {
+        match self {
+            LandlockAvailability::Available(_) => None,
+            LandlockAvailability::Unavailable(why) => Some(why),
+        }
+    }
+}
+
+/// The running kernel's Landlock ABI version (0: not available).
 pub fn kernel_landlock_abi() -> u32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the syscall only
-    // returns a number; it reads no memory and creates no file descriptor.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    u32::try_from(abi).unwrap_or(0)
+    LandlockAvailability::probe().abi()
 }
 
 /// The capabilities the running kernel supports, in index order, each named by the `caps`
@@ -426,7 +476,7 @@ impl ConfinePlan {
         }
 
         let mode = manifest.confinement.landlock;
-        let abi = kernel_landlock_abi();
+        let availability = LandlockAvailability::probe();
         let landlock = if mode == LandlockMode::Off {
             None
         } else {
@@ -501,7 +551,8 @@ impl ConfinePlan {
                 no_new_privs: false,
                 caps_cleared: false,
                 landlock: LandlockRecord {
-                    abi,
+                    abi: availability.abi(),
+                    unavailable: availability.unavailable().map(String::from),
                     status: if mode == LandlockMode::Off {
                         LandlockState::Off
                     } else {

@@ -14,6 +14,8 @@
 //!   shares the host's filesystem.
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
 //! - [`supervise`]: step 6, wait for the agent, forward signals, enforce the timeout.
+//! - [`observer`]: what the supervise loop calls back into while the agent runs (the
+//!   long-lived mode's server).
 //!
 //! The order of the steps lives in [`crate::iteration`].
 
@@ -22,6 +24,7 @@ pub mod cgroup;
 pub mod confine;
 pub mod launch;
 pub mod nofollow;
+pub mod observer;
 pub mod private_ipc;
 pub mod reap;
 pub mod reaper;

@@ -3,8 +3,8 @@
 //!
 //! PID 1 of a PID namespace gets no default action for signals it has no handler for, so every
 //! signal it must act on has to be caught; a blocked signal is queued even for PID 1 (the
-//! kernel only drops unblocked, unhandled ones), and the signalfd hands it over. This is the
-//! catatonit design (`reference/init-and-sandbox-anchors.md` §4.1).
+//! kernel only drops unblocked, unhandled ones), and the signalfd hands it over. catatonit, the
+//! minimal init of podman, works the same way.
 //!
 //! [`Signals::install`] must run before any thread exists: the mask is per thread and new
 //! threads inherit it, so a thread created earlier could have a signal delivered to it instead.

@@ -12,11 +12,11 @@
 //! signal to the agent or a cancel (TERM to the group, KILL after `kill_grace_ms`).
 
 use super::capture::{OutputCapture, PUMP_BUDGET};
+use super::observer::{IterationObserver, ObserverAction};
 use super::reaper::ChildExit;
 use super::signals::is_forwarded;
 use super::supervisor::Supervisor;
 use crate::exit_code::signal_name;
-use crate::iteration::{IterationObserver, ObserverAction};
 use crate::manifest::Limits;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::os::fd::AsFd;

@@ -31,10 +31,10 @@ impl BaselineEnv {
 
     /// The baseline `PATH`, or the Debian default when the image sets none.
     pub fn path(&self) -> &str {
-        self.vars.iter().find(|(k, _)| k == "PATH").map_or(
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            |(_, v)| v,
-        )
+        self.vars
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map_or(crate::environment::DEFAULT_PATH, |(_, v)| v)
     }
 }
 

@@ -1,0 +1,57 @@
+//! What watches a running iteration: the trait the supervise loop calls back into while the
+//! agent runs, so the long-lived mode can serve its connections without a second thread.
+//!
+//! It lives on the process side, below both [`crate::iteration`] (which passes an observer
+//! through the steps) and [`super::supervise`] (which polls its descriptors), so neither
+//! depends on the other for it.
+
+use super::supervisor::Supervisor;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+/// What an observer asks the running iteration to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObserverAction {
+    /// Send this signal to the agent's process group.
+    Signal(i32),
+    /// Cancel: SIGTERM to the agent's group, SIGKILL after `kill_grace_ms`; the record's reason
+    /// becomes `cancelled: <text>`.
+    Cancel(String),
+}
+
+/// Watches an iteration and keeps other work going while the agent runs, without threads: the
+/// supervise loop polls [`IterationObserver::poll_fds`] with its signalfd and calls
+/// [`IterationObserver::on_ready`] and [`IterationObserver::on_tick`] after every wake-up.
+/// `pitcrew-init run` passes [`NoopObserver`]; the long-lived mode passes its server, so both run
+/// the same code path.
+pub trait IterationObserver {
+    /// A step `started` or `finished`, with details.
+    fn step(&mut self, _step: &str, _state: &str, _detail: serde_json::Value) {}
+    /// Descriptors to wait on (readable) while the agent runs.
+    fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        Vec::new()
+    }
+    /// Called after every wake-up of the supervise loop (and once before launch): service the
+    /// descriptors and return actions for the agent.
+    fn on_ready(&mut self, _ctx: &mut Supervisor) -> Vec<ObserverAction> {
+        Vec::new()
+    }
+    /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
+    fn on_tick(&mut self) {}
+    /// Called once the first reap succeeded (nothing of an earlier agent runs any more), before
+    /// verification: the long-lived mode prepares the agent's directories here. An error ends
+    /// the iteration with 125 and the error as its reason; nothing is verified or launched.
+    fn after_reap(&mut self, _manifest: &crate::manifest::Manifest) -> Result<(), String> {
+        Ok(())
+    }
+    /// The longest the supervise loop may sleep between calls.
+    fn max_wait(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+/// An observer that does nothing (the one-shot `pitcrew-init run`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl IterationObserver for NoopObserver {}
