@@ -336,9 +336,8 @@ fn launch_step(
         }
         None => (verified.binary.clone(), argv),
     };
-    let (mut spec, mut capture) =
-        LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
-            .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
+    let (mut spec, mut capture) = LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
+        .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
     let mut confinement = plan.record.clone();

@@ -32,6 +32,7 @@ use super::process::{self, Identity};
 use super::rootless::{self, RootlessPlan};
 use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
 use anyhow::{bail, Context as _};
+use pitcrew_core::clock::now_secs;
 use pitcrew_core::harness::SandboxLayout;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -42,7 +43,6 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use pitcrew_core::clock::now_secs;
 use std::time::{Duration, Instant};
 
 /// How long `start` waits for the control socket to appear.
