@@ -3,6 +3,8 @@
 //! run` prints; and [`escape_controls`], which every human-readable output of `pitcrew` goes
 //! through before it reaches the operator's terminal.
 
+use pitcrew_core::result::IterationResult;
+use pitcrew_core::verify::{CheckStatus, VerifyReport};
 use serde::Serialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -156,71 +158,83 @@ pub struct IterationSummary {
     pub validation_exit: Option<i32>,
 }
 
-fn names(list: &[Value], max: usize) -> String {
-    let shown: Vec<&str> = list.iter().filter_map(Value::as_str).take(max).collect();
-    let mut s = shown.join(", ");
+fn names(list: &[String], max: usize) -> String {
+    let mut s = list
+        .iter()
+        .take(max)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
     if list.len() > max {
         let _ = write!(s, " (+{} more)", list.len() - max);
     }
     s
 }
 
-/// The verification summary of a record's `verification` (or a live status's): `(verified,
-/// text, drift entries)`.
-pub fn verification_summary(verification: &Value) -> (bool, String, Vec<Value>) {
-    if verification.is_null() {
+/// A check's status as the record spells it (`ok`, `drifted`, `missing`, `refused`).
+fn status_name(status: CheckStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// The verification summary of a record's `verification` (or a live status's report):
+/// `(verified, text, drift entries)`.
+pub fn verification_summary(verification: Option<&VerifyReport>) -> (bool, String, Vec<Value>) {
+    let Some(verification) = verification else {
         return (false, "not verified".into(), Vec::new());
-    }
+    };
     let mut bad = Vec::new();
     let mut drift = Vec::new();
-    let trees = verification["trees"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let files = verification["files"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for t in &trees {
-        let status = t["status"].as_str().unwrap_or("?");
-        if status == "ok" {
+    for t in &verification.trees {
+        if t.status == CheckStatus::Ok {
             continue;
         }
-        let name = t["name"].as_str().unwrap_or("?");
+        let status = status_name(t.status);
         let mut parts = Vec::new();
-        for key in ["changed", "added", "removed"] {
-            if let Some(list) = t["drift"][key].as_array().filter(|l| !l.is_empty()) {
-                parts.push(format!("{key} {}", names(list, 5)));
+        if let Some(d) = &t.drift {
+            for (key, list) in [
+                ("changed", &d.changed),
+                ("added", &d.added),
+                ("removed", &d.removed),
+            ] {
+                if !list.is_empty() {
+                    parts.push(format!("{key} {}", names(list, 5)));
+                }
             }
         }
-        if let Some(e) = t["error"].as_str() {
-            parts.push(e.to_string());
+        if let Some(e) = &t.error {
+            parts.push(e.clone());
         }
         bad.push(if parts.is_empty() {
-            format!("{name} {status}")
+            format!("{} {status}", t.name)
         } else {
-            format!("{name} {status}: {}", parts.join("; "))
+            format!("{} {status}: {}", t.name, parts.join("; "))
         });
         drift.push(serde_json::json!({
-            "tree": name, "path": t["path"], "status": status, "drift": t["drift"], "error": t["error"],
+            "tree": t.name, "path": t.path, "status": status, "drift": t.drift, "error": t.error,
         }));
     }
-    for f in &files {
-        let status = f["status"].as_str().unwrap_or("?");
-        if status == "ok" {
+    for f in &verification.files {
+        if f.status == CheckStatus::Ok {
             continue;
         }
-        let path = f["path"].as_str().unwrap_or("?");
-        bad.push(format!("{path} {status}"));
-        drift.push(serde_json::json!({"file": path, "status": status, "error": f["error"]}));
+        let status = status_name(f.status);
+        bad.push(format!("{} {status}", f.path));
+        drift.push(serde_json::json!({"file": f.path, "status": status, "error": f.error}));
     }
-    if let Some(failure) = verification["agent"]["failure"]["reason"].as_str() {
-        bad.push(format!("agent: {failure}"));
+    if let Some(failure) = &verification.agent.failure {
+        bad.push(format!("agent: {}", failure.reason));
     }
     if bad.is_empty() {
         (
             true,
-            format!("ok ({} trees, {} files)", trees.len(), files.len()),
+            format!(
+                "ok ({} trees, {} files)",
+                verification.trees.len(),
+                verification.files.len()
+            ),
             drift,
         )
     } else {
@@ -229,47 +243,27 @@ pub fn verification_summary(verification: &Value) -> (bool, String, Vec<Value>) 
 }
 
 /// The summary of one result record.
-pub fn summarize(record: &Value, duration_ms: u64, events: Vec<Value>) -> IterationSummary {
-    let (verified, verification, drift) = verification_summary(&record["verification"]);
-    let env_removed = record["env"]["removed"]
-        .as_array()
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| {
-                    v.as_str()
-                        .or_else(|| v["name"].as_str())
-                        .map(str::to_string)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+pub fn summarize(
+    record: &IterationResult,
+    duration_ms: u64,
+    events: Vec<Value>,
+) -> IterationSummary {
+    let (verified, verification, drift) = verification_summary(record.verification.as_ref());
+    let env_removed = record.env.removed.iter().map(|r| r.name.clone()).collect();
     IterationSummary {
-        iteration: record["iteration"]
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(0),
-        exit_code: record["exit_code"]
-            .as_i64()
-            .and_then(|n| i32::try_from(n).ok())
-            .unwrap_or(125),
-        meaning: record["meaning"].as_str().unwrap_or_default().to_string(),
-        reason: record["reason"].as_str().map(str::to_string),
+        iteration: record.iteration,
+        exit_code: record.exit_code,
+        meaning: record.meaning.clone(),
+        reason: record.reason.clone(),
         duration_ms,
-        reaped_before: record["reaped"]["before"].as_u64().unwrap_or(0),
-        reaped_after: record["reaped"]["after"].as_u64().unwrap_or(0),
+        reaped_before: record.reaped.before,
+        reaped_after: record.reaped.after,
         verified,
         verification,
         drift,
         env_removed,
-        workspace_config: record["workspace_config"]
-            .as_array()
-            .map(|l| {
-                l.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        steps: record["steps"].clone(),
+        workspace_config: record.workspace_config.clone(),
+        steps: serde_json::to_value(&record.steps).unwrap_or(Value::Null),
         events,
         record_dir: None,
         validation_exit: None,
@@ -336,31 +330,109 @@ pub fn table(rows: &[IterationSummary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use pitcrew_core::environment::{EnvSource, RemovedVar};
+    use pitcrew_core::exit_code::PinRole;
+    use pitcrew_core::result::{SupervisorInfo, SupervisorMode};
+    use pitcrew_core::tree_hash::{Drift, TreeFormat};
+    use pitcrew_core::verify::{AgentCheck, FailureKind, FileCheck, TreeCheck, VerifyFailure};
+
+    /// A record as the supervisor builds it: `iteration`, `exit_code` and `reason` set through
+    /// `finish`, one tree and one file checked.
+    fn record(
+        iteration: u32,
+        code: i32,
+        reason: &str,
+        tree: TreeCheck,
+        file: FileCheck,
+    ) -> IterationResult {
+        let mut r = IterationResult::new(
+            iteration,
+            SupervisorInfo {
+                pid1: true,
+                mode: SupervisorMode::Pid1,
+                degraded_reason: None,
+            },
+        );
+        r.verification = Some(VerifyReport {
+            trees: vec![tree],
+            files: vec![file],
+            agent: AgentCheck {
+                requested: "/bin/sh".into(),
+                resolved: Some("/bin/sh".into()),
+                ..AgentCheck::default()
+            },
+            duration_ms: 3,
+        });
+        r.finish(code, Some(reason.to_string()));
+        r
+    }
+
+    fn tree(name: &str, status: CheckStatus, drift: Drift, error: Option<&str>) -> TreeCheck {
+        TreeCheck {
+            name: name.into(),
+            path: format!("/p/{name}"),
+            role: PinRole::Plugin,
+            format: TreeFormat::PiTreeV1,
+            expected: "aa".into(),
+            actual: Some("bb".into()),
+            status,
+            drift: Some(drift),
+            error: error.map(String::from),
+        }
+    }
+
+    fn file(path: &str, status: CheckStatus) -> FileCheck {
+        FileCheck {
+            path: path.into(),
+            role: PinRole::HookAdapter,
+            expected: "aa".into(),
+            actual: Some("aa".into()),
+            status,
+            error: None,
+        }
+    }
+
+    fn removed(name: &str) -> RemovedVar {
+        RemovedVar {
+            name: name.into(),
+            source: EnvSource::Dotenv,
+            rule: "NODE_OPTIONS (Node loads or changes code from it)".into(),
+        }
+    }
 
     #[test]
     fn drift_and_env_names_are_summarised() {
-        let record = json!({
-            "iteration": 2, "exit_code": 96, "meaning": "plugin tree differs",
-            "reason": "tree-drifted: hello",
-            "reaped": {"before": 1, "after": 0},
-            "verification": {
-                "trees": [{"name": "hello", "path": "/p/hello", "status": "drifted",
-                           "drift": {"added": [], "removed": [], "changed": ["index.ts"]}}],
-                "files": [{"path": "/p/adapters/hooks.json", "status": "ok"}],
-                "agent": {"requested": "/bin/sh"}
-            },
-            "env": {"removed": [{"name": "NODE_OPTIONS", "rule": "deny"}]},
-            "workspace_config": [".pi/settings.json"],
-            "steps": {}
-        });
-        let s = summarize(&record, 1500, Vec::new());
+        let drift = Drift {
+            added: vec![],
+            removed: vec![],
+            changed: vec!["index.ts".into()],
+        };
+        let mut r = record(
+            2,
+            96,
+            "tree-drifted: hello",
+            tree("hello", CheckStatus::Drifted, drift, None),
+            file("/p/adapters/hooks.json", CheckStatus::Ok),
+        );
+        r.reaped.before = 1;
+        r.env.removed = vec![removed("NODE_OPTIONS")];
+        r.workspace_config = vec![".pi/settings.json".into()];
+        // What the host receives is what the supervisor serialized.
+        let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
+        let s = summarize(&r, 1500, Vec::new());
         assert!(!s.verified);
+        assert_eq!(
+            s.meaning,
+            "a plugin or skills tree is missing or its hash differs"
+        );
         assert_eq!(s.verification, "hello drifted: changed index.ts");
         assert_eq!(s.env_removed, ["NODE_OPTIONS"]);
         assert_eq!(s.workspace_config, [".pi/settings.json"]);
         let t = table(&[s]);
-        assert!(t.contains("96 plugin tree differs"), "{t}");
+        assert!(
+            t.contains("96 a plugin or skills tree is missing or its hash differs"),
+            "{t}"
+        );
         assert!(t.contains("1/0"), "{t}");
         assert!(t.contains("1: NODE_OPTIONS"), "{t}");
     }
@@ -383,20 +455,32 @@ mod tests {
     #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
     fn attack_terminal__control_bytes_in_a_record_are_escaped_in_the_summary() {
         // Everything the record carries that the agent or a repository can choose.
-        let record = json!({
-            "iteration": 1, "exit_code": 96, "meaning": "m\u{202e}gnp",
-            "reason": "tree-drifted: \u{1b}[2J\u{7}\r",
-            "verification": {
-                "trees": [{"name": "p", "path": "/p/p", "status": "drifted",
-                           "drift": {"added": ["x\u{1b}]0;owned\u{7}.js"], "removed": [],
-                                     "changed": ["\u{9b}31m.js"]},
-                           "error": "bad \u{2066}name\u{2069}"}],
-                "files": [{"path": "/a/\u{1b}[1Ahooks.js", "status": "drifted"}],
-                "agent": {"failure": {"reason": "agent \u{8}\u{8}\u{8}ok"}}
-            },
-            "env": {"removed": ["LD_\u{1b}[2J"]},
-            "steps": {}
-        });
+        let drift = Drift {
+            added: vec!["x\u{1b}]0;owned\u{7}.js".into()],
+            removed: vec![],
+            changed: vec!["\u{9b}31m.js".into()],
+        };
+        let mut record = record(
+            1,
+            96,
+            "tree-drifted: \u{1b}[2J\u{7}\r",
+            tree(
+                "p",
+                CheckStatus::Drifted,
+                drift,
+                Some("bad \u{2066}name\u{2069}"),
+            ),
+            file("/a/\u{1b}[1Ahooks.js", CheckStatus::Drifted),
+        );
+        record.meaning = "m\u{202e}gnp".into();
+        if let Some(v) = &mut record.verification {
+            v.agent.failure = Some(VerifyFailure {
+                exit_code: 127,
+                kind: FailureKind::AgentNotFound,
+                reason: "agent \u{8}\u{8}\u{8}ok".into(),
+            });
+        }
+        record.env.removed = vec![removed("LD_\u{1b}[2J")];
         let s = summarize(&record, 10, Vec::new());
         // The summary itself (the --json document) stays exact.
         assert_eq!(s.reason.as_deref(), Some("tree-drifted: \u{1b}[2J\u{7}\r"));

@@ -5,8 +5,7 @@
 //! each is a function of its own that either hands the next one what it needs or stops the
 //! iteration with a [`Stop`] (its exit code and reason). `pitcrew-init run` calls
 //! [`run_iteration`] once; the long-lived mode calls it once per iteration with the same
-//! [`Supervisor`], and prepares the agent's directories between the reap and the verification
-//! ([`IterationObserver::after_reap`]).
+//! [`Supervisor`], whose `agent_dirs` makes the prepare step create the agent's directories.
 
 use crate::clock::millis;
 use crate::environment::EnvOutcome;
@@ -21,7 +20,6 @@ use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, ReapOutcome};
 use crate::sandbox::supervise::{supervise, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
-use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -70,15 +68,6 @@ struct Running {
     capture: OutputCapture,
     /// Removed (when dropped) after the final reap.
     cgroups: IterationCgroups,
-}
-
-/// A step's report list as JSON values (whatever item type the step uses).
-fn to_values(items: &impl Serialize) -> Vec<serde_json::Value> {
-    match serde_json::to_value(items) {
-        Ok(serde_json::Value::Array(values)) => values,
-        Ok(other) => vec![other],
-        Err(_) => Vec::new(),
-    }
 }
 
 fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
@@ -176,7 +165,9 @@ fn prepare(
     if ctx.private_ipc {
         crate::sandbox::private_ipc::renew().map_err(Stop::supervisor)?;
     }
-    observer.after_reap(manifest).map_err(Stop::supervisor)?;
+    if ctx.agent_dirs {
+        agent_dirs_step(manifest, observer)?;
+    }
     let reset = crate::config_reset::reset(manifest)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
@@ -191,6 +182,30 @@ fn prepare(
         });
     }
     Ok(())
+}
+
+/// The agent's directories, made (or a non-directory in their place replaced) without
+/// following a link, once nothing of an earlier agent runs.
+fn agent_dirs_step(manifest: &Manifest, observer: &mut dyn IterationObserver) -> Result<(), Stop> {
+    observer.step("agent-dirs", "started", json!({}));
+    match crate::agent_dirs::prepare(manifest) {
+        Ok(replaced) => {
+            for r in &replaced {
+                tracing::warn!(
+                    "agent-dirs: {} was a {}, replaced by a directory",
+                    r.path,
+                    r.was
+                );
+            }
+            observer.step("agent-dirs", "finished", json!({"replaced": replaced}));
+            Ok(())
+        }
+        Err(err) => {
+            let reason = format!("agent-dirs: {err}");
+            observer.step("agent-dirs", "finished", json!({"error": reason}));
+            Err(Stop::supervisor(reason))
+        }
+    }
 }
 
 /// Step 2: every tree, pinned file and the agent binary against the manifest.
@@ -257,8 +272,8 @@ fn environment_step(
         observer.step("environment", "finished", json!({"error": err.to_string()}));
         Stop::supervisor(err.to_string())
     })?;
-    record.env.removed = to_values(&env.removed);
-    record.env.dotenv_refused = to_values(&env.dotenv_refused);
+    record.env.removed = env.removed.clone();
+    record.env.dotenv_refused = env.dotenv_refused.clone();
     record.env.layers = env
         .layers
         .iter()

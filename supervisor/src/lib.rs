@@ -21,10 +21,14 @@
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
 //!   off (reported per iteration).
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
+//! - `agent_dirs` (Linux): the agent's directories, made present and agent-owned before each
+//!   iteration without following a symlink.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
 
+#[cfg(target_os = "linux")]
+pub mod agent_dirs;
 #[cfg(unix)]
 pub mod bounded_tree;
 pub mod clock;

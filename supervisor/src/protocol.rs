@@ -487,7 +487,7 @@ pub enum Response {
         /// Iteration number.
         iteration: u32,
         /// The result record (`docs/result-record.md`).
-        record: serde_json::Value,
+        record: Box<crate::result::IterationResult>,
     },
     /// Reply to `status`.
     Status {

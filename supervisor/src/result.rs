@@ -124,10 +124,10 @@ pub struct ConfigResetRecord {
 pub struct EnvRecord {
     /// Removed variables (names and the rule that removed them, never values).
     #[serde(default)]
-    pub removed: Vec<serde_json::Value>,
+    pub removed: Vec<crate::environment::RemovedVar>,
     /// `.env` entries that were refused.
     #[serde(default)]
-    pub dotenv_refused: Vec<serde_json::Value>,
+    pub dotenv_refused: Vec<crate::dotenv::DotenvRefusal>,
     /// Baseline variables skipped because their name or value is not UTF-8 (lossy names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baseline_non_utf8: Vec<String>,

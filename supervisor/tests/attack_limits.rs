@@ -271,3 +271,49 @@ fn attack_limits__the_agent_cannot_leave_or_widen_its_cgroup() {
         "not in a cgroup of its own: {out}"
     );
 }
+
+#[test]
+fn attack_limits__tcp_buffers_count_against_the_memory_limit() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // Loopback connections whose both ends fill their send and receive buffers and hold them:
+    // kernel memory a process's own size does not show. 200 pairs queue well over 1 GiB when
+    // nothing counts them.
+    let mut sb = Sandbox::sh(concat!(
+        "exec python3 -c '\n",
+        "import socket\n",
+        "l = socket.socket(); l.bind((\"127.0.0.1\", 0)); l.listen(512)\n",
+        "held = []; queued = 0; chunk = b\"x\" * 65536\n",
+        "try:\n",
+        "    for i in range(200):\n",
+        "        c = socket.create_connection(l.getsockname()); s, _ = l.accept()\n",
+        "        for x in (c, s):\n",
+        "            x.setblocking(False)\n",
+        "            try:\n",
+        "                while True: queued += x.send(chunk)\n",
+        "            except (BlockingIOError, OSError): pass\n",
+        "        held.append((c, s))\n",
+        "except OSError: pass\n",
+        "print(queued >> 20)\n",
+        "'",
+    ));
+    sb.manifest["limits"]["memory_bytes"] = json!(64 << 20);
+    sb.manifest["output"] = json!({"stdout": sb.path("out.log")});
+    let run = sb.run_pid1();
+    let memory = &run.record["confinement"]["limits"]["memory"];
+    assert_eq!(memory["enforced_by"], "cgroup-v1", "{memory:#}");
+    // Either the tree was stopped at the limit, or the sends were refused there.
+    let out = std::fs::read_to_string(sb.path("out.log")).unwrap_or_default();
+    if run.code == 0 {
+        // Unbounded, this loop queues about 1.5 GiB; the kernel enforces a cgroup's TCP limit
+        // under memory pressure, a little past the line.
+        let queued_mib: u64 = out.trim().parse().expect("queued MiB");
+        assert!(
+            queued_mib <= 128,
+            "queued {queued_mib} MiB under a 64 MiB limit"
+        );
+    } else {
+        assert!(memory["oom_kills"].as_u64() >= Some(1), "{:#}", run.record);
+    }
+}

@@ -45,7 +45,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     conn.close();
     res?;
     let record_path = staging.join("result.json");
-    let record: serde_json::Value = std::fs::read(&record_path)
+    let record: pitcrew_core::result::IterationResult = std::fs::read(&record_path)
         .map_err(anyhow::Error::from)
         .and_then(|b| Ok(serde_json::from_slice(&b)?))
         .with_context(|| {
@@ -54,10 +54,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
                 record_path.display()
             )
         })?;
-    let n = record["iteration"]
-        .as_u64()
-        .or(args.iteration.map(u64::from))
-        .unwrap_or(0);
+    let n = record.iteration;
     let dest = out.join(format!("iteration-{n}"));
     if dest.exists() {
         // A record may be as deep as the agent's output was: removed in bounded descriptors.

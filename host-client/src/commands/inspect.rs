@@ -3,6 +3,7 @@
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
 use crate::report::{escape_controls, verification_summary};
+use anyhow::Context as _;
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -43,7 +44,14 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     conn.close();
     // `verify`: {ok, failures: [{exit_code, reason}], report: <verification report>}.
     let live = &status["verify"];
-    let (_, summary, _) = verification_summary(&live["report"]);
+    let report: Option<pitcrew_core::verify::VerifyReport> = match &live["report"] {
+        Value::Null => None,
+        report => Some(
+            serde_json::from_value(report.clone())
+                .context("the supervisor's verification report does not parse")?,
+        ),
+    };
+    let (_, summary, _) = verification_summary(report.as_ref());
     let ok = live.is_null() || live["ok"].as_bool().unwrap_or(false);
     if args.json {
         let doc = serde_json::json!({

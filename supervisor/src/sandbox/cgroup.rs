@@ -3,8 +3,10 @@
 //! Where the supervisor's cgroup is writable (root on a host with the cgroup v1 `memory` and
 //! `pids` hierarchies, as the local engine runs it; a privileged container), every iteration
 //! gets a fresh child cgroup in each of those hierarchies, named
-//! `pitcrew-<pid namespace inode>-<pid>-<iteration>` under the supervisor's own: `memory.limit_in_bytes`
-//! (and `memory.memsw.limit_in_bytes`, so swap is no way around it) is `limits.memory_bytes`,
+//! `pitcrew-<pid namespace inode>-<pid>-<iteration>` under the supervisor's own:
+//! `memory.limit_in_bytes` is `limits.memory_bytes`, and so are `memory.memsw.limit_in_bytes` (swap
+//! is no way around it) and `memory.kmem.tcp.limit_in_bytes` (TCP buffers are counted only with
+//! it; UDP buffers a cgroup v1 does not count at all),
 //! `pids.max` is `limits.processes`. The forked child joins them (writing `0` to the
 //! `cgroup.procs` descriptors opened here) before it gives up root, so every process the agent
 //! starts is counted, and none can leave: the cgroup files are root's. The counts are the
@@ -141,10 +143,17 @@ impl AgentCgroups {
             let dir = make_dir(parent, &name)?;
             made.memory = Some(dir.clone());
             write_value(&dir, "memory.limit_in_bytes", memory_bytes)?;
-            // Without swap accounting the file is absent: the memory limit alone holds.
-            match write_value(&dir, "memory.memsw.limit_in_bytes", memory_bytes) {
-                Err(_) if !dir.join("memory.memsw.limit_in_bytes").exists() => {}
-                other => other?,
+            // Without swap accounting the file is absent: the memory limit alone holds. TCP
+            // buffers are charged to a cgroup v1 only once its TCP limit is set: without it an
+            // agent could queue gigabytes in loopback connections, uncounted.
+            for extra in [
+                "memory.memsw.limit_in_bytes",
+                "memory.kmem.tcp.limit_in_bytes",
+            ] {
+                match write_value(&dir, extra, memory_bytes) {
+                    Err(_) if !dir.join(extra).exists() => {}
+                    other => other?,
+                }
             }
             made.procs.push(open_procs(&dir)?);
         }

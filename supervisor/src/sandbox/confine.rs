@@ -50,203 +50,19 @@
 //! reported by name and errno.
 
 use super::cgroup::{AgentCgroups, Controller, IterationCgroups};
+use super::child_status::{ChildFailure, ChildReport, Stage};
+use super::landlock::build_ruleset;
+pub use super::landlock::{kernel_landlock_abi, LandlockAvailability, LANDLOCK_ABI};
 use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{
     ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitRecord, LimitsRecord,
     SeccompRecord,
 };
 use caps::{CapSet, Capability};
-use landlock::{
-    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
-};
+use landlock::{RulesetCreated, RulesetStatus};
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-
-/// The Landlock ABI whose filesystem rights and scopes are handled. Pinned (not the running
-/// kernel's) so that a kernel upgrade cannot silently change what the agent may do; V5 (Linux
-/// 6.10) adds `IOCTL_DEV`, V6 (Linux 6.12) the scopes: the agent's tree may neither connect to
-/// an abstract Unix socket nor signal a process created outside its Landlock domain (the host's
-/// processes, other sandboxes' agents of the same uid). On older kernels best effort enforces
-/// what the kernel knows ("partially-enforced"), and mode `required` refuses.
-pub const LANDLOCK_ABI: ABI = ABI::V6;
-
-/// Device files the agent may write to (missing ones are skipped silently).
-///
-/// Unlike the writable roots these are opened *following* symlinks (`path_beneath_rules`): some
-/// runtimes make `/dev/ptmx` a link to `pts/ptmx`. That is safe because every one of them, and
-/// any link on the way, lives in the root-owned `/dev` (or a devpts/tmpfs mounted there by the
-/// runtime), which the agent cannot change: it may create entries in `/dev/shm` (world-writable,
-/// sticky) but not replace `/dev/shm` or any of the others.
-const DEVICE_RW: [&str; 7] = [
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-    "/dev/shm",
-];
-
-/// A stage of the child's setup, reported when it fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Stage {
-    /// Redirecting stdin/stdout/stderr.
-    Stdio = 1,
-    /// `setsid`.
-    Setsid = 2,
-    /// Dropping the capability bounding set.
-    Bounding = 3,
-    /// `setgroups`.
-    Groups = 4,
-    /// `setresgid`.
-    Gid = 5,
-    /// `setresuid`.
-    Uid = 6,
-    /// Clearing the ambient set.
-    Ambient = 7,
-    /// Clearing the effective, permitted and inheritable sets (`capset`).
-    Capset = 8,
-    /// Reading back uid, gid and groups.
-    IdsReadback = 9,
-    /// Reading back every capability set.
-    CapsReadback = 10,
-    /// `chdir` to the workdir.
-    Chdir = 11,
-    /// Marking inherited fds close-on-exec.
-    CloseFds = 12,
-    /// `PR_SET_NO_NEW_PRIVS` and its read-back.
-    NoNewPrivs = 13,
-    /// Landlock `restrict_self`.
-    Landlock = 14,
-    /// Landlock mode `required`, but the ruleset was not fully enforced.
-    LandlockRequired = 15,
-    /// Restoring the signal mask.
-    SignalMask = 16,
-    /// `execve` itself.
-    Exec = 17,
-    /// Installing the seccomp filter ([`super::seccomp`]).
-    Seccomp = 18,
-    /// Setting the resource limits (`RLIMIT_NPROC`, `RLIMIT_DATA`, `RLIMIT_CORE`).
-    Rlimits = 19,
-    /// Joining the agent's cgroups.
-    Cgroup = 20,
-}
-
-impl Stage {
-    const ALL: [Stage; 20] = [
-        Stage::Stdio,
-        Stage::Setsid,
-        Stage::Bounding,
-        Stage::Groups,
-        Stage::Gid,
-        Stage::Uid,
-        Stage::Ambient,
-        Stage::Capset,
-        Stage::IdsReadback,
-        Stage::CapsReadback,
-        Stage::Chdir,
-        Stage::CloseFds,
-        Stage::NoNewPrivs,
-        Stage::Landlock,
-        Stage::LandlockRequired,
-        Stage::SignalMask,
-        Stage::Exec,
-        Stage::Seccomp,
-        Stage::Rlimits,
-        Stage::Cgroup,
-    ];
-
-    /// The stage's name in reasons (`confine: setresuid: …`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Stdio => "stdio",
-            Stage::Setsid => "setsid",
-            Stage::Bounding => "bounding-set",
-            Stage::Groups => "setgroups",
-            Stage::Gid => "setresgid",
-            Stage::Uid => "setresuid",
-            Stage::Ambient => "ambient-caps",
-            Stage::Capset => "capset",
-            Stage::IdsReadback => "ids-readback",
-            Stage::CapsReadback => "caps-readback",
-            Stage::Chdir => "chdir-workdir",
-            Stage::CloseFds => "close-fds",
-            Stage::NoNewPrivs => "no-new-privs",
-            Stage::Landlock => "landlock",
-            Stage::LandlockRequired => "landlock-required",
-            Stage::SignalMask => "signal-mask",
-            Stage::Exec => "exec",
-            Stage::Seccomp => "seccomp",
-            Stage::Rlimits => "rlimits",
-            Stage::Cgroup => "cgroup",
-        }
-    }
-
-    /// Decodes a stage number from the status pipe.
-    pub fn from_u32(n: u32) -> Option<Stage> {
-        Stage::ALL.into_iter().find(|s| *s as u32 == n)
-    }
-}
-
-/// A failed stage in the child, with the errno (0 when the failure is a policy decision).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChildFailure {
-    /// Which stage.
-    pub stage: Stage,
-    /// `errno` after the failing call.
-    pub errno: i32,
-}
-
-/// What the child confirmed just before exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChildReport {
-    /// Landlock status (`off` when mode is off).
-    pub landlock: LandlockState,
-    /// `PR_GET_NO_NEW_PRIVS` returned 1.
-    pub no_new_privs: bool,
-    /// Every capability set read back empty.
-    pub caps_cleared: bool,
-    /// The seccomp filter is installed (`PR_GET_SECCOMP` read back 2).
-    pub seccomp: bool,
-}
-
-impl ChildReport {
-    /// Encodes the report as four words for the status pipe.
-    pub fn to_words(self) -> [u32; 4] {
-        let landlock = match self.landlock {
-            LandlockState::FullyEnforced => 1,
-            LandlockState::PartiallyEnforced => 2,
-            LandlockState::NotEnforced => 3,
-            LandlockState::Off => 4,
-        };
-        [
-            landlock,
-            u32::from(self.no_new_privs),
-            u32::from(self.caps_cleared),
-            u32::from(self.seccomp),
-        ]
-    }
-
-    /// Decodes [`ChildReport::to_words`].
-    pub fn from_words(words: [u32; 4]) -> Option<ChildReport> {
-        let landlock = match words[0] {
-            1 => LandlockState::FullyEnforced,
-            2 => LandlockState::PartiallyEnforced,
-            3 => LandlockState::NotEnforced,
-            4 => LandlockState::Off,
-            _ => return None,
-        };
-        Some(ChildReport {
-            landlock,
-            no_new_privs: words[1] == 1,
-            caps_cleared: words[2] == 1,
-            seccomp: words[3] == 1,
-        })
-    }
-}
 
 /// Everything the child needs, prepared by the parent.
 #[derive(Debug)]
@@ -310,72 +126,6 @@ fn limit_record(
 fn is_under(path: &str, root: &str) -> bool {
     let root = root.trim_end_matches('/');
     root.is_empty() || path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
-}
-
-/// Whether the running kernel offers Landlock, and why not when it does not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LandlockAvailability {
-    /// Available, at this ABI version.
-    Available(u32),
-    /// Not available, and why (kernel built without it, disabled at boot, refused by a
-    /// seccomp profile, …).
-    Unavailable(String),
-}
-
-impl LandlockAvailability {
-    /// Asks the kernel (`landlock_create_ruleset` with the VERSION flag).
-    pub fn probe() -> LandlockAvailability {
-        const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-        // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the syscall only
-        // returns a number; it reads no memory and creates no file descriptor.
-        let abi = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<u8>(),
-                0usize,
-                LANDLOCK_CREATE_RULESET_VERSION,
-            )
-        };
-        match u32::try_from(abi) {
-            Ok(abi) if abi > 0 => LandlockAvailability::Available(abi),
-            _ => {
-                let err = std::io::Error::last_os_error();
-                LandlockAvailability::Unavailable(match err.raw_os_error() {
-                    Some(libc::ENOSYS) => {
-                        "the kernel has no Landlock (built without CONFIG_SECURITY_LANDLOCK, or \
-                         the call is filtered)"
-                            .to_string()
-                    }
-                    Some(libc::EOPNOTSUPP) => {
-                        "Landlock is built in but not enabled (add it to the kernel's lsm= list)"
-                            .to_string()
-                    }
-                    _ => format!("landlock_create_ruleset: {err}"),
-                })
-            }
-        }
-    }
-
-    /// The ABI version, 0 when unavailable.
-    pub fn abi(&self) -> u32 {
-        match self {
-            LandlockAvailability::Available(abi) => *abi,
-            LandlockAvailability::Unavailable(_) => 0,
-        }
-    }
-
-    /// Why Landlock is unavailable, if it is.
-    pub fn unavailable(&self) -> Option<&str> {
-        match self {
-            LandlockAvailability::Available(_) => None,
-            LandlockAvailability::Unavailable(why) => Some(why),
-        }
-    }
-}
-
-/// The running kernel's Landlock ABI version (0: not available).
-pub fn kernel_landlock_abi() -> u32 {
-    LandlockAvailability::probe().abi()
 }
 
 /// The capabilities the running kernel supports, in index order, each named by the `caps`
@@ -825,49 +575,9 @@ impl ConfinePlan {
     }
 }
 
-/// Read (and execute) everywhere, all rights under the directories `writable` (opened by the
-/// caller) and on the [`DEVICE_RW`] paths that exist; scoped abstract Unix sockets and signals.
-fn build_ruleset(writable: Vec<OwnedFd>) -> Result<RulesetCreated, landlock::RulesetError> {
-    let all = AccessFs::from_all(LANDLOCK_ABI);
-    let read = AccessFs::from_read(LANDLOCK_ABI);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)?
-        .scope(Scope::from_all(LANDLOCK_ABI))?
-        .create()?
-        .add_rules(path_beneath_rules(["/"], read))?;
-    for root in writable {
-        ruleset = ruleset.add_rule(PathBeneath::new(root, all))?;
-    }
-    // `path_beneath_rules` skips paths it cannot open and narrows the rights to file rights
-    // for the device files.
-    Ok(ruleset
-        .add_rules(path_beneath_rules(DEVICE_RW, all))?
-        .no_new_privs(true))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stage_numbers_round_trip() {
-        for stage in Stage::ALL {
-            assert_eq!(Stage::from_u32(stage as u32), Some(stage));
-        }
-        assert_eq!(Stage::from_u32(0), None);
-    }
-
-    #[test]
-    fn report_words_round_trip() {
-        let report = ChildReport {
-            landlock: LandlockState::PartiallyEnforced,
-            no_new_privs: true,
-            caps_cleared: false,
-            seccomp: true,
-        };
-        assert_eq!(ChildReport::from_words(report.to_words()), Some(report));
-    }
 
     #[test]
     fn under_checks_whole_components() {

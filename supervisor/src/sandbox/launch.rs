@@ -19,7 +19,8 @@
 //! 125, `internal: …`, without forking.
 
 use super::capture::{OutputCapture, StreamName};
-use super::confine::{ChildFailure, ChildReport, ConfinePlan, Stage};
+use super::child_status::{ChildFailure, ChildReport, Stage};
+use super::confine::ConfinePlan;
 use super::reaper::Reaper;
 use crate::exit_code;
 use crate::manifest::OutputSpec;

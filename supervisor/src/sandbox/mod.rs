@@ -5,6 +5,9 @@
 //! - [`supervisor`]: the long-lived state (signals, reaper, baseline environment, PID-1 mode).
 //! - [`reap`]: step 1, kill and reap everything but the supervisor.
 //! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
+//! - [`landlock`]: the pinned Landlock ABI, what the kernel offers, and the agent's ruleset.
+//! - [`child_status`]: what the forked child reports back (the failed stage, or what it
+//!   confirmed).
 //! - [`nofollow`]: directories reached without following a symlink in any component (the
 //!   Landlock writable roots, the agent's directories in long-lived mode).
 //! - [`seccomp`]: the filter that keeps the agent's tools from rewriting their runtime.
@@ -21,7 +24,9 @@
 
 pub mod capture;
 pub mod cgroup;
+pub mod child_status;
 pub mod confine;
+pub mod landlock;
 pub mod launch;
 pub mod nofollow;
 pub mod observer;

@@ -38,12 +38,6 @@ pub trait IterationObserver {
     }
     /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
     fn on_tick(&mut self) {}
-    /// Called once the first reap succeeded (nothing of an earlier agent runs any more), before
-    /// verification: the long-lived mode prepares the agent's directories here. An error ends
-    /// the iteration with 125 and the error as its reason; nothing is verified or launched.
-    fn after_reap(&mut self, _manifest: &crate::manifest::Manifest) -> Result<(), String> {
-        Ok(())
-    }
     /// The longest the supervise loop may sleep between calls.
     fn max_wait(&self) -> Duration {
         Duration::from_secs(1)

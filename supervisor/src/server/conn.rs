@@ -1,5 +1,6 @@
 //! One control connection: non-blocking reads into a [`FrameDecoder`], bounded blocking writes.
 
+use super::error::RequestError;
 use crate::protocol::{Channel, Frame, FrameDecoder, Response};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::fs::File;
@@ -145,13 +146,9 @@ impl Conn {
         self.send_frame(&Frame::control(response));
     }
 
-    /// Sends an `error` response.
-    pub fn error(&mut self, id: u64, kind: &str, message: impl Into<String>) {
-        self.send(&Response::Error {
-            id,
-            kind: kind.to_string(),
-            message: message.into(),
-        });
+    /// Answers request `id` with an `error` response.
+    pub fn error(&mut self, id: u64, err: RequestError) {
+        self.send(&err.to_response(id));
     }
 
     /// Sends a data frame.

@@ -1,0 +1,148 @@
+//! Unit tests of `client`.
+
+use super::*;
+
+/// Encodes the supervisor's side of a conversation.
+fn script(responses: &[Frame]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in responses {
+        write_frame(&mut out, f).unwrap();
+    }
+    out
+}
+
+fn requests(bytes: &[u8]) -> Vec<Frame> {
+    let mut cursor = bytes;
+    let mut out = Vec::new();
+    while let Some(f) = read_frame(&mut cursor).unwrap() {
+        out.push(f);
+    }
+    out
+}
+
+fn caps() -> Capabilities {
+    Capabilities {
+        pid1: true,
+        mode: "pid1".into(),
+        landlock_abi: 0,
+        uid_model: "uid from manifest".into(),
+        user_namespace: None,
+        requests: vec![],
+    }
+}
+
+#[test]
+fn hello_checks_the_version() {
+    let input = script(&[Frame::control(&Response::Hello {
+        id: 1,
+        version: 2,
+        supervisor: "x".into(),
+        capabilities: caps(),
+    })]);
+    let mut c = Client::new(&input[..], Vec::new());
+    assert!(matches!(c.hello(), Err(ClientError::Version { got: 2 })));
+}
+
+#[test]
+fn run_streams_events_and_output_and_skips_other_ids() {
+    let input = script(&[
+        Frame::control(&Response::Ok {
+            id: 99,
+            detail: serde_json::Value::Null,
+        }),
+        Frame::control(&Response::Event {
+            id: 1,
+            iteration: 1,
+            step: "reap".into(),
+            state: "started".into(),
+            detail: serde_json::Value::Null,
+        }),
+        Frame::data(Channel::Stdout, b"hi\n".to_vec()),
+        Frame::control(&Response::Result {
+            id: 1,
+            iteration: 1,
+            record: Box::new({
+                let mut r = pitcrew_core::result::IterationResult::new(
+                    1,
+                    pitcrew_core::result::SupervisorInfo {
+                        pid1: true,
+                        mode: pitcrew_core::result::SupervisorMode::Pid1,
+                        degraded_reason: None,
+                    },
+                );
+                r.finish(0, None);
+                r
+            }),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let mut seen = Vec::new();
+    let out = c
+        .run(|u| match u {
+            RunUpdate::Event { step, .. } => seen.push(step.to_string()),
+            RunUpdate::Output { bytes, .. } => seen.push(String::from_utf8_lossy(bytes).into()),
+        })
+        .unwrap();
+    assert_eq!(out.record.exit_code, 0);
+    assert_eq!(out.record.iteration, 1);
+    assert_eq!(seen, vec!["reap", "hi\n"]);
+}
+
+#[test]
+fn errors_name_the_request() {
+    let input = script(&[Frame::control(&Response::Error {
+        id: 1,
+        kind: "not-found".into(),
+        message: "no iteration 7".into(),
+    })]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let err = c.collect(Some(7), |_| Ok(())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "collect iteration 7: refused by the supervisor (not-found): no iteration 7"
+    );
+    let mut c = Client::new(&[][..], Vec::new());
+    assert_eq!(
+        c.status(false).unwrap_err().to_string(),
+        "status: the sandbox closed the connection before answering"
+    );
+}
+
+#[test]
+fn upload_sends_frames_and_an_end_frame() {
+    let input = script(&[Frame::control(&Response::Ok {
+        id: 1,
+        detail: serde_json::json!({"files": 1}),
+    })]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let big = vec![7u8; DATA_FRAME + 10];
+    c.upload("/p/x", None, |w| Ok(w.write_all(&big)?)).unwrap();
+    let sent = c.writer.lock().unwrap().clone();
+    let frames = requests(&sent);
+    assert_eq!(frames.len(), 4);
+    assert_eq!(frames[1].payload.len(), DATA_FRAME);
+    assert_eq!(frames[2].payload.len(), 10);
+    assert!(frames[3].payload.is_empty() && frames[3].channel == Channel::Tar);
+}
+
+#[test]
+fn collect_reads_the_tar_channel_until_the_empty_frame() {
+    let input = script(&[
+        Frame::data(Channel::Tar, b"abc".to_vec()),
+        Frame::data(Channel::Tar, b"def".to_vec()),
+        Frame::data(Channel::Tar, Vec::new()),
+        Frame::control(&Response::Ok {
+            id: 1,
+            detail: serde_json::Value::Null,
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let got = c
+        .collect(None, |r| {
+            let mut s = String::new();
+            r.read_to_string(&mut s)?;
+            Ok(s)
+        })
+        .unwrap();
+    assert_eq!(got, "abcdef");
+}

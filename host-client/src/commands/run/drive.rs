@@ -1,0 +1,274 @@
+//! The drive loop of `pitcrew run`: compile the harness for the sandbox's layout, upload it,
+//! set the manifest, then run iterations, collecting each into the run's records directory and
+//! running the harness's `validation` command on the host after each, until N iterations ran,
+//! validation passed or Ctrl-C cancelled.
+
+use super::progress::Progress;
+use super::signals::{interrupted, CancelSlot};
+use super::upload::upload_all;
+use super::RunArgs;
+use crate::client::RunUpdate;
+use crate::engine::{Engine, SandboxId};
+use crate::records;
+use crate::report::{self, IterationSummary};
+use anyhow::Context as _;
+use pitcrew_core::harness::{Compiled, Harness, Validated};
+use pitcrew_core::protocol::Channel;
+use std::os::fd::AsFd as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Why the loop stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Stopped {
+    /// All N iterations ran.
+    Iterations,
+    /// The validation command exited 0.
+    Validation,
+    /// Ctrl-C.
+    Cancelled,
+}
+
+/// What the loop leaves for the run's report.
+pub(super) struct RunReport {
+    /// `<UTC stamp>-<sandbox>`, the name of the run's records directory.
+    pub(super) run_id: String,
+    /// The run's records directory.
+    pub(super) run_dir: String,
+    /// One row per iteration that ran.
+    pub(super) rows: Vec<IterationSummary>,
+    /// Why the loop stopped.
+    pub(super) stopped: Stopped,
+    /// The exit code of `pitcrew run`.
+    pub(super) exit_code: u8,
+}
+
+/// Compiles, uploads and runs the iterations in the started sandbox `id`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn drive(
+    args: &RunArgs,
+    verbose: u8,
+    engine: &dyn Engine,
+    id: &SandboxId,
+    validated: &Validated,
+    h: &Harness,
+    progress: &Progress,
+    slot: &CancelSlot,
+) -> anyhow::Result<RunReport> {
+    let layout = engine.layout(id)?;
+    let Compiled { manifest, uploads } = validated
+        .compile(&layout)
+        .context("the harness has problems")?;
+    manifest
+        .validate()
+        .context("the manifest built from this harness is invalid")?;
+
+    let mut conn = engine.connect(id)?;
+    slot.arm(conn.client().canceller());
+    upload_all(&mut conn, &uploads, progress)?;
+    conn.client()
+        .set_manifest(&manifest)
+        .map_err(|e| conn.explain(e))?;
+
+    let run_id = format!("{}-{}", utc_stamp(), path_safe(&id.0));
+    // Created without following links: `output:` stays inside the harness directory.
+    let (run_dir, _) = records::open_run_dir(&h.base, &h.output, &run_id)?;
+    let total = args.iterations.unwrap_or(h.iterations);
+    let mut rows = Vec::new();
+    let mut stopped = Stopped::Iterations;
+    let mut validation_passed = false;
+    for n in 1..=total {
+        if interrupted() {
+            stopped = Stopped::Cancelled;
+            break;
+        }
+        let started = Instant::now();
+        let mut events = Vec::new();
+        let outcome = conn
+            .client()
+            .run(|u| match u {
+                RunUpdate::Event {
+                    iteration,
+                    step,
+                    state,
+                    detail,
+                } => {
+                    let at_ms = started.elapsed().as_secs_f64() * 1000.0;
+                    events.push(serde_json::json!({"step": step, "state": state, "at_ms": at_ms}));
+                    let detail = if detail.is_null() {
+                        String::new()
+                    } else {
+                        let s = detail.to_string();
+                        if s.len() > 120 {
+                            String::new()
+                        } else {
+                            format!(" {s}")
+                        }
+                    };
+                    progress.status(&format!(
+                        "iteration {iteration}/{total}: {step} {state}{detail}"
+                    ));
+                }
+                RunUpdate::Output { channel, bytes } => {
+                    if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
+                        progress.output(channel, bytes);
+                    }
+                }
+            })
+            .map_err(|e| conn.explain(e))?;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut row = report::summarize(&outcome.record, duration_ms, events);
+        let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
+        progress.status(&format!("iteration {}: collecting", outcome.iteration));
+        // Checked again before every collect: the validation command runs on the host between
+        // iterations and may have swapped the run directory for a link.
+        let collected = records::open_run_dir(&h.base, &h.output, &run_id)
+            .and_then(|_| records::collect_into(&mut conn, Some(outcome.iteration), &dest));
+        match collected {
+            Ok(()) => row.record_dir = Some(dest.display().to_string()),
+            Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
+        }
+        progress.line(&format!(
+            "iteration {}: exit {} ({}), {}",
+            row.iteration, row.exit_code, row.meaning, row.verification
+        ));
+        if !row.workspace_config.is_empty() {
+            progress.line(&format!(
+                "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",
+                row.iteration,
+                row.workspace_config.join(", ")
+            ));
+        }
+        let cancelled = interrupted();
+        if !cancelled {
+            if let Some(argv) = &h.validation {
+                let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
+                row.validation_exit = Some(code);
+                progress.line(&format!("iteration {n}: validation exited {code}"));
+                validation_passed = code == 0;
+            }
+        }
+        rows.push(row);
+        if cancelled {
+            stopped = Stopped::Cancelled;
+            break;
+        }
+        if validation_passed {
+            stopped = Stopped::Validation;
+            break;
+        }
+    }
+    conn.close();
+    let last = rows.last().map_or(125, |r| r.exit_code);
+    let exit_code = match stopped {
+        Stopped::Cancelled => 130,
+        _ if validation_passed || last == 0 => 0,
+        _ => u8::try_from(last.clamp(1, 255)).unwrap_or(1),
+    };
+    Ok(RunReport {
+        run_id,
+        run_dir: run_dir.display().to_string(),
+        rows,
+        stopped,
+        exit_code,
+    })
+}
+
+/// Runs the harness's validation command on the host (cwd = the harness directory, its stdout
+/// sent to stderr so `--json` stays clean). It sees `PITCREW_ITERATION`,
+/// `PITCREW_RECORD_DIR` (the collected record), `PITCREW_SANDBOX`, `PITCREW_ENGINE` and
+/// `PITCREW_SANDBOX_ROOT` (the uploads root inside the sandbox; a host path for the local
+/// engine).
+fn run_validation(
+    argv: &[String],
+    h: &Harness,
+    engine: &dyn Engine,
+    id: &SandboxId,
+    root: &str,
+    record_dir: &Path,
+) -> anyhow::Result<i32> {
+    let (program, rest) = argv.split_first().context("validation: empty command")?;
+    let iteration = record_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("iteration-"))
+        .unwrap_or_default()
+        .to_string();
+    let stdout = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_or_else(|_| Stdio::null(), Stdio::from);
+    let status = Command::new(program)
+        .args(rest)
+        .current_dir(&h.base)
+        .env("PITCREW_ITERATION", iteration)
+        .env("PITCREW_RECORD_DIR", record_dir)
+        .env("PITCREW_SANDBOX", &id.0)
+        .env("PITCREW_ENGINE", engine.name())
+        .env("PITCREW_SANDBOX_ROOT", root)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .status()
+        .with_context(|| format!("validation: cannot run {program:?} in {}", h.base.display()))?;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// A UTC timestamp `YYYYMMDDTHHMMSSZ` (run ids sort by time).
+fn utc_stamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// `name` as one path component: anything but ASCII letters, digits, `.`, `_` and `-` becomes
+/// `_` (an exec-engine sandbox may be named by a path or a `pod/container` pair).
+fn path_safe(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    safe.trim_start_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_safe;
+
+    #[test]
+    fn sandbox_names_become_one_path_component() {
+        assert_eq!(path_safe("pc-1a2b3c4d"), "pc-1a2b3c4d");
+        assert_eq!(path_safe("/run/x/control.sock"), "_run_x_control.sock");
+        assert_eq!(path_safe("ns/pod:ctr"), "ns_pod_ctr");
+        assert_eq!(path_safe("../up"), "_up");
+    }
+}

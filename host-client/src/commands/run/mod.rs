@@ -1,0 +1,196 @@
+//! `pitcrew run HARNESS [--engine local|exec] [--iterations N] [--keep] [--json]`.
+//!
+//! Validate the harness (refuse on problems), start or attach to a sandbox, compute the manifest
+//! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
+//! set the manifest, then run iterations: up to N, stopping early when the harness's
+//! `validation` command exits 0 after one. Each iteration is collected into
+//! `<output>/<run id>/iteration-N/`. Ctrl-C sends `cancel`, collects what there is and exits 130.
+//!
+//! This module checks the harness, starts and stops the sandbox and reports the run; the rest
+//! is in its parts:
+//!
+//! - `drive`: the loop itself, from the compiled harness to the last collected iteration.
+//! - `upload`: the harness's uploads put in place before the manifest is set.
+//! - `progress`: what people see on stderr while it runs.
+//! - `signals`: Ctrl-C, which cancels the running iteration.
+
+mod drive;
+mod progress;
+mod signals;
+mod upload;
+
+use crate::engine::{ignore_sigpipe, EngineArgs, SandboxSpec};
+use crate::records;
+use crate::report::{self, escape_controls};
+use anyhow::bail;
+use drive::drive;
+use pitcrew_core::harness::{self, Harness};
+use progress::Progress;
+use signals::{install_ctrlc, CancelSlot};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The harness file (YAML).
+    pub harness: PathBuf,
+    /// Engine options.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Exec engine: the existing sandbox to attach to.
+    #[arg(long, value_name = "NAME")]
+    pub sandbox: Option<String>,
+    /// Local engine: pass this variable of pitcrew's own environment into the new sandbox
+    /// (repeatable). Nothing else of it reaches the sandbox but `PATH`, the locale (`LANG`,
+    /// `LANGUAGE`, the `LC_*` categories), `TZ` and `RUST_LOG`.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// Run at most N iterations (overrides the harness's `iterations`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub iterations: Option<u32>,
+    /// Keep the sandbox running at the end (its id is printed) for `inspect`, `collect`, `down`.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one JSON document with the whole run instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `pitcrew run`.
+pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
+    ignore_sigpipe();
+    let validated = harness::validate(&args.harness)?;
+    let file = args.harness.display().to_string();
+    if !validated.is_ok() {
+        for p in &validated.problems {
+            eprintln!("{}", escape_controls(&format!("{file}:{p}")));
+        }
+        bail!(
+            "{file}: {} problem(s); nothing was started",
+            validated.problems.len()
+        );
+    }
+    let Some(h) = validated.harness.clone() else {
+        bail!("{file}: not a harness");
+    };
+    if let Some(problem) = pass_env_conflict(&args.pass_env, &h) {
+        bail!("{problem}");
+    }
+    let slot = CancelSlot::default();
+    install_ctrlc(slot.clone());
+
+    let engine = args.engine.engine()?;
+    let progress = Progress::new(verbose > 0);
+    progress.status(&format!("starting a {} sandbox", engine.name()));
+    let id = engine.start(&SandboxSpec {
+        existing: args.sandbox.clone(),
+        pass_env: args.pass_env.clone(),
+    })?;
+    progress.line(&format!("sandbox {id} ({})", engine.name()));
+
+    let outcome = drive(
+        args, verbose, &*engine, &id, &validated, &h, &progress, &slot,
+    );
+    progress.finish();
+    slot.disarm();
+
+    let stop = if args.keep {
+        Ok(Default::default())
+    } else {
+        engine.stop(&id, false)
+    };
+    match stop {
+        Ok(outcome) => {
+            if let Some(why) = outcome.warning {
+                eprintln!(
+                    "pitcrew: sandbox {}: {}",
+                    escape_controls(&id.0),
+                    escape_controls(&why)
+                );
+            }
+        }
+        Err(e) => eprintln!("pitcrew: {}", escape_controls(&format!("{e:#}"))),
+    }
+    let report = outcome?;
+    let code = report.exit_code;
+    let doc = serde_json::json!({
+        "run_id": report.run_id,
+        "harness": file,
+        "engine": engine.name(),
+        "sandbox": id.0,
+        "kept": args.keep,
+        "run_dir": report.run_dir,
+        "stopped": report.stopped,
+        "exit_code": code,
+        "iterations": report.rows,
+    });
+    let doc_text = serde_json::to_string_pretty(&doc)?;
+    let written = records::open_run_dir(&h.base, &h.output, &report.run_id)
+        .and_then(|(_, dir)| Ok(records::write_in(&dir, "run.json", doc_text.as_bytes())?));
+    if let Err(e) = written {
+        tracing::warn!(
+            "{}/run.json: {}",
+            escape_controls(&report.run_dir),
+            escape_controls(&format!("{e:#}"))
+        );
+    }
+    if args.json {
+        println!("{doc_text}");
+    } else {
+        print!("{}", report::table(&report.rows));
+        println!("records: {}", escape_controls(&report.run_dir));
+        if args.keep {
+            let id = escape_controls(&id.0);
+            println!("sandbox kept: {id} (pitcrew inspect {id}; pitcrew down {id})");
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// A `--pass-env` name the harness sets too (its `env:` or a plugin's `env:`, applied after the
+/// baseline): the passed value would silently lose.
+fn pass_env_conflict(pass: &[String], h: &Harness) -> Option<String> {
+    pass.iter().find_map(|name| {
+        if h.env.contains_key(name) {
+            return Some(format!(
+                "--pass-env {name}: the harness `env:` sets {name} too, and its value would win; keep one"
+            ));
+        }
+        let plugin = h.plugins.iter().find(|p| p.env.contains_key(name))?;
+        Some(format!(
+            "--pass-env {name}: plugin {} sets {name} in its `env:`, and its value would win; keep one",
+            plugin.name
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pass_env_conflict;
+
+    #[test]
+    fn a_passed_name_the_harness_or_a_plugin_sets_is_a_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("p")).unwrap();
+        std::fs::write(
+            dir.path().join("p/index.js"),
+            "module.exports = () => {};\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("w")).unwrap();
+        let yaml = "runtime: command\ncommand: [/bin/true]\nworkdir: w\nenv:\n  A: \"1\"\nplugins:\n  - path: p\n    env:\n      B: \"2\"\n";
+        std::fs::write(dir.path().join("h.yaml"), yaml).unwrap();
+        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let h = validated.harness.expect("a valid harness");
+        assert_eq!(
+            pass_env_conflict(&["A".into()], &h).unwrap(),
+            "--pass-env A: the harness `env:` sets A too, and its value would win; keep one"
+        );
+        assert_eq!(
+            pass_env_conflict(&["C".into(), "B".into()], &h).unwrap(),
+            "--pass-env B: plugin p sets B in its `env:`, and its value would win; keep one"
+        );
+        assert_eq!(pass_env_conflict(&["C".into()], &h), None);
+    }
+}

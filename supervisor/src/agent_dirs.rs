@@ -1,0 +1,79 @@
+//! The agent's directories (`workdir` and every `dirs.*` of the manifest), prepared before each
+//! iteration once nothing of an earlier agent runs any more: present, directories, owned by the
+//! agent, reached without following a symlink.
+
+use crate::manifest::Manifest;
+use crate::sandbox::nofollow::{self, Replaced};
+use std::path::Path;
+
+/// The agent's directories in the order they are prepared: `workdir`, then every `dirs.*`
+/// the manifest sets.
+fn agent_dirs(manifest: &Manifest) -> Vec<&str> {
+    let dirs = &manifest.dirs;
+    [
+        Some(&manifest.workdir),
+        dirs.home.as_ref(),
+        dirs.tmp.as_ref(),
+        dirs.config.as_ref(),
+        dirs.sessions.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(String::as_str)
+    .collect()
+}
+
+/// Ensures every agent directory of `manifest` exists as a directory owned by the agent:
+/// missing ones are created 0700 (parents as root 0755), existing ones are chowned (the
+/// directory itself, not its contents). No symlink is followed in any component.
+///
+/// Something other than a directory where one belongs (a symlink, a file) is what an earlier
+/// agent left in its own space, so it is removed (`unlinkat`, not followed) and replaced by a
+/// directory — but only when the entry lies in an agent directory; in any other place it is the
+/// host's doing and the iteration is refused. Returns what was replaced.
+pub fn prepare(manifest: &Manifest) -> Result<Vec<Replaced>, String> {
+    let dirs = agent_dirs(manifest);
+    let agent_writable = |parent: &Path| dirs.iter().any(|d| parent.starts_with(d));
+    let uid = rustix::fs::Uid::from_raw_unchecked(manifest.user.uid);
+    let gid = rustix::fs::Gid::from_raw_unchecked(manifest.user.gid);
+    let mut replaced = Vec::new();
+    for dir in &dirs {
+        let (fd, mut r) = nofollow::ensure_dir(Path::new(dir), &agent_writable)?;
+        replaced.append(&mut r);
+        // `fchownat(fd, "", AT_EMPTY_PATH)`: the directory just walked to, not a path.
+        rustix::fs::chownat(
+            &fd,
+            "",
+            Some(uid),
+            Some(gid),
+            rustix::fs::AtFlags::EMPTY_PATH,
+        )
+        .map_err(|e| format!("{dir}: chown: {e}"))?;
+    }
+    Ok(replaced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workdir_comes_first_then_the_dirs_the_manifest_sets() {
+        let manifest = Manifest::from_json(
+            serde_json::json!({
+                "version": 1,
+                "runtime": "command",
+                "agent": {"binary": "/bin/true"},
+                "workdir": "/work",
+                "dirs": {"sessions": "/home/agent/sessions", "home": "/home/agent"},
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            agent_dirs(&manifest),
+            ["/work", "/home/agent", "/home/agent/sessions"]
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Unit tests of `env_policy`.
+
+use super::*;
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_string()).collect()
+}
+
+#[test]
+fn loader_families_are_stripped_case_insensitively() {
+    for name in [
+        "NODE_OPTIONS",
+        "node_options",
+        "NODE_PATH",
+        "JITI_ALIAS",
+        "JITI_FS_CACHE",
+        "jiti_debug",
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "BUN_OPTIONS",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "BASH_ENV",
+        "ENV",
+        "BASH_FUNC_echo%%",
+        "GLIBC_TUNABLES",
+        "CLAUDE_ENV_FILE",
+    ] {
+        assert!(loader_denial(name).is_some(), "{name} must be stripped");
+    }
+    // Proxy, TLS-trust and program-choosing names are not loaders: a trusted layer (an image
+    // behind a TLS-inspecting proxy) may set them.
+    for name in [
+        "PATH",
+        "HOME",
+        "LANG",
+        "TERM",
+        "ENVIRONMENT",
+        "MY_NODE",
+        "GREETING",
+        "OPENSSL_CONF",
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_GLOBAL",
+        "CLAUDE_CODE_SHELL_PREFIX",
+        "HTTPS_PROXY",
+        "SHELL",
+    ] {
+        assert!(loader_denial(name).is_none(), "{name} must pass");
+    }
+}
+
+/// Names an untrusted layer may not set, and that the harness (trusted) may.
+const TRUSTED_ONLY_NAMES: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "NODE_USE_ENV_PROXY",
+    "NODE_USE_SYSTEM_CA",
+    "NODE_EXTRA_CA_CERTS",
+    "NODE_TLS_REJECT_UNAUTHORIZED",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "SSLKEYLOGFILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "CURL_HOME",
+    "NETRC",
+    "WGETRC",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+    "SHELL",
+    "CLAUDE_CODE_SHELL",
+    "CLAUDE_CODE_SHELL_PREFIX",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "ZDOTDIR",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_ASKPASS",
+    "GIT_EXEC_PATH",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_COUNT",
+    "GIT_TEMPLATE_DIR",
+    "GIT_SSL_NO_VERIFY",
+    "PAGER",
+    "MANPAGER",
+    "EDITOR",
+    "VISUAL",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "VIMINIT",
+    "SSH_ASKPASS",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "RIPGREP_CONFIG_PATH",
+    "USE_BUILTIN_RIPGREP",
+    "TIRITH_MODE",
+    "ACTIONS_ID_TOKEN_REQUEST_URL",
+];
+
+#[test]
+fn proxy_trust_and_program_names_are_for_trusted_layers_only() {
+    for name in TRUSTED_ONLY_NAMES {
+        assert!(untrusted_denial(name).is_some(), "{name}: .env may set it");
+        assert!(
+            plugin_env_denial(name).is_some(),
+            "{name}: a plugin may set it"
+        );
+        if is_valid_name(name) && !name.starts_with("ACTIONS_") {
+            assert!(
+                sandbox_env_problems(name, "v").is_empty(),
+                "{name}: the harness may not set it"
+            );
+        }
+    }
+    // The pinned config homes are refused from the untrusted layers in every runtime.
+    for name in [
+        "CLAUDE_CONFIG_DIR",
+        "PI_CODING_AGENT_DIR",
+        "pi_coding_agent_dir",
+    ] {
+        assert!(untrusted_denial(name).is_some(), "{name}");
+    }
+    for name in [
+        "PATH",
+        "LANG",
+        "GREETING",
+        "NODE_ENV",
+        "TERM",
+        "PROXY_HOST",
+        "MY_PROXY_PORT",
+        "DATABASE_URL",
+        "CI",
+    ] {
+        assert!(untrusted_denial(name).is_none(), "{name} must pass");
+    }
+    let rule = untrusted_denial("https_proxy").unwrap();
+    assert_eq!(rule.pattern, Suffix("_PROXY"));
+    assert_eq!(
+        untrusted_denial("GIT_SSH_COMMAND").unwrap().pattern,
+        Exact("GIT_SSH_COMMAND")
+    );
+}
+
+#[test]
+fn every_rule_is_the_first_match_for_its_own_name() {
+    // An exact name after a prefix that covers it would never be reported with its own
+    // reason; a duplicate would be dead.
+    for rules in [
+        LOADER_RULES,
+        TRUSTED_ONLY_RULES,
+        SANDBOX_ENV_RULES,
+        PLUGIN_ENV_RULES,
+    ] {
+        for (i, rule) in rules.iter().enumerate() {
+            let sample = match rule.pattern {
+                Exact(p) | Prefix(p) | Suffix(p) | Contains(p) => p,
+            };
+            let first = rules.iter().position(|r| r.pattern.matches(sample));
+            assert_eq!(first, Some(i), "{rule} is shadowed");
+        }
+    }
+}
+
+#[test]
+fn reasons_fit_a_table_cell() {
+    for rules in [
+        LOADER_RULES,
+        TRUSTED_ONLY_RULES,
+        SANDBOX_ENV_RULES,
+        PLUGIN_ENV_RULES,
+    ] {
+        for rule in rules {
+            assert!(
+                !rule.reason.contains(['|', '\n', '`']) && !rule.reason.is_empty(),
+                "{rule}"
+            );
+        }
+    }
+}
+
+#[test]
+fn plugin_env_rules_cover_exact_prefix_suffix_and_substring() {
+    for name in [
+        "PATH",
+        "home",
+        "OPENSSL_CONF",
+        "SHELL",
+        "PAGER",
+        "XDG_CONFIG_HOME",
+        "NODE_ENV",
+        "PI_OFFLINE",
+        "GOOGLE_CLOUD_PROJECT",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "MY_API_KEY",
+        "GH_TOKEN",
+        "DB_SECRET_VALUE",
+        "AWS_REGION",
+        "LD_PRELOAD",
+        "JITI_ALIAS",
+    ] {
+        assert!(plugin_env_denial(name).is_some(), "{name} must be refused");
+    }
+    for name in ["GREETING", "HELLO_LEVEL", "TOKENIZER", "SECRETARY"] {
+        assert!(plugin_env_denial(name).is_none(), "{name} must be allowed");
+    }
+}
+
+#[test]
+fn plugin_env_entry_checks_name_shape_and_value() {
+    assert!(plugin_env_problems("GREETING", "hi").is_empty());
+    assert_eq!(
+        plugin_env_problems("greeting", "hi"),
+        vec![EnvProblem::BadName("greeting".into())]
+    );
+    assert_eq!(
+        plugin_env_problems("9X", "hi"),
+        vec![EnvProblem::BadName("9X".into())]
+    );
+    assert_eq!(
+        plugin_env_problems("X", "a\nb"),
+        vec![EnvProblem::BadValue("X".into())]
+    );
+    assert_eq!(plugin_env_problems("X", "a\0b").len(), 1);
+    assert_eq!(plugin_env_problems("X", "a\rb").len(), 1);
+    let denied = plugin_env_problems("NODE_OPTIONS", "--require x");
+    assert!(matches!(denied.as_slice(), [EnvProblem::Denied { .. }]));
+    assert!(denied[0].to_string().contains("NODE_OPTIONS"));
+}
+
+#[test]
+fn sandbox_env_reserves_pins_and_loader_names() {
+    for name in [
+        "PATH",
+        "HOME",
+        "JITI_FS_CACHE",
+        "PITCREW_X",
+        "LD_PRELOAD",
+        "NODE_OPTIONS",
+        "CLAUDE_CONFIG_DIR",
+    ] {
+        assert!(sandbox_env_reserved(name).is_some(), "{name}");
+    }
+    assert!(sandbox_env_reserved("OPENAI_API_KEY").is_none());
+    // Not pinned, so not reserved: the operator may choose the shell.
+    assert!(sandbox_env_reserved("SHELL").is_none());
+    assert!(sandbox_env_problems("LANG", "C.UTF-8").is_empty());
+}
+
+#[test]
+fn pi_args_accept_flags_values_and_one_bare_word() {
+    let args = strings(&["--greeting=Hello", "--loud", "--level", "3", "--quiet"]);
+    assert!(pi_args_problems(&args, None).is_empty());
+    let registered = strings(&["greeting", "loud", "level", "quiet"]);
+    assert!(pi_args_problems(&args, Some(&registered)).is_empty());
+}
+
+#[test]
+fn pi_args_refuse_each_rule() {
+    let check = |v: &[&str]| pi_args_problems(&strings(v), None);
+    assert!(matches!(
+        check(&["--model=x"])[0].1,
+        PiArgProblem::PiOwnOption(_)
+    ));
+    assert!(matches!(
+        check(&["--no-extensions"])[0].1,
+        PiArgProblem::PiOwnOption(_)
+    ));
+    assert!(matches!(check(&["-e"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(check(&["---x"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(check(&["--"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(check(&["word"])[0].1, PiArgProblem::StrayWord(_)));
+    assert!(matches!(
+        check(&["--a", "b", "c"])[0],
+        (2, PiArgProblem::StrayWord(_))
+    ));
+    assert!(matches!(
+        check(&["--a=v", "b"])[0],
+        (1, PiArgProblem::StrayWord(_))
+    ));
+    assert!(matches!(check(&["--a=-v"])[0].1, PiArgProblem::BadValue(_)));
+    assert!(matches!(
+        check(&["--a=@file"])[0].1,
+        PiArgProblem::BadValue(_)
+    ));
+    assert!(matches!(
+        check(&["--a", "@file"])[0].1,
+        PiArgProblem::BadValue(_)
+    ));
+    assert!(matches!(
+        check(&["--a=x\ny"])[0].1,
+        PiArgProblem::ControlCharacter(_)
+    ));
+    // `--a -b`: pi reads `-b` as an option; it is refused as not a --flag.
+    assert!(matches!(
+        check(&["--a", "-b"])[0],
+        (1, PiArgProblem::NotAFlag(_))
+    ));
+}
+
+#[test]
+fn pi_args_must_name_registered_flags() {
+    let registered = strings(&["greeting"]);
+    let problems = pi_args_problems(&strings(&["--loud"]), Some(&registered));
+    assert!(matches!(&problems[0].1, PiArgProblem::Unregistered { flag, .. } if flag == "--loud"));
+    let none: Vec<String> = Vec::new();
+    let problems = pi_args_problems(&strings(&["--loud"]), Some(&none));
+    assert!(problems[0].1.to_string().contains("registered: none"));
+}

@@ -1,0 +1,482 @@
+//! Unit tests of `environment`.
+
+#[test]
+fn every_pinned_name_is_reserved_for_the_harness() {
+    // A harness `env:` value for a pinned name would be replaced without a word: validation
+    // must refuse it instead.
+    for name in pinned_names() {
+        assert!(
+            crate::env_policy::sandbox_env_reserved(name).is_some(),
+            "{name} is pinned but the harness may set it"
+        );
+    }
+}
+
+use super::*;
+use std::path::PathBuf;
+
+fn manifest(runtime: &str, dotenv: Option<&Path>) -> Manifest {
+    let mut v = serde_json::json!({
+        "version": 1,
+        "runtime": runtime,
+        "agent": {"binary": "/usr/bin/agent"},
+        "prompt": "do it",
+        "workdir": "/sandbox/workspace",
+    });
+    if let Some(p) = dotenv {
+        v["env"] = serde_json::json!({"dotenv": p});
+    }
+    Manifest::from_json(v.to_string().as_bytes()).unwrap()
+}
+
+fn tree_with_env(name: &str, env: &[(&str, &str)]) -> crate::manifest::TreePin {
+    crate::manifest::TreePin {
+        name: name.into(),
+        path: format!("/t/{name}"),
+        role: crate::exit_code::PinRole::Plugin,
+        kind: crate::manifest::TreeKind::Data,
+        format: crate::tree_hash::TreeFormat::PiTreeV1,
+        sha256: "0".repeat(64),
+        files: Default::default(),
+        dirs: Vec::new(),
+        entries: Vec::new(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        pi_args: Vec::new(),
+    }
+}
+
+fn base(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+/// A canonical temp dir (macOS puts temp dirs behind a symlink).
+fn tmp() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let real = std::fs::canonicalize(t.path()).unwrap();
+    (t, real)
+}
+
+fn removed<'a>(o: &'a EnvOutcome, name: &str) -> Option<&'a RemovedVar> {
+    o.removed.iter().find(|r| r.name == name)
+}
+
+#[test]
+fn loader_variables_from_baseline_and_dotenv_are_removed_and_reported() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+            &dotenv,
+            "JITI_ALIAS='{\"x\":\"/tmp/evil.cjs\"}'\nexport LD_PRELOAD=/tmp/evil.so\nGREETING=hi\nJITI_FS_CACHE=true\n",
+        )
+        .unwrap();
+    let m = manifest("pi", Some(&dotenv));
+    let o = build(
+        &m,
+        &base(&[("NODE_OPTIONS", "--require /tmp/x.js"), ("LANG", "C.UTF-8")]),
+    )
+    .unwrap();
+    for name in ["NODE_OPTIONS", "JITI_ALIAS", "LD_PRELOAD"] {
+        assert!(o.get(name).is_none(), "{name} must be absent");
+    }
+    assert_eq!(
+        removed(&o, "NODE_OPTIONS").unwrap().source,
+        EnvSource::Baseline
+    );
+    assert_eq!(removed(&o, "JITI_ALIAS").unwrap().source, EnvSource::Dotenv);
+    let ld = removed(&o, "LD_PRELOAD").unwrap();
+    assert_eq!(ld.source, EnvSource::Dotenv);
+    assert!(ld.rule.starts_with("LD_*"), "{}", ld.rule);
+    // JITI_FS_CACHE=true from .env is removed and the pin wins.
+    assert_eq!(
+        removed(&o, "JITI_FS_CACHE").unwrap().source,
+        EnvSource::Dotenv
+    );
+    assert_eq!(o.get("JITI_FS_CACHE"), Some("false"));
+    assert_eq!(o.get("GREETING"), Some("hi"));
+    assert_eq!(o.get("LANG"), Some("C.UTF-8"));
+    // Each name once, sorted.
+    let names: Vec<&str> = o.removed.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["JITI_ALIAS", "JITI_FS_CACHE", "LD_PRELOAD", "NODE_OPTIONS"]
+    );
+}
+
+#[test]
+fn name_planted_in_baseline_and_dotenv_is_reported_once_with_the_last_source() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(&dotenv, "NODE_OPTIONS=--import=/tmp/y.mjs\n").unwrap();
+    let m = manifest("command", Some(&dotenv));
+    let o = build(&m, &base(&[("NODE_OPTIONS", "--require /tmp/x.js")])).unwrap();
+    assert_eq!(o.removed.len(), 1);
+    assert_eq!(o.removed[0].source, EnvSource::Dotenv);
+}
+
+#[test]
+fn pins_per_runtime_and_default_dirs() {
+    let o = build(&manifest("pi", None), &[]).unwrap();
+    assert_eq!(o.get("PATH"), Some(DEFAULT_PATH));
+    assert_eq!(o.get("HOME"), Some("/sandbox/home"));
+    assert_eq!(o.get("TMPDIR"), Some("/sandbox/tmp"));
+    assert_eq!(o.get("NODE_DISABLE_COMPILE_CACHE"), Some("1"));
+    assert_eq!(o.get("PI_CODING_AGENT_DIR"), Some("/sandbox/pi-config"));
+    assert_eq!(
+        o.get("PI_CODING_AGENT_SESSION_DIR"),
+        Some("/sandbox/pi-config/sessions")
+    );
+    assert_eq!(o.get("PI_OFFLINE"), Some("1"));
+    assert_eq!(o.get("PI_SKIP_VERSION_CHECK"), Some("1"));
+    assert_eq!(o.get("PI_TELEMETRY"), Some("0"));
+    assert!(o.get("CLAUDE_CONFIG_DIR").is_none());
+
+    let mut m = manifest("claude", None);
+    m.dirs.config = Some("/cfg".into());
+    m.dirs.home = Some("/h".into());
+    let o = build(&m, &base(&[("HOME", "/root"), ("PATH", "/opt/bin")])).unwrap();
+    assert_eq!(o.get("CLAUDE_CONFIG_DIR"), Some("/cfg"));
+    assert_eq!(o.get("HOME"), Some("/h"));
+    assert_eq!(o.get("PATH"), Some("/opt/bin"));
+    assert_eq!(o.get("DISABLE_AUTOUPDATER"), Some("1"));
+    assert_eq!(o.get("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), Some("1"));
+    assert!(o.get("PI_OFFLINE").is_none());
+}
+
+#[test]
+fn dotenv_path_prepend_works_and_output_is_sorted_unique() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(&dotenv, "PATH=/sandbox/workspace/bin:$PATH\nZED=1\nAA=2\n").unwrap();
+    let m = manifest("command", Some(&dotenv));
+    let o = build(&m, &base(&[("PATH", "/usr/bin:/bin"), ("ZED", "0")])).unwrap();
+    assert_eq!(o.get("PATH"), Some("/sandbox/workspace/bin:/usr/bin:/bin"));
+    assert_eq!(o.get("ZED"), Some("1"));
+    let names: Vec<&str> = o.env.iter().map(|(k, _)| k.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(names, sorted);
+}
+
+#[test]
+fn plugin_env_comes_last() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(&dotenv, "GREETING=dotenv\n").unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    m.env.set.insert("GREETING".into(), "harness".into());
+    m.trees
+        .push(tree_with_env("a", &[("GREETING", "plugin-a")]));
+    m.trees.push(tree_with_env("b", &[("LEVEL", "3")]));
+    let o = build(&m, &base(&[("GREETING", "baseline")])).unwrap();
+    assert_eq!(o.get("GREETING"), Some("plugin-a"));
+    assert_eq!(o.get("LEVEL"), Some("3"));
+}
+
+#[test]
+fn bad_plugin_env_is_an_error_naming_the_tree() {
+    let mut m = manifest("pi", None);
+    m.trees
+        .push(tree_with_env("evil", &[("NODE_OPTIONS", "--require x")]));
+    let err = build(&m, &[]).unwrap_err();
+    assert!(matches!(err, EnvError::PluginEnv { .. }));
+    let text = err.to_string();
+    assert!(
+        text.contains("\"evil\"") && text.contains("NODE_OPTIONS"),
+        "{text}"
+    );
+    assert!(!text.contains("--require"), "{text}");
+
+    let mut m = manifest("claude", None);
+    m.trees
+        .push(tree_with_env("p", &[("DISABLE_AUTOUPDATER", "0")]));
+    let err = build(&m, &[]).unwrap_err();
+    assert!(matches!(err, EnvError::PluginSetsPin { .. }), "{err}");
+}
+
+#[test]
+fn dotenv_missing_is_nothing_symlink_and_fifo_are_errors() {
+    let (_t, dir) = tmp();
+    let o = build(&manifest("command", Some(&dir.join("absent"))), &[]).unwrap();
+    assert!(o.dotenv_refused.is_empty());
+
+    std::fs::write(dir.join("real"), "A=1\n").unwrap();
+    std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+    let err = build(&manifest("command", Some(&dir.join("link"))), &[]).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert!(err.to_string().contains("link"), "{err}");
+
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(dir.join("sub"), dir.join("subl")).unwrap();
+    std::fs::write(dir.join("sub/.env"), "A=1\n").unwrap();
+    let err = build(&manifest("command", Some(&dir.join("subl/.env"))), &[]).unwrap_err();
+    assert!(
+        err.to_string().contains("resolves through a symlink"),
+        "{err}"
+    );
+
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        let err = build(&manifest("command", Some(&fifo)), &[]).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+}
+
+#[test]
+fn reports_never_contain_values() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    let secret = "v4lue-n3ver-shown";
+    std::fs::write(
+        &dotenv,
+        format!("LD_PRELOAD={secret}\nNODE_PATH='{secret}'\nA=$({secret})\nB=\"{secret}\n"),
+    )
+    .unwrap();
+    let m = manifest("pi", Some(&dotenv));
+    let o = build(&m, &base(&[("PYTHONPATH", secret), ("OK", secret)])).unwrap();
+    assert_eq!(o.removed.len(), 3);
+    assert_eq!(o.dotenv_refused.len(), 2);
+    let json = serde_json::to_string(&o).unwrap();
+    assert!(!json.contains(secret), "{json}");
+    assert!(json.contains("PYTHONPATH"), "{json}");
+    assert_eq!(o.get("OK"), Some(secret));
+}
+
+#[test]
+fn every_name_reserved_as_pinned_is_pinned() {
+    // The harness may not set a name "pinned by the supervisor": it must then really be
+    // pinned, or the reservation is a false promise (SHELL was).
+    let pinned = pinned_names();
+    for rule in env_policy::SANDBOX_ENV_RULES {
+        if rule.reason == env_policy::PINNED {
+            let crate::env_policy::Pattern::Exact(name) = rule.pattern else {
+                panic!("{rule}: a pinned name is exact");
+            };
+            assert!(
+                pinned.contains(&name),
+                "{name} is reserved as pinned but not pinned"
+            );
+        }
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_cannot_set_proxy_trust_or_program_names() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "HTTPS_PROXY=http://planted:1\nhttps_proxy=http://planted:2\n\
+             NODE_EXTRA_CA_CERTS=/planted.pem\nOPENSSL_CONF=/planted.cnf\nSHELL=/planted/sh\n\
+             GIT_SSH_COMMAND=planted\nXDG_CONFIG_HOME=/planted\nPAGER=planted\nOK=1\n",
+    )
+    .unwrap();
+    let m = manifest("claude", Some(&dotenv));
+    let o = build(&m, &base(&[("HTTPS_PROXY", "http://image-proxy:3128")])).unwrap();
+    assert_eq!(o.get("HTTPS_PROXY"), Some("http://image-proxy:3128"));
+    assert_eq!(o.layers["HTTPS_PROXY"], EnvSource::Baseline);
+    for name in [
+        "https_proxy",
+        "NODE_EXTRA_CA_CERTS",
+        "OPENSSL_CONF",
+        "SHELL",
+        "GIT_SSH_COMMAND",
+        "XDG_CONFIG_HOME",
+        "PAGER",
+    ] {
+        assert!(o.get(name).is_none(), "{name} reached the agent");
+    }
+    assert_eq!(o.get("OK"), Some("1"));
+    let named: Vec<(usize, &str)> = o
+        .dotenv_refused
+        .iter()
+        .map(|r| (r.line, r.name.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (1, "HTTPS_PROXY"),
+            (2, "https_proxy"),
+            (3, "NODE_EXTRA_CA_CERTS"),
+            (4, "OPENSSL_CONF"),
+            (5, "SHELL"),
+            (6, "GIT_SSH_COMMAND"),
+            (7, "XDG_CONFIG_HOME"),
+            (8, "PAGER")
+        ]
+    );
+    assert!(!serde_json::to_string(&o).unwrap().contains("planted"));
+}
+
+#[test]
+fn trusted_layers_set_proxy_ca_openssl_shell_and_git() {
+    let mut m = manifest("pi", None);
+    m.env
+        .set
+        .insert("HTTPS_PROXY".into(), "http://harness-proxy:3128".into());
+    m.env.set.insert("SHELL".into(), "/bin/bash".into());
+    let o = build(
+        &m,
+        &base(&[
+            ("NODE_EXTRA_CA_CERTS", "/etc/ssl/ca.pem"),
+            ("OPENSSL_CONF", "/etc/ssl/openssl.cnf"),
+            ("GIT_SSH_COMMAND", "ssh -F /etc/ssh/image_config"),
+            ("CLAUDE_CODE_SHELL_PREFIX", "/usr/bin/audit"),
+            ("no_proxy", "localhost"),
+        ]),
+    )
+    .unwrap();
+    assert!(o.removed.is_empty(), "{:?}", o.removed);
+    assert_eq!(o.get("NODE_EXTRA_CA_CERTS"), Some("/etc/ssl/ca.pem"));
+    assert_eq!(o.get("OPENSSL_CONF"), Some("/etc/ssl/openssl.cnf"));
+    assert_eq!(
+        o.get("GIT_SSH_COMMAND"),
+        Some("ssh -F /etc/ssh/image_config")
+    );
+    assert_eq!(o.get("CLAUDE_CODE_SHELL_PREFIX"), Some("/usr/bin/audit"));
+    assert_eq!(o.get("no_proxy"), Some("localhost"));
+    assert_eq!(o.get("HTTPS_PROXY"), Some("http://harness-proxy:3128"));
+    assert_eq!(o.get("SHELL"), Some("/bin/bash"));
+    assert_eq!(o.layers["SHELL"], EnvSource::Harness);
+    assert_eq!(o.layers["OPENSSL_CONF"], EnvSource::Baseline);
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__plugin_env_cannot_set_proxy_or_program_names() {
+    for name in [
+        "HTTPS_PROXY",
+        "PAGER",
+        "XDG_CONFIG_HOME",
+        "SHELL",
+        "OPENSSL_CONF",
+    ] {
+        let mut m = manifest("pi", None);
+        m.trees.push(tree_with_env("p", &[(name, "/planted")]));
+        let err = build(&m, &[]).unwrap_err();
+        assert!(matches!(err, EnvError::PluginEnv { .. }), "{name}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(name) && !text.contains("/planted"), "{text}");
+    }
+}
+
+#[test]
+fn layers_name_the_source_of_every_variable() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(&dotenv, "GREETING=hi\nPATH=/w/bin:$PATH\nHOME=/planted\n").unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    m.env.set.insert("LANG".into(), "C.UTF-8".into());
+    m.trees.push(tree_with_env("a", &[("LEVEL", "3")]));
+    let o = build(&m, &base(&[("IMAGE", "x"), ("PATH", "/usr/bin")])).unwrap();
+    assert_eq!(o.layers["IMAGE"], EnvSource::Baseline);
+    assert_eq!(o.layers["GREETING"], EnvSource::Dotenv);
+    // The pin kept the `.env`'s PATH: the record says so.
+    assert_eq!(o.get("PATH"), Some("/w/bin:/usr/bin"));
+    assert_eq!(o.layers["PATH"], EnvSource::Dotenv);
+    assert_eq!(o.layers["LANG"], EnvSource::Harness);
+    assert_eq!(o.layers["HOME"], EnvSource::Pin);
+    assert_eq!(o.layers["PI_OFFLINE"], EnvSource::Pin);
+    assert_eq!(o.layers["LEVEL"], EnvSource::Plugin("/t/a".into()));
+    let names: Vec<&String> = o.env.iter().map(|(k, _)| k).collect();
+    let listed: Vec<&String> = o.layers.keys().collect();
+    assert_eq!(names, listed);
+    let json = serde_json::to_value(&o).unwrap();
+    assert_eq!(json["layers"]["LEVEL"], "plugin:/t/a");
+    assert_eq!(json["layers"]["HOME"], "pin");
+    // No layer sets PATH: the default is the pin's.
+    let o = build(&manifest("command", None), &[]).unwrap();
+    assert_eq!(o.layers["PATH"], EnvSource::Pin);
+    for text in ["baseline", "dotenv", "harness", "pin", "plugin:/x/y"] {
+        let layer = EnvSource::try_from(text.to_string()).unwrap();
+        assert_eq!(layer.to_string(), text);
+    }
+    assert!(EnvSource::try_from("image".to_string()).is_err());
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_sizes_are_refused_by_name_within_the_limits() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    let mut text = format!("BIG={}\nA={}\n", "b".repeat(200_000), "a".repeat(60_000));
+    for i in 0..40 {
+        text.push_str(&format!("X{i}=$A\n"));
+    }
+    std::fs::write(&dotenv, text).unwrap();
+    let m = manifest("command", Some(&dotenv));
+    let o = build(&m, &[]).unwrap();
+    assert!(o.get("BIG").is_none());
+    let big = &o.dotenv_refused[0];
+    assert_eq!((big.line, big.name.as_deref()), (1, Some("BIG")));
+    assert!(big.reason.contains(&DOTENV_MAX_ENTRY_BYTES.to_string()));
+    // A and three copies fit the .env's total; the fourth copy and the rest are refused.
+    assert!(o.get("X2").is_some() && o.get("X3").is_none());
+    let total = &o.dotenv_refused[1];
+    assert_eq!((total.line, total.name.as_deref()), (6, Some("X3")));
+    assert!(total.reason.contains(&DOTENV_MAX_TOTAL_BYTES.to_string()));
+    assert_eq!(o.dotenv_refused.len(), 1 + 37);
+    let size: usize = o.env.iter().map(|(k, v)| exec_cost(k, v)).sum();
+    assert!(size <= ENV_MAX_TOTAL_BYTES, "{size}");
+}
+
+#[test]
+fn an_environment_execve_would_refuse_is_an_error_naming_it() {
+    let mut m = manifest("command", None);
+    m.env.set.insert("HUGE".into(), "h".repeat(140_000));
+    let err = build(&m, &[]).unwrap_err();
+    assert!(
+        matches!(&err, EnvError::EntryTooLong { name, layer: EnvSource::Harness, .. } if name == "HUGE"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("HUGE (set by harness)"), "{text}");
+    assert!(!text.contains("hhhh"), "{text}");
+
+    let many: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("IMG{i}"), "i".repeat(100_000)))
+        .collect();
+    let err = build(&manifest("command", None), &many).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, EnvError::TooLarge { .. }), "{text}");
+    assert!(
+        text.contains("IMG0 (baseline, 100014 bytes)") && text.contains("over the limit of 524288"),
+        "{text}"
+    );
+}
+
+#[test]
+fn policy_doc_in_manifest_md_is_generated_from_the_code() {
+    // docs/manifest.md carries the pins, the rule lists and the limits between two markers;
+    // they must be what the code enforces. PITCREW_UPDATE_DOCS=1 rewrites them.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/manifest.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let begin = text
+        .find(POLICY_DOC_BEGIN)
+        .map(|i| i + POLICY_DOC_BEGIN.len() + 1)
+        .expect("docs/manifest.md has no env-policy begin marker");
+    let end = text
+        .find(POLICY_DOC_END)
+        .expect("docs/manifest.md has no env-policy end marker");
+    let expected = policy_doc();
+    if text[begin..end] != expected {
+        if std::env::var("PITCREW_UPDATE_DOCS").as_deref() == Ok("1") {
+            let updated = format!("{}{expected}{}", &text[..begin], &text[end..]);
+            std::fs::write(&path, updated).unwrap();
+        } else {
+            panic!(
+                "the env-policy tables of docs/manifest.md differ from the code; run \
+                     PITCREW_UPDATE_DOCS=1 cargo test -p pitcrew-supervisor --lib policy_doc\n\
+                     expected:\n{expected}"
+            );
+        }
+    }
+}

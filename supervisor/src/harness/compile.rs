@@ -1,0 +1,202 @@
+//! Compiling a clean harness for one sandbox: the [`Manifest`] the supervisor verifies against,
+//! with every expected digest computed from the host's own copies, and the [`Upload`]s that put
+//! those copies where the manifest pins them. Both come out of one pass over the checked
+//! entries, so every pinned tree and file has exactly one upload to its pinned path.
+
+use super::fs_checks::file_name;
+use super::layout::SandboxLayout;
+use super::model::Validated;
+use crate::exit_code::PinRole;
+use crate::manifest::{
+    Agent, EnvSpec, FileListing, FilePin, Limits, Manifest, Runtime, RuntimeDirs, TreeKind,
+    TreePin, MANIFEST_VERSION,
+};
+use crate::plugin_format::PluginClass;
+use crate::protocol::Owner;
+use crate::tree_hash::TreeFormat;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What an upload carries: a pinned tree (plugin, skills), a pinned file (adapter) or the
+/// agent's workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadKind {
+    /// A plugin directory, pinned as a tree.
+    PluginTree,
+    /// A skills directory, pinned as a tree.
+    SkillTree,
+    /// An adapter, a single pinned file (its sandbox path names the file itself).
+    AdapterFile,
+    /// The agent's workspace directory (not pinned: the agent works in it).
+    Workspace,
+}
+
+/// One host path and where it goes inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// What it is.
+    pub kind: UploadKind,
+    /// The host's copy: a directory for trees and the workspace, a file for adapters.
+    pub host_path: PathBuf,
+    /// Its absolute path inside the sandbox (the pinned path for trees and adapters).
+    pub sandbox_path: String,
+    /// Who owns it inside the sandbox: the agent's user for the workspace; `None` (the
+    /// supervisor's own, not writable by the agent) for everything pinned.
+    pub owner: Option<Owner>,
+}
+
+/// A harness compiled for one sandbox: what the supervisor verifies and what to upload first.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The manifest for the supervisor.
+    pub manifest: Manifest,
+    /// Every upload, in order: plugin trees, skills trees, adapter files, then the workspace.
+    pub uploads: Vec<Upload>,
+}
+
+impl Validated {
+    /// The manifest for a clean harness, with sandbox paths from `layout`. `None` if the
+    /// harness had problems.
+    pub fn manifest(&self, layout: &SandboxLayout) -> Option<Manifest> {
+        self.compile(layout).map(|c| c.manifest)
+    }
+
+    /// The manifest for a clean harness and the uploads that go with it, with sandbox paths
+    /// from `layout`. `None` if the harness had problems.
+    pub fn compile(&self, layout: &SandboxLayout) -> Option<Compiled> {
+        if !self.is_ok() {
+            return None;
+        }
+        let h = self.harness.as_ref()?;
+        let mut uploads = Vec::new();
+        let mut pinned = |kind, host_path: &PathBuf, sandbox_path: &str| {
+            uploads.push(Upload {
+                kind,
+                host_path: host_path.clone(),
+                sandbox_path: sandbox_path.to_string(),
+                owner: None,
+            });
+        };
+        let mut trees = Vec::new();
+        for p in &self.plugins {
+            let (kind, entries) = match &p.class {
+                PluginClass::Pi(pi) => (TreeKind::PiExtension, pi.entries.clone()),
+                PluginClass::Claude(_) => (TreeKind::ClaudePlugin, Vec::new()),
+            };
+            // A plugin the runtime does not load is still uploaded and verified (it is part of
+            // the harness), but it is data for this runtime.
+            let kind = if p.loaded { kind } else { TreeKind::Data };
+            let path = layout.plugin(&p.spec.name);
+            pinned(UploadKind::PluginTree, &p.spec.host_path, &path);
+            trees.push(TreePin {
+                name: p.spec.name.clone(),
+                path,
+                role: PinRole::Plugin,
+                kind,
+                format: TreeFormat::PiTreeV1,
+                sha256: p.digest.sha256.clone(),
+                files: FileListing::from_records(&p.digest.listing.files).ok()?,
+                dirs: p.digest.listing.dirs.clone(),
+                entries: if kind == TreeKind::PiExtension {
+                    entries
+                } else {
+                    Vec::new()
+                },
+                env: p.spec.env.clone(),
+                pi_args: p.spec.pi_args.clone(),
+            });
+        }
+        for s in &self.skills {
+            let path = layout.skill(&s.spec.name);
+            pinned(UploadKind::SkillTree, &s.spec.host_path, &path);
+            trees.push(TreePin {
+                name: format!("skill:{}", s.spec.name),
+                path,
+                role: PinRole::Skill,
+                kind: TreeKind::Data,
+                format: TreeFormat::PiTreeV1,
+                sha256: s.digest.sha256.clone(),
+                files: FileListing::from_records(&s.digest.listing.files).ok()?,
+                dirs: s.digest.listing.dirs.clone(),
+                entries: Vec::new(),
+                env: BTreeMap::new(),
+                pi_args: Vec::new(),
+            });
+        }
+        let mut files = Vec::new();
+        for a in &self.adapters {
+            let path = layout.adapter(a.spec.role, &file_name(&a.spec.host_path));
+            pinned(UploadKind::AdapterFile, &a.spec.host_path, &path);
+            files.push(FilePin {
+                path,
+                role: a.spec.role,
+                sha256: a.sha256.clone(),
+                size: Some(a.size),
+                usage: a.spec.usage,
+            });
+        }
+        let (binary, args) = match h.runtime {
+            Runtime::Command => (
+                h.command.first().cloned().unwrap_or_default(),
+                h.command.iter().skip(1).cloned().collect(),
+            ),
+            rt => (
+                h.agent
+                    .binary
+                    .clone()
+                    .or_else(|| rt.default_binary().map(str::to_string))
+                    .unwrap_or_default(),
+                h.agent.args.clone(),
+            ),
+        };
+        let config = layout.config_dir();
+        let manifest = Manifest {
+            version: MANIFEST_VERSION,
+            runtime: h.runtime,
+            agent: Agent {
+                binary,
+                sha256: None,
+                args,
+                model: h.agent.model.clone(),
+                tools: h.agent.tools.clone(),
+                claude_agent: h.agent.claude_agent.clone(),
+            },
+            prompt: h.prompt.clone(),
+            trees,
+            files,
+            env: EnvSpec {
+                dotenv: None,
+                set: h.env.clone(),
+            },
+            workdir: layout.workdir(),
+            dirs: RuntimeDirs {
+                home: Some(layout.home()),
+                tmp: Some(layout.tmp()),
+                sessions: (h.runtime == Runtime::Pi).then(|| format!("{config}/sessions")),
+                config: Some(config),
+            },
+            user: Default::default(),
+            output: Default::default(),
+            limits: Limits {
+                timeout_ms: u64::try_from(h.timeout.as_millis()).unwrap_or(u64::MAX),
+                processes: h.processes,
+                memory_bytes: h.memory,
+                ..Limits::default()
+            },
+            confinement: Default::default(),
+        };
+        // The workspace is the agent's: owned by the identity the manifest runs it as.
+        if let Some(work) = &h.workdir {
+            uploads.push(Upload {
+                kind: UploadKind::Workspace,
+                host_path: work.clone(),
+                sandbox_path: manifest.workdir.clone(),
+                owner: Some(Owner {
+                    uid: manifest.user.uid,
+                    gid: manifest.user.gid,
+                }),
+            });
+        }
+        Some(Compiled { manifest, uploads })
+    }
+}

@@ -1,0 +1,214 @@
+//! The list entries of a harness: `plugins` (a path or `{path, env, pi}`), `adapters`
+//! (`{path, role, use}`) and `skills` (paths), each checked for its shape, its rules and a local
+//! path, before the file-system checks hash them.
+
+use super::fs_checks::file_name;
+use super::model::{AdapterSpec, PluginSpec, SkillSpec};
+use super::yaml::{enum_name, location, Checker};
+use crate::env_policy;
+use crate::exit_code::PinRole;
+use crate::manifest::{FileUse, Runtime};
+use marked_yaml::Node;
+use std::collections::BTreeMap;
+
+impl Checker {
+    /// The `plugins:` list.
+    pub(super) fn plugins(&mut self, node: &Node) -> Vec<PluginSpec> {
+        let Some(seq) = self.sequence(node, "plugins") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in seq.iter().enumerate() {
+            let field = format!("plugins[{i}]");
+            let at = location(item);
+            let (raw, env_node, pi_node) = match item {
+                Node::Scalar(s) => (s.as_str().to_string(), None, None),
+                Node::Mapping(m) => {
+                    self.unknown_keys(m, &field, &["path", "env", "pi"]);
+                    let Some(raw) = m.get_node("path").and_then(|n| self.string(n, &field)) else {
+                        self.problem(at, format!("{field}.path"), "missing");
+                        continue;
+                    };
+                    (raw, m.get_node("env"), m.get_node("pi"))
+                }
+                Node::Sequence(_) => {
+                    self.problem(at, &field, "expected a path or {path, env, pi}");
+                    continue;
+                }
+            };
+            let mut env = BTreeMap::new();
+            if let Some(n) = env_node {
+                for (k, v, kat) in self.env_map(n, &format!("{field}.env")) {
+                    for p in env_policy::plugin_env_problems(&k, &v) {
+                        self.problem(kat, format!("{field}.env.{k}"), p.to_string());
+                    }
+                    env.insert(k, v);
+                }
+            }
+            let mut pi_args = Vec::new();
+            if let Some(n) = pi_node {
+                if let Some(m) = self.mapping(n, &format!("{field}.pi")) {
+                    self.unknown_keys(m, &format!("{field}.pi"), &["args"]);
+                    if let Some(a) = m.get_node("args") {
+                        pi_args = self.string_list(a, &format!("{field}.pi.args"));
+                        for (j, p) in env_policy::pi_args_problems(&pi_args, None) {
+                            self.problem(
+                                location(a),
+                                format!("{field}.pi.args[{j}]"),
+                                p.to_string(),
+                            );
+                        }
+                    }
+                }
+            }
+            let Some(host_path) = self.local_path(at, &format!("{field}.path"), &raw) else {
+                continue;
+            };
+            if !host_path.is_dir() {
+                self.problem(
+                    at,
+                    format!("{field}.path"),
+                    format!(
+                        "{} is not a directory (plugins are directories)",
+                        host_path.display()
+                    ),
+                );
+                continue;
+            }
+            out.push(PluginSpec {
+                name: file_name(&host_path),
+                path: raw,
+                host_path,
+                env,
+                pi_args,
+            });
+        }
+        out
+    }
+
+    /// The `adapters:` list (`use:` checked against `runtime` when there is one).
+    pub(super) fn adapters(&mut self, node: &Node, runtime: Option<Runtime>) -> Vec<AdapterSpec> {
+        let Some(seq) = self.sequence(node, "adapters") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in seq.iter().enumerate() {
+            let field = format!("adapters[{i}]");
+            let at = location(item);
+            let Some(m) = self.mapping(item, &field) else {
+                continue;
+            };
+            self.unknown_keys(m, &field, &["path", "role", "use"]);
+            let raw = m
+                .get_node("path")
+                .and_then(|n| self.string(n, &format!("{field}.path")));
+            let role = match m.get_node("role") {
+                None => {
+                    self.problem(at, format!("{field}.role"), role_help("missing"));
+                    None
+                }
+                Some(n) => self.string(n, &format!("{field}.role")).and_then(|r| {
+                    let parsed = PinRole::parse(&r)
+                        .filter(|r| !matches!(r, PinRole::Plugin | PinRole::Skill));
+                    if parsed.is_none() {
+                        self.problem(
+                            location(n),
+                            format!("{field}.role"),
+                            role_help(&format!("{r:?} is not an adapter role")),
+                        );
+                    }
+                    parsed
+                }),
+            };
+            let usage = match m.get_node("use") {
+                None => Some(FileUse::Verify),
+                Some(n) => self.string(n, &format!("{field}.use")).and_then(|name| {
+                    let usage = enum_name::<FileUse>(&name);
+                    if usage.is_none() {
+                        self.problem(
+                            location(n),
+                            format!("{field}.use"),
+                            format!("{name:?} is not one of verify, pi-extension, claude-settings"),
+                        );
+                    }
+                    usage
+                }),
+            };
+            match (usage, runtime) {
+                (Some(FileUse::PiExtension), Some(rt)) if rt != Runtime::Pi => self.problem(
+                    m.get_node("use").and_then(location),
+                    format!("{field}.use"),
+                    format!(
+                        "pi-extension adapters are loaded by pi, not by runtime {}",
+                        rt.as_str()
+                    ),
+                ),
+                (Some(FileUse::ClaudeSettings), Some(rt)) if rt != Runtime::Claude => self.problem(
+                    m.get_node("use").and_then(location),
+                    format!("{field}.use"),
+                    format!(
+                        "claude-settings adapters are read by Claude Code, not by runtime {}",
+                        rt.as_str()
+                    ),
+                ),
+                _ => {}
+            }
+            let Some(raw) = raw else {
+                self.problem(at, format!("{field}.path"), "missing");
+                continue;
+            };
+            let Some(host_path) = self.local_path(at, &format!("{field}.path"), &raw) else {
+                continue;
+            };
+            let (Some(role), Some(usage)) = (role, usage) else {
+                continue;
+            };
+            out.push(AdapterSpec {
+                path: raw,
+                host_path,
+                role,
+                usage,
+            });
+        }
+        out
+    }
+
+    /// The `skills:` list.
+    pub(super) fn skills(&mut self, node: &Node) -> Vec<SkillSpec> {
+        let Some(seq) = self.sequence(node, "skills") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in seq.iter().enumerate() {
+            let field = format!("skills[{i}]");
+            let at = location(item);
+            let Some(raw) = self.string(item, &field) else {
+                continue;
+            };
+            let Some(host_path) = self.local_path(at, &field, &raw) else {
+                continue;
+            };
+            if !host_path.is_dir() {
+                self.problem(
+                    at,
+                    &field,
+                    format!("{} is not a directory", host_path.display()),
+                );
+                continue;
+            }
+            out.push(SkillSpec {
+                name: file_name(&host_path),
+                path: raw,
+                host_path,
+            });
+        }
+        out
+    }
+}
+
+/// The message for a missing or unknown adapter role, with every role and its exit code.
+fn role_help(what: &str) -> String {
+    format!(
+        "{what}: role is one of hook-adapter (exit 97), runtime-manifest (95), sub-agent (94), edit-repair (93), config (98)"
+    )
+}

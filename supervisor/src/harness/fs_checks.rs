@@ -1,0 +1,266 @@
+//! The checks that need the file system: harness paths resolved and kept inside the harness
+//! directory, the records directory walked without following links, plugin formats and their
+//! registered flags, tree digests (which refuse symlinks and special files), adapter files and
+//! duplicate upload names.
+
+use super::model::{CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, Location, Validated};
+use super::yaml::{location, Checker};
+use crate::env_policy;
+use crate::exit_code::PinRole;
+use crate::manifest::Runtime;
+use crate::plugin_format::{self, PluginClass};
+use crate::tree_hash::{self, TreeFormat};
+use marked_yaml::Node;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
+
+/// Checks the records directory `output` (below the harness directory `base`) without
+/// following links: a symlink in any component below `base` is refused, since records written
+/// through it would land outside the harness directory; so is a component that is not a
+/// directory. Components that do not exist yet are fine (`pitcrew run` creates them, again
+/// without following links). The error names the offending path.
+pub fn check_output_dir(base: &Path, output: &Path) -> Result<(), String> {
+    let rel = output.strip_prefix(base).map_err(|_| {
+        format!(
+            "{} is not inside the harness directory {}",
+            output.display(),
+            base.display()
+        )
+    })?;
+    let mut reached = base.to_path_buf();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => reached.push(name),
+            Component::CurDir => continue,
+            _ => {
+                return Err(format!(
+                    "{}: only plain names below the harness directory",
+                    output.display()
+                ))
+            }
+        }
+        match std::fs::symlink_metadata(&reached) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symlink: records are written only to real directories inside the \
+                     harness directory (links are not followed)",
+                    reached.display()
+                ))
+            }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(format!("{} is not a directory", reached.display()))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{}: {e}", reached.display())),
+        }
+    }
+    Ok(())
+}
+
+/// The last component of `path` (the upload name of a directory or file).
+pub(super) fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+impl Checker {
+    /// Resolves a harness-relative path: refuses remote sources, absolute paths, `..` and
+    /// anything that resolves (through symlinks) outside the harness directory.
+    pub(super) fn local_path(
+        &mut self,
+        at: Option<Location>,
+        field: &str,
+        raw: &str,
+    ) -> Option<PathBuf> {
+        const REMOTE: &[&str] = &[
+            "npm:", "git:", "github:", "ssh:", "http:", "https:", "file:", "git+", "builtin:",
+        ];
+        if let Some(scheme) = REMOTE.iter().find(|s| raw.starts_with(**s)) {
+            self.problem(
+                at,
+                field,
+                format!(
+                    "{raw:?}: {scheme} sources are refused: plugins are local, vendored directories (pi would fetch them from the network at startup)"
+                ),
+            );
+            return None;
+        }
+        if raw.contains("://") {
+            self.problem(
+                at,
+                field,
+                format!("{raw:?}: URLs are refused; use a local path"),
+            );
+            return None;
+        }
+        if raw.is_empty() {
+            self.problem(at, field, "empty path");
+            return None;
+        }
+        let rel = Path::new(raw);
+        if rel.is_absolute() {
+            self.problem(
+                at,
+                field,
+                format!("{raw:?} is absolute; paths are relative to the harness file"),
+            );
+            return None;
+        }
+        if rel.components().any(|c| matches!(c, Component::ParentDir)) {
+            self.problem(
+                at,
+                field,
+                format!("{raw:?} has a '..' segment; paths must stay inside the harness directory"),
+            );
+            return None;
+        }
+        let joined = self.base.join(rel);
+        match joined.canonicalize() {
+            Ok(real) if real.starts_with(&self.base) => Some(real),
+            Ok(real) => {
+                self.problem(
+                    at,
+                    field,
+                    format!(
+                        "{raw:?} resolves to {} outside the harness directory {}",
+                        real.display(),
+                        self.base.display()
+                    ),
+                );
+                None
+            }
+            Err(err) => {
+                self.problem(at, field, format!("{}: {err}", joined.display()));
+                None
+            }
+        }
+    }
+
+    /// Checks that need the file system: plugin formats and registered flags, tree digests
+    /// (which refuse symlinks and special files), adapter files, duplicate upload names.
+    pub(super) fn deep_checks(&mut self, h: &Harness, node: &Node, out: &mut Validated) {
+        let top = node.as_mapping();
+        let item_loc = |key: &str, i: usize| -> Option<Location> {
+            top.and_then(|m| m.get_sequence(key))
+                .and_then(|s| s.get_node(i))
+                .and_then(location)
+        };
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, spec) in h.plugins.iter().enumerate() {
+            let at = item_loc("plugins", i);
+            let field = format!("plugins[{i}]");
+            if let Some(first) = names.insert(spec.name.clone(), i) {
+                self.problem(
+                    at,
+                    &field,
+                    format!(
+                        "uploads under the same name {:?} as plugins[{first}]; rename one directory",
+                        spec.name
+                    ),
+                );
+            }
+            let class = match plugin_format::classify(&spec.host_path) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.problem(at, &field, e.to_string());
+                    continue;
+                }
+            };
+            let loaded = match (&class, h.runtime) {
+                (PluginClass::Pi(pi), _) => {
+                    if !spec.pi_args.is_empty() {
+                        for (j, p) in
+                            env_policy::pi_args_problems(&spec.pi_args, Some(&pi.registered_flags))
+                        {
+                            if matches!(p, env_policy::PiArgProblem::Unregistered { .. }) {
+                                self.problem(at, format!("{field}.pi.args[{j}]"), p.to_string());
+                            }
+                        }
+                    }
+                    h.runtime == Runtime::Pi
+                }
+                (PluginClass::Claude(_), _) => {
+                    if !spec.env.is_empty() {
+                        self.problem(
+                            at,
+                            format!("{field}.env"),
+                            "a Claude plugin takes no env: (it would be silently dropped)",
+                        );
+                    }
+                    if !spec.pi_args.is_empty() {
+                        self.problem(
+                            at,
+                            format!("{field}.pi"),
+                            "a Claude plugin takes no pi: options",
+                        );
+                    }
+                    h.runtime == Runtime::Claude
+                }
+            };
+            if !loaded {
+                self.note(
+                    at,
+                    &field,
+                    format!(
+                        "{} is a {} plugin: runtime {} names and skips it",
+                        spec.name,
+                        class.kind(),
+                        h.runtime.as_str()
+                    ),
+                );
+            }
+            match tree_hash::hash_tree(&spec.host_path, TreeFormat::PiTreeV1) {
+                Ok(digest) => out.plugins.push(CheckedPlugin {
+                    spec: spec.clone(),
+                    class,
+                    digest,
+                    loaded,
+                }),
+                Err(e) => self.problem(at, &field, e.to_string()),
+            }
+        }
+        let mut skill_names = BTreeSet::new();
+        for (i, spec) in h.skills.iter().enumerate() {
+            let at = item_loc("skills", i);
+            if !skill_names.insert(spec.name.clone()) {
+                self.problem(
+                    at,
+                    format!("skills[{i}]"),
+                    format!("a second skills directory named {:?}", spec.name),
+                );
+            }
+            match tree_hash::hash_tree(&spec.host_path, TreeFormat::PiTreeV1) {
+                Ok(digest) => out.skills.push(CheckedSkill {
+                    spec: spec.clone(),
+                    digest,
+                }),
+                Err(e) => self.problem(at, format!("skills[{i}]"), e.to_string()),
+            }
+        }
+        let mut adapter_names = BTreeMap::new();
+        for (i, spec) in h.adapters.iter().enumerate() {
+            let at = item_loc("adapters", i);
+            let dest = (spec.role == PinRole::Config, file_name(&spec.host_path));
+            if let Some(first) = adapter_names.insert(dest.clone(), i) {
+                self.problem(
+                    at,
+                    format!("adapters[{i}]"),
+                    format!(
+                        "uploads under the same name {:?} as adapters[{first}]",
+                        dest.1
+                    ),
+                );
+            }
+            match tree_hash::sha256_file(&spec.host_path) {
+                Ok(rec) => out.adapters.push(CheckedAdapter {
+                    spec: spec.clone(),
+                    sha256: rec.sha256,
+                    size: rec.size,
+                }),
+                Err(e) => self.problem(at, format!("adapters[{i}]"), e.to_string()),
+            }
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The top-level keys of a harness checked into a [`Harness`]: `runtime`, `agent`, `command`,
+//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `timeout`), `workdir`,
+//! `output` and `validation`, each against its rule, with the list entries (`plugins`,
+//! `adapters`, `skills`) handed to their own checks.
+
+use super::fs_checks::check_output_dir;
+use super::model::{AgentSection, Harness, Location};
+use super::units::{parse_duration, parse_size};
+use super::yaml::{enum_name, location, Checker};
+use crate::env_policy;
+use crate::manifest::Runtime;
+use marked_yaml::Node;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// Every key a harness may have at the top.
+const TOP_KEYS: &[&str] = &[
+    "runtime",
+    "agent",
+    "command",
+    "prompt",
+    "plugins",
+    "adapters",
+    "skills",
+    "env",
+    "iterations",
+    "timeout",
+    "processes",
+    "memory",
+    "workdir",
+    "output",
+    "validation",
+];
+
+/// The largest `processes:` a harness may ask for (the kernel's own `pid_max` limit).
+const MAX_PROCESSES: u64 = 4_194_304;
+
+impl Checker {
+    /// Checks the program the agent runs as (`agent.binary`, `command[0]`) by the manifest's
+    /// rule for it: not empty, and a name with a '/' is an absolute path inside the sandbox.
+    fn program(&mut self, at: Option<Location>, field: &str, what: &str, name: &str) {
+        if name.is_empty() {
+            self.problem(at, field, format!("an empty {what} name"));
+        } else if name.contains('/') {
+            if !name.starts_with('/') {
+                self.problem(
+                    at,
+                    field,
+                    format!("a {what} with a '/' must be an absolute path inside the sandbox"),
+                );
+            } else if let Some(problem) = crate::manifest::sandbox_path_problem(name) {
+                self.problem(at, field, problem);
+            }
+        }
+    }
+
+    /// Checks the whole harness for shapes and rules; `None` when it is not a mapping or has
+    /// no runtime (the problems say why).
+    pub(super) fn harness(&mut self, file: &Path, node: &Node) -> Option<Harness> {
+        let top = self.mapping(node, "")?;
+        self.unknown_keys(top, "", TOP_KEYS);
+        let runtime = match top.get_node("runtime") {
+            None => {
+                self.problem(location(node), "runtime", "missing (pi, claude or command)");
+                None
+            }
+            Some(n) => self.string(n, "runtime").and_then(|name| {
+                let runtime = enum_name::<Runtime>(&name);
+                if runtime.is_none() {
+                    self.problem(
+                        location(n),
+                        "runtime",
+                        format!("{name:?} is not a runtime (pi, claude or command)"),
+                    );
+                }
+                runtime
+            }),
+        };
+
+        let mut agent = AgentSection::default();
+        if let Some(n) = top.get_node("agent") {
+            if let Some(m) = self.mapping(n, "agent") {
+                self.unknown_keys(
+                    m,
+                    "agent",
+                    &["binary", "args", "model", "tools", "claude_agent"],
+                );
+                agent.binary = m
+                    .get_node("binary")
+                    .and_then(|n| self.string(n, "agent.binary"));
+                if let Some(b) = &agent.binary {
+                    let at = m.get_node("binary").and_then(location);
+                    self.program(at, "agent.binary", "binary", b);
+                }
+                if let Some(n) = m.get_node("args") {
+                    agent.args = self.string_list(n, "agent.args");
+                }
+                agent.model = m
+                    .get_node("model")
+                    .and_then(|n| self.string(n, "agent.model"));
+                if let Some(n) = m.get_node("tools") {
+                    agent.tools = self.string_list(n, "agent.tools");
+                }
+                agent.claude_agent = m
+                    .get_node("claude_agent")
+                    .and_then(|n| self.string(n, "agent.claude_agent"));
+            }
+        }
+
+        let command = match top.get_node("command") {
+            Some(n) => self.string_list(n, "command"),
+            None => Vec::new(),
+        };
+        let prompt = top
+            .get_node("prompt")
+            .and_then(|n| self.string(n, "prompt"));
+        match runtime {
+            Some(Runtime::Command) => {
+                if command.is_empty() {
+                    self.problem(
+                        location(node),
+                        "command",
+                        "runtime command needs a non-empty `command:` argv list",
+                    );
+                }
+                if top.get_node("agent").is_some() {
+                    self.problem(
+                        top.get_node("agent").and_then(location),
+                        "agent",
+                        "runtime command takes its program from `command:`, not `agent:`",
+                    );
+                }
+            }
+            Some(rt) => {
+                if let Some(n) = top.get_node("command") {
+                    self.problem(
+                        location(n),
+                        "command",
+                        format!(
+                            "`command:` is only for runtime command, not {}",
+                            rt.as_str()
+                        ),
+                    );
+                }
+                match &prompt {
+                    None => self.problem(
+                        location(node),
+                        "prompt",
+                        format!("runtime {} needs a prompt", rt.as_str()),
+                    ),
+                    Some(p) if p.starts_with('-') => self.problem(
+                        top.get_node("prompt").and_then(location),
+                        "prompt",
+                        "a prompt starting with '-' would be read as an option",
+                    ),
+                    Some(_) => {}
+                }
+            }
+            None => {}
+        }
+        if let Some(cmd0) = command.first() {
+            let at = top.get_node("command").and_then(location);
+            self.program(at, "command[0]", "program", cmd0);
+        }
+
+        let plugins = match top.get_node("plugins") {
+            Some(n) => self.plugins(n),
+            None => Vec::new(),
+        };
+        let adapters = match top.get_node("adapters") {
+            Some(n) => self.adapters(n, runtime),
+            None => Vec::new(),
+        };
+        let skills = match top.get_node("skills") {
+            Some(n) => self.skills(n),
+            None => Vec::new(),
+        };
+
+        let mut env = BTreeMap::new();
+        if let Some(n) = top.get_node("env") {
+            for (k, v, at) in self.env_map(n, "env") {
+                for p in env_policy::sandbox_env_problems(&k, &v) {
+                    self.problem(at, format!("env.{k}"), p.to_string());
+                }
+                env.insert(k, v);
+            }
+        }
+
+        let iterations = match top.get_node("iterations") {
+            None => 1,
+            Some(n) => match n.as_scalar().and_then(|s| s.as_u32()) {
+                Some(i) if (1..=1000).contains(&i) => i,
+                _ => {
+                    self.problem(
+                        location(n),
+                        "iterations",
+                        "expected an integer from 1 to 1000",
+                    );
+                    1
+                }
+            },
+        };
+        let processes = match top.get_node("processes") {
+            None => crate::manifest::DEFAULT_PROCESSES,
+            Some(n) => match n.as_scalar().and_then(|s| s.as_u64()) {
+                Some(p) if (1..=MAX_PROCESSES).contains(&p) => p,
+                _ => {
+                    self.problem(
+                        location(n),
+                        "processes",
+                        format!("expected an integer from 1 to {MAX_PROCESSES}"),
+                    );
+                    crate::manifest::DEFAULT_PROCESSES
+                }
+            },
+        };
+        let memory = match top.get_node("memory") {
+            None => crate::manifest::DEFAULT_MEMORY_BYTES,
+            Some(n) => match self.string(n, "memory").as_deref().map(parse_size) {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(e)) => {
+                    self.problem(location(n), "memory", e);
+                    crate::manifest::DEFAULT_MEMORY_BYTES
+                }
+                None => crate::manifest::DEFAULT_MEMORY_BYTES,
+            },
+        };
+        let timeout = match top.get_node("timeout") {
+            None => Duration::from_secs(30 * 60),
+            Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => {
+                    self.problem(location(n), "timeout", e);
+                    Duration::from_secs(1)
+                }
+                None => Duration::from_secs(1),
+            },
+        };
+        let workdir = top.get_node("workdir").and_then(|n| {
+            let raw = self.string(n, "workdir")?;
+            let path = self.local_path(location(n), "workdir", &raw)?;
+            if !path.is_dir() {
+                self.problem(
+                    location(n),
+                    "workdir",
+                    format!("{} is not a directory", path.display()),
+                );
+                return None;
+            }
+            Some(path)
+        });
+        let output = match top.get_node("output") {
+            None => self.base.join("runs"),
+            Some(n) => match self.string(n, "output") {
+                Some(raw)
+                    if !raw.is_empty()
+                        && !Path::new(&raw).is_absolute()
+                        && !raw.split('/').any(|s| s == "..") =>
+                {
+                    self.base.join(raw)
+                }
+                Some(raw) => {
+                    self.problem(
+                        location(n),
+                        "output",
+                        format!("{raw:?} must be a relative path inside the harness directory"),
+                    );
+                    self.base.join("runs")
+                }
+                None => self.base.join("runs"),
+            },
+        };
+        if let Err(e) = check_output_dir(&self.base, &output) {
+            self.problem(top.get_node("output").and_then(location), "output", e);
+        }
+        let validation = top.get_node("validation").and_then(|n| match n {
+            Node::Sequence(_) => {
+                let v = self.string_list(n, "validation");
+                if v.is_empty() {
+                    self.problem(location(n), "validation", "an empty command");
+                    None
+                } else {
+                    Some(v)
+                }
+            }
+            _ => {
+                self.problem(
+                    location(n),
+                    "validation",
+                    "expected an argv list (no shell is run for you: write [sh, -c, \"…\"] if you want one)",
+                );
+                None
+            }
+        });
+
+        let runtime = runtime?;
+        Some(Harness {
+            file: file.to_path_buf(),
+            base: self.base.clone(),
+            runtime,
+            agent,
+            command,
+            prompt,
+            plugins,
+            adapters,
+            skills,
+            env,
+            iterations,
+            timeout,
+            processes,
+            memory,
+            workdir,
+            output,
+            validation,
+        })
+    }
+}

@@ -1,0 +1,90 @@
+//! The harness file (YAML): what a run loads, checked completely before anything runs.
+//!
+//! A harness reads like a specification: one key, one effect (reference: `README.md` and
+//! `docs/manifest.md`). [`validate`] runs every check and reports *all* problems at once, each
+//! with its `line:column` in the file; [`Validated::compile`] then turns a clean harness into
+//! the [`Manifest`](crate::manifest::Manifest) the supervisor verifies against, with every
+//! expected digest computed from the host's own copies, and the [`Upload`]s that put those
+//! copies in place ([`Validated::manifest`] when only the manifest is wanted).
+//!
+//! Paths in a harness are relative to the harness file and must stay inside its directory.
+//!
+//! The parts, in the order a harness goes through them:
+//!
+//! - `model`: the types: [`Harness`] and its entries, [`Problem`]s, [`Validated`].
+//! - `yaml`: the YAML loader, node locations and the checker's typed accessors.
+//! - `keys`: the top-level keys checked into a [`Harness`].
+//! - `entries`: the `plugins`, `adapters` and `skills` lists.
+//! - `units`: sizes and durations ([`parse_size`], [`parse_duration`]).
+//! - `fs_checks`: what needs the file system: local paths, the records directory
+//!   ([`check_output_dir`]), plugin formats, digests.
+//! - `layout`: where things go inside the sandbox ([`SandboxLayout`]).
+//! - `compile`: the manifest and the uploads ([`Compiled`], [`Upload`]).
+
+mod compile;
+mod entries;
+mod fs_checks;
+mod keys;
+mod layout;
+mod model;
+mod units;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::compile::{Compiled, Upload, UploadKind};
+pub use self::fs_checks::check_output_dir;
+pub use self::layout::SandboxLayout;
+pub use self::model::{
+    AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, HarnessError,
+    Location, PluginSpec, Problem, SkillSpec, Validated,
+};
+pub use self::units::{parse_duration, parse_size};
+pub use crate::manifest::Runtime;
+
+use self::yaml::{parse_yaml, Checker};
+use std::path::Path;
+
+/// Reads and validates a harness file: shapes, paths, plugin formats, env and argument rules,
+/// tree digests. All problems are collected; only an unreadable or unparsable file is an `Err`.
+pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
+    let text = std::fs::read_to_string(file).map_err(|source| HarnessError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let node = parse_yaml(file, &text)?;
+    let base = file
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."));
+    let base = base.canonicalize().map_err(|source| HarnessError::Read {
+        path: base.to_path_buf(),
+        source,
+    })?;
+    let mut cx = Checker::new(base);
+    let harness = cx.harness(file, &node);
+    let mut out = Validated {
+        harness: None,
+        plugins: Vec::new(),
+        skills: Vec::new(),
+        adapters: Vec::new(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    if let Some(h) = &harness {
+        cx.deep_checks(h, &node, &mut out);
+    }
+    out.harness = harness;
+    out.problems = cx.problems;
+    out.notes = cx.notes;
+    out.problems
+        .sort_by_key(|p| p.location.map(|l| (l.line, l.column)));
+    Ok(out)
+}

@@ -1,0 +1,218 @@
+//! Tests of the whole harness path: validation of a file, then the manifest and the uploads
+//! compiled from it.
+
+use super::*;
+use crate::manifest::FileUse;
+use crate::protocol::Owner;
+
+/// Validates `text` as the harness of an empty directory.
+fn check(text: &str) -> Validated {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(&file, text).unwrap();
+    validate(&file).unwrap()
+}
+
+/// Found by the `harness` fuzz target: `command: [/bin/..]` passed validation, but the
+/// manifest built from it was refused (`'..' segment`), so `validate` said ok and
+/// `--emit-manifest` and `run` failed. The program follows the manifest's rule now.
+#[test]
+fn fuzz_regression_program_paths_follow_the_manifest_rule() {
+    let refused = [
+        (
+            "runtime: command\ncommand: [/bin/.., -c, \"true\"]\n",
+            "command[0]",
+            "'..'",
+        ),
+        ("runtime: command\ncommand: [\"\"]\n", "command[0]", "empty"),
+        (
+            "runtime: pi\nprompt: hi\nagent:\n  binary: \"/usr/bin/pi\\r\"\n",
+            "agent.binary",
+            "carriage return",
+        ),
+        (
+            "runtime: pi\nprompt: hi\nagent:\n  binary: \"\"\n",
+            "agent.binary",
+            "empty",
+        ),
+    ];
+    for (text, field, needle) in refused {
+        let v = check(text);
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.field == field && p.message.contains(needle)),
+            "{text:?}: {:?}",
+            v.problems
+        );
+        assert!(v.manifest(&SandboxLayout::default()).is_none());
+    }
+    for text in [
+        "runtime: command\ncommand: [/bin/true]\n",
+        "runtime: command\ncommand: [sh, -c, \"true\"]\n",
+        "runtime: pi\nprompt: hi\nagent:\n  binary: /usr/local/bin/pi\n",
+    ] {
+        let v = check(text);
+        assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
+        let manifest = v.manifest(&SandboxLayout::default()).unwrap();
+        manifest.validate().unwrap();
+    }
+}
+
+/// The runtime and the adapter `use:` are read by their enums' names; any other name is refused
+/// with the list of the ones there are.
+#[test]
+fn runtime_and_adapter_use_names_are_the_enums_names() {
+    let v = check("runtime: Pi\nprompt: hi\n");
+    assert_eq!(
+        v.problems
+            .iter()
+            .map(|p| (p.field.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [("runtime", "\"Pi\" is not a runtime (pi, claude or command)")]
+    );
+    for (name, runtime) in [
+        ("pi", Runtime::Pi),
+        ("claude", Runtime::Claude),
+        ("command", Runtime::Command),
+    ] {
+        let extra = if runtime == Runtime::Command {
+            "command: [/bin/true]\n"
+        } else {
+            "prompt: hi\n"
+        };
+        let v = check(&format!("runtime: {name}\n{extra}"));
+        assert!(v.is_ok(), "{name}: {:?}", v.problems);
+        assert_eq!(v.harness.unwrap().runtime, runtime);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.js"), "export default () => {};\n").unwrap();
+    let file = dir.path().join("harness.yaml");
+    let with_use = |usage: &str| {
+        format!("runtime: pi\nprompt: hi\nadapters:\n  - path: a.js\n    role: hook-adapter\n    use: {usage}\n")
+    };
+    std::fs::write(&file, with_use("pi_extension")).unwrap();
+    let v = validate(&file).unwrap();
+    assert_eq!(
+        v.problems
+            .iter()
+            .map(|p| (p.field.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "adapters[0].use",
+            "\"pi_extension\" is not one of verify, pi-extension, claude-settings"
+        )]
+    );
+    for (name, usage) in [
+        ("verify", FileUse::Verify),
+        ("pi-extension", FileUse::PiExtension),
+    ] {
+        std::fs::write(&file, with_use(name)).unwrap();
+        let v = validate(&file).unwrap();
+        assert!(v.is_ok(), "{name}: {:?}", v.problems);
+        assert_eq!(v.adapters[0].spec.usage, usage);
+    }
+}
+
+/// Compiling returns one upload per pinned tree and file, at the path the manifest pins, then
+/// the workspace, owned by the agent's user.
+#[test]
+fn compiled_uploads_follow_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for d in ["plugins/p", "plugins/q", "skills/s", "adapters", "work"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for p in ["plugins/p", "plugins/q"] {
+        std::fs::write(
+            root.join(p).join("index.js"),
+            "module.exports = () => {};\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(root.join("skills/s/SKILL.md"), "# s\n").unwrap();
+    std::fs::write(root.join("adapters/hooks.js"), "export default () => {};\n").unwrap();
+    std::fs::write(root.join("adapters/settings.json"), "{}\n").unwrap();
+    let file = root.join("harness.yaml");
+    std::fs::write(
+        &file,
+        "runtime: pi\nprompt: hi\nworkdir: work\nplugins: [plugins/p, plugins/q]\nskills: [skills/s]\n\
+         adapters:\n  - path: adapters/hooks.js\n    role: hook-adapter\n    use: pi-extension\n\
+         \x20 - path: adapters/settings.json\n    role: config\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let layout = SandboxLayout {
+        root: "/sb".to_string(),
+    };
+    let Compiled { manifest, uploads } = v.compile(&layout).unwrap();
+    assert_eq!(v.manifest(&layout), Some(manifest.clone()));
+    let real = root.canonicalize().unwrap();
+    let got: Vec<_> = uploads
+        .iter()
+        .map(|u| {
+            (
+                u.kind,
+                u.host_path.clone(),
+                u.sandbox_path.as_str(),
+                u.owner,
+            )
+        })
+        .collect();
+    let agent = Some(Owner {
+        uid: manifest.user.uid,
+        gid: manifest.user.gid,
+    });
+    assert_eq!(
+        got,
+        [
+            (
+                UploadKind::PluginTree,
+                real.join("plugins/p"),
+                "/sb/plugins/p",
+                None
+            ),
+            (
+                UploadKind::PluginTree,
+                real.join("plugins/q"),
+                "/sb/plugins/q",
+                None
+            ),
+            (
+                UploadKind::SkillTree,
+                real.join("skills/s"),
+                "/sb/skills/s",
+                None
+            ),
+            (
+                UploadKind::AdapterFile,
+                real.join("adapters/hooks.js"),
+                "/sb/adapters/hooks.js",
+                None
+            ),
+            (
+                UploadKind::AdapterFile,
+                real.join("adapters/settings.json"),
+                "/sb/config/settings.json",
+                None
+            ),
+            (
+                UploadKind::Workspace,
+                real.join("work"),
+                "/sb/workspace",
+                agent
+            ),
+        ]
+    );
+    let pinned: Vec<&str> = manifest
+        .trees
+        .iter()
+        .map(|t| t.path.as_str())
+        .chain(manifest.files.iter().map(|f| f.path.as_str()))
+        .chain([manifest.workdir.as_str()])
+        .collect();
+    let uploaded: Vec<&str> = uploads.iter().map(|u| u.sandbox_path.as_str()).collect();
+    assert_eq!(uploaded, pinned);
+}

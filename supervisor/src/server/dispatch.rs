@@ -1,0 +1,216 @@
+//! Request dispatch: complete frames taken from a connection, control requests checked against
+//! the protocol's order and busy rules and answered, refusals as [`RequestError`]s.
+
+use super::conn::TarFrames;
+use super::error::RequestError;
+use super::{records, PendingRun, PendingShutdown, Server};
+use crate::exit_code;
+use crate::iteration::{ObserverAction, Supervisor};
+use crate::protocol::{AgentSignal, Frame, FrameKind, Request, Response, PROTOCOL_VERSION};
+use serde_json::{json, Value};
+
+/// The signal number of a signal the host may send to the agent.
+fn signal_number(s: AgentSignal) -> i32 {
+    match s {
+        AgentSignal::Sigint => libc::SIGINT,
+        AgentSignal::Sigterm => libc::SIGTERM,
+        AgentSignal::Sigkill => libc::SIGKILL,
+        AgentSignal::Sighup => libc::SIGHUP,
+        AgentSignal::Sigusr1 => libc::SIGUSR1,
+        AgentSignal::Sigusr2 => libc::SIGUSR2,
+    }
+}
+
+/// Best-effort `id` of a control payload that did not parse as a request.
+fn salvage_id(payload: &[u8]) -> u64 {
+    serde_json::from_slice::<Value>(payload)
+        .ok()
+        .and_then(|v| v.get("id").and_then(Value::as_u64))
+        .unwrap_or(0)
+}
+
+impl Server {
+    /// Handles every complete frame of connection `i`.
+    pub(super) fn drain_frames(&mut self, i: usize, ctx: &mut Supervisor) {
+        loop {
+            if self.conns[i].dead {
+                return;
+            }
+            let frame = match self.conns[i].decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(err) => {
+                    let c = &mut self.conns[i];
+                    c.error(0, err.into());
+                    c.dead = true;
+                    return;
+                }
+            };
+            match frame.kind {
+                FrameKind::Data => self.on_data(i, frame),
+                FrameKind::Control => self.on_control(i, &frame, ctx),
+            }
+        }
+        let c = &mut self.conns[i];
+        if c.eof && c.decoder.pending() > 0 {
+            let pending = c.decoder.pending();
+            c.error(
+                0,
+                RequestError::Malformed(format!(
+                    "the stream ended inside a frame ({pending} bytes pending)"
+                )),
+            );
+            c.dead = true;
+        }
+    }
+
+    /// Handles one control frame of connection `i`; a refused request is answered with its
+    /// `error`.
+    fn on_control(&mut self, i: usize, frame: &Frame, ctx: &mut Supervisor) {
+        let request: Request = match frame.json() {
+            Ok(r) => r,
+            Err(err) => {
+                let id = salvage_id(&frame.payload);
+                self.conns[i].error(id, err.into());
+                return;
+            }
+        };
+        let id = request.id();
+        if let Err(err) = self.handle(i, request, ctx) {
+            self.conns[i].error(id, err);
+        }
+    }
+
+    /// Answers `request` of connection `i`, or says why it is refused.
+    fn handle(
+        &mut self,
+        i: usize,
+        request: Request,
+        ctx: &mut Supervisor,
+    ) -> Result<(), RequestError> {
+        let id = request.id();
+        if !self.conns[i].hello && !matches!(request, Request::Hello { .. }) {
+            return Err(RequestError::Order(
+                "the first request must be hello".into(),
+            ));
+        }
+        let running = self.current.is_some();
+        let conn_id = self.conns[i].id;
+        match request {
+            Request::Hello { versions, .. } => {
+                if !versions.contains(&PROTOCOL_VERSION) {
+                    return Err(RequestError::Version(format!(
+                        "no common protocol version: host speaks {versions:?}, supervisor speaks [{PROTOCOL_VERSION}]"
+                    )));
+                }
+                let c = &mut self.conns[i];
+                c.hello = true;
+                c.send(&Response::Hello {
+                    id,
+                    version: PROTOCOL_VERSION,
+                    supervisor: format!("pitcrew-init {}", env!("CARGO_PKG_VERSION")),
+                    capabilities: self.capabilities.clone(),
+                });
+            }
+            Request::Upload { dest, owner, .. } => self.start_upload(i, id, &dest, owner)?,
+            Request::SetManifest { manifest, .. } => {
+                if running {
+                    return Err(RequestError::Busy("an iteration is running".into()));
+                }
+                manifest
+                    .validate()
+                    .map_err(|err| RequestError::Malformed(err.to_string()))?;
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({"trees": manifest.trees.len(), "files": manifest.files.len()}),
+                });
+                self.manifest = Some(*manifest);
+            }
+            Request::Run { .. } => {
+                if running || self.pending_run.is_some() {
+                    return Err(RequestError::Busy("an iteration is running".into()));
+                }
+                if self.manifest.is_none() {
+                    return Err(RequestError::Order(
+                        "run needs a manifest: send set_manifest first".into(),
+                    ));
+                }
+                if self.shutdown.is_some() {
+                    return Err(RequestError::Busy("the supervisor is shutting down".into()));
+                }
+                self.pending_run = Some(PendingRun { conn: conn_id, id });
+            }
+            Request::Signal { signal, .. } => {
+                let signo = signal_number(signal);
+                if running {
+                    self.actions.push(ObserverAction::Signal(signo));
+                }
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({"delivered": running, "signal": exit_code::signal_name(signo)}),
+                });
+            }
+            Request::Cancel { .. } => {
+                if running {
+                    self.actions
+                        .push(ObserverAction::Cancel("requested by the host".into()));
+                }
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({"cancelled": running}),
+                });
+            }
+            Request::Collect { iteration, .. } => self.collect(i, id, iteration)?,
+            Request::Status { verify, .. } => {
+                if verify && running {
+                    return Err(RequestError::Busy(
+                        "live verification is refused while an iteration runs".into(),
+                    ));
+                }
+                let status = self.status(ctx, verify);
+                self.conns[i].send(&Response::Status { id, status });
+            }
+            Request::Shutdown { .. } => {
+                if running {
+                    self.actions
+                        .push(ObserverAction::Cancel("supervisor shutdown".into()));
+                }
+                self.shutdown = Some(PendingShutdown { conn: conn_id, id });
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the record of `iteration` (default: the last one) as a tar stream on the tar
+    /// channel, then `ok`.
+    fn collect(&mut self, i: usize, id: u64, iteration: Option<u32>) -> Result<(), RequestError> {
+        let n = iteration.unwrap_or(self.last_iteration);
+        if self.current.as_ref().is_some_and(|cur| cur.iteration == n) {
+            return Err(RequestError::Busy(format!(
+                "iteration {n} is still running"
+            )));
+        }
+        let dir = records::iteration_dir(&self.records, n);
+        if n == 0 || !dir.join("result.json").is_file() {
+            return Err(RequestError::NotFound(format!(
+                "no record of iteration {n}"
+            )));
+        }
+        let c = &mut self.conns[i];
+        let mut out = TarFrames::new(c);
+        let tarred = records::tar_dir(&dir, &mut out);
+        let sent = tarred.and_then(|()| out.end());
+        match sent {
+            Ok(bytes) => c.send(&Response::Ok {
+                id,
+                detail: json!({"iteration": n, "bytes": bytes}),
+            }),
+            Err(err) => {
+                // The stream may be cut mid-tar: the host can no longer trust the framing.
+                tracing::warn!("collect: iteration {n}: {err}");
+                c.dead = true;
+            }
+        }
+        Ok(())
+    }
+}

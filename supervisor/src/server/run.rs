@@ -1,0 +1,234 @@
+//! Running one iteration for a `run` request: the record directory, the iteration itself
+//! (driven by [`crate::iteration::run_iteration`], calling back through
+//! [`IterationObserver`]), and the record finalised once the agent's tree is gone.
+
+use super::records;
+use super::status::HistoryEntry;
+use super::tail::{Tail, STREAM_CAP, TAIL_BUDGET};
+use super::{PendingRun, Server};
+use crate::clock::{millis, now_secs};
+use crate::exit_code;
+use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
+use crate::manifest::Manifest;
+use crate::protocol::{Channel, Response};
+use crate::result::IterationResult;
+use serde_json::{json, Value};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The longest the loop sleeps while an iteration runs (output streams at least this often).
+const ITERATION_WAIT: Duration = Duration::from_millis(50);
+
+/// The running iteration.
+#[derive(Debug)]
+pub(super) struct Current {
+    /// The connection that asked for it (gone = `None`).
+    pub(super) conn: Option<u64>,
+    /// Correlation id of the `run` request.
+    pub(super) id: u64,
+    /// Its number.
+    pub(super) iteration: u32,
+    /// Its `events.jsonl` (every step event is appended; `None` when it could not be created).
+    pub(super) events: Option<File>,
+    /// Its output files, streamed to the requester.
+    pub(super) tails: Vec<Tail>,
+    /// A tail has more output than the last pump sent: the loop should come back at once.
+    pub(super) behind: bool,
+}
+
+impl Server {
+    /// Runs the iteration a `run` request asked for, answers it with the record and keeps the
+    /// record for `collect`.
+    pub(super) fn run(&mut self, ctx: &mut Supervisor, request: PendingRun) {
+        let PendingRun { conn: conn_id, id } = request;
+        let Some(mut manifest) = self.manifest.clone() else {
+            return;
+        };
+        let n = self.last_iteration + 1;
+        self.last_iteration = n;
+        let dir = records::iteration_dir(&self.records, n);
+        let started_at = now_secs();
+        let started = Instant::now();
+        let stdout = dir.join("output.jsonl");
+        let stderr = dir.join("stderr.log");
+        manifest.output.stdout = Some(stdout.display().to_string());
+        manifest.output.stderr = Some(stderr.display().to_string());
+        let events = records::create_private_dir(&dir)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .append(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(dir.join("events.jsonl"))
+            })
+            .map_err(|e| format!("record directory {}: {e}", dir.display()));
+        self.current = Some(Current {
+            conn: Some(conn_id),
+            id,
+            iteration: n,
+            events: events.as_ref().ok().and_then(|f| f.try_clone().ok()),
+            tails: vec![
+                Tail::new(stdout, Channel::Stdout),
+                Tail::new(stderr, Channel::Stderr),
+            ],
+            behind: false,
+        });
+        // The agent's directories are prepared in `after_reap`, once nothing of an earlier
+        // agent runs any more.
+        let record = match events.map(drop) {
+            Ok(()) => run_iteration(ctx, &manifest, n, self),
+            Err(reason) => {
+                let mut record = IterationResult::new(n, ctx.info.clone());
+                record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
+                record
+            }
+        };
+        self.pump_tails(STREAM_CAP);
+        self.finalise_record(&manifest, &dir, &record);
+        self.last_confinement = record.confinement.clone();
+        self.history.push(HistoryEntry {
+            iteration: n,
+            exit_code: record.exit_code,
+            meaning: record.meaning.clone(),
+            reason: record.reason.clone(),
+            started_at,
+            duration_ms: millis(started.elapsed()),
+        });
+        if let Some(cur) = self.current.take() {
+            if let Some(c) = cur.conn.and_then(|id| self.conn_mut(id)) {
+                c.send(&Response::Result {
+                    id,
+                    iteration: n,
+                    record: Box::new(record.clone()),
+                });
+            }
+        }
+        tracing::info!(
+            "iteration {n}: exit {} {}",
+            record.exit_code,
+            record.reason.as_deref().unwrap_or("")
+        );
+    }
+
+    /// Finishes the record of an iteration that has ended: copies what the agent left
+    /// (`output/`, `transcripts/`) within the record's budget, reports it as the `record` step
+    /// and writes `result.json`.
+    fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &IterationResult) {
+        // After the final reap nothing but the supervisor runs: copy what the agent left, and
+        // keep the whole record within what the host accepts (one refused entry or a record
+        // over the host's limits would lose all of it).
+        // Processes that survived the final reap could swap paths under the copy (it runs as
+        // root): then nothing the agent left is copied.
+        let mut budget = if record.reaped.remaining_after > 0 {
+            records::CopyBudget::none()
+        } else {
+            records::CopyBudget::default()
+        };
+        let output = records::copy_tree(
+            &Path::new(&manifest.workdir).join("output"),
+            &dir.join("output"),
+            "output",
+            &|_| true,
+            &mut budget,
+        );
+        let transcripts = manifest.dirs.sessions.as_ref().map(|s| {
+            records::copy_tree(
+                Path::new(s),
+                &dir.join("transcripts"),
+                "transcripts",
+                &|p| p.extension().is_some_and(|e| e == "jsonl"),
+                &mut budget,
+            )
+        });
+        // What the capture read past its cap (or after the record file failed) and did not keep.
+        let mut truncated = serde_json::Map::new();
+        for stream in record.agent.iter().flat_map(|a| &a.output) {
+            if stream.dropped > 0 {
+                let name = if stream.stream == "stderr" {
+                    "stderr.log"
+                } else {
+                    "output.jsonl"
+                };
+                truncated.insert(name.into(), stream.dropped.into());
+            }
+        }
+        for (what, report) in [
+            ("output", Some(&output)),
+            ("transcripts", transcripts.as_ref()),
+        ] {
+            if let Some(report) = report.filter(|r| !r.skipped.is_empty()) {
+                tracing::warn!("record: {what}: skipped {:?}", report.skipped);
+            }
+        }
+        self.step(
+            "record",
+            "finished",
+            json!({
+                "output": output,
+                "transcripts": transcripts,
+                "truncated_bytes": truncated,
+                "not_copied": (record.reaped.remaining_after > 0)
+                    .then_some("processes survived the final reap"),
+            }),
+        );
+        let line = record.to_json_line();
+        if let Err(err) = records::write_atomically(&dir.join("result.json"), line.as_bytes()) {
+            tracing::error!("record: {}: {err}", dir.display());
+        }
+    }
+}
+
+impl IterationObserver for Server {
+    fn step(&mut self, step: &str, state: &str, detail: Value) {
+        if step == "agent" && state == "finished" {
+            self.pump_tails(STREAM_CAP);
+        }
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        let event = Response::Event {
+            id: cur.id,
+            iteration: cur.iteration,
+            step: step.to_string(),
+            state: state.to_string(),
+            detail,
+        };
+        if let Some(file) = cur.events.as_mut() {
+            let mut line = serde_json::to_vec(&event).unwrap_or_default();
+            line.push(b'\n');
+            if let Err(err) = file.write_all(&line) {
+                tracing::warn!("record: events.jsonl: {err}");
+            }
+        }
+        if let Some(id) = cur.conn {
+            if let Some(c) = self.conns.iter_mut().find(|c| c.id == id) {
+                c.send(&event);
+            }
+        }
+    }
+
+    fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.fds()
+    }
+
+    fn on_ready(&mut self, ctx: &mut Supervisor) -> Vec<ObserverAction> {
+        self.service(ctx);
+        std::mem::take(&mut self.actions)
+    }
+
+    fn on_tick(&mut self) {
+        self.pump_tails(TAIL_BUDGET);
+    }
+
+    fn max_wait(&self) -> Duration {
+        if self.current.as_ref().is_some_and(|c| c.behind) {
+            Duration::ZERO
+        } else {
+            ITERATION_WAIT
+        }
+    }
+}
