@@ -6,21 +6,14 @@ use crate::manifest::Manifest;
 use crate::sandbox::nofollow::{self, Replaced};
 use std::path::Path;
 
-/// The agent's directories in the order they are prepared: `workdir`, then every `dirs.*`
-/// the manifest sets.
-fn agent_dirs(manifest: &Manifest) -> Vec<&str> {
-    let dirs = &manifest.dirs;
-    [
-        Some(&manifest.workdir),
-        dirs.home.as_ref(),
-        dirs.tmp.as_ref(),
-        dirs.config.as_ref(),
-        dirs.sessions.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(String::as_str)
-    .collect()
+/// The agent's directories in the order they are prepared: `workdir`, then the runtime
+/// directories ([`Manifest::runtime_dirs`], defaults included).
+fn agent_dirs(manifest: &Manifest) -> Vec<String> {
+    let runtime = manifest.runtime_dirs();
+    std::iter::once(manifest.workdir.as_str())
+        .chain(runtime.agent_dirs())
+        .map(String::from)
+        .collect()
 }
 
 /// Ensures every agent directory of `manifest` exists as a directory owned by the agent:
@@ -32,6 +25,25 @@ fn agent_dirs(manifest: &Manifest) -> Vec<&str> {
 /// directory — but only when the entry lies in an agent directory; in any other place it is the
 /// host's doing and the iteration is refused. Returns what was replaced.
 pub fn prepare(manifest: &Manifest) -> Result<Vec<Replaced>, String> {
+    // The defaults lie beside the workdir: beside `/work` they would be `/home`, `/tmp`, …,
+    // directories of the system, never to be handed to the agent.
+    if Path::new(&manifest.workdir)
+        .parent()
+        .is_none_or(|p| p == Path::new("/"))
+    {
+        for (name, dir) in [
+            ("dirs.home", &manifest.dirs.home),
+            ("dirs.tmp", &manifest.dirs.tmp),
+            ("dirs.config", &manifest.dirs.config),
+        ] {
+            if dir.is_none() {
+                return Err(format!(
+                    "{name} must be set when the workdir lies directly below / (the default, \
+                     beside the workdir, would be a directory of the system)"
+                ));
+            }
+        }
+    }
     let dirs = agent_dirs(manifest);
     let agent_writable = |parent: &Path| dirs.iter().any(|d| parent.starts_with(d));
     let uid = rustix::fs::Uid::from_raw_unchecked(manifest.user.uid);
@@ -58,13 +70,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn workdir_comes_first_then_the_dirs_the_manifest_sets() {
+    fn workdir_comes_first_then_the_runtime_dirs() {
         let manifest = Manifest::from_json(
             serde_json::json!({
                 "version": 1,
                 "runtime": "command",
                 "agent": {"binary": "/bin/true"},
-                "workdir": "/work",
+                "workdir": "/sb/work",
                 "dirs": {"sessions": "/home/agent/sessions", "home": "/home/agent"},
             })
             .to_string()
@@ -73,7 +85,32 @@ mod tests {
         .unwrap();
         assert_eq!(
             agent_dirs(&manifest),
-            ["/work", "/home/agent", "/home/agent/sessions"]
+            [
+                "/sb/work",
+                "/home/agent",
+                "/sb/tmp",
+                "/sb/config",
+                "/home/agent/sessions"
+            ]
         );
+    }
+
+    #[test]
+    fn defaults_beside_a_workdir_below_root_are_refused() {
+        let manifest = Manifest::from_json(
+            serde_json::json!({
+                "version": 1,
+                "runtime": "pi",
+                "agent": {"binary": "/bin/true"},
+                "prompt": "p",
+                "workdir": "/work",
+                "dirs": {"home": "/h", "config": "/c"},
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let err = prepare(&manifest).unwrap_err();
+        assert!(err.starts_with("dirs.tmp must be set"), "{err}");
     }
 }

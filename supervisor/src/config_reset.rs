@@ -1,4 +1,5 @@
-//! Between the reap and verification: the runtime's config directory (`dirs.config`: pi's
+//! Between the reap and verification: the runtime's config directory (`dirs.config` or its
+//! default, [`Manifest::runtime_dirs`]: pi's
 //! `PI_CODING_AGENT_DIR`, Claude's `CLAUDE_CONFIG_DIR`) is brought back to what the host pinned.
 //!
 //! The agent may write in that directory while it runs (the runtimes keep state there), so
@@ -46,7 +47,7 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
     }
 }
 
-/// Brings `dirs.config` back to the pinned files (see the module docs). A missing config
+/// Brings the config directory back to the pinned files (see the module docs). A missing config
 /// directory, or one that is not a directory, is left alone (verification then reports the
 /// pinned files it cannot find). Errors name the path.
 ///
@@ -55,9 +56,8 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
 /// descriptors and bounded memory, without following a symlink.
 pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
     let mut report = ResetReport::default();
-    let Some(config) = manifest.dirs.config.as_deref().map(Path::new) else {
-        return Ok(report);
-    };
+    let dirs = manifest.runtime_dirs();
+    let config = Path::new(&dirs.config);
     // The last component is not followed; a config dir that is a link or a file is left to
     // verification.
     let root = match bounded_tree::open_dir(config) {
@@ -69,11 +69,10 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
         .iter()
         .filter_map(|f| below(config, Path::new(&f.path)))
         .collect();
-    let sessions = manifest
-        .dirs
-        .sessions
-        .as_deref()
-        .and_then(|s| below(config, Path::new(s)));
+    let sessions = dirs
+        .uses_sessions
+        .then(|| below(config, Path::new(&dirs.sessions)))
+        .flatten();
     // Directories kept because something kept lies below them.
     let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
     for kept in pinned.iter().chain(sessions.iter()) {

@@ -29,7 +29,7 @@
 //! Default runtime directories (when `manifest.dirs` leaves them unset), with `BASE` the parent
 //! of `manifest.workdir` (`/` if it has none): `HOME` = `BASE/home`, `TMPDIR` = `BASE/tmp`,
 //! config dir = `BASE/pi-config` (pi), `BASE/claude-config` (claude) or `BASE/config`
-//! (command), sessions = `<config>/sessions`. See [`runtime_dirs`].
+//! (command), sessions = `<config>/sessions`. See [`Manifest::runtime_dirs`].
 
 use crate::dotenv::{self, DotenvRefusal};
 use crate::env_policy::{self, DenyRule, EnvProblem};
@@ -211,47 +211,7 @@ pub enum EnvError {
     },
 }
 
-/// The runtime directories after defaults (see the module doc).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeDirPaths {
-    /// `HOME`.
-    pub home: String,
-    /// `TMPDIR`.
-    pub tmp: String,
-    /// pi's agent dir / Claude's config dir.
-    pub config: String,
-    /// pi's session dir.
-    pub sessions: String,
-}
-
-/// The manifest's runtime directories with defaults applied.
-pub fn runtime_dirs(manifest: &Manifest) -> RuntimeDirPaths {
-    let base = Path::new(&manifest.workdir)
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .to_string_lossy()
-        .trim_end_matches('/')
-        .to_string();
-    let dirs = &manifest.dirs;
-    let config_name = match manifest.runtime {
-        Runtime::Pi => "pi-config",
-        Runtime::Claude => "claude-config",
-        Runtime::Command => "config",
-    };
-    let config = dirs
-        .config
-        .clone()
-        .unwrap_or_else(|| format!("{base}/{config_name}"));
-    RuntimeDirPaths {
-        home: dirs.home.clone().unwrap_or_else(|| format!("{base}/home")),
-        tmp: dirs.tmp.clone().unwrap_or_else(|| format!("{base}/tmp")),
-        sessions: dirs
-            .sessions
-            .clone()
-            .unwrap_or_else(|| format!("{}/sessions", config.trim_end_matches('/'))),
-        config,
-    }
-}
+pub use crate::manifest::RuntimeDirPaths;
 
 /// A pinned variable: name and value.
 pub type Pin = (&'static str, String);
@@ -326,6 +286,7 @@ pub fn pinned_names() -> Vec<&'static str> {
         tmp: String::new(),
         config: String::new(),
         sessions: String::new(),
+        uses_sessions: true,
     };
     let mut names: Vec<&'static str> = common_pins(&dirs, None)
         .into_iter()
@@ -340,7 +301,7 @@ pub fn pinned_names() -> Vec<&'static str> {
 
 /// Every pin for the manifest's runtime.
 pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> {
-    let dirs = runtime_dirs(manifest);
+    let dirs = manifest.runtime_dirs();
     let mut pins = common_pins(&dirs, current_path);
     match manifest.runtime {
         Runtime::Pi => pins.extend(pi_pins(&dirs)),
@@ -498,6 +459,7 @@ pub fn policy_doc() -> String {
         tmp: "dirs.tmp".into(),
         config: "dirs.config".into(),
         sessions: "dirs.sessions".into(),
+        uses_sessions: true,
     };
     let mut out = String::from(
         "#### Pinned by the supervisor\n\n\

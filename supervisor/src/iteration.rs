@@ -5,7 +5,7 @@
 //! each is a function of its own that either hands the next one what it needs or stops the
 //! iteration with a [`Stop`] (its exit code and reason). `pitcrew-init run` calls
 //! [`run_iteration`] once; the long-lived mode calls it once per iteration with the same
-//! [`Supervisor`], whose `agent_dirs` makes the prepare step create the agent's directories.
+//! [`Supervisor`].
 
 use crate::clock::millis;
 use crate::environment::EnvOutcome;
@@ -155,7 +155,8 @@ fn reap_before(
 }
 
 /// Step 1b, once nothing of an earlier agent runs: a fresh IPC namespace where asked, the
-/// agent's directories (long-lived mode), and the config dir back to what the host pinned.
+/// agent's directories (workdir and runtime directories: present, the agent's, no link on the
+/// way), and the config dir back to what the host pinned.
 fn prepare(
     ctx: &mut Supervisor,
     manifest: &Manifest,
@@ -165,9 +166,13 @@ fn prepare(
     if ctx.private_ipc {
         crate::sandbox::private_ipc::renew().map_err(Stop::supervisor)?;
     }
-    if ctx.agent_dirs {
-        agent_dirs_step(manifest, observer)?;
+    // Before anything is made for the agent: ids this user namespace does not map.
+    if let Some(reason) = crate::user_namespace::current()
+        .and_then(|ns| ns.unmapped(manifest.user.uid, manifest.user.gid, &manifest.user.groups))
+    {
+        return Err(Stop::supervisor(format!("confine: {reason}")));
     }
+    agent_dirs_step(manifest, observer)?;
     let reset = crate::config_reset::reset(manifest)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {

@@ -323,6 +323,37 @@ pub struct RuntimeDirs {
     pub sessions: Option<String>,
 }
 
+/// The runtime directories after defaults, resolved in one place ([`Manifest::runtime_dirs`])
+/// for the environment, the argv, the agent's directories, the config reset, confinement and
+/// the records. With `BASE` the parent of `workdir`: `HOME` = `BASE/home`, `TMPDIR` =
+/// `BASE/tmp`, config = `BASE/pi-config` (pi), `BASE/claude-config` (claude) or `BASE/config`
+/// (command), sessions = `<config>/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeDirPaths {
+    /// `HOME`.
+    pub home: String,
+    /// `TMPDIR`.
+    pub tmp: String,
+    /// pi's agent dir / Claude's config dir.
+    pub config: String,
+    /// pi's session dir.
+    pub sessions: String,
+    /// Whether the runtime writes sessions there (pi), or the manifest names it: only then is it
+    /// one of the agent's directories.
+    pub uses_sessions: bool,
+}
+
+impl RuntimeDirPaths {
+    /// The agent's own directories besides the workdir, in the order they are prepared.
+    pub fn agent_dirs(&self) -> Vec<&str> {
+        let mut dirs = vec![self.home.as_str(), self.tmp.as_str(), self.config.as_str()];
+        if self.uses_sessions {
+            dirs.push(&self.sessions);
+        }
+        dirs
+    }
+}
+
 /// The agent's identity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -503,6 +534,36 @@ fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
 }
 
 impl Manifest {
+    /// The runtime directories with defaults applied (see [`RuntimeDirPaths`]).
+    pub fn runtime_dirs(&self) -> RuntimeDirPaths {
+        let base = std::path::Path::new(&self.workdir)
+            .parent()
+            .unwrap_or(std::path::Path::new("/"))
+            .to_string_lossy()
+            .trim_end_matches('/')
+            .to_string();
+        let dirs = &self.dirs;
+        let config_name = match self.runtime {
+            Runtime::Pi => "pi-config",
+            Runtime::Claude => "claude-config",
+            Runtime::Command => "config",
+        };
+        let config = dirs
+            .config
+            .clone()
+            .unwrap_or_else(|| format!("{base}/{config_name}"));
+        RuntimeDirPaths {
+            home: dirs.home.clone().unwrap_or_else(|| format!("{base}/home")),
+            tmp: dirs.tmp.clone().unwrap_or_else(|| format!("{base}/tmp")),
+            sessions: dirs
+                .sessions
+                .clone()
+                .unwrap_or_else(|| format!("{}/sessions", config.trim_end_matches('/'))),
+            uses_sessions: self.runtime == Runtime::Pi || dirs.sessions.is_some(),
+            config,
+        }
+    }
+
     /// Parses and validates a manifest.
     pub fn from_json(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         // Check the version before the shape, so a newer manifest gets the version message.

@@ -18,7 +18,6 @@
 //! option); for pi a prompt starting with `@` is refused too (pi reads `@path` as a file to
 //! attach). An element containing NUL is refused (exec could not pass it).
 
-use crate::environment::runtime_dirs;
 use crate::manifest::{FileUse, Manifest, Runtime, TreeKind};
 use std::path::Path;
 
@@ -91,7 +90,7 @@ fn push(v: &mut Vec<String>, args: &[&str]) {
 
 fn pi_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
-    let sessions = runtime_dirs(m).sessions;
+    let sessions = m.runtime_dirs().sessions;
     push(
         v,
         &[

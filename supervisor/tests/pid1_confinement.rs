@@ -114,11 +114,11 @@ fn landlock_required_is_honoured_or_refused() {
 
 /// A writable root the agent could replace: `dirs.sessions` inside the agent-owned
 /// `dirs.config`. In a first run the agent writes there (the positive control) and then swaps
-/// the directory for `sessions -> /`, as any agent may in its own config dir. The next launch
-/// must not follow the link (it would make `/` writable for Landlock): it fails 125 naming the
-/// path, and nothing is launched.
+/// the directory for `sessions -> /`, as any agent may in its own config dir. The next iteration
+/// must not follow the link (it would make `/` writable for Landlock): the agent-dir step removes
+/// the link (not its target) and makes the directory again, and the agent cannot write to `/`.
 #[test]
-fn attack_plants__a_writable_root_replaced_by_a_symlink_fails_closed() {
+fn attack_plants__a_writable_root_replaced_by_a_symlink_is_never_followed() {
     if !require_root_and_namespaces() {
         return;
     }
@@ -155,20 +155,30 @@ fn attack_plants__a_writable_root_replaced_by_a_symlink_fails_closed() {
     );
 
     let marker = sandbox.workdir.join("launched");
-    sandbox.manifest["agent"]["args"][1] = format!("touch {}", marker.display()).into();
+    let probe = format!("/pitcrew-root-probe-{}", std::process::id());
+    sandbox.manifest["agent"]["args"][1] = format!(
+        "touch {}; touch {probe} 2>/dev/null && echo '/ is writable' > {w}/escaped; exit 0",
+        marker.display()
+    )
+    .into();
     let run = sandbox.run_pid1();
+    let _ = std::fs::remove_file(&probe);
     assert_eq!(
-        run.code, 125,
+        run.code, 0,
         "stderr:\n{}\nrecord: {}",
         run.stderr, run.record
     );
-    let reason = run.record["reason"].as_str().unwrap_or_default();
+    assert!(marker.exists(), "the agent was not launched");
     assert!(
-        reason.starts_with("confine: writable root")
-            && reason.contains(&s)
-            && reason.contains("symlink"),
-        "{reason}"
+        std::fs::symlink_metadata(&sessions)
+            .expect("sessions")
+            .file_type()
+            .is_dir(),
+        "the link was not replaced by a directory"
     );
-    assert!(!marker.exists(), "the agent was launched");
-    assert!(run.record["agent"].is_null(), "{}", run.record);
+    assert!(
+        !sandbox.workdir.join("escaped").exists(),
+        "the agent could write to / through its sessions dir"
+    );
+    assert!(run.record["confinement"]["landlock"]["status"] == "fully-enforced");
 }

@@ -164,11 +164,8 @@ pub fn kernel_capabilities() -> Result<Vec<Capability>, String> {
 /// launch (125, `confine: writable root …`) when one is not.
 pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
     let mut roots = vec![manifest.workdir.clone()];
-    let dirs = &manifest.dirs;
-    roots.extend(dirs.home.iter().cloned());
-    roots.extend(dirs.tmp.iter().cloned());
-    roots.extend(dirs.config.iter().cloned());
-    roots.extend(dirs.sessions.iter().cloned());
+    let dirs = manifest.runtime_dirs();
+    roots.extend(dirs.agent_dirs().into_iter().map(String::from));
     roots.extend(manifest.confinement.read_write.iter().cloned());
     roots
 }

@@ -61,9 +61,6 @@ pub struct Supervisor {
     pub private_ipc: bool,
     /// Where each iteration's agent tree gets its own cgroup, if anywhere.
     pub agent_cgroups: AgentCgroups,
-    /// Whether each iteration makes the agent's directories before verification
-    /// ([`crate::agent_dirs`]): the long-lived mode, where the host uploads only trees.
-    pub agent_dirs: bool,
 }
 
 impl Supervisor {
@@ -115,7 +112,6 @@ impl Supervisor {
             spared: Vec::new(),
             private_ipc: false,
             agent_cgroups: AgentCgroups::discover(cgroups),
-            agent_dirs: false,
         }
     }
 }

@@ -157,9 +157,6 @@ struct Server {
 /// Serves until `shutdown` (or, with `stdio`, until the connection closes); then cancels and
 /// reaps everything. Returns the process exit code.
 pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
-    // The host uploads trees, not the agent's own directories: they are made before each
-    // verification.
-    ctx.agent_dirs = true;
     if let Err(err) = records::create_private_dir(&opts.records) {
         eprintln!(
             "pitcrew-init: records directory {}: {err}",

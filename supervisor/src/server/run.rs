@@ -135,7 +135,9 @@ impl Server {
             &|_| true,
             &mut budget,
         );
-        let transcripts = manifest.dirs.sessions.as_ref().map(|s| {
+        let runtime_dirs = manifest.runtime_dirs();
+        let sessions = runtime_dirs.uses_sessions.then_some(&runtime_dirs.sessions);
+        let transcripts = sessions.map(|s| {
             records::copy_tree(
                 Path::new(s),
                 &dir.join("transcripts"),
