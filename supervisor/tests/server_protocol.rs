@@ -152,7 +152,11 @@ fn attach_output(server: &Server, identity: Option<u32>, input: &[u8]) -> std::p
         .spawn()
         .expect("spawn attach");
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input).unwrap();
+    // An attach that is refused may exit before reading its input: a broken pipe is its
+    // answer, judged by its exit and stderr below.
+    if let Err(e) = stdin.write_all(input) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     drop(stdin);
     child.wait_with_output().expect("attach output")
 }

@@ -581,7 +581,12 @@ fn status_cuts_the_agents_command_lines() {
     }
     let server = Server::start();
     let long = "x".repeat(20_000);
-    let sb = Sandbox::sh(&format!("sh -c 'echo ready; sleep 30' {long} & wait"));
+    // `ready` only once `sleep` has exec'd: a forked copy of the shell (same long argument)
+    // must not be caught between its fork and its exec. `read` is a builtin: no fork.
+    let sb = Sandbox::sh(&format!(
+        "sh -c 'sleep 30 & until read c < /proc/$!/comm && [ \"$c\" = sleep ]; do :; done; \
+         echo ready; wait' {long} & wait"
+    ));
     let mut c = start_run(&server, &sb.manifest);
     wait_for_stdout(&mut c, "ready");
     let mut other = server.connect();
@@ -597,7 +602,7 @@ fn status_cuts_the_agents_command_lines() {
     assert!(long.iter().all(|cmd| cmd.len() == 4096), "{long:?}");
     assert!(
         long.iter()
-            .any(|cmd| cmd.starts_with("sh -c echo ready; sleep 30 xxx")),
+            .any(|cmd| cmd.starts_with("sh -c sleep 30 & until read")),
         "{long:?}"
     );
     let r = other.request(json!({"type": "cancel"}));

@@ -10,6 +10,8 @@ use std::process::Command;
 use pitcrew_core::tree_hash::{
     drift, hash_tree, scan_tree, sha256_file, Refusal, TreeError, TreeFormat, TreeListing,
 };
+// A recorded skip, or a failure with `PITCREW_REQUIRE_E2E=1`.
+use pitcrew_test_support::skip;
 
 const PIPELINE: &str = r#"cd "$1" && { find . -type f -exec sha256sum {} + | LC_ALL=C sort; find . -type d | LC_ALL=C sort | sha256sum; } | sha256sum | cut -d' ' -f1"#;
 
@@ -76,15 +78,6 @@ fn refusal(result: Result<TreeListing, TreeError>) -> (String, Refusal, String) 
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-}
-
-/// Skip (or fail under `PITCREW_REQUIRE_E2E=1`) with a reason.
-fn skip(why: &str) {
-    assert!(
-        std::env::var("PITCREW_REQUIRE_E2E").as_deref() != Ok("1"),
-        "PITCREW_REQUIRE_E2E=1 but: {why}"
-    );
-    eprintln!("skipped: {why}");
 }
 
 fn is_root() -> bool {
@@ -251,7 +244,7 @@ fn fifos_and_sockets_are_refused() {
 #[test]
 fn device_nodes_are_refused() {
     if !is_root() {
-        skip("device nodes need root for mknod");
+        skip("device nodes need root for mknod (run the tests as root)");
         return;
     }
     for (kind, major, minor, expected) in [
@@ -266,7 +259,9 @@ fn device_nodes_are_refused() {
             .status()
             .is_ok_and(|s| s.success());
         if !made {
-            skip("mknod failed (no CAP_MKNOD in this container?)");
+            skip(
+                "mknod failed: no CAP_MKNOD (a container without it?); run as root with CAP_MKNOD",
+            );
             return;
         }
         let (path, reason, _) = refusal(scan_tree(tmp.path()));
@@ -354,9 +349,15 @@ fn unreadable_file_is_an_error_not_a_panic() {
             .arg("hash")
             .arg(tmp.path())
             .output();
-        let Ok(out) = out else {
-            skip("running as root and setpriv is not available to drop privileges");
-            return;
+        let out = match out {
+            Ok(out) => out,
+            Err(err) => {
+                skip(&format!(
+                    "running as root and setpriv (util-linux) cannot be run to drop \
+                     privileges: {err}"
+                ));
+                return;
+            }
         };
         assert_eq!(out.status.code(), Some(1), "{out:?}");
         String::from_utf8(out.stderr).expect("utf8")

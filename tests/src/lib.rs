@@ -1,6 +1,6 @@
 //! Helpers shared by the end-to-end tests and benchmarks: where the built binaries are, the
-//! prerequisite gate (`PITCREW_REQUIRE_E2E`), polling instead of sleeping, and deterministic
-//! fixture trees.
+//! prerequisite gate (`PITCREW_REQUIRE_E2E`, from `pitcrew-test-support`), polling instead of
+//! sleeping, and deterministic fixture trees.
 
 pub mod container;
 pub mod model_server;
@@ -28,28 +28,44 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// Whether a missing prerequisite must fail the test instead of skipping it.
-pub fn e2e_required() -> bool {
-    std::env::var("PITCREW_REQUIRE_E2E").is_ok_and(|v| v == "1")
-}
-
-/// Skips (returns `false` after printing why) or fails (with `PITCREW_REQUIRE_E2E=1`) when a
-/// prerequisite is missing.
-pub fn prerequisite(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    assert!(!e2e_required(), "PITCREW_REQUIRE_E2E=1 and {what}");
-    eprintln!("skipped: {what}");
-    false
-}
+/// The workspace's skip rule (crate `pitcrew-test-support`): a missing prerequisite is a
+/// recorded skip, or a failure with `PITCREW_REQUIRE_E2E=1`.
+pub use pitcrew_test_support::{e2e_required, prerequisite, skip};
 
 /// Whether this process is root and can create PID + mount namespaces (`unshare` works).
 pub fn can_unshare_pid() -> bool {
-    std::process::Command::new("unshare")
+    unshare_pid_failure().is_none()
+}
+
+/// Why this process cannot create PID + mount namespaces (`unshare --pid --fork --mount-proc`),
+/// or `None` when it can.
+pub fn unshare_pid_failure() -> Option<String> {
+    match std::process::Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "unshare --pid --fork --mount-proc failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
+    }
+}
+
+/// The gate of every end-to-end test that starts a sandbox: root and PID namespaces
+/// ([`prerequisite`]: a recorded skip, or a failure with `PITCREW_REQUIRE_E2E=1`).
+pub fn require_pid_namespaces() -> bool {
+    let why = unshare_pid_failure();
+    prerequisite(
+        why.is_none(),
+        &format!(
+            "needs root and PID namespaces (run the tests as root on a kernel with PID \
+             namespaces, util-linux installed): {}",
+            why.unwrap_or_default()
+        ),
+    )
 }
 
 /// Polls `cond` every 10 ms until it is true or `timeout` passes; returns whether it became true.

@@ -11,7 +11,7 @@
 
 use pitcrew_core::bounded_tree::{self, Step, Walk};
 use pitcrew_e2e::{
-    binary, can_unshare_pid, prerequisite, read_json, read_text, write_command_harness,
+    binary, prerequisite, read_json, read_text, require_pid_namespaces, write_command_harness,
 };
 use serde_json::Value;
 use std::fs;
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn gate() -> bool {
-    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+    require_pid_namespaces()
         && prerequisite(
             Path::new("/usr/bin/perl").exists(),
             "needs /usr/bin/perl (perl-base) for the agent's deep mkdir loop",

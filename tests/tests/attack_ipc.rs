@@ -7,7 +7,7 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
-    can_unshare_pid, iteration_dir, pitcrew_run, prerequisite, read_text, write_command_harness,
+    iteration_dir, pitcrew_run, read_text, require_pid_namespaces, write_command_harness,
 };
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -30,7 +30,7 @@ fi
 
 #[test]
 fn attack_leftovers__dev_shm_and_sysv_ipc_do_not_outlive_the_iteration() {
-    if !prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)") {
+    if !require_pid_namespaces() {
         return;
     }
     let token = std::process::id();

@@ -9,8 +9,8 @@
 
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
-    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
-    read_json, read_text,
+    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
+    read_text, require_pid_namespaces,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -22,7 +22,7 @@ const CLAUDE_VERSION: &str = "2.1.332";
 
 fn gate() -> bool {
     let version = agent_version("claude");
-    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+    require_pid_namespaces()
         && prerequisite(
             version
                 .as_deref()

@@ -11,8 +11,8 @@
 use pitcrew_e2e::container;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
-    agent_version, can_unshare_pid, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite,
-    read_json, read_text,
+    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
+    read_text, require_pid_namespaces,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 const PI_VERSION: &str = "0.73.1";
 
 fn gate() -> bool {
-    prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)")
+    require_pid_namespaces()
         && prerequisite(
             agent_version("pi").as_deref() == Some(PI_VERSION),
             &format!(

@@ -10,7 +10,7 @@
 //! `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
-use pitcrew_e2e::{binary, can_unshare_pid, prerequisite, read_json};
+use pitcrew_e2e::{binary, prerequisite, read_json, require_pid_namespaces};
 use serde_json::{json, Value};
 use std::fs;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -31,9 +31,14 @@ fn field(line: &str, n: usize) -> Option<&str> {
     line.split(':').nth(n)
 }
 
+/// The name of the test user (`$PITCREW_ROOTLESS_USER`, default `pitcrew-rootless`).
+fn test_user_name() -> String {
+    std::env::var("PITCREW_ROOTLESS_USER").unwrap_or("pitcrew-rootless".into())
+}
+
 /// The test user, if this machine has it with subordinate ids and the mapping helpers.
 fn test_user() -> Option<TestUser> {
-    let name = std::env::var("PITCREW_ROOTLESS_USER").unwrap_or("pitcrew-rootless".into());
+    let name = test_user_name();
     let passwd = fs::read_to_string("/etc/passwd").ok()?;
     let line = passwd
         .lines()
@@ -61,13 +66,18 @@ fn test_user() -> Option<TestUser> {
 }
 
 fn gate() -> Option<TestUser> {
-    if !prerequisite(can_unshare_pid(), "needs root and PID namespaces (unshare)") {
+    if !require_pid_namespaces() {
         return None;
     }
     let user = test_user();
     prerequisite(
         user.is_some(),
-        "needs the rootless test user with /etc/subuid and /etc/subgid ranges and newuidmap/newgidmap (as root: scripts/setup-rootless-user)",
+        &format!(
+            "needs the rootless test user {:?} ($PITCREW_ROOTLESS_USER) with a home, ranges in \
+             /etc/subuid and /etc/subgid, and /usr/bin/newuidmap and newgidmap (as root: \
+             scripts/setup-rootless-user)",
+            test_user_name()
+        ),
     )
     .then_some(user)
     .flatten()

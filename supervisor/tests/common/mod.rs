@@ -31,7 +31,8 @@ pub fn busy_wait(mut condition: impl FnMut() -> bool, timeout: Duration) -> bool
 }
 
 /// Whether the PID-1 tests can run here (root, and `unshare --pid --fork --mount-proc` works).
-/// When they cannot, prints why; with `PITCREW_REQUIRE_E2E=1` it fails instead.
+/// When they cannot, the test is a recorded skip (`pitcrew_test_support::prerequisite`); with
+/// `PITCREW_REQUIRE_E2E=1` it fails instead.
 pub fn require_root_and_namespaces() -> bool {
     let why = if unsafe_free_geteuid() != 0 {
         Some("not running as root".to_string())
@@ -46,19 +47,49 @@ pub fn require_root_and_namespaces() -> bool {
                 "unshare --pid --fork --mount-proc failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             )),
-            Err(err) => Some(format!("cannot run unshare: {err}")),
+            Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
         }
     };
-    match why {
-        None => true,
-        Some(why) => {
-            if std::env::var("PITCREW_REQUIRE_E2E").as_deref() == Ok("1") {
-                panic!("PID-1 test cannot run ({why}) and PITCREW_REQUIRE_E2E=1");
-            }
-            println!("SKIPPED: PID-1 test needs root and PID namespaces: {why}");
-            false
-        }
+    pitcrew_test_support::prerequisite(
+        why.is_none(),
+        &format!(
+            "PID-1 test needs root and PID namespaces (run the tests as root on a kernel with PID \
+             namespaces): {}",
+            why.unwrap_or_default()
+        ),
+    )
+}
+
+/// The running kernel's Landlock ABI version, asked by the test itself rather than through the
+/// supervisor's own probe: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
+/// `Err` says why the kernel offers none.
+pub fn kernel_landlock_abi() -> Result<u32, String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the syscall only
+    // returns a number: it reads no memory and creates no file descriptor.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    match u32::try_from(abi) {
+        Ok(abi) if abi > 0 => Ok(abi),
+        _ => Err(format!(
+            "landlock_create_ruleset: {}",
+            std::io::Error::last_os_error()
+        )),
     }
+}
+
+/// Whether a kernel of Landlock ABI `abi` knows every right and scope of the ABI the
+/// supervisor pins (`pitcrew_core::sandbox::confine::LANDLOCK_ABI`): then a ruleset is fully
+/// enforced, below it only partially.
+pub fn landlock_fully_enforceable(abi: u32) -> bool {
+    landlock::ABI::from(i32::try_from(abi).unwrap_or(i32::MAX))
+        >= pitcrew_core::sandbox::confine::LANDLOCK_ABI
 }
 
 fn unsafe_free_geteuid() -> u32 {
