@@ -39,10 +39,10 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
     /// The control socket (its directory is created 0700, root-owned).
-    #[arg(long, default_value = "/run/pitcrew/control.sock")]
+    #[arg(long, default_value = pitcrew_core::server::DEFAULT_SOCKET)]
     socket: std::path::PathBuf,
     /// Where iteration records are kept until collected (created 0700).
-    #[arg(long, default_value = "/var/lib/pitcrew/records")]
+    #[arg(long, default_value = pitcrew_core::server::DEFAULT_RECORDS)]
     records: std::path::PathBuf,
     /// Serve exactly one connection on stdin/stdout instead of the socket; exit when it closes.
     #[arg(long)]
@@ -69,7 +69,7 @@ struct ServeArgs {
 #[derive(Debug, clap::Args)]
 struct AttachArgs {
     /// The control socket.
-    #[arg(long, default_value = "/run/pitcrew/control.sock")]
+    #[arg(long, default_value = pitcrew_core::server::DEFAULT_SOCKET)]
     socket: std::path::PathBuf,
 }
 
