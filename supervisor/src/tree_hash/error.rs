@@ -167,3 +167,21 @@ fn shown(rel: &str) -> String {
     }
     out
 }
+
+impl Refusal {
+    /// The refusal for a file type that is neither a regular file nor a directory (`None` for a
+    /// regular file).
+    pub fn for_type(file_type: rustix::fs::FileType) -> Option<Refusal> {
+        use rustix::fs::FileType;
+        match file_type {
+            FileType::RegularFile => None,
+            FileType::Directory => Some(Refusal::Directory),
+            FileType::Symlink => Some(Refusal::Symlink),
+            FileType::Fifo => Some(Refusal::Fifo),
+            FileType::Socket => Some(Refusal::Socket),
+            FileType::BlockDevice => Some(Refusal::BlockDevice),
+            FileType::CharacterDevice => Some(Refusal::CharDevice),
+            _ => Some(Refusal::OtherType),
+        }
+    }
+}

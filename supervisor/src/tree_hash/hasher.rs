@@ -9,7 +9,6 @@ use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use super::error::{Refusal, TreeError};
-use super::walk::type_refusal;
 use super::FileRecord;
 
 /// Size of each worker's read buffer. Measured (docs/benchmarks.md): 32–128 KiB keep the copy
@@ -58,7 +57,7 @@ pub(super) fn hash_entry(
 /// `fstat`s `fd`, refuses anything not regular, and streams the content into SHA-256.
 fn hash_fd(fd: &OwnedFd, buf: &mut [u8]) -> Result<Hashed, FileFailure> {
     let st = rustix::fs::fstat(fd).map_err(|e| FileFailure::Io("stat", e))?;
-    if let Some(reason) = type_refusal(FileType::from_raw_mode(st.st_mode)) {
+    if let Some(reason) = Refusal::for_type(FileType::from_raw_mode(st.st_mode)) {
         return Err(FileFailure::Refused(reason));
     }
     let expected = st.st_size as u64;

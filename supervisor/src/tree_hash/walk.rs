@@ -430,20 +430,6 @@ fn join(parent: &str, name: &str) -> String {
     }
 }
 
-/// The refusal for a file type that is neither a regular file nor a directory.
-pub(super) fn type_refusal(file_type: FileType) -> Option<Refusal> {
-    match file_type {
-        FileType::RegularFile => None,
-        FileType::Directory => Some(Refusal::Directory),
-        FileType::Symlink => Some(Refusal::Symlink),
-        FileType::Fifo => Some(Refusal::Fifo),
-        FileType::Socket => Some(Refusal::Socket),
-        FileType::BlockDevice => Some(Refusal::BlockDevice),
-        FileType::CharacterDevice => Some(Refusal::CharDevice),
-        _ => Some(Refusal::OtherType),
-    }
-}
-
 /// Lists the directory `fd` (at `parent` relative to the root): returns its subdirectory names
 /// and its regular file names, each sorted bytewise. Entries are examined in name order, so the
 /// first refusal reported does not depend on the file system's listing order.
@@ -490,7 +476,7 @@ fn list(root: &Path, fd: &OwnedFd, parent: &str) -> Result<(Vec<String>, Vec<Str
             FileType::Directory => subdirs.push(name),
             FileType::RegularFile => files.push(name),
             other => {
-                let reason = type_refusal(other).unwrap_or(Refusal::OtherType);
+                let reason = Refusal::for_type(other).unwrap_or(Refusal::OtherType);
                 return Err(refused(root, join(parent, &name), reason));
             }
         }
