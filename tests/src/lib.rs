@@ -30,28 +30,11 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// The workspace's skip rule (crate `pitcrew-test-support`): a missing prerequisite is a
 /// recorded skip, or a failure with `PITCREW_REQUIRE_E2E=1`.
-pub use pitcrew_test_support::{e2e_required, prerequisite, skip};
+pub use pitcrew_test_support::{e2e_required, prerequisite, skip, unshare_pid_failure};
 
 /// Whether this process is root and can create PID + mount namespaces (`unshare` works).
 pub fn can_unshare_pid() -> bool {
     unshare_pid_failure().is_none()
-}
-
-/// Why this process cannot create PID + mount namespaces (`unshare --pid --fork --mount-proc`),
-/// or `None` when it can.
-pub fn unshare_pid_failure() -> Option<String> {
-    match std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "unshare --pid --fork --mount-proc failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
-    }
 }
 
 /// The gate of every end-to-end test that starts a sandbox: root and PID namespaces

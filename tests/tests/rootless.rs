@@ -103,6 +103,14 @@ impl TestUser {
         c
     }
 
+    /// `pitcrew run HARNESS --json --keep` as this user.
+    fn run_kept(&self, state: &Path, harness: &Path) -> Output {
+        self.pitcrew(
+            state,
+            &["run", harness.to_str().unwrap(), "--json", "--keep"],
+        )
+    }
+
     fn pitcrew(&self, state: &Path, args: &[&str]) -> Output {
         let mut all = args.to_vec();
         all.extend(["--state-dir", state.to_str().unwrap()]);
@@ -206,15 +214,7 @@ setsid sleep 987654 </dev/null >/dev/null 2>&1 &"#,
     chown_tree(&user, root);
     let state = root.join("state");
 
-    let out = user.pitcrew(
-        &state,
-        &[
-            "run",
-            root.join("harness.yaml").to_str().unwrap(),
-            "--json",
-            "--keep",
-        ],
-    );
+    let out = user.run_kept(&state, &root.join("harness.yaml"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let doc: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON ({e}); exit {:?}: {stderr}", out.status.code()));
@@ -398,15 +398,7 @@ fn attack_deep_tree__rootless_down_removes_a_workspace_30000_levels_deep() {
     write_as(&user, &root.join("workspace/README.md"), "work\n", 0o644);
     chown_tree(&user, root);
     let state = root.join("state");
-    let out = user.pitcrew(
-        &state,
-        &[
-            "run",
-            root.join("harness.yaml").to_str().unwrap(),
-            "--json",
-            "--keep",
-        ],
-    );
+    let out = user.run_kept(&state, &root.join("harness.yaml"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -187,13 +187,8 @@ impl ConfinePlan {
         let change_identity = privileged
             || nix::unistd::getuid().as_raw() != user.uid
             || nix::unistd::getgid().as_raw() != user.gid;
-        if change_identity {
-            if let Some(reason) = crate::user_namespace::current()
-                .and_then(|ns| ns.unmapped(user.uid, user.gid, &user.groups))
-            {
-                return Err(format!("confine: {reason}"));
-            }
-        }
+        // Ids this user namespace does not map were refused by the spine before anything was
+        // made for the agent (`iteration::prepare`).
         let caps = kernel_capabilities()?;
         let ambient_supported = caps::runtime::ambient_set_supported().is_ok();
         let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)

@@ -37,18 +37,7 @@ pub fn require_root_and_namespaces() -> bool {
     let why = if unsafe_free_geteuid() != 0 {
         Some("not running as root".to_string())
     } else {
-        match Command::new("unshare")
-            .args(["--pid", "--fork", "--mount-proc", "true"])
-            .stdin(Stdio::null())
-            .output()
-        {
-            Ok(out) if out.status.success() => None,
-            Ok(out) => Some(format!(
-                "unshare --pid --fork --mount-proc failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )),
-            Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
-        }
+        pitcrew_test_support::unshare_pid_failure()
     };
     pitcrew_test_support::prerequisite(
         why.is_none(),
