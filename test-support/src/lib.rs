@@ -116,6 +116,24 @@ fn one_line(s: &str) -> String {
     s.replace(['\t', '\n', '\r'], " ")
 }
 
+/// Why this process cannot create PID + mount namespaces (`unshare --pid --fork --mount-proc`,
+/// which needs root), or `None` when it can: the prerequisite of every test that starts a
+/// sandbox or runs `pitcrew-init` as PID 1.
+pub fn unshare_pid_failure() -> Option<String> {
+    match std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "unshare --pid --fork --mount-proc failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,23 +208,5 @@ mod tests {
             "{message}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
-/// Why this process cannot create PID + mount namespaces (`unshare --pid --fork --mount-proc`,
-/// which needs root), or `None` when it can: the prerequisite of every test that starts a
-/// sandbox or runs `pitcrew-init` as PID 1.
-pub fn unshare_pid_failure() -> Option<String> {
-    match std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "unshare --pid --fork --mount-proc failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(err) => Some(format!("cannot run unshare (util-linux): {err}")),
     }
 }
