@@ -41,17 +41,6 @@ pub fn podman_usable() -> bool {
     crate::can_unshare_pid() && podman_ok && busybox
 }
 
-/// What the test image holds besides busybox and `pitcrew-init`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Image {
-    /// Nothing else.
-    Plain,
-    /// Ready for this machine's pi (`PITCREW_IMAGE_PI=1`): the container gets `node` and the
-    /// pi package bind-mounted read-only where the image expects them (the mounts
-    /// `scripts/build-test-image` prints).
-    WithPi,
-}
-
 /// A test image and a running container from it (`pitcrew-init` as its PID 1), both removed
 /// when dropped.
 pub struct Container {
@@ -63,17 +52,14 @@ pub struct Container {
 impl Container {
     /// Builds the image with the `pitcrew-init` of this build and starts a container from it
     /// with `run_args` added to `podman run -d`.
-    pub fn start(image: Image, run_args: &[&str]) -> Container {
+    pub fn start(run_args: &[&str]) -> Container {
         let id = std::process::id();
-        let tag = format!("localhost/pitcrew-test:e2e-{id}-{image:?}").to_lowercase();
+        let tag = format!("localhost/pitcrew-test:e2e-{id}");
         let mut build = Command::new(repo().join("scripts/build-test-image"));
         build
             .arg(crate::binary("pitcrew-init"))
             .arg(&tag)
             .env("CONTAINERS_CONF", containers_conf());
-        if image == Image::WithPi {
-            build.env("PITCREW_IMAGE_PI", "1");
-        }
         let out = build.output().expect("scripts/build-test-image");
         assert!(
             out.status.success(),
@@ -83,19 +69,10 @@ impl Container {
         // From here on, dropping `c` (a failed assertion too) removes the image and container.
         let c = Container {
             image: tag,
-            name: format!("pitcrew-e2e-{id}-{image:?}").to_lowercase(),
+            name: format!("pitcrew-e2e-{id}"),
         };
         let _ = podman(&["rm", "-f", &c.name]);
-        // The mounts the image expects, as `scripts/build-test-image` printed them.
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let mounts: Vec<&str> = stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("mount: "))
-            .collect();
         let mut args = vec!["run", "-d", "--name", &c.name];
-        for mount in &mounts {
-            args.extend(["-v", mount]);
-        }
         args.extend_from_slice(run_args);
         args.push(&c.image);
         let out = podman(&args);

@@ -3,6 +3,7 @@
 //! sleeping, and deterministic fixture trees.
 
 pub mod container;
+pub mod engines;
 pub mod model_server;
 
 use std::path::{Path, PathBuf};

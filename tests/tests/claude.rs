@@ -2,11 +2,13 @@
 //! `pitcrew-init`, driven by `pitcrew run` on the local engine, against the scripted model
 //! server of `pitcrew_e2e::model_server` (Anthropic Messages API) on 127.0.0.1: Claude loads the
 //! harness's plugin through `--plugin-dir`, the model runs one command with the Bash tool, and
-//! that command reports what the agent process sees.
+//! that command reports what the agent process sees. The production Claude image runs the same
+//! under the podman and docker engines.
 //!
 //! Needs root, PID namespaces and `claude` on `PATH` (`.ci/run` installs it); skipped
 //! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
+use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
@@ -162,6 +164,96 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     let plugins = init["plugins"].to_string();
     assert!(plugins.contains("hello-claude"), "{init:#}");
     assert!(output.contains("the tool said:"), "{output}");
+}
+
+/// The real Claude Code of the production image (`scripts/build-image claude`: its native
+/// binary from the npm package inside the image, nothing of the host's mounted) in a container
+/// the engine creates: three iterations against the model server on the host (`--network
+/// host`, which tests may name; users get `none`), the API key passed by name, the plugin
+/// loaded from the verified tree and read-only to the agent, and no container left afterwards.
+fn claude_in_the_production_image(kind: Kind) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PROBE, PROBE, PROBE],
+        bash,
+    ));
+    let fx = fixture(&server, 3);
+    let engine = Engine::start(kind);
+    let image = engine.image("claude");
+    let mut env = engine.env();
+    env.push(("ANTHROPIC_API_KEY".into(), "dummy-key".into()));
+    env.push(("E2E_PASSED".into(), "through".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            kind.name(),
+            "--image",
+            &image,
+            "--network",
+            "host",
+            "--pass-env",
+            "ANTHROPIC_API_KEY",
+            "--pass-env",
+            "E2E_PASSED",
+        ],
+        &env,
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(results.len(), 3, "{results:#?}");
+    for (n, probe) in results.iter().enumerate() {
+        assert_eq!(
+            probe.lines().next(),
+            Some("65534"),
+            "iteration {}: {probe}",
+            n + 1
+        );
+        assert!(
+            probe.contains("NODE_OPTIONS=unset SMUGGLED=unset PASSED=through"),
+            "{probe}"
+        );
+        assert!(probe.contains("touch=1"), "{probe}");
+        let it = iteration_dir(&doc, n + 1);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        let output = read_text(&it.join("output.jsonl"));
+        assert!(
+            output.contains("hello-claude"),
+            "the plugin was not loaded: {output}"
+        );
+    }
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
+}
+
+/// Root, PID namespaces and the engine (the image brings its own Claude Code).
+fn gate_engine(kind: Kind) -> bool {
+    require_pid_namespaces()
+        && prerequisite(
+            engines::usable(kind),
+            &format!(
+                "needs {} (.ci/run installs podman and docker.io)",
+                kind.name()
+            ),
+        )
+}
+
+#[test]
+fn claude_in_the_production_image_under_podman() {
+    if gate_engine(Kind::Podman) {
+        claude_in_the_production_image(Kind::Podman);
+    }
+}
+
+#[test]
+fn claude_in_the_production_image_under_docker() {
+    if gate_engine(Kind::Docker) {
+        claude_in_the_production_image(Kind::Docker);
+    }
 }
 
 /// What the agent plants in the first iteration: a hook in the project's

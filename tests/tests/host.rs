@@ -7,7 +7,7 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
-    binary, busy_wait, pitcrew_run, pitcrew_run_output, read_json, read_text,
+    binary, busy_wait, iteration_dir, pitcrew_run, pitcrew_run_output, read_json, read_text,
     require_pid_namespaces, write_command_harness,
 };
 use serde_json::Value;
@@ -88,9 +88,13 @@ impl Fixture {
             .unwrap()
     }
 
-    /// Ids of the sandboxes in the state dir (`pitcrew ps --json`).
+    /// Ids of the sandboxes in the state dir (`pitcrew ps --engine local --json`: other
+    /// tests' containers are not this fixture's).
     fn sandboxes(&self) -> Vec<String> {
-        let out = self.pitcrew(&["ps", "--json"]).output().unwrap();
+        let out = self
+            .pitcrew(&["ps", "--engine", "local", "--json"])
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -151,7 +155,10 @@ impl Fixture {
 impl Drop for Fixture {
     /// A failed test must not leave a sandbox running: stop whatever the state dir still knows.
     fn drop(&mut self) {
-        let Ok(out) = self.pitcrew(&["ps", "--json"]).output() else {
+        let Ok(out) = self
+            .pitcrew(&["ps", "--engine", "local", "--json"])
+            .output()
+        else {
             return;
         };
         let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -848,7 +855,7 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
     let pid = u32::try_from(rec["pid"].as_u64().unwrap()).unwrap();
     // The sandbox's process is recorded with its start time.
     assert_eq!(rec["pid_start"].as_u64(), start_time(pid), "{rec}");
-    let out = fx.pitcrew(&["ps"]).output().unwrap();
+    let out = fx.pitcrew(&["ps", "--engine", "local"]).output().unwrap();
     let ps = String::from_utf8_lossy(&out.stdout);
     assert!(ps.contains(&format!("{id}  local  running")), "{ps}");
     // The sandbox dies (its unshare killed: the PID namespace goes with it) ...
@@ -867,7 +874,7 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
     let mut stranger = Command::new("sleep").arg("300").spawn().unwrap();
     rec["pid"] = stranger.id().into();
     fs::write(&engine_json, rec.to_string()).unwrap();
-    let out = fx.pitcrew(&["ps"]).output().unwrap();
+    let out = fx.pitcrew(&["ps", "--engine", "local"]).output().unwrap();
     let ps = String::from_utf8_lossy(&out.stdout);
     assert!(ps.contains(&format!("{id}  local  stale")), "{ps}");
     let out = fx.pitcrew(&["down", &id]).output().unwrap();
@@ -882,4 +889,44 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
         "{stderr}"
     );
     assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
+fn a_kept_local_sandbox_is_driven_again_with_sandbox_and_left_running() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo ran", 1, "");
+    let h = fx.harness.to_str().unwrap();
+    let doc = fx.run_ok(&["--keep"]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    // A second run in the same sandbox: uploads again, counts on, leaves it running.
+    let again = fx.run_ok(&["--sandbox", &id]);
+    assert_eq!(again["sandbox"], id.as_str(), "{again:#}");
+    assert_eq!(again["engine"], "local", "{again:#}");
+    assert_eq!(again["kept"], true, "{again:#}");
+    let record = read_json(&iteration_dir(&again, 2).join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    assert_eq!(fx.sandboxes(), std::slice::from_ref(&id));
+    assert_eq!(fx.status(&id)["iteration"], 2);
+    // Its environment was set when it started.
+    let out = fx
+        .pitcrew(&["run", h, "--sandbox", &id, "--pass-env", "HOME"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exists already"), "{stderr}");
+    fx.down(&id);
+    // An id nothing knows is named, with where pitcrew looked.
+    let out = fx
+        .pitcrew(&["run", h, "--sandbox", "pc-00000000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no sandbox pc-00000000: looked in"),
+        "{stderr}"
+    );
 }

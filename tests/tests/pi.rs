@@ -1,14 +1,14 @@
 //! The real pi (`@mariozechner/pi-coding-agent` from npm, on Node) supervised by `pitcrew-init`,
-//! driven by `pitcrew run` on the local engine (and once in a podman container through the exec
-//! engine), against the scripted model server of `pitcrew_e2e::model_server` on 127.0.0.1: pi
+//! driven by `pitcrew run` on the local engine (and in the production pi image under the podman
+//! and docker engines), against the scripted model server of `pitcrew_e2e::model_server` on 127.0.0.1: pi
 //! loads the harness's extension through `-e`, the model calls the extension's tool, and the
 //! tool reports what the agent process sees.
 //!
 //! Needs root, PID namespaces and `pi` on `PATH` (`.ci/run` installs it), and for the container
-//! test podman and busybox-static; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
+//! tests podman and docker.io; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
-use pitcrew_e2e::container;
+use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
@@ -370,38 +370,70 @@ fn a_model_error_fails_the_iteration_although_pi_exits_0() {
 /// The deployment shape: pi in a podman container whose PID 1 is `pitcrew-init`, driven through
 /// the exec engine's default template (`podman exec -i … pitcrew-init attach`); the container
 /// shares the host's network so that pi reaches the model server on 127.0.0.1.
-#[test]
-fn pi_in_a_podman_container_under_pitcrew_init() {
-    if !gate()
-        || !prerequisite(
-            container::podman_usable(),
-            "needs root, podman and busybox-static (.ci/run installs them)",
-        )
-    {
-        return;
-    }
+/// The real pi of the production image (`scripts/build-image pi`: Node and pi from their npm
+/// packages inside the image, nothing of the host's mounted) in a container the engine
+/// creates, three iterations against the model server on the host (`--network host`, which
+/// tests may name; users get `none`), and no container left afterwards.
+fn pi_in_the_production_image(kind: Kind) {
     let server = ModelServer::start(script);
-    let fx = fixture(&server, 2);
-    let c = container::Container::start(container::Image::WithPi, &["--network", "host"]);
+    let fx = fixture(&server, 3);
+    let engine = Engine::start(kind);
+    let image = engine.image("pi");
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let doc = pitcrew_run(
         &fx.harness,
         &fx.state,
-        &["--engine", "exec", "--sandbox", &c.name],
-        &[(
-            "CONTAINERS_CONF",
-            container::containers_conf().to_str().unwrap(),
-        )],
+        &[
+            "--engine",
+            kind.name(),
+            "--image",
+            &image,
+            "--network",
+            "host",
+        ],
+        &env,
     );
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
-    for n in 1..=2 {
+    for n in 1..=3 {
         let seen = tool_result(&server, n);
         assert_eq!(seen["greeting"], "Hello, pitcrew!", "iteration {n}: {seen}");
         assert_eq!(seen["uid"], 65534, "{seen}");
         assert_eq!(seen["plugin_write"], "EACCES", "{seen}");
         assert_eq!(seen["hello_level"], "3", "{seen}");
+        assert_eq!(seen["pi_offline"], "1", "{seen}");
         let record = read_json(&iteration_dir(&doc, n).join("result.json"));
         assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        assert_eq!(record["exit_code"], 0, "{record:#}");
     }
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
+}
+
+#[test]
+fn pi_in_the_production_image_under_podman() {
+    if gate_engine(Kind::Podman) {
+        pi_in_the_production_image(Kind::Podman);
+    }
+}
+
+#[test]
+fn pi_in_the_production_image_under_docker() {
+    if gate_engine(Kind::Docker) {
+        pi_in_the_production_image(Kind::Docker);
+    }
+}
+
+/// Root, PID namespaces and the engine (the image brings its own pi: the host's is not used).
+fn gate_engine(kind: Kind) -> bool {
+    require_pid_namespaces()
+        && prerequisite(
+            engines::usable(kind),
+            &format!(
+                "needs {} (.ci/run installs podman and docker.io)",
+                kind.name()
+            ),
+        )
 }
 
 /// The verified hook adapter of [`a_tool_cannot_rewrite_pi_or_forge_its_verdict`]: blocks every

@@ -5,7 +5,7 @@
 //! Needs root, podman and a static busybox (`.ci/run` installs them); skipped otherwise, or a
 //! failure with `PITCREW_REQUIRE_E2E=1`. The container helpers are `pitcrew_e2e::container`.
 
-use pitcrew_e2e::container::{containers_conf, podman, podman_usable, Container, Image};
+use pitcrew_e2e::container::{containers_conf, podman, podman_usable, Container};
 use pitcrew_e2e::{binary, prerequisite, read_json};
 use serde_json::Value;
 use std::fs;
@@ -25,7 +25,7 @@ fn a_podman_container_runs_verifies_and_reaps_through_the_default_exec_template(
     if !gate() {
         return;
     }
-    let container = Container::start(Image::Plain, &[]);
+    let container = Container::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
@@ -105,5 +105,38 @@ validation:
         !String::from_utf8_lossy(&ps.stdout).contains("987654"),
         "{}",
         String::from_utf8_lossy(&ps.stdout)
+    );
+
+    // The container is its creator's: the run left it running, `down` refuses it, and
+    // `down --force` only stops its supervisor (PID 1 exits, the container stops, and stays).
+    let down = |force: bool| {
+        let mut cmd = Command::new(binary("pitcrew"));
+        cmd.args(["down", &container.name, "--engine", "exec"])
+            .env("CONTAINERS_CONF", containers_conf());
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().unwrap()
+    };
+    let state = |name: &str| {
+        let out = podman(&["inspect", "--format", "{{.State.Status}}", name]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(state(&container.name), "running");
+    let out = down(false);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pitcrew did not create it"),
+        "{out:?}"
+    );
+    assert_eq!(state(&container.name), "running");
+    let out = down(true);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        pitcrew_e2e::busy_wait(std::time::Duration::from_secs(20), || state(
+            &container.name
+        ) == "exited"),
+        "{}",
+        state(&container.name)
     );
 }

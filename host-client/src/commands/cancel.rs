@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// Arguments of `pitcrew cancel`.
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
-    /// The sandbox id (local engine) or name (exec engine).
+    /// The sandbox id (or the container's name, with `--engine exec`).
     pub sandbox: String,
     /// Engine options.
     #[command(flatten)]
@@ -26,8 +26,8 @@ pub struct CancelArgs {
 /// Runs `pitcrew cancel`.
 pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let engine = args.engine.engine()?;
     let id = SandboxId(args.sandbox.clone());
+    let engine = args.engine.engine_for(&id)?;
     let mut conn = engine.connect(&id)?;
     let (what, detail) = match args.signal {
         Some(sig) => {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 /// Arguments of `pitcrew collect`.
 #[derive(Debug, clap::Args)]
 pub struct CollectArgs {
-    /// The sandbox id (local engine) or name (exec engine).
+    /// The sandbox id (or the container's name, with `--engine exec`).
     pub sandbox: String,
     /// Engine options.
     #[command(flatten)]
@@ -30,8 +30,8 @@ pub struct CollectArgs {
 /// Runs `pitcrew collect`.
 pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let engine = args.engine.engine()?;
     let id = SandboxId(args.sandbox.clone());
+    let engine = args.engine.engine_for(&id)?;
     let out = args
         .out
         .clone()

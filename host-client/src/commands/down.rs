@@ -1,22 +1,30 @@
-//! `pitcrew down SANDBOX [--keep]`: stop a sandbox (`shutdown`, wait), then remove its host-side
+//! `pitcrew down SANDBOX [--keep] [--force]`: stop a sandbox pitcrew created (`shutdown`, wait;
+//! a container is stopped with a grace and removed with its volumes), then remove its host-side
 //! state unless `--keep`. A recorded pid that is not provably the sandbox's process any more is
-//! never signalled; `down` says so.
+//! never signalled; `down` says so. A sandbox pitcrew did not create (an exec sandbox, a
+//! container without pitcrew's label) is left alone, and `down` says so and fails, unless
+//! `--force`: then its supervisor is stopped and the container is left for its owner to remove.
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
 use crate::report::escape_controls;
+use anyhow::bail;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew down`.
 #[derive(Debug, clap::Args)]
 pub struct DownArgs {
-    /// The sandbox id (local engine) or name (exec engine).
+    /// The sandbox id (or the container's name, with `--engine exec`).
     pub sandbox: String,
     /// Engine options.
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Keep the sandbox's host-side state (records, uploads, supervisor.log).
+    /// Keep the sandbox's host-side state (records, uploads, supervisor.log; a container is
+    /// stopped, not removed).
     #[arg(long)]
     pub keep: bool,
+    /// Stop a sandbox pitcrew did not create (it is not removed).
+    #[arg(long)]
+    pub force: bool,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
@@ -25,26 +33,33 @@ pub struct DownArgs {
 /// Runs `pitcrew down`.
 pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let engine = args.engine.engine()?;
     let id = SandboxId(args.sandbox.clone());
+    let engine = args.engine.engine_for(&id)?;
+    if !args.force && !engine.owns(&id)? {
+        bail!(
+            "sandbox {id} ({}): pitcrew did not create it, so down leaves it alone (--force stops its supervisor; removing it stays with its owner)",
+            engine.name()
+        );
+    }
     let outcome = engine.stop(&id, args.keep)?;
     if args.json {
         println!(
             "{}",
             serde_json::json!({
-                "sandbox": id.0, "stopped": true, "state_kept": args.keep,
+                "sandbox": id.0, "stopped": !outcome.left_alone, "state_kept": args.keep,
                 "warning": outcome.warning,
             })
         );
     } else {
         let id = escape_controls(&id.0);
-        match &outcome.warning {
-            None => println!("sandbox {id}: stopped"),
-            Some(why) => {
-                let state = if args.keep { "kept" } else { "removed" };
-                eprintln!("pitcrew: sandbox {id}: {}", escape_controls(why));
-                println!("sandbox {id}: not running; its state {state}");
-            }
+        if let Some(why) = &outcome.warning {
+            eprintln!("pitcrew: sandbox {id}: {}", escape_controls(why));
+        }
+        if outcome.left_alone {
+            let state = if args.keep { "kept" } else { "removed" };
+            println!("sandbox {id}: not running; its state {state}");
+        } else {
+            println!("sandbox {id}: stopped");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// Arguments of `pitcrew inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The sandbox id (local engine) or name (exec engine).
+    /// The sandbox id (or the container's name, with `--engine exec`).
     pub sandbox: String,
     /// Engine options.
     #[command(flatten)]
@@ -27,8 +27,8 @@ pub struct InspectArgs {
 /// something drifted.
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let engine = args.engine.engine()?;
     let id = SandboxId(args.sandbox.clone());
+    let engine = args.engine.engine_for(&id)?;
     let sandbox = engine.describe(&id)?;
     let mut conn = engine.connect(&id)?;
     let verify = !args.no_verify;

@@ -3,7 +3,9 @@
 //! `--exec-template 'podman exec -i {sandbox} pitcrew-init attach'` is split on whitespace into
 //! an argv (no shell) with `{sandbox}` replaced by the sandbox name; the spawned command's
 //! stdin/stdout carry the protocol. Starting and stopping the sandbox belong to whoever created
-//! it: `start` only checks that its supervisor answers, `stop` does nothing.
+//! it: `start` only checks that its supervisor answers, `run` leaves it running, and `down`
+//! refuses unless `--force`, which asks the supervisor to shut down (PID 1 exits, so the
+//! container stops; removing it stays with its owner).
 
 use super::{Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
 use anyhow::{bail, Context as _};
@@ -76,9 +78,23 @@ impl Engine for ExecEngine {
         Connection::spawn(&argv, &format!("sandbox {id} ({})", shown.join(" ")))
     }
 
+    fn owns(&self, _id: &SandboxId) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+
     fn stop(&self, id: &SandboxId, _keep_state: bool) -> anyhow::Result<StopOutcome> {
-        tracing::info!("sandbox {id}: the exec engine leaves stopping the sandbox to its owner");
-        Ok(StopOutcome::default())
+        let mut conn = self.connect(id)?;
+        let res = conn.client().shutdown();
+        if let Err(err) = res {
+            return Err(conn.explain(err)).context(format!("stopping sandbox {id}"));
+        }
+        conn.close();
+        Ok(StopOutcome {
+            warning: Some(format!(
+                "its supervisor was asked to shut down; removing the container is left to whoever created {id}"
+            )),
+            left_alone: false,
+        })
     }
 
     fn layout(&self, _id: &SandboxId) -> anyhow::Result<SandboxLayout> {

@@ -37,7 +37,6 @@ use pitcrew_core::harness::SandboxLayout;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fs;
-use std::io::Read as _;
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
@@ -90,6 +89,16 @@ impl LocalEngine {
     /// is found.
     pub fn new(state: PathBuf, supervisor: Option<PathBuf>) -> LocalEngine {
         LocalEngine { state, supervisor }
+    }
+
+    /// Whether this host's state holds sandbox `id`.
+    pub fn knows(&self, id: &SandboxId) -> bool {
+        !id.0.is_empty() && !id.0.contains('/') && self.dir(id).join("engine.json").exists()
+    }
+
+    /// Where the sandboxes' state directories are.
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.sandboxes()
     }
 
     fn sandboxes(&self) -> PathBuf {
@@ -314,17 +323,6 @@ fn remove_rootless(dir: &Path, plan: &RootlessPlan) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn random_id() -> anyhow::Result<String> {
-    let mut b = [0u8; 4];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .context("/dev/urandom: read")?;
-    Ok(format!(
-        "pc-{:02x}{:02x}{:02x}{:02x}",
-        b[0], b[1], b[2], b[3]
-    ))
-}
-
 fn mkdir(path: &Path, mode: u32) -> anyhow::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -393,31 +391,7 @@ fn baseline_env(
     own: impl Iterator<Item = (OsString, OsString)>,
     pass: &[String],
 ) -> anyhow::Result<Vec<(OsString, OsString)>> {
-    use pitcrew_core::{env_policy, environment};
-    let pinned = environment::pinned_names();
-    for name in pass {
-        let valid = name
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
-        if name.is_empty() || !valid {
-            bail!("--pass-env {name:?}: not an environment variable name");
-        }
-        if let Some(rule) = env_policy::loader_denial(name) {
-            bail!(
-                "--pass-env {name}: refused by the loader rule {rule}; it never reaches an agent"
-            );
-        }
-        if KEPT_ENV.contains(&name.as_str()) {
-            continue;
-        }
-        if pinned.contains(&name.as_str()) {
-            bail!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced");
-        }
-        if let Some(rule) = env_policy::sandbox_env_reserved(name) {
-            bail!("--pass-env {name}: reserved, {rule}");
-        }
-    }
+    super::check_pass_env_names(pass, &KEPT_ENV)?;
     let own: Vec<(OsString, OsString)> = own.collect();
     for name in pass {
         if !own.iter().any(|(k, _)| k.as_os_str() == name.as_str()) {
@@ -439,6 +413,20 @@ impl Engine for LocalEngine {
     }
 
     fn start(&self, spec: &SandboxSpec) -> anyhow::Result<SandboxId> {
+        if let Some(name) = &spec.existing {
+            let id = SandboxId(name.clone());
+            if !self.knows(&id) {
+                bail!(
+                    "no local sandbox {id} in {} (pitcrew ps lists the sandboxes)",
+                    self.sandboxes().display()
+                );
+            }
+            if let Some(n) = spec.pass_env.first() {
+                bail!("--pass-env {n}: sandbox {id} exists already; its environment was set when it was started");
+            }
+            self.connect(&id)?.close();
+            return Ok(id);
+        }
         let env = baseline_env(std::env::vars_os(), &spec.pass_env)?;
         let rootless = if is_root() {
             None
@@ -446,7 +434,7 @@ impl Engine for LocalEngine {
             Some(rootless_plan()?)
         };
         let supervisor = self.supervisor_binary()?;
-        let id = SandboxId(random_id()?);
+        let id = SandboxId(super::random_id()?);
         let dir = self.dir(&id);
         // The agent's uid must reach <sandboxes>/<id>/root: refuse before creating anything
         // (directories that do not exist yet are created 0755).
@@ -502,6 +490,10 @@ impl Engine for LocalEngine {
         Connection::spawn(&argv, &format!("sandbox {id} (pitcrew-init attach)"))
     }
 
+    fn owns(&self, id: &SandboxId) -> anyhow::Result<bool> {
+        Ok(self.knows(id))
+    }
+
     fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<StopOutcome> {
         let rec = self.record(id)?;
         let mut outcome = StopOutcome::default();
@@ -543,6 +535,7 @@ impl Engine for LocalEngine {
                     }
                 }
                 outcome.warning = other.warning(rec.pid);
+                outcome.left_alone = true;
             }
         }
         if !keep_state {

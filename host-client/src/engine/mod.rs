@@ -3,9 +3,11 @@
 //! An [`Engine`] knows four things about a sandbox: how to start one, how to spawn a process whose
 //! stdin/stdout carry the control protocol to its supervisor ([`Connection`]), how to stop it,
 //! and where uploads land inside it ([`SandboxLayout`]). Everything else (uploads, iterations,
-//! collecting) is the protocol's and is the same for every engine, so podman, docker or kubectl
-//! are small additions next to [`local`] and [`exec`].
+//! collecting) is the protocol's and is the same for every engine: [`local`] (namespaces on this
+//! machine), [`container`] (podman and docker containers pitcrew creates) and [`exec`] (a
+//! sandbox someone else created, reached through a command template).
 
+pub mod container;
 pub mod exec;
 pub mod local;
 pub mod process;
@@ -36,11 +38,18 @@ impl std::fmt::Display for SandboxId {
 /// What to start.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxSpec {
-    /// An existing sandbox to attach to (exec engine).
+    /// An existing sandbox to drive instead of a new one (`run --sandbox`; the exec engine
+    /// only attaches).
     pub existing: Option<String>,
-    /// Variables of pitcrew's own environment to pass into a new local sandbox's baseline
+    /// Variables of pitcrew's own environment to pass into a new sandbox's baseline
     /// (`--pass-env`); an exec sandbox's baseline is its container's environment.
     pub pass_env: Vec<String>,
+    /// The agent's memory limit (the harness's `memory`); a container gets it plus room for
+    /// the supervisor.
+    pub memory_bytes: u64,
+    /// The agent's process limit (the harness's `processes`); a container gets it plus room
+    /// for the supervisor.
+    pub processes: u64,
 }
 
 /// One sandbox known to an engine (for `pitcrew ps`).
@@ -62,9 +71,12 @@ pub struct SandboxEntry {
 /// What [`Engine::stop`] did, beyond stopping.
 #[derive(Debug, Clone, Default)]
 pub struct StopOutcome {
-    /// Why a process was left alone (its pid no longer is, or cannot be shown to be, the
-    /// sandbox's), for the operator.
+    /// What the operator should know about the stop (why a process was left alone, what was
+    /// not removed).
     pub warning: Option<String>,
+    /// Nothing was stopped: the recorded process no longer is, or cannot be shown to be, the
+    /// sandbox's, so it was left alone.
+    pub left_alone: bool,
 }
 
 /// How the host starts, reaches and stops sandboxes.
@@ -76,6 +88,8 @@ pub trait Engine {
     fn start(&self, spec: &SandboxSpec) -> anyhow::Result<SandboxId>;
     /// Opens a protocol connection to the sandbox's supervisor (`hello` already exchanged).
     fn connect(&self, id: &SandboxId) -> anyhow::Result<Connection>;
+    /// Whether pitcrew created the sandbox (and so may stop and remove it without `--force`).
+    fn owns(&self, id: &SandboxId) -> anyhow::Result<bool>;
     /// Stops the sandbox; `keep_state` keeps host-side state (records) for later reading.
     fn stop(&self, id: &SandboxId, keep_state: bool) -> anyhow::Result<StopOutcome>;
     /// Where uploads go inside the sandbox.
@@ -227,9 +241,11 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process
 /// Options that choose and configure the engine (shared by `run` and the operator commands).
 #[derive(Debug, Clone, clap::Args)]
 pub struct EngineArgs {
-    /// Which engine runs the sandbox.
-    #[arg(long, value_enum, default_value_t = EngineKind::Local)]
-    pub engine: EngineKind,
+    /// Which engine runs the sandbox [default: `local` for `run`; the operator commands find a
+    /// sandbox by its id in the local state, then among podman's and docker's containers
+    /// labelled `pitcrew.sandbox`].
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
     /// Host-side state of local sandboxes [env: PITCREW_STATE_DIR] [default: /var/lib/pitcrew
     /// for root, else $XDG_STATE_HOME/pitcrew or ~/.local/state/pitcrew].
     #[arg(long, value_name = "DIR")]
@@ -237,6 +253,13 @@ pub struct EngineArgs {
     /// The `pitcrew-init` binary for the local engine [default: next to `pitcrew`, else on PATH].
     #[arg(long, value_name = "PATH")]
     pub supervisor: Option<PathBuf>,
+    /// Podman and docker engines: the image new sandboxes are created from (its entrypoint is
+    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Podman and docker engines: the network a new sandbox joins [default: none].
+    #[arg(long, value_name = "NETWORK")]
+    pub network: Option<String>,
     /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on
     /// whitespace with `{sandbox}` substituted (no shell).
     #[arg(
@@ -256,24 +279,160 @@ pub enum EngineKind {
     /// The supervisor in fresh PID and mount namespaces on this machine (rootless through a
     /// user namespace and subordinate ids when not run as root).
     Local,
+    /// A podman container pitcrew creates from `--image` (and removes unless `--keep`).
+    Podman,
+    /// A docker container pitcrew creates from `--image` (and removes unless `--keep`).
+    Docker,
     /// An existing sandbox reached through an exec-style command template.
     Exec,
 }
 
 impl EngineArgs {
-    /// The engine these options choose.
+    /// The engine these options choose (`local` when none is named).
     pub fn engine(&self) -> anyhow::Result<Box<dyn Engine>> {
-        Ok(match self.engine {
+        self.engine_of(self.engine.unwrap_or(EngineKind::Local))
+    }
+
+    /// The engine of kind `kind`, configured by these options.
+    fn engine_of(&self, kind: EngineKind) -> anyhow::Result<Box<dyn Engine>> {
+        if kind != EngineKind::Podman && kind != EngineKind::Docker {
+            if self.image.is_some() {
+                bail!("--image is for the podman and docker engines");
+            }
+            if self.network.is_some() {
+                bail!("--network is for the podman and docker engines");
+            }
+        }
+        let container = |cli| {
+            Box::new(container::ContainerEngine::new(
+                cli,
+                self.image.clone(),
+                self.network.clone(),
+            ))
+        };
+        Ok(match kind {
             EngineKind::Local => Box::new(local::LocalEngine::new(
                 state_dir(self.state_dir.as_deref())?,
                 self.supervisor.clone(),
             )),
+            EngineKind::Podman => container(container::Cli::Podman),
+            EngineKind::Docker => container(container::Cli::Docker),
             EngineKind::Exec => Box::new(exec::ExecEngine::new(
                 &self.exec_template,
                 &self.sandbox_root,
             )?),
         })
     }
+
+    /// The engine holding sandbox `id`: the one `--engine` names, else the first that knows
+    /// it: the local state, then podman's and docker's containers labelled with the id.
+    pub fn engine_for(&self, id: &SandboxId) -> anyhow::Result<Box<dyn Engine>> {
+        if let Some(kind) = self.engine {
+            return self.engine_of(kind);
+        }
+        let local = local::LocalEngine::new(
+            state_dir(self.state_dir.as_deref())?,
+            self.supervisor.clone(),
+        );
+        if local.knows(id) {
+            return self.engine_of(EngineKind::Local);
+        }
+        let mut looked = vec![format!("{}", local.sandboxes_dir().display())];
+        for (cli, kind) in [
+            (container::Cli::Podman, EngineKind::Podman),
+            (container::Cli::Docker, EngineKind::Docker),
+        ] {
+            if !on_path(cli.program()) {
+                continue;
+            }
+            let engine = container::ContainerEngine::new(cli, None, None);
+            match engine.inspect(&id.0) {
+                Ok(Some(c)) if c.created_by_pitcrew(id) => return self.engine_of(kind),
+                Ok(_) => looked.push(format!(
+                    "{} (no container labelled {}={id})",
+                    cli.program(),
+                    container::LABEL_SANDBOX
+                )),
+                Err(err) => looked.push(format!("{} ({err:#})", cli.program())),
+            }
+        }
+        bail!(
+            "no sandbox {id}: looked in {}; a sandbox pitcrew did not create needs --engine",
+            looked.join(", ")
+        )
+    }
+
+    /// The engines `ps` lists: the one `--engine` names, else local and every container
+    /// engine whose CLI is installed.
+    pub fn engines_to_list(&self) -> anyhow::Result<Vec<Box<dyn Engine>>> {
+        if let Some(kind) = self.engine {
+            return Ok(vec![self.engine_of(kind)?]);
+        }
+        let mut engines = vec![self.engine_of(EngineKind::Local)?];
+        for (cli, kind) in [
+            (container::Cli::Podman, EngineKind::Podman),
+            (container::Cli::Docker, EngineKind::Docker),
+        ] {
+            if on_path(cli.program()) {
+                engines.push(self.engine_of(kind)?);
+            }
+        }
+        Ok(engines)
+    }
+}
+
+/// Whether `program` is an executable file in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Checks the names of `--pass-env`: each a variable name, none a loader variable, and none a
+/// name the supervisor sets itself or reserves, except the `kept` ones the engine passes anyway.
+pub fn check_pass_env_names(pass: &[String], kept: &[&str]) -> anyhow::Result<()> {
+    use pitcrew_core::{env_policy, environment};
+    let pinned = environment::pinned_names();
+    for name in pass {
+        let valid = name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+        if name.is_empty() || !valid {
+            bail!("--pass-env {name:?}: not an environment variable name");
+        }
+        if let Some(rule) = env_policy::loader_denial(name) {
+            bail!(
+                "--pass-env {name}: refused by the loader rule {rule}; it never reaches an agent"
+            );
+        }
+        if kept.contains(&name.as_str()) {
+            continue;
+        }
+        if pinned.contains(&name.as_str()) {
+            bail!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced");
+        }
+        if let Some(rule) = env_policy::sandbox_env_reserved(name) {
+            bail!("--pass-env {name}: reserved, {rule}");
+        }
+    }
+    Ok(())
+}
+
+/// A fresh sandbox id: `pc-` and 8 random hex digits.
+pub fn random_id() -> anyhow::Result<String> {
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("/dev/urandom: read")?;
+    Ok(format!(
+        "pc-{:02x}{:02x}{:02x}{:02x}",
+        b[0], b[1], b[2], b[3]
+    ))
 }
 
 /// The state directory: `--state-dir`, else `PITCREW_STATE_DIR`, else `/var/lib/pitcrew` for

@@ -1,10 +1,13 @@
-//! `pitcrew run HARNESS [--engine local|exec] [--iterations N] [--keep] [--json]`.
+//! `pitcrew run HARNESS [--engine local|podman|docker|exec] [--image IMAGE] [--sandbox ID]
+//! [--iterations N] [--keep] [--json]`.
 //!
 //! Validate the harness (refuse on problems), start or attach to a sandbox, compute the manifest
 //! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
 //! set the manifest, then run iterations: up to N, stopping early when the harness's
 //! `validation` command exits 0 after one. Each iteration is collected into
 //! `<output>/<run id>/iteration-N/`. Ctrl-C sends `cancel`, collects what there is and exits 130.
+//! A sandbox this run started is stopped and removed at the end unless `--keep`; one it was
+//! given with `--sandbox` (kept by an earlier run, or made by someone else) is left running.
 //!
 //! This module checks the harness, starts and stops the sandbox and reports the run; the rest
 //! is in its parts:
@@ -19,7 +22,7 @@ mod progress;
 mod signals;
 mod upload;
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxSpec};
+use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
 use crate::records;
 use crate::report::{self, escape_controls};
 use anyhow::bail;
@@ -38,11 +41,13 @@ pub struct RunArgs {
     /// Engine options.
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Exec engine: the existing sandbox to attach to.
-    #[arg(long, value_name = "NAME")]
+    /// Run in this existing sandbox (one kept by an earlier run, any engine, found by its id
+    /// like `pitcrew inspect` does; the exec engine's container name) instead of a new one.
+    /// It is left running at the end.
+    #[arg(long, value_name = "ID")]
     pub sandbox: Option<String>,
-    /// Local engine: pass this variable of pitcrew's own environment into the new sandbox
-    /// (repeatable). Nothing else of it reaches the sandbox but `PATH`, the locale (`LANG`,
+    /// Pass this variable of pitcrew's own environment into the new sandbox (repeatable; local,
+    /// podman and docker engines). Nothing else of it reaches the sandbox but `PATH`, the locale (`LANG`,
     /// `LANGUAGE`, the `LC_*` categories), `TZ` and `RUST_LOG`.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
@@ -80,13 +85,20 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     let slot = CancelSlot::default();
     install_ctrlc(slot.clone());
 
-    let engine = args.engine.engine()?;
+    let engine = match &args.sandbox {
+        Some(existing) => args.engine.engine_for(&SandboxId(existing.clone()))?,
+        None => args.engine.engine()?,
+    };
     let progress = Progress::new(verbose > 0);
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),
         pass_env: args.pass_env.clone(),
+        memory_bytes: h.memory,
+        processes: h.processes,
     })?;
+    // A sandbox this run did not start is left as it was found.
+    let kept = args.keep || args.sandbox.is_some();
     progress.line(&format!("sandbox {id} ({})", engine.name()));
 
     let outcome = drive(
@@ -95,7 +107,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     progress.finish();
     slot.disarm();
 
-    let stop = if args.keep {
+    let stop = if kept {
         Ok(Default::default())
     } else {
         engine.stop(&id, false)
@@ -119,7 +131,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         "harness": file,
         "engine": engine.name(),
         "sandbox": id.0,
-        "kept": args.keep,
+        "kept": kept,
         "run_dir": report.run_dir,
         "stopped": report.stopped,
         "exit_code": code,
@@ -140,7 +152,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", report::table(&report.rows));
         println!("records: {}", escape_controls(&report.run_dir));
-        if args.keep {
+        if kept {
             let id = escape_controls(&id.0);
             println!("sandbox kept: {id} (pitcrew inspect {id}; pitcrew down {id})");
         }

@@ -1,0 +1,276 @@
+//! The container engines pitcrew drives (`--engine podman|docker`) as the tests meet them: the
+//! production images built by `scripts/build-image` from this build's `pitcrew-init`, and a
+//! private docker daemon per test (never the machine's global daemon), stopped when dropped.
+
+use crate::binary;
+use crate::container::{containers_conf, repo};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which engine a test drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// podman, with `images/containers.conf`.
+    Podman,
+    /// docker, against a [`PrivateDocker`].
+    Docker,
+}
+
+impl Kind {
+    /// The engine's name (`--engine`, the CLI).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Podman => "podman",
+            Kind::Docker => "docker",
+        }
+    }
+}
+
+/// Whether `program` runs (`program --version` succeeds).
+pub fn runs(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether the engine's programs run here (`podman`; `docker` and `dockerd`).
+pub fn usable(kind: Kind) -> bool {
+    match kind {
+        Kind::Podman => runs("podman"),
+        Kind::Docker => runs("docker") && runs("dockerd"),
+    }
+}
+
+/// One engine ready for `pitcrew`: podman as it is, or a private docker daemon; the
+/// environment `pitcrew` and the engine's CLI need.
+pub struct Engine {
+    /// Which engine.
+    pub kind: Kind,
+    docker: Option<PrivateDocker>,
+}
+
+impl Engine {
+    /// Podman, or a freshly started private docker daemon.
+    pub fn start(kind: Kind) -> Engine {
+        let docker = (kind == Kind::Docker).then(PrivateDocker::start);
+        Engine { kind, docker }
+    }
+
+    /// The variables `pitcrew` and the CLI need (`CONTAINERS_CONF`, `DOCKER_HOST`).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![(
+            "CONTAINERS_CONF".to_string(),
+            containers_conf().to_string_lossy().into_owned(),
+        )];
+        if let Some(d) = &self.docker {
+            env.push(("DOCKER_HOST".into(), d.host.clone()));
+        }
+        env
+    }
+
+    /// `<cli> args…` with [`Engine::env`].
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(self.kind.name())
+            .args(args)
+            .envs(self.env())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", self.kind.name()))
+    }
+
+    /// Builds the production image of `runtime` (`pi` or `claude`) with `scripts/build-image`
+    /// and this build's `pitcrew-init`, in this engine; returns its reference (the script's
+    /// last line). Layers and the slow inputs are cached by the script, so a rebuild is quick.
+    pub fn image(&self, runtime: &str) -> String {
+        let mut cmd = Command::new(repo().join("scripts/build-image"));
+        cmd.arg(runtime)
+            .args(["--engine", self.kind.name()])
+            .arg("--init")
+            .arg(binary("pitcrew-init"))
+            .args(["--tag", &format!("localhost/pitcrew-{runtime}:e2e")])
+            .envs(self.env())
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("scripts/build-image");
+        assert!(
+            out.status.success(),
+            "scripts/build-image {runtime} --engine {}: {}",
+            self.kind.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("scripts/build-image printed nothing"))
+            .trim()
+            .to_string()
+    }
+
+    /// Whether the engine has a container named `name` (running or not).
+    pub fn has_container(&self, name: &str) -> bool {
+        self.cli(&["inspect", "--type", "container", name])
+            .status
+            .success()
+    }
+
+    /// The names of the containers created from `image` (running or not).
+    pub fn containers_from(&self, image: &str) -> Vec<String> {
+        let filter = format!("ancestor={image}");
+        let out = self.cli(&["ps", "--all", "--filter", &filter, "--format", "{{.Names}}"]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// A docker daemon of this test's own: `dockerd` with no iptables and no bridge (containers get
+/// `--network none` or `host`), its socket and exec root in a temp dir, and its data root in
+/// `$PITCREW_DOCKER_TEST_ROOT` (default `/var/cache/pitcrew/docker-test`), kept between tests
+/// and runs so images are built once per machine. One daemon at a time uses that data root (an
+/// exclusive lock held while it runs; nextest's `docker` test group runs these tests one by
+/// one). The storage driver is overlay2 where the kernel and file system allow it, else vfs
+/// (every layer a full copy). Dropping it removes its containers and dangling images, stops it
+/// and deletes the temp dir; the machine's own docker daemon is never touched.
+pub struct PrivateDocker {
+    dir: tempfile::TempDir,
+    child: Child,
+    _lock: std::fs::File,
+    /// `unix://…/docker.sock`, for `DOCKER_HOST`.
+    pub host: String,
+    /// The storage driver it runs with.
+    pub driver: &'static str,
+}
+
+impl PrivateDocker {
+    /// Takes the data root's lock, starts the daemon and waits (up to 60 s) until it answers.
+    pub fn start() -> PrivateDocker {
+        let root = std::env::var_os("PITCREW_DOCKER_TEST_ROOT").map_or_else(
+            || "/var/cache/pitcrew/docker-test".into(),
+            std::path::PathBuf::from,
+        );
+        std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+        let lock = std::fs::File::create(root.join("lock")).expect("lock file");
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+        assert_eq!(
+            locked,
+            0,
+            "flock {}: {}",
+            root.join("lock").display(),
+            std::io::Error::last_os_error()
+        );
+        let mut failures = Vec::new();
+        for driver in ["overlay2", "vfs"] {
+            match PrivateDocker::try_start(&root, driver) {
+                Ok((dir, child, host)) => {
+                    return PrivateDocker {
+                        dir,
+                        child,
+                        _lock: lock,
+                        host,
+                        driver,
+                    }
+                }
+                Err(why) => failures.push(format!("{driver}: {why}")),
+            }
+        }
+        panic!("the private dockerd did not start: {}", failures.join("; "))
+    }
+
+    fn try_start(root: &Path, driver: &str) -> Result<(tempfile::TempDir, Child, String), String> {
+        // Short: containerd's sockets live under the exec root (108-byte socket paths).
+        let dir = tempfile::Builder::new()
+            .prefix("pcd")
+            .tempdir_in("/tmp")
+            .map_err(|e| e.to_string())?;
+        let d = dir.path();
+        let log = std::fs::File::create(d.join("dockerd.log")).map_err(|e| e.to_string())?;
+        let host = format!("unix://{}/docker.sock", d.display());
+        let mut child = Command::new("dockerd")
+            .args(["--iptables=false", "--ip6tables=false", "--bridge=none"])
+            .arg(format!("--storage-driver={driver}"))
+            .arg(format!("--data-root={}", root.join(driver).display()))
+            .arg(format!("--exec-root={}/exec", d.display()))
+            .arg(format!("--pidfile={}/dockerd.pid", d.display()))
+            .args(["-H", &host])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("dockerd (apt-get install docker.io): {e}"))?;
+        let tail = || {
+            let text = std::fs::read_to_string(d.join("dockerd.log")).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(5)..].join(" | ")
+        };
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("dockerd exited ({status}): {}", tail()));
+            }
+            let up = Command::new("docker")
+                .args(["version", "--format", "{{.Server.Version}}"])
+                .env("DOCKER_HOST", &host)
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if up {
+                return Ok((dir, child, host));
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within 60 s: {}", tail()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The daemon's temp dir (socket, exec root, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PrivateDocker {
+    /// Removes every container and the dangling images (older builds' layers), stops the
+    /// daemon (TERM, then KILL after 20 s); never panics (it may run while a test unwinds).
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            Command::new("docker")
+                .args(args)
+                .env("DOCKER_HOST", &self.host)
+                .stdin(Stdio::null())
+                .output()
+        };
+        if let Ok(out) = docker(&["ps", "--all", "--quiet"]) {
+            let ids = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "--force", "--volumes"];
+                args.extend(ids);
+                let _ = docker(&args);
+            }
+        }
+        let _ = docker(&["image", "prune", "--force"]);
+        let _ = docker(&["volume", "prune", "--force"]);
+        // TERM: dockerd stops its containerd and cleans up; our child is not reaped yet, so
+        // its pid is still ours.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .output();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

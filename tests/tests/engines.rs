@@ -1,0 +1,322 @@
+//! The podman and docker engines: `pitcrew run --engine podman|docker --image IMAGE` creates the
+//! sandbox's container from the production pi image (`scripts/build-image pi`), runs and
+//! collects the iterations, and the operator commands find it again by its label. What the
+//! engine promises is checked from the agent's side, inside the container: PID 1 is
+//! `pitcrew-init`, the agent has no capability and `NoNewPrivs`, the verified trees are not
+//! writable, a daemon left by one iteration is gone in the next, and a plugin changed through
+//! `<engine> exec` fails the next iteration with 96.
+//!
+//! Needs root, podman, and for docker `dockerd` (`.ci/run` installs docker.io and starts a
+//! private daemon per test, never the machine's); skipped otherwise, or a failure with
+//! `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
+
+use pitcrew_e2e::engines::{usable, Engine, Kind};
+use pitcrew_e2e::{
+    binary, iteration_dir, prerequisite, read_json, read_text, write_command_harness,
+};
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn gate(kind: Kind) -> bool {
+    let root = pitcrew_e2e::can_unshare_pid();
+    let tools = usable(kind);
+    prerequisite(
+        root && tools,
+        &format!(
+            "needs root and {} (.ci/run installs podman and docker.io)",
+            if kind == Kind::Docker {
+                "docker.io (dockerd)"
+            } else {
+                "podman"
+            }
+        ),
+    )
+}
+
+/// What the agent reports each iteration, as `key value` lines: PID 1's command line, its own
+/// capability sets and no_new_privs, whether it could change a verified file or add one to a
+/// verified tree, and in later iterations whether the daemon it left in the first still runs.
+const PROBE: &str = r#"n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count
+echo "pid1 $(tr '\0' ' ' < /proc/1/cmdline)"
+grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status | tr -d ':\t' | sed 's/^\([A-Za-z]*\)/\1 /'
+if (echo x >> /pitcrew/plugins/p/index.js) 2>/dev/null; then echo "plugin_write allowed"; else echo "plugin_write refused"; fi
+if touch /pitcrew/plugins/p/planted 2>/dev/null; then echo "plugin_create allowed"; else echo "plugin_create refused"; fi
+if (echo x >> /pitcrew/adapters/hooks.json) 2>/dev/null; then echo "adapter_write allowed"; else echo "adapter_write refused"; fi
+if [ "$n" = 1 ]; then
+  setsid sleep 987654 </dev/null >/dev/null 2>&1 &
+  echo $! > daemon.pid
+  echo "daemon started"
+elif kill -0 "$(cat daemon.pid)" 2>/dev/null; then
+  echo "daemon alive"
+else
+  echo "daemon gone"
+fi"#;
+
+/// The `key value` lines of an iteration's output.
+fn report(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    read_text(&dir.join("output.jsonl"))
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn pitcrew(engine: &Engine, args: &[&str]) -> Output {
+    Command::new(binary("pitcrew"))
+        .args(args)
+        .envs(engine.env())
+        .output()
+        .expect("pitcrew")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}); exit {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The whole life of a sandbox in `kind`: created from the production image and confined,
+/// kept, listed, inspected, driven again with `--sandbox` (where a plugin changed through the
+/// engine's `exec` fails the next iteration with 96), and removed by `down`; a container
+/// pitcrew did not create is left alone by `down`.
+fn sandbox_life(kind: Kind) {
+    let engine = Engine::start(kind);
+    let image = engine.image("pi");
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    // From the second run on, the host's validation command changes the uploaded plugin
+    // through the engine's exec (as root, outside the agent) after the first iteration.
+    let tamper = "validation:\n  - /bin/sh\n  - -c\n  - '[ -e tamper ] && [ ! -e tampered ] && touch tampered && \"$PITCREW_ENGINE\" exec \"$PITCREW_SANDBOX\" sh -c \"echo tampered >> /pitcrew/plugins/p/index.js\"; exit 1'\n";
+    let harness = write_command_harness(dir.path(), PROBE, 2, "60s", false, tamper);
+    let h = harness.to_str().unwrap();
+
+    // Run 1: two iterations in a new sandbox, kept.
+    let out = pitcrew(
+        &engine,
+        &[
+            "run",
+            h,
+            "--engine",
+            kind.name(),
+            "--image",
+            &image,
+            "--keep",
+            "--json",
+        ],
+    );
+    let doc = json_of(&out);
+    // The validation command fails, the last iteration succeeded: the run succeeds.
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    assert_eq!(doc["engine"], kind.name(), "{doc:#}");
+    for n in 1..=2 {
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["exit_code"], 0, "iteration {n}: {record:#}");
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        let seen = report(&it);
+        assert_eq!(seen["pid1"], "/usr/local/bin/pitcrew-init", "{seen:?}");
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(seen[set], "0000000000000000", "{set}: {seen:?}");
+        }
+        assert_eq!(seen["NoNewPrivs"], "1", "{seen:?}");
+        assert_eq!(seen["plugin_write"], "refused", "{seen:?}");
+        assert_eq!(seen["plugin_create"], "refused", "{seen:?}");
+        assert_eq!(seen["adapter_write"], "refused", "{seen:?}");
+        let daemon = if n == 1 { "started" } else { "gone" };
+        assert_eq!(seen["daemon"], daemon, "iteration {n}: {seen:?}");
+    }
+
+    // The container is what pitcrew said it made: labelled, confined, limited.
+    let inspect = engine.cli(&["inspect", "--type", "container", &id]);
+    assert!(inspect.status.success(), "{inspect:?}");
+    let c: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let c = &c[0];
+    assert_eq!(
+        c["Config"]["Labels"]["pitcrew.sandbox"],
+        id.as_str(),
+        "{c:#}"
+    );
+    assert_eq!(c["HostConfig"]["ReadonlyRootfs"], true, "{c:#}");
+    assert_eq!(c["HostConfig"]["NetworkMode"], "none", "{c:#}");
+    let opts = c["HostConfig"]["SecurityOpt"].to_string();
+    assert!(opts.contains("no-new-privileges"), "{opts}");
+    assert!(c["HostConfig"]["PidsLimit"].as_i64().unwrap() > 0, "{c:#}");
+    assert!(c["HostConfig"]["Memory"].as_i64().unwrap() > 0, "{c:#}");
+
+    // ps lists it, inspect finds it by its label without --engine.
+    let ps = json_of(&pitcrew(&engine, &["ps", "--json"]));
+    let listed = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in ps: {ps:#}"));
+    assert_eq!(listed["engine"], kind.name(), "{listed}");
+    assert_eq!(listed["running"], true, "{listed}");
+    let out = pitcrew(&engine, &["inspect", &id, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let inspected = json_of(&out);
+    assert_eq!(
+        inspected["sandbox"]["image"],
+        image.as_str(),
+        "{inspected:#}"
+    );
+    assert_eq!(inspected["status"]["iteration"], 2, "{inspected:#}");
+
+    // Run 2 in the same sandbox: the plugin is uploaded again, changed through the engine's
+    // exec after the first iteration, and the second refuses to launch. The sandbox stays.
+    fs::write(dir.path().join("tamper"), "").unwrap();
+    let out = pitcrew(&engine, &["run", h, "--sandbox", &id, "--json"]);
+    let again = json_of(&out);
+    assert_eq!(out.status.code(), Some(96), "{again:#}");
+    assert_eq!(again["sandbox"], id.as_str(), "{again:#}");
+    assert_eq!(again["kept"], true, "{again:#}");
+    // The sandbox counts on: its third and fourth iterations.
+    let first = read_json(&iteration_dir(&again, 3).join("result.json"));
+    assert_eq!(first["exit_code"], 0, "{first:#}");
+    assert_eq!(
+        first["iteration"], 3,
+        "the sandbox's third iteration: {first:#}"
+    );
+    let refused = read_json(&iteration_dir(&again, 4).join("result.json"));
+    assert_eq!(refused["exit_code"], 96, "{refused:#}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("index.js"),
+        "{refused:#}"
+    );
+    assert!(refused["agent"].is_null(), "nothing launched: {refused:#}");
+    assert!(engine.has_container(&id), "{id} is kept");
+
+    // A container pitcrew did not create (no label) is not pitcrew's to remove.
+    let foreign = format!("foreign-{id}");
+    let made = engine.cli(&["create", "--name", &foreign, &image]);
+    assert!(made.status.success(), "{made:?}");
+    let out = pitcrew(&engine, &["down", &foreign, "--engine", kind.name()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pitcrew did not create it"),
+        "{out:?}"
+    );
+    assert!(engine
+        .cli(&["inspect", "--type", "container", &foreign])
+        .status
+        .success());
+    let _ = engine.cli(&["rm", "--force", &foreign]);
+
+    // down removes the sandbox's container and its two anonymous volumes.
+    let volumes: Vec<String> = c["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["Type"] == "volume")
+        .map(|m| m["Name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(volumes.len(), 2, "{c:#}");
+    let out = pitcrew(&engine, &["down", &id]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!engine.has_container(&id), "{id} was left");
+    for v in &volumes {
+        let left = engine.cli(&["volume", "inspect", v]);
+        assert!(!left.status.success(), "volume {v} is left");
+    }
+}
+
+#[test]
+fn attack_container_engine__podman_sandbox_confined_reaped_verified_and_removed() {
+    if gate(Kind::Podman) {
+        sandbox_life(Kind::Podman);
+    }
+}
+
+#[test]
+fn attack_container_engine__docker_sandbox_confined_reaped_verified_and_removed() {
+    if gate(Kind::Docker) {
+        sandbox_life(Kind::Docker);
+    }
+}
+
+/// A run that does not keep its sandbox leaves no container behind, whatever its outcome, and
+/// a sandbox that cannot come up (an image without pitcrew-init) leaves none either.
+fn nothing_left(kind: Kind) {
+    let engine = Engine::start(kind);
+    let image = engine.image("pi");
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = write_command_harness(dir.path(), "echo hi; exit 3", 1, "30s", false, "");
+    let h = harness.to_str().unwrap();
+    let out = pitcrew(
+        &engine,
+        &[
+            "run",
+            h,
+            "--engine",
+            kind.name(),
+            "--image",
+            &image,
+            "--json",
+        ],
+    );
+    let doc = json_of(&out);
+    assert_eq!(out.status.code(), Some(3), "{doc:#}");
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
+
+    // The image's entrypoint replaced by one that exits: start fails, nothing stays.
+    let tag = format!("localhost/pitcrew-broken:{}", std::process::id());
+    let ctx = tempfile::tempdir().unwrap();
+    fs::write(
+        ctx.path().join("Containerfile"),
+        format!("FROM {image}\nENTRYPOINT [\"/bin/false\"]\n"),
+    )
+    .unwrap();
+    let file = ctx.path().join("Containerfile");
+    let built = engine.cli(&[
+        "build",
+        "--tag",
+        &tag,
+        "--file",
+        file.to_str().unwrap(),
+        ctx.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{built:?}");
+    let out = pitcrew(
+        &engine,
+        &["run", h, "--engine", kind.name(), "--image", &tag],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("before its supervisor answered"),
+        "{stderr}"
+    );
+    let left = engine.containers_from(&tag);
+    assert!(left.is_empty(), "{left:?}");
+    let _ = engine.cli(&["rmi", "--force", &tag]);
+}
+
+#[test]
+fn a_podman_run_leaves_no_container_behind() {
+    if gate(Kind::Podman) {
+        nothing_left(Kind::Podman);
+    }
+}
+
+#[test]
+fn a_docker_run_leaves_no_container_behind() {
+    if gate(Kind::Docker) {
+        nothing_left(Kind::Docker);
+    }
+}
