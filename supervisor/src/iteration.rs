@@ -165,6 +165,22 @@ fn prepare(
 ) -> Result<(), Stop> {
     if ctx.private_ipc {
         crate::sandbox::private_ipc::renew().map_err(Stop::supervisor)?;
+    } else if ctx.sweep_ipc {
+        // PID 1 of a container: its IPC namespace and `/dev/shm` are the sandbox's own but
+        // outlive the iteration, so what the agent's uid left there goes.
+        let swept =
+            crate::sandbox::private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
+        if swept != crate::sandbox::private_ipc::Swept::default() {
+            observer.step(
+                "ipc-sweep",
+                "finished",
+                json!({"shm_entries": swept.shm_entries, "sysv_objects": swept.sysv_objects}),
+            );
+            record.ipc_sweep = Some(crate::result::IpcSweepRecord {
+                shm_entries: swept.shm_entries,
+                sysv_objects: swept.sysv_objects,
+            });
+        }
     }
     // Before anything is made for the agent: ids this user namespace does not map.
     if let Some(reason) = crate::user_namespace::current()

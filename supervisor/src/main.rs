@@ -402,6 +402,10 @@ mod linux {
                 return exit(SUPERVISOR_FAILED);
             }
             ctx.private_ipc = true;
+        } else {
+            // A container's entrypoint: its IPC namespace and /dev/shm are its own (engines
+            // give every container its own) and outlive each iteration.
+            ctx.sweep_ipc = ctx.info.pid1;
         }
         exit(pitcrew_core::server::serve(ctx, opts))
     }

@@ -40,6 +40,11 @@ pub struct IterationResult {
     /// What was removed from `dirs.config` before verifying (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reset: Option<ConfigResetRecord>,
+    /// What an earlier agent left in the sandbox's IPC namespace and `/dev/shm` and was removed
+    /// before this iteration (PID 1 without a private IPC namespace, e.g. a container; absent
+    /// when nothing was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc_sweep: Option<IpcSweepRecord>,
     /// Runtime configuration files in the workspace that the runtime reads unverified and no
     /// flag switches off (`.pi/settings.json` for pi), found before launch; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -117,6 +122,15 @@ pub struct ConfigResetRecord {
     /// The first 100 of them, relative to `dirs.config`.
     #[serde(default)]
     pub paths: Vec<String>,
+}
+
+/// What the IPC sweep removed (`ipc_sweep`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpcSweepRecord {
+    /// Entries removed from `/dev/shm` (a directory and what was below it counted).
+    pub shm_entries: u64,
+    /// System V shared memory segments, semaphore sets and message queues removed.
+    pub sysv_objects: u64,
 }
 
 /// What the environment step reported, copied as it reported it.
@@ -309,6 +323,7 @@ impl IterationResult {
             steps: StepTimes::default(),
             reaped: ReapCounts::default(),
             config_reset: None,
+            ipc_sweep: None,
             workspace_config: Vec::new(),
             verification: None,
             env: EnvRecord::default(),

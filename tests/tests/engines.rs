@@ -3,8 +3,8 @@
 //! collects the iterations, and the operator commands find it again by its label. What the
 //! engine promises is checked from the agent's side, inside the container: PID 1 is
 //! `pitcrew-init`, the agent has no capability and `NoNewPrivs`, the verified trees are not
-//! writable, a daemon left by one iteration is gone in the next, and a plugin changed through
-//! `<engine> exec` fails the next iteration with 96.
+//! writable, a daemon, `/dev/shm` entries and System V objects left by one iteration are gone
+//! in the next, and a plugin changed through `<engine> exec` fails the next iteration with 96.
 //!
 //! Needs root, podman, and for docker `dockerd` (`.ci/run` installs docker.io and starts a
 //! private daemon per test, never the machine's); skipped otherwise, or a failure with
@@ -50,11 +50,17 @@ if [ "$n" = 1 ]; then
   setsid sleep 987654 </dev/null >/dev/null 2>&1 &
   echo $! > daemon.pid
   echo "daemon started"
+  echo left > /dev/shm/plant-$$
+  mkdir /dev/shm/dir-$$ && echo left > /dev/shm/dir-$$/file
+  ln -s /etc/shadow /dev/shm/link-$$
+  ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null
 elif kill -0 "$(cat daemon.pid)" 2>/dev/null; then
   echo "daemon alive"
 else
   echo "daemon gone"
-fi"#;
+fi
+echo "shm $(ls -A /dev/shm | wc -l)"
+echo "sysv $(ipcs -m -q -s | grep -c '^0x')""#;
 
 /// The `key value` lines of an iteration's output.
 fn report(dir: &Path) -> std::collections::BTreeMap<String, String> {
@@ -134,6 +140,18 @@ fn sandbox_life(kind: Kind) {
         assert_eq!(seen["adapter_write"], "refused", "{seen:?}");
         let daemon = if n == 1 { "started" } else { "gone" };
         assert_eq!(seen["daemon"], daemon, "iteration {n}: {seen:?}");
+        // What the first left in /dev/shm and System V IPC is gone before the second.
+        let (shm, sysv) = if n == 1 { ("3", "3") } else { ("0", "0") };
+        assert_eq!(seen["shm"], shm, "iteration {n}: {seen:?}");
+        assert_eq!(seen["sysv"], sysv, "iteration {n}: {seen:?}");
+        if n == 2 {
+            // A file, a link, and a directory with a file; a segment, a queue, a semaphore set.
+            assert_eq!(
+                record["ipc_sweep"],
+                serde_json::json!({"shm_entries": 4, "sysv_objects": 3}),
+                "{record:#}"
+            );
+        }
     }
 
     // The container is what pitcrew said it made: labelled, confined, limited.

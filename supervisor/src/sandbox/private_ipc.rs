@@ -11,12 +11,17 @@
 //! its last process is gone) and replaces the tmpfs on `/dev/shm` with a fresh one (detach the
 //! old, mount a new: empty at any depth, in constant time, without walking what the agent left).
 //!
-//! Container engines give each container its own IPC namespace and `/dev/shm` already; the flag
-//! is not needed there (it needs `CAP_SYS_ADMIN`, and is refused unless the supervisor is PID 1
-//! of its PID namespace, since unmounting `/dev/shm` in the host's mount namespace would take it
-//! from the host).
+//! Container engines give each container its own IPC namespace and `/dev/shm`, but they live as
+//! long as the container, across iterations; renewing them needs `CAP_SYS_ADMIN`, which a
+//! container sandbox does not get (and the flag is refused unless the supervisor is PID 1 of its
+//! PID namespace, since unmounting `/dev/shm` in the host's mount namespace would take it from
+//! the host). There [`sweep`] runs instead, at the same point: it removes what the agent's uid
+//! left, the entries of `/dev/shm` it owns and the System V objects it owns or created.
 
+use crate::bounded_tree;
 use std::ffi::CString;
+use std::os::fd::AsFd as _;
+use std::os::unix::ffi::OsStrExt as _;
 
 /// Where the private tmpfs is mounted.
 pub const SHM: &str = "/dev/shm";
@@ -62,4 +67,177 @@ pub fn renew() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What [`sweep`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Entries removed from `/dev/shm` (a directory and everything below it counted).
+    pub shm_entries: u64,
+    /// System V shared memory segments, semaphore sets and message queues removed.
+    pub sysv_objects: u64,
+}
+
+/// The System V object kinds: their `/proc/sysvipc` file and id column.
+const SYSV: [(&str, &str); 3] = [("shm", "shmid"), ("sem", "semid"), ("msg", "msqid")];
+
+/// Removes what `uid` (the agent's) left in this IPC namespace and `/dev/shm`, for sandboxes
+/// without a private IPC namespace per iteration: every entry at the top of [`SHM`] that `uid`
+/// owns, removed at any depth without following links, and every System V segment, semaphore
+/// set and message queue whose owner or creator is `uid`. Called when nothing of the agent runs
+/// (after the first reap). System V objects can only be removed by their owner, creator or a
+/// holder of `CAP_SYS_ADMIN`: the supervisor takes `uid` as its effective uid (this thread only)
+/// for the removals and returns to root.
+pub fn sweep(uid: u32) -> Result<Swept, String> {
+    let mut swept = Swept::default();
+    match bounded_tree::open_dir(std::path::Path::new(SHM)) {
+        Ok(dir) => {
+            let entries = rustix::fs::Dir::read_from(dir.as_fd())
+                .map_err(|e| format!("ipc-sweep: read {SHM}: {e}"))?;
+            let mut names = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("ipc-sweep: read {SHM}: {e}"))?;
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
+            }
+            for name in names {
+                let owner =
+                    match rustix::fs::statat(&dir, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => st.st_uid,
+                        Err(rustix::io::Errno::NOENT) => continue,
+                        Err(e) => {
+                            return Err(format!(
+                                "ipc-sweep: stat {SHM}/{}: {e}",
+                                name.to_string_lossy()
+                            ))
+                        }
+                    };
+                if owner == uid {
+                    swept.shm_entries += bounded_tree::remove_at(dir.as_fd(), &name, SHM)
+                        .map_err(|e| format!("ipc-sweep: {e}"))?;
+                }
+            }
+        }
+        // No /dev/shm here: nothing to sweep.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("ipc-sweep: open {SHM}: {e}")),
+    }
+
+    let mut doomed = Vec::new();
+    for (kind, id_column) in SYSV {
+        let path = format!("/proc/sysvipc/{kind}");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("ipc-sweep: {path}: {e}")),
+        };
+        doomed.extend(
+            owned_ids(&text, id_column, uid)
+                .into_iter()
+                .map(|id| (kind, id)),
+        );
+    }
+    if doomed.is_empty() {
+        return Ok(swept);
+    }
+    as_euid(uid, || {
+        for &(kind, id) in &doomed {
+            // SAFETY: the *ctl calls take integers and a null buffer for IPC_RMID.
+            let rc = unsafe {
+                match kind {
+                    "shm" => libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                    "sem" => libc::semctl(id, 0, libc::IPC_RMID),
+                    _ => libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                }
+            };
+            if rc == 0 {
+                swept.sysv_objects += 1;
+            } else {
+                let err = std::io::Error::last_os_error();
+                // EINVAL/EIDRM: gone since the listing.
+                if !matches!(err.raw_os_error(), Some(libc::EINVAL | libc::EIDRM)) {
+                    return Err(format!("ipc-sweep: remove System V {kind} {id}: {err}"));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(swept)
+}
+
+/// The ids in a `/proc/sysvipc/<kind>` listing (header line first) whose `uid` or `cuid` is
+/// `uid`.
+fn owned_ids(listing: &str, id_column: &str, uid: u32) -> Vec<i32> {
+    let mut lines = listing.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    let at = |name: &str| columns.iter().position(|c| *c == name);
+    let (Some(id_at), Some(uid_at), Some(cuid_at)) = (at(id_column), at("uid"), at("cuid")) else {
+        return Vec::new();
+    };
+    lines
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            let owned =
+                field(uid_at) == Some(u64::from(uid)) || field(cuid_at) == Some(u64::from(uid));
+            if owned {
+                fields.get(id_at).and_then(|f| f.parse::<i32>().ok())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Runs `f` with `uid` as this thread's effective uid (real and saved stay root, so the way back
+/// is open), then returns to effective uid 0. A failure to return is an error the caller must
+/// treat as fatal to the iteration.
+fn as_euid<T>(uid: u32, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let keep = libc::c_long::from(-1i32);
+    // SAFETY: setresuid takes integers; the raw syscall changes this thread only (the supervisor
+    // is single-threaded here), without glibc's all-threads broadcast.
+    if unsafe { libc::syscall(libc::SYS_setresuid, keep, libc::c_long::from(uid), keep) } != 0 {
+        return Err(format!(
+            "ipc-sweep: take effective uid {uid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let result = f();
+    // SAFETY: as above; the saved uid is 0, so returning to effective uid 0 is allowed.
+    if unsafe { libc::syscall(libc::SYS_setresuid, keep, 0 as libc::c_long, keep) } != 0 {
+        return Err(format!(
+            "ipc-sweep: return to effective uid 0: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owned_ids;
+
+    #[test]
+    fn the_agents_objects_are_found_by_owner_or_creator() {
+        let shm = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                            0          3  1600                  4096    10    10      0 65534 65534 65534 65534          0          0 1700000000                     0                     0\n\
+                   2120548352          4   600                  4096    11    11      0     0     0     0     0          0          0 1700000000                     0                     0\n\
+                            0          7   600                  4096    12    12      0     0     0 65534 65534          0          0 1700000000                     0                     0\n";
+        assert_eq!(owned_ids(shm, "shmid", 65534), [3, 7]);
+        assert_eq!(owned_ids(shm, "shmid", 1000), Vec::<i32>::new());
+        let sem = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n\
+                            0          9   600          1 65534 65534 65534 65534          0 1700000000\n";
+        assert_eq!(owned_ids(sem, "semid", 65534), [9]);
+        assert_eq!(owned_ids("", "msqid", 65534), Vec::<i32>::new());
+        assert_eq!(
+            owned_ids("garbage\n1 2 3\n", "msqid", 65534),
+            Vec::<i32>::new()
+        );
+    }
 }

@@ -59,6 +59,10 @@ pub struct Supervisor {
     pub spared: Vec<i32>,
     /// A fresh IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc`]).
     pub private_ipc: bool,
+    /// Without a private IPC namespace per iteration, remove what the agent's uid left in the
+    /// sandbox's IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc::sweep`]):
+    /// set by `serve` as PID 1 of a container, whose namespace is its own for its whole life.
+    pub sweep_ipc: bool,
     /// Where each iteration's agent tree gets its own cgroup, if anywhere.
     pub agent_cgroups: AgentCgroups,
 }
@@ -111,6 +115,7 @@ impl Supervisor {
             pid,
             spared: Vec::new(),
             private_ipc: false,
+            sweep_ipc: false,
             agent_cgroups: AgentCgroups::discover(cgroups),
         }
     }
