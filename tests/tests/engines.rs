@@ -3,7 +3,8 @@
 //! collects the iterations, and the operator commands find it again by its label. What the
 //! engine promises is checked from the agent's side, inside the container: PID 1 is
 //! `pitcrew-init`, the agent has no capability and `NoNewPrivs`, the verified trees are not
-//! writable, a daemon, `/dev/shm` entries and System V objects left by one iteration are gone
+//! writable, a daemon, `/dev/shm` entries, POSIX and System V queues, segments and semaphores
+//! left by one iteration are gone
 //! in the next, and a plugin changed through `<engine> exec` fails the next iteration with 96.
 //!
 //! Needs root, podman, and for docker `dockerd` (`.ci/run` installs docker.io and starts a
@@ -54,12 +55,14 @@ if [ "$n" = 1 ]; then
   mkdir /dev/shm/dir-$$ && echo left > /dev/shm/dir-$$/file
   ln -s /etc/shadow /dev/shm/link-$$
   ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null
+  # A POSIX message queue: mq_open(2) (x86_64 number 240) through perl, which the image has.
+  perl -e 'my $n = "plant"; syscall(240, $n, 0x42, 0600, 0) >= 0 or exit 1' || echo "mq_open failed"
 elif kill -0 "$(cat daemon.pid)" 2>/dev/null; then
   echo "daemon alive"
 else
   echo "daemon gone"
 fi
-echo "shm $(ls -A /dev/shm | wc -l)"
+echo "shm $(ls -A /dev/shm /dev/mqueue | grep -cv -e '^/' -e '^$')"
 echo "sysv $(ipcs -m -q -s | grep -c '^0x')""#;
 
 /// The `key value` lines of an iteration's output.
@@ -141,14 +144,15 @@ fn sandbox_life(kind: Kind) {
         let daemon = if n == 1 { "started" } else { "gone" };
         assert_eq!(seen["daemon"], daemon, "iteration {n}: {seen:?}");
         // What the first left in /dev/shm and System V IPC is gone before the second.
-        let (shm, sysv) = if n == 1 { ("3", "3") } else { ("0", "0") };
+        let (shm, sysv) = if n == 1 { ("4", "3") } else { ("0", "0") };
         assert_eq!(seen["shm"], shm, "iteration {n}: {seen:?}");
         assert_eq!(seen["sysv"], sysv, "iteration {n}: {seen:?}");
         if n == 2 {
-            // A file, a link, and a directory with a file; a segment, a queue, a semaphore set.
+            // A file, a link, a directory with a file, a POSIX queue; a segment, a queue, a
+            // semaphore set.
             assert_eq!(
                 record["ipc_sweep"],
-                serde_json::json!({"shm_entries": 4, "sysv_objects": 3}),
+                serde_json::json!({"shm_entries": 5, "sysv_objects": 3}),
                 "{record:#}"
             );
         }

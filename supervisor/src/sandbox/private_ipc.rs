@@ -72,58 +72,70 @@ pub fn renew() -> Result<(), String> {
 /// What [`sweep`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Swept {
-    /// Entries removed from `/dev/shm` (a directory and everything below it counted).
+    /// Entries removed from `/dev/shm` and `/dev/mqueue` (a directory and everything below it
+    /// counted).
     pub shm_entries: u64,
     /// System V shared memory segments, semaphore sets and message queues removed.
     pub sysv_objects: u64,
+}
+
+/// Where the POSIX message queues of the IPC namespace are listed (container engines mount the
+/// namespace's `mqueue` file system here).
+const MQUEUE: &str = "/dev/mqueue";
+
+/// Removes the entries at the top of `dir` that `uid` owns (each at any depth, links not
+/// followed); how many entries went. A missing `dir` has nothing to sweep.
+fn sweep_dir(dir: &str, uid: u32) -> Result<u64, String> {
+    let fd = match bounded_tree::open_dir(std::path::Path::new(dir)) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(format!("ipc-sweep: open {dir}: {e}")),
+    };
+    let entries = rustix::fs::Dir::read_from(fd.as_fd())
+        .map_err(|e| format!("ipc-sweep: read {dir}: {e}"))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("ipc-sweep: read {dir}: {e}"))?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
+        }
+    }
+    let mut removed = 0;
+    for name in names {
+        let owner = match rustix::fs::statat(&fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st.st_uid,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => {
+                return Err(format!(
+                    "ipc-sweep: stat {dir}/{}: {e}",
+                    name.to_string_lossy()
+                ))
+            }
+        };
+        if owner == uid {
+            removed += bounded_tree::remove_at(fd.as_fd(), &name, dir)
+                .map_err(|e| format!("ipc-sweep: {e}"))?;
+        }
+    }
+    Ok(removed)
 }
 
 /// The System V object kinds: their `/proc/sysvipc` file and id column.
 const SYSV: [(&str, &str); 3] = [("shm", "shmid"), ("sem", "semid"), ("msg", "msqid")];
 
 /// Removes what `uid` (the agent's) left in this IPC namespace and `/dev/shm`, for sandboxes
-/// without a private IPC namespace per iteration: every entry at the top of [`SHM`] that `uid`
-/// owns, removed at any depth without following links, and every System V segment, semaphore
-/// set and message queue whose owner or creator is `uid`. Called when nothing of the agent runs
+/// without a private IPC namespace per iteration: every entry at the top of [`SHM`] and of
+/// `/dev/mqueue` (POSIX shared memory and message queues) that `uid` owns, removed at any depth
+/// without following links, and every System V segment, semaphore set and message queue whose
+/// owner or creator is `uid`. Called when nothing of the agent runs
 /// (after the first reap). System V objects can only be removed by their owner, creator or a
 /// holder of `CAP_SYS_ADMIN`: the supervisor takes `uid` as its effective uid (this thread only)
 /// for the removals and returns to root.
 pub fn sweep(uid: u32) -> Result<Swept, String> {
     let mut swept = Swept::default();
-    match bounded_tree::open_dir(std::path::Path::new(SHM)) {
-        Ok(dir) => {
-            let entries = rustix::fs::Dir::read_from(dir.as_fd())
-                .map_err(|e| format!("ipc-sweep: read {SHM}: {e}"))?;
-            let mut names = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| format!("ipc-sweep: read {SHM}: {e}"))?;
-                let name = entry.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
-                }
-                names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
-            }
-            for name in names {
-                let owner =
-                    match rustix::fs::statat(&dir, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(st) => st.st_uid,
-                        Err(rustix::io::Errno::NOENT) => continue,
-                        Err(e) => {
-                            return Err(format!(
-                                "ipc-sweep: stat {SHM}/{}: {e}",
-                                name.to_string_lossy()
-                            ))
-                        }
-                    };
-                if owner == uid {
-                    swept.shm_entries += bounded_tree::remove_at(dir.as_fd(), &name, SHM)
-                        .map_err(|e| format!("ipc-sweep: {e}"))?;
-                }
-            }
-        }
-        // No /dev/shm here: nothing to sweep.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("ipc-sweep: open {SHM}: {e}")),
+    for dir in [SHM, MQUEUE] {
+        swept.shm_entries += sweep_dir(dir, uid)?;
     }
 
     let mut doomed = Vec::new();
