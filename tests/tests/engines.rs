@@ -43,6 +43,7 @@ fn gate(kind: Kind) -> bool {
 /// verified tree, and in later iterations whether the daemon it left in the first still runs.
 const PROBE: &str = r#"n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count
 echo "pid1 $(tr '\0' ' ' < /proc/1/cmdline)"
+echo "oom $(cat /proc/self/oom_score_adj)"
 grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status | tr -d ':\t' | sed 's/^\([A-Za-z]*\)/\1 /'
 if (echo x >> /pitcrew/plugins/p/index.js) 2>/dev/null; then echo "plugin_write allowed"; else echo "plugin_write refused"; fi
 if touch /pitcrew/plugins/p/planted 2>/dev/null; then echo "plugin_create allowed"; else echo "plugin_create refused"; fi
@@ -56,7 +57,7 @@ if [ "$n" = 1 ]; then
   ln -s /etc/shadow /dev/shm/link-$$
   ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null
   # A POSIX message queue: mq_open(2) (x86_64 number 240) through perl, which the image has.
-  perl -e 'my $n = "plant"; syscall(240, $n, 0x42, 0600, 0) >= 0 or exit 1' || echo "mq_open failed"
+  perl -e 'my $n = "plant"; syscall(240, $n, 0x40, 0600, 0) >= 0 or exit 1' || echo "mq_open failed"
 elif kill -0 "$(cat daemon.pid)" 2>/dev/null; then
   echo "daemon alive"
 else
@@ -138,21 +139,25 @@ fn sandbox_life(kind: Kind) {
             assert_eq!(seen[set], "0000000000000000", "{set}: {seen:?}");
         }
         assert_eq!(seen["NoNewPrivs"], "1", "{seen:?}");
+        // The OOM killer takes the agent, never PID 1.
+        assert_eq!(seen["oom"], "1000", "{seen:?}");
         assert_eq!(seen["plugin_write"], "refused", "{seen:?}");
         assert_eq!(seen["plugin_create"], "refused", "{seen:?}");
         assert_eq!(seen["adapter_write"], "refused", "{seen:?}");
         let daemon = if n == 1 { "started" } else { "gone" };
         assert_eq!(seen["daemon"], daemon, "iteration {n}: {seen:?}");
         // What the first left in /dev/shm and System V IPC is gone before the second.
-        let (shm, sysv) = if n == 1 { ("4", "3") } else { ("0", "0") };
+        // (The segment `ipcmk -M` made is gone already: pitcrew creates the container with
+        // kernel.shm_rmid_forced=1, so a segment dies with its last user.)
+        let (shm, sysv) = if n == 1 { ("4", "2") } else { ("0", "0") };
         assert_eq!(seen["shm"], shm, "iteration {n}: {seen:?}");
         assert_eq!(seen["sysv"], sysv, "iteration {n}: {seen:?}");
         if n == 2 {
-            // A file, a link, a directory with a file, a POSIX queue; a segment, a queue, a
+            // A file, a link, a directory with a file, a POSIX queue; a System V queue and
             // semaphore set.
             assert_eq!(
                 record["ipc_sweep"],
-                serde_json::json!({"shm_entries": 5, "sysv_objects": 3}),
+                serde_json::json!({"shm_entries": 5, "sysv_objects": 2}),
                 "{record:#}"
             );
         }
@@ -194,6 +199,24 @@ fn sandbox_life(kind: Kind) {
         "{inspected:#}"
     );
     assert_eq!(inspected["status"]["iteration"], 2, "{inspected:#}");
+    // collect finds it too, and fetches the record the run collected.
+    let out_dir = dir.path().join("collected");
+    let out = pitcrew(
+        &engine,
+        &[
+            "collect",
+            &id,
+            "--iteration",
+            "1",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        read_text(&out_dir.join("iteration-1/output.jsonl")),
+        read_text(&iteration_dir(&doc, 1).join("output.jsonl"))
+    );
 
     // Run 2 in the same sandbox: the plugin is uploaded again, changed through the engine's
     // exec after the first iteration, and the second refuses to launch. The sandbox stays.
@@ -327,6 +350,104 @@ fn nothing_left(kind: Kind) {
     let left = engine.containers_from(&tag);
     assert!(left.is_empty(), "{left:?}");
     let _ = engine.cli(&["rmi", "--force", &tag]);
+
+    // An entrypoint that does not exist: `run` itself fails after creating the container.
+    let tag = format!("localhost/pitcrew-noinit:{}", std::process::id());
+    fs::write(
+        &file,
+        format!("FROM {image}\nENTRYPOINT [\"/nonexistent/pitcrew-init\"]\n"),
+    )
+    .unwrap();
+    let built = engine.cli(&[
+        "build",
+        "--tag",
+        &tag,
+        "--file",
+        file.to_str().unwrap(),
+        ctx.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{built:?}");
+    let out = pitcrew(
+        &engine,
+        &["run", h, "--engine", kind.name(), "--image", &tag],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let left = engine.containers_from(&tag);
+    assert!(left.is_empty(), "{left:?}");
+    let _ = engine.cli(&["rmi", "--force", &tag]);
+
+    // An image the engine does not have is an error, not a pull.
+    let out = pitcrew(
+        &engine,
+        &[
+            "run",
+            h,
+            "--engine",
+            kind.name(),
+            "--image",
+            "localhost/pitcrew-absent:none",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+/// An agent that would fill the container's memory with System V shared memory (charged to the
+/// container, not to any process, and outliving its maker) cannot: a segment dies with its
+/// last user and none is larger than the agent's memory, so PID 1 is not OOM-killed and both
+/// iterations are recorded.
+fn shared_memory_hog(kind: Kind) {
+    let engine = Engine::start(kind);
+    let image = engine.image("pi");
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    // 1000 segments of 1 MiB written and left unattached (without pitcrew's sysctls they
+    // would stay, charged to the container), then one segment larger than the agent's memory.
+    let hog = r#"perl -e 'my $s = "x" x (1 << 20); my $n = 0;
+  while ($n < 1000) { my $id = shmget(0, 1 << 20, 01600); defined $id or last; shmwrite($id, $s, 0, 1 << 20) or last; $n++ }
+  print "segments $n\n"'
+echo "alive $(ipcs -m | grep -c '^0x')"
+perl -e 'print "big ", (defined shmget(0, 128 << 20, 01600) ? "made" : "refused"), "\n"'"#;
+    let harness = write_command_harness(dir.path(), hog, 2, "60s", false, "memory: 64MiB\n");
+    let h = harness.to_str().unwrap();
+    let out = pitcrew(
+        &engine,
+        &[
+            "run",
+            h,
+            "--engine",
+            kind.name(),
+            "--image",
+            &image,
+            "--json",
+        ],
+    );
+    let doc = json_of(&out);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    for n in 1..=2 {
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        let seen = report(&it);
+        // Each segment died with its last user: none is left to fill the container.
+        assert_eq!(seen["segments"], "1000", "iteration {n}: {seen:?}");
+        assert_eq!(seen["alive"], "0", "iteration {n}: {seen:?}");
+        // kernel.shmmax is the agent's memory.
+        assert_eq!(seen["big"], "refused", "iteration {n}: {seen:?}");
+    }
+}
+
+#[test]
+fn attack_limits__shared_memory_cannot_fill_a_podman_container() {
+    if gate(Kind::Podman) {
+        shared_memory_hog(Kind::Podman);
+    }
+}
+
+#[test]
+fn attack_limits__shared_memory_cannot_fill_a_docker_container() {
+    if gate(Kind::Docker) {
+        shared_memory_hog(Kind::Docker);
+    }
 }
 
 #[test]

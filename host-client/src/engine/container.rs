@@ -229,6 +229,16 @@ impl ContainerEngine {
         a.push(format!("--memory={memory}"));
         // No swap beyond the memory limit.
         a.push(format!("--memory-swap={memory}"));
+        // System V shared memory outlives the processes that made it and is charged to the
+        // container, not to any process: bound it by the agent's memory, and let it die with
+        // its last user (the IPC namespace is the container's own, so these are its own).
+        let pages = spec.memory_bytes / 4096;
+        a.push(format!("--sysctl=kernel.shmmax={}", spec.memory_bytes));
+        a.push(format!("--sysctl=kernel.shmall={pages}"));
+        a.push("--sysctl=kernel.shm_rmid_forced=1".into());
+        // Only an image the engine has: a mistyped name is an error, never a pull of whatever
+        // a registry holds under it.
+        a.push("--pull=never".into());
         a.push("--read-only".into());
         a.extend(
             [
@@ -351,8 +361,17 @@ impl Engine for ContainerEngine {
         let id = SandboxId(super::random_id()?);
         let args = self.run_args(&id, image, spec);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.cli(&args)
-            .with_context(|| format!("sandbox {id}: creating its container from {image}"))?;
+        if let Err(err) = self.cli(&args) {
+            // `run` can fail after creating the container (an entrypoint that does not exist):
+            // nothing stays behind.
+            if self.inspect(&id.0).ok().flatten().is_some() {
+                if let Err(e) = self.remove(&id) {
+                    tracing::warn!("{e:#}");
+                }
+            }
+            return Err(err)
+                .with_context(|| format!("sandbox {id}: creating its container from {image}"));
+        }
         // A sandbox that does not come up leaves no container behind.
         if let Err(err) = self.wait_ready(&id) {
             if let Err(e) = self.remove(&id) {
@@ -434,7 +453,9 @@ impl Engine for ContainerEngine {
             let Some(c) = self.inspect(cid)? else {
                 continue;
             };
-            let Some(id) = c.sandbox_label.clone() else {
+            // Only what pitcrew created: the label names the container itself (a container
+            // copied from a sandbox's image, or labelled by hand, is not that sandbox).
+            let Some(id) = c.sandbox_label.clone().filter(|l| *l == c.name) else {
                 continue;
             };
             out.push(SandboxEntry {

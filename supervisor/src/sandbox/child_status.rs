@@ -47,10 +47,12 @@ pub enum Stage {
     Rlimits = 19,
     /// Joining the agent's cgroups.
     Cgroup = 20,
+    /// Making the agent the OOM killer's first choice (`/proc/self/oom_score_adj`).
+    OomScore = 21,
 }
 
 impl Stage {
-    const ALL: [Stage; 20] = [
+    const ALL: [Stage; 21] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -71,6 +73,7 @@ impl Stage {
         Stage::Seccomp,
         Stage::Rlimits,
         Stage::Cgroup,
+        Stage::OomScore,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -96,6 +99,7 @@ impl Stage {
             Stage::Seccomp => "seccomp",
             Stage::Rlimits => "rlimits",
             Stage::Cgroup => "cgroup",
+            Stage::OomScore => "oom-score",
         }
     }
 

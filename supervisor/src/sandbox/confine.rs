@@ -367,6 +367,27 @@ impl ConfinePlan {
             }
         }
 
+        // The OOM killer's first choice is the agent's tree, never the supervisor: where the
+        // agent's memory is bounded only by its container (or the machine), an agent that
+        // fills it must not get PID 1 killed and its record lost. Raising one's own score
+        // needs no privilege; it must happen before the uid change, which makes `/proc/self`
+        // root's. Inherited by every process the agent starts.
+        // SAFETY: open/write/close of a static NUL-terminated path and a static buffer.
+        unsafe {
+            let fd = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return Err(fail(Stage::OomScore));
+            }
+            let written = libc::write(fd, b"1000".as_ptr().cast(), 4);
+            libc::close(fd);
+            if written != 4 {
+                return Err(fail(Stage::OomScore));
+            }
+        }
+
         // The bounding set can only be lowered with CAP_SETPCAP: before the uid change.
         // `self.caps` holds only capabilities the kernel supports, so no EINVAL to tolerate.
         if self.privileged {

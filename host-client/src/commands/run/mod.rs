@@ -99,6 +99,9 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     })?;
     // A sandbox this run did not start is left as it was found.
     let kept = args.keep || args.sandbox.is_some();
+    if !kept {
+        slot.leaves(Some(id.0.clone()));
+    }
     progress.line(&format!("sandbox {id} ({})", engine.name()));
 
     let outcome = drive(

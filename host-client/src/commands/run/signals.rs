@@ -1,5 +1,6 @@
-//! Ctrl-C during `pitcrew run`: the first sends `cancel` to the running iteration (the drive
-//! loop then collects what there is and exits 130); the second exits at once. The handler
+//! Ctrl-C (or SIGTERM, SIGHUP) during `pitcrew run`: the first sends `cancel` to the running
+//! iteration (the drive loop then collects what there is, stops the sandbox it started and
+//! exits 130); the second exits at once, naming the sandbox it leaves running. The handler
 //! reaches the connection through a [`CancelSlot`], armed while a connection is open.
 
 use crate::client::Canceller;
@@ -16,13 +17,27 @@ pub(super) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Where the Ctrl-C handler finds the canceller of the open connection, if any.
+/// Where the Ctrl-C handler finds the canceller of the open connection, if any, and the
+/// sandbox an immediate exit would leave running.
 #[derive(Clone, Default)]
-pub(super) struct CancelSlot(Arc<Mutex<Option<Canceller<ChildStdin>>>>);
+pub(super) struct CancelSlot(
+    Arc<Mutex<Option<Canceller<ChildStdin>>>>,
+    Arc<Mutex<Option<String>>>,
+);
 
 impl CancelSlot {
     fn lock(&self) -> MutexGuard<'_, Option<Canceller<ChildStdin>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn left(&self) -> MutexGuard<'_, Option<String>> {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// From now on an immediate exit leaves `sandbox` (its id) running, and says so; `None`
+    /// once nothing would be left.
+    pub(super) fn leaves(&self, sandbox: Option<String>) {
+        *self.left() = sandbox;
     }
 
     /// Ctrl-C from now on cancels through `canceller`.
@@ -36,11 +51,18 @@ impl CancelSlot {
     }
 }
 
-/// Installs the Ctrl-C handler (a warning, not an error, when it cannot be installed).
+/// Installs the handler of Ctrl-C, SIGTERM and SIGHUP (a warning, not an error, when it cannot
+/// be installed).
 pub(super) fn install_ctrlc(slot: CancelSlot) {
     let res = ctrlc::set_handler(move || {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
             eprintln!("pitcrew: interrupted again; exiting without collecting");
+            if let Some(id) = slot.left().as_deref() {
+                let id = escape_controls(id);
+                eprintln!(
+                    "pitcrew: sandbox {id} is left running (pitcrew collect {id}; pitcrew down {id})"
+                );
+            }
             std::process::exit(130);
         }
         eprintln!("pitcrew: interrupted; cancelling the iteration (Ctrl-C again to quit now)");

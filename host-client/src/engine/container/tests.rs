@@ -27,6 +27,8 @@ fn a_new_container_is_confined_labelled_and_limited() {
         "--read-only",
         "--volume /pitcrew --volume /var/lib/pitcrew",
         "--env ANTHROPIC_API_KEY",
+        "--sysctl=kernel.shmmax=1073741824 --sysctl=kernel.shmall=262144 --sysctl=kernel.shm_rmid_forced=1",
+        "--pull=never",
     ] {
         assert!(joined.contains(want), "{want:?} not in {joined}");
     }
