@@ -525,9 +525,22 @@ fn attack_control_socket__a_non_root_user_cannot_reach_a_root_sandbox() {
 
 #[test]
 fn ctrl_c_on_the_host_cancels_collects_and_exits_130() {
-    if !gate() {
-        return;
+    if gate() {
+        a_signal_to_pitcrew_cancels_collects_and_exits_130("-INT");
     }
+}
+
+#[test]
+fn sigterm_and_sighup_to_pitcrew_cancel_collect_and_stop_like_ctrl_c() {
+    if gate() {
+        a_signal_to_pitcrew_cancels_collects_and_exits_130("-TERM");
+        a_signal_to_pitcrew_cancels_collects_and_exits_130("-HUP");
+    }
+}
+
+/// `signal` (a `kill` option) to a running `pitcrew run`: the iteration is cancelled and
+/// collected, no other starts, the sandbox is stopped, and pitcrew exits 130.
+fn a_signal_to_pitcrew_cancels_collects_and_exits_130(signal: &str) {
     let script = "touch running\nwhile :; do sleep 0.1; done";
     let fx = fixture(script, 3, "");
     let run = fx.spawn_run(&[]);
@@ -538,7 +551,7 @@ fn ctrl_c_on_the_host_cancels_collects_and_exits_130() {
         "the agent never started"
     );
     let kill = Command::new("kill")
-        .args(["-INT", &run.id().to_string()])
+        .args([signal, &run.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
