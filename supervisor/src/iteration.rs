@@ -170,16 +170,9 @@ fn prepare(
         // outlive the iteration, so what the agent's uid left there goes.
         let swept =
             crate::sandbox::private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
-        if swept != crate::sandbox::private_ipc::Swept::default() {
-            observer.step(
-                "ipc-sweep",
-                "finished",
-                json!({"shm_entries": swept.shm_entries, "sysv_objects": swept.sysv_objects}),
-            );
-            record.ipc_sweep = Some(crate::result::IpcSweepRecord {
-                shm_entries: swept.shm_entries,
-                sysv_objects: swept.sysv_objects,
-            });
+        if swept != crate::result::IpcSweepRecord::default() {
+            observer.step("ipc-sweep", "finished", json!(swept));
+            record.ipc_sweep = Some(swept);
         }
     }
     // Before anything is made for the agent: ids this user namespace does not map.

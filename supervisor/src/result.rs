@@ -127,7 +127,8 @@ pub struct ConfigResetRecord {
 /// What the IPC sweep removed (`ipc_sweep`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpcSweepRecord {
-    /// Entries removed from `/dev/shm` (a directory and what was below it counted).
+    /// Entries removed from `/dev/shm` and `/dev/mqueue` (a directory and what was below it
+    /// counted).
     pub shm_entries: u64,
     /// System V shared memory segments, semaphore sets and message queues removed.
     pub sysv_objects: u64,

@@ -44,6 +44,23 @@ pub fn usable(kind: Kind) -> bool {
     }
 }
 
+/// The gate of every container-engine test: root with PID namespaces, and the engine's
+/// programs ([`crate::prerequisite`]: a recorded skip, or a failure with
+/// `PITCREW_REQUIRE_E2E=1`).
+pub fn require(kind: Kind) -> bool {
+    crate::require_pid_namespaces()
+        && crate::prerequisite(
+            usable(kind),
+            &format!(
+                "needs {} (.ci/run installs podman and docker.io)",
+                match kind {
+                    Kind::Podman => "podman",
+                    Kind::Docker => "docker.io (docker and dockerd)",
+                }
+            ),
+        )
+}
+
 /// One engine ready for `pitcrew`: podman as it is, or a private docker daemon; the
 /// environment `pitcrew` and the engine's CLI need.
 pub struct Engine {
@@ -68,6 +85,13 @@ impl Engine {
         if let Some(d) = &self.docker {
             env.push(("DOCKER_HOST".into(), d.host.clone()));
         }
+        env
+    }
+
+    /// [`Engine::env`] and `extra`, as `pitcrew_run` takes them.
+    pub fn env_with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.env();
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         env
     }
 

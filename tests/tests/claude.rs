@@ -180,9 +180,10 @@ fn claude_in_the_production_image(kind: Kind) {
     let fx = fixture(&server, 3);
     let engine = Engine::start(kind);
     let image = engine.image("claude");
-    let mut env = engine.env();
-    env.push(("ANTHROPIC_API_KEY".into(), "dummy-key".into()));
-    env.push(("E2E_PASSED".into(), "through".into()));
+    let env = engine.env_with(&[
+        ("ANTHROPIC_API_KEY", "dummy-key"),
+        ("E2E_PASSED", "through"),
+    ]);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let doc = pitcrew_run(
         &fx.harness,
@@ -230,28 +231,16 @@ fn claude_in_the_production_image(kind: Kind) {
     assert!(!engine.has_container(id), "{id} was left");
 }
 
-/// Root, PID namespaces and the engine (the image brings its own Claude Code).
-fn gate_engine(kind: Kind) -> bool {
-    require_pid_namespaces()
-        && prerequisite(
-            engines::usable(kind),
-            &format!(
-                "needs {} (.ci/run installs podman and docker.io)",
-                kind.name()
-            ),
-        )
-}
-
 #[test]
 fn claude_in_the_production_image_under_podman() {
-    if gate_engine(Kind::Podman) {
+    if engines::require(Kind::Podman) {
         claude_in_the_production_image(Kind::Podman);
     }
 }
 
 #[test]
 fn claude_in_the_production_image_under_docker() {
-    if gate_engine(Kind::Docker) {
+    if engines::require(Kind::Docker) {
         claude_in_the_production_image(Kind::Docker);
     }
 }

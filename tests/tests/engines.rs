@@ -12,30 +12,29 @@
 //! `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
-use pitcrew_e2e::engines::{usable, Engine, Kind};
-use pitcrew_e2e::{
-    binary, iteration_dir, prerequisite, read_json, read_text, write_command_harness,
-};
+use pitcrew_e2e::engines::{self, Engine, Kind};
+use pitcrew_e2e::{binary, iteration_dir, read_json, read_text, write_command_harness};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn gate(kind: Kind) -> bool {
-    let root = pitcrew_e2e::can_unshare_pid();
-    let tools = usable(kind);
-    prerequisite(
-        root && tools,
-        &format!(
-            "needs root and {} (.ci/run installs podman and docker.io)",
-            if kind == Kind::Docker {
-                "docker.io (dockerd)"
-            } else {
-                "podman"
-            }
-        ),
-    )
+/// A harness directory the agent's uid can read, whose agent is `/bin/sh -c SCRIPT`
+/// ([`write_command_harness`]); the directory and the harness file.
+fn harness(script: &str, iterations: u32, extra: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let file = write_command_harness(dir.path(), script, iterations, "60s", false, extra);
+    (dir, file)
+}
+
+/// `pitcrew run HARNESS --engine E --image IMAGE <extra…>`: a new sandbox.
+fn run_new(engine: &Engine, harness: &Path, image: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["run", harness.to_str().unwrap()];
+    args.extend(["--engine", engine.kind.name(), "--image", image]);
+    args.extend_from_slice(extra);
+    pitcrew(engine, &args)
 }
 
 /// What the agent reports each iteration, as `key value` lines: PID 1's command line, its own
@@ -101,28 +100,14 @@ fn json_of(out: &Output) -> Value {
 fn sandbox_life(kind: Kind) {
     let engine = Engine::start(kind);
     let image = engine.image("pi");
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     // From the second run on, the host's validation command changes the uploaded plugin
     // through the engine's exec (as root, outside the agent) after the first iteration.
     let tamper = "validation:\n  - /bin/sh\n  - -c\n  - '[ -e tamper ] && [ ! -e tampered ] && touch tampered && \"$PITCREW_ENGINE\" exec \"$PITCREW_SANDBOX\" sh -c \"echo tampered >> /pitcrew/plugins/p/index.js\"; exit 1'\n";
-    let harness = write_command_harness(dir.path(), PROBE, 2, "60s", false, tamper);
+    let (dir, harness) = harness(PROBE, 2, tamper);
     let h = harness.to_str().unwrap();
 
     // Run 1: two iterations in a new sandbox, kept.
-    let out = pitcrew(
-        &engine,
-        &[
-            "run",
-            h,
-            "--engine",
-            kind.name(),
-            "--image",
-            &image,
-            "--keep",
-            "--json",
-        ],
-    );
+    let out = run_new(&engine, &harness, &image, &["--keep", "--json"]);
     let doc = json_of(&out);
     // The validation command fails, the last iteration succeeded: the run succeeds.
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
@@ -281,14 +266,14 @@ fn sandbox_life(kind: Kind) {
 
 #[test]
 fn attack_container_engine__podman_sandbox_confined_reaped_verified_and_removed() {
-    if gate(Kind::Podman) {
+    if engines::require(Kind::Podman) {
         sandbox_life(Kind::Podman);
     }
 }
 
 #[test]
 fn attack_container_engine__docker_sandbox_confined_reaped_verified_and_removed() {
-    if gate(Kind::Docker) {
+    if engines::require(Kind::Docker) {
         sandbox_life(Kind::Docker);
     }
 }
@@ -298,96 +283,42 @@ fn attack_container_engine__docker_sandbox_confined_reaped_verified_and_removed(
 fn nothing_left(kind: Kind) {
     let engine = Engine::start(kind);
     let image = engine.image("pi");
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let harness = write_command_harness(dir.path(), "echo hi; exit 3", 1, "30s", false, "");
-    let h = harness.to_str().unwrap();
-    let out = pitcrew(
-        &engine,
-        &[
-            "run",
-            h,
-            "--engine",
-            kind.name(),
-            "--image",
-            &image,
-            "--json",
-        ],
-    );
+    let (_dir, harness) = harness("echo hi; exit 3", 1, "");
+    let out = run_new(&engine, &harness, &image, &["--json"]);
     let doc = json_of(&out);
     assert_eq!(out.status.code(), Some(3), "{doc:#}");
     let id = doc["sandbox"].as_str().unwrap();
     assert!(!engine.has_container(id), "{id} was left");
 
-    // The image's entrypoint replaced by one that exits: start fails, nothing stays.
-    let tag = format!("localhost/pitcrew-broken:{}", std::process::id());
+    // Images whose sandbox never answers: an entrypoint that exits (the container stops
+    // before its supervisor answers), one that does not exist (`run` itself fails after
+    // creating the container). Nothing stays either way.
     let ctx = tempfile::tempdir().unwrap();
-    fs::write(
-        ctx.path().join("Containerfile"),
-        format!("FROM {image}\nENTRYPOINT [\"/bin/false\"]\n"),
-    )
-    .unwrap();
     let file = ctx.path().join("Containerfile");
-    let built = engine.cli(&[
-        "build",
-        "--tag",
-        &tag,
-        "--file",
-        file.to_str().unwrap(),
-        ctx.path().to_str().unwrap(),
-    ]);
-    assert!(built.status.success(), "{built:?}");
-    let out = pitcrew(
-        &engine,
-        &["run", h, "--engine", kind.name(), "--image", &tag],
-    );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("before its supervisor answered"),
-        "{stderr}"
-    );
-    let left = engine.containers_from(&tag);
-    assert!(left.is_empty(), "{left:?}");
-    let _ = engine.cli(&["rmi", "--force", &tag]);
-
-    // An entrypoint that does not exist: `run` itself fails after creating the container.
-    let tag = format!("localhost/pitcrew-noinit:{}", std::process::id());
-    fs::write(
-        &file,
-        format!("FROM {image}\nENTRYPOINT [\"/nonexistent/pitcrew-init\"]\n"),
-    )
-    .unwrap();
-    let built = engine.cli(&[
-        "build",
-        "--tag",
-        &tag,
-        "--file",
-        file.to_str().unwrap(),
-        ctx.path().to_str().unwrap(),
-    ]);
-    assert!(built.status.success(), "{built:?}");
-    let out = pitcrew(
-        &engine,
-        &["run", h, "--engine", kind.name(), "--image", &tag],
-    );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let left = engine.containers_from(&tag);
-    assert!(left.is_empty(), "{left:?}");
-    let _ = engine.cli(&["rmi", "--force", &tag]);
+    for (entrypoint, said) in [
+        ("/bin/false", "before its supervisor answered"),
+        ("/nonexistent/pitcrew-init", "creating its container"),
+    ] {
+        let tag = format!("localhost/pitcrew-broken:{}", std::process::id());
+        fs::write(
+            &file,
+            format!("FROM {image}\nENTRYPOINT [\"{entrypoint}\"]\n"),
+        )
+        .unwrap();
+        let (file, ctx) = (file.to_str().unwrap(), ctx.path().to_str().unwrap());
+        let built = engine.cli(&["build", "--tag", &tag, "--file", file, ctx]);
+        assert!(built.status.success(), "{built:?}");
+        let out = run_new(&engine, &harness, &tag, &[]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{entrypoint}: {stderr}");
+        let left = engine.containers_from(&tag);
+        assert!(left.is_empty(), "{entrypoint}: {left:?}");
+        let _ = engine.cli(&["rmi", "--force", &tag]);
+    }
 
     // An image the engine does not have is an error, not a pull.
-    let out = pitcrew(
-        &engine,
-        &[
-            "run",
-            h,
-            "--engine",
-            kind.name(),
-            "--image",
-            "localhost/pitcrew-absent:none",
-        ],
-    );
+    let out = run_new(&engine, &harness, "localhost/pitcrew-absent:none", &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
@@ -398,8 +329,6 @@ fn nothing_left(kind: Kind) {
 fn shared_memory_hog(kind: Kind) {
     let engine = Engine::start(kind);
     let image = engine.image("pi");
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     // 1000 segments of 1 MiB written and left unattached (without pitcrew's sysctls they
     // would stay, charged to the container), then one segment larger than the agent's memory.
     let hog = r#"perl -e 'my $s = "x" x (1 << 20); my $n = 0;
@@ -407,20 +336,8 @@ fn shared_memory_hog(kind: Kind) {
   print "segments $n\n"'
 echo "alive $(ipcs -m | grep -c '^0x')"
 perl -e 'print "big ", (defined shmget(0, 128 << 20, 01600) ? "made" : "refused"), "\n"'"#;
-    let harness = write_command_harness(dir.path(), hog, 2, "60s", false, "memory: 64MiB\n");
-    let h = harness.to_str().unwrap();
-    let out = pitcrew(
-        &engine,
-        &[
-            "run",
-            h,
-            "--engine",
-            kind.name(),
-            "--image",
-            &image,
-            "--json",
-        ],
-    );
+    let (_dir, harness) = harness(hog, 2, "memory: 64MiB\n");
+    let out = run_new(&engine, &harness, &image, &["--json"]);
     let doc = json_of(&out);
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     for n in 1..=2 {
@@ -438,28 +355,28 @@ perl -e 'print "big ", (defined shmget(0, 128 << 20, 01600) ? "made" : "refused"
 
 #[test]
 fn attack_limits__shared_memory_cannot_fill_a_podman_container() {
-    if gate(Kind::Podman) {
+    if engines::require(Kind::Podman) {
         shared_memory_hog(Kind::Podman);
     }
 }
 
 #[test]
 fn attack_limits__shared_memory_cannot_fill_a_docker_container() {
-    if gate(Kind::Docker) {
+    if engines::require(Kind::Docker) {
         shared_memory_hog(Kind::Docker);
     }
 }
 
 #[test]
 fn a_podman_run_leaves_no_container_behind() {
-    if gate(Kind::Podman) {
+    if engines::require(Kind::Podman) {
         nothing_left(Kind::Podman);
     }
 }
 
 #[test]
 fn a_docker_run_leaves_no_container_behind() {
-    if gate(Kind::Docker) {
+    if engines::require(Kind::Docker) {
         nothing_left(Kind::Docker);
     }
 }

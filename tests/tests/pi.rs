@@ -379,7 +379,7 @@ fn pi_in_the_production_image(kind: Kind) {
     let fx = fixture(&server, 3);
     let engine = Engine::start(kind);
     let image = engine.image("pi");
-    let env = engine.env();
+    let env = engine.env_with(&[]);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let doc = pitcrew_run(
         &fx.harness,
@@ -412,28 +412,16 @@ fn pi_in_the_production_image(kind: Kind) {
 
 #[test]
 fn pi_in_the_production_image_under_podman() {
-    if gate_engine(Kind::Podman) {
+    if engines::require(Kind::Podman) {
         pi_in_the_production_image(Kind::Podman);
     }
 }
 
 #[test]
 fn pi_in_the_production_image_under_docker() {
-    if gate_engine(Kind::Docker) {
+    if engines::require(Kind::Docker) {
         pi_in_the_production_image(Kind::Docker);
     }
-}
-
-/// Root, PID namespaces and the engine (the image brings its own pi: the host's is not used).
-fn gate_engine(kind: Kind) -> bool {
-    require_pid_namespaces()
-        && prerequisite(
-            engines::usable(kind),
-            &format!(
-                "needs {} (.ci/run installs podman and docker.io)",
-                kind.name()
-            ),
-        )
 }
 
 /// The verified hook adapter of [`a_tool_cannot_rewrite_pi_or_forge_its_verdict`]: blocks every

@@ -19,6 +19,7 @@
 //! left, the entries of `/dev/shm` it owns and the System V objects it owns or created.
 
 use crate::bounded_tree;
+use crate::result::IpcSweepRecord;
 use std::ffi::CString;
 use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -67,16 +68,6 @@ pub fn renew() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// What [`sweep`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Swept {
-    /// Entries removed from `/dev/shm` and `/dev/mqueue` (a directory and everything below it
-    /// counted).
-    pub shm_entries: u64,
-    /// System V shared memory segments, semaphore sets and message queues removed.
-    pub sysv_objects: u64,
 }
 
 /// Where the POSIX message queues of the IPC namespace are listed (container engines mount the
@@ -132,8 +123,8 @@ const SYSV: [(&str, &str); 3] = [("shm", "shmid"), ("sem", "semid"), ("msg", "ms
 /// (after the first reap). System V objects can only be removed by their owner, creator or a
 /// holder of `CAP_SYS_ADMIN`: the supervisor takes `uid` as its effective uid (this thread only)
 /// for the removals and returns to root.
-pub fn sweep(uid: u32) -> Result<Swept, String> {
-    let mut swept = Swept::default();
+pub fn sweep(uid: u32) -> Result<IpcSweepRecord, String> {
+    let mut swept = IpcSweepRecord::default();
     for dir in [SHM, MQUEUE] {
         swept.shm_entries += sweep_dir(dir, uid)?;
     }
