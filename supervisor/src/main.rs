@@ -58,6 +58,12 @@ struct ServeArgs {
     /// engine); needs PID 1 and CAP_SYS_ADMIN.
     #[arg(long)]
     private_ipc: bool,
+    /// Under someone else's init, as the sandbox's own non-root user (`serve --stdio` through
+    /// an exec session): every process of this uid but the supervisor's ancestors is reaped
+    /// before each iteration, whoever started it; the agent runs as this uid. Refused as root
+    /// and as PID 1.
+    #[arg(long, conflicts_with = "private_ipc")]
+    unprivileged: bool,
     /// Whether each iteration's agent tree gets a cgroup of its own (memory and process limits
     /// counted for the tree alone), where the supervisor's cgroup is writable; `off` leaves the
     /// limits to rlimits (per uid, per process).
@@ -119,6 +125,7 @@ fn main() -> ExitCode {
             upload_max_entries: pitcrew_core::unpack::UnpackLimits::default().max_entries,
             upload_max_bytes: pitcrew_core::unpack::UnpackLimits::default().max_bytes,
             private_ipc: false,
+            unprivileged: false,
             agent_cgroup: CgroupMode::Auto,
         })
     });
@@ -402,6 +409,11 @@ mod linux {
                 return exit(SUPERVISOR_FAILED);
             }
             ctx.private_ipc = true;
+        } else if args.unprivileged {
+            if let Err(err) = ctx.enter_unprivileged() {
+                eprintln!("pitcrew-init: {err}");
+                return exit(SUPERVISOR_FAILED);
+            }
         } else {
             // A container's entrypoint: its IPC namespace and /dev/shm are its own (engines
             // give every container its own) and outlive each iteration.

@@ -83,6 +83,22 @@ pub enum SupervisorMode {
     Pid1,
     /// Not PID 1: child subreaper, descendants found through `/proc`.
     Degraded,
+    /// Not PID 1 and not root, under someone else's init (an exec session of the sandbox's
+    /// user), asked for with `--unprivileged`: every process of the supervisor's own uid but its ancestors is the reap's, found
+    /// through `/proc` whoever its parent is; processes of other uids are out of reach, and
+    /// the agent runs as that same uid.
+    Unprivileged,
+}
+
+impl SupervisorMode {
+    /// The mode's name in records and `hello`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SupervisorMode::Pid1 => "pid1",
+            SupervisorMode::Degraded => "degraded",
+            SupervisorMode::Unprivileged => "unprivileged",
+        }
+    }
 }
 
 /// Milliseconds spent in each step.

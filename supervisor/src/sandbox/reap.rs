@@ -12,6 +12,12 @@
 //! signalled one by one, with the same TERM, grace, KILL sequence. (A cgroup v2 `cgroup.kill`
 //! would be stronger but needs a cgroup of our own; not done.)
 //!
+//! Not PID 1 and not root (unprivileged, under someone else's init): what an earlier session
+//! left is not our descendant (its orphans went to that init), so every process whose real or
+//! saved uid is ours is the reap's, except ourselves and our ancestors (the exec machinery
+//! that started us), signalled one by one. Zombies are skipped: they run nothing, and only
+//! their parent (the foreign init) can reap them.
+//!
 //! Everything is bounded by `limits.reap_budget_ms`.
 //!
 //! Processes listed in [`Supervisor::spared`] (the control-socket bridges of connected hosts)
@@ -19,6 +25,7 @@
 //! the `/proc` rescans catch whatever was forked meanwhile.
 
 use super::supervisor::Supervisor;
+use crate::result::SupervisorMode;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -112,6 +119,13 @@ fn wait_until_alone(ctx: &mut Supervisor, until: Instant, seen: &mut HashSet<i32
 
 /// Sends `sig` to every process the reap is responsible for.
 fn signal_all(ctx: &Supervisor, sig: Signal) {
+    if ctx.info.mode == SupervisorMode::Unprivileged {
+        for pid in others(ctx) {
+            // ESRCH: exited meanwhile; EPERM: no longer ours (its uid changed).
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+        return;
+    }
     if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 && !ctx.spared.is_empty() {
         for pid in others(ctx) {
             let _ = kill(Pid::from_raw(pid), sig);
@@ -141,6 +155,8 @@ fn others(ctx: &Supervisor) -> Vec<i32> {
     }
     let all = if ctx.info.pid1 {
         proc_pids().into_iter().filter(|&p| p != ctx.pid).collect()
+    } else if ctx.info.mode == SupervisorMode::Unprivileged {
+        same_uid_but_ancestors(ctx.pid, nix::unistd::geteuid().as_raw())
     } else {
         descendants(ctx.pid)
     };
@@ -160,6 +176,53 @@ fn owned_by_root(pid: i32) -> bool {
                 .and_then(|l| l.split_whitespace().nth(1).map(|v| v == "0"))
         })
         .unwrap_or(false)
+}
+
+/// The live (not zombie) processes whose real or saved uid is `uid`, except `me` and its
+/// ancestors.
+fn same_uid_but_ancestors(me: i32, uid: u32) -> Vec<i32> {
+    let mut ancestors = HashSet::from([me]);
+    let mut at = me;
+    while at > 1 {
+        let Some(parent) = std::fs::read_to_string(format!("/proc/{at}/stat"))
+            .ok()
+            .and_then(|s| parse_stat_ppid(&s))
+        else {
+            break;
+        };
+        ancestors.insert(parent);
+        at = parent;
+    }
+    proc_pids()
+        .into_iter()
+        .filter(|p| !ancestors.contains(p))
+        .filter(|&p| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{p}/status")) else {
+                return false;
+            };
+            let zombie = status
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .is_some_and(|l| l.contains('Z') || l.contains('X'));
+            !zombie && status_uid_matches(&status, uid)
+        })
+        .collect()
+}
+
+/// Whether the `Uid:` line of a `/proc/<pid>/status` text has `uid` as its real or saved uid
+/// (what `kill(2)` checks against the sender's uids).
+fn status_uid_matches(status: &str, uid: u32) -> bool {
+    status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .is_some_and(|l| {
+            let ids: Vec<u32> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            ids.first() == Some(&uid) || ids.get(2) == Some(&uid)
+        })
 }
 
 /// Every numeric entry of `/proc`.
@@ -209,6 +272,25 @@ pub fn descendants(root: i32) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_real_or_saved_uid_is_what_counts() {
+        let status = "Name:\tsh\nState:\tS (sleeping)\nUid:\t1000\t0\t1000\t0\n";
+        assert!(status_uid_matches(status, 1000));
+        assert!(!status_uid_matches(status, 0));
+        assert!(status_uid_matches("Uid:\t5\t5\t7\t5\n", 7));
+        assert!(!status_uid_matches("Name:\tx\n", 7));
+    }
+
+    #[test]
+    fn this_process_and_its_ancestors_are_never_the_reaps() {
+        let me = std::process::id() as i32;
+        let uid = nix::unistd::geteuid().as_raw();
+        let listed = same_uid_but_ancestors(me, uid);
+        assert!(!listed.contains(&me));
+        let parent = nix::unistd::getppid().as_raw();
+        assert!(!listed.contains(&parent), "{parent} in {listed:?}");
+    }
 
     #[test]
     fn stat_parsing_survives_odd_command_names() {

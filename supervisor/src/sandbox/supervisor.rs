@@ -121,6 +121,29 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Takes the unprivileged mode (`--unprivileged`): under someone else's init, as the
+    /// sandbox's own non-root user, the reap takes every process of this uid but the
+    /// supervisor's ancestors, whoever its parent is ([`super::reap`]). Refused as PID 1 (that
+    /// mode reaps everything already) and as root (it would take every root process in sight).
+    pub fn enter_unprivileged(&mut self) -> Result<(), String> {
+        if self.info.pid1 {
+            return Err("--unprivileged: this supervisor is PID 1 of its PID namespace, whose reap takes every process already".into());
+        }
+        let uid = nix::unistd::geteuid();
+        if uid.is_root() {
+            return Err("--unprivileged as root would reap every root process in sight but its own ancestors; run it as the sandbox's user".into());
+        }
+        self.info.mode = SupervisorMode::Unprivileged;
+        self.info.degraded_reason = Some(format!(
+            "unprivileged (uid {uid}, pid {}): every process of this uid but the supervisor's ancestors is reaped, found through /proc; processes of other uids are out of reach, and the agent runs as this uid",
+            self.pid
+        ));
+        tracing::warn!("supervisor: unprivileged mode: uid {uid}");
+        Ok(())
+    }
+}
+
 /// Hands memory freed by the verify and environment steps back to the kernel, so the
 /// supervisor stays small while the agent runs (hashing a 20,000-file manifest touches a few
 /// MiB in the hashing threads' malloc arenas, which glibc otherwise keeps).

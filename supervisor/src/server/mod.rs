@@ -167,10 +167,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
     let user_namespace = crate::user_namespace::current();
     let capabilities = Capabilities {
         pid1: ctx.info.pid1,
-        mode: match ctx.info.mode {
-            crate::result::SupervisorMode::Pid1 => "pid1".into(),
-            crate::result::SupervisorMode::Degraded => "degraded".into(),
-        },
+        mode: ctx.info.mode.name().into(),
         landlock_abi: crate::sandbox::confine::kernel_landlock_abi(),
         uid_model: status::uid_model(user_namespace.as_ref()),
         user_namespace,
