@@ -106,13 +106,9 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
                 let path = config.join(&rel);
                 let sessions_dir = bounded_tree::open_dir_at(dir.as_fd(), name)
                     .map_err(|e| io_error(&path, "open", e))?;
-                let mut children = listing(&sessions_dir, &path)?;
-                while let Some(child) = children.read() {
-                    let child = child.map_err(|e| io_error(&path, "read directory", e))?;
-                    let child = OsStr::from_bytes(child.file_name().to_bytes());
-                    if matches!(child.as_bytes(), b"." | b"..") {
-                        continue;
-                    }
+                let children = bounded_tree::entry_names(sessions_dir.as_fd())
+                    .map_err(|e| io_error(&path, "read directory", e))?;
+                for child in &children {
                     let shown = rel.join(child);
                     remove(sessions_dir.as_fd(), &path, child, &shown, &mut report)?;
                 }

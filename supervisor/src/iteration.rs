@@ -163,16 +163,16 @@ fn prepare(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    if ctx.private_ipc {
-        crate::sandbox::private_ipc::renew().map_err(Stop::supervisor)?;
-    } else if ctx.sweep_ipc {
-        // PID 1 of a container: its IPC namespace and `/dev/shm` are the sandbox's own but
-        // outlive the iteration, so what the agent's uid left there goes.
-        let swept =
-            crate::sandbox::private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
-        if swept != crate::result::IpcSweepRecord::default() {
-            observer.step("ipc-sweep", "finished", json!(swept));
-            record.ipc_sweep = Some(swept);
+    use crate::sandbox::private_ipc::{self, IpcReset};
+    match ctx.ipc_reset {
+        IpcReset::None => {}
+        IpcReset::Renew => private_ipc::renew().map_err(Stop::supervisor)?,
+        IpcReset::Sweep => {
+            let swept = private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
+            if swept != crate::result::IpcSweepRecord::default() {
+                observer.step("ipc-sweep", "finished", json!(swept));
+                record.ipc_sweep = Some(swept);
+            }
         }
     }
     // Before anything is made for the agent: ids this user namespace does not map.

@@ -172,6 +172,7 @@ mod linux {
     use pitcrew_core::iteration::{run_iteration, BaselineEnv, NoopObserver, Supervisor};
     use pitcrew_core::manifest::Manifest;
     use pitcrew_core::result::{IterationResult, SupervisorInfo, SupervisorMode};
+    use pitcrew_core::sandbox::private_ipc::IpcReset;
     use pitcrew_core::sandbox::signals::Signals;
     use std::io::Write;
     use std::os::fd::{FromRawFd, OwnedFd};
@@ -408,16 +409,16 @@ mod linux {
                 eprintln!("pitcrew-init: {err}");
                 return exit(SUPERVISOR_FAILED);
             }
-            ctx.private_ipc = true;
+            ctx.ipc_reset = IpcReset::Renew;
         } else if args.unprivileged {
             if let Err(err) = ctx.enter_unprivileged() {
                 eprintln!("pitcrew-init: {err}");
                 return exit(SUPERVISOR_FAILED);
             }
-        } else {
+        } else if ctx.info.pid1 {
             // A container's entrypoint: its IPC namespace and /dev/shm are its own (engines
             // give every container its own) and outlive each iteration.
-            ctx.sweep_ipc = ctx.info.pid1;
+            ctx.ipc_reset = IpcReset::Sweep;
         }
         exit(pitcrew_core::server::serve(ctx, opts))
     }

@@ -370,6 +370,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_modes_name_is_its_name_in_the_record() {
+        for mode in [
+            SupervisorMode::Pid1,
+            SupervisorMode::Degraded,
+            SupervisorMode::Unprivileged,
+        ] {
+            assert_eq!(serde_json::json!(mode), mode.name());
+        }
+    }
+
+    #[test]
     fn record_round_trips_and_has_the_documented_keys() {
         let mut r = IterationResult::new(
             3,

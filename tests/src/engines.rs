@@ -161,13 +161,12 @@ impl Engine {
 /// (every layer a full copy). Dropping it removes its containers and dangling images, stops it
 /// and deletes the temp dir; the machine's own docker daemon is never touched.
 pub struct PrivateDocker {
-    dir: tempfile::TempDir,
+    /// Socket, exec root and log; removed when dropped (after the daemon stops).
+    _dir: tempfile::TempDir,
     child: Child,
     _lock: std::fs::File,
     /// `unix://…/docker.sock`, for `DOCKER_HOST`.
     pub host: String,
-    /// The storage driver it runs with.
-    pub driver: &'static str,
 }
 
 impl PrivateDocker {
@@ -193,11 +192,10 @@ impl PrivateDocker {
             match PrivateDocker::try_start(&root, driver) {
                 Ok((dir, child, host)) => {
                     return PrivateDocker {
-                        dir,
+                        _dir: dir,
                         child,
                         _lock: lock,
                         host,
-                        driver,
                     }
                 }
                 Err(why) => failures.push(format!("{driver}: {why}")),
@@ -252,11 +250,6 @@ impl PrivateDocker {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-    }
-
-    /// The daemon's temp dir (socket, exec root, log).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 }
 

@@ -379,7 +379,7 @@ fn pi_in_the_production_image(kind: Kind) {
     let fx = fixture(&server, 3);
     let engine = Engine::start(kind);
     let image = engine.image("pi");
-    let env = engine.env_with(&[]);
+    let env = engine.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let doc = pitcrew_run(
         &fx.harness,

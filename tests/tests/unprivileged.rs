@@ -87,7 +87,7 @@ fn attack_leftovers__an_unprivileged_session_reaps_what_an_earlier_session_left(
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
     let template = "podman exec -i --user 65534 {sandbox} timeout 600 pitcrew-init serve --stdio --unprivileged --records /sandbox-records";
-    let env = engine.env_with(&[]);
+    let env = engine.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let (out, doc) = pitcrew_run_output(
         &harness,

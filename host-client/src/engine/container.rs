@@ -154,17 +154,23 @@ impl ContainerEngine {
         }
     }
 
-    /// Runs `<cli> args…` and returns its stdout, or an error quoting its stderr.
-    fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+    /// Runs `<cli> args…` to its end.
+    fn output(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
         let program = self.cli.program();
-        let out = Command::new(program)
+        Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .with_context(|| format!("cannot run {program} (is it installed and on PATH?)"))?;
+            .with_context(|| format!("cannot run {program} (is it installed and on PATH?)"))
+    }
+
+    /// Runs `<cli> args…` and returns its stdout, or an error quoting its stderr.
+    fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.output(args)?;
         if !out.status.success() {
             bail!(
-                "{program} {}: {}",
+                "{} {}: {}",
+                self.cli.program(),
                 args.first().copied().unwrap_or_default(),
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -175,11 +181,7 @@ impl ContainerEngine {
     /// The container named `name`, or `None` when the engine has none by that name.
     pub fn inspect(&self, name: &str) -> anyhow::Result<Option<Container>> {
         let program = self.cli.program();
-        let out = Command::new(program)
-            .args(["inspect", "--type", "container", "--", name])
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("cannot run {program} (is it installed and on PATH?)"))?;
+        let out = self.output(&["inspect", "--type", "container", "--", name])?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             if err.to_ascii_lowercase().contains("no such") {
@@ -294,10 +296,7 @@ impl ContainerEngine {
 
     /// The last lines the container printed, on one line.
     fn logs_tail(&self, id: &SandboxId) -> String {
-        let out = Command::new(self.cli.program())
-            .args(["logs", "--tail", "5", &id.0])
-            .stdin(Stdio::null())
-            .output();
+        let out = self.output(&["logs", "--tail", "5", &id.0]);
         match out {
             Ok(o) => {
                 let text = format!(
@@ -312,15 +311,20 @@ impl ContainerEngine {
                     lines.join(" | ")
                 }
             }
-            Err(e) => format!("(logs unavailable: {e})"),
+            Err(e) => format!("(logs unavailable: {e:#})"),
         }
+    }
+
+    /// Stops the container: SIGTERM to PID 1, SIGKILL after [`STOP_GRACE_SECS`].
+    fn stop_container(&self, id: &SandboxId) -> anyhow::Result<()> {
+        self.cli(&["stop", "--time", &STOP_GRACE_SECS.to_string(), &id.0])?;
+        Ok(())
     }
 
     /// Removes the container and its anonymous volumes, stopping it first with a grace.
     fn remove(&self, id: &SandboxId) -> anyhow::Result<()> {
-        let grace = STOP_GRACE_SECS.to_string();
         // `stop` first: docker's `rm -f` kills PID 1 without the SIGTERM grace.
-        let _ = self.cli(&["stop", "--time", &grace, &id.0]);
+        let _ = self.stop_container(id);
         self.cli(&["rm", "--force", "--volumes", &id.0])
             .with_context(|| format!("sandbox {id}: removing its container"))?;
         Ok(())
@@ -407,7 +411,7 @@ impl Engine for ContainerEngine {
         if !c.created_by_pitcrew(id) {
             // Only reached with `down --force`: stop it, never remove what pitcrew did not make.
             if c.running {
-                self.cli(&["stop", "--time", &STOP_GRACE_SECS.to_string(), &id.0])?;
+                self.stop_container(id)?;
             }
             outcome.warning = Some(format!(
                 "pitcrew did not create container {id} (no {LABEL_SANDBOX} label): stopped, not removed"
@@ -416,7 +420,7 @@ impl Engine for ContainerEngine {
         }
         if keep_state {
             if c.running {
-                self.cli(&["stop", "--time", &STOP_GRACE_SECS.to_string(), &id.0])?;
+                self.stop_container(id)?;
             }
             return Ok(outcome);
         }

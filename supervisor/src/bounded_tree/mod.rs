@@ -195,3 +195,18 @@ pub fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> 
 pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(path, dir_flags(), Mode::empty())?)
 }
+
+/// The names in the directory `dir`, without `.` and `..`, read through a descriptor of their
+/// own (so `dir` stays usable for `*at` calls, and entries may be removed after).
+pub fn entry_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let own = open_dir_at(dir, OsStr::new("."))?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::new(own)? {
+        let entry = entry?;
+        if !is_dot(entry.file_name()) {
+            names.push(OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string());
+        }
+    }
+    Ok(names)
+}

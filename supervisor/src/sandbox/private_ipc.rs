@@ -22,7 +22,20 @@ use crate::bounded_tree;
 use crate::result::IpcSweepRecord;
 use std::ffi::CString;
 use std::os::fd::AsFd as _;
-use std::os::unix::ffi::OsStrExt as _;
+
+/// What the supervisor does, after every first reap, with the IPC namespace and `/dev/shm`
+/// the agent's last tree used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IpcReset {
+    /// Nothing: they are not the sandbox's to reset (the host's, in degraded mode).
+    #[default]
+    None,
+    /// A fresh IPC namespace and tmpfs ([`renew`]): `serve --private-ipc` (the local engine).
+    Renew,
+    /// Remove what the agent's uid left ([`sweep`]): `serve` as PID 1 of a container, whose
+    /// namespace is its own for its whole life.
+    Sweep,
+}
 
 /// Where the private tmpfs is mounted.
 pub const SHM: &str = "/dev/shm";
@@ -82,16 +95,8 @@ fn sweep_dir(dir: &str, uid: u32) -> Result<u64, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(format!("ipc-sweep: open {dir}: {e}")),
     };
-    let entries = rustix::fs::Dir::read_from(fd.as_fd())
-        .map_err(|e| format!("ipc-sweep: read {dir}: {e}"))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("ipc-sweep: read {dir}: {e}"))?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
-        }
-    }
+    let names =
+        bounded_tree::entry_names(fd.as_fd()).map_err(|e| format!("ipc-sweep: read {dir}: {e}"))?;
     let mut removed = 0;
     for name in names {
         let owner = match rustix::fs::statat(&fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {

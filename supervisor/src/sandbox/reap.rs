@@ -119,20 +119,16 @@ fn wait_until_alone(ctx: &mut Supervisor, until: Instant, seen: &mut HashSet<i32
 
 /// Sends `sig` to every process the reap is responsible for.
 fn signal_all(ctx: &Supervisor, sig: Signal) {
-    if ctx.info.mode == SupervisorMode::Unprivileged {
-        for pid in others(ctx) {
-            // ESRCH: exited meanwhile; EPERM: no longer ours (its uid changed).
-            let _ = kill(Pid::from_raw(pid), sig);
-        }
-        return;
-    }
-    if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 && !ctx.spared.is_empty() {
+    let pid1 = ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1;
+    if ctx.info.mode == SupervisorMode::Unprivileged || (pid1 && !ctx.spared.is_empty()) {
+        // One by one, from the scan. ESRCH: exited meanwhile; EPERM (unprivileged): not ours
+        // any more (its uid changed).
         for pid in others(ctx) {
             let _ = kill(Pid::from_raw(pid), sig);
         }
         return;
     }
-    if ctx.info.pid1 && nix::unistd::getpid().as_raw() == 1 {
+    if pid1 {
         // As PID 1 of the namespace, -1 means every process in it except ourselves.
         if let Err(err) = kill(Pid::from_raw(-1), sig) {
             if err != nix::errno::Errno::ESRCH {
@@ -170,12 +166,8 @@ fn others(ctx: &Supervisor) -> Vec<i32> {
 fn owned_by_root(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|v| v == "0"))
-        })
-        .unwrap_or(false)
+        .and_then(|s| status_uids(&s))
+        .is_some_and(|[real, ..]| real == 0)
 }
 
 /// The live (not zombie) processes whose real or saved uid is `uid`, except `me` and its
@@ -212,17 +204,14 @@ fn same_uid_but_ancestors(me: i32, uid: u32) -> Vec<i32> {
 /// Whether the `Uid:` line of a `/proc/<pid>/status` text has `uid` as its real or saved uid
 /// (what `kill(2)` checks against the sender's uids).
 fn status_uid_matches(status: &str, uid: u32) -> bool {
-    status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .is_some_and(|l| {
-            let ids: Vec<u32> = l
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            ids.first() == Some(&uid) || ids.get(2) == Some(&uid)
-        })
+    status_uids(status).is_some_and(|[real, _, saved, _]| real == uid || saved == uid)
+}
+
+/// The real, effective, saved and filesystem uids of a `/proc/<pid>/status` text.
+fn status_uids(status: &str) -> Option<[u32; 4]> {
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    let mut ids = line.split_whitespace().skip(1).map(|v| v.parse().ok());
+    Some([ids.next()??, ids.next()??, ids.next()??, ids.next()??])
 }
 
 /// Every numeric entry of `/proc`.
@@ -283,10 +272,18 @@ mod tests {
     }
 
     #[test]
-    fn this_process_and_its_ancestors_are_never_the_reaps() {
+    fn this_process_and_its_ancestors_are_never_the_reaps_but_others_of_its_uid_are() {
         let me = std::process::id() as i32;
         let uid = nix::unistd::geteuid().as_raw();
+        // A process of our uid that is not an ancestor is listed.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
         let listed = same_uid_but_ancestors(me, uid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed.contains(&(child.id() as i32)), "{listed:?}");
         assert!(!listed.contains(&me));
         let parent = nix::unistd::getppid().as_raw();
         assert!(!listed.contains(&parent), "{parent} in {listed:?}");

@@ -57,12 +57,8 @@ pub struct Supervisor {
     /// hosts (pids from `SO_PEERCRED`). The agent uid can never reach the control socket, so
     /// nothing the agent started is ever listed here.
     pub spared: Vec<i32>,
-    /// A fresh IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc`]).
-    pub private_ipc: bool,
-    /// Without a private IPC namespace per iteration, remove what the agent's uid left in the
-    /// sandbox's IPC namespace and `/dev/shm` after every first reap ([`super::private_ipc::sweep`]):
-    /// set by `serve` as PID 1 of a container, whose namespace is its own for its whole life.
-    pub sweep_ipc: bool,
+    /// What happens to the IPC namespace and `/dev/shm` after every first reap.
+    pub ipc_reset: super::private_ipc::IpcReset,
     /// Where each iteration's agent tree gets its own cgroup, if anywhere.
     pub agent_cgroups: AgentCgroups,
 }
@@ -114,8 +110,7 @@ impl Supervisor {
             proc_is_ours,
             pid,
             spared: Vec::new(),
-            private_ipc: false,
-            sweep_ipc: false,
+            ipc_reset: super::private_ipc::IpcReset::None,
             agent_cgroups: AgentCgroups::discover(cgroups),
         }
     }
