@@ -348,8 +348,12 @@ fn launch_step(
             manifest.limits.processes,
         )
         .map_err(|reason| refused(observer, format!("limits: {reason}")))?;
+    let landlock =
+        crate::sandbox::confine::landlock_plan(manifest, ctx.info.mode, &ctx.supervisor_paths)
+            .map_err(|reason| refused(observer, reason))?;
     let mut plan = ConfinePlan::prepare(
         manifest,
+        &landlock,
         *ctx.signals.original_mask(),
         &ctx.agent_cgroups,
         &cgroups,

@@ -419,7 +419,7 @@ impl Request {
 pub struct Capabilities {
     /// Whether the supervisor is PID 1 of its PID namespace.
     pub pid1: bool,
-    /// `pid1` or `degraded`.
+    /// `pid1`, `unprivileged` or `degraded`.
     pub mode: String,
     /// The kernel's Landlock ABI (0 when unavailable).
     pub landlock_abi: u32,
@@ -429,6 +429,11 @@ pub struct Capabilities {
     /// sandbox: uid 0 is the host user, the agent a subordinate id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_namespace: Option<crate::user_namespace::UserNamespace>,
+    /// The only identity the agent can run as, when the supervisor cannot choose one (the
+    /// unprivileged mode: its own uid, gid and groups). A host sets it as the manifest's `user`
+    /// and as the workspace's owner; `set_manifest` with another user is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_user: Option<crate::manifest::AgentUser>,
     /// Requests this supervisor serves.
     pub requests: Vec<String>,
 }

@@ -270,12 +270,16 @@ pub struct LandlockRecord {
     pub unavailable: Option<String>,
     /// What was enforced.
     pub status: LandlockState,
-    /// The mode the manifest asked for.
+    /// The mode the launch ran with (the manifest's; `required` in the unprivileged mode).
     pub mode: LandlockMode,
     /// Verified paths that lie under an agent-writable root (Landlock cannot make them
     /// read-only; ownership still protects them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlaps: Vec<String>,
+    /// Agent-writable roots left read-only because they hold a verified path (the unprivileged
+    /// mode, where the agent's uid owns the verified files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<String>,
 }
 
 /// Landlock enforcement status (`landlock::RulesetStatus`, plus `off`).
@@ -404,6 +408,7 @@ mod tests {
                 status: LandlockState::FullyEnforced,
                 mode: LandlockMode::BestEffort,
                 overlaps: vec![],
+                withheld: vec![],
             },
             seccomp: SeccompRecord::default(),
             limits: LimitsRecord::default(),

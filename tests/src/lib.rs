@@ -4,6 +4,7 @@
 
 pub mod container;
 pub mod engines;
+pub mod foreign_init;
 pub mod model_server;
 
 use std::path::{Path, PathBuf};

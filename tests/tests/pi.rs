@@ -1,6 +1,6 @@
 //! The real pi (`@mariozechner/pi-coding-agent` from npm, on Node) supervised by `pitcrew-init`,
 //! driven by `pitcrew run` on the local engine (and in the production pi image under the podman
-//! and docker engines), against the scripted model server of `pitcrew_e2e::model_server` on 127.0.0.1: pi
+//! and docker engines, and unprivileged under a foreign init), against the scripted model server of `pitcrew_e2e::model_server` on 127.0.0.1: pi
 //! loads the harness's extension through `-e`, the model calls the extension's tool, and the
 //! tool reports what the agent process sees.
 //!
@@ -9,6 +9,7 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::engines::{self, Engine, Kind};
+use pitcrew_e2e::foreign_init::ForeignInit;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
@@ -422,6 +423,40 @@ fn pi_in_the_production_image_under_docker() {
     if engines::require(Kind::Docker) {
         pi_in_the_production_image(Kind::Docker);
     }
+}
+
+/// The real pi in the production image under someone else's PID 1 (catatonit), reached only
+/// through `podman exec -i --user 1000` with `serve --stdio --unprivileged`: one iteration end
+/// to end against the model server (`--network host`), the extension loaded and its tool run
+/// as the sandbox's uid, which owns the plugin here and still cannot write into it (Landlock).
+#[test]
+fn pi_runs_unprivileged_under_a_foreign_init() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture(&server, 1);
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "pi-unpriv", &["--network", "host"]);
+    let args = sandbox.run_args("");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = pitcrew_run(&fx.harness, &fx.state, &args, &env);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let seen = tool_result(&server, 1);
+    assert_eq!(seen["greeting"], "Hello, pitcrew!", "{seen}");
+    assert_eq!(seen["uid"], 1000, "{seen}");
+    assert_eq!(seen["plugin_write"], "EACCES", "{seen}");
+    assert_eq!(seen["hello_level"], "3", "{seen}");
+    assert_eq!(seen["pi_offline"], "1", "{seen}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
+    assert_eq!(
+        record["confinement"]["landlock"]["status"], "fully-enforced",
+        "{record:#}"
+    );
 }
 
 /// The verified hook adapter of [`a_tool_cannot_rewrite_pi_or_forge_its_verdict`]: blocks every

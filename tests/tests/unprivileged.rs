@@ -1,145 +1,206 @@
-//! Under someone else's PID 1: a podman container whose PID 1 is not pitcrew-init (a plain
-//! `sleep`, which does not even reap), reached only through `podman exec -i --user 65534` as
-//! the sandbox's own user, with `pitcrew-init serve --stdio --unprivileged` behind a wrapper
-//! that stays its parent (`timeout`, standing in for an exec service's shell). What an earlier
-//! exec session left running is reaped before the iteration verifies, the session's own
-//! processes survive, the verified trees (owned by the agent's uid here) are still not
-//! writable by the agent, a plugin changed through a root `podman exec` fails the next
-//! iteration with 96, and the record says `mode: unprivileged`.
+//! Under someone else's PID 1, as OpenShell runs its sandboxes: a podman container from the
+//! production image whose PID 1 is catatonit (`podman run --init`), reached only through
+//! `podman exec -i --user 1000` as the sandbox's own user, with `pitcrew-init serve --stdio
+//! --unprivileged` behind a wrapper that stays its parent and holds the protocol stream
+//! (`timeout`, standing in for an exec service's shell). From the agent's side: what an earlier
+//! exec session or the previous iteration left running (a `setsid` daemon, a TERM-ignoring
+//! loop, a delayed writer) is gone before the next iteration verifies, the session's own
+//! wrapper survives, the verified plugin and the records (owned by the agent's uid here) are
+//! not writable, neither the wrapper's protocol stream nor the supervisor's `/proc` entries are
+//! reachable, and a plugin changed through a root `podman exec` fails the next iteration with
+//! 96. A seccomp profile that refuses Landlock stops the iteration before launch, saying so.
 //!
-//! Needs root (for podman) and podman; skipped otherwise, or a failure with
+//! Needs root (for podman), podman and catatonit; skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::engines::{self, Engine, Kind};
+use pitcrew_e2e::foreign_init::{ForeignInit, RECORDS, UID};
 use pitcrew_e2e::{iteration_dir, pitcrew_run_output, read_json, read_text, write_command_harness};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
-/// The agent: every live process's command line, its own no_new_privs, and whether it can
-/// change its verified plugin (which its uid owns in this mode).
+/// The agent, every iteration: every live process's command line, its uid and no_new_privs;
+/// whether it can write its verified plugin, the records, the wrapper's end of the protocol
+/// stream and the supervisor's `/proc` entries; then it leaves three processes behind. Their
+/// markers are computed, so that this script's own command line does not contain them.
 const PROBE: &str = r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); [ -n "$c" ] && echo "proc $c"; done
 grep '^NoNewPrivs' /proc/self/status
-if (echo x >> /sandbox/plugins/p/index.js) 2>/dev/null; then echo "plugin_write allowed"; else echo "plugin_write refused"; fi"#;
+echo "uid $(id -u)"
+try() { if (eval "$2") 2>/dev/null; then echo "$1 allowed"; else echo "$1 refused"; fi; }
+try plugin_write 'echo x >> /sandbox/plugins/p/index.js'
+try records_write "echo x > RECORDS/planted"
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+    "timeout 600 pitcrew-init"*) try wrapper_stream "printf forged > $p/fd/1" ;;
+    "pitcrew-init serve"*) try supervisor_environ "cat $p/environ > /dev/null"; try supervisor_stream "printf forged > $p/fd/1" ;;
+  esac
+done
+setsid sleep $((987000 + 656)) < /dev/null > /dev/null 2>&1 &
+sh -c "trap '' TERM; while :; do sleep 1; done" ignorer-$((111000 + 222)) < /dev/null > /dev/null 2>&1 &
+setsid sh -c "sleep 2; echo planted >> /sandbox/plugins/p/index.js" writer-$((333000 + 444)) < /dev/null > /dev/null 2>&1 &
+exit 0"#;
 
 #[test]
-fn attack_leftovers__an_unprivileged_session_reaps_what_an_earlier_session_left() {
+fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_ones_left() {
     if !engines::require(Kind::Podman) {
         return;
     }
     let engine = Engine::start(Kind::Podman);
     let image = engine.image("pi");
-    let name = format!("pitcrew-unpriv-{}", std::process::id());
-    let made = engine.cli(&[
-        "run",
-        "--detach",
-        "--name",
-        &name,
-        "--entrypoint",
-        "/bin/sleep",
-        &image,
-        "infinity",
+    let sandbox = ForeignInit::start(&engine, &image, "unpriv", &[]);
+    // PID 1 is catatonit (podman mounts it as /run/podman-init), not pitcrew-init.
+    let init = sandbox.exec(
+        None,
+        &["sh", "-c", "cat /proc/1/cmdline; /proc/1/exe --version"],
+    );
+    let init = String::from_utf8_lossy(&init.stdout);
+    assert!(
+        init.starts_with("/run/podman-init\0--\0/bin/sleep") && init.contains("catatonit"),
+        "{init}"
+    );
+    // What an earlier exec session of the same user left: a daemon in its own session, and
+    // a loop that ignores SIGTERM.
+    sandbox.leave_running(&["setsid", "sleep", "987655"]);
+    sandbox.leave_running(&[
+        "sh",
+        "-c",
+        "trap '' TERM; while :; do sleep 1; done",
+        "session-ignorer",
     ]);
-    assert!(made.status.success(), "{made:?}");
-    struct Remove<'a>(&'a Engine, &'a str);
-    impl Drop for Remove<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.cli(&["rm", "--force", "--time", "0", self.1]);
-        }
-    }
-    let _remove = Remove(&engine, &name);
-    // The sandbox user's directories, as the platform would have made them.
-    let exec_root = |cmd: &[&str]| {
-        let mut args = vec!["exec", name.as_str()];
-        args.extend_from_slice(cmd);
-        let out = engine.cli(&args);
-        assert!(out.status.success(), "{cmd:?}: {out:?}");
-    };
-    exec_root(&[
-        "install",
-        "-d",
-        "-o",
-        "65534",
-        "-g",
-        "65534",
-        "/sandbox",
-        "/sandbox-records",
-    ]);
-    // What an earlier exec session of the same user left running: a daemon in its own
-    // session, and a loop that ignores SIGTERM.
-    for leftover in [
-        &["setsid", "sleep", "987655"][..],
-        &["sh", "-c", "trap '' TERM; while :; do sleep 1; done"][..],
-    ] {
-        let mut args = vec!["exec", "--detach", "--user", "65534", name.as_str()];
-        args.extend_from_slice(leftover);
-        let out = engine.cli(&args);
-        assert!(out.status.success(), "{out:?}");
-    }
 
     let dir = tempfile::tempdir().unwrap();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    // After the first iteration, root changes the plugin through `podman exec`.
+    // After the second iteration, root changes the plugin through `podman exec`.
     let tamper = format!(
-        "validation:\n  - /bin/sh\n  - -c\n  - '[ \"$PITCREW_ITERATION\" = 1 ] && podman exec {name} sh -c \"echo tampered >> /sandbox/plugins/p/index.js\"; exit 1'\n"
+        "validation:\n  - /bin/sh\n  - -c\n  - '[ \"$PITCREW_ITERATION\" = 2 ] && podman exec {} sh -c \"echo tampered >> /sandbox/plugins/p/index.js\"; exit 1'\n",
+        sandbox.name
     );
-    let harness = write_command_harness(dir.path(), PROBE, 2, "60s", false, &tamper);
+    let probe = PROBE.replace("RECORDS", RECORDS);
+    let harness = write_command_harness(dir.path(), &probe, 3, "60s", false, &tamper);
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
-    let template = "podman exec -i --user 65534 {sandbox} timeout 600 pitcrew-init serve --stdio --unprivileged --records /sandbox-records";
+    let args = sandbox.run_args("timeout 600");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = engine.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let (out, doc) = pitcrew_run_output(
-        &harness,
-        &state,
-        &[
-            "--engine",
-            "exec",
-            "--sandbox",
-            &name,
-            "--exec-template",
-            template,
-            "--sandbox-root",
-            "/sandbox",
-        ],
-        &env,
-    );
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
     assert_eq!(out.status.code(), Some(96), "{doc:#}");
 
-    let first = iteration_dir(&doc, 1);
-    let record = read_json(&first.join("result.json"));
-    assert_eq!(record["exit_code"], 0, "{record:#}");
-    assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
-    let seen = read_text(&first.join("output.jsonl"));
-    // The leftovers are gone; the exec session's own wrapper (our ancestor) is not.
-    assert!(!seen.contains("987655"), "{seen}");
-    assert!(!seen.contains("while :"), "{seen}");
-    assert!(
-        seen.contains("proc timeout 600 pitcrew-init serve"),
-        "{seen}"
-    );
-    assert!(seen.contains("NoNewPrivs:\t1"), "{seen}");
-    // The agent owns its plugin here; Landlock still keeps it read-only.
-    assert!(seen.contains("plugin_write refused"), "{seen}");
-
-    // Changed by root between iterations: the second refuses to launch.
-    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
-    assert_eq!(second["exit_code"], 96, "{second:#}");
-    assert!(second["agent"].is_null(), "{second:#}");
+    for n in 1..=2 {
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        // Iteration 2 verified: nothing of iteration 1 changed the plugin in between.
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
+        assert_eq!(record["confinement"]["uid"], 1000, "{record:#}");
+        assert_eq!(
+            record["confinement"]["landlock"]["mode"], "required",
+            "{record:#}"
+        );
+        let seen = read_text(&it.join("output.jsonl"));
+        // The earlier session's leftovers and the previous iteration's are gone; the exec
+        // session's own wrapper (an ancestor) is not.
+        for gone in [
+            "987655",
+            "session-ignorer",
+            "987656",
+            "ignorer-111222",
+            "writer-333444",
+        ] {
+            assert!(!seen.contains(gone), "iteration {n}: {gone}\n{seen}");
+        }
+        assert!(
+            seen.contains("proc timeout 600 pitcrew-init serve"),
+            "{seen}"
+        );
+        assert!(seen.contains(&format!("uid {UID}")), "{seen}");
+        assert!(seen.contains("NoNewPrivs:\t1"), "{seen}");
+        // The agent's uid owns the plugin and the records here; Landlock keeps them, and the
+        // stream and the supervisor are outside its domain.
+        for refused in [
+            "plugin_write",
+            "records_write",
+            "wrapper_stream",
+            "supervisor_environ",
+            "supervisor_stream",
+        ] {
+            assert!(
+                seen.contains(&format!("{refused} refused")),
+                "iteration {n}: {refused}\n{seen}"
+            );
+        }
+    }
+    // Changed by root between iterations: the third refuses to launch.
+    let third = read_json(&iteration_dir(&doc, 3).join("result.json"));
+    assert_eq!(third["exit_code"], 96, "{third:#}");
+    assert!(third["agent"].is_null(), "{third:#}");
 
     // As root, the unprivileged mode is refused: it would reap every root process in sight.
-    let out = engine.cli(&[
-        "exec",
-        "-i",
-        &name,
-        "pitcrew-init",
-        "serve",
-        "--stdio",
-        "--unprivileged",
-    ]);
+    let out = sandbox.exec(
+        None,
+        &["pitcrew-init", "serve", "--stdio", "--unprivileged"],
+    );
     assert_eq!(out.status.code(), Some(125), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--unprivileged as root"),
         "{out:?}"
     );
+}
+
+/// Podman's default seccomp profile with the `landlock_*` calls refused (EPERM), written to
+/// `path`: a platform whose filter would stop pitcrew's own confinement.
+fn profile_refusing_landlock(path: &std::path::Path) {
+    let text = fs::read_to_string("/usr/share/containers/seccomp.json")
+        .expect("podman's default seccomp profile");
+    let mut profile: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let landlock = |n: &serde_json::Value| n.as_str().is_some_and(|n| n.starts_with("landlock_"));
+    for rule in profile["syscalls"].as_array_mut().unwrap() {
+        rule["names"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|n| !landlock(n));
+    }
+    profile["syscalls"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "names": ["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": 1,
+        }));
+    fs::write(path, serde_json::to_string(&profile).unwrap()).unwrap();
+}
+
+#[test]
+fn attack_confinement__a_seccomp_filter_that_refuses_landlock_stops_the_unprivileged_mode() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let profile = dir.path().join("seccomp.json");
+    profile_refusing_landlock(&profile);
+    let opt = format!("seccomp={}", profile.display());
+    let sandbox = ForeignInit::start(&engine, &image, "nolandlock", &["--security-opt", &opt]);
+
+    let harness = write_command_harness(dir.path(), "echo ran", 1, "60s", false, "");
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let args = sandbox.run_args("");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    assert_eq!(out.status.code(), Some(125), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("Landlock is required (the unprivileged mode) but unavailable")
+            && reason.contains("refused by a seccomp filter"),
+        "{record:#}"
+    );
+    assert!(record["agent"].is_null(), "{record:#}");
 }

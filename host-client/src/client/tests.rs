@@ -27,6 +27,7 @@ fn caps() -> Capabilities {
         landlock_abi: 0,
         uid_model: "uid from manifest".into(),
         user_namespace: None,
+        agent_user: None,
         requests: vec![],
     }
 }

@@ -49,10 +49,12 @@ pub enum Stage {
     Cgroup = 20,
     /// Making the agent the OOM killer's first choice (`/proc/self/oom_score_adj`).
     OomScore = 21,
+    /// Making the child dumpable again after a non-dumpable supervisor's fork.
+    Dumpable = 22,
 }
 
 impl Stage {
-    const ALL: [Stage; 21] = [
+    const ALL: [Stage; 22] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -74,6 +76,7 @@ impl Stage {
         Stage::Rlimits,
         Stage::Cgroup,
         Stage::OomScore,
+        Stage::Dumpable,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -100,6 +103,7 @@ impl Stage {
             Stage::Rlimits => "rlimits",
             Stage::Cgroup => "cgroup",
             Stage::OomScore => "oom-score",
+            Stage::Dumpable => "dumpable",
         }
     }
 

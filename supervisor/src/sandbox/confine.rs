@@ -38,7 +38,8 @@
 //!
 //! Default signal dispositions; `setsid` (new session: no controlling terminal, so no TIOCSTI
 //! injection); join the agent's cgroups (while still root: their `cgroup.procs` are root's,
-//! [`super::cgroup`]); drop the capability bounding
+//! [`super::cgroup`]); dumpable again when the supervisor is not (unprivileged mode), then
+//! `oom_score_adj` 1000 (before the uid change makes `/proc/self` root's); drop the capability bounding
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
 //! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
@@ -56,7 +57,7 @@ pub use super::landlock::{kernel_landlock_abi, LandlockAvailability, LANDLOCK_AB
 use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{
     ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitRecord, LimitsRecord,
-    SeccompRecord,
+    SeccompRecord, SupervisorMode,
 };
 use caps::{CapSet, Capability};
 use landlock::{RulesetCreated, RulesetStatus};
@@ -73,6 +74,9 @@ pub struct ConfinePlan {
     groups_readback: Vec<libc::gid_t>,
     change_identity: bool,
     privileged: bool,
+    /// The supervisor made itself non-dumpable (unprivileged mode): the child, which shares
+    /// its uid, becomes dumpable again so it can set up `/proc/self` (exec would anyway).
+    restore_dumpable: bool,
     /// Every capability the kernel supports, in index order.
     caps: Vec<Capability>,
     /// Whether the kernel has an ambient set (Linux 4.3).
@@ -170,12 +174,110 @@ pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
     roots
 }
 
+/// The verified paths (trees and pinned files) of `manifest` that lie under one of `writable`,
+/// each as `PATH (under ROOT)`.
+fn verified_under(manifest: &Manifest, writable: &[String]) -> Vec<String> {
+    manifest
+        .trees
+        .iter()
+        .map(|t| t.path.as_str())
+        .chain(manifest.files.iter().map(|f| f.path.as_str()))
+        .filter_map(|p| {
+            writable
+                .iter()
+                .find(|w| is_under(p, w))
+                .map(|w| format!("{p} (under {w})"))
+        })
+        .collect()
+}
+
+/// How a launch uses Landlock: the mode, and the writable roots it withholds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LandlockPlan {
+    /// The mode the launch runs with.
+    pub mode: LandlockMode,
+    /// Writable roots left read-only because they hold a verified path (unprivileged mode).
+    pub withheld: Vec<String>,
+}
+
+/// How a launch uses Landlock: the manifest's mode, except in the unprivileged mode. There the
+/// agent's uid owns the verified trees and the supervisor's own files (`own`: the records
+/// directory), so during an iteration only Landlock keeps the agent from them: best effort
+/// becomes `required`; `off`, a verified path in the workdir, and a writable root that overlaps
+/// one of `own` are refused (with the reason); any other writable root that holds a verified
+/// path (pi's config directory with its pinned `models.json`) is withheld: it stays read-only,
+/// its own writable subdirectories (`sessions`) stay writable. A required Landlock the kernel
+/// (or a seccomp filter around the supervisor) does not offer is refused here too.
+pub fn landlock_plan(
+    manifest: &Manifest,
+    mode: SupervisorMode,
+    own: &[std::path::PathBuf],
+) -> Result<LandlockPlan, String> {
+    let asked = manifest.confinement.landlock;
+    let required =
+        |why: &str, withheld: Vec<String>| match LandlockAvailability::probe().unavailable() {
+            // Said before anything is forked, with the kernel's (or the filter's) reason.
+            Some(missing) => Err(format!(
+                "confine: Landlock is required ({why}) but unavailable: {missing}"
+            )),
+            None => Ok(LandlockPlan {
+                mode: LandlockMode::Required,
+                withheld,
+            }),
+        };
+    if mode != SupervisorMode::Unprivileged {
+        return match asked {
+            LandlockMode::Required => required("confinement.landlock: required", Vec::new()),
+            other => Ok(LandlockPlan {
+                mode: other,
+                withheld: Vec::new(),
+            }),
+        };
+    }
+    const WHY: &str = "in the unprivileged mode the agent's uid owns them, and only Landlock \
+                       keeps them read-only";
+    if asked == LandlockMode::Off {
+        return Err(format!(
+            "confine: confinement.landlock: off is refused: the verified trees and the records \
+             would be writable by the agent ({WHY})"
+        ));
+    }
+    let writable = writable_roots(manifest);
+    if let Some(overlap) = verified_under(manifest, std::slice::from_ref(&manifest.workdir)).first()
+    {
+        return Err(format!(
+            "confine: verified path {overlap} would be writable by the agent ({WHY}); move it \
+             out of the workdir"
+        ));
+    }
+    for own in own {
+        let own = own.to_string_lossy();
+        if let Some(root) = writable
+            .iter()
+            .find(|w| is_under(&own, w) || is_under(w, &own))
+        {
+            return Err(format!(
+                "confine: the supervisor's {own} and the agent's writable {root} overlap ({WHY}); \
+                 keep the records outside the agent's directories"
+            ));
+        }
+    }
+    let withheld = writable
+        .iter()
+        .filter(|w| !verified_under(manifest, std::slice::from_ref(w)).is_empty())
+        .cloned()
+        .collect();
+    required("the unprivileged mode", withheld)
+}
+
 impl ConfinePlan {
-    /// Prepares confinement for `manifest` (the parent's half). `original_mask` is restored in
+    /// Prepares confinement for `manifest` with Landlock as `plan` says ([`landlock_plan`]) (the
+    /// parent's half). `original_mask` is restored in
     /// the child right before exec; the child joins `cgroups` (made from `agent_cgroups`), and
     /// the limits they do not enforce become rlimits.
     pub fn prepare(
         manifest: &Manifest,
+        plan: &LandlockPlan,
         original_mask: libc::sigset_t,
         agent_cgroups: &AgentCgroups,
         cgroups: &IterationCgroups,
@@ -197,27 +299,16 @@ impl ConfinePlan {
         let workdir = CString::new(manifest.workdir.as_str())
             .map_err(|_| "confine: workdir contains NUL".to_string())?;
 
-        let writable = writable_roots(manifest);
-        let protected: Vec<&str> = manifest
-            .trees
-            .iter()
-            .map(|t| t.path.as_str())
-            .chain(manifest.files.iter().map(|f| f.path.as_str()))
+        let mode = plan.mode;
+        let writable: Vec<String> = writable_roots(manifest)
+            .into_iter()
+            .filter(|w| !plan.withheld.contains(w))
             .collect();
-        let overlaps: Vec<String> = protected
-            .iter()
-            .filter_map(|p| {
-                writable
-                    .iter()
-                    .find(|w| is_under(p, w))
-                    .map(|w| format!("{p} (under {w})"))
-            })
-            .collect();
+        let overlaps = verified_under(manifest, &writable);
         for overlap in &overlaps {
             tracing::warn!("confine: verified path {overlap} is agent-writable under Landlock");
         }
 
-        let mode = manifest.confinement.landlock;
         let availability = LandlockAvailability::probe();
         let landlock = if mode == LandlockMode::Off {
             None
@@ -269,6 +360,8 @@ impl ConfinePlan {
             groups,
             change_identity,
             privileged,
+            // SAFETY: PR_GET_DUMPABLE takes no pointer.
+            restore_dumpable: unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 0,
             caps,
             ambient_supported,
             fd_limit: i32::try_from(fd_limit).unwrap_or(65_536),
@@ -302,6 +395,7 @@ impl ConfinePlan {
                     },
                     mode,
                     overlaps,
+                    withheld: plan.withheld.clone(),
                 },
                 seccomp: seccomp_record,
                 limits: LimitsRecord {
@@ -365,6 +459,11 @@ impl ConfinePlan {
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
                 return Err(fail(Stage::Cgroup));
             }
+        }
+
+        // SAFETY: prctl with integer arguments only.
+        if self.restore_dumpable && unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
+            return Err(fail(Stage::Dumpable));
         }
 
         // The OOM killer's first choice is the agent's tree, never the supervisor: where the
@@ -598,5 +697,70 @@ mod tests {
         assert!(is_under("/work", "/work/"));
         assert!(!is_under("/workshop", "/work"));
         assert!(is_under("/anything", "/"));
+    }
+
+    fn manifest(landlock: &str, plugin: &str) -> Manifest {
+        let tree = serde_json::json!({
+            "name": "p", "path": plugin, "role": "plugin", "kind": "pi-extension",
+            "format": "pi-tree-v1", "sha256": "0".repeat(64), "entries": ["index.ts"],
+        });
+        let v = serde_json::json!({
+            "version": 1, "runtime": "command", "agent": {"binary": "/bin/true"},
+            "workdir": "/sandbox/work", "dirs": {"home": "/sandbox/home"},
+            "trees": [tree], "confinement": {"landlock": landlock},
+        });
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_unprivileged_mode_requires_landlock_and_keeps_verified_files_read_only() {
+        if !pitcrew_test_support::prerequisite(
+            kernel_landlock_abi() > 0,
+            "needs a kernel with Landlock enabled",
+        ) {
+            return;
+        }
+        let records = [std::path::PathBuf::from("/sandbox-records")];
+        let unprivileged = SupervisorMode::Unprivileged;
+        let plan = |mode, withheld: &[&str]| LandlockPlan {
+            mode,
+            withheld: withheld.iter().map(|w| w.to_string()).collect(),
+        };
+        // Elsewhere the manifest's mode stands.
+        let m = manifest("best-effort", "/sandbox/plugins/p");
+        assert_eq!(
+            landlock_plan(&m, SupervisorMode::Pid1, &records),
+            Ok(plan(LandlockMode::BestEffort, &[]))
+        );
+        let off = manifest("off", "/sandbox/plugins/p");
+        assert_eq!(
+            landlock_plan(&off, SupervisorMode::Pid1, &records),
+            Ok(plan(LandlockMode::Off, &[]))
+        );
+        // Unprivileged: best effort becomes required; off is refused.
+        assert_eq!(
+            landlock_plan(&m, unprivileged, &records),
+            Ok(plan(LandlockMode::Required, &[]))
+        );
+        let err = landlock_plan(&off, unprivileged, &records).unwrap_err();
+        assert!(err.contains("landlock: off is refused"), "{err}");
+        // A verified tree in the agent's home: the home is withheld (read-only).
+        let home = manifest("required", "/sandbox/home/p");
+        assert_eq!(
+            landlock_plan(&home, unprivileged, &records),
+            Ok(plan(LandlockMode::Required, &["/sandbox/home"]))
+        );
+        // In the workdir: refused (the workdir is what the agent works in).
+        let work = manifest("required", "/sandbox/work/p");
+        let err = landlock_plan(&work, unprivileged, &records).unwrap_err();
+        assert!(
+            err.contains("/sandbox/work/p (under /sandbox/work)"),
+            "{err}"
+        );
+        // Records inside a writable root, and a writable root inside the records.
+        for own in ["/sandbox/work/.records", "/sandbox"] {
+            let err = landlock_plan(&m, unprivileged, &[own.into()]).unwrap_err();
+            assert!(err.contains(&format!("supervisor's {own}")), "{err}");
+        }
     }
 }

@@ -71,6 +71,11 @@ impl LandlockAvailability {
                         "Landlock is built in but not enabled (add it to the kernel's lsm= list)"
                             .to_string()
                     }
+                    Some(libc::EPERM | libc::EACCES) => format!(
+                        "landlock_create_ruleset: {err}: refused by a seccomp filter (or another \
+                         security module) around this process, which must allow the landlock_* \
+                         system calls for pitcrew to confine the agent"
+                    ),
                     _ => format!("landlock_create_ruleset: {err}"),
                 })
             }

@@ -104,6 +104,15 @@ impl LaunchError {
                 ..
             }) => "confine: landlock-required: the Landlock ruleset was not fully enforced"
                 .to_string(),
+            LaunchError::Confine(ChildFailure {
+                stage: stage @ (Stage::Seccomp | Stage::Landlock | Stage::NoNewPrivs),
+                errno: errno @ (libc::EPERM | libc::EACCES),
+            }) => format!(
+                "confine: {}: {}: refused by a seccomp filter (or another security module) \
+                 around the supervisor, which must allow prctl and the landlock_* system calls",
+                stage.name(),
+                std::io::Error::from_raw_os_error(*errno)
+            ),
             LaunchError::Confine(failure) => format!(
                 "confine: {}: {}",
                 failure.stage.name(),

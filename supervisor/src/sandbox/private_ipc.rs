@@ -207,6 +207,10 @@ fn owned_ids(listing: &str, id_column: &str, uid: u32) -> Vec<i32> {
 /// is open), then returns to effective uid 0. A failure to return is an error the caller must
 /// treat as fatal to the iteration.
 fn as_euid<T>(uid: u32, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    if nix::unistd::geteuid().as_raw() == uid {
+        // The unprivileged mode: the supervisor is the agent's uid already.
+        return f();
+    }
     let keep = libc::c_long::from(-1i32);
     // SAFETY: setresuid takes integers; the raw syscall changes this thread only (the supervisor
     // is single-threaded here), without glibc's all-threads broadcast.

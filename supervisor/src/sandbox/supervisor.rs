@@ -61,6 +61,10 @@ pub struct Supervisor {
     pub ipc_reset: super::private_ipc::IpcReset,
     /// Where each iteration's agent tree gets its own cgroup, if anywhere.
     pub agent_cgroups: AgentCgroups,
+    /// The supervisor's own files the agent must never write (the records directory). In the
+    /// unprivileged mode the agent's uid owns them, and a launch whose writable directories
+    /// overlap one is refused ([`super::confine::landlock_plan`]).
+    pub supervisor_paths: Vec<std::path::PathBuf>,
 }
 
 impl Supervisor {
@@ -112,6 +116,7 @@ impl Supervisor {
             spared: Vec::new(),
             ipc_reset: super::private_ipc::IpcReset::None,
             agent_cgroups: AgentCgroups::discover(cgroups),
+            supervisor_paths: Vec::new(),
         }
     }
 }
@@ -129,11 +134,22 @@ impl Supervisor {
         if uid.is_root() {
             return Err("--unprivileged as root would reap every root process in sight but its own ancestors; run it as the sandbox's user".into());
         }
+        // The agent shares our uid: without this it could read our memory and descriptors
+        // through /proc/<pid> (Landlock refuses that too, from outside its domain).
+        // SAFETY: PR_SET_DUMPABLE takes an integer flag and touches no memory.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(format!(
+                "--unprivileged: PR_SET_DUMPABLE: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
         self.info.mode = SupervisorMode::Unprivileged;
         self.info.degraded_reason = Some(format!(
-            "unprivileged (uid {uid}, pid {}): every process of this uid but the supervisor's ancestors is reaped, found through /proc; processes of other uids are out of reach, and the agent runs as this uid",
+            "unprivileged (uid {uid}, pid {}): every process of this uid but the supervisor's ancestors is reaped, found through /proc; processes of other uids are out of reach; the agent runs as this uid and owns the uploaded trees and the records, so only Landlock (required in this mode) keeps them read-only during an iteration",
             self.pid
         ));
+        // What the agent's uid left in /dev/shm, /dev/mqueue and System V IPC goes with it.
+        self.ipc_reset = super::private_ipc::IpcReset::Sweep;
         tracing::warn!("supervisor: unprivileged mode: uid {uid}");
         Ok(())
     }

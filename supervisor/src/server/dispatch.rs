@@ -120,6 +120,16 @@ impl Server {
                 manifest
                     .validate()
                     .map_err(|err| RequestError::Malformed(err.to_string()))?;
+                if let Some(me) = &self.capabilities.agent_user {
+                    let asked = &manifest.user;
+                    if (asked.uid, asked.gid) != (me.uid, me.gid) {
+                        return Err(RequestError::Refused(format!(
+                            "manifest user {}:{}: this supervisor runs unprivileged as {}:{} and \
+                             can run the agent only as that (hello's agent_user)",
+                            asked.uid, asked.gid, me.uid, me.gid
+                        )));
+                    }
+                }
                 self.conns[i].send(&Response::Ok {
                     id,
                     detail: json!({"trees": manifest.trees.len(), "files": manifest.files.len()}),

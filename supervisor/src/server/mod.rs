@@ -164,13 +164,26 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         );
         return exit_code::SUPERVISOR_FAILED;
     }
+    // Canonical, to be compared with the agent's writable directories (opened without a link).
+    match fs::canonicalize(&opts.records) {
+        Ok(records) => ctx.supervisor_paths.push(records),
+        Err(err) => {
+            eprintln!(
+                "pitcrew-init: records directory {}: {err}",
+                opts.records.display()
+            );
+            return exit_code::SUPERVISOR_FAILED;
+        }
+    }
     let user_namespace = crate::user_namespace::current();
+    let unprivileged = ctx.info.mode == crate::result::SupervisorMode::Unprivileged;
     let capabilities = Capabilities {
         pid1: ctx.info.pid1,
         mode: ctx.info.mode.name().into(),
         landlock_abi: crate::sandbox::confine::kernel_landlock_abi(),
-        uid_model: status::uid_model(user_namespace.as_ref()),
+        uid_model: status::uid_model(user_namespace.as_ref(), unprivileged),
         user_namespace,
+        agent_user: unprivileged.then(status::own_identity),
         requests: REQUESTS.iter().map(|s| s.to_string()).collect(),
     };
     let mut server = Server {

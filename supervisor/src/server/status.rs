@@ -26,11 +26,32 @@ pub(super) struct HistoryEntry {
 }
 
 /// How uids are used, for `hello`.
-pub(super) fn uid_model(ns: Option<&crate::user_namespace::UserNamespace>) -> String {
+pub(super) fn uid_model(
+    ns: Option<&crate::user_namespace::UserNamespace>,
+    unprivileged: bool,
+) -> String {
+    if unprivileged {
+        let me = own_identity();
+        return format!(
+            "unprivileged: supervisor, uploads and agent all uid {}:{}",
+            me.uid, me.gid
+        );
+    }
     let base = "supervisor and uploads root; agent as the manifest's user (default 65534:65534)";
     match ns {
         None => base.to_string(),
         Some(ns) => format!("{base}; rootless, in a user namespace: {}", ns.describe()),
+    }
+}
+
+/// This process's uid, gid and supplementary groups: the agent's in the unprivileged mode.
+pub(super) fn own_identity() -> crate::manifest::AgentUser {
+    crate::manifest::AgentUser {
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        groups: nix::unistd::getgroups()
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::records;
 use crate::report::{self, IterationSummary};
 use anyhow::Context as _;
 use pitcrew_core::harness::{Compiled, Harness, Validated};
-use pitcrew_core::protocol::Channel;
+use pitcrew_core::protocol::{Channel, Owner};
 use std::os::fd::AsFd as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -59,14 +59,27 @@ pub(super) fn drive(
     slot: &CancelSlot,
 ) -> anyhow::Result<RunReport> {
     let layout = engine.layout(id)?;
-    let Compiled { manifest, uploads } = validated
+    let Compiled {
+        mut manifest,
+        mut uploads,
+    } = validated
         .compile(&layout)
         .context("the harness has problems")?;
+    let mut conn = engine.connect(id)?;
+    // A supervisor that cannot choose the agent's identity (unprivileged) names the only one.
+    if let Some(user) = &conn.hello().capabilities.agent_user {
+        manifest.user = user.clone();
+        for upload in uploads.iter_mut().filter(|u| u.owner.is_some()) {
+            upload.owner = Some(Owner {
+                uid: user.uid,
+                gid: user.gid,
+            });
+        }
+    }
     manifest
         .validate()
         .context("the manifest built from this harness is invalid")?;
 
-    let mut conn = engine.connect(id)?;
     slot.arm(conn.client().canceller());
     upload_all(&mut conn, &uploads, progress)?;
     conn.client()
