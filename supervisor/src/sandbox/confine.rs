@@ -214,17 +214,23 @@ pub fn landlock_plan(
     own: &[std::path::PathBuf],
 ) -> Result<LandlockPlan, String> {
     let asked = manifest.confinement.landlock;
-    let required =
-        |why: &str, withheld: Vec<String>| match LandlockAvailability::probe().unavailable() {
-            // Said before anything is forked, with the kernel's (or the filter's) reason.
-            Some(missing) => Err(format!(
+    // Said before anything is forked, with the kernel's (or the filter's) reason.
+    let required = |why: &str, withheld: Vec<String>| {
+        let pinned = LANDLOCK_ABI as u32;
+        match LandlockAvailability::probe() {
+            LandlockAvailability::Unavailable(missing) => Err(format!(
                 "confine: Landlock is required ({why}) but unavailable: {missing}"
             )),
-            None => Ok(LandlockPlan {
+            LandlockAvailability::Available(abi) if abi < pinned => Err(format!(
+                "confine: Landlock is required ({why}) but this kernel offers ABI {abi}, below \
+                 the {pinned} whose rights and scopes pitcrew enforces (Linux 6.12)"
+            )),
+            LandlockAvailability::Available(_) => Ok(LandlockPlan {
                 mode: LandlockMode::Required,
                 withheld,
             }),
-        };
+        }
+    };
     if mode != SupervisorMode::Unprivileged {
         return match asked {
             LandlockMode::Required => required("confinement.landlock: required", Vec::new()),
@@ -715,8 +721,8 @@ mod tests {
     #[test]
     fn the_unprivileged_mode_requires_landlock_and_keeps_verified_files_read_only() {
         if !pitcrew_test_support::prerequisite(
-            kernel_landlock_abi() > 0,
-            "needs a kernel with Landlock enabled",
+            kernel_landlock_abi() >= LANDLOCK_ABI as u32,
+            "needs a kernel with Landlock ABI 6 (Linux 6.12) enabled",
         ) {
             return;
         }
