@@ -34,6 +34,8 @@ enum Command {
     Discover(commands::discover::DiscoverArgs),
     /// Run a harness's iterations in a sandbox: upload, verify, launch, collect, summarise.
     Run(commands::run::RunArgs),
+    /// Run many jobs (a harness plus what varies per task) in a sandbox each, N at a time.
+    Batch(commands::batch::BatchArgs),
     /// Show a sandbox: state, history, live re-verification with drift, processes, confinement.
     Inspect(commands::inspect::InspectArgs),
     /// Cancel the iteration running in a sandbox.
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(&args),
         Command::Discover(args) => commands::discover::run(&args),
         Command::Run(args) => commands::run::run(&args, cli.verbose),
+        Command::Batch(args) => commands::batch::run(&args, cli.verbose),
         Command::Inspect(args) => commands::inspect::run(&args),
         Command::Cancel(args) => commands::cancel::run(&args),
         Command::Collect(args) => commands::collect::run(&args),

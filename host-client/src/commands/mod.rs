@@ -1,5 +1,6 @@
 //! One module per `pitcrew` subcommand.
 
+pub mod batch;
 pub mod cancel;
 pub mod classify;
 pub mod collect;

@@ -201,10 +201,14 @@ impl Connection {
     /// killing it if it does not. (Dropping a connection only closes its input.)
     pub fn close(self) {
         let Connection {
-            mut child, client, ..
+            mut child,
+            client,
+            what,
+            ..
         } = self;
         drop(client);
         if wait_timeout(&mut child, Duration::from_secs(2)).is_none() {
+            tracing::warn!("{what}: still running 2 s after its input was closed; killed");
             let _ = child.kill();
             let _ = child.wait();
         }

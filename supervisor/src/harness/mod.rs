@@ -20,6 +20,8 @@
 //!   ([`check_output_dir`]), plugin formats, digests.
 //! - `layout`: where things go inside the sandbox ([`SandboxLayout`]).
 //! - `compile`: the manifest and the uploads ([`Compiled`], [`Upload`]).
+//! - `overrides`: what varies per task ([`Overrides`]: workspace, prompt, env), checked like
+//!   the keys they replace.
 
 mod compile;
 mod entries;
@@ -27,6 +29,7 @@ mod fs_checks;
 mod keys;
 mod layout;
 mod model;
+mod overrides;
 mod units;
 mod yaml;
 
@@ -40,6 +43,7 @@ pub use self::model::{
     AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, HarnessError,
     Location, PluginSpec, Problem, SkillSpec, Validated,
 };
+pub use self::overrides::Overrides;
 pub use self::units::{parse_duration, parse_size};
 pub use crate::manifest::Runtime;
 

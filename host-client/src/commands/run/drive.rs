@@ -87,8 +87,9 @@ pub(super) fn drive(
         .map_err(|e| conn.explain(e))?;
 
     let run_id = format!("{}-{}", utc_stamp(), path_safe(&id.0));
-    // Created without following links: `output:` stays inside the harness directory.
-    let (run_dir, _) = records::open_run_dir(&h.base, &h.output, &run_id)?;
+    // Created without following links: `output:` stays inside the harness directory (or
+    // `--records`).
+    let (run_dir, _) = records::open_run_dir(args.records_base(h), &h.output, &run_id)?;
     let total = args.iterations.unwrap_or(h.iterations);
     let mut rows = Vec::new();
     let mut stopped = Stopped::Iterations;
@@ -138,7 +139,7 @@ pub(super) fn drive(
         progress.status(&format!("iteration {}: collecting", outcome.iteration));
         // Checked again before every collect: the validation command runs on the host between
         // iterations and may have swapped the run directory for a link.
-        let collected = records::open_run_dir(&h.base, &h.output, &run_id)
+        let collected = records::open_run_dir(args.records_base(h), &h.output, &run_id)
             .and_then(|_| records::collect_into(&mut conn, Some(outcome.iteration), &dest));
         match collected {
             Ok(()) => row.record_dir = Some(dest.display().to_string()),
@@ -174,6 +175,9 @@ pub(super) fn drive(
             break;
         }
     }
+    // The cancel slot holds the transport's input too: release it first, so closing the
+    // connection ends the transport's input and it exits at once.
+    slot.disarm();
     conn.close();
     let last = rows.last().map_or(125, |r| r.exit_code);
     let exit_code = match stopped {

@@ -1,5 +1,6 @@
 //! `pitcrew run HARNESS [--engine local|podman|docker|exec] [--image IMAGE] [--sandbox ID]
-//! [--iterations N] [--keep] [--json]`.
+//! [--iterations N] [--keep] [--json] [--workspace DIR] [--prompt TEXT] [--env NAME=VALUE]
+//! [--records DIR]`.
 //!
 //! Validate the harness (refuse on problems), start or attach to a sandbox, compute the manifest
 //! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
@@ -25,16 +26,16 @@ mod upload;
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
 use crate::records;
 use crate::report::{self, escape_controls};
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use drive::drive;
-use pitcrew_core::harness::{self, Harness};
+use pitcrew_core::harness::{self, Harness, Overrides};
 use progress::Progress;
 use signals::{install_ctrlc, CancelSlot};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew run`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// The harness file (YAML).
     pub harness: PathBuf,
@@ -60,12 +61,40 @@ pub struct RunArgs {
     /// Print one JSON document with the whole run instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Upload this host directory as the workspace instead of the harness's `workdir`.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Use this prompt instead of the harness's (pi and claude).
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// Set a variable of the sandbox environment over the harness's `env:` (repeatable; the
+    /// same rules as `env:`).
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_assignment)]
+    pub env: Vec<(String, String)>,
+    /// Write the run's records below DIR (created) instead of the harness's `output`.
+    #[arg(long, value_name = "DIR")]
+    pub records: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The directory the run's records must stay inside: `--records`, else the harness's.
+    fn records_base<'a>(&'a self, h: &'a Harness) -> &'a std::path::Path {
+        self.records.as_deref().unwrap_or(&h.base)
+    }
+}
+
+/// `NAME=VALUE` of `--env`.
+pub fn parse_assignment(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("{text:?}: expected NAME=VALUE")),
+    }
 }
 
 /// Runs `pitcrew run`.
 pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let validated = harness::validate(&args.harness)?;
+    let mut validated = harness::validate(&args.harness)?;
     let file = args.harness.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {
@@ -76,9 +105,34 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
             validated.problems.len()
         );
     }
-    let Some(h) = validated.harness.clone() else {
+    let Some(mut h) = validated.harness.clone() else {
         bail!("{file}: not a harness");
     };
+    let overrides = Overrides {
+        workspace: args.workspace.clone(),
+        prompt: args.prompt.clone(),
+        env: args.env.clone(),
+    };
+    if !overrides.is_empty() {
+        h = h
+            .with_overrides(&overrides)
+            .map_err(|problems| anyhow::anyhow!("{}; nothing was started", problems.join("; ")))?;
+    }
+    let records = match &args.records {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--records {}: create", dir.display()))?;
+            let dir = std::path::absolute(dir)?;
+            h.output = dir.clone();
+            Some(dir)
+        }
+        None => None,
+    };
+    let args = &RunArgs {
+        records,
+        ..args.clone()
+    };
+    validated.harness = Some(h.clone());
     if let Some(problem) = pass_env_conflict(&args.pass_env, &h) {
         bail!("{problem}");
     }
@@ -141,7 +195,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         "iterations": report.rows,
     });
     let doc_text = serde_json::to_string_pretty(&doc)?;
-    let written = records::open_run_dir(&h.base, &h.output, &report.run_id)
+    let written = records::open_run_dir(args.records_base(&h), &h.output, &report.run_id)
         .and_then(|(_, dir)| Ok(records::write_in(&dir, "run.json", doc_text.as_bytes())?));
     if let Err(e) = written {
         tracing::warn!(

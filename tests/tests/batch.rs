@@ -1,0 +1,197 @@
+//! `pitcrew batch` on the local engine, end to end: 24 jobs of one harness at concurrency 6,
+//! each with its own workspace and `TASK`; two whose agent fails, and one whose sandbox is
+//! killed from outside while its agent runs. The failures are the agents' own (not retried), the
+//! killed job is retried in a new sandbox and succeeds, nothing is left running, and `--resume`
+//! on the finished batch starts nothing.
+//!
+//! Needs root and PID namespaces; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::{binary, read_json, require_pid_namespaces};
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The agent: the victim (its workspace has `slow`) waits in `sleep 7777` until the host puts
+/// `fast` into its workspace, which only a new upload (the retry) brings; `TASK=fail` fails.
+const AGENT: &str = r#"if [ -e slow ] && [ ! -e fast ]; then sleep 7777; fi; echo "task $TASK"; [ "$TASK" != fail ]"#;
+
+/// Every live process's pid and command line.
+fn processes() -> Vec<(i32, String)> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")))
+        })
+        .collect()
+}
+
+fn parent(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
+fn batch(dir: &Path, state: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("pitcrew"));
+    cmd.arg("batch")
+        .arg(dir.join("jobs.jsonl"))
+        .args(["--engine", "local", "--json", "--state-dir"])
+        .arg(state)
+        .args(extra)
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn a_batch_runs_every_job_retries_a_killed_sandbox_and_resumes_to_nothing() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(dir.join("p")).unwrap();
+    fs::write(dir.join("p/index.js"), "module.exports = () => {};\n").unwrap();
+    fs::create_dir_all(dir.join("w")).unwrap();
+    let quoted = serde_json::to_string(AGENT).unwrap();
+    fs::write(
+        dir.join("harness.yaml"),
+        format!("runtime: command\ncommand: [/bin/sh, -c, {quoted}]\nplugins:\n  - path: p\nworkdir: w\ntimeout: 120s\n"),
+    )
+    .unwrap();
+    let mut jobs = String::new();
+    for n in 1..=24 {
+        let ws = dir.join(format!("tasks/{n}"));
+        fs::create_dir_all(&ws).unwrap();
+        fs::write(ws.join("task.txt"), format!("{n}\n")).unwrap();
+        if n == 17 {
+            fs::write(ws.join("slow"), "").unwrap();
+        }
+        let task = if n == 5 || n == 11 {
+            "fail".to_string()
+        } else {
+            n.to_string()
+        };
+        jobs.push_str(&format!(
+            "{{\"id\":\"t{n}\",\"harness\":\"harness.yaml\",\"workspace\":\"tasks/{n}\",\"env\":{{\"TASK\":\"{task}\"}}}}\n"
+        ));
+    }
+    fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+
+    let child = batch(dir, &state, &["--concurrency", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The victim's agent waits; give its workspace `fast` for the retry, then kill its
+    // sandbox's supervisor from outside.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let sleeper = loop {
+        if let Some((pid, _)) = processes().into_iter().find(|(_, c)| c == "sleep 7777 ") {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the victim's agent never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    fs::write(dir.join("tasks/17/fast"), "").unwrap();
+    let mut at = sleeper;
+    let supervisor = loop {
+        at = parent(at).expect("the supervisor above the victim's agent");
+        let cmd = fs::read(format!("/proc/{at}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains("pitcrew-init") {
+            break at;
+        }
+    };
+    // SAFETY: kill takes integers; the pid is the victim's supervisor, alive (its child runs).
+    assert_eq!(unsafe { libc::kill(supervisor, libc::SIGKILL) }, 0);
+
+    let out = child.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{doc:#}\n{stderr}");
+    let counts = &doc["counts"];
+    assert_eq!(counts["succeeded"], 22, "{doc:#}");
+    assert_eq!(counts["failed"], 2, "{doc:#}");
+    assert_eq!(counts["infrastructure"], 0, "{doc:#}");
+    let jobs = doc["jobs"].as_array().unwrap();
+    for job in jobs {
+        let id = job["id"].as_str().unwrap();
+        let attempts = job["attempts"].as_array().unwrap();
+        match id {
+            // The agents' own failures: reported with their exit code, never retried.
+            "t5" | "t11" => {
+                assert_eq!(job["status"], "failed", "{job:#}");
+                assert_eq!(job["exit_code"], 1, "{job:#}");
+                assert_eq!(attempts.len(), 1, "{job:#}");
+            }
+            // Killed mid-run: an infrastructure failure, retried in a new sandbox.
+            "t17" => {
+                assert_eq!(job["status"], "succeeded", "{job:#}");
+                assert_eq!(attempts.len(), 2, "{job:#}");
+                assert_eq!(attempts[0]["end"], "infrastructure", "{job:#}");
+                assert_eq!(attempts[1]["end"], "completed", "{job:#}");
+                assert_ne!(attempts[0]["sandbox"], attempts[1]["sandbox"]);
+            }
+            _ => {
+                assert_eq!(job["status"], "succeeded", "{job:#}");
+                assert_eq!(attempts.len(), 1, "{job:#}");
+            }
+        }
+        // Each job's record: its own workspace and TASK.
+        let run_dir = Path::new(job["run_dir"].as_str().unwrap());
+        let record = read_json(&run_dir.join("iteration-1/result.json"));
+        let n = id.trim_start_matches('t');
+        let output = fs::read_to_string(run_dir.join("iteration-1/output.jsonl")).unwrap();
+        let task = if n == "5" || n == "11" { "fail" } else { n };
+        assert!(
+            output.contains(&format!("task {task}")),
+            "{id}: {output}\n{record:#}"
+        );
+    }
+
+    // Nothing left: no sandbox in the state, no agent process.
+    let ps = Command::new(binary("pitcrew"))
+        .args(["ps", "--engine", "local", "--json", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+    assert!(processes().iter().all(|(_, c)| c != "sleep 7777 "));
+
+    // Resumed, the finished batch starts nothing: every job is taken from its record.
+    let before = fs::read_dir(dir.join("jobs.batch/t17")).unwrap().count();
+    let again = batch(dir, &state, &["--resume"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again.status.code(), Some(1), "{doc:#}");
+    assert_eq!(doc["counts"]["skipped"], 24, "{doc:#}");
+    assert!(doc["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|j| j["skipped"] == true));
+    assert_eq!(
+        fs::read_dir(dir.join("jobs.batch/t17")).unwrap().count(),
+        before
+    );
+
+    // And without --resume an existing batch is refused.
+    let refused = batch(dir, &state, &[]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--resume continues it"),
+        "{refused:?}"
+    );
+}
