@@ -195,3 +195,76 @@ fn a_batch_runs_every_job_retries_a_killed_sandbox_and_resumes_to_nothing() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn sigterm_to_a_batch_starts_nothing_more_and_cancels_and_cleans_up_the_running_jobs() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(dir.join("w")).unwrap();
+    fs::write(
+        dir.join("harness.yaml"),
+        "runtime: command\ncommand: [/bin/sh, -c, 'sleep 7778']\nworkdir: w\ntimeout: 120s\n",
+    )
+    .unwrap();
+    let jobs: String = (1..=6)
+        .map(|n| format!("{{\"id\":\"s{n}\",\"harness\":\"harness.yaml\"}}\n"))
+        .collect();
+    fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+    let child = batch(dir, &state, &["--concurrency", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while processes()
+        .iter()
+        .filter(|(_, c)| c == "sleep 7778 ")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the two first jobs never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill takes integers; the pid is our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{doc:#}");
+    assert_eq!(doc["interrupted"], true, "{doc:#}");
+    assert_eq!(doc["counts"]["cancelled"], 6, "{doc:#}");
+    let jobs = doc["jobs"].as_array().unwrap();
+    // The two running were cancelled by their run (reported, records collected); the other
+    // four never started.
+    let ran: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| !j["attempts"].as_array().unwrap().is_empty())
+        .collect();
+    assert_eq!(ran.len(), 2, "{doc:#}");
+    for job in ran {
+        assert_eq!(job["attempts"][0]["end"], "cancelled", "{job:#}");
+        let run_dir = Path::new(job["run_dir"].as_str().unwrap());
+        let record = read_json(&run_dir.join("iteration-1/result.json"));
+        assert!(
+            record["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("cancelled"),
+            "{record:#}"
+        );
+    }
+    let ps = Command::new(binary("pitcrew"))
+        .args(["ps", "--engine", "local", "--json", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+    assert!(processes().iter().all(|(_, c)| c != "sleep 7778 "));
+}
