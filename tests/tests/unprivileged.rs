@@ -4,7 +4,8 @@
 //! --unprivileged` behind a wrapper that stays its parent and holds the protocol stream
 //! (`timeout`, standing in for an exec service's shell). From the agent's side: what an earlier
 //! exec session or the previous iteration left running (a `setsid` daemon, a TERM-ignoring
-//! loop, a delayed writer) is gone before the next iteration verifies, the session's own
+//! loop, a delayed writer, a thread group whose leader exited) is gone before the next
+//! iteration verifies, the session's own
 //! wrapper survives, the verified plugin and the records (owned by the agent's uid here) are
 //! not writable, neither the wrapper's protocol stream nor the supervisor's `/proc` entries are
 //! reachable, and a plugin changed through a root `podman exec` fails the next iteration with
@@ -16,14 +17,17 @@
 
 use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::foreign_init::{ForeignInit, RECORDS, UID};
-use pitcrew_e2e::{iteration_dir, pitcrew_run_output, read_json, read_text, write_command_harness};
+use pitcrew_e2e::{
+    binary, iteration_dir, pitcrew_run_output, read_json, read_text, write_command_harness,
+};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
 /// The agent, every iteration: every live process's command line, its uid and no_new_privs;
 /// whether it can write its verified plugin, the records, the wrapper's end of the protocol
-/// stream and the supervisor's `/proc` entries; then it leaves three processes behind. Their
-/// markers are computed, so that this script's own command line does not contain them.
+/// stream and the supervisor's `/proc` entries; then it leaves four processes behind (their
+/// markers computed, so that this script's own command line does not contain them) and makes
+/// the records it owns unreadable (`chmod 000`), which Landlock does not stop.
 const PROBE: &str = r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); [ -n "$c" ] && echo "proc $c"; done
 grep '^NoNewPrivs' /proc/self/status
 echo "uid $(id -u)"
@@ -36,9 +40,12 @@ for p in /proc/[0-9]*; do
     "pitcrew-init serve"*) try supervisor_environ "cat $p/environ > /dev/null"; try supervisor_stream "printf forged > $p/fd/1" ;;
   esac
 done
+if [ -e leaderless.out ]; then a=$(wc -c < leaderless.out); sleep 0.3; echo "leaderless grew $(($(wc -c < leaderless.out) - a))"; fi
+./leaderless leaderless.out < /dev/null > /dev/null 2>&1 & sleep 0.5
 setsid sleep $((987000 + 656)) < /dev/null > /dev/null 2>&1 &
 sh -c "trap '' TERM; while :; do sleep 1; done" ignorer-$((111000 + 222)) < /dev/null > /dev/null 2>&1 &
 setsid sh -c "sleep 2; echo planted >> /sandbox/plugins/p/index.js" writer-$((333000 + 444)) < /dev/null > /dev/null 2>&1 &
+chmod 000 RECORDS/iteration-* RECORDS/iteration-*/* RECORDS 2>/dev/null
 exit 0"#;
 
 #[test]
@@ -78,6 +85,12 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
     );
     let probe = PROBE.replace("RECORDS", RECORDS);
     let harness = write_command_harness(dir.path(), &probe, 3, "60s", false, &tamper);
+    // A thread group whose leader exits, left by each iteration (its leader is a zombie in /proc).
+    fs::copy(
+        binary("leaderless"),
+        dir.path().join("workspace/leaderless"),
+    )
+    .unwrap();
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
     let args = sandbox.run_args("timeout 600");
@@ -116,6 +129,10 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
         );
         assert!(seen.contains(&format!("uid {UID}")), "{seen}");
         assert!(seen.contains("NoNewPrivs:\t1"), "{seen}");
+        if n == 2 {
+            // Computed, so that the script's own command line above does not contain it.
+            assert!(seen.contains("leaderless grew 0\n"), "{seen}");
+        }
         // The agent's uid owns the plugin and the records here; Landlock keeps them, and the
         // stream and the supervisor are outside its domain.
         for refused in [

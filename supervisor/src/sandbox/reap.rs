@@ -170,8 +170,10 @@ fn owned_by_root(pid: i32) -> bool {
         .is_some_and(|[real, ..]| real == 0)
 }
 
-/// The live (not zombie) processes whose real or saved uid is `uid`, except `me` and its
-/// ancestors.
+/// The live processes whose real or saved uid is `uid`, except `me` and its ancestors. A
+/// process is live while any of its threads is: a thread group whose leader exited
+/// (`syscall(SYS_exit)`) shows `State: Z` while its other threads run on, and must be reaped
+/// like any other; only a process all of whose threads are gone is a zombie left to its parent.
 fn same_uid_but_ancestors(me: i32, uid: u32) -> Vec<i32> {
     let mut ancestors = HashSet::from([me]);
     let mut at = me;
@@ -192,13 +194,32 @@ fn same_uid_but_ancestors(me: i32, uid: u32) -> Vec<i32> {
             let Ok(status) = std::fs::read_to_string(format!("/proc/{p}/status")) else {
                 return false;
             };
-            let zombie = status
-                .lines()
-                .find(|l| l.starts_with("State:"))
-                .is_some_and(|l| l.contains('Z') || l.contains('X'));
-            !zombie && status_uid_matches(&status, uid)
+            status_uid_matches(&status, uid) && has_live_thread(p)
         })
         .collect()
+}
+
+/// Whether any thread of process `pid` is neither a zombie nor dead (its leader's state alone
+/// says `Z` once the leader exited, whatever the other threads do).
+fn has_live_thread(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| parse_stat_state(&stat))
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
+}
+
+/// The state letter from the text of `/proc/<pid>/stat` (the field after the command name).
+fn parse_stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// Whether the `Uid:` line of a `/proc/<pid>/status` text has `uid` as its real or saved uid
@@ -287,6 +308,57 @@ mod tests {
         assert!(!listed.contains(&me));
         let parent = nix::unistd::getppid().as_raw();
         assert!(!listed.contains(&parent), "{parent} in {listed:?}");
+    }
+
+    /// A process whose main thread exited while another thread runs on (`State: Z` for the
+    /// leader) is live and listed; a true zombie (every thread gone, not yet waited for) is not.
+    #[test]
+    fn a_thread_group_whose_leader_exited_is_listed_but_a_true_zombie_is_not() {
+        let python = std::process::Command::new("python3").arg("-V").output();
+        if !pitcrew_test_support::prerequisite(
+            python.is_ok_and(|o| o.status.success()),
+            "needs python3 (apt-get install python3)",
+        ) {
+            return;
+        }
+        let me = std::process::id() as i32;
+        let uid = nix::unistd::geteuid().as_raw();
+        // The main thread leaves through exit(2), not exit_group(2); the other one sleeps on.
+        let script = "import ctypes, threading, time\n\
+                      threading.Thread(target=time.sleep, args=(30,)).start()\n\
+                      ctypes.CDLL(None).syscall(60 if ctypes.sizeof(ctypes.c_void_p) == 8 else 1, 0)\n";
+        let mut leaderless = std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+            .expect("python3");
+        let pid = leaderless.id() as i32;
+        let mut zombie = std::process::Command::new("true").spawn().expect("true");
+        let zpid = zombie.id() as i32;
+        // Both settled: the leader gone, `true` exited (not yet waited for).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let state = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| parse_stat_state(&s))
+        };
+        while (state(pid) != Some('Z') || state(zpid) != Some('Z'))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let settled = (state(pid), state(zpid));
+        let listed = same_uid_but_ancestors(me, uid);
+        let _ = leaderless.kill();
+        let _ = leaderless.wait();
+        let _ = zombie.wait();
+        assert_eq!(
+            settled,
+            (Some('Z'), Some('Z')),
+            "leader and zombie did not settle"
+        );
+        assert_eq!(state(pid), None, "the thread group did not end on SIGKILL");
+        assert!(listed.contains(&pid), "leaderless {pid} not in {listed:?}");
+        assert!(!listed.contains(&zpid), "true zombie {zpid} in {listed:?}");
     }
 
     #[test]

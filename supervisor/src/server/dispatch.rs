@@ -201,6 +201,9 @@ impl Server {
             )));
         }
         let dir = records::iteration_dir(&self.records, n);
+        if n > 0 {
+            records::restore_modes(&self.records, &dir);
+        }
         if n == 0 || !dir.join("result.json").is_file() {
             return Err(RequestError::NotFound(format!(
                 "no record of iteration {n}"

@@ -123,6 +123,7 @@ impl Server {
         // over the host's limits would lose all of it).
         // Processes that survived the final reap could swap paths under the copy (it runs as
         // root): then nothing the agent left is copied.
+        records::restore_modes(&self.records, dir);
         let mut budget = if record.reaped.remaining_after > 0 {
             records::CopyBudget::none()
         } else {
