@@ -50,7 +50,7 @@ pub const CAPABILITIES: [&str; 7] = [
 /// Where uploads live inside the container (the image's layout).
 pub const ROOT: &str = "/pitcrew";
 /// Where the supervisor keeps its records inside the container.
-const STATE: &str = "/var/lib/pitcrew";
+pub(super) const STATE: &str = "/var/lib/pitcrew";
 /// Memory the supervisor and its `attach` connections may use beyond the agent's limit.
 const SUPERVISOR_MEMORY: u64 = 256 << 20;
 /// Processes the supervisor and its `attach` connections may use beyond the agent's limit.

@@ -9,6 +9,7 @@
 
 pub mod container;
 pub mod exec;
+pub mod kubernetes;
 pub mod local;
 pub mod process;
 pub mod rootless;
@@ -275,6 +276,16 @@ pub struct EngineArgs {
     /// Exec engine: where uploads live inside the sandbox.
     #[arg(long, value_name = "DIR", default_value = "/pitcrew")]
     pub sandbox_root: String,
+    /// Kubernetes engine: the kubeconfig context [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Kubernetes engine: the namespace [default: the context's].
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
+    /// Kubernetes engine: the Pod template (YAML or JSON) pitcrew fills in [default: the
+    /// built-in `images/kubernetes/pod.yaml`].
+    #[arg(long, value_name = "FILE")]
+    pub pod_template: Option<PathBuf>,
 }
 
 /// The engines this build has.
@@ -289,6 +300,8 @@ pub enum EngineKind {
     Docker,
     /// An existing sandbox reached through an exec-style command template.
     Exec,
+    /// A Pod per sandbox in the cluster `kubectl`'s kubeconfig names (removed unless `--keep`).
+    Kubernetes,
 }
 
 impl EngineArgs {
@@ -299,12 +312,25 @@ impl EngineArgs {
 
     /// The engine of kind `kind`, configured by these options.
     fn engine_of(&self, kind: EngineKind) -> anyhow::Result<Box<dyn Engine>> {
-        if kind != EngineKind::Podman && kind != EngineKind::Docker {
-            if self.image.is_some() {
-                bail!("--image is for the podman and docker engines");
-            }
-            if self.network.is_some() {
-                bail!("--network is for the podman and docker engines");
+        if !matches!(
+            kind,
+            EngineKind::Podman | EngineKind::Docker | EngineKind::Kubernetes
+        ) && self.image.is_some()
+        {
+            bail!("--image is for the podman, docker and kubernetes engines");
+        }
+        if kind != EngineKind::Podman && kind != EngineKind::Docker && self.network.is_some() {
+            bail!("--network is for the podman and docker engines (a Pod's network is the cluster's; select a network policy with the Pod template's labels)");
+        }
+        if kind != EngineKind::Kubernetes {
+            for (flag, given) in [
+                ("--context", self.context.is_some()),
+                ("--namespace", self.namespace.is_some()),
+                ("--pod-template", self.pod_template.is_some()),
+            ] {
+                if given {
+                    bail!("{flag} is for the kubernetes engine");
+                }
             }
         }
         let container = |cli| {
@@ -325,6 +351,12 @@ impl EngineArgs {
                 &self.exec_template,
                 &self.sandbox_root,
             )?),
+            EngineKind::Kubernetes => Box::new(kubernetes::KubernetesEngine::new(
+                self.context.clone(),
+                self.namespace.clone(),
+                self.image.clone(),
+                self.pod_template.clone(),
+            )),
         })
     }
 
@@ -340,6 +372,10 @@ impl EngineArgs {
         );
         if local.knows(id) {
             return self.engine_of(EngineKind::Local);
+        }
+        // Pods: their ids say so (a cluster is never asked about other ids).
+        if id.0.starts_with(kubernetes::ID_PREFIX) && on_path("kubectl") {
+            return self.engine_of(EngineKind::Kubernetes);
         }
         let mut looked = vec![format!("{}", local.sandboxes_dir().display())];
         for (cli, kind) in [
@@ -367,7 +403,7 @@ impl EngineArgs {
     }
 
     /// The engines `ps` lists: the one `--engine` names, else local and every container
-    /// engine whose CLI is installed.
+    /// engine whose CLI is installed (a cluster only with `--engine kubernetes`).
     pub fn engines_to_list(&self) -> anyhow::Result<Vec<Box<dyn Engine>>> {
         if let Some(kind) = self.engine {
             return Ok(vec![self.engine_of(kind)?]);

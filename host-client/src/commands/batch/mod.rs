@@ -38,7 +38,8 @@ pub struct BatchArgs {
     /// The jobs file: one JSON object per line, `{"id", "harness", "workspace", "prompt",
     /// "env", "iterations"}` (only `harness` required; paths relative to the file).
     pub jobs: PathBuf,
-    /// Engine options (an engine that creates a sandbox per job: local, podman, docker).
+    /// Engine options (an engine that creates a sandbox per job: local, podman, docker,
+    /// kubernetes).
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Jobs running at once.
@@ -109,7 +110,7 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
     crate::engine::ignore_sigpipe();
     let kind = args.engine.engine.unwrap_or(EngineKind::Local);
     if kind == EngineKind::Exec {
-        bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman or docker)");
+        bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
     }
     let jobs = jobs::read(&args.jobs)?;
     let out = match &args.out {
@@ -439,6 +440,9 @@ fn engine_cli(e: &EngineArgs, kind: EngineKind) -> Vec<std::ffi::OsString> {
     flag("--supervisor", e.supervisor.clone().map(Into::into));
     flag("--image", e.image.clone().map(Into::into));
     flag("--network", e.network.clone().map(Into::into));
+    flag("--context", e.context.clone().map(Into::into));
+    flag("--namespace", e.namespace.clone().map(Into::into));
+    flag("--pod-template", e.pod_template.clone().map(Into::into));
     out
 }
 
