@@ -430,3 +430,6 @@ fn describe(pod: &Value) -> Value {
         "labels": pod["metadata"]["labels"],
     })
 }
+
+#[cfg(test)]
+mod tests;
