@@ -268,3 +268,69 @@ fn sigterm_to_a_batch_starts_nothing_more_and_cancels_and_cleans_up_the_running_
     assert_eq!(listed, serde_json::json!([]), "{listed:#}");
     assert!(processes().iter().all(|(_, c)| c != "sleep 7778 "));
 }
+
+#[test]
+fn with_reuse_each_worker_keeps_one_sandbox_and_every_job_gets_its_own_workspace() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(dir.join("p")).unwrap();
+    fs::write(dir.join("p/index.js"), "module.exports = () => {};\n").unwrap();
+    fs::create_dir_all(dir.join("w")).unwrap();
+    fs::write(
+        dir.join("harness.yaml"),
+        "runtime: command\ncommand: [/bin/sh, -c, 'echo files: only-*; echo task $TASK; touch left-by-$TASK']\nplugins:\n  - path: p\nworkdir: w\n",
+    )
+    .unwrap();
+    let mut jobs = String::new();
+    for n in 1..=6 {
+        let ws = dir.join(format!("tasks/{n}"));
+        fs::create_dir_all(&ws).unwrap();
+        fs::write(ws.join(format!("only-{n}")), "").unwrap();
+        jobs.push_str(&format!(
+            "{{\"id\":\"r{n}\",\"harness\":\"harness.yaml\",\"workspace\":\"tasks/{n}\",\"env\":{{\"TASK\":\"{n}\"}}}}\n"
+        ));
+    }
+    fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+    let out = batch(dir, &state, &["--concurrency", "2", "--reuse"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["reuse"], true);
+    let mut sandboxes = std::collections::BTreeSet::new();
+    for job in doc["jobs"].as_array().unwrap() {
+        let n = job["id"].as_str().unwrap().trim_start_matches('r');
+        sandboxes.insert(job["attempts"][0]["sandbox"].as_str().unwrap().to_string());
+        // The one iteration of this job (numbers go on in a reused sandbox).
+        let run_dir = Path::new(job["run_dir"].as_str().unwrap());
+        let it = fs::read_dir(run_dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.file_name().to_string_lossy().starts_with("iteration-"))
+            .unwrap()
+            .path();
+        let output = fs::read_to_string(it.join("output.jsonl")).unwrap();
+        // Its own workspace, replaced: no file of an earlier job in the same sandbox.
+        assert!(
+            output.contains(&format!("files: only-{n}\n")),
+            "{n}: {output}"
+        );
+        assert!(output.contains(&format!("task {n}\n")), "{n}: {output}");
+    }
+    assert_eq!(sandboxes.len(), 2, "{sandboxes:?}");
+    // The pool is brought down at the end.
+    let ps = Command::new(binary("pitcrew"))
+        .args(["ps", "--engine", "local", "--json", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+}

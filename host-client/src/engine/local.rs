@@ -499,8 +499,13 @@ impl Engine for LocalEngine {
         let mut outcome = StopOutcome::default();
         match process::identify(rec.pid, rec.pid_start) {
             Identity::Running(proc_) => {
+                // A supervisor that just died (killed) leaves its socket behind, refusing
+                // connections, while the sandbox process is still on its way out: then the wait
+                // below (and the kill after it) is what stops it.
                 if rec.socket.exists() {
-                    self.shutdown(id)?;
+                    if let Err(err) = self.shutdown(id) {
+                        tracing::info!("sandbox {id}: shutdown request: {err:#}");
+                    }
                 }
                 if !proc_.wait_exit(STOP_TIMEOUT) {
                     // `--kill-child`: the namespace's PID 1 dies with unshare, and everything in

@@ -1,5 +1,6 @@
-//! `pitcrew batch JOBS [--concurrency N] [--retries N] [--resume] [--out DIR] [--json]`: many
-//! runs of harnesses, one sandbox each, N at a time, on any engine that creates sandboxes.
+//! `pitcrew batch JOBS [--concurrency N] [--retries N] [--resume] [--reuse] [--out DIR]
+//! [--json]`: many runs of harnesses, one sandbox each (or, with `--reuse`, one per worker), N
+//! at a time, on any engine that creates sandboxes.
 //!
 //! Every job is checked first (its harness validated, its workspace, prompt and env checked
 //! like the harness keys they replace): a job with problems is `invalid` and never runs. Then
@@ -52,6 +53,13 @@ pub struct BatchArgs {
     /// Continue the batch in `--out`: run only the jobs without a complete outcome.
     #[arg(long)]
     pub resume: bool,
+    /// Reuse sandboxes across jobs: each of the `--concurrency` workers keeps the sandbox of
+    /// its first job and runs its next jobs in it (`pitcrew run --sandbox`: the job's trees and
+    /// workspace uploaded again and verified), replacing it after an infrastructure failure;
+    /// all are brought down at the end. Faster starts, less isolation between jobs (see
+    /// docs/operators.md).
+    #[arg(long)]
+    pub reuse: bool,
     /// The batch directory [default: the jobs file's path without extension, plus `.batch`].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -174,25 +182,33 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
             .concurrency
             .min(u32::try_from(total).unwrap_or(u32::MAX))
         {
-            s.spawn(|| loop {
-                if pool::interrupted() {
-                    return;
+            s.spawn(|| {
+                // With --reuse: this worker's kept sandbox.
+                let mut slot: Option<String> = None;
+                loop {
+                    if pool::interrupted() {
+                        break;
+                    }
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .pop_front();
+                    let Some((i, prior)) = next else {
+                        break;
+                    };
+                    let job = &jobs[i];
+                    display.started();
+                    let reuse = args.reuse.then_some(&mut slot);
+                    let rec = run_job(&runner, job, &out, prior, args.retries, &display, reuse);
+                    if let Err(e) = write_job(&out, &rec) {
+                        display.line(&format!("job {}: {e:#}", job.id));
+                    }
+                    display.finished(&rec);
+                    results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(rec);
                 }
-                let Some((i, prior)) = queue
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .pop_front()
-                else {
-                    return;
-                };
-                let job = &jobs[i];
-                display.started();
-                let rec = run_job(&runner, job, &out, prior, args.retries, &display);
-                if let Err(e) = write_job(&out, &rec) {
-                    display.line(&format!("job {}: {e:#}", job.id));
+                if let Some(id) = slot {
+                    runner.down(&id);
                 }
-                display.finished(&rec);
-                results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(rec);
             });
         }
     });
@@ -233,6 +249,7 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
         "batch_dir": out.display().to_string(),
         "engine": format!("{kind:?}").to_lowercase(),
         "concurrency": args.concurrency,
+        "reuse": args.reuse,
         "interrupted": pool::interrupted(),
         "counts": {
             "total": total,
@@ -283,6 +300,7 @@ fn run_job(
     mut attempts: Vec<Attempt>,
     retries: u32,
     display: &Display,
+    mut reuse: Option<&mut Option<String>>,
 ) -> JobRecord {
     let dir = out.join(&job.id);
     let mut rec = JobRecord {
@@ -312,7 +330,7 @@ fn run_job(
             ));
             std::thread::sleep(Duration::from_secs(1));
         }
-        let attempt = runner.attempt(job, n, &dir);
+        let attempt = runner.attempt(job, n, &dir, reuse.as_deref_mut());
         let end = attempt.end;
         rec.exit_code = attempt.exit_code;
         rec.run_dir = attempt.run_dir.clone().or(rec.run_dir.take());

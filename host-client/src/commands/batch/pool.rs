@@ -92,8 +92,16 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    /// Runs attempt `n` of `job`, its records and log in `dir`.
-    pub(super) fn attempt(&self, job: &Job, n: u32, dir: &Path) -> Attempt {
+    /// Runs attempt `n` of `job`, its records and log in `dir`; with `reuse`, in the kept
+    /// sandbox it names (or in a new one it keeps, named there afterwards; a sandbox whose
+    /// attempt ended without a report is brought down and forgotten).
+    pub(super) fn attempt(
+        &self,
+        job: &Job,
+        n: u32,
+        dir: &Path,
+        reuse: Option<&mut Option<String>>,
+    ) -> Attempt {
         let started = Instant::now();
         let log = dir.join(format!("attempt-{n}.log"));
         let mut attempt = Attempt {
@@ -106,12 +114,46 @@ impl Runner {
             log: log.display().to_string(),
             duration_ms: 0,
         };
-        match self.spawn_and_wait(job, dir, &log) {
+        let kept = reuse.as_ref().and_then(|slot| slot.as_deref());
+        match self.spawn_and_wait(job, dir, &log, reuse.is_some(), kept) {
             Ok((status, stdout)) => classify(&mut attempt, status, &stdout, &log),
             Err(e) => attempt.error = Some(format!("{e:#}")),
         }
+        if let Some(slot) = reuse {
+            match attempt.end {
+                AttemptEnd::Infrastructure => {
+                    // The kept sandbox, or the one this attempt made and kept before failing.
+                    if let Some(id) = slot.take().or_else(|| attempt.sandbox.clone()) {
+                        self.down(&id);
+                    }
+                }
+                _ => {
+                    if slot.is_none() {
+                        slot.clone_from(&attempt.sandbox);
+                    }
+                }
+            }
+        }
         attempt.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         attempt
+    }
+
+    /// Brings down a sandbox the batch kept (`pitcrew down ID --force`: a sandbox whose
+    /// supervisor died is removed too).
+    pub(super) fn down(&self, id: &str) {
+        let out = Command::new(&self.exe)
+            .args(["down", id, "--force"])
+            .args(&self.engine_args)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => tracing::warn!(
+                "pitcrew down {id}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => tracing::warn!("pitcrew down {id}: {e}"),
+        }
     }
 
     fn spawn_and_wait(
@@ -119,10 +161,21 @@ impl Runner {
         job: &Job,
         dir: &Path,
         log: &Path,
+        keep: bool,
+        sandbox: Option<&str>,
     ) -> anyhow::Result<(std::process::ExitStatus, Vec<u8>)> {
         use anyhow::Context as _;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("run").arg(&job.harness).arg("--json");
+        match sandbox {
+            Some(id) => {
+                cmd.args(["--sandbox", id]);
+            }
+            None if keep => {
+                cmd.arg("--keep");
+            }
+            None => {}
+        }
         cmd.arg("--records").arg(dir.join("records"));
         if let Some(w) = &job.workspace {
             cmd.arg("--workspace").arg(w);
@@ -191,12 +244,18 @@ fn classify(attempt: &mut Attempt, status: std::process::ExitStatus, stdout: &[u
         }
         None => {
             attempt.end = AttemptEnd::Infrastructure;
-            let last = std::fs::read_to_string(log).ok().and_then(|t| {
-                t.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .map(String::from)
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            // `pitcrew run` names its sandbox as soon as it has one.
+            attempt.sandbox = text.lines().find_map(|l| {
+                let rest = l.strip_prefix("pitcrew: sandbox ")?;
+                let (id, engine) = rest.split_once(' ')?;
+                (engine.starts_with('(') && engine.ends_with(')')).then(|| id.to_string())
             });
+            let last = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(String::from);
             attempt.error = Some(match (status.code(), status.signal(), last) {
                 (_, Some(sig), _) => format!("pitcrew run was killed by signal {sig}"),
                 (code, _, Some(line)) => format!("{line} (exit {})", code.unwrap_or(-1)),
@@ -268,6 +327,8 @@ mod tests {
             a.error.as_deref(),
             Some("pitcrew: connection lost (exit 1)")
         );
+        // The sandbox it had made, named in its log.
+        assert_eq!(a.sandbox.as_deref(), Some("x"));
 
         let mut a = attempt();
         classify(&mut a, std::process::ExitStatus::from_raw(9), b"{", &log);
