@@ -53,17 +53,25 @@ impl<'a> ForeignInit<'a> {
     /// Starts `cmd` as the sandbox user in an exec session of its own that outlives the call
     /// (what an earlier session of the runner could leave behind).
     pub fn leave_running(&self, cmd: &[&str]) {
-        let mut args = vec!["exec", "--detach", "--user", UID, self.name.as_str()];
+        let user = format!("{UID}:{UID}");
+        let mut args = vec![
+            "exec",
+            "--detach",
+            "--user",
+            user.as_str(),
+            self.name.as_str(),
+        ];
         args.extend_from_slice(cmd);
         let out = self.engine.cli(&args);
         assert!(out.status.success(), "{cmd:?}: {out:?}");
     }
 
-    /// The exec template: `podman exec -i --user UID {sandbox} WRAPPER… pitcrew-init serve
-    /// --stdio --unprivileged --records RECORDS`.
+    /// The exec template: `podman exec -i --user UID:UID {sandbox} WRAPPER… pitcrew-init serve
+    /// --stdio --unprivileged --records RECORDS` (with its own group: `--user UID` alone would
+    /// give group root).
     pub fn template(wrapper: &str) -> String {
         format!(
-            "podman exec -i --user {UID} {{sandbox}} {wrapper} pitcrew-init serve --stdio --unprivileged --records {RECORDS}"
+            "podman exec -i --user {UID}:{UID} {{sandbox}} {wrapper} pitcrew-init serve --stdio --unprivileged --records {RECORDS}"
         )
     }
 

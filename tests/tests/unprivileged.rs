@@ -153,6 +153,47 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
     assert_eq!(third["exit_code"], 96, "{third:#}");
     assert!(third["agent"].is_null(), "{third:#}");
 
+    // The operator commands over the same transport: inspect sees the mode and the only agent
+    // identity, collect fetches a record from a new session.
+    let template = ForeignInit::template("");
+    let over = [
+        "--engine",
+        "exec",
+        "--exec-template",
+        &template,
+        "--sandbox-root",
+        "/sandbox",
+    ];
+    let pitcrew = |cmd: &[&str]| {
+        std::process::Command::new(binary("pitcrew"))
+            .args(cmd)
+            .args(over)
+            .envs(engine.env())
+            .output()
+            .unwrap()
+    };
+    let inspect = pitcrew(&["inspect", &sandbox.name, "--json"]);
+    assert!(inspect.status.success(), "{inspect:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(shown["capabilities"]["mode"], "unprivileged", "{shown:#}");
+    assert_eq!(
+        shown["capabilities"]["agent_user"]["uid"], 1000,
+        "{shown:#}"
+    );
+    let fetched = dir.path().join("fetched");
+    let collect = pitcrew(&[
+        "collect",
+        &sandbox.name,
+        "--iteration",
+        "1",
+        "--out",
+        fetched.to_str().unwrap(),
+    ]);
+    assert!(collect.status.success(), "{collect:?}");
+    let again = read_json(&fetched.join("iteration-1/result.json"));
+    assert_eq!(again["iteration"], 1, "{again:#}");
+    assert_eq!(again["supervisor"]["mode"], "unprivileged", "{again:#}");
+
     // As root, the unprivileged mode is refused: it would reap every root process in sight.
     let out = sandbox.exec(
         None,

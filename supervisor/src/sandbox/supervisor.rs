@@ -144,10 +144,19 @@ impl Supervisor {
             ));
         }
         self.info.mode = SupervisorMode::Unprivileged;
+        let gid = nix::unistd::getgid();
+        let root_group = if gid.as_raw() == 0 {
+            "; the group is root (gid 0, as `--user UID` without a group gives): what group root may write, the agent may write"
+        } else {
+            ""
+        };
         self.info.degraded_reason = Some(format!(
-            "unprivileged (uid {uid}, pid {}): every process of this uid but the supervisor's ancestors is reaped, found through /proc; processes of other uids are out of reach; the agent runs as this uid and owns the uploaded trees and the records, so only Landlock (required in this mode) keeps them read-only during an iteration",
+            "unprivileged (uid {uid}, gid {gid}, pid {}): every process of this uid but the supervisor's ancestors is reaped, found through /proc; processes of other uids are out of reach; the agent runs as this uid and owns the uploaded trees and the records, so only Landlock (required in this mode) keeps them read-only during an iteration{root_group}",
             self.pid
         ));
+        if gid.as_raw() == 0 {
+            tracing::warn!("supervisor: unprivileged with group root (gid 0)");
+        }
         // What the agent's uid left in /dev/shm, /dev/mqueue and System V IPC goes with it.
         self.ipc_reset = super::private_ipc::IpcReset::Sweep;
         tracing::warn!("supervisor: unprivileged mode: uid {uid}");
