@@ -35,6 +35,64 @@ fn parent(pid: i32) -> Option<i32> {
     stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
+/// A batch directory reachable by the agent's uid: a harness of `runtime: command` whose agent
+/// is `sh -c AGENT` (plugin `p`, workspace `w`, timeout 120 s), the jobs file `jobs`, and an
+/// empty state directory for the local engine (returned with the temporary directory).
+fn fixture(agent: &str, jobs: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(dir.join("p")).unwrap();
+    fs::write(dir.join("p/index.js"), "module.exports = () => {};\n").unwrap();
+    fs::create_dir_all(dir.join("w")).unwrap();
+    let quoted = serde_json::to_string(agent).unwrap();
+    fs::write(
+        dir.join("harness.yaml"),
+        format!("runtime: command\ncommand: [/bin/sh, -c, {quoted}]\nplugins:\n  - path: p\nworkdir: w\ntimeout: 120s\n"),
+    )
+    .unwrap();
+    fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+    (tmp, state)
+}
+
+/// Job lines `{"id": "<prefix>N", "harness": "harness.yaml", "workspace": "tasks/N", "env":
+/// {"TASK": task(N)}}` for N in `range`, each workspace made with `files(N)` (name, content).
+fn jobs_with_workspaces(
+    dir: &Path,
+    prefix: &str,
+    range: std::ops::RangeInclusive<u32>,
+    task: impl Fn(u32) -> String,
+    files: impl Fn(u32) -> Vec<(String, String)>,
+) -> String {
+    let mut jobs = String::new();
+    for n in range {
+        let ws = dir.join(format!("tasks/{n}"));
+        fs::create_dir_all(&ws).unwrap();
+        for (name, body) in files(n) {
+            fs::write(ws.join(name), body).unwrap();
+        }
+        jobs.push_str(&format!(
+            "{{\"id\":\"{prefix}{n}\",\"harness\":\"harness.yaml\",\"workspace\":\"tasks/{n}\",\"env\":{{\"TASK\":\"{}\"}}}}\n",
+            task(n)
+        ));
+    }
+    jobs
+}
+
+/// No sandbox in the local engine's `state`, and no process whose command line is `cmd`.
+fn nothing_left(state: &Path, cmd: &str) {
+    let ps = Command::new(binary("pitcrew"))
+        .args(["ps", "--engine", "local", "--json", "--state-dir"])
+        .arg(state)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+    assert!(processes().iter().all(|(_, c)| cmd.is_empty() || c != cmd));
+}
+
 fn batch(dir: &Path, state: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(binary("pitcrew"));
     cmd.arg("batch")
@@ -51,38 +109,28 @@ fn a_batch_runs_every_job_retries_a_killed_sandbox_and_resumes_to_nothing() {
     if !require_pid_namespaces() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, state) = fixture(AGENT, "");
     let dir = tmp.path();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir_all(dir.join("p")).unwrap();
-    fs::write(dir.join("p/index.js"), "module.exports = () => {};\n").unwrap();
-    fs::create_dir_all(dir.join("w")).unwrap();
-    let quoted = serde_json::to_string(AGENT).unwrap();
-    fs::write(
-        dir.join("harness.yaml"),
-        format!("runtime: command\ncommand: [/bin/sh, -c, {quoted}]\nplugins:\n  - path: p\nworkdir: w\ntimeout: 120s\n"),
-    )
-    .unwrap();
-    let mut jobs = String::new();
-    for n in 1..=24 {
-        let ws = dir.join(format!("tasks/{n}"));
-        fs::create_dir_all(&ws).unwrap();
-        fs::write(ws.join("task.txt"), format!("{n}\n")).unwrap();
-        if n == 17 {
-            fs::write(ws.join("slow"), "").unwrap();
-        }
-        let task = if n == 5 || n == 11 {
-            "fail".to_string()
-        } else {
-            n.to_string()
-        };
-        jobs.push_str(&format!(
-            "{{\"id\":\"t{n}\",\"harness\":\"harness.yaml\",\"workspace\":\"tasks/{n}\",\"env\":{{\"TASK\":\"{task}\"}}}}\n"
-        ));
-    }
+    let jobs = jobs_with_workspaces(
+        dir,
+        "t",
+        1..=24,
+        |n| {
+            if n == 5 || n == 11 {
+                "fail".into()
+            } else {
+                n.to_string()
+            }
+        },
+        |n| {
+            let mut files = vec![("task.txt".to_string(), format!("{n}\n"))];
+            if n == 17 {
+                files.push(("slow".into(), String::new()));
+            }
+            files
+        },
+    );
     fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
-    let state = dir.join("state");
-    fs::create_dir(&state).unwrap();
 
     let child = batch(dir, &state, &["--concurrency", "6"])
         .stdout(Stdio::piped())
@@ -162,14 +210,7 @@ fn a_batch_runs_every_job_retries_a_killed_sandbox_and_resumes_to_nothing() {
     }
 
     // Nothing left: no sandbox in the state, no agent process.
-    let ps = Command::new(binary("pitcrew"))
-        .args(["ps", "--engine", "local", "--json", "--state-dir"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
-    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
-    assert!(processes().iter().all(|(_, c)| c != "sleep 7777 "));
+    nothing_left(&state, "sleep 7777 ");
 
     // Resumed, the finished batch starts nothing: every job is taken from its record.
     let before = fs::read_dir(dir.join("jobs.batch/t17")).unwrap().count();
@@ -201,21 +242,11 @@ fn sigterm_to_a_batch_starts_nothing_more_and_cancels_and_cleans_up_the_running_
     if !require_pid_namespaces() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir_all(dir.join("w")).unwrap();
-    fs::write(
-        dir.join("harness.yaml"),
-        "runtime: command\ncommand: [/bin/sh, -c, 'sleep 7778']\nworkdir: w\ntimeout: 120s\n",
-    )
-    .unwrap();
     let jobs: String = (1..=6)
         .map(|n| format!("{{\"id\":\"s{n}\",\"harness\":\"harness.yaml\"}}\n"))
         .collect();
-    fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
-    let state = dir.join("state");
-    fs::create_dir(&state).unwrap();
+    let (tmp, state) = fixture("sleep 7778", &jobs);
+    let dir = tmp.path();
     let child = batch(dir, &state, &["--concurrency", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -259,14 +290,7 @@ fn sigterm_to_a_batch_starts_nothing_more_and_cancels_and_cleans_up_the_running_
             "{record:#}"
         );
     }
-    let ps = Command::new(binary("pitcrew"))
-        .args(["ps", "--engine", "local", "--json", "--state-dir"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
-    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
-    assert!(processes().iter().all(|(_, c)| c != "sleep 7778 "));
+    nothing_left(&state, "sleep 7778 ");
 }
 
 #[test]
@@ -274,29 +298,19 @@ fn with_reuse_each_worker_keeps_one_sandbox_and_every_job_gets_its_own_workspace
     if !require_pid_namespaces() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, state) = fixture(
+        "echo files: only-*; echo task $TASK; touch left-by-$TASK",
+        "",
+    );
     let dir = tmp.path();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-    fs::create_dir_all(dir.join("p")).unwrap();
-    fs::write(dir.join("p/index.js"), "module.exports = () => {};\n").unwrap();
-    fs::create_dir_all(dir.join("w")).unwrap();
-    fs::write(
-        dir.join("harness.yaml"),
-        "runtime: command\ncommand: [/bin/sh, -c, 'echo files: only-*; echo task $TASK; touch left-by-$TASK']\nplugins:\n  - path: p\nworkdir: w\n",
-    )
-    .unwrap();
-    let mut jobs = String::new();
-    for n in 1..=6 {
-        let ws = dir.join(format!("tasks/{n}"));
-        fs::create_dir_all(&ws).unwrap();
-        fs::write(ws.join(format!("only-{n}")), "").unwrap();
-        jobs.push_str(&format!(
-            "{{\"id\":\"r{n}\",\"harness\":\"harness.yaml\",\"workspace\":\"tasks/{n}\",\"env\":{{\"TASK\":\"{n}\"}}}}\n"
-        ));
-    }
+    let jobs = jobs_with_workspaces(
+        dir,
+        "r",
+        1..=6,
+        |n| n.to_string(),
+        |n| vec![(format!("only-{n}"), String::new())],
+    );
     fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
-    let state = dir.join("state");
-    fs::create_dir(&state).unwrap();
     let out = batch(dir, &state, &["--concurrency", "2", "--reuse"])
         .output()
         .unwrap();
@@ -326,11 +340,5 @@ fn with_reuse_each_worker_keeps_one_sandbox_and_every_job_gets_its_own_workspace
     }
     assert_eq!(sandboxes.len(), 2, "{sandboxes:?}");
     // The pool is brought down at the end.
-    let ps = Command::new(binary("pitcrew"))
-        .args(["ps", "--engine", "local", "--json", "--state-dir"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
-    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+    nothing_left(&state, "");
 }
