@@ -45,7 +45,8 @@ if [ -e leaderless.out ]; then a=$(wc -c < leaderless.out); sleep 0.3; echo "lea
 setsid sleep $((987000 + 656)) < /dev/null > /dev/null 2>&1 &
 sh -c "trap '' TERM; while :; do sleep 1; done" ignorer-$((111000 + 222)) < /dev/null > /dev/null 2>&1 &
 setsid sh -c "sleep 2; echo planted >> /sandbox/plugins/p/index.js" writer-$((333000 + 444)) < /dev/null > /dev/null 2>&1 &
-chmod 000 RECORDS/iteration-* RECORDS/iteration-*/* RECORDS 2>/dev/null
+mkdir -p output/sub && echo kept > output/sub/y
+chmod 000 RECORDS/iteration-*/output/sub/y RECORDS/iteration-*/output/sub RECORDS/iteration-* RECORDS/iteration-*/* RECORDS 2>/dev/null
 exit 0"#;
 
 #[test]
@@ -191,6 +192,11 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
     ]);
     assert!(collect.status.success(), "{collect:?}");
     let again = read_json(&fetched.join("iteration-1/result.json"));
+    // Iteration 2's agent made everything of it unreadable, nested entries included.
+    assert_eq!(
+        read_text(&fetched.join("iteration-1/output/sub/y")),
+        "kept\n"
+    );
     assert_eq!(again["iteration"], 1, "{again:#}");
     assert_eq!(again["supervisor"]["mode"], "unprivileged", "{again:#}");
 

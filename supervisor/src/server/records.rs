@@ -343,6 +343,23 @@ fn copy_file(
     io::copy(&mut from.take(limit), &mut File::from(to))
 }
 
+/// Gives an entry of a record the owner's rights `wanted` back when it lacks any of them. In
+/// the unprivileged mode the agent's uid owns the records and Landlock does not stop `chmod`:
+/// a later agent could make an earlier record unreadable, at any depth. Only the supervisor
+/// creates or renames entries there, so the entry is the one the walk saw.
+fn own_again(dir: BorrowedFd<'_>, entry: &bounded_tree::WalkEntry, wanted: u32) -> io::Result<()> {
+    if entry.stat.st_mode & wanted == wanted {
+        return Ok(());
+    }
+    rustix::fs::chmodat(
+        dir,
+        &entry.name,
+        Mode::from_raw_mode(wanted),
+        rustix::fs::AtFlags::empty(),
+    )?;
+    Ok(())
+}
+
 /// Streams the directory `dir` as a tar archive (paths relative to `dir`, regular files and
 /// directories only) into `out`, walked relative to directory descriptors
 /// ([`crate::bounded_tree`]): a record as deep or as long as [`copy_tree`] lets it be is read in
@@ -369,9 +386,11 @@ pub(super) fn tar_dir(dir: &Path, out: &mut dyn Write) -> io::Result<()> {
                     format!("{}/", entry.rel.display()),
                     io::empty(),
                 )?;
+                own_again(walk.dir(), &entry, 0o700)?;
                 walk.enter().map_err(io::Error::other)?;
             }
             FileType::RegularFile => {
+                own_again(walk.dir(), &entry, 0o600)?;
                 let file = File::from(rustix::fs::openat(
                     walk.dir(),
                     &entry.name,
