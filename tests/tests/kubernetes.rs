@@ -2,7 +2,7 @@
 //! `tests/kubectl-standin/` (no cluster can run on this machine): the real `pitcrew` creates a
 //! Pod of the production image, waits for it, drives three iterations through `kubectl exec -i
 //! … pitcrew-init attach`, collects and deletes it; a kept Pod is listed, inspected, driven
-//! again and brought down by its id; the Pod document round-trips unchanged through the
+//! again, collected from, sent a cancel and brought down by its id; the Pod document round-trips unchanged through the
 //! Kubernetes API's Pod type (`k8s-openapi`); a Pod whose image cannot be pulled is one line
 //! naming why, and is deleted.
 //!
@@ -155,6 +155,28 @@ fn the_kubernetes_engine_runs_keeps_lists_drives_and_deletes_pods() {
     );
     assert!(out.status.success(), "{again:#}");
     assert_eq!(again["iterations"][0]["iteration"], 2, "{again:#}");
+    let fetched = dir.path().join("fetched");
+    let collect = pitcrew(
+        &env,
+        &[
+            "collect",
+            &id,
+            "--iteration",
+            "1",
+            "--out",
+            fetched.to_str().unwrap(),
+        ],
+    );
+    assert!(collect.status.success(), "{collect:?}");
+    assert_eq!(
+        read_json(&fetched.join("iteration-1/result.json"))["iteration"],
+        1
+    );
+    // Nothing runs: the cancel reaches the supervisor and cancels nothing.
+    let cancel = pitcrew(&env, &["cancel", &id, "--json"]);
+    assert!(cancel.status.success(), "{cancel:?}");
+    let said: Value = serde_json::from_slice(&cancel.stdout).unwrap();
+    assert_eq!(said["detail"]["cancelled"], false, "{said:#}");
     let down = pitcrew(&env, &["down", &id]);
     assert!(down.status.success(), "{down:?}");
     assert_eq!(pods(&kube), Vec::<String>::new());
