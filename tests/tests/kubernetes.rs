@@ -2,9 +2,9 @@
 //! `tests/kubectl-standin/` (no cluster can run on this machine): the real `pitcrew` creates a
 //! Pod of the production image, waits for it, drives three iterations through `kubectl exec -i
 //! … pitcrew-init attach`, collects and deletes it; a kept Pod is listed, inspected, driven
-//! again, collected from, sent a cancel and brought down by its id; the Pod document round-trips unchanged through the
-//! Kubernetes API's Pod type (`k8s-openapi`); a Pod whose image cannot be pulled is one line
-//! naming why, and is deleted.
+//! again, collected from, sent a cancel and brought down by its id; the Pod document
+//! round-trips unchanged through the Kubernetes API's Pod type (`k8s-openapi`); a Pod whose
+//! image cannot be pulled is one line naming why, and is deleted.
 //!
 //! Needs root, podman and python3 (the stand-in); skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
