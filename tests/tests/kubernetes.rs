@@ -56,6 +56,25 @@ fn pods(state: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Removes the containers of the Pods the stand-in still holds when a test ends, passed or
+/// not (a failed assertion must not leave containers on the machine).
+struct RemovePods<'a>(&'a Engine, &'a Path);
+
+impl Drop for RemovePods<'_> {
+    fn drop(&mut self) {
+        for name in pods(self.1) {
+            let _ = self.0.cli(&[
+                "rm",
+                "--force",
+                "--volumes",
+                "--time",
+                "0",
+                &format!("k8s_default_{name}"),
+            ]);
+        }
+    }
+}
+
 /// The Pod document as `kubectl create` received it must survive a round trip through the
 /// Kubernetes API's Pod type: every field known to the API, of the API's type.
 fn assert_valid_pod(doc: &Value) {
@@ -78,6 +97,7 @@ fn the_kubernetes_engine_runs_keeps_lists_drives_and_deletes_pods() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let kube = dir.path().join("kube");
     fs::create_dir(&kube).unwrap();
+    let _cleanup = RemovePods(&engine, &kube);
     let env = standin_env(&engine, &kube);
     let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let probe =
@@ -194,6 +214,7 @@ fn a_pod_that_never_starts_is_one_line_naming_why_and_is_deleted() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let kube = dir.path().join("kube");
     fs::create_dir(&kube).unwrap();
+    let _cleanup = RemovePods(&engine, &kube);
     let env = standin_env(&engine, &kube);
     let harness = write_command_harness(dir.path(), "true", 1, "60s", false, "");
     let out = pitcrew(
