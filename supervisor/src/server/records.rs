@@ -66,35 +66,21 @@ pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
 }
 
-/// Gives the records directory and the record `dir` back their modes (0700, and 0600 for the
-/// record's top-level files), without following links. In the unprivileged mode the agent's
-/// uid owns them, and Landlock does not stop `chmod`: an agent could make its own record
-/// unreadable (`chmod 000`) to hide it. Called after the final reap and before a collect;
-/// nothing else changes: only the supervisor creates entries there.
+/// Gives the records directory and the record `dir` back their owner's rights (0700), without
+/// following links. In the unprivileged mode the agent's uid owns them, and Landlock does not
+/// stop `chmod`: an agent could make its own record unreadable (`chmod 000`) to hide it. Called
+/// after the final reap (before the record is written) and before a collect; the entries inside
+/// get their rights back as [`tar_dir`] reads them. Only the supervisor creates entries there.
 pub(super) fn restore_modes(records: &Path, dir: &Path) {
     use std::os::unix::fs::PermissionsExt as _;
-    let set = |path: &Path, mode: u32| {
-        let is =
-            fs::symlink_metadata(path).map(|m| (m.file_type(), m.permissions().mode() & 0o7777));
-        let wanted = match is {
-            Ok((t, _)) if t.is_symlink() => return,
-            Ok((_, m)) if m == mode => return,
-            Ok(_) => mode,
-            Err(_) => return,
-        };
-        if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(wanted)) {
-            tracing::warn!("record: restore mode {wanted:o} of {}: {e}", path.display());
-        }
-    };
-    set(records, 0o700);
-    set(dir, 0o700);
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_file()) {
-                set(&entry.path(), 0o600);
-            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                set(&entry.path(), 0o700);
+    for path in [records, dir] {
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() && m.permissions().mode() & 0o700 != 0o700 => {
+                if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(0o700)) {
+                    tracing::warn!("record: restore mode 700 of {}: {e}", path.display());
+                }
             }
+            _ => {}
         }
     }
 }
