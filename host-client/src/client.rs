@@ -438,6 +438,35 @@ impl<R: Read, W: Write> Client<R, W> {
         }
     }
 
+    /// Claims the sandbox for the run `run` with the host's `plan` (refused `busy` when another
+    /// run holds it); returns the claim as the supervisor keeps it.
+    pub fn claim(
+        &mut self,
+        run: &str,
+        plan: serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        let id = self.id();
+        let run = run.to_string();
+        self.send(&Request::Claim { id, run, plan }, "claim")?;
+        self.expect_ok(id, "claim")
+            .map(|detail| detail.get("claim").cloned().unwrap_or_default())
+    }
+
+    /// Ends this connection's claim.
+    pub fn release(&mut self) -> Result<(), ClientError> {
+        let id = self.id();
+        self.send(&Request::Release { id }, "release")?;
+        self.expect_ok(id, "release").map(|_| ())
+    }
+
+    /// Tells the supervisor the host holds the records of `iterations`.
+    pub fn collected(&mut self, iterations: &[u32]) -> Result<(), ClientError> {
+        let id = self.id();
+        let iterations = iterations.to_vec();
+        self.send(&Request::Collected { id, iterations }, "collected")?;
+        self.expect_ok(id, "collected").map(|_| ())
+    }
+
     /// Stops the supervisor (it kills everything and exits).
     pub fn shutdown(&mut self) -> Result<(), ClientError> {
         let id = self.id();

@@ -29,13 +29,16 @@ pub fn collect_into(
     iteration: Option<u32>,
     dest: &Path,
 ) -> anyhow::Result<()> {
-    let limits = record_limits();
-    let res = conn.client().collect(iteration, |r| {
-        unpack_tar(r, dest, &limits, None)
-            .with_context(|| format!("{}: unpacking the record", dest.display()))?;
-        Ok(())
-    });
+    let res = conn.client().collect(iteration, |r| unpack_record(r, dest));
     res.map_err(|e| conn.explain(e))
+}
+
+/// Unpacks a record's tar stream `tar` (as `collect` sends it, or read from the sandbox's
+/// storage) into `dest` (created; must not exist), with the same rule as [`collect_into`].
+pub fn unpack_record(tar: &mut dyn std::io::Read, dest: &Path) -> anyhow::Result<()> {
+    unpack_tar(tar, dest, &record_limits(), None)
+        .with_context(|| format!("{}: unpacking the record", dest.display()))?;
+    Ok(())
 }
 
 /// How many times one component of the records directory is created before giving up.

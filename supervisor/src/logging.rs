@@ -1,7 +1,26 @@
 //! Log setup shared by both binaries: quiet by default, `-v`/`RUST_LOG` for more, always on
-//! stderr (never on the agent's or a command's stdout).
+//! stderr (never on the agent's or a command's stdout), and never fatal: in a sandbox stderr is
+//! often a file on the disk the agent can fill, and PID 1 must not die because a log line could
+//! not be written.
 
+use std::io::Write as _;
 use tracing_subscriber::EnvFilter;
+
+/// Writes one line to stderr, prefixed `pitcrew-init: `, and ignores a failure to write it
+/// (`eprintln!` panics then, and a panic in PID 1's panic hook aborts the sandbox). Every
+/// message of the supervisor outside `tracing` goes through here.
+pub fn line(args: std::fmt::Arguments<'_>) {
+    let text = format!("pitcrew-init: {args}\n");
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// [`line`] with `format!` arguments.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::logging::line(format_args!($($arg)*))
+    };
+}
 
 /// Installs the stderr logger. `verbosity` counts `-v` flags; `RUST_LOG` wins when set.
 pub fn init(verbosity: u8) {
@@ -12,9 +31,11 @@ pub fn init(verbosity: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // A second call (tests) keeps the first subscriber.
+    // A second call (tests) keeps the first subscriber. A line that cannot be written is
+    // dropped: the subscriber's own report of it would go to the same stderr with `eprintln!`.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

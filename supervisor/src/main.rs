@@ -137,7 +137,7 @@ fn main() -> ExitCode {
             match pitcrew_core::hash_command::run(&args) {
                 Ok(code) => code,
                 Err(err) => {
-                    eprintln!("pitcrew-init: {err:#}");
+                    pitcrew_core::say!("{err:#}");
                     ExitCode::FAILURE
                 }
             }
@@ -152,14 +152,14 @@ fn main() -> ExitCode {
             match pitcrew_core::server::attach::attach(&args.socket) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
-                    eprintln!("pitcrew-init attach: {err}");
+                    pitcrew_core::say!("attach: {err}");
                     ExitCode::FAILURE
                 }
             }
         }
         #[cfg(not(target_os = "linux"))]
         Command::Run(_) | Command::Serve(_) | Command::Attach(_) => {
-            eprintln!("pitcrew-init: run, serve and attach are only available on Linux");
+            pitcrew_core::say!("run, serve and attach are only available on Linux");
             ExitCode::from(125)
         }
     }
@@ -211,7 +211,7 @@ mod linux {
                 unsafe { libc::_exit(SUPERVISOR_FAILED) };
             }
             let reason = format!("internal: panic: {info}");
-            eprintln!("pitcrew-init: {reason}");
+            pitcrew_core::say!("{reason}");
             if let Some(t) = target {
                 let mut record = IterationResult::new(
                     t.iteration,
@@ -337,7 +337,7 @@ mod linux {
         if let Some(err) = sink_error {
             // Nowhere to write a record: say it on stderr.
             tracing::error!("cli: {err}");
-            eprintln!("pitcrew-init: cli: {err}");
+            pitcrew_core::say!("cli: {err}");
             return exit(SUPERVISOR_FAILED);
         }
         let manifest = std::fs::read(&manifest_path)
@@ -392,27 +392,27 @@ mod linux {
         let signals = match signals {
             Ok(signals) => signals,
             Err(err) => {
-                eprintln!("pitcrew-init: signal setup: {err}");
+                pitcrew_core::say!("signal setup: {err}");
                 return exit(SUPERVISOR_FAILED);
             }
         };
         let mut ctx = Supervisor::start(baseline, signals, args.agent_cgroup);
         if args.private_ipc {
             if !ctx.info.pid1 {
-                eprintln!(
-                    "pitcrew-init: --private-ipc needs PID 1 of a PID namespace (with its own \
+                pitcrew_core::say!(
+                    "--private-ipc needs PID 1 of a PID namespace (with its own \
                      mount namespace); refusing to unmount the host's /dev/shm"
                 );
                 return exit(SUPERVISOR_FAILED);
             }
             if let Err(err) = pitcrew_core::sandbox::private_ipc::renew() {
-                eprintln!("pitcrew-init: {err}");
+                pitcrew_core::say!("{err}");
                 return exit(SUPERVISOR_FAILED);
             }
             ctx.ipc_reset = IpcReset::Renew;
         } else if args.unprivileged {
             if let Err(err) = ctx.enter_unprivileged() {
-                eprintln!("pitcrew-init: {err}");
+                pitcrew_core::say!("{err}");
                 return exit(SUPERVISOR_FAILED);
             }
         } else if ctx.info.pid1 {

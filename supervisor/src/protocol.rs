@@ -395,6 +395,30 @@ pub enum Request {
         /// Correlation id.
         id: u64,
     },
+    /// Claim the sandbox for a run: only this connection may then `upload`, `set_manifest` and
+    /// `run`, until it sends `release` (or closes, which leaves the claim orphaned for the same
+    /// run to take back).
+    Claim {
+        /// Correlation id.
+        id: u64,
+        /// The host's run id.
+        run: String,
+        /// The host's plan for the run, kept and shown by `status` (JSON, at most 64 KiB).
+        #[serde(default)]
+        plan: serde_json::Value,
+    },
+    /// End this connection's claim.
+    Release {
+        /// Correlation id.
+        id: u64,
+    },
+    /// The host holds the records of these iterations (they may be pruned or deleted).
+    Collected {
+        /// Correlation id.
+        id: u64,
+        /// The iterations.
+        iterations: Vec<u32>,
+    },
 }
 
 impl Request {
@@ -409,7 +433,10 @@ impl Request {
             | Request::Cancel { id }
             | Request::Collect { id, .. }
             | Request::Status { id, .. }
-            | Request::Shutdown { id } => *id,
+            | Request::Shutdown { id }
+            | Request::Claim { id, .. }
+            | Request::Release { id }
+            | Request::Collected { id, .. } => *id,
         }
     }
 }

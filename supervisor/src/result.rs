@@ -61,6 +61,19 @@ pub struct IterationResult {
     /// The launched agent (absent when nothing was launched).
     #[serde(default)]
     pub agent: Option<AgentRecord>,
+    /// The filesystem holding the records was full when the iteration ended (absent when it
+    /// was not, or when the supervisor does not keep records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_full: Option<DiskFull>,
+}
+
+/// A full filesystem under the records, found when an iteration ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskFull {
+    /// The records directory on it.
+    pub path: String,
+    /// Bytes an unprivileged writer could still allocate there.
+    pub free_bytes: u64,
 }
 
 /// How the supervisor ran.
@@ -350,6 +363,7 @@ impl IterationResult {
             env: EnvRecord::default(),
             confinement: None,
             agent: None,
+            disk_full: None,
         }
     }
 

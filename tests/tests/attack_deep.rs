@@ -100,7 +100,7 @@ impl Drop for Fixture {
     /// Stops what a failed test left running, and removes its trees at any depth.
     fn drop(&mut self) {
         for id in self.left() {
-            let _ = self.pitcrew(None, &["down", &id]);
+            let _ = self.pitcrew(None, &["down", &id, "--force"]);
         }
         let _ = bounded_tree::remove_path(self.dir.path());
     }

@@ -209,7 +209,28 @@ fn a_batch_runs_every_job_retries_a_killed_sandbox_and_resumes_to_nothing() {
         );
     }
 
-    // Nothing left: no sandbox in the state, no agent process.
+    // Nothing left running: the killed sandbox is stopped with its state kept (its supervisor
+    // died: records and log are evidence), deleted only by `down --force`; no other sandbox in
+    // the state, no agent process.
+    let victim = jobs.iter().find(|j| j["id"] == "t17").unwrap()["attempts"][0]["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ps = Command::new(binary("pitcrew"))
+        .args(["ps", "--engine", "local", "--json", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+    assert_eq!(listed[0]["id"], victim.as_str(), "{listed:#}");
+    assert_eq!(listed[0]["running"], false, "{listed:#}");
+    let down = Command::new(binary("pitcrew"))
+        .args(["down", &victim, "--force", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{down:?}");
     nothing_left(&state, "sleep 7777 ");
 
     // Resumed, the finished batch starts nothing: every job is taken from its record.

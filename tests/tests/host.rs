@@ -164,7 +164,7 @@ impl Drop for Fixture {
         let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         for s in list.as_array().into_iter().flatten() {
             if let Some(id) = s["id"].as_str() {
-                let _ = self.pitcrew(&["down", id]).output();
+                let _ = self.pitcrew(&["down", id, "--force"]).output();
             }
         }
     }
@@ -870,7 +870,8 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
     assert_eq!(rec["pid_start"].as_u64(), start_time(pid), "{rec}");
     let out = fx.pitcrew(&["ps", "--engine", "local"]).output().unwrap();
     let ps = String::from_utf8_lossy(&out.stdout);
-    assert!(ps.contains(&format!("{id}  local  running")), "{ps}");
+    // Running and held by no run: kept.
+    assert!(ps.contains(&format!("{id}  local  kept")), "{ps}");
     // The sandbox dies (its unshare killed: the PID namespace goes with it) ...
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])

@@ -154,7 +154,7 @@ struct Down<'a> {
 impl Drop for Down<'_> {
     fn drop(&mut self) {
         if self.state.join("sandboxes").join(self.id).exists() {
-            let _ = self.user.pitcrew(self.state, &["down", self.id]);
+            let _ = self.user.pitcrew(self.state, &["down", self.id, "--force"]);
         }
     }
 }

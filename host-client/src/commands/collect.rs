@@ -1,5 +1,7 @@
 //! `pitcrew collect SANDBOX [--iteration N] [--out DIR]`: fetch an iteration's record (the
-//! latest by default) into `DIR/iteration-N/`, with the same safe unpack as `pitcrew run`.
+//! latest by default) into `DIR/iteration-N/`, with the same safe unpack as `pitcrew run`. When
+//! the sandbox's supervisor is gone, the record is read from the sandbox's storage (the local
+//! engine's state directory) instead, and `collect` says so.
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
 use crate::records;
@@ -27,6 +29,22 @@ pub struct CollectArgs {
     pub json: bool,
 }
 
+/// Tells the supervisor the host now holds the record unpacked in `staging` (a stop deletes no
+/// record the host never collected).
+fn acknowledge(
+    conn: &mut crate::engine::Connection,
+    staging: &std::path::Path,
+) -> anyhow::Result<()> {
+    if !conn.supports("collected") {
+        return Ok(());
+    }
+    let record: pitcrew_core::result::IterationResult =
+        serde_json::from_slice(&std::fs::read(staging.join("result.json"))?)?;
+    conn.client()
+        .collected(&[record.iteration])
+        .map_err(|e| conn.explain(e))
+}
+
 /// Runs `pitcrew collect`.
 pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
@@ -40,10 +58,31 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     // The safe unpack wants an absolute destination.
     let out = std::fs::canonicalize(&out).with_context(|| format!("{}: resolve", out.display()))?;
     let staging = out.join(format!(".collect-{}", std::process::id()));
-    let mut conn = engine.connect(&id)?;
-    let res = records::collect_into(&mut conn, args.iteration, &staging);
-    conn.close();
-    res?;
+    match engine.connect(&id) {
+        Ok(mut conn) => {
+            let res = records::collect_into(&mut conn, args.iteration, &staging)
+                .and_then(|()| acknowledge(&mut conn, &staging));
+            conn.close();
+            res?;
+        }
+        // Its supervisor is gone: the record is read from the sandbox's storage, if the engine
+        // can reach it.
+        Err(err) => {
+            let gone = engine.supervisor_gone(&id);
+            let Some((_, mut tar)) = engine.stored_record(&id, args.iteration)? else {
+                return Err(engine.explain_lost(&id, err));
+            };
+            eprintln!(
+                "pitcrew: sandbox {}: {}; reading its record from its storage",
+                report::escape_controls(&id.0),
+                report::escape_controls(&gone.map_or_else(
+                    || "its supervisor does not answer".into(),
+                    |g| { format!("its supervisor died ({})", g.why) }
+                ))
+            );
+            records::unpack_record(&mut tar, &staging)?;
+        }
+    }
     let record_path = staging.join("result.json");
     let record: pitcrew_core::result::IterationResult = std::fs::read(&record_path)
         .map_err(anyhow::Error::from)

@@ -1,6 +1,7 @@
 //! `pitcrew down SANDBOX [--keep] [--force]`: stop a sandbox pitcrew created (`shutdown`, wait;
 //! a container is stopped with a grace and removed with its volumes), then remove its host-side
-//! state unless `--keep`. A recorded pid that is not provably the sandbox's process any more is
+//! state unless `--keep`, or unless it holds records the host never collected or its supervisor
+//! died (then the state is kept and `down` says so; `--force` deletes it). A recorded pid that is not provably the sandbox's process any more is
 //! never signalled; `down` says so. A sandbox pitcrew did not create (an exec sandbox, a
 //! container without pitcrew's label) is left alone, and `down` says so and fails, unless
 //! `--force`: then its supervisor is stopped and the container is left for its owner to remove.
@@ -22,7 +23,8 @@ pub struct DownArgs {
     /// stopped, not removed).
     #[arg(long)]
     pub keep: bool,
-    /// Stop a sandbox pitcrew did not create (it is not removed).
+    /// Stop a sandbox pitcrew did not create (it is not removed), and delete the state of one
+    /// with records the host never collected or whose supervisor died (kept otherwise).
     #[arg(long)]
     pub force: bool,
     /// Print the outcome as JSON.
@@ -41,7 +43,7 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
             engine.name()
         );
     }
-    let outcome = engine.stop(&id, args.keep)?;
+    let outcome = crate::engine::stop_keeping_records(&*engine, &id, args.keep, args.force)?;
     if args.json {
         println!(
             "{}",

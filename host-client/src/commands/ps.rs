@@ -1,8 +1,9 @@
 //! `pitcrew ps [--json]`: the sandboxes this host knows about: the local engine's state
 //! directory, and the podman and docker containers labelled `pitcrew.sandbox` (each engine
-//! whose CLI is installed; `--engine` lists one).
+//! whose CLI is installed; `--engine` lists one). A running sandbox is asked which run holds
+//! it: `in-run`, `orphaned` (its run's host went away) or `kept`.
 
-use crate::engine::EngineArgs;
+use crate::engine::{Engine, EngineArgs, SandboxEntry, SandboxId};
 use crate::report::escape_controls;
 use std::process::ExitCode;
 
@@ -17,6 +18,42 @@ pub struct PsArgs {
     pub json: bool,
 }
 
+/// Refines a running sandbox's state from its supervisor's claim: `in-run` while a connected
+/// host drives a run, `orphaned` when that host went away mid-run (`pitcrew run --resume`
+/// finishes it), `kept` when no run holds it.
+fn show_claim(engine: &dyn Engine, s: &mut SandboxEntry) {
+    let id = SandboxId(s.id.clone());
+    let status = engine.connect(&id).and_then(|mut conn| {
+        let status = conn.client().status(false).map_err(|e| conn.explain(e));
+        conn.close();
+        status
+    });
+    let Ok(status) = status else {
+        return;
+    };
+    let claim = &status["claim"];
+    s.state = match claim["state"].as_str() {
+        Some("orphaned") => {
+            s.detail["state_detail"] = format!(
+                "run {} lost its host after {} iteration(s); pitcrew run --resume {}",
+                claim["run"].as_str().unwrap_or_default(),
+                claim["iterations"].as_array().map_or(0, Vec::len),
+                s.id
+            )
+            .into();
+            "orphaned"
+        }
+        Some(_) => {
+            s.detail["state_detail"] =
+                format!("run {}", claim["run"].as_str().unwrap_or_default()).into();
+            "in-run"
+        }
+        None => "kept",
+    }
+    .to_string();
+    s.detail["claim"] = claim.clone();
+}
+
 /// Runs `pitcrew ps`.
 pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
     let explicit = args.engine.engine.is_some();
@@ -25,7 +62,12 @@ pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
     for engine in args.engine.engines_to_list()? {
         names.push(engine.name());
         match engine.list() {
-            Ok(found) => list.extend(found),
+            Ok(found) => list.extend(found.into_iter().map(|mut s| {
+                if s.running {
+                    show_claim(&*engine, &mut s);
+                }
+                s
+            })),
             // An engine named with --engine must answer; an installed one that does not is
             // reported and skipped (quietly when it is only a docker client without a daemon).
             Err(err) if !explicit => {

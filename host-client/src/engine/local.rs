@@ -182,13 +182,16 @@ impl LocalEngine {
             .current_dir("/")
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: the closure runs in the forked child before exec and only calls setsid,
-        // which is async-signal-safe and allocates nothing.
+        // SAFETY: the closure runs in the forked child before exec and only calls setsid and
+        // `cloexec_from_3`, which are async-signal-safe and allocate nothing.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // The detached sandbox outlives this command: it must not hold the caller's
+                // other descriptors (a pipe a shell pipeline waits on would never end).
+                process::cloexec_from_3();
                 Ok(())
             });
         }
@@ -576,6 +579,41 @@ impl Engine for LocalEngine {
         Ok(v)
     }
 
+    fn supervisor_gone(&self, id: &SandboxId) -> Option<super::Gone> {
+        let rec = self.record(id).ok()?;
+        let gone = match process::identify(rec.pid, rec.pid_start) {
+            // A connection that just broke may come a moment before the exit.
+            Identity::Running(p) => p.wait_exit(Duration::from_secs(1)),
+            Identity::Gone | Identity::Reused { .. } => true,
+            Identity::Unverified { .. } => false,
+        };
+        let log = self.dir(id).join("supervisor.log");
+        gone.then(|| match log_tail(&log) {
+            tail if tail.is_empty() => super::Gone {
+                why: format!("{} is empty", log.display()),
+                log_says: false,
+            },
+            tail => super::Gone {
+                why: format!("{} ends: {tail}", log.display()),
+                log_says: true,
+            },
+        })
+    }
+
+    fn stored_uncollected(&self, id: &SandboxId) -> Option<Vec<u32>> {
+        let rec = self.record(id).ok()?;
+        Some(stored::uncollected(&rec.records))
+    }
+
+    fn stored_record(
+        &self,
+        id: &SandboxId,
+        iteration: Option<u32>,
+    ) -> anyhow::Result<Option<(u32, Box<dyn std::io::Read + Send>)>> {
+        let rec = self.record(id)?;
+        stored::record_tar(&rec.records, iteration)
+    }
+
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
         let dir = self.sandboxes();
         let entries = match fs::read_dir(&dir) {
@@ -606,5 +644,6 @@ impl Engine for LocalEngine {
     }
 }
 
+mod stored;
 #[cfg(test)]
 mod tests;

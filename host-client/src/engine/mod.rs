@@ -99,6 +99,112 @@ pub trait Engine {
     fn describe(&self, id: &SandboxId) -> anyhow::Result<serde_json::Value>;
     /// Sandboxes this engine knows about on this host (empty when it keeps no state).
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>>;
+    /// Why the sandbox's supervisor is known to be gone (it died, or was killed), with what its
+    /// log said last; `None` when it runs or the engine cannot tell.
+    fn supervisor_gone(&self, _id: &SandboxId) -> Option<Gone> {
+        None
+    }
+    /// The finished iterations whose records the host never collected, read from the sandbox's
+    /// storage (its supervisor need not run); `None` when the engine cannot read it.
+    fn stored_uncollected(&self, _id: &SandboxId) -> Option<Vec<u32>> {
+        None
+    }
+    /// The record of `iteration` (default: the latest) read from the sandbox's storage when its
+    /// supervisor cannot send it: its number and a tar stream like `collect`'s; `None` when the
+    /// engine cannot read the storage.
+    fn stored_record(
+        &self,
+        _id: &SandboxId,
+        _iteration: Option<u32>,
+    ) -> anyhow::Result<Option<(u32, Box<dyn Read + Send>)>> {
+        Ok(None)
+    }
+    /// `err`, a connection lost mid-request, said better when the supervisor is known to be
+    /// gone.
+    fn explain_lost(&self, id: &SandboxId, err: anyhow::Error) -> anyhow::Error {
+        match self.supervisor_gone(id) {
+            Some(gone) => err.context(format!("the supervisor of sandbox {id} died: {}", gone.why)),
+            None => err,
+        }
+    }
+}
+
+/// A sandbox whose supervisor is gone ([`Engine::supervisor_gone`]).
+#[derive(Debug, Clone)]
+pub struct Gone {
+    /// What is known: where its log is and how it ends.
+    pub why: String,
+    /// Its log says something (evidence a stop must not delete without `--force`).
+    pub log_says: bool,
+}
+
+/// Stops sandbox `id` without deleting what nobody else holds: unless `force`, a sandbox with
+/// records the host never collected, or whose supervisor died (its log says why), keeps its
+/// state (records, log; a container is stopped, not removed), and the outcome's warning says
+/// so and how to fetch or delete them.
+pub fn stop_keeping_records(
+    engine: &dyn Engine,
+    id: &SandboxId,
+    keep_state: bool,
+    force: bool,
+) -> anyhow::Result<StopOutcome> {
+    let mut why_kept = None;
+    if !keep_state && !force {
+        let asked = engine.connect(id).and_then(|mut conn| {
+            let status = conn.client().status(false).map_err(|e| conn.explain(e));
+            conn.close();
+            status
+        });
+        let kept_because = |list: &[u64]| {
+            format!(
+                "{} record(s) not collected (iteration {}): its state is kept; `pitcrew collect \
+                 {id} --iteration N` fetches one, `pitcrew down {id} --force` deletes them",
+                list.len(),
+                list.iter()
+                    .take(10)
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        why_kept = match &asked {
+            Ok(status) => {
+                let list: Vec<u64> = status["uncollected"]["iterations"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
+                    .unwrap_or_default();
+                (!list.is_empty()).then(|| kept_because(&list))
+            }
+            Err(err) => {
+                tracing::info!("sandbox {id}: status before stopping: {err:#}");
+                let stored = engine.stored_uncollected(id);
+                match (engine.supervisor_gone(id), stored) {
+                    // Its log says why it died: kept with the records, whatever was collected.
+                    (Some(gone), _) if gone.log_says => Some(format!(
+                        "its supervisor died ({}): its state is kept for `pitcrew collect` and \
+                         the log; `pitcrew down {id} --force` deletes it",
+                        gone.why
+                    )),
+                    (_, Some(list)) if list.is_empty() => None,
+                    (_, Some(list)) => Some(kept_because(
+                        &list.into_iter().map(u64::from).collect::<Vec<_>>(),
+                    )),
+                    (_, None) => Some(format!(
+                        "its supervisor does not answer and its records cannot be read: its \
+                         state is kept; `pitcrew down {id} --force` deletes it"
+                    )),
+                }
+            }
+        };
+    }
+    let mut outcome = engine.stop(id, keep_state || why_kept.is_some())?;
+    if let Some(why) = why_kept {
+        outcome.warning = Some(match outcome.warning.take() {
+            Some(w) => format!("{w}; {why}"),
+            None => why,
+        });
+    }
+    Ok(outcome)
 }
 
 /// A protocol session with a sandbox's supervisor, carried by a spawned process's stdio
@@ -112,6 +218,15 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Whether the supervisor serves `request` (its `hello` lists it).
+    pub fn supports(&self, request: &str) -> bool {
+        self.hello
+            .capabilities
+            .requests
+            .iter()
+            .any(|r| r == request)
+    }
+
     /// Spawns `argv` and says `hello` over its stdio. The process runs in its own process group
     /// so a Ctrl-C on the terminal reaches pitcrew (which then sends `cancel`), not the
     /// transport. `what` names the transport in errors.

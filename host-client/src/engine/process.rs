@@ -37,6 +37,40 @@ pub fn start_time(pid: u32) -> std::io::Result<u64> {
     })
 }
 
+/// Marks every descriptor from 3 up close-on-exec, in a forked child before `exec` (only
+/// async-signal-safe calls, no allocation): what is exec'd then holds its stdio and nothing else
+/// of the process that forked it. Marked, not closed: the standard library's exec-error pipe
+/// must stay open until the `exec`.
+pub fn cloexec_from_3() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if marked == 0 {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per possible descriptor.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a live stack variable.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 20)
+    } else {
+        1024
+    };
+    for fd in 3..i32::try_from(max).unwrap_or(1024) {
+        // SAFETY: fcntl on a descriptor number that may not be open only fails with EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
 /// What the pid recorded for a sandbox is now.
 #[derive(Debug)]
 pub enum Identity {

@@ -24,7 +24,7 @@ pub fn with_fd_limit(limit: u64, f: impl FnOnce() -> Result<(), String>) {
             match f() {
                 Ok(()) => 0,
                 Err(e) => {
-                    eprintln!("{e}");
+                    crate::say!("{e}");
                     1
                 }
             }

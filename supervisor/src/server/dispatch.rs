@@ -112,8 +112,12 @@ impl Server {
                     capabilities: self.capabilities.clone(),
                 });
             }
-            Request::Upload { dest, owner, .. } => self.start_upload(i, id, &dest, owner)?,
+            Request::Upload { dest, owner, .. } => {
+                self.check_claim(conn_id, "upload")?;
+                self.start_upload(i, id, &dest, owner)?;
+            }
             Request::SetManifest { manifest, .. } => {
+                self.check_claim(conn_id, "set_manifest")?;
                 if running {
                     return Err(RequestError::Busy("an iteration is running".into()));
                 }
@@ -137,6 +141,7 @@ impl Server {
                 self.manifest = Some(*manifest);
             }
             Request::Run { .. } => {
+                self.check_claim(conn_id, "run")?;
                 if running || self.pending_run.is_some() {
                     return Err(RequestError::Busy("an iteration is running".into()));
                 }
@@ -171,6 +176,27 @@ impl Server {
                 });
             }
             Request::Collect { iteration, .. } => self.collect(i, id, iteration)?,
+            Request::Claim { run, plan, .. } => {
+                let claim = self.claim(conn_id, run, plan)?;
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({ "claim": claim }),
+                });
+            }
+            Request::Release { .. } => {
+                self.release(conn_id)?;
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: Value::Null,
+                });
+            }
+            Request::Collected { iterations, .. } => {
+                self.mark_collected(&iterations)?;
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({ "collected": iterations.len() }),
+                });
+            }
             Request::Status { verify, .. } => {
                 if verify && running {
                     return Err(RequestError::Busy(
@@ -204,14 +230,20 @@ impl Server {
         if n > 0 {
             records::restore_modes(&self.records, &dir);
         }
-        if n == 0 || !dir.join("result.json").is_file() {
+        self.unwritten.flush();
+        let in_memory = self.unwritten.get(n).map(str::to_owned);
+        if n == 0 || (in_memory.is_none() && !dir.join("result.json").is_file()) {
             return Err(RequestError::NotFound(format!(
                 "no record of iteration {n}"
             )));
         }
         let c = &mut self.conns[i];
         let mut out = TarFrames::new(c);
-        let tarred = records::tar_dir(&dir, &mut out);
+        let tarred = match &in_memory {
+            // The disk had no room for it: the record alone, from memory.
+            Some(line) => records::tar_record_line(line.as_bytes(), &mut out),
+            None => records::tar_dir(&dir, &mut out),
+        };
         let sent = tarred.and_then(|()| out.end());
         match sent {
             Ok(bytes) => c.send(&Response::Ok {

@@ -19,14 +19,19 @@
 //! - `run`: one iteration for a `run` request, the observer callbacks and the finished record.
 //! - `tail`: the agent's output streamed to the requester while it runs.
 //! - `status`: the `status` reply (history, `/proc` processes, live verification).
+//! - `claim`: which run the sandbox serves (one at a time), and which records the host holds.
 //! - `records`: the iteration records kept in the sandbox until collected.
+//! - `reserve`: room held for records on a disk the agent can fill, and records kept in memory
+//!   when even that was not enough.
 //! - [`attach`]: `pitcrew-init attach`, the stdio ↔ socket bridge.
 
 pub mod attach;
+mod claim;
 mod conn;
 mod dispatch;
 mod error;
 mod records;
+mod reserve;
 mod run;
 mod socket;
 mod status;
@@ -63,7 +68,7 @@ pub const DEFAULT_RECORDS: &str = "/var/lib/pitcrew/records";
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Every request this supervisor serves (sent in the capabilities).
-pub const REQUESTS: [&str; 9] = [
+pub const REQUESTS: [&str; 12] = [
     "hello",
     "upload",
     "set_manifest",
@@ -73,6 +78,9 @@ pub const REQUESTS: [&str; 9] = [
     "collect",
     "status",
     "shutdown",
+    "claim",
+    "release",
+    "collected",
 ];
 
 /// How to serve.
@@ -148,6 +156,14 @@ struct Server {
     capabilities: Capabilities,
     /// A `run` request waiting for the loop to start it.
     pending_run: Option<PendingRun>,
+    /// Space held in the records directory for the next record.
+    reserve: reserve::Reserve,
+    /// Records the disk had no room for (answered and collectable from memory).
+    unwritten: reserve::Unwritten,
+    /// The run this sandbox serves.
+    claim: Option<claim::Claim>,
+    /// The iterations whose records the host holds (`collected`).
+    collected: std::collections::BTreeSet<u32>,
     /// Actions on the agent requested since the last wake-up (`signal`, `cancel`, `shutdown`).
     actions: Vec<ObserverAction>,
     /// A `shutdown` request, answered once everything is reaped.
@@ -158,20 +174,14 @@ struct Server {
 /// reaps everything. Returns the process exit code.
 pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
     if let Err(err) = records::create_private_dir(&opts.records) {
-        eprintln!(
-            "pitcrew-init: records directory {}: {err}",
-            opts.records.display()
-        );
+        crate::say!("records directory {}: {err}", opts.records.display());
         return exit_code::SUPERVISOR_FAILED;
     }
     // Canonical, to be compared with the agent's writable directories (opened without a link).
     match fs::canonicalize(&opts.records) {
         Ok(records) => ctx.supervisor_paths.push(records),
         Err(err) => {
-            eprintln!(
-                "pitcrew-init: records directory {}: {err}",
-                opts.records.display()
-            );
+            crate::say!("records directory {}: {err}", opts.records.display());
             return exit_code::SUPERVISOR_FAILED;
         }
     }
@@ -201,6 +211,10 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         last_confinement: None,
         capabilities,
         pending_run: None,
+        reserve: reserve::Reserve::new(&opts.records),
+        unwritten: reserve::Unwritten::default(),
+        claim: None,
+        collected: claim::read_collected(&opts.records),
         actions: Vec::new(),
         shutdown: None,
     };
@@ -213,7 +227,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         match conn {
             Ok(conn) => server.conns.push(conn),
             Err(err) => {
-                eprintln!("pitcrew-init: serve --stdio: {err}");
+                crate::say!("serve --stdio: {err}");
                 return exit_code::SUPERVISOR_FAILED;
             }
         }
@@ -225,7 +239,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
                 server.socket = Some(opts.socket.clone());
             }
             Err(err) => {
-                eprintln!("pitcrew-init: serve: {err}");
+                crate::say!("serve: {err}");
                 return exit_code::SUPERVISOR_FAILED;
             }
         }
@@ -332,13 +346,18 @@ impl Server {
         // Close finished connections (the requester of a running iteration stays until its
         // result is sent or a write fails).
         let running_conn = self.current.as_ref().and_then(|c| c.conn);
+        let mut closed = Vec::new();
         self.conns.retain(|c| {
             let keep = !c.dead && (!c.eof || Some(c.id) == running_conn);
             if !keep {
                 tracing::debug!("conn {}: closed", c.id);
+                closed.push(c.id);
             }
             keep
         });
+        for id in closed {
+            self.claim_holder_gone(id);
+        }
         if let Some(cur) = self.current.as_mut() {
             if let Some(id) = cur.conn {
                 if !self.conns.iter().any(|c| c.id == id) {

@@ -104,17 +104,23 @@ pub(super) fn last_iteration(records: &Path) -> u32 {
 /// Writes `bytes` to `path` through a temporary file and a rename.
 pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut file = OpenOptions::new()
+    let written = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, path)
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        // A half-written temporary file only takes space (a full disk is the usual cause).
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Most skipped entries named in a [`CopyReport`] (the count is always exact).
@@ -392,6 +398,18 @@ pub(super) fn tar_dir(dir: &Path, out: &mut dyn Write) -> io::Result<()> {
             _ => {}
         }
     }
+    builder.finish()
+}
+
+/// Streams a record that exists only in memory as a tar archive holding `result.json` alone.
+pub(super) fn tar_record_line(line: &[u8], out: &mut dyn Write) -> io::Result<()> {
+    let mut builder = tar::Builder::new(out);
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o644);
+    header.set_size(line.len() as u64);
+    header.set_mtime(crate::clock::now_secs());
+    builder.append_data(&mut header, "result.json", line)?;
     builder.finish()
 }
 

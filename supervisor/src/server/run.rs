@@ -3,6 +3,7 @@
 //! [`IterationObserver`]), and the record finalised once the agent's tree is gone.
 
 use super::records;
+use super::reserve;
 use super::status::HistoryEntry;
 use super::tail::{Tail, STREAM_CAP, TAIL_BUDGET};
 use super::{PendingRun, Server};
@@ -11,7 +12,7 @@ use crate::exit_code;
 use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
 use crate::manifest::Manifest;
 use crate::protocol::{Channel, Response};
-use crate::result::IterationResult;
+use crate::result::{DiskFull, IterationResult};
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -57,15 +58,20 @@ impl Server {
         let stderr = dir.join("stderr.log");
         manifest.output.stdout = Some(stdout.display().to_string());
         manifest.output.stderr = Some(stderr.display().to_string());
-        let events = records::create_private_dir(&dir)
-            .and_then(|()| {
-                OpenOptions::new()
-                    .append(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(dir.join("events.jsonl"))
-            })
-            .map_err(|e| format!("record directory {}: {e}", dir.display()));
+        // Room for the record first: an iteration whose record the disk could not take is not
+        // started (its record travels in the response and stays in memory until written).
+        self.unwritten.flush();
+        let events = self.hold_reserve().and_then(|()| {
+            records::create_private_dir(&dir)
+                .and_then(|()| {
+                    OpenOptions::new()
+                        .append(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(dir.join("events.jsonl"))
+                })
+                .map_err(|e| format!("record directory {}: {e}", dir.display()))
+        });
         self.current = Some(Current {
             conn: Some(conn_id),
             id,
@@ -79,7 +85,7 @@ impl Server {
         });
         // The agent's directories are prepared in `after_reap`, once nothing of an earlier
         // agent runs any more.
-        let record = match events.map(drop) {
+        let mut record = match events.map(drop) {
             Ok(()) => run_iteration(ctx, &manifest, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
@@ -88,8 +94,9 @@ impl Server {
             }
         };
         self.pump_tails(STREAM_CAP);
-        self.finalise_record(&manifest, &dir, &record);
+        self.finalise_record(&manifest, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
+        self.claim_ran(conn_id, n);
         self.history.push(HistoryEntry {
             iteration: n,
             exit_code: record.exit_code,
@@ -117,7 +124,7 @@ impl Server {
     /// Finishes the record of an iteration that has ended: copies what the agent left
     /// (`output/`, `transcripts/`) within the record's budget, reports it as the `record` step
     /// and writes `result.json`.
-    fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &IterationResult) {
+    fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &mut IterationResult) {
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
         // over the host's limits would lose all of it).
@@ -178,9 +185,72 @@ impl Server {
                     .then_some("processes survived the final reap"),
             }),
         );
-        let line = record.to_json_line();
-        if let Err(err) = records::write_atomically(&dir.join("result.json"), line.as_bytes()) {
-            tracing::error!("record: {}: {err}", dir.display());
+        self.judge_disk(record);
+        self.keep_record(record.iteration, dir, record.to_json_line());
+    }
+
+    /// Holds the records' reserve before an iteration; `Err` (the iteration's reason) when the
+    /// disk has no room for it. Any other failure to hold it is logged, not fatal.
+    fn hold_reserve(&mut self) -> Result<(), String> {
+        match self.reserve.hold() {
+            Ok(()) => Ok(()),
+            Err(err) if reserve::is_disk_full(&err) => Err(format!(
+                "disk-full: no room for the record in {} ({} bytes free, {} needed): {err}; free \
+                 space in the sandbox (the workspace, temporary files) before the next iteration",
+                self.records.display(),
+                reserve::free_bytes(&self.records).unwrap_or(0),
+                reserve::RESERVE_BYTES,
+            )),
+            Err(err) => {
+                tracing::warn!("record reserve: {err}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Notes in `record` that the filesystem holding the records was full when the iteration
+    /// ended (what the agent wrote, or something else in the sandbox, filled it); on a failed
+    /// iteration the reason says so too.
+    fn judge_disk(&self, record: &mut IterationResult) {
+        let Some(free) = reserve::free_bytes(&self.records) else {
+            return;
+        };
+        if free >= reserve::RESERVE_BYTES {
+            return;
+        }
+        let path = self.records.display().to_string();
+        let said = record
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("disk-full:"));
+        if record.exit_code != 0 && !said {
+            let note = format!(
+                "disk-full: the filesystem holding the records ({path}) was full when the \
+                 iteration ended ({free} bytes free)"
+            );
+            record.reason = Some(match record.reason.take() {
+                Some(reason) => format!("{reason}; {note}"),
+                None => note,
+            });
+        }
+        record.disk_full = Some(DiskFull {
+            path,
+            free_bytes: free,
+        });
+    }
+
+    /// Writes the record `line` of iteration `n` to `dir`: on a full disk the reserve is given
+    /// back and the write tried again; a record that still cannot be written is kept in memory
+    /// (collectable) until it can.
+    fn keep_record(&mut self, n: u32, dir: &Path, line: String) {
+        let mut written = reserve::write_record(dir, line.as_bytes());
+        if written.as_ref().is_err_and(reserve::is_disk_full) {
+            self.reserve.release();
+            written = reserve::write_record(dir, line.as_bytes());
+        }
+        if let Err(err) = written {
+            tracing::error!("record: {}: {err} (kept in memory)", dir.display());
+            self.unwritten.keep(n, dir.to_path_buf(), line);
         }
     }
 }

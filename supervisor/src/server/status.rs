@@ -114,6 +114,8 @@ impl Server {
             "processes": processes(),
             "capabilities": self.capabilities,
             "confinement": self.last_confinement,
+            "claim": self.claim.as_ref().map(super::claim::Claim::to_json),
+            "uncollected": self.uncollected(),
         });
         if verify {
             let report = match &self.manifest {

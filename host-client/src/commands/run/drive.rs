@@ -46,7 +46,36 @@ pub(super) struct RunReport {
     pub(super) exit_code: u8,
 }
 
-/// Compiles, uploads and runs the iterations in the started sandbox `id`.
+/// What `--resume` takes back: the orphaned run's id, the iterations it ran, and which of
+/// them the host never collected.
+pub(super) struct Resumed {
+    /// The run id (its records directory's name).
+    pub(super) run_id: String,
+    /// The iterations the run ran before its host went away.
+    pub(super) ran: Vec<u32>,
+    /// Which of those the sandbox still holds uncollected.
+    pub(super) uncollected: Vec<u32>,
+    /// The run's iteration budget.
+    pub(super) total: u32,
+}
+
+/// The plan a run leaves with its claim (what `--resume` needs to finish it).
+pub(super) fn plan(args: &RunArgs, total: u32, kept: bool) -> serde_json::Value {
+    let harness = args
+        .harness
+        .as_deref()
+        .map(|h| std::path::absolute(h).unwrap_or_else(|_| h.to_path_buf()));
+    serde_json::json!({
+        "harness": harness,
+        "iterations": total,
+        "records": args.records,
+        "keep": kept,
+    })
+}
+
+/// Compiles, uploads and runs the iterations in the started sandbox `id`; with `resumed`,
+/// collects what the orphaned run left and runs its remaining iterations instead (its trees
+/// and manifest are in place).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn drive(
     args: &RunArgs,
@@ -57,44 +86,85 @@ pub(super) fn drive(
     h: &Harness,
     progress: &Progress,
     slot: &CancelSlot,
+    kept: bool,
+    resumed: Option<Resumed>,
 ) -> anyhow::Result<RunReport> {
     let layout = engine.layout(id)?;
-    let Compiled {
-        mut manifest,
-        mut uploads,
-    } = validated
-        .compile(&layout)
-        .context("the harness has problems")?;
     let mut conn = engine.connect(id)?;
-    // A supervisor that cannot choose the agent's identity (unprivileged) names the only one.
-    if let Some(user) = &conn.hello().capabilities.agent_user {
-        manifest.user = user.clone();
-        for upload in uploads.iter_mut().filter(|u| u.owner.is_some()) {
-            upload.owner = Some(Owner {
-                uid: user.uid,
-                gid: user.gid,
-            });
-        }
+    let claims = conn.supports("claim");
+    let total = resumed
+        .as_ref()
+        .map_or_else(|| args.iterations.unwrap_or(h.iterations), |r| r.total);
+    let run_id = match &resumed {
+        Some(r) => r.run_id.clone(),
+        None => format!("{}-{}", utc_stamp(), path_safe(&id.0)),
+    };
+    // The sandbox is this run's before anything is sent: a second run is refused here, and the
+    // first one's trees and manifest stay as they are.
+    if claims {
+        conn.client()
+            .claim(&run_id, plan(args, total, kept))
+            .map_err(|e| conn.explain(e))
+            .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
-    manifest
-        .validate()
-        .context("the manifest built from this harness is invalid")?;
-
     slot.arm(conn.client().canceller());
-    upload_all(&mut conn, &uploads, progress)?;
-    conn.client()
-        .set_manifest(&manifest)
-        .map_err(|e| conn.explain(e))?;
+    if resumed.is_none() {
+        let Compiled {
+            mut manifest,
+            mut uploads,
+        } = validated
+            .compile(&layout)
+            .context("the harness has problems")?;
+        // A supervisor that cannot choose the agent's identity (unprivileged) names the only one.
+        if let Some(user) = &conn.hello().capabilities.agent_user {
+            manifest.user = user.clone();
+            for upload in uploads.iter_mut().filter(|u| u.owner.is_some()) {
+                upload.owner = Some(Owner {
+                    uid: user.uid,
+                    gid: user.gid,
+                });
+            }
+        }
+        manifest
+            .validate()
+            .context("the manifest built from this harness is invalid")?;
+        upload_all(&mut conn, &uploads, progress)?;
+        conn.client()
+            .set_manifest(&manifest)
+            .map_err(|e| conn.explain(e))?;
+    }
 
-    let run_id = format!("{}-{}", utc_stamp(), path_safe(&id.0));
     // Created without following links: `output:` stays inside the harness directory (or
     // `--records`).
     let (run_dir, _) = records::open_run_dir(args.records_base(h), &h.output, &run_id)?;
-    let total = args.iterations.unwrap_or(h.iterations);
     let mut rows = Vec::new();
+    let mut done = 0;
+    if let Some(r) = &resumed {
+        done = u32::try_from(r.ran.len()).unwrap_or(u32::MAX);
+        for &n in &r.uncollected {
+            let dest = run_dir.join(format!("iteration-{n}"));
+            progress.status(&format!("iteration {n}: collecting what the run left"));
+            // Collected before the host died, but not yet acknowledged: only the word is missing.
+            let collected = if dest.join("result.json").is_file() {
+                Ok(())
+            } else {
+                records::open_run_dir(args.records_base(h), &h.output, &run_id)
+                    .and_then(|_| records::collect_into(&mut conn, Some(n), &dest))
+            };
+            match collected {
+                Ok(()) => {
+                    if claims {
+                        conn.client().collected(&[n]).map_err(|e| conn.explain(e))?;
+                    }
+                    progress.line(&format!("iteration {n}: collected (run {run_id})"));
+                }
+                Err(e) => progress.line(&format!("iteration {n}: {e:#}")),
+            }
+        }
+    }
     let mut stopped = Stopped::Iterations;
     let mut validation_passed = false;
-    for n in 1..=total {
+    for n in done + 1..=total {
         if interrupted() {
             stopped = Stopped::Cancelled;
             break;
@@ -132,7 +202,7 @@ pub(super) fn drive(
                     }
                 }
             })
-            .map_err(|e| conn.explain(e))?;
+            .map_err(|e| engine.explain_lost(id, conn.explain(e)))?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut row = report::summarize(&outcome.record, duration_ms, events);
         let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
@@ -142,7 +212,15 @@ pub(super) fn drive(
         let collected = records::open_run_dir(args.records_base(h), &h.output, &run_id)
             .and_then(|_| records::collect_into(&mut conn, Some(outcome.iteration), &dest));
         match collected {
-            Ok(()) => row.record_dir = Some(dest.display().to_string()),
+            Ok(()) => {
+                row.record_dir = Some(dest.display().to_string());
+                // Only now may the sandbox forget it (a stop deletes no record it holds alone).
+                if claims {
+                    conn.client()
+                        .collected(&[outcome.iteration])
+                        .map_err(|e| conn.explain(e))?;
+                }
+            }
             Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
         }
         progress.line(&format!(
@@ -178,8 +256,16 @@ pub(super) fn drive(
     // The cancel slot holds the transport's input too: release it first, so closing the
     // connection ends the transport's input and it exits at once.
     slot.disarm();
+    if claims {
+        // The run is over: the sandbox is kept (or about to be stopped), not orphaned.
+        if let Err(e) = conn.client().release() {
+            progress.line(&format!("sandbox {id}: release the claim: {e}"));
+        }
+    }
     conn.close();
-    let last = rows.last().map_or(125, |r| r.exit_code);
+    let last = rows
+        .last()
+        .map_or(if resumed.is_some() { 0 } else { 125 }, |r| r.exit_code);
     let exit_code = match stopped {
         Stopped::Cancelled => 130,
         _ if validation_passed || last == 0 => 0,

@@ -16,10 +16,12 @@
 //! - `drive`: the loop itself, from the compiled harness to the last collected iteration.
 //! - `upload`: the harness's uploads put in place before the manifest is set.
 //! - `progress`: what people see on stderr while it runs.
+//! - `resume`: `--resume`, taking back a run whose host went away.
 //! - `signals`: Ctrl-C, which cancels the running iteration.
 
 mod drive;
 mod progress;
+mod resume;
 mod signals;
 mod upload;
 
@@ -27,7 +29,7 @@ use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
 use crate::records;
 use crate::report::{self, escape_controls};
 use anyhow::{bail, Context as _};
-use drive::drive;
+use drive::{drive, Resumed};
 use pitcrew_core::harness::{self, Harness, Overrides};
 use progress::Progress;
 use signals::{install_ctrlc, CancelSlot};
@@ -37,8 +39,14 @@ use std::process::ExitCode;
 /// Arguments of `pitcrew run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// The harness file (YAML).
-    pub harness: PathBuf,
+    /// The harness file (YAML); with `--resume`, the orphaned run's own.
+    #[arg(required_unless_present = "resume")]
+    pub harness: Option<PathBuf>,
+    /// Finish the run whose host went away in sandbox ID (`pitcrew ps` shows it `orphaned`):
+    /// collect the records it left and run its remaining iterations, then stop the sandbox
+    /// unless that run (or this one) keeps it.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "records"])]
+    pub resume: Option<String>,
     /// Engine options.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -94,8 +102,28 @@ pub fn parse_assignment(text: &str) -> Result<(String, String), String> {
 /// Runs `pitcrew run`.
 pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
-    let mut validated = harness::validate(&args.harness)?;
-    let file = args.harness.display().to_string();
+    match &args.resume {
+        Some(id) => {
+            let (args, resumed, keep) = resume::take_back(args, id)?;
+            run_harness(&args, verbose, Some((resumed, keep)))
+        }
+        None => run_harness(args, verbose, None),
+    }
+}
+
+/// Runs the harness of `args`, or finishes the orphaned run `resumed` (whose own `--keep` says
+/// whether the sandbox outlives it).
+fn run_harness(
+    args: &RunArgs,
+    verbose: u8,
+    resumed: Option<(Resumed, bool)>,
+) -> anyhow::Result<ExitCode> {
+    let path = args
+        .harness
+        .as_deref()
+        .context("a harness file is needed (or --resume ID)")?;
+    let mut validated = harness::validate(path)?;
+    let file = path.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {
             eprintln!("{}", escape_controls(&format!("{file}:{p}")));
@@ -151,15 +179,28 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         memory_bytes: h.memory,
         processes: h.processes,
     })?;
-    // A sandbox this run did not start is left as it was found.
-    let kept = args.keep || args.sandbox.is_some();
+    // A sandbox this run did not start is left as it was found; a resumed run ends as the run
+    // it finishes would have.
+    let kept = match &resumed {
+        Some((_, keep)) => args.keep || *keep,
+        None => args.keep || args.sandbox.is_some(),
+    };
     if !kept {
         slot.leaves(Some(id.0.clone()));
     }
     progress.line(&format!("sandbox {id} ({})", engine.name()));
 
     let outcome = drive(
-        args, verbose, &*engine, &id, &validated, &h, &progress, &slot,
+        args,
+        verbose,
+        &*engine,
+        &id,
+        &validated,
+        &h,
+        &progress,
+        &slot,
+        kept,
+        resumed.map(|(r, _)| r),
     );
     progress.finish();
     slot.disarm();
@@ -167,7 +208,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     let stop = if kept {
         Ok(Default::default())
     } else {
-        engine.stop(&id, false)
+        crate::engine::stop_keeping_records(&*engine, &id, false, false)
     };
     match stop {
         Ok(outcome) => {

@@ -1,0 +1,128 @@
+//! A local sandbox's records read from its state directory, for when its supervisor is gone:
+//! which ones the host never collected (`records/.collected` lists the collected ones), and one
+//! record as a tar stream like the supervisor's `collect` sends (regular files and directories
+//! only, nothing followed), unpacked by the host with the same safe rule.
+
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// The name the supervisor keeps collected iterations under (`pitcrew_core::server`).
+const COLLECTED_FILE: &str = ".collected";
+
+/// The iterations in `records` that have a finished record (`result.json`), ascending.
+fn finished(records: &Path) -> Vec<u32> {
+    let mut found: Vec<u32> = fs::read_dir(records)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("iteration-")?
+                .parse::<u32>()
+                .ok()
+        })
+        .filter(|n| records.join(format!("iteration-{n}/result.json")).is_file())
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// The finished iterations in `records` that the host never said it collected.
+pub(super) fn uncollected(records: &Path) -> Vec<u32> {
+    let collected: std::collections::BTreeSet<u32> =
+        fs::read_to_string(records.join(COLLECTED_FILE))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+    finished(records)
+        .into_iter()
+        .filter(|n| !collected.contains(n))
+        .collect()
+}
+
+/// The record of `iteration` (default: the latest finished one) in `records` as a tar stream
+/// written by a thread; `None` when there is no such record.
+pub(super) fn record_tar(
+    records: &Path,
+    iteration: Option<u32>,
+) -> anyhow::Result<Option<(u32, Box<dyn Read + Send>)>> {
+    let Some(n) = iteration.or_else(|| finished(records).last().copied()) else {
+        return Ok(None);
+    };
+    let dir = records.join(format!("iteration-{n}"));
+    if !dir.join("result.json").is_file() {
+        return Ok(None);
+    }
+    let (reader, writer) = UnixStream::pair()?;
+    std::thread::spawn(move || {
+        if let Err(err) = write_tar(&dir, writer) {
+            tracing::warn!("{}: reading the stored record: {err}", dir.display());
+        }
+    });
+    Ok(Some((n, Box::new(reader))))
+}
+
+/// Writes `dir` as a tar archive (paths relative to it) to `out`.
+fn write_tar(dir: &Path, out: UnixStream) -> io::Result<()> {
+    let mut builder = tar::Builder::new(out);
+    let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let mut entries: Vec<_> = fs::read_dir(dir.join(&rel))?
+            .filter_map(Result::ok)
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = rel.join(entry.file_name());
+            // `symlink_metadata`: a link is never followed, and never sent.
+            let meta = fs::symlink_metadata(entry.path())?;
+            let mut header = tar::Header::new_gnu();
+            if meta.is_dir() {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+                builder.append_data(&mut header, &path, io::empty())?;
+                pending.push(path);
+            } else if meta.is_file() {
+                let file = fs::File::open(entry.path())?;
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(0o644);
+                header.set_size(meta.len());
+                builder.append_data(&mut header, &path, file.take(meta.len()))?;
+            }
+        }
+    }
+    builder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uncollected_records_are_those_finished_and_not_listed() {
+        let tmp = tempfile::tempdir().unwrap();
+        for n in 1..=3 {
+            let d = tmp.path().join(format!("iteration-{n}"));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("result.json"), "{}").unwrap();
+        }
+        // Started, never finished: not a record.
+        fs::create_dir_all(tmp.path().join("iteration-4")).unwrap();
+        fs::write(tmp.path().join(COLLECTED_FILE), "1\n3\n").unwrap();
+        assert_eq!(uncollected(tmp.path()), vec![2]);
+        let (n, mut tar) = record_tar(tmp.path(), None).unwrap().unwrap();
+        assert_eq!(n, 3);
+        let mut archive = tar::Archive::new(&mut tar);
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, vec!["result.json"]);
+        assert!(record_tar(tmp.path(), Some(4)).unwrap().is_none());
+    }
+}

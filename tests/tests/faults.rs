@@ -1,0 +1,437 @@
+//! Faults an operator's machine produces, end to end with the local engine: the disk under the
+//! records fills up, the supervisor is killed, the host's `pitcrew run` is killed, two runs
+//! reach for one sandbox, and a shell hands `pitcrew run --keep` a descriptor it waits on. In
+//! each case no record is lost and nothing runs on unnoticed.
+//!
+//! Needs root and PID namespaces (and, for the full disk, a tmpfs mount); skipped otherwise, or
+//! a failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::{
+    binary, busy_wait, iteration_dir, pitcrew_run_output, read_json, require_pid_namespaces,
+    write_command_harness,
+};
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// A harness directory and a state directory reachable by the agent's uid.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture(script: &str, iterations: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = write_command_harness(&root, script, iterations, "60s", false, "");
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o755)).unwrap();
+    Fixture {
+        _dir: dir,
+        root,
+        harness,
+        state,
+    }
+}
+
+impl Fixture {
+    /// `pitcrew <args…> --state-dir <state>`.
+    fn pitcrew(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binary("pitcrew"));
+        c.args(args).arg("--state-dir").arg(&self.state);
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.pitcrew(args).output().unwrap()
+    }
+
+    /// `pitcrew ps --json`'s entries.
+    fn ps(&self) -> Vec<Value> {
+        let out = self.output(&["ps", "--engine", "local", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array().cloned().unwrap_or_default()
+    }
+
+    /// The one sandbox's id, once it exists.
+    fn wait_sandbox(&self) -> String {
+        let dir = self.state.join("sandboxes");
+        let mut id = None;
+        assert!(
+            busy_wait(Duration::from_secs(20), || {
+                id = fs::read_dir(&dir)
+                    .ok()
+                    .and_then(|mut d| d.next())
+                    .and_then(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned());
+                id.as_ref()
+                    .is_some_and(|id| dir.join(id).join("engine.json").exists())
+            }),
+            "no sandbox in {}",
+            dir.display()
+        );
+        id.unwrap()
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.state.join("sandboxes").join(id)
+    }
+
+    /// The run directories below the harness's `runs/`.
+    fn run_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = fs::read_dir(self.root.join("runs"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        dirs.sort();
+        dirs
+    }
+}
+
+impl Drop for Fixture {
+    /// A failed test leaves nothing running: every sandbox the state dir knows is stopped.
+    fn drop(&mut self) {
+        for s in self.ps() {
+            if let Some(id) = s["id"].as_str() {
+                let _ = self.output(&["down", id, "--force"]);
+            }
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The pid of the namespace's PID 1 (`pitcrew-init serve`) of a local sandbox: the only child
+/// of the `unshare` process `engine.json` names.
+fn supervisor_pid(fx: &Fixture, id: &str) -> u32 {
+    let rec = read_json(&fx.sandbox_dir(id).join("engine.json"));
+    let unshare = rec["pid"].as_u64().unwrap();
+    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    children.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A tmpfs of `size` mounted on `dir`, unmounted (lazily: a sandbox's mount namespace may still
+/// hold it) when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_leaves_pid1_up_and_every_record_saying_so() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture(
+        "dd if=/dev/zero of=big bs=1M count=200 2>/dev/null || { echo 'no space' >&2; exit 3; }",
+        2,
+    );
+    let Some(_tmpfs) = Tmpfs::mount(&fx.state, "64m") else {
+        pitcrew_e2e::skip("needs a tmpfs mount (mount -t tmpfs, as root) for the state directory");
+        return;
+    };
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--keep"], &[]);
+    let stderr = text(&out.stderr);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{doc:#}\n{stderr}");
+    // Iteration 1: the agent's own failure, and the record says the disk was full.
+    assert_eq!(rows[0]["exit_code"], 3, "{doc:#}");
+    let reason = rows[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("disk-full: the filesystem holding the records"),
+        "{reason}"
+    );
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(
+        record["disk_full"]["free_bytes"].as_u64(),
+        Some(0),
+        "{record:#}"
+    );
+    // Iteration 2: the disk has no room for a record, so the agent is not started.
+    assert_eq!(rows[1]["exit_code"], 125, "{doc:#}");
+    let reason = rows[1]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("disk-full: no room for the record"),
+        "{reason}"
+    );
+    assert_eq!(rows[1]["verification"], "not verified", "{doc:#}");
+    // PID 1 is still there and answers, and the record it kept in memory is collectable.
+    let status = fx.output(&["inspect", &id, "--json", "--no-verify"]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    let collect_dir = fx.root.join("collected");
+    let out = fx.output(&[
+        "collect",
+        &id,
+        "--iteration",
+        "2",
+        "--out",
+        collect_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let record = read_json(&collect_dir.join("iteration-2/result.json"));
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    // Everything was collected: `down` removes the sandbox.
+    let out = fx.output(&["down", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!fx.sandbox_dir(&id).exists(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_killed_supervisor_keeps_its_records_and_log_and_the_host_says_so() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 2", 3);
+    let run = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "--json"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    // Killed during iteration 2, once iteration 1 is collected.
+    assert!(
+        busy_wait(Duration::from_secs(30), || fx
+            .run_dirs()
+            .first()
+            .is_some_and(|d| d.join("iteration-1/result.json").exists())),
+        "iteration 1 was never collected"
+    );
+    let pid = supervisor_pid(&fx, &id);
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = run.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the supervisor of sandbox {id} died")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("its state is kept"), "{stderr}");
+    // The state, the records and the log are all still there.
+    let dir = fx.sandbox_dir(&id);
+    assert!(dir.join("records/iteration-1/result.json").is_file());
+    assert!(!fs::read(dir.join("supervisor.log")).unwrap().is_empty());
+    // `collect` reads the record from the storage, and says why.
+    let into = fx.root.join("collected");
+    let out = fx.output(&[
+        "collect",
+        &id,
+        "--iteration",
+        "1",
+        "--out",
+        into.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reading its record from its storage"),
+        "{stderr}"
+    );
+    assert_eq!(
+        read_json(&into.join("iteration-1/result.json"))["exit_code"],
+        0
+    );
+    // `down` keeps it; `down --force` deletes it.
+    let out = fx.output(&["down", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(dir.join("supervisor.log").exists(), "{}", text(&out.stderr));
+    let out = fx.output(&["down", &id, "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.exists());
+}
+
+#[test]
+fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 1", 4);
+    let mut run = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    assert!(
+        busy_wait(Duration::from_secs(30), || fx
+            .run_dirs()
+            .first()
+            .is_some_and(|d| d.join("iteration-1/result.json").exists())),
+        "iteration 1 was never collected"
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let mut listed = Vec::new();
+    assert!(
+        busy_wait(Duration::from_secs(10), || {
+            listed = fx.ps();
+            listed.first().is_some_and(|s| s["state"] == "orphaned")
+        }),
+        "{listed:#?}"
+    );
+    let out = fx.output(&["ps", "--engine", "local"]);
+    let table = text(&out.stdout);
+    assert!(
+        table.contains(&format!("pitcrew run --resume {id}")),
+        "{table}"
+    );
+    // A new run cannot take the sandbox while the orphan waits.
+    let out = fx.output(&[
+        "run",
+        fx.harness.to_str().unwrap(),
+        "--sandbox",
+        &id,
+        "--iterations",
+        "1",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("was orphaned here"), "{stderr}");
+    // Resumed: the rest runs, every record ends up in the same run directory, and the sandbox
+    // is stopped as the first run would have stopped it.
+    let out = fx.output(&["run", "--resume", &id, "--json"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(fx.run_dirs(), vec![run_dir.clone()], "{doc:#}");
+    for n in 1..=4 {
+        let record = read_json(&run_dir.join(format!("iteration-{n}/result.json")));
+        assert_eq!(record["exit_code"], 0, "iteration {n}: {record:#}");
+    }
+    assert!(!run_dir.join("iteration-5").exists());
+    assert!(fx.ps().is_empty(), "{:#?}", fx.ps());
+}
+
+#[test]
+fn a_second_run_is_refused_before_it_uploads_anything() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 1", 1);
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--keep"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let h = fx.harness.to_str().unwrap();
+    let first = fx
+        .pitcrew(&["run", h, "--sandbox", &id, "--iterations", "3", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        busy_wait(Duration::from_secs(20), || fx
+            .ps()
+            .first()
+            .is_some_and(|s| s["state"] == "in-run")),
+        "the first run never claimed the sandbox"
+    );
+    // The second run's harness uploads a different plugin: none of it may land.
+    let plugin = fx.sandbox_dir(&id).join("root/plugins/p/index.js");
+    let before = fs::read(&plugin).unwrap();
+    fs::write(fx.root.join("plugins/p/index.js"), "module.exports = 2;\n").unwrap();
+    let out = fx.output(&["run", h, "--sandbox", &id, "--iterations", "1"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a sandbox serves one run at a time"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read(&plugin).unwrap(), before);
+    // The first run goes on, verified against its own trees.
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for row in doc["iterations"].as_array().unwrap() {
+        assert_eq!(row["exit_code"], 0, "{doc:#}");
+    }
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_kept_sandbox_holds_none_of_the_descriptors_of_the_shell_that_started_it() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working", 1);
+    // The shell gives the run a descriptor (9) on the pipe `cat` reads: a sandbox holding it
+    // would keep the pipeline open until it is taken down.
+    let pipeline = format!(
+        "( '{}' run '{}' --keep --json --state-dir '{}' 9>&1 ) | cat",
+        binary("pitcrew").display(),
+        fx.harness.display(),
+        fx.state.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ended = busy_wait(Duration::from_secs(60), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    assert!(ended, "the pipeline waited on the kept sandbox");
+    let id = fx.wait_sandbox();
+    let rec = read_json(&fx.sandbox_dir(&id).join("engine.json"));
+    for pid in [
+        rec["pid"].as_u64().unwrap(),
+        u64::from(supervisor_pid(&fx, &id)),
+    ] {
+        let fds: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|fd| fd.parse::<u32>().is_ok_and(|n| n > 2))
+            .filter(|fd| {
+                // The supervisor's own: its signalfd and control socket.
+                let target = fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap_or_default();
+                let t = target.to_string_lossy();
+                !(t.starts_with("anon_inode:[signalfd]") || t.starts_with("socket:"))
+            })
+            .collect();
+        assert!(fds.is_empty(), "pid {pid} holds descriptors {fds:?}");
+    }
+}
