@@ -279,6 +279,27 @@ pub fn raw_terminal_controls(text: &str) -> Vec<char> {
         .collect()
 }
 
+/// A temporary directory holding a `command` harness ([`write_command_harness`], timeout 60 s)
+/// and a `state/` directory for `--state-dir`, both reachable by the agent's uid: the directory,
+/// the harness file and the state directory.
+pub fn command_harness_dir(
+    script: &str,
+    iterations: u32,
+    extra: &str,
+    pin_config: bool,
+) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let open = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(root, open.clone()).expect("chmod");
+    let harness = write_command_harness(root, script, iterations, "60s", pin_config, extra);
+    let state = root.join("state");
+    std::fs::create_dir(&state).expect("mkdir state");
+    std::fs::set_permissions(&state, open).expect("chmod state");
+    (dir, harness, state)
+}
+
 /// Writes into `root` a harness whose agent is `/bin/sh -c SCRIPT` (`runtime: command`): a
 /// plugin `plugins/p` (`index.js`, `lib/util.js`), a hook adapter `adapters/hooks.json`, with
 /// `pin_config` also a pinned `config/models.json` (role `config`, uploaded into the runtime's

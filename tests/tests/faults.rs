@@ -7,12 +7,11 @@
 //! a failure with `PITCREW_REQUIRE_E2E=1`.
 
 use pitcrew_e2e::{
-    binary, busy_wait, iteration_dir, pitcrew_run_output, read_json, require_pid_namespaces,
-    write_command_harness,
+    binary, busy_wait, command_harness_dir, iteration_dir, pitcrew_run_output, read_json,
+    require_pid_namespaces,
 };
 use serde_json::Value;
 use std::fs;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -26,16 +25,10 @@ struct Fixture {
 }
 
 fn fixture(script: &str, iterations: u32) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-    let harness = write_command_harness(&root, script, iterations, "60s", false, "");
-    let state = root.join("state");
-    fs::create_dir(&state).unwrap();
-    fs::set_permissions(&state, fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, harness, state) = command_harness_dir(script, iterations, "", false);
     Fixture {
+        root: dir.path().to_path_buf(),
         _dir: dir,
-        root,
         harness,
         state,
     }
@@ -83,6 +76,17 @@ impl Fixture {
 
     fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.state.join("sandboxes").join(id)
+    }
+
+    /// Waits until the first run directory holds iteration 1's collected record.
+    fn wait_first_record(&self) {
+        assert!(
+            busy_wait(Duration::from_secs(30), || self
+                .run_dirs()
+                .first()
+                .is_some_and(|d| d.join("iteration-1/result.json").exists())),
+            "iteration 1 was never collected"
+        );
     }
 
     /// The run directories below the harness's `runs/`.
@@ -224,13 +228,7 @@ fn a_killed_supervisor_keeps_its_records_and_log_and_the_host_says_so() {
         .unwrap();
     let id = fx.wait_sandbox();
     // Killed during iteration 2, once iteration 1 is collected.
-    assert!(
-        busy_wait(Duration::from_secs(30), || fx
-            .run_dirs()
-            .first()
-            .is_some_and(|d| d.join("iteration-1/result.json").exists())),
-        "iteration 1 was never collected"
-    );
+    fx.wait_first_record();
     let pid = supervisor_pid(&fx, &id);
     assert!(Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -291,13 +289,7 @@ fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
         .spawn()
         .unwrap();
     let id = fx.wait_sandbox();
-    assert!(
-        busy_wait(Duration::from_secs(30), || fx
-            .run_dirs()
-            .first()
-            .is_some_and(|d| d.join("iteration-1/result.json").exists())),
-        "iteration 1 was never collected"
-    );
+    fx.wait_first_record();
     run.kill().unwrap();
     run.wait().unwrap();
     let mut listed = Vec::new();

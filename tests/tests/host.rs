@@ -7,8 +7,8 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
-    binary, busy_wait, iteration_dir, pitcrew_run, pitcrew_run_output, read_json, read_text,
-    require_pid_namespaces, write_command_harness,
+    binary, busy_wait, command_harness_dir, iteration_dir, pitcrew_run, pitcrew_run_output,
+    read_json, read_text, require_pid_namespaces,
 };
 use serde_json::Value;
 use std::fs;
@@ -42,16 +42,10 @@ fn fixture_with_pinned_config(script: &str, iterations: u32) -> Fixture {
 }
 
 fn fixture_pinning(script: &str, iterations: u32, extra: &str, pin_config: bool) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-    let harness = write_command_harness(&root, script, iterations, "60s", pin_config, extra);
-    let state = root.join("state");
-    fs::create_dir(&state).unwrap();
-    fs::set_permissions(&state, fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, harness, state) = command_harness_dir(script, iterations, extra, pin_config);
     Fixture {
+        root: dir.path().to_path_buf(),
         _dir: dir,
-        root,
         harness,
         state,
     }
