@@ -406,6 +406,7 @@ mod tests {
             added: vec![],
             removed: vec![],
             changed: vec!["index.ts".into()],
+            left_out: 0,
         };
         let mut r = record(
             2,
@@ -459,6 +460,7 @@ mod tests {
             added: vec!["x\u{1b}]0;owned\u{7}.js".into()],
             removed: vec![],
             changed: vec!["\u{9b}31m.js".into()],
+            left_out: 0,
         };
         let mut record = record(
             1,

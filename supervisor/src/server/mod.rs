@@ -146,6 +146,8 @@ struct Server {
     manifest: Option<Manifest>,
     /// The iterations finished since the server started.
     history: Vec<HistoryEntry>,
+    /// Finished iterations no longer in `history` (the oldest, beyond its bound).
+    history_left_out: u64,
     /// The number of the last iteration (records kept from earlier runs count).
     last_iteration: u32,
     /// The running iteration.
@@ -206,6 +208,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         limits: opts.limits,
         manifest: None,
         history: Vec::new(),
+        history_left_out: 0,
         last_iteration: records::last_iteration(&opts.records),
         current: None,
         last_confinement: None,

@@ -21,6 +21,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Most finished iterations the server remembers for `status`, the latest: far below the
+/// control frame's 32 MiB.
+const HISTORY_KEPT: usize = 1000;
+
 /// The longest the loop sleeps while an iteration runs (output streams at least this often).
 const ITERATION_WAIT: Duration = Duration::from_millis(50);
 
@@ -97,6 +101,12 @@ impl Server {
         self.finalise_record(&manifest, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
         self.claim_ran(conn_id, n);
+        if self.history.len() >= HISTORY_KEPT {
+            // Memory and `status` stay bounded in a sandbox that never stops (records stay on
+            // disk): the oldest entry goes, counted.
+            self.history.remove(0);
+            self.history_left_out += 1;
+        }
         self.history.push(HistoryEntry {
             iteration: n,
             exit_code: record.exit_code,

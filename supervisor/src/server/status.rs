@@ -110,6 +110,7 @@ impl Server {
             "state": if self.current.is_some() { "running" } else { "idle" },
             "iteration": self.current.as_ref().map_or(self.last_iteration, |c| c.iteration),
             "history": self.history,
+            "history_left_out": self.history_left_out,
             "manifest_loaded": self.manifest.is_some(),
             "processes": processes(),
             "capabilities": self.capabilities,

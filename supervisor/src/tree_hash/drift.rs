@@ -16,6 +16,17 @@ pub struct Drift {
     pub removed: Vec<String>,
     /// Files present in both with different content.
     pub changed: Vec<String>,
+    /// Paths left out of the three lists, each cut to its first [`DRIFT_NAMED`] (a tree may
+    /// differ in a million files; a record must stay readable).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_out: u64,
+}
+
+/// Most paths named in each list of a [`Drift`].
+pub const DRIFT_NAMED: usize = 1000;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Drift {
@@ -63,5 +74,36 @@ pub fn drift(expected: &TreeListing, actual: &TreeListing) -> Drift {
         .extend(want_dirs.difference(&have_dirs).map(|d| format!("{d}/")));
     out.added.sort_unstable();
     out.removed.sort_unstable();
+    for list in [&mut out.added, &mut out.removed, &mut out.changed] {
+        if list.len() > DRIFT_NAMED {
+            out.left_out += (list.len() - DRIFT_NAMED) as u64;
+            list.truncate(DRIFT_NAMED);
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree_hash::FileRecord;
+
+    #[test]
+    fn each_list_names_at_most_drift_named_paths_and_counts_the_rest() {
+        let files = |n: usize, prefix: &str| TreeListing {
+            files: (0..n)
+                .map(|i| FileRecord {
+                    path: format!("{prefix}{i:05}"),
+                    sha256: "00".into(),
+                    size: 1,
+                })
+                .collect(),
+            dirs: Vec::new(),
+        };
+        let d = drift(&files(10, "gone-"), &files(DRIFT_NAMED + 5, "new-"));
+        assert_eq!(d.added.len(), DRIFT_NAMED);
+        assert_eq!(d.removed.len(), 10);
+        assert_eq!(d.left_out, 5);
+        assert_eq!(d.added[0], "new-00000");
+    }
 }
