@@ -31,17 +31,12 @@ pub struct CollectArgs {
 
 /// Tells the supervisor the host now holds the record unpacked in `staging` (a stop deletes no
 /// record the host never collected).
-fn acknowledge(
-    conn: &mut crate::engine::Connection,
-    staging: &std::path::Path,
-) -> anyhow::Result<()> {
+fn acknowledge(conn: &mut crate::engine::Connection, iteration: u32) -> anyhow::Result<()> {
     if !conn.supports("collected") {
         return Ok(());
     }
-    let record: pitcrew_core::result::IterationResult =
-        serde_json::from_slice(&std::fs::read(staging.join("result.json"))?)?;
     conn.client()
-        .collected(&[record.iteration])
+        .collected(&[iteration])
         .map_err(|e| conn.explain(e))
 }
 
@@ -61,9 +56,15 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     match engine.connect(&id) {
         Ok(mut conn) => {
             let res = records::collect_into(&mut conn, args.iteration, &staging)
-                .and_then(|()| acknowledge(&mut conn, &staging));
+                .and_then(|()| place(&staging, &out));
+            // Only once the record is in its place does the sandbox hear that the host holds it.
+            let res = res.and_then(|(record, dest)| {
+                acknowledge(&mut conn, record.iteration)?;
+                Ok((record, dest))
+            });
             conn.close();
-            res?;
+            let (record, dest) = res?;
+            return report_collected(args, &record, &dest);
         }
         // Its supervisor is gone: the record is read from the sandbox's storage, if the engine
         // can reach it.
@@ -83,6 +84,16 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             records::unpack_record(&mut tar, &staging)?;
         }
     }
+    let (record, dest) = place(&staging, &out)?;
+    report_collected(args, &record, &dest)
+}
+
+/// Moves the record unpacked in `staging` to `<out>/iteration-N/` (replacing an earlier copy):
+/// the record and where it is.
+fn place(
+    staging: &std::path::Path,
+    out: &std::path::Path,
+) -> anyhow::Result<(pitcrew_core::result::IterationResult, PathBuf)> {
     let record_path = staging.join("result.json");
     let record: pitcrew_core::result::IterationResult = std::fs::read(&record_path)
         .map_err(anyhow::Error::from)
@@ -100,9 +111,19 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
         pitcrew_core::bounded_tree::remove_path(&dest)
             .with_context(|| format!("{}: remove the previous copy", dest.display()))?;
     }
-    std::fs::rename(&staging, &dest)
+    std::fs::rename(staging, &dest)
         .with_context(|| format!("{}: rename to {}", staging.display(), dest.display()))?;
-    let mut summary = report::summarize(&record, 0, Vec::new());
+    Ok((record, dest))
+}
+
+/// Prints what `collect` fetched.
+fn report_collected(
+    args: &CollectArgs,
+    record: &pitcrew_core::result::IterationResult,
+    dest: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    let n = record.iteration;
+    let mut summary = report::summarize(record, 0, Vec::new());
     summary.record_dir = Some(dest.display().to_string());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

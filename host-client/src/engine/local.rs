@@ -602,7 +602,7 @@ impl Engine for LocalEngine {
 
     fn stored_uncollected(&self, id: &SandboxId) -> Option<Vec<u32>> {
         let rec = self.record(id).ok()?;
-        Some(stored::uncollected(&rec.records))
+        stored::uncollected(&rec.records)
     }
 
     fn stored_record(

@@ -168,6 +168,12 @@ pub fn stop_keeping_records(
             )
         };
         why_kept = match &asked {
+            // An iteration still running ends with the stop and leaves a record nobody holds.
+            Ok(status) if status["state"] == "running" => Some(format!(
+                "iteration {} was running: its record is kept; `pitcrew collect {id}` fetches \
+                 it, `pitcrew down {id} --force` deletes it",
+                status["iteration"]
+            )),
             Ok(status) => {
                 let list: Vec<u64> = status["uncollected"]["iterations"]
                     .as_array()

@@ -193,10 +193,12 @@ impl Server {
 
     /// `collected`: the host holds the records of `iterations`; kept in [`COLLECTED_FILE`].
     pub(super) fn mark_collected(&mut self, iterations: &[u32]) -> Result<(), RequestError> {
+        let running = self.current.as_ref().map(|c| c.iteration);
         let new: Vec<u32> = iterations
             .iter()
             .copied()
-            .filter(|n| *n > 0 && *n <= self.last_iteration && !self.collected.contains(n))
+            .filter(|n| *n > 0 && *n <= self.last_iteration && Some(*n) != running)
+            .filter(|n| !self.collected.contains(n))
             .collect();
         if new.is_empty() {
             return Ok(());
@@ -205,14 +207,18 @@ impl Server {
         for n in &new {
             text.push_str(&format!("{n}\n"));
         }
-        OpenOptions::new()
+        // Known in memory even when the file cannot take it (a full disk): only a reader of the
+        // storage after the supervisor is gone misses it, and keeps the records then.
+        let written = OpenOptions::new()
             .append(true)
             .create(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(self.records.join(COLLECTED_FILE))
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|e| RequestError::Internal(format!("{COLLECTED_FILE}: {e}")))?;
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(err) = written {
+            tracing::warn!("{COLLECTED_FILE}: {err}");
+        }
         self.collected.extend(new);
         Ok(())
     }

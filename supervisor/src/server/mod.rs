@@ -277,6 +277,14 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         Duration::from_millis(limits.kill_grace_ms),
         Duration::from_millis(limits.reap_budget_ms),
     );
+    // Records the disk had no room for: one last try, with the reserve given back.
+    server.reserve.release();
+    server.unwritten.flush();
+    for n in server.unwritten.iterations() {
+        tracing::error!(
+            "record of iteration {n}: could not be written before shutdown (disk full)"
+        );
+    }
     if let Some(PendingShutdown { conn, id }) = server.shutdown.take() {
         if let Some(c) = server.conn_mut(conn) {
             c.send(&Response::Ok {
@@ -358,6 +366,9 @@ impl Server {
             }
             keep
         });
+        // A connection at its end orphans its claim at once, even while it is kept for the
+        // result of the iteration it started (that iteration still counts for the claim).
+        closed.extend(self.conns.iter().filter(|c| c.eof || c.dead).map(|c| c.id));
         for id in closed {
             self.claim_holder_gone(id);
         }

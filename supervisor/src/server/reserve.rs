@@ -116,6 +116,11 @@ impl Unwritten {
         self.records.get(&n).map(|(_, line)| line.as_str())
     }
 
+    /// The iterations whose record is kept here.
+    pub(super) fn iterations(&self) -> Vec<u32> {
+        self.records.keys().copied().collect()
+    }
+
     /// Writes every kept record that the disk now has room for; keeps the others.
     pub(super) fn flush(&mut self) {
         self.records

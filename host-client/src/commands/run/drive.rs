@@ -8,7 +8,7 @@ use super::signals::{interrupted, CancelSlot};
 use super::upload::upload_all;
 use super::RunArgs;
 use crate::client::RunUpdate;
-use crate::engine::{Engine, SandboxId};
+use crate::engine::{Connection, Engine, SandboxId};
 use crate::records;
 use crate::report::{self, IterationSummary};
 use anyhow::Context as _;
@@ -99,6 +99,33 @@ pub(super) fn drive(
         Some(r) => r.run_id.clone(),
         None => format!("{}-{}", utc_stamp(), path_safe(&id.0)),
     };
+    // Compiled before the claim: a harness problem claims nothing.
+    let prepared = match &resumed {
+        Some(_) => None,
+        None => {
+            let Compiled {
+                mut manifest,
+                mut uploads,
+            } = validated
+                .compile(&layout)
+                .context("the harness has problems")?;
+            // A supervisor that cannot choose the agent's identity (unprivileged) names the
+            // only one.
+            if let Some(user) = &conn.hello().capabilities.agent_user {
+                manifest.user = user.clone();
+                for upload in uploads.iter_mut().filter(|u| u.owner.is_some()) {
+                    upload.owner = Some(Owner {
+                        uid: user.uid,
+                        gid: user.gid,
+                    });
+                }
+            }
+            manifest
+                .validate()
+                .context("the manifest built from this harness is invalid")?;
+            Some((manifest, uploads))
+        }
+    };
     // The sandbox is this run's before anything is sent: a second run is refused here, and the
     // first one's trees and manifest stay as they are.
     if claims {
@@ -108,176 +135,172 @@ pub(super) fn drive(
             .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
     slot.arm(conn.client().canceller());
-    if resumed.is_none() {
-        let Compiled {
-            mut manifest,
-            mut uploads,
-        } = validated
-            .compile(&layout)
-            .context("the harness has problems")?;
-        // A supervisor that cannot choose the agent's identity (unprivileged) names the only one.
-        if let Some(user) = &conn.hello().capabilities.agent_user {
-            manifest.user = user.clone();
-            for upload in uploads.iter_mut().filter(|u| u.owner.is_some()) {
-                upload.owner = Some(Owner {
-                    uid: user.uid,
-                    gid: user.gid,
-                });
-            }
+    let report = (|| -> anyhow::Result<RunReport> {
+        let conn = &mut conn;
+        if let Some((manifest, uploads)) = &prepared {
+            upload_all(conn, uploads, progress)?;
+            conn.client()
+                .set_manifest(manifest)
+                .map_err(|e| conn.explain(e))?;
         }
-        manifest
-            .validate()
-            .context("the manifest built from this harness is invalid")?;
-        upload_all(&mut conn, &uploads, progress)?;
-        conn.client()
-            .set_manifest(&manifest)
-            .map_err(|e| conn.explain(e))?;
-    }
 
-    // Created without following links: `output:` stays inside the harness directory (or
-    // `--records`).
-    let (run_dir, _) = records::open_run_dir(args.records_base(h), &h.output, &run_id)?;
-    let mut rows = Vec::new();
-    let mut done = 0;
-    if let Some(r) = &resumed {
-        done = u32::try_from(r.ran.len()).unwrap_or(u32::MAX);
-        for &n in &r.uncollected {
-            let dest = run_dir.join(format!("iteration-{n}"));
-            progress.status(&format!("iteration {n}: collecting what the run left"));
-            // Collected before the host died, but not yet acknowledged: only the word is missing.
-            let collected = if dest.join("result.json").is_file() {
-                Ok(())
-            } else {
-                records::open_run_dir(args.records_base(h), &h.output, &run_id)
-                    .and_then(|_| records::collect_into(&mut conn, Some(n), &dest))
-            };
-            match collected {
-                Ok(()) => {
-                    if claims {
-                        conn.client().collected(&[n]).map_err(|e| conn.explain(e))?;
+        // Created without following links: `output:` stays inside the harness directory (or
+        // `--records`).
+        let (run_dir, _) = records::open_run_dir(args.records_base(h), &h.output, &run_id)?;
+        let mut rows = Vec::new();
+        let mut done = 0;
+        if let Some(r) = &resumed {
+            done = u32::try_from(r.ran.len()).unwrap_or(u32::MAX);
+            for &n in &r.uncollected {
+                let dest = run_dir.join(format!("iteration-{n}"));
+                progress.status(&format!("iteration {n}: collecting what the run left"));
+                // Collected before the host died, but not yet acknowledged: only the word is missing.
+                let collected = if dest.join("result.json").is_file() {
+                    Ok(())
+                } else {
+                    records::open_run_dir(args.records_base(h), &h.output, &run_id)
+                        .and_then(|_| records::collect_into(conn, Some(n), &dest))
+                };
+                match collected {
+                    Ok(()) => {
+                        if claims {
+                            acknowledge(conn, n, progress);
+                        }
+                        progress.line(&format!("iteration {n}: collected (run {run_id})"));
                     }
-                    progress.line(&format!("iteration {n}: collected (run {run_id})"));
+                    Err(e) => progress.line(&format!("iteration {n}: {e:#}")),
                 }
-                Err(e) => progress.line(&format!("iteration {n}: {e:#}")),
             }
         }
-    }
-    let mut stopped = Stopped::Iterations;
-    let mut validation_passed = false;
-    for n in done + 1..=total {
-        if interrupted() {
-            stopped = Stopped::Cancelled;
-            break;
-        }
-        let started = Instant::now();
-        let mut events = Vec::new();
-        let outcome = conn
-            .client()
-            .run(|u| match u {
-                RunUpdate::Event {
-                    iteration,
-                    step,
-                    state,
-                    detail,
-                } => {
-                    let at_ms = started.elapsed().as_secs_f64() * 1000.0;
-                    events.push(serde_json::json!({"step": step, "state": state, "at_ms": at_ms}));
-                    let detail = if detail.is_null() {
-                        String::new()
-                    } else {
-                        let s = detail.to_string();
-                        if s.len() > 120 {
+        let mut stopped = Stopped::Iterations;
+        let mut validation_passed = false;
+        for n in done + 1..=total {
+            if interrupted() {
+                stopped = Stopped::Cancelled;
+                break;
+            }
+            let started = Instant::now();
+            let mut events = Vec::new();
+            let outcome = conn
+                .client()
+                .run(|u| match u {
+                    RunUpdate::Event {
+                        iteration,
+                        step,
+                        state,
+                        detail,
+                    } => {
+                        let at_ms = started.elapsed().as_secs_f64() * 1000.0;
+                        events.push(
+                            serde_json::json!({"step": step, "state": state, "at_ms": at_ms}),
+                        );
+                        let detail = if detail.is_null() {
                             String::new()
                         } else {
-                            format!(" {s}")
+                            let s = detail.to_string();
+                            if s.len() > 120 {
+                                String::new()
+                            } else {
+                                format!(" {s}")
+                            }
+                        };
+                        progress.status(&format!(
+                            "iteration {iteration}/{total}: {step} {state}{detail}"
+                        ));
+                    }
+                    RunUpdate::Output { channel, bytes } => {
+                        if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
+                            progress.output(channel, bytes);
                         }
-                    };
-                    progress.status(&format!(
-                        "iteration {iteration}/{total}: {step} {state}{detail}"
-                    ));
-                }
-                RunUpdate::Output { channel, bytes } => {
-                    if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
-                        progress.output(channel, bytes);
+                    }
+                })
+                .map_err(|e| engine.explain_lost(id, conn.explain(e)))?;
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let mut row = report::summarize(&outcome.record, duration_ms, events);
+            let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
+            progress.status(&format!("iteration {}: collecting", outcome.iteration));
+            // Checked again before every collect: the validation command runs on the host between
+            // iterations and may have swapped the run directory for a link.
+            let collected = records::open_run_dir(args.records_base(h), &h.output, &run_id)
+                .and_then(|_| records::collect_into(conn, Some(outcome.iteration), &dest));
+            match collected {
+                Ok(()) => {
+                    row.record_dir = Some(dest.display().to_string());
+                    // Only now may the sandbox forget it (a stop deletes no record it holds alone).
+                    if claims {
+                        acknowledge(conn, outcome.iteration, progress);
                     }
                 }
-            })
-            .map_err(|e| engine.explain_lost(id, conn.explain(e)))?;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut row = report::summarize(&outcome.record, duration_ms, events);
-        let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
-        progress.status(&format!("iteration {}: collecting", outcome.iteration));
-        // Checked again before every collect: the validation command runs on the host between
-        // iterations and may have swapped the run directory for a link.
-        let collected = records::open_run_dir(args.records_base(h), &h.output, &run_id)
-            .and_then(|_| records::collect_into(&mut conn, Some(outcome.iteration), &dest));
-        match collected {
-            Ok(()) => {
-                row.record_dir = Some(dest.display().to_string());
-                // Only now may the sandbox forget it (a stop deletes no record it holds alone).
-                if claims {
-                    conn.client()
-                        .collected(&[outcome.iteration])
-                        .map_err(|e| conn.explain(e))?;
+                Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
+            }
+            progress.line(&format!(
+                "iteration {}: exit {} ({}), {}",
+                row.iteration, row.exit_code, row.meaning, row.verification
+            ));
+            if !row.workspace_config.is_empty() {
+                progress.line(&format!(
+                    "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",
+                    row.iteration,
+                    row.workspace_config.join(", ")
+                ));
+            }
+            let cancelled = interrupted();
+            if !cancelled {
+                if let Some(argv) = &h.validation {
+                    let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
+                    row.validation_exit = Some(code);
+                    progress.line(&format!("iteration {n}: validation exited {code}"));
+                    validation_passed = code == 0;
                 }
             }
-            Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
-        }
-        progress.line(&format!(
-            "iteration {}: exit {} ({}), {}",
-            row.iteration, row.exit_code, row.meaning, row.verification
-        ));
-        if !row.workspace_config.is_empty() {
-            progress.line(&format!(
-                "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",
-                row.iteration,
-                row.workspace_config.join(", ")
-            ));
-        }
-        let cancelled = interrupted();
-        if !cancelled {
-            if let Some(argv) = &h.validation {
-                let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
-                row.validation_exit = Some(code);
-                progress.line(&format!("iteration {n}: validation exited {code}"));
-                validation_passed = code == 0;
+            rows.push(row);
+            if cancelled {
+                stopped = Stopped::Cancelled;
+                break;
+            }
+            if validation_passed {
+                stopped = Stopped::Validation;
+                break;
             }
         }
-        rows.push(row);
-        if cancelled {
-            stopped = Stopped::Cancelled;
-            break;
-        }
-        if validation_passed {
-            stopped = Stopped::Validation;
-            break;
-        }
-    }
+        let last = rows
+            .last()
+            .map_or(if resumed.is_some() { 0 } else { 125 }, |r| r.exit_code);
+        let exit_code = match stopped {
+            Stopped::Cancelled => 130,
+            _ if validation_passed || last == 0 => 0,
+            _ => u8::try_from(last.clamp(1, 255)).unwrap_or(1),
+        };
+        Ok(RunReport {
+            run_id,
+            run_dir: run_dir.display().to_string(),
+            rows,
+            stopped,
+            exit_code,
+        })
+    })();
     // The cancel slot holds the transport's input too: release it first, so closing the
     // connection ends the transport's input and it exits at once.
     slot.disarm();
     if claims {
-        // The run is over: the sandbox is kept (or about to be stopped), not orphaned.
+        // The run is over, finished or failed: the sandbox is kept (or about to be stopped),
+        // not orphaned. (Only a host that dies leaves an orphan.)
         if let Err(e) = conn.client().release() {
             progress.line(&format!("sandbox {id}: release the claim: {e}"));
         }
     }
     conn.close();
-    let last = rows
-        .last()
-        .map_or(if resumed.is_some() { 0 } else { 125 }, |r| r.exit_code);
-    let exit_code = match stopped {
-        Stopped::Cancelled => 130,
-        _ if validation_passed || last == 0 => 0,
-        _ => u8::try_from(last.clamp(1, 255)).unwrap_or(1),
-    };
-    Ok(RunReport {
-        run_id,
-        run_dir: run_dir.display().to_string(),
-        rows,
-        stopped,
-        exit_code,
-    })
+    report
+}
+
+/// Tells the supervisor the host holds the record of iteration `n`; a refusal is reported, not
+/// fatal: the sandbox then keeps the record (a stop does not delete it without `--force`).
+fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
+    if let Err(e) = conn.client().collected(&[n]) {
+        progress.line(&format!(
+            "iteration {n}: the sandbox did not take note that the record was collected: {e}"
+        ));
+    }
 }
 
 /// Runs the harness's validation command on the host (cwd = the harness directory, its stdout

@@ -11,37 +11,51 @@ use std::path::{Path, PathBuf};
 /// The name the supervisor keeps collected iterations under (`pitcrew_core::server`).
 const COLLECTED_FILE: &str = ".collected";
 
-/// The iterations in `records` that have a finished record (`result.json`), ascending.
-fn finished(records: &Path) -> Vec<u32> {
-    let mut found: Vec<u32> = fs::read_dir(records)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("iteration-")?
-                .parse::<u32>()
-                .ok()
-        })
-        .filter(|n| records.join(format!("iteration-{n}/result.json")).is_file())
-        .collect();
+/// The iterations in `records` that have a finished record (`result.json`), ascending (none
+/// when there is no records directory); an error when the directory cannot be read.
+fn finished(records: &Path) -> io::Result<Vec<u32>> {
+    let entries = match fs::read_dir(records) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let Some(n) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|name| name.strip_prefix("iteration-"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match fs::metadata(records.join(format!("iteration-{n}/result.json"))) {
+            Ok(m) if m.is_file() => found.push(n),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
     found.sort_unstable();
-    found
+    Ok(found)
 }
 
-/// The finished iterations in `records` that the host never said it collected.
-pub(super) fn uncollected(records: &Path) -> Vec<u32> {
+/// The finished iterations in `records` that the host never said it collected; `None` when the
+/// storage cannot be read (then nothing may be deleted on its word).
+pub(super) fn uncollected(records: &Path) -> Option<Vec<u32>> {
     let collected: std::collections::BTreeSet<u32> =
-        fs::read_to_string(records.join(COLLECTED_FILE))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
-    finished(records)
-        .into_iter()
-        .filter(|n| !collected.contains(n))
-        .collect()
+        match fs::read_to_string(records.join(COLLECTED_FILE)) {
+            Ok(text) => text.lines().filter_map(|l| l.trim().parse().ok()).collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
+            Err(_) => return None,
+        };
+    let finished = finished(records).ok()?;
+    Some(
+        finished
+            .into_iter()
+            .filter(|n| !collected.contains(n))
+            .collect(),
+    )
 }
 
 /// The record of `iteration` (default: the latest finished one) in `records` as a tar stream
@@ -50,7 +64,8 @@ pub(super) fn record_tar(
     records: &Path,
     iteration: Option<u32>,
 ) -> anyhow::Result<Option<(u32, Box<dyn Read + Send>)>> {
-    let Some(n) = iteration.or_else(|| finished(records).last().copied()) else {
+    let latest = || finished(records).ok().and_then(|f| f.last().copied());
+    let Some(n) = iteration.or_else(latest) else {
         return Ok(None);
     };
     let dir = records.join(format!("iteration-{n}"));
@@ -113,7 +128,7 @@ mod tests {
         // Started, never finished: not a record.
         fs::create_dir_all(tmp.path().join("iteration-4")).unwrap();
         fs::write(tmp.path().join(COLLECTED_FILE), "1\n3\n").unwrap();
-        assert_eq!(uncollected(tmp.path()), vec![2]);
+        assert_eq!(uncollected(tmp.path()), Some(vec![2]));
         let (n, mut tar) = record_tar(tmp.path(), None).unwrap().unwrap();
         assert_eq!(n, 3);
         let mut archive = tar::Archive::new(&mut tar);
