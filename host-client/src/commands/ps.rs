@@ -3,7 +3,7 @@
 //! whose CLI is installed; `--engine` lists one). A running sandbox is asked which run holds
 //! it: `in-run`, `orphaned` (its run's host went away) or `kept`.
 
-use crate::engine::{Engine, EngineArgs, SandboxEntry, SandboxId};
+use crate::engine::{status_of, Engine, EngineArgs, SandboxEntry, SandboxId};
 use crate::report::escape_controls;
 use std::process::ExitCode;
 
@@ -22,13 +22,7 @@ pub struct PsArgs {
 /// host drives a run, `orphaned` when that host went away mid-run (`pitcrew run --resume`
 /// finishes it), `kept` when no run holds it.
 fn show_claim(engine: &dyn Engine, s: &mut SandboxEntry) {
-    let id = SandboxId(s.id.clone());
-    let status = engine.connect(&id).and_then(|mut conn| {
-        let status = conn.client().status(false).map_err(|e| conn.explain(e));
-        conn.close();
-        status
-    });
-    let Ok(status) = status else {
+    let Ok(status) = status_of(engine, &SandboxId(s.id.clone())) else {
         return;
     };
     let claim = &status["claim"];

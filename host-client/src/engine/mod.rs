@@ -138,6 +138,24 @@ pub struct Gone {
     pub log_says: bool,
 }
 
+/// One `status` of sandbox `id`, over a connection of its own.
+pub fn status_of(engine: &dyn Engine, id: &SandboxId) -> anyhow::Result<serde_json::Value> {
+    let mut conn = engine.connect(id)?;
+    let status = conn.client().status(false).map_err(|e| conn.explain(e));
+    conn.close();
+    status
+}
+
+/// The iteration numbers in a JSON array of a `status` (`claim.iterations`,
+/// `uncollected.iterations`).
+pub fn iterations_in(list: &serde_json::Value) -> Vec<u32> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
 /// Stops sandbox `id` without deleting what nobody else holds: unless `force`, a sandbox with
 /// records the host never collected, or whose supervisor died (its log says why), keeps its
 /// state (records, log; a container is stopped, not removed), and the outcome's warning says
@@ -150,19 +168,15 @@ pub fn stop_keeping_records(
 ) -> anyhow::Result<StopOutcome> {
     let mut why_kept = None;
     if !keep_state && !force {
-        let asked = engine.connect(id).and_then(|mut conn| {
-            let status = conn.client().status(false).map_err(|e| conn.explain(e));
-            conn.close();
-            status
-        });
-        let kept_because = |list: &[u64]| {
+        let asked = status_of(engine, id);
+        let kept_because = |count: usize, list: &[u32]| {
             format!(
-                "{} record(s) not collected (iteration {}): its state is kept; `pitcrew collect \
-                 {id} --iteration N` fetches one, `pitcrew down {id} --force` deletes them",
-                list.len(),
+                "{count} record(s) not collected (iteration {}): its state is kept; `pitcrew \
+                 collect {id} --iteration N` fetches one, `pitcrew down {id} --force` deletes \
+                 them",
                 list.iter()
                     .take(10)
-                    .map(u64::to_string)
+                    .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -175,11 +189,11 @@ pub fn stop_keeping_records(
                 status["iteration"]
             )),
             Ok(status) => {
-                let list: Vec<u64> = status["uncollected"]["iterations"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
-                    .unwrap_or_default();
-                (!list.is_empty()).then(|| kept_because(&list))
+                let list = iterations_in(&status["uncollected"]["iterations"]);
+                let count = status["uncollected"]["count"]
+                    .as_u64()
+                    .map_or(list.len(), |n| usize::try_from(n).unwrap_or(usize::MAX));
+                (count > 0).then(|| kept_because(count, &list))
             }
             Err(err) => {
                 tracing::info!("sandbox {id}: status before stopping: {err:#}");
@@ -192,9 +206,7 @@ pub fn stop_keeping_records(
                         gone.why
                     )),
                     (_, Some(list)) if list.is_empty() => None,
-                    (_, Some(list)) => Some(kept_because(
-                        &list.into_iter().map(u64::from).collect::<Vec<_>>(),
-                    )),
+                    (_, Some(list)) => Some(kept_because(list.len(), &list)),
                     (_, None) => Some(format!(
                         "its supervisor does not answer and its records cannot be read: its \
                          state is kept; `pitcrew down {id} --force` deletes it"

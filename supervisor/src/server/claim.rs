@@ -26,7 +26,8 @@ use std::path::Path;
 pub const PLAN_MAX_BYTES: usize = 64 * 1024;
 /// Most uncollected iterations `status` names (the count is always exact).
 const UNCOLLECTED_NAMED: usize = 1000;
-/// The file of collected iterations in the records directory.
+/// The file of collected iterations in the records directory (the host reads it too, from a
+/// sandbox's storage).
 pub const COLLECTED_FILE: &str = ".collected";
 
 /// The run a sandbox serves.
@@ -192,7 +193,7 @@ impl Server {
     }
 
     /// `collected`: the host holds the records of `iterations`; kept in [`COLLECTED_FILE`].
-    pub(super) fn mark_collected(&mut self, iterations: &[u32]) -> Result<(), RequestError> {
+    pub(super) fn mark_collected(&mut self, iterations: &[u32]) {
         let running = self.current.as_ref().map(|c| c.iteration);
         let new: Vec<u32> = iterations
             .iter()
@@ -201,7 +202,7 @@ impl Server {
             .filter(|n| !self.collected.contains(n))
             .collect();
         if new.is_empty() {
-            return Ok(());
+            return;
         }
         let mut text = String::new();
         for n in &new {
@@ -220,7 +221,6 @@ impl Server {
             tracing::warn!("{COLLECTED_FILE}: {err}");
         }
         self.collected.extend(new);
-        Ok(())
     }
 
     /// Finished iterations whose record the host has not confirmed it holds: the first

@@ -38,7 +38,9 @@ mod status;
 mod tail;
 mod upload;
 
+pub use claim::COLLECTED_FILE;
 pub use error::RequestError;
+pub use records::tar_dir as tar_record_dir;
 pub use socket::{peer_allowed, prepare_socket_dir};
 
 use crate::exit_code;

@@ -353,10 +353,12 @@ fn own_again(dir: BorrowedFd<'_>, entry: &bounded_tree::WalkEntry, wanted: u32) 
 }
 
 /// Streams the directory `dir` as a tar archive (paths relative to `dir`, regular files and
-/// directories only) into `out`, walked relative to directory descriptors
+/// directories only, nothing followed) into `out`, walked relative to directory descriptors
 /// ([`crate::bounded_tree`]): a record as deep or as long as [`copy_tree`] lets it be is read in
-/// a bounded number of descriptors.
-pub(super) fn tar_dir(dir: &Path, out: &mut dyn Write) -> io::Result<()> {
+/// a bounded number of descriptors. Entries missing their owner's rights get them back as they
+/// are read (see [`restore_modes`]). The host uses it too, to read a record from a sandbox's
+/// storage when its supervisor is gone.
+pub fn tar_dir(dir: &Path, out: &mut dyn Write) -> io::Result<()> {
     let mut builder = tar::Builder::new(out);
     let root = bounded_tree::open_dir(dir)?;
     let mut walk =

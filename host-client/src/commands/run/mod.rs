@@ -181,6 +181,7 @@ fn run_harness(
     })?;
     // A sandbox this run did not start is left as it was found; a resumed run ends as the run
     // it finishes would have.
+    let resuming = resumed.is_some();
     let kept = match &resumed {
         Some((_, keep)) => args.keep || *keep,
         None => args.keep || args.sandbox.is_some(),
@@ -205,8 +206,16 @@ fn run_harness(
     progress.finish();
     slot.disarm();
 
+    // A run that holds every record it ran (the sandbox is its own) stops it at once; after a
+    // failure, or a resume, the sandbox is asked first what it still holds alone.
+    let all_held = !resuming
+        && outcome
+            .as_ref()
+            .is_ok_and(|r| r.rows.iter().all(|row| row.record_dir.is_some()));
     let stop = if kept {
         Ok(Default::default())
+    } else if all_held {
+        engine.stop(&id, false)
     } else {
         crate::engine::stop_keeping_records(&*engine, &id, false, false)
     };

@@ -5,9 +5,8 @@
 
 use super::drive::Resumed;
 use super::RunArgs;
-use crate::engine::SandboxId;
+use crate::engine::{iterations_in, SandboxId};
 use anyhow::{bail, Context as _};
-use serde_json::Value;
 use std::path::PathBuf;
 
 /// The arguments that finish the run orphaned in sandbox `id`, what it left, and whether that
@@ -57,17 +56,8 @@ pub(super) fn take_back(args: &RunArgs, id: &str) -> anyhow::Result<(RunArgs, Re
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .with_context(|| format!("sandbox {id}: run {run_id} left no iteration count"))?;
-    let numbers = |v: &Value| -> Vec<u32> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let ran = numbers(&claim["iterations"]);
-    let uncollected: Vec<u32> = numbers(&status["uncollected"]["iterations"])
+    let ran = iterations_in(&claim["iterations"]);
+    let uncollected: Vec<u32> = iterations_in(&status["uncollected"]["iterations"])
         .into_iter()
         .filter(|n| ran.contains(n))
         .collect();

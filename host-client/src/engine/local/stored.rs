@@ -1,15 +1,13 @@
 //! A local sandbox's records read from its state directory, for when its supervisor is gone:
 //! which ones the host never collected (`records/.collected` lists the collected ones), and one
-//! record as a tar stream like the supervisor's `collect` sends (regular files and directories
-//! only, nothing followed), unpacked by the host with the same safe rule.
+//! record as a tar stream written by the supervisor's own walk (`collect`'s), unpacked by the
+//! host with the same safe rule.
 
+use pitcrew_core::server::{tar_record_dir, COLLECTED_FILE};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-
-/// The name the supervisor keeps collected iterations under (`pitcrew_core::server`).
-const COLLECTED_FILE: &str = ".collected";
+use std::path::Path;
 
 /// The iterations in `records` that have a finished record (`result.json`), ascending (none
 /// when there is no records directory); an error when the directory cannot be read.
@@ -72,45 +70,14 @@ pub(super) fn record_tar(
     if !dir.join("result.json").is_file() {
         return Ok(None);
     }
-    let (reader, writer) = UnixStream::pair()?;
+    let (reader, mut writer) = UnixStream::pair()?;
     std::thread::spawn(move || {
-        if let Err(err) = write_tar(&dir, writer) {
+        // The supervisor's own walk: what it would have sent, read the same way.
+        if let Err(err) = tar_record_dir(&dir, &mut writer) {
             tracing::warn!("{}: reading the stored record: {err}", dir.display());
         }
     });
     Ok(Some((n, Box::new(reader))))
-}
-
-/// Writes `dir` as a tar archive (paths relative to it) to `out`.
-fn write_tar(dir: &Path, out: UnixStream) -> io::Result<()> {
-    let mut builder = tar::Builder::new(out);
-    let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
-    while let Some(rel) = pending.pop() {
-        let mut entries: Vec<_> = fs::read_dir(dir.join(&rel))?
-            .filter_map(Result::ok)
-            .collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let path = rel.join(entry.file_name());
-            // `symlink_metadata`: a link is never followed, and never sent.
-            let meta = fs::symlink_metadata(entry.path())?;
-            let mut header = tar::Header::new_gnu();
-            if meta.is_dir() {
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(0o755);
-                header.set_size(0);
-                builder.append_data(&mut header, &path, io::empty())?;
-                pending.push(path);
-            } else if meta.is_file() {
-                let file = fs::File::open(entry.path())?;
-                header.set_entry_type(tar::EntryType::Regular);
-                header.set_mode(0o644);
-                header.set_size(meta.len());
-                builder.append_data(&mut header, &path, file.take(meta.len()))?;
-            }
-        }
-    }
-    builder.finish()
 }
 
 #[cfg(test)]
