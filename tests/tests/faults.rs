@@ -331,6 +331,10 @@ fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
         assert_eq!(record["exit_code"], 0, "iteration {n}: {record:#}");
     }
     assert!(!run_dir.join("iteration-5").exists());
+    // The resumed run reports what it collected and what it ran, up to the last iteration.
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.last().unwrap()["iteration"], 4, "{doc:#}");
+    assert!(rows.iter().all(|r| r["exit_code"] == 0), "{doc:#}");
     assert!(fx.ps().is_empty(), "{:#?}", fx.ps());
 }
 

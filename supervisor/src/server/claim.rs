@@ -48,6 +48,9 @@ pub(super) struct Claim {
     orphaned_at: Option<u64>,
     /// The iterations run under it.
     iterations: Vec<u32>,
+    /// A manifest was set under it: its run's trees and manifest are in place (a run whose host
+    /// died during its upload has none of its own, and cannot be resumed).
+    ready: bool,
 }
 
 impl Claim {
@@ -60,6 +63,7 @@ impl Claim {
             "since": self.since,
             "orphaned_at": self.orphaned_at,
             "iterations": self.iterations,
+            "ready": self.ready,
         })
     }
 }
@@ -135,6 +139,7 @@ impl Server {
                     since: now,
                     orphaned_at: None,
                     iterations: Vec::new(),
+                    ready: false,
                 });
             }
         }
@@ -180,6 +185,13 @@ impl Server {
     pub(super) fn claim_ran(&mut self, conn: u64, n: u32) {
         if let Some(c) = self.claim.as_mut().filter(|c| c.held_by == conn) {
             c.iterations.push(n);
+        }
+    }
+
+    /// Connection `conn` set the manifest: the claim it holds is ready to run.
+    pub(super) fn claim_ready(&mut self, conn: u64) {
+        if let Some(c) = self.claim.as_mut().filter(|c| c.holder == Some(conn)) {
+            c.ready = true;
         }
     }
 

@@ -112,10 +112,7 @@ impl Server {
                     capabilities: self.capabilities.clone(),
                 });
             }
-            Request::Upload { dest, owner, .. } => {
-                self.check_claim(conn_id, "upload")?;
-                self.start_upload(i, id, &dest, owner)?;
-            }
+            Request::Upload { dest, owner, .. } => self.start_upload(i, id, &dest, owner)?,
             Request::SetManifest { manifest, .. } => {
                 self.check_claim(conn_id, "set_manifest")?;
                 if running {
@@ -139,6 +136,7 @@ impl Server {
                     detail: json!({"trees": manifest.trees.len(), "files": manifest.files.len()}),
                 });
                 self.manifest = Some(*manifest);
+                self.claim_ready(conn_id);
             }
             Request::Run { .. } => {
                 self.check_claim(conn_id, "run")?;

@@ -75,11 +75,19 @@ impl Reserve {
         match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, RESERVE_BYTES) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::OPNOTSUPP) => {
-                let zeros = [0u8; 64 * 1024];
+                // Bytes a compressing filesystem cannot shrink (zeros would hold nothing there).
+                let mut chunk = [0u8; 64 * 1024];
+                let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
                 let mut left = RESERVE_BYTES;
                 while left > 0 {
-                    let n = usize::try_from(left.min(zeros.len() as u64)).unwrap_or(zeros.len());
-                    file.write_all(&zeros[..n])?;
+                    for b in chunk.iter_mut() {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        *b = state.to_le_bytes()[0];
+                    }
+                    let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+                    file.write_all(&chunk[..n])?;
                     left -= n as u64;
                 }
                 file.sync_all()

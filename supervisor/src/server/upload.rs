@@ -71,6 +71,9 @@ impl Server {
         dest: &str,
         owner: Option<Owner>,
     ) -> Result<Upload, RequestError> {
+        // Refused here, not before: a refused upload's tar stream is drained, never taken for
+        // frames out of order.
+        self.check_claim(conn_id, "upload")?;
         if self.current.is_some() {
             return Err(RequestError::Busy("an iteration is running".into()));
         }

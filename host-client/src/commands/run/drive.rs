@@ -14,6 +14,7 @@ use crate::report::{self, IterationSummary};
 use anyhow::Context as _;
 use pitcrew_core::harness::{Compiled, Harness, Validated};
 use pitcrew_core::protocol::{Channel, Owner};
+use pitcrew_core::result::IterationResult;
 use std::os::fd::AsFd as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -149,6 +150,8 @@ pub(super) fn drive(
         let (run_dir, _) = records::open_run_dir(args.records_base(h), &h.output, &run_id)?;
         let mut rows = Vec::new();
         let mut done = 0;
+        let mut stopped = Stopped::Iterations;
+        let mut validation_passed = false;
         if let Some(r) = &resumed {
             done = u32::try_from(r.ran.len()).unwrap_or(u32::MAX);
             for &n in &r.uncollected {
@@ -161,20 +164,45 @@ pub(super) fn drive(
                     records::open_run_dir(args.records_base(h), &h.output, &run_id)
                         .and_then(|_| records::collect_into(conn, Some(n), &dest))
                 };
-                match collected {
-                    Ok(()) => {
+                let record = collected.and_then(|()| {
+                    let bytes = std::fs::read(dest.join("result.json"))?;
+                    Ok(serde_json::from_slice::<IterationResult>(&bytes)?)
+                });
+                match record {
+                    Ok(record) => {
                         if claims {
                             acknowledge(conn, n, progress);
                         }
-                        progress.line(&format!("iteration {n}: collected (run {run_id})"));
+                        let mut row = report::summarize(&record, 0, Vec::new());
+                        row.record_dir = Some(dest.display().to_string());
+                        progress.line(&format!(
+                            "iteration {n}: exit {} ({}), {} (run {run_id}, collected now)",
+                            row.exit_code, row.meaning, row.verification
+                        ));
+                        rows.push(row);
                     }
                     Err(e) => progress.line(&format!("iteration {n}: {e:#}")),
                 }
             }
+            // The host died before it could judge the last of them.
+            if let (Some(argv), Some(row)) = (&h.validation, rows.last_mut()) {
+                let dest = run_dir.join(format!("iteration-{}", row.iteration));
+                let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
+                row.validation_exit = Some(code);
+                progress.line(&format!(
+                    "iteration {}: validation exited {code}",
+                    row.iteration
+                ));
+                if code == 0 {
+                    validation_passed = true;
+                    stopped = Stopped::Validation;
+                }
+            }
         }
-        let mut stopped = Stopped::Iterations;
-        let mut validation_passed = false;
-        for n in done + 1..=total {
+        for n in done.saturating_add(1)..=total {
+            if validation_passed {
+                break;
+            }
             if interrupted() {
                 stopped = Stopped::Cancelled;
                 break;

@@ -47,6 +47,12 @@ pub(super) fn take_back(args: &RunArgs, id: &str) -> anyhow::Result<(RunArgs, Re
     if claim["state"] != "orphaned" {
         bail!("sandbox {id}: run {run_id} is still driven by a connected host; nothing to resume");
     }
+    if claim["ready"] != true {
+        bail!(
+            "sandbox {id}: run {run_id} lost its host before its manifest was set (during its \
+             upload): nothing of it ran and nothing can be resumed; `pitcrew down {id}` ends it"
+        );
+    }
     let plan = &claim["plan"];
     let harness = plan["harness"]
         .as_str()
