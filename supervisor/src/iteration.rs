@@ -16,6 +16,7 @@ use crate::result::{AgentRecord, IterationResult, OutputRecord};
 use crate::sandbox::capture::{OutputCapture, StreamName, StreamReport};
 use crate::sandbox::cgroup::IterationCgroups;
 use crate::sandbox::confine::ConfinePlan;
+use crate::sandbox::disk_budget::DiskWatch;
 use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, ReapOutcome};
 use crate::sandbox::supervise::{supervise, AgentOutcome};
@@ -68,6 +69,8 @@ struct Running {
     capture: OutputCapture,
     /// Removed (when dropped) after the final reap.
     cgroups: IterationCgroups,
+    /// The disk budget, when the manifest sets one.
+    disk: Option<DiskWatch>,
 }
 
 fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
@@ -123,6 +126,7 @@ fn run_steps(
         &manifest.limits,
         &mut running.capture,
         observer,
+        running.disk.as_mut(),
     );
     record.steps.agent_ms = millis(started.elapsed());
     // 7. Reap again, then judge.
@@ -371,6 +375,14 @@ fn launch_step(
     };
     let (mut spec, mut capture) = LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
         .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
+    // The disk budget's first sample: the used space the agent's writes are measured from.
+    let disk = match manifest.limits.disk_bytes {
+        Some(limit) => Some(
+            DiskWatch::start(limit, &crate::sandbox::confine::writable_roots(manifest))
+                .map_err(|reason| refused(observer, reason))?,
+        ),
+        None => None,
+    };
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
     let mut confinement = plan.record.clone();
@@ -405,6 +417,7 @@ fn launch_step(
         spec,
         capture,
         cgroups,
+        disk,
     })
 }
 
@@ -442,6 +455,7 @@ fn conclude(
         spec,
         mut capture,
         cgroups,
+        disk,
     } = running;
     let mut code = outcome.exit.code();
     let mut reason = outcome.timed_out.then(|| {
@@ -486,6 +500,18 @@ fn conclude(
             manifest.limits.memory_bytes,
             usage.oom_kills.unwrap_or(0)
         ));
+    }
+    if let Some(mut watch) = disk {
+        watch.finish();
+        if let Some(why) = watch.reason() {
+            if code == 0 {
+                code = 1;
+            }
+            reason.get_or_insert(why);
+        }
+        if let Some(confinement) = &mut record.confinement {
+            confinement.limits.disk = Some(watch.record());
+        }
     }
     let streams = capture.finish();
     record.agent = Some(AgentRecord {

@@ -410,6 +410,12 @@ pub struct Limits {
     /// process where there is none.
     #[serde(default = "default_memory_bytes")]
     pub memory_bytes: u64,
+    /// Most the agent's writes may add to the space used on the filesystems it can write, in
+    /// bytes, per iteration; unset = no budget. Enforced by the supervisor where no engine
+    /// bounds the agent's disk: `RLIMIT_FSIZE` on every file, and the growth of each writable
+    /// root's filesystem sampled while the agent runs ([`crate::sandbox::disk_budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 /// The default of [`Limits::memory_bytes`]: 8 GiB, room for a runtime and the builds its
@@ -418,6 +424,9 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 8 << 30;
 
 /// The smallest [`Limits::memory_bytes`]: below it no runtime starts.
 pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
+
+/// The smallest [`Limits::disk_bytes`]: 1 MiB.
+pub const MIN_DISK_BYTES: u64 = 1 << 20;
 
 fn default_memory_bytes() -> u64 {
     DEFAULT_MEMORY_BYTES
@@ -439,6 +448,7 @@ impl Default for Limits {
             reap_budget_ms: 10_000,
             processes: DEFAULT_PROCESSES,
             memory_bytes: DEFAULT_MEMORY_BYTES,
+            disk_bytes: None,
         }
     }
 }
@@ -710,6 +720,12 @@ impl Manifest {
             return Err(field(
                 "limits.memory_bytes",
                 format!("must be at least {MIN_MEMORY_BYTES} (16 MiB)"),
+            ));
+        }
+        if self.limits.disk_bytes.is_some_and(|d| d < MIN_DISK_BYTES) {
+            return Err(field(
+                "limits.disk_bytes",
+                format!("must be at least {MIN_DISK_BYTES} (1 MiB)"),
             ));
         }
         if self.runtime != Runtime::Command && self.prompt.is_none() {

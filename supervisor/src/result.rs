@@ -214,6 +214,36 @@ pub struct LimitsRecord {
     pub memory: LimitRecord,
     /// `RLIMIT_CORE`: 0, no core files.
     pub core: u64,
+    /// `limits.disk_bytes`, when the manifest sets a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskLimitRecord>,
+}
+
+/// The agent's disk budget: `RLIMIT_FSIZE` on each file, and the growth of the used space of
+/// each filesystem it can write, sampled while it ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLimitRecord {
+    /// `limits.disk_bytes`: the most the used space of any one watched filesystem may grow.
+    pub limit: u64,
+    /// `RLIMIT_FSIZE` of the agent: no file may grow past it.
+    pub file_size_limit: u64,
+    /// How often the used space was sampled, in milliseconds.
+    pub sample_ms: u64,
+    /// Each watched filesystem, named by the first writable root on it.
+    pub filesystems: Vec<FilesystemGrowth>,
+    /// Whether a filesystem grew past the limit.
+    pub exceeded: bool,
+}
+
+/// How much one filesystem's used space grew during the iteration (everyone's writes count).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesystemGrowth {
+    /// The first writable root on it.
+    pub root: String,
+    /// The most it grew at any sample, in bytes.
+    pub peak_growth: u64,
+    /// What it grew by at the last sample, after the final reap (negative: space was freed).
+    pub end_growth: i64,
 }
 
 /// One limit of the agent's tree.

@@ -1,10 +1,13 @@
 //! Faults an operator's machine produces, end to end with the local engine: the disk under the
 //! records fills up, the supervisor is killed, the host's `pitcrew run` is killed, two runs
 //! reach for one sandbox, and a shell hands `pitcrew run --keep` a descriptor it waits on. In
-//! each case no record is lost and nothing runs on unnoticed.
+//! each case no record is lost and nothing runs on unnoticed. And where no engine bounds the
+//! agent's disk, its budget (`disk:`) stops it.
 //!
 //! Needs root and PID namespaces (and, for the full disk, a tmpfs mount); skipped otherwise, or
 //! a failure with `PITCREW_REQUIRE_E2E=1`.
+
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
     binary, busy_wait, command_harness_dir, iteration_dir, pitcrew_run_output, read_json,
@@ -430,4 +433,72 @@ fn a_kept_sandbox_holds_none_of_the_descriptors_of_the_shell_that_started_it() {
             .collect();
         assert!(fds.is_empty(), "pid {pid} holds descriptors {fds:?}");
     }
+}
+
+/// Free blocks of the filesystem holding `dir` (`stat -f`).
+fn free_blocks(dir: &Path) -> u64 {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%f"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn attack_limits__disk_writes_past_the_budget_kill_the_agent() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // 1: many 1 MiB files, slowly; 2: one file past the budget; 3: a writer that left the
+    // agent's session and group, while the agent itself only sleeps.
+    let fx = fixture(
+        r#"n=$(cat .n 2>/dev/null || echo 0); n=$((n+1)); echo $n > .n
+case $n in
+1) i=0; while [ $i -lt 200 ]; do i=$((i+1)); head -c 1048576 /dev/zero > f$i || exit 4; sleep 0.01; done ;;
+2) rm -f f*; if dd if=/dev/zero of=one bs=1M count=32 2>/dev/null; then exit 7; fi
+   [ "$(stat -c %s one)" -eq 16777216 ] || exit 6; rm -f one ;;
+3) setsid sh -c 'i=0; while [ $i -lt 200 ]; do i=$((i+1)); head -c 1048576 /dev/zero > g$i; sleep 0.01; done' </dev/null >/dev/null 2>&1 &
+   sleep 30 ;;
+esac"#,
+        3,
+    );
+    let harness = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(&fx.harness, format!("{harness}disk: 16MiB\n")).unwrap();
+    let Some(_tmpfs) = Tmpfs::mount(&fx.state, "512m") else {
+        pitcrew_e2e::skip("needs a tmpfs mount (mount -t tmpfs, as root) for the state directory");
+        return;
+    };
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--keep"], &[]);
+    let stderr = text(&out.stderr);
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{doc:#}\n{stderr}");
+    for n in [1, 3] {
+        let row = &rows[n - 1];
+        assert_eq!(row["exit_code"], 137, "iteration {n}: {doc:#}\n{stderr}");
+        let reason = row["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("disk-limit: the filesystem of ")
+                && reason.contains("past limits.disk_bytes (16777216 bytes)")
+                && reason.ends_with("the agent's tree was killed"),
+            "iteration {n}: {reason}"
+        );
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let disk = &record["confinement"]["limits"]["disk"];
+        assert_eq!(disk["exceeded"], true, "{disk:#}");
+        assert_eq!(disk["file_size_limit"], 16 << 20, "{disk:#}");
+        let peak = disk["filesystems"][0]["peak_growth"].as_u64().unwrap();
+        assert!(peak > 16 << 20 && peak < 200 << 20, "{disk:#}");
+    }
+    // One file is held at the budget by RLIMIT_FSIZE, and the freed space counts back.
+    assert_eq!(rows[1]["exit_code"], 0, "{doc:#}\n{stderr}");
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert_eq!(
+        record["confinement"]["limits"]["disk"]["exceeded"], false,
+        "{record:#}"
+    );
+    // The writer that left the group was reaped: nothing writes any more.
+    let before = free_blocks(&fx.state);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(free_blocks(&fx.state), before, "something still writes");
 }

@@ -181,6 +181,7 @@ impl Validated {
                 timeout_ms: u64::try_from(h.timeout.as_millis()).unwrap_or(u64::MAX),
                 processes: h.processes,
                 memory_bytes: h.memory,
+                disk_bytes: h.disk,
                 ..Limits::default()
             },
             confinement: Default::default(),

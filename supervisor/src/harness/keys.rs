@@ -1,11 +1,11 @@
 //! The top-level keys of a harness checked into a [`Harness`]: `runtime`, `agent`, `command`,
-//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `timeout`), `workdir`,
+//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `disk`, `timeout`), `workdir`,
 //! `output` and `validation`, each against its rule, with the list entries (`plugins`,
 //! `adapters`, `skills`) handed to their own checks.
 
 use super::fs_checks::check_output_dir;
 use super::model::{AgentSection, Harness, Location};
-use super::units::{parse_duration, parse_size};
+use super::units::{parse_duration, parse_size, parse_size_at_least};
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
 use crate::manifest::Runtime;
@@ -28,6 +28,7 @@ const TOP_KEYS: &[&str] = &[
     "timeout",
     "processes",
     "memory",
+    "disk",
     "workdir",
     "output",
     "validation",
@@ -226,6 +227,19 @@ impl Checker {
                 None => crate::manifest::DEFAULT_MEMORY_BYTES,
             },
         };
+        let disk = match top.get_node("disk") {
+            None => None,
+            Some(n) => match self.string(n, "disk").as_deref().map(|s| {
+                parse_size_at_least(s, crate::manifest::MIN_DISK_BYTES, "too small a budget")
+            }) {
+                Some(Ok(bytes)) => Some(bytes),
+                Some(Err(e)) => {
+                    self.problem(location(n), "disk", e);
+                    None
+                }
+                None => None,
+            },
+        };
         let timeout = match top.get_node("timeout") {
             None => Duration::from_secs(30 * 60),
             Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
@@ -310,6 +324,7 @@ impl Checker {
             timeout,
             processes,
             memory,
+            disk,
             workdir,
             output,
             validation,

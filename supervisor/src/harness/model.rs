@@ -155,6 +155,10 @@ pub struct Harness {
     pub processes: u64,
     /// Most memory of the agent's tree at once, in bytes (`limits.memory_bytes`).
     pub memory: u64,
+    /// Most the agent's writes may add to the disk per iteration, in bytes
+    /// (`limits.disk_bytes`); unset = no budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<u64>,
     /// Host directory uploaded as the agent's workspace.
     pub workdir: Option<PathBuf>,
     /// Host directory receiving run records.

@@ -216,3 +216,29 @@ fn compiled_uploads_follow_the_manifest() {
     let uploaded: Vec<&str> = uploads.iter().map(|u| u.sandbox_path.as_str()).collect();
     assert_eq!(uploaded, pinned);
 }
+
+#[test]
+fn a_disk_budget_becomes_limits_disk_bytes_and_a_bad_one_is_named() {
+    let v = check("runtime: command\ncommand: [/bin/true]\ndisk: 2GiB\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let manifest = v.manifest(&SandboxLayout::default()).unwrap();
+    assert_eq!(manifest.limits.disk_bytes, Some(2 << 30));
+    manifest.validate().unwrap();
+    let v = check("runtime: command\ncommand: [/bin/true]\n");
+    let manifest = v.manifest(&SandboxLayout::default()).unwrap();
+    assert_eq!(manifest.limits.disk_bytes, None);
+    for (text, needle) in [
+        ("disk: 512KiB\n", "less than 1MiB"),
+        ("disk: 2GB\n", "unknown unit"),
+        ("disk: [1]\n", "expected a string"),
+    ] {
+        let v = check(&format!("runtime: command\ncommand: [/bin/true]\n{text}"));
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.field == "disk" && p.message.contains(needle)),
+            "{text:?}: {:?}",
+            v.problems
+        );
+    }
+}

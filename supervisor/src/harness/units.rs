@@ -2,9 +2,19 @@
 
 use std::time::Duration;
 
-/// Parses a harness size: `8GiB`, `512MiB`, `64KiB`, `1TiB` or a number of bytes; at least
-/// 16 MiB.
+/// Parses a harness memory size: `8GiB`, `512MiB`, `64KiB`, `1TiB` or a number of bytes; at
+/// least 16 MiB.
 pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size_at_least(
+        s,
+        crate::manifest::MIN_MEMORY_BYTES,
+        "too little for any runtime",
+    )
+}
+
+/// Parses a harness size (`8GiB`, `512MiB`, `64KiB`, `1TiB` or a number of bytes) of at least
+/// `min` bytes and at most 1024 TiB; `why` says what a smaller one would be.
+pub fn parse_size_at_least(s: &str, min: u64, why: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
@@ -28,18 +38,26 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     let bytes = n
         .checked_mul(1 << shift)
-        .filter(|b| *b <= MAX_MEMORY_BYTES)
+        .filter(|b| *b <= MAX_SIZE_BYTES)
         .ok_or_else(|| format!("{s:?} is more than 1024 TiB"))?;
-    if bytes < crate::manifest::MIN_MEMORY_BYTES {
-        return Err(format!(
-            "{s:?} is less than 16MiB, too little for any runtime"
-        ));
+    if bytes < min {
+        return Err(format!("{s:?} is less than {}, {why}", human_size(min)));
     }
     Ok(bytes)
 }
 
-/// The largest `memory:` a harness may ask for (1024 TiB: past any machine's, short of overflow).
-const MAX_MEMORY_BYTES: u64 = 1 << 50;
+/// `bytes` in the largest binary unit that divides it (`16MiB`, `1MiB`, `4096`).
+fn human_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// The largest size a harness may ask for (1024 TiB: past any machine's, short of overflow).
+const MAX_SIZE_BYTES: u64 = 1 << 50;
 
 /// Parses a duration: `90` (seconds), `90s`, `15m`, `2h`, `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -83,5 +101,8 @@ mod tests {
             let err = parse_size(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");
         }
+        assert_eq!(parse_size_at_least("1MiB", 1 << 20, "x"), Ok(1 << 20));
+        let err = parse_size_at_least("512KiB", 1 << 20, "too small a budget").unwrap_err();
+        assert!(err.contains("less than 1MiB, too small a budget"), "{err}");
     }
 }

@@ -21,6 +21,7 @@
 //! The record says which one enforced each limit, and why there was no cgroup. The engine's own
 //! container limits (`--memory`, `--pids-limit`) still bound the whole sandbox there.
 
+use crate::result::{Enforcement, LimitRecord};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -368,6 +369,31 @@ fn read_key(path: &Path, key: &str) -> Option<u64> {
         let (k, v) = line.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
     })
+}
+
+/// How `limit` is enforced: by the tree's cgroup of `controller` if it has one, else by
+/// `fallback` (with the reason there is no cgroup).
+pub fn limit_record(
+    limit: u64,
+    controller: Controller,
+    fallback: Enforcement,
+    agent_cgroups: &AgentCgroups,
+    cgroups: &IterationCgroups,
+) -> LimitRecord {
+    match cgroups.dir(controller) {
+        Some(dir) => LimitRecord {
+            limit,
+            enforced_by: Enforcement::CgroupV1,
+            cgroup: Some(dir.display().to_string()),
+            ..LimitRecord::default()
+        },
+        None => LimitRecord {
+            limit,
+            enforced_by: fallback,
+            cgroup_unavailable: agent_cgroups.unavailable(controller).map(String::from),
+            ..LimitRecord::default()
+        },
+    }
 }
 
 #[cfg(test)]

@@ -43,21 +43,22 @@
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
 //! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
-//! as the agent; mark every fd ≥ 3 close-on-exec; the rlimits (`RLIMIT_CORE` 0, and
-//! `RLIMIT_NPROC`/`RLIMIT_DATA` for the limits no cgroup enforces);
+//! as the agent; mark every fd ≥ 3 close-on-exec; the rlimits (`RLIMIT_CORE` 0,
+//! `RLIMIT_NPROC`/`RLIMIT_DATA` for the limits no cgroup enforces, `RLIMIT_FSIZE` for a disk
+//! budget);
 //! `PR_SET_NO_NEW_PRIVS` (read back); Landlock
 //! `restrict_self`; the seccomp filter ([`super::seccomp`], read back); restore the signal mask
 //! the supervisor started with. A failing stage is
 //! reported by name and errno.
 
-use super::cgroup::{AgentCgroups, Controller, IterationCgroups};
+use super::cgroup::{limit_record, AgentCgroups, Controller, IterationCgroups};
 use super::child_status::{ChildFailure, ChildReport, Stage};
 use super::landlock::build_ruleset;
 pub use super::landlock::{kernel_landlock_abi, LandlockAvailability, LANDLOCK_ABI};
 use crate::manifest::{LandlockMode, Manifest};
 use crate::result::{
-    ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitRecord, LimitsRecord,
-    SeccompRecord, SupervisorMode,
+    ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitsRecord, SeccompRecord,
+    SupervisorMode,
 };
 use caps::{CapSet, Capability};
 use landlock::{RulesetCreated, RulesetStatus};
@@ -92,6 +93,8 @@ pub struct ConfinePlan {
     processes: Option<libc::rlim_t>,
     /// `RLIMIT_DATA` of the agent, where no memory cgroup bounds its tree.
     data: Option<libc::rlim_t>,
+    /// `RLIMIT_FSIZE` of the agent: `limits.disk_bytes`, when set ([`super::disk_budget`]).
+    file_size: Option<libc::rlim_t>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -99,31 +102,6 @@ pub struct ConfinePlan {
 
 fn rlim(value: u64) -> libc::rlim_t {
     libc::rlim_t::try_from(value).unwrap_or(libc::RLIM_INFINITY)
-}
-
-/// How `limit` is enforced: by the tree's cgroup of `controller` if it has one, else by
-/// `fallback` (with the reason there is no cgroup).
-fn limit_record(
-    limit: u64,
-    controller: Controller,
-    fallback: Enforcement,
-    agent_cgroups: &AgentCgroups,
-    cgroups: &IterationCgroups,
-) -> LimitRecord {
-    match cgroups.dir(controller) {
-        Some(dir) => LimitRecord {
-            limit,
-            enforced_by: Enforcement::CgroupV1,
-            cgroup: Some(dir.display().to_string()),
-            ..LimitRecord::default()
-        },
-        None => LimitRecord {
-            limit,
-            enforced_by: fallback,
-            cgroup_unavailable: agent_cgroups.unavailable(controller).map(String::from),
-            ..LimitRecord::default()
-        },
-    }
 }
 
 /// Whether `path` is `root` or lies below it.
@@ -384,6 +362,7 @@ impl ConfinePlan {
                 .dir(Controller::Memory)
                 .is_none()
                 .then(|| rlim(manifest.limits.memory_bytes)),
+            file_size: manifest.limits.disk_bytes.map(rlim),
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -420,6 +399,7 @@ impl ConfinePlan {
                         cgroups,
                     ),
                     core: 0,
+                    disk: None,
                 },
             },
         })
@@ -584,6 +564,7 @@ impl ConfinePlan {
         for (resource, value) in [
             (libc::RLIMIT_NPROC, self.processes),
             (libc::RLIMIT_DATA, self.data),
+            (libc::RLIMIT_FSIZE, self.file_size),
             (libc::RLIMIT_CORE, Some(0)),
         ] {
             let Some(value) = value else { continue };

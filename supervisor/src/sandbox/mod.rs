@@ -13,6 +13,7 @@
 //! - [`seccomp`]: the filter that keeps the agent's tools from rewriting their runtime.
 //! - [`capture`]: the agent's stdout/stderr through sockets only the supervisor reads.
 //! - [`cgroup`]: the agent tree's own cgroup, bounding its memory and process count.
+//! - [`disk_budget`]: what the agent's writes may add to the filesystems it can write.
 //! - [`private_ipc`]: a fresh IPC namespace and `/dev/shm` per iteration where the sandbox
 //!   shares the host's filesystem.
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
@@ -26,6 +27,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod child_status;
 pub mod confine;
+pub mod disk_budget;
 pub mod landlock;
 pub mod launch;
 pub mod nofollow;

@@ -10,8 +10,12 @@
 //! The same poll also waits on the [`IterationObserver`]'s descriptors (the long-lived mode's
 //! control connections), so the supervisor stays single-threaded; the observer may ask for a
 //! signal to the agent or a cancel (TERM to the group, KILL after `kill_grace_ms`).
+//!
+//! With a disk budget the loop also samples the [`DiskWatch`] when a sample is due; growth past
+//! the budget is `SIGKILL` to the group at once (no grace: a grace would be more writing).
 
 use super::capture::{OutputCapture, PUMP_BUDGET};
+use super::disk_budget::DiskWatch;
 use super::observer::{IterationObserver, ObserverAction};
 use super::reaper::ChildExit;
 use super::signals::is_forwarded;
@@ -60,13 +64,14 @@ fn signal_agent(pid: i32, signo: i32) {
 
 /// Waits for the agent `pid` (already registered with the reaper) to exit, copying its output
 /// from `capture` as it arrives and servicing `observer` at least every
-/// [`IterationObserver::max_wait`].
+/// [`IterationObserver::max_wait`] and sampling `disk` when one is due.
 pub fn supervise(
     ctx: &mut Supervisor,
     pid: i32,
     limits: &Limits,
     capture: &mut OutputCapture,
     observer: &mut dyn IterationObserver,
+    mut disk: Option<&mut DiskWatch>,
 ) -> AgentOutcome {
     let start = Instant::now();
     let mut deadline = start + Duration::from_millis(limits.timeout_ms);
@@ -117,7 +122,21 @@ pub fn supervise(
             }
             continue;
         }
-        let wait = (deadline - now).min(TICK).min(observer.max_wait());
+        let mut wait = (deadline - now).min(TICK).min(observer.max_wait());
+        if let Some(watch) = disk.as_deref_mut() {
+            if watch.until_next().is_zero() && watch.sample() && !killed {
+                tracing::warn!(
+                    "supervise: {}; SIGKILL to the agent's group",
+                    watch.reason().unwrap_or_default()
+                );
+                term_sent = true;
+                killed = true;
+                signal_agent(pid, libc::SIGKILL);
+                deadline = now + TICK;
+                continue;
+            }
+            wait = wait.min(watch.until_next());
+        }
         // More output is waiting: only look for what else is ready, do not sleep.
         let millis = if capture_behind {
             0
