@@ -51,6 +51,9 @@ pub struct Manifest {
     /// Time limits.
     #[serde(default)]
     pub limits: Limits,
+    /// How many records the host has collected the sandbox keeps.
+    #[serde(default)]
+    pub retention: Retention,
     /// Confinement policy.
     #[serde(default)]
     pub confinement: ConfinementSpec,
@@ -390,69 +393,6 @@ pub struct OutputSpec {
     pub stderr: Option<String>,
 }
 
-/// Time limits (in milliseconds) and the bounds of the agent's process tree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    /// The agent's wall-clock limit; then TERM to its group, grace, KILL.
-    pub timeout_ms: u64,
-    /// Grace between TERM and KILL, for the agent and for leftovers.
-    pub kill_grace_ms: u64,
-    /// Upper bound for one reap step (TERM, grace, KILL, rescans).
-    pub reap_budget_ms: u64,
-    /// Most processes (threads count) the agent's tree may have at once, so a fork bomb stops
-    /// there and the supervisor keeps serving: `pids.max` of the tree's cgroup, or
-    /// `RLIMIT_NPROC` of the agent's uid where there is none ([`crate::sandbox::cgroup`]).
-    #[serde(default = "default_processes")]
-    pub processes: u64,
-    /// Most memory the agent's tree may use at once, in bytes: `memory.limit_in_bytes` of the
-    /// tree's cgroup (the kernel kills a process of the tree past it), or `RLIMIT_DATA` of each
-    /// process where there is none.
-    #[serde(default = "default_memory_bytes")]
-    pub memory_bytes: u64,
-    /// Most the agent's writes may add to the space used on the filesystems it can write, in
-    /// bytes, per iteration; unset = no budget. Enforced by the supervisor where no engine
-    /// bounds the agent's disk: `RLIMIT_FSIZE` on every file, and the growth of each writable
-    /// root's filesystem sampled while the agent runs ([`crate::sandbox::disk_budget`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disk_bytes: Option<u64>,
-}
-
-/// The default of [`Limits::memory_bytes`]: 8 GiB, room for a runtime and the builds its
-/// tools run.
-pub const DEFAULT_MEMORY_BYTES: u64 = 8 << 30;
-
-/// The smallest [`Limits::memory_bytes`]: below it no runtime starts.
-pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
-
-/// The smallest [`Limits::disk_bytes`]: 1 MiB.
-pub const MIN_DISK_BYTES: u64 = 1 << 20;
-
-fn default_memory_bytes() -> u64 {
-    DEFAULT_MEMORY_BYTES
-}
-
-/// The default of [`Limits::processes`]: room for a runtime and its tools (Node alone runs a
-/// dozen threads), far below what would starve the machine.
-pub const DEFAULT_PROCESSES: u64 = 4096;
-
-fn default_processes() -> u64 {
-    DEFAULT_PROCESSES
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            timeout_ms: 30 * 60 * 1000,
-            kill_grace_ms: 2000,
-            reap_budget_ms: 10_000,
-            processes: DEFAULT_PROCESSES,
-            memory_bytes: DEFAULT_MEMORY_BYTES,
-            disk_bytes: None,
-        }
-    }
-}
-
 /// How hard Landlock must be enforced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -737,6 +677,11 @@ impl Manifest {
         Ok(())
     }
 }
+
+mod limits;
+pub use limits::{
+    Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
+};
 
 #[cfg(test)]
 mod tests;

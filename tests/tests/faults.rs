@@ -502,3 +502,75 @@ esac"#,
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(free_blocks(&fx.state), before, "something still writes");
 }
+
+/// The `iteration-N` directories in `records`, and the bytes allocated to the whole directory
+/// (`du`).
+fn records_on_disk(records: &Path) -> (usize, u64) {
+    let count = fs::read_dir(records)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("iteration-"))
+        .count();
+    let out = Command::new("du")
+        .args(["-s", "-B1"])
+        .arg(records)
+        .output()
+        .unwrap();
+    let bytes = text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (count, bytes)
+}
+
+#[test]
+fn five_thousand_iterations_leave_the_sandbox_only_the_records_its_retention_keeps() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo \"$PWD\" > out.txt", 1000);
+    let harness = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(
+        &fx.harness,
+        format!("{harness}retention:\n  records: 20\n  size: 2MiB\n"),
+    )
+    .unwrap();
+    let h = fx.harness.to_str().unwrap();
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--keep"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let records = fx.sandbox_dir(&id).join("records");
+    for run in 1..=5 {
+        if run > 1 {
+            let out = fx.output(&["run", h, "--sandbox", &id, "--json"]);
+            assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
+        }
+        let (count, bytes) = records_on_disk(&records);
+        assert!(count <= 20, "run {run}: {count} records in the sandbox");
+        // The records, their directories and `.collected`: within the retention's 2 MiB.
+        assert!(bytes <= 2 << 20, "run {run}: {bytes} bytes of records");
+    }
+    let out = fx.output(&["inspect", &id, "--json", "--no-verify"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = if status["status"].is_object() {
+        &status["status"]
+    } else {
+        &status
+    };
+    assert_eq!(status["iteration"], 5000, "{:#}", status["retention"]);
+    assert_eq!(
+        status["retention"]["deleted"],
+        5000 - 20,
+        "{:#}",
+        status["retention"]
+    );
+    assert_eq!(status["uncollected"]["count"], 0);
+    // The history the status reply carries is bounded too.
+    assert_eq!(status["history"].as_array().unwrap().len(), 1000);
+    assert_eq!(status["history_left_out"], 4000);
+    let out = fx.output(&["down", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

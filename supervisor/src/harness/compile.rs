@@ -185,6 +185,7 @@ impl Validated {
                 ..Limits::default()
             },
             confinement: Default::default(),
+            retention: h.retention.clone(),
         };
         // The workspace is the agent's: owned by the identity the manifest runs it as.
         if let Some(work) = &h.workdir {

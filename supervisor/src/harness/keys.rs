@@ -1,5 +1,5 @@
 //! The top-level keys of a harness checked into a [`Harness`]: `runtime`, `agent`, `command`,
-//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `disk`, `timeout`), `workdir`,
+//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `disk`, `timeout`), `retention`, `workdir`,
 //! `output` and `validation`, each against its rule, with the list entries (`plugins`,
 //! `adapters`, `skills`) handed to their own checks.
 
@@ -8,7 +8,7 @@ use super::model::{AgentSection, Harness, Location};
 use super::units::{parse_duration, parse_size, parse_size_at_least};
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
-use crate::manifest::Runtime;
+use crate::manifest::{Retention, Runtime};
 use marked_yaml::Node;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,6 +29,7 @@ const TOP_KEYS: &[&str] = &[
     "processes",
     "memory",
     "disk",
+    "retention",
     "workdir",
     "output",
     "validation",
@@ -240,6 +241,10 @@ impl Checker {
                 None => None,
             },
         };
+        let retention = top
+            .get_node("retention")
+            .map(|n| self.retention(n))
+            .unwrap_or_default();
         let timeout = match top.get_node("timeout") {
             None => Duration::from_secs(30 * 60),
             Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
@@ -325,9 +330,49 @@ impl Checker {
             processes,
             memory,
             disk,
+            retention,
             workdir,
             output,
             validation,
         })
     }
 }
+
+impl Checker {
+    /// `retention: {records, size}`: the collected records the sandbox keeps; a key left out
+    /// keeps its default.
+    fn retention(&mut self, node: &Node) -> Retention {
+        let mut retention = Retention::default();
+        let Some(m) = self.mapping(node, "retention") else {
+            return retention;
+        };
+        self.unknown_keys(m, "retention", &["records", "size"]);
+        if let Some(n) = m.get_node("records") {
+            match n.as_scalar().and_then(|s| s.as_u64()) {
+                Some(r) if r <= u64::from(MAX_RETAINED_RECORDS) => {
+                    retention.records = u32::try_from(r).unwrap_or(MAX_RETAINED_RECORDS);
+                }
+                _ => self.problem(
+                    location(n),
+                    "retention.records",
+                    format!("expected an integer from 0 to {MAX_RETAINED_RECORDS}"),
+                ),
+            }
+        }
+        if let Some(n) = m.get_node("size") {
+            match self
+                .string(n, "retention.size")
+                .as_deref()
+                .map(|s| parse_size_at_least(s, 0, ""))
+            {
+                Some(Ok(bytes)) => retention.bytes = bytes,
+                Some(Err(e)) => self.problem(location(n), "retention.size", e),
+                None => {}
+            }
+        }
+        retention
+    }
+}
+
+/// The most collected records a harness may ask the sandbox to keep.
+const MAX_RETAINED_RECORDS: u32 = 1_000_000;

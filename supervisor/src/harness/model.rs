@@ -159,6 +159,8 @@ pub struct Harness {
     /// (`limits.disk_bytes`); unset = no budget.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk: Option<u64>,
+    /// The collected records the sandbox keeps (`retention`).
+    pub retention: crate::manifest::Retention,
     /// Host directory uploaded as the agent's workspace.
     pub workdir: Option<PathBuf>,
     /// Host directory receiving run records.

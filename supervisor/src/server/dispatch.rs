@@ -137,6 +137,7 @@ impl Server {
                 });
                 self.manifest = Some(*manifest);
                 self.claim_ready(conn_id);
+                self.prune_collected();
             }
             Request::Run { .. } => {
                 self.check_claim(conn_id, "run")?;
@@ -190,6 +191,7 @@ impl Server {
             }
             Request::Collected { iterations, .. } => {
                 self.mark_collected(&iterations);
+                self.prune_collected();
                 self.conns[i].send(&Response::Ok {
                     id,
                     detail: json!({ "collected": iterations.len() }),
@@ -231,8 +233,19 @@ impl Server {
         self.unwritten.flush();
         let in_memory = self.unwritten.get(n).map(str::to_owned);
         if n == 0 || (in_memory.is_none() && !dir.join("result.json").is_file()) {
+            let why = if n > 0 && n <= self.last_iteration && !dir.exists() {
+                match &self.manifest {
+                    Some(m) => format!(
+                        " (deleted after the host collected it: the sandbox keeps the newest {}                          collected records, at most {} bytes; the harness's retention)",
+                        m.retention.records, m.retention.bytes
+                    ),
+                    None => " (deleted after the host collected it)".to_string(),
+                }
+            } else {
+                String::new()
+            };
             return Err(RequestError::NotFound(format!(
-                "no record of iteration {n}"
+                "no record of iteration {n}{why}"
             )));
         }
         let c = &mut self.conns[i];

@@ -23,6 +23,7 @@
 //! - `records`: the iteration records kept in the sandbox until collected.
 //! - `reserve`: room held for records on a disk the agent can fill, and records kept in memory
 //!   when even that was not enough.
+//! - `retention`: collected records deleted past the manifest's retention.
 //! - [`attach`]: `pitcrew-init attach`, the stdio ↔ socket bridge.
 
 pub mod attach;
@@ -32,6 +33,7 @@ mod dispatch;
 mod error;
 mod records;
 mod reserve;
+mod retention;
 mod run;
 mod socket;
 mod status;
@@ -168,6 +170,8 @@ struct Server {
     claim: Option<claim::Claim>,
     /// The iterations whose records the host holds (`collected`).
     collected: std::collections::BTreeSet<u32>,
+    /// What retention deleted, and the sizes of the collected records kept.
+    pruned: retention::Pruned,
     /// Actions on the agent requested since the last wake-up (`signal`, `cancel`, `shutdown`).
     actions: Vec<ObserverAction>,
     /// A `shutdown` request, answered once everything is reaped.
@@ -200,6 +204,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         agent_user: unprivileged.then(status::own_identity),
         requests: REQUESTS.iter().map(|s| s.to_string()).collect(),
     };
+    let collected = claim::read_collected(&opts.records);
     let mut server = Server {
         listener: None,
         conns: Vec::new(),
@@ -211,7 +216,9 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         manifest: None,
         history: Vec::new(),
         history_left_out: 0,
-        last_iteration: records::last_iteration(&opts.records),
+        // A collected record retention deleted still counts: numbers never restart.
+        last_iteration: records::last_iteration(&opts.records)
+            .max(collected.last().copied().unwrap_or(0)),
         current: None,
         last_confinement: None,
         capabilities,
@@ -219,7 +226,8 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         reserve: reserve::Reserve::new(&opts.records),
         unwritten: reserve::Unwritten::default(),
         claim: None,
-        collected: claim::read_collected(&opts.records),
+        collected,
+        pruned: retention::Pruned::default(),
         actions: Vec::new(),
         shutdown: None,
     };

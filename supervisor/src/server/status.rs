@@ -117,6 +117,7 @@ impl Server {
             "confinement": self.last_confinement,
             "claim": self.claim.as_ref().map(super::claim::Claim::to_json),
             "uncollected": self.uncollected(),
+            "retention": self.retention_status(),
         });
         if verify {
             let report = match &self.manifest {
