@@ -130,8 +130,8 @@ pub struct RunOutcome {
     pub record: pitcrew_core::result::IterationResult,
 }
 
-/// Sends `cancel` (or a signal) from another thread while the owning [`Client`] waits for a
-/// `run` to end. Its responses are skipped by the client.
+/// Sends `cancel` (or a signal, or `renew`) from another thread while the owning [`Client`]
+/// waits for a `run` to end or does anything else. Its responses are skipped by the client.
 #[derive(Clone)]
 pub struct Canceller<W: Write> {
     writer: Arc<Mutex<W>>,
@@ -143,6 +143,12 @@ impl<W: Write> Canceller<W> {
     pub fn cancel(&self) -> io::Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         send(&self.writer, &Request::Cancel { id })
+    }
+
+    /// Sends `renew`: word for the claim's lease.
+    pub fn renew(&self) -> io::Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        send(&self.writer, &Request::Renew { id })
     }
 }
 
@@ -438,16 +444,26 @@ impl<R: Read, W: Write> Client<R, W> {
         }
     }
 
-    /// Claims the sandbox for the run `run` with the host's `plan` (refused `busy` when another
-    /// run holds it); returns the claim as the supervisor keeps it.
+    /// Claims the sandbox for the run `run` with the host's `plan` and a lease of `lease`
+    /// (refused `busy` when another run holds it); returns the claim as the supervisor keeps it.
     pub fn claim(
         &mut self,
         run: &str,
         plan: serde_json::Value,
+        lease: std::time::Duration,
     ) -> Result<serde_json::Value, ClientError> {
         let id = self.id();
         let run = run.to_string();
-        self.send(&Request::Claim { id, run, plan }, "claim")?;
+        let lease_ms = Some(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        self.send(
+            &Request::Claim {
+                id,
+                run,
+                plan,
+                lease_ms,
+            },
+            "claim",
+        )?;
         self.expect_ok(id, "claim")
             .map(|detail| detail.get("claim").cloned().unwrap_or_default())
     }

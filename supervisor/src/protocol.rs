@@ -406,6 +406,16 @@ pub enum Request {
         /// The host's plan for the run, kept and shown by `status` (JSON, at most 64 KiB).
         #[serde(default)]
         plan: serde_json::Value,
+        /// How long the claim holds without a word from its connection, in milliseconds
+        /// (default 60 s): past it the run counts as orphaned even if the connection stays open.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
+    },
+    /// Renew this connection's claim (any frame from the holder renews it; this one says
+    /// nothing else).
+    Renew {
+        /// Correlation id.
+        id: u64,
     },
     /// End this connection's claim.
     Release {
@@ -436,6 +446,7 @@ impl Request {
             | Request::Shutdown { id }
             | Request::Claim { id, .. }
             | Request::Release { id }
+            | Request::Renew { id }
             | Request::Collected { id, .. } => *id,
         }
     }

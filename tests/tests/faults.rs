@@ -342,6 +342,66 @@ fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
 }
 
 #[test]
+fn a_host_that_hangs_with_its_connection_open_loses_its_claim_when_the_lease_lapses() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 1", 3);
+    let mut run = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "--json", "--lease", "2s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    fx.wait_first_record();
+    // Stopped, not killed: its connection stays open, it only stops renewing.
+    let pid = run.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut listed = Vec::new();
+    let orphaned = busy_wait(Duration::from_secs(20), || {
+        listed = fx.ps();
+        listed.first().is_some_and(|s| s["state"] == "orphaned")
+    });
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(orphaned, "{listed:#?}");
+    let because = listed[0]["detail"]["claim"]["orphaned_because"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(because.starts_with("its lease lapsed"), "{listed:#?}");
+    // The run it left is resumable, and finishes.
+    let out = fx.output(&["run", "--resume", &id, "--json"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    for n in 1..=3 {
+        let record = read_json(&run_dir.join(format!("iteration-{n}/result.json")));
+        assert_eq!(record["exit_code"], 0, "iteration {n}: {record:#}");
+    }
+}
+
+#[test]
+fn a_live_host_keeps_its_claim_through_iterations_longer_than_its_lease() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("sleep 3", 2);
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--lease", "1s"], &[]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{doc:#}");
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{doc:#}");
+    assert!(rows.iter().all(|r| r["exit_code"] == 0), "{doc:#}");
+    assert!(!stderr.contains("orphaned"), "{stderr}");
+}
+
+#[test]
 fn a_second_run_is_refused_before_it_uploads_anything() {
     if !require_pid_namespaces() {
         return;

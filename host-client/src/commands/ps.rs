@@ -29,9 +29,12 @@ fn show_claim(engine: &dyn Engine, s: &mut SandboxEntry) {
     s.state = match claim["state"].as_str() {
         Some("orphaned") => {
             s.detail["state_detail"] = format!(
-                "run {} lost its host after {} iteration(s); pitcrew run --resume {}",
+                "run {} lost its host after {} iteration(s) ({}); pitcrew run --resume {}",
                 claim["run"].as_str().unwrap_or_default(),
                 claim["iterations"].as_array().map_or(0, Vec::len),
+                claim["orphaned_because"]
+                    .as_str()
+                    .unwrap_or("its host went away"),
                 s.id
             )
             .into();

@@ -8,6 +8,12 @@
 //! `status` shows and only the same run may take back (`pitcrew run --resume`). The claim carries
 //! the host's plan (opaque, bounded) and the iterations run under it.
 //!
+//! The connection alone cannot tell a host that hangs (stopped, its machine suspended, a remote
+//! engine's stream left open by a network partition) from one that is busy: the claim is also a
+//! lease of `lease_ms` (the host's choice, default 60 s) renewed by every frame from its
+//! connection, and `pitcrew run` sends `renew` a few times per lease. Once the lease lapses the
+//! claim is orphaned as if the connection had closed; the holder's later requests are refused.
+//!
 //! `collected` is the host's word that it holds a record: the iterations are kept in
 //! `<records>/.collected` (one number a line, outliving the supervisor), so neither the host nor
 //! anyone reading the sandbox's storage deletes a record nobody holds.
@@ -21,9 +27,14 @@ use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Most bytes of a claim's plan (JSON): it is the host's memo, not a store.
 pub const PLAN_MAX_BYTES: usize = 64 * 1024;
+/// The lease of a claim whose host names none: 60 s.
+pub const DEFAULT_LEASE_MS: u64 = 60_000;
+/// The shortest and the longest lease a host may ask for: 1 s and a day.
+const LEASE_MS: std::ops::RangeInclusive<u64> = 1_000..=86_400_000;
 /// Most uncollected iterations `status` names (the count is always exact).
 const UNCOLLECTED_NAMED: usize = 1000;
 /// The file of collected iterations in the records directory (the host reads it too, from a
@@ -46,6 +57,12 @@ pub(super) struct Claim {
     since: u64,
     /// When its holder went away.
     orphaned_at: Option<u64>,
+    /// Why it is orphaned: the connection closed, or the lease lapsed.
+    orphaned_because: Option<String>,
+    /// How long it holds without word from its holder.
+    lease: Duration,
+    /// The last word from its holder.
+    renewed: Instant,
     /// The iterations run under it.
     iterations: Vec<u32>,
     /// A manifest was set under it: its run's trees and manifest are in place (a run whose host
@@ -54,6 +71,14 @@ pub(super) struct Claim {
 }
 
 impl Claim {
+    /// Its holder is gone (`why`): the claim is orphaned, for the same run to take back.
+    fn orphan(&mut self, why: String) {
+        tracing::warn!("claim: run {}: {why}; orphaned", self.run);
+        self.holder = None;
+        self.orphaned_at = Some(now_secs());
+        self.orphaned_because = Some(why);
+    }
+
     /// The claim as `status` and the `claim` answer show it.
     pub(super) fn to_json(&self) -> Value {
         json!({
@@ -62,6 +87,11 @@ impl Claim {
             "state": if self.holder.is_some() { "held" } else { "orphaned" },
             "since": self.since,
             "orphaned_at": self.orphaned_at,
+            "orphaned_because": self.orphaned_because,
+            "lease_ms": u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+            "silent_ms": self
+                .holder
+                .map(|_| u64::try_from(self.renewed.elapsed().as_millis()).unwrap_or(u64::MAX)),
             "iterations": self.iterations,
             "ready": self.ready,
         })
@@ -86,7 +116,17 @@ impl Server {
         conn: u64,
         run: String,
         plan: Value,
+        lease_ms: Option<u64>,
     ) -> Result<Value, RequestError> {
+        let lease_ms = lease_ms.unwrap_or(DEFAULT_LEASE_MS);
+        if !LEASE_MS.contains(&lease_ms) {
+            return Err(RequestError::Malformed(format!(
+                "claim: lease_ms {lease_ms} is not from {} to {}",
+                LEASE_MS.start(),
+                LEASE_MS.end()
+            )));
+        }
+        let lease = Duration::from_millis(lease_ms);
         if plan.to_string().len() > PLAN_MAX_BYTES {
             return Err(RequestError::Malformed(format!(
                 "claim: the plan is over {PLAN_MAX_BYTES} bytes"
@@ -101,6 +141,8 @@ impl Server {
         match &mut self.claim {
             Some(c) if c.holder == Some(conn) && c.run == run => {
                 c.plan = plan;
+                c.lease = lease;
+                c.renewed = Instant::now();
             }
             Some(c) if c.holder.is_some() => {
                 return Err(RequestError::Busy(format!(
@@ -112,11 +154,14 @@ impl Server {
             }
             Some(c) if c.run != run => {
                 return Err(RequestError::Busy(format!(
-                    "run {} was orphaned here {} s ago after {} iteration(s) (its host went \
-                     away): `pitcrew run --resume` finishes it, `pitcrew down` ends it",
+                    "run {} was orphaned here {} s ago after {} iteration(s) ({}): `pitcrew run \
+                     --resume` finishes it, `pitcrew down` ends it",
                     c.run,
                     now.saturating_sub(c.orphaned_at.unwrap_or(now)),
-                    c.iterations.len()
+                    c.iterations.len(),
+                    c.orphaned_because
+                        .as_deref()
+                        .unwrap_or("its host went away")
                 )));
             }
             Some(c) => {
@@ -125,6 +170,9 @@ impl Server {
                 c.holder = Some(conn);
                 c.held_by = conn;
                 c.orphaned_at = None;
+                c.orphaned_because = None;
+                c.lease = lease;
+                c.renewed = Instant::now();
                 c.since = now;
                 if !plan.is_null() {
                     c.plan = plan;
@@ -138,6 +186,9 @@ impl Server {
                     held_by: conn,
                     since: now,
                     orphaned_at: None,
+                    orphaned_because: None,
+                    lease,
+                    renewed: Instant::now(),
                     iterations: Vec::new(),
                     ready: false,
                 });
@@ -198,9 +249,50 @@ impl Server {
     /// The connection `conn` closed: a claim it held is orphaned.
     pub(super) fn claim_holder_gone(&mut self, conn: u64) {
         if let Some(c) = self.claim.as_mut().filter(|c| c.holder == Some(conn)) {
-            tracing::warn!("claim: run {}: its host went away; orphaned", c.run);
-            c.holder = None;
-            c.orphaned_at = Some(now_secs());
+            c.orphan("its host's connection closed".into());
+        }
+    }
+
+    /// Word from connection `conn`: the claim it holds is renewed.
+    pub(super) fn claim_renewed(&mut self, conn: u64) {
+        if let Some(c) = self.claim.as_mut().filter(|c| c.holder == Some(conn)) {
+            c.renewed = Instant::now();
+        }
+    }
+
+    /// `renew`: the claim `conn` holds is renewed (every frame renews it); refused when it
+    /// holds none, naming why (its lease lapsed, another run holds the sandbox). Returns the
+    /// lease in milliseconds.
+    pub(super) fn renew(&mut self, conn: u64) -> Result<u64, RequestError> {
+        match &self.claim {
+            Some(c) if c.holder == Some(conn) => {
+                Ok(u64::try_from(c.lease.as_millis()).unwrap_or(u64::MAX))
+            }
+            Some(c) if c.held_by == conn => Err(RequestError::Order(format!(
+                "renew: the claim of run {} is no longer this connection's ({}); \
+                 `pitcrew run --resume` takes it back",
+                c.run,
+                c.orphaned_because.as_deref().unwrap_or("orphaned")
+            ))),
+            _ => Err(RequestError::Order(
+                "renew: this connection holds no claim".into(),
+            )),
+        }
+    }
+
+    /// Orphans a held claim whose lease lapsed: its host said nothing for longer than it asked.
+    pub(super) fn check_lease(&mut self) {
+        if let Some(c) = self
+            .claim
+            .as_mut()
+            .filter(|c| c.holder.is_some() && c.renewed.elapsed() > c.lease)
+        {
+            let why = format!(
+                "its lease lapsed: no word from its host for {} ms (lease {} ms)",
+                c.renewed.elapsed().as_millis(),
+                c.lease.as_millis()
+            );
+            c.orphan(why);
         }
     }
 

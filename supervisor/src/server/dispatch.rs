@@ -50,6 +50,8 @@ impl Server {
                 FrameKind::Data => self.on_data(i, frame),
                 FrameKind::Control => self.on_control(i, &frame, ctx),
             }
+            // Every frame from the claim's holder is word from its host.
+            self.claim_renewed(self.conns[i].id);
         }
         let c = &mut self.conns[i];
         if c.eof && c.decoder.pending() > 0 {
@@ -175,11 +177,23 @@ impl Server {
                 });
             }
             Request::Collect { iteration, .. } => self.collect(i, id, iteration)?,
-            Request::Claim { run, plan, .. } => {
-                let claim = self.claim(conn_id, run, plan)?;
+            Request::Claim {
+                run,
+                plan,
+                lease_ms,
+                ..
+            } => {
+                let claim = self.claim(conn_id, run, plan, lease_ms)?;
                 self.conns[i].send(&Response::Ok {
                     id,
                     detail: json!({ "claim": claim }),
+                });
+            }
+            Request::Renew { .. } => {
+                let lease_ms = self.renew(conn_id)?;
+                self.conns[i].send(&Response::Ok {
+                    id,
+                    detail: json!({ "lease_ms": lease_ms }),
                 });
             }
             Request::Release { .. } => {

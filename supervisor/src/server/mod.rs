@@ -72,7 +72,7 @@ pub const DEFAULT_RECORDS: &str = "/var/lib/pitcrew/records";
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Every request this supervisor serves (sent in the capabilities).
-pub const REQUESTS: [&str; 12] = [
+pub const REQUESTS: [&str; 13] = [
     "hello",
     "upload",
     "set_manifest",
@@ -85,6 +85,7 @@ pub const REQUESTS: [&str; 12] = [
     "claim",
     "release",
     "collected",
+    "renew",
 ];
 
 /// How to serve.
@@ -269,6 +270,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         }
         ctx.reaper.reap(|_, _| {});
         server.service(&mut ctx);
+        server.check_lease();
         server.actions.clear();
         if let Some(request) = server.pending_run.take() {
             server.run(&mut ctx, request);

@@ -305,6 +305,7 @@ impl IterationObserver for Server {
 
     fn on_tick(&mut self) {
         self.pump_tails(TAIL_BUDGET);
+        self.check_lease();
     }
 
     fn max_wait(&self) -> Duration {

@@ -131,10 +131,12 @@ pub(super) fn drive(
     // first one's trees and manifest stay as they are.
     if claims {
         conn.client()
-            .claim(&run_id, plan(args, total, kept))
+            .claim(&run_id, plan(args, total, kept), args.lease)
             .map_err(|e| conn.explain(e))
             .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
+    let heartbeat =
+        claims.then(|| super::lease::Heartbeat::start(conn.client().canceller(), args.lease));
     slot.arm(conn.client().canceller());
     let report = (|| -> anyhow::Result<RunReport> {
         let conn = &mut conn;
@@ -307,8 +309,9 @@ pub(super) fn drive(
             exit_code,
         })
     })();
-    // The cancel slot holds the transport's input too: release it first, so closing the
-    // connection ends the transport's input and it exits at once.
+    // The cancel slot and the heartbeat hold the transport's input too: release them first, so
+    // closing the connection ends the transport's input and it exits at once.
+    drop(heartbeat);
     slot.disarm();
     if claims {
         // The run is over, finished or failed: the sandbox is kept (or about to be stopped),

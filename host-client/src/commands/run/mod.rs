@@ -20,6 +20,7 @@
 //! - `signals`: Ctrl-C, which cancels the running iteration.
 
 mod drive;
+mod lease;
 mod progress;
 mod resume;
 mod signals;
@@ -66,6 +67,10 @@ pub struct RunArgs {
     /// Keep the sandbox running at the end (its id is printed) for `inspect`, `collect`, `down`.
     #[arg(long)]
     pub keep: bool,
+    /// How long the sandbox waits for word from this run before it counts the run as
+    /// orphaned (a host that hangs without closing its connection); renewed 4 times a lease.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = lease::parse_lease)]
+    pub lease: std::time::Duration,
     /// Print one JSON document with the whole run instead of the table.
     #[arg(long)]
     pub json: bool,
