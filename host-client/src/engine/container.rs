@@ -2,13 +2,18 @@
 //! `pitcrew-init` as its PID 1, reaches the supervisor through `<cli> exec -i <id> pitcrew-init
 //! attach`, and removes the container when the run ends (unless `--keep`).
 //!
-//! The container is created confined ([`run_args`]): `no-new-privileges`, every capability
-//! dropped but the ones `pitcrew-init` needs ([`CAPABILITIES`]), no network unless one is named,
-//! pids and memory limits from the harness (plus room for the supervisor), a read-only root
-//! filesystem with writable anonymous volumes only where the supervisor writes (the uploads
-//! root and the records) and tmpfs on `/run` and `/tmp`. Labels ([`LABEL_SANDBOX`] and
+//! The container is created confined ([`ContainerEngine::run_args`]): `no-new-privileges`,
+//! every capability dropped but the ones `pitcrew-init` needs ([`CAPABILITIES`]), no network
+//! unless one is named, pids and memory limits from the harness (plus room for the supervisor),
+//! a read-only root filesystem with writable anonymous volumes only where the supervisor writes
+//! (the uploads root and the records) and tmpfs on `/run` and `/tmp`. Labels ([`LABEL_SANDBOX`] and
 //! friends) are how `ps`, `inspect`, `collect`, `cancel` and `down` find the sandbox again and
 //! tell a container pitcrew made from one it did not.
+//!
+//! The container is never created with `--rm`: when its supervisor dies (PID 1 exits), it stays,
+//! stopped, with its records, until `down` removes it (`container/stored.rs`: why it died, and
+//! its records read with `<cli> cp`). `down` keeps a stopped container holding records the host
+//! never collected, or whose log says why its supervisor died; `down --force` removes it.
 //!
 //! Both CLIs are driven the same way; the few differences (docker's `rm -f` kills without a
 //! grace, its container names carry a leading `/` in `inspect`) are handled here.
@@ -49,8 +54,10 @@ pub const CAPABILITIES: [&str; 7] = [
 
 /// Where uploads live inside the container (the image's layout).
 pub const ROOT: &str = "/pitcrew";
-/// Where the supervisor keeps its records inside the container.
+/// Where the supervisor keeps its state inside the container (a volume of its own).
 pub(super) const STATE: &str = "/var/lib/pitcrew";
+/// The records directory inside the container: the supervisor's default, below [`STATE`].
+const RECORDS: &str = pitcrew_core::server::DEFAULT_RECORDS;
 /// Memory the supervisor and its `attach` connections may use beyond the agent's limit.
 const SUPERVISOR_MEMORY: u64 = 256 << 20;
 /// Processes the supervisor and its `attach` connections may use beyond the agent's limit.
@@ -105,6 +112,11 @@ pub struct Container {
     pub labels: serde_json::Map<String, Value>,
     /// When it was created, as the engine prints it.
     pub created: String,
+    /// The exit code of its PID 1, once it exited (0 while it runs; `None` when the engine does
+    /// not say).
+    pub exit_code: Option<i64>,
+    /// Whether the kernel's OOM killer ended it.
+    pub oom_killed: bool,
 }
 
 impl Container {
@@ -133,6 +145,8 @@ impl Container {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             created: v["Created"].as_str().unwrap_or_default().to_string(),
+            exit_code: v["State"]["ExitCode"].as_i64(),
+            oom_killed: v["State"]["OOMKilled"].as_bool().unwrap_or(false),
             labels,
         })
     }
@@ -296,21 +310,9 @@ impl ContainerEngine {
 
     /// The last lines the container printed, on one line.
     fn logs_tail(&self, id: &SandboxId) -> String {
-        let out = self.output(&["logs", "--tail", "5", &id.0]);
-        match out {
-            Ok(o) => {
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                );
-                let lines: Vec<&str> = text.lines().map(str::trim).collect();
-                if lines.is_empty() {
-                    "(nothing)".into()
-                } else {
-                    lines.join(" | ")
-                }
-            }
+        match self.log_lines(id, 5) {
+            Ok(lines) if lines.is_empty() => "(nothing)".into(),
+            Ok(lines) => lines.join(" | "),
             Err(e) => format!("(logs unavailable: {e:#})"),
         }
     }
@@ -342,8 +344,9 @@ impl Engine for ContainerEngine {
             let c = self.container(&id)?;
             if !c.running {
                 bail!(
-                    "sandbox {id}: its container is {}, not running (pitcrew down {id} removes it)",
-                    c.status
+                    "sandbox {id}: its container is not running ({}); `pitcrew collect {id}` \
+                     reads its records, `pitcrew down {id}` removes it",
+                    c.exit_summary()
                 );
             }
             if let Some(n) = spec.pass_env.first() {
@@ -448,6 +451,22 @@ impl Engine for ContainerEngine {
         Ok(describe(self.cli, &c))
     }
 
+    fn supervisor_gone(&self, id: &SandboxId) -> Option<super::Gone> {
+        self.gone(id)
+    }
+
+    fn stored_uncollected(&self, id: &SandboxId) -> Option<Vec<u32>> {
+        self.uncollected(id)
+    }
+
+    fn stored_record(
+        &self,
+        id: &SandboxId,
+        iteration: Option<u32>,
+    ) -> anyhow::Result<Option<(u32, Box<dyn std::io::Read + Send>)>> {
+        self.record(id, iteration)
+    }
+
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
         let filter = format!("label={LABEL_SANDBOX}");
         let ids = self.cli(&["ps", "--all", "--quiet", "--no-trunc", "--filter", &filter])?;
@@ -477,7 +496,7 @@ impl Engine for ContainerEngine {
 
 /// A container as `inspect --json` and `ps --json` show it.
 fn describe(cli: Cli, c: &Container) -> Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "engine": cli.program(),
         "id": c.sandbox_label.clone().unwrap_or_else(|| c.name.clone()),
         "container": c.name,
@@ -488,8 +507,16 @@ fn describe(cli: Cli, c: &Container) -> Value {
         "created": c.created,
         "created_by_pitcrew": c.sandbox_label.as_deref() == Some(c.name.as_str()),
         "root": c.labels.get(LABEL_ROOT).and_then(Value::as_str).unwrap_or(ROOT),
-    })
+    });
+    // How its supervisor ended, for `ps` (the container stops with it).
+    if c.exited() {
+        v["exit_code"] = c.exit_code.into();
+        v["oom_killed"] = c.oom_killed.into();
+        v["state_detail"] = format!("its supervisor {}", c.exit_summary()).into();
+    }
+    v
 }
 
+mod stored;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,7 @@
 
 use super::process::{self, Identity};
 use super::rootless::{self, RootlessPlan};
+use super::stored;
 use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
 use anyhow::{bail, Context as _};
 use pitcrew_core::clock::now_secs;
@@ -644,6 +645,5 @@ impl Engine for LocalEngine {
     }
 }
 
-mod stored;
 #[cfg(test)]
 mod tests;

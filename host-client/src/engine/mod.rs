@@ -13,6 +13,7 @@ pub mod kubernetes;
 pub mod local;
 pub mod process;
 pub mod rootless;
+mod stored;
 
 use crate::client::{Client, ClientError, HelloReply};
 use anyhow::{bail, Context as _};
@@ -169,16 +170,21 @@ pub fn stop_keeping_records(
     let mut why_kept = None;
     if !keep_state && !force {
         let asked = status_of(engine, id);
-        let kept_because = |count: usize, list: &[u32]| {
+        let not_collected = |count: usize, list: &[u32]| {
             format!(
-                "{count} record(s) not collected (iteration {}): its state is kept; `pitcrew \
-                 collect {id} --iteration N` fetches one, `pitcrew down {id} --force` deletes \
-                 them",
+                "{count} record(s) not collected (iteration {})",
                 list.iter()
                     .take(10)
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
+            )
+        };
+        let kept_because = |count: usize, list: &[u32]| {
+            format!(
+                "{}: its state is kept; `pitcrew collect {id} --iteration N` fetches one, \
+                 `pitcrew down {id} --force` deletes them",
+                not_collected(count, list)
             )
         };
         why_kept = match &asked {
@@ -199,12 +205,19 @@ pub fn stop_keeping_records(
                 tracing::info!("sandbox {id}: status before stopping: {err:#}");
                 let stored = engine.stored_uncollected(id);
                 match (engine.supervisor_gone(id), stored) {
-                    // Its log says why it died: kept with the records, whatever was collected.
-                    (Some(gone), _) if gone.log_says => Some(format!(
-                        "its supervisor died ({}): its state is kept for `pitcrew collect` and \
-                         the log; `pitcrew down {id} --force` deletes it",
-                        gone.why
-                    )),
+                    // Its log says why it died: kept with the records, whatever was collected
+                    // (naming those never collected).
+                    (Some(gone), stored) if gone.log_says => {
+                        let records = match stored.as_deref() {
+                            None | Some([]) => String::new(),
+                            Some(list) => format!("{}; ", not_collected(list.len(), list)),
+                        };
+                        Some(format!(
+                            "{records}its supervisor died ({}): its state is kept for `pitcrew \
+                             collect` and the log; `pitcrew down {id} --force` deletes it",
+                            gone.why
+                        ))
+                    }
                     (_, Some(list)) if list.is_empty() => None,
                     (_, Some(list)) => Some(kept_because(list.len(), &list)),
                     (_, None) => Some(format!(

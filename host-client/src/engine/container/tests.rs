@@ -73,3 +73,72 @@ fn inspect_output_of_both_clis_reads_the_same() {
     assert_eq!(c.sandbox_label, None);
     assert!(!c.created_by_pitcrew(&SandboxId("mybox".into())));
 }
+
+#[test]
+fn a_container_stays_when_its_supervisor_dies_and_its_records_are_on_its_state_volume() {
+    let e = ContainerEngine::new(Cli::Docker, None, None);
+    let args = e.run_args(&SandboxId("pc-1".into()), "i", &spec());
+    // Never `--rm`: a stopped container keeps its records until `down` removes it.
+    assert!(
+        !args.iter().any(|a| a == "--rm" || a.starts_with("--rm=")),
+        "{args:?}"
+    );
+    assert!(
+        RECORDS.starts_with(&format!("{STATE}/")),
+        "{RECORDS} is not on the {STATE} volume"
+    );
+}
+
+#[test]
+fn an_exited_container_says_how_its_supervisor_ended() {
+    let state = |status: &str, running: bool, code: i64, oom: bool| {
+        Container::from_inspect(&serde_json::json!({
+            "Id": "abc", "Name": "pc-1",
+            "State": {"Status": status, "Running": running, "ExitCode": code, "OOMKilled": oom},
+            "Config": {"Labels": {"pitcrew.sandbox": "pc-1"}}
+        }))
+        .unwrap()
+    };
+    let killed = state("exited", false, 137, false);
+    assert!(killed.exited());
+    assert_eq!(
+        killed.exit_summary(),
+        "exited with code 137, killed by SIGKILL"
+    );
+    let described = describe(Cli::Podman, &killed);
+    assert_eq!(described["exit_code"], 137);
+    assert_eq!(
+        described["state_detail"],
+        "its supervisor exited with code 137, killed by SIGKILL"
+    );
+    let oom = state("exited", false, 137, true);
+    assert!(oom
+        .exit_summary()
+        .ends_with(", OOM-killed (the container's memory limit)"));
+    assert_eq!(
+        state("dead", false, 139, false).exit_summary(),
+        "dead with code 139, killed by SIGSEGV"
+    );
+    assert_eq!(
+        state("exited", false, 125, false).exit_summary(),
+        "exited with code 125"
+    );
+    // Running, paused or never started: its supervisor is not known to be gone.
+    for (status, running) in [("running", true), ("paused", false), ("created", false)] {
+        let c = state(status, running, 0, false);
+        assert!(!c.exited(), "{status}");
+        assert!(describe(Cli::Docker, &c).get("state_detail").is_none());
+    }
+}
+
+#[test]
+fn the_supervisor_log_is_quoted_without_colours() {
+    assert_eq!(
+        stored::without_colours(
+            "\u{1b}[2m2026-12-01T12:23:25Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m iteration 1: exit 0"
+        ),
+        "2026-12-01T12:23:25Z  INFO iteration 1: exit 0"
+    );
+    // A lone escape is not a colour: it stays for the caller's escaping.
+    assert_eq!(stored::without_colours("a\u{1b}b"), "a\u{1b}b");
+}
