@@ -18,7 +18,7 @@ use crate::sandbox::cgroup::IterationCgroups;
 use crate::sandbox::confine::ConfinePlan;
 use crate::sandbox::disk_budget::DiskWatch;
 use crate::sandbox::launch::{launch, LaunchSpec};
-use crate::sandbox::reap::{reap_everything, ReapOutcome};
+use crate::sandbox::reap::{reap_everything, reap_everything_unless, ReapOutcome};
 use crate::sandbox::supervise::{supervise, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
 use serde_json::json;
@@ -376,6 +376,10 @@ fn launch_step(
     let (mut spec, mut capture) = LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
         .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
     // The disk budget's first sample: the used space the agent's writes are measured from.
+    // Its output is written to the records' disk: each stream keeps no more than the budget.
+    if let Some(budget) = manifest.limits.disk_bytes {
+        capture.limit_to(budget);
+    }
     let disk = match manifest.limits.disk_bytes {
         Some(limit) => Some(
             DiskWatch::start(limit, &crate::sandbox::confine::writable_roots(manifest))
@@ -398,7 +402,7 @@ fn launch_step(
             );
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
-            final_reap(ctx, manifest, record, observer);
+            final_reap(ctx, manifest, record, observer, None);
             capture.finish();
             return Err(Stop {
                 code: err.exit_code(),
@@ -422,14 +426,25 @@ fn launch_step(
 }
 
 /// The reap after the agent (or after a failed launch): records it, never changes the code.
+/// With a disk budget it keeps sampling, and kills without a grace period once the budget is
+/// passed (a writer that left the agent's group and ignores TERM would fill the disk during it).
 fn final_reap(
     ctx: &mut Supervisor,
     manifest: &Manifest,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
+    disk: Option<&mut DiskWatch>,
 ) {
     observer.step("final-reap", "started", json!({}));
-    let outcome = reap(ctx, manifest);
+    let outcome = match disk {
+        Some(watch) => reap_everything_unless(
+            ctx,
+            Duration::from_millis(manifest.limits.kill_grace_ms),
+            Duration::from_millis(manifest.limits.reap_budget_ms),
+            &mut || watch.passed_while_reaping(),
+        ),
+        None => reap(ctx, manifest),
+    };
     record.steps.final_reap_ms = millis(outcome.elapsed);
     record.reaped.after = outcome.killed;
     record.reaped.remaining_after = outcome.remaining;
@@ -455,7 +470,7 @@ fn conclude(
         spec,
         mut capture,
         cgroups,
-        disk,
+        mut disk,
     } = running;
     let mut code = outcome.exit.code();
     let mut reason = outcome.timed_out.then(|| {
@@ -483,7 +498,7 @@ fn conclude(
     );
 
     record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, record, observer);
+    final_reap(ctx, manifest, record, observer, disk.as_mut());
     let usage = cgroups.usage();
     drop(cgroups);
     if let Some(confinement) = &mut record.confinement {
@@ -507,7 +522,11 @@ fn conclude(
             if code == 0 {
                 code = 1;
             }
-            reason.get_or_insert(why);
+            // First: a timeout or cancel during which the disk filled is the disk's doing.
+            reason = Some(match reason {
+                Some(earlier) => format!("{why}; {earlier}"),
+                None => why,
+            });
         }
         if let Some(confinement) = &mut record.confinement {
             confinement.limits.disk = Some(watch.record());

@@ -240,8 +240,11 @@ pub struct DiskLimitRecord {
 pub struct FilesystemGrowth {
     /// The first writable root on it.
     pub root: String,
-    /// The most it grew at any sample, in bytes.
+    /// The most it grew at any sample, in bytes (each new inode counted as 4096).
     pub peak_growth: u64,
+    /// The most inodes it gained at any sample.
+    #[serde(default)]
+    pub peak_inodes: u64,
     /// What it grew by at the last sample, after the final reap (negative: space was freed).
     pub end_growth: i64,
 }
@@ -301,6 +304,9 @@ pub struct SeccompRecord {
     /// `fcntl` commands refused (`F_SETSIG`: it would let the kernel send `SIGUSR1` for us).
     #[serde(default)]
     pub denied_fcntl: Vec<String>,
+    /// The system calls that fail with `EOPNOTSUPP` (`fallocate`, with a disk budget).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported_syscalls: Vec<String>,
 }
 
 /// What Landlock enforced.

@@ -348,7 +348,13 @@ fn a_host_that_hangs_with_its_connection_open_loses_its_claim_when_the_lease_lap
     }
     let fx = fixture("echo working; sleep 1", 3);
     let mut run = fx
-        .pitcrew(&["run", fx.harness.to_str().unwrap(), "--json", "--lease", "2s"])
+        .pitcrew(&[
+            "run",
+            fx.harness.to_str().unwrap(),
+            "--json",
+            "--lease",
+            "2s",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -510,18 +516,22 @@ fn attack_limits__disk_writes_past_the_budget_kill_the_agent() {
     if !require_pid_namespaces() {
         return;
     }
-    // 1: many 1 MiB files, slowly; 2: one file past the budget; 3: a writer that left the
-    // agent's session and group, while the agent itself only sleeps.
+    // 1: many 1 MiB files, slowly; 2: one file past the budget, fallocate, 32 MiB of output;
+    // 3: a writer that left the agent's session and group and ignores TERM, while the agent
+    // itself exits 0 after 100 ms; 4: empty files (inodes, no bytes).
     let fx = fixture(
         r#"n=$(cat .n 2>/dev/null || echo 0); n=$((n+1)); echo $n > .n
 case $n in
 1) i=0; while [ $i -lt 200 ]; do i=$((i+1)); head -c 1048576 /dev/zero > f$i || exit 4; sleep 0.01; done ;;
 2) rm -f f*; if dd if=/dev/zero of=one bs=1M count=32 2>/dev/null; then exit 7; fi
-   [ "$(stat -c %s one)" -eq 16777216 ] || exit 6; rm -f one ;;
-3) setsid sh -c 'i=0; while [ $i -lt 200 ]; do i=$((i+1)); head -c 1048576 /dev/zero > g$i; sleep 0.01; done' </dev/null >/dev/null 2>&1 &
-   sleep 30 ;;
+   [ "$(stat -c %s one)" -eq 16777216 ] || exit 6; rm -f one
+   if fallocate -l 8388608 fa 2>/dev/null; then exit 8; fi; rm -f fa
+   head -c 33554432 /dev/zero ;;
+3) setsid sh -c 'trap "" TERM HUP; i=0; while [ $i -lt 200 ]; do i=$((i+1)); head -c 1048576 /dev/zero > g$i; sleep 0.01; done' </dev/null >/dev/null 2>&1 &
+   sleep 0.1; exit 0 ;;
+4) rm -f g*; mkdir d; i=0; while [ $i -lt 50000 ]; do : > d/$i; i=$((i+1)); [ $((i % 1000)) -ne 0 ] || sleep 0.05; done ;;
 esac"#,
-        3,
+        4,
     );
     let harness = fs::read_to_string(&fx.harness).unwrap();
     fs::write(&fx.harness, format!("{harness}disk: 16MiB\n")).unwrap();
@@ -532,10 +542,12 @@ esac"#,
     let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--keep"], &[]);
     let stderr = text(&out.stderr);
     let rows = doc["iterations"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{doc:#}\n{stderr}");
-    for n in [1, 3] {
+    assert_eq!(rows.len(), 4, "{doc:#}\n{stderr}");
+    // 1 and 4 killed at a sample; 3's agent had exited 0, its writer was killed in the final
+    // reap without the TERM grace it would have written through.
+    for (n, code) in [(1, 137), (3, 1), (4, 137)] {
         let row = &rows[n - 1];
-        assert_eq!(row["exit_code"], 137, "iteration {n}: {doc:#}\n{stderr}");
+        assert_eq!(row["exit_code"], code, "iteration {n}: {doc:#}\n{stderr}");
         let reason = row["reason"].as_str().unwrap_or_default();
         assert!(
             reason.starts_with("disk-limit: the filesystem of ")
@@ -548,15 +560,25 @@ esac"#,
         assert_eq!(disk["exceeded"], true, "{disk:#}");
         assert_eq!(disk["file_size_limit"], 16 << 20, "{disk:#}");
         let peak = disk["filesystems"][0]["peak_growth"].as_u64().unwrap();
-        assert!(peak > 16 << 20 && peak < 200 << 20, "{disk:#}");
+        assert!(peak > 16 << 20 && peak < 100 << 20, "{disk:#}");
+        if n == 4 {
+            // Each empty file counted 4 KiB: stopped past 4096 of the 50000.
+            let inodes = disk["filesystems"][0]["peak_inodes"].as_u64().unwrap();
+            assert!((4096..50_000).contains(&inodes), "{disk:#}");
+        }
     }
-    // One file is held at the budget by RLIMIT_FSIZE, and the freed space counts back.
+    // One file is held at the budget by RLIMIT_FSIZE, fallocate is not supported, and the
+    // freed space counts back; of 32 MiB of output the record keeps the budget's 16.
     assert_eq!(rows[1]["exit_code"], 0, "{doc:#}\n{stderr}");
     let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
     assert_eq!(
         record["confinement"]["limits"]["disk"]["exceeded"], false,
         "{record:#}"
     );
+    let stdout = &record["agent"]["output"][0];
+    assert_eq!(stdout["stream"], "stdout", "{record:#}");
+    assert_eq!(stdout["kept"], 16 << 20, "{record:#}");
+    assert_eq!(stdout["dropped"], 16 << 20, "{record:#}");
     // The writer that left the group was reaped: nothing writes any more.
     let before = free_blocks(&fx.state);
     std::thread::sleep(Duration::from_millis(500));

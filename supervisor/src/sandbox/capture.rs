@@ -13,8 +13,9 @@
 //!   the sending end is gone, so [`OutputCapture::finish`] reads to end of stream and the judge
 //!   sees exactly what the agent's processes wrote while they ran.
 //!
-//! Each stream keeps at most [`STREAM_CAP`] bytes; what arrives beyond it is read and discarded
-//! (so the agent never blocks on a full socket) and counted in [`StreamReport::dropped`].
+//! Each stream keeps at most [`STREAM_CAP`] bytes (less with a disk budget:
+//! [`OutputCapture::limit_to`]); what arrives beyond it is read and discarded (so the agent never
+//! blocks on a full socket) and counted in [`StreamReport::dropped`].
 
 use std::fs::File;
 use std::io::Write;
@@ -47,6 +48,8 @@ struct Stream {
     socket: OwnedFd,
     file: File,
     kept: u64,
+    /// Most bytes kept.
+    cap: u64,
     dropped: u64,
     eof: bool,
     /// A write to the record file failed (the disk is full, …): the rest is counted as dropped.
@@ -112,11 +115,20 @@ impl OutputCapture {
             socket: ours,
             file,
             kept: 0,
+            cap: STREAM_CAP,
             dropped: 0,
             eof: false,
             write_error: None,
         });
         Ok(AgentEnd { fd: theirs, name })
+    }
+
+    /// Keeps at most `cap` bytes of each stream (never more than [`STREAM_CAP`]): what the
+    /// agent writes to its output lands on the records' disk, so a disk budget bounds it too.
+    pub fn limit_to(&mut self, cap: u64) {
+        for stream in &mut self.streams {
+            stream.cap = cap.min(STREAM_CAP);
+        }
     }
 
     /// The sockets still open, to poll for input.
@@ -214,7 +226,7 @@ impl Stream {
     }
 
     fn keep(&mut self, bytes: &[u8]) {
-        let room = STREAM_CAP.saturating_sub(self.kept);
+        let room = self.cap.saturating_sub(self.kept);
         let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
         let (kept, rest) = bytes.split_at(take);
         if self.write_error.is_none() && !kept.is_empty() {
@@ -340,6 +352,7 @@ mod tests {
             socket: socket_pair().unwrap().0,
             file: tempfile::tempfile().unwrap(),
             kept: STREAM_CAP - 2,
+            cap: STREAM_CAP,
             dropped: 0,
             eof: false,
             write_error: None,

@@ -314,7 +314,8 @@ impl ConfinePlan {
             Some(build_ruleset(roots).map_err(|e| format!("confine: landlock ruleset: {e}"))?)
         };
 
-        let (seccomp, seccomp_record) = match super::seccomp::Filter::build() {
+        let disk_budget = manifest.limits.disk_bytes.is_some();
+        let (seccomp, seccomp_record) = match super::seccomp::Filter::build(disk_budget) {
             Ok(filter) => (
                 Some(filter),
                 SeccompRecord {
@@ -323,6 +324,13 @@ impl ConfinePlan {
                     denied_syscalls: super::seccomp::DENIED_SYSCALLS.map(String::from).to_vec(),
                     denied_signals: super::seccomp::DENIED_SIGNALS.map(String::from).to_vec(),
                     denied_fcntl: super::seccomp::DENIED_FCNTL.map(String::from).to_vec(),
+                    unsupported_syscalls: if disk_budget {
+                        super::seccomp::UNSUPPORTED_WITH_DISK_BUDGET
+                            .map(String::from)
+                            .to_vec()
+                    } else {
+                        Vec::new()
+                    },
                 },
             ),
             Err(why) => {

@@ -51,6 +51,17 @@ pub struct ReapOutcome {
 /// Kills and reaps every process except the supervisor, within `budget`; `grace` is the time
 /// between TERM and KILL.
 pub fn reap_everything(ctx: &mut Supervisor, grace: Duration, budget: Duration) -> ReapOutcome {
+    reap_everything_unless(ctx, grace, budget, &mut || false)
+}
+
+/// [`reap_everything`], cutting the grace short (KILL at once) as soon as `kill_now` says so;
+/// it is asked before TERM and at every rescan of the grace (a disk budget passed meanwhile).
+pub fn reap_everything_unless(
+    ctx: &mut Supervisor,
+    grace: Duration,
+    budget: Duration,
+    kill_now: &mut dyn FnMut() -> bool,
+) -> ReapOutcome {
     let start = Instant::now();
     let deadline = start + budget;
     let mut seen: HashSet<i32> = HashSet::new();
@@ -60,16 +71,19 @@ pub fn reap_everything(ctx: &mut Supervisor, grace: Duration, budget: Duration) 
         outcome.elapsed = start.elapsed();
         return outcome;
     }
-    tracing::info!("reap: {} process(es) present; SIGTERM", seen.len());
-    signal_all(ctx, Signal::SIGTERM);
-    signal_all(ctx, Signal::SIGCONT);
-    let grace_end = (start + grace).min(deadline);
-    let mut alone = wait_until_alone(ctx, grace_end, &mut seen);
+    let mut alone = false;
+    if !kill_now() {
+        tracing::info!("reap: {} process(es) present; SIGTERM", seen.len());
+        signal_all(ctx, Signal::SIGTERM);
+        signal_all(ctx, Signal::SIGCONT);
+        let grace_end = (start + grace).min(deadline);
+        alone = wait_until_alone(ctx, grace_end, &mut seen, kill_now);
+    }
     while !alone && Instant::now() < deadline {
         tracing::info!("reap: survivors after the grace period; SIGKILL");
         signal_all(ctx, Signal::SIGKILL);
         let round_end = (Instant::now() + RESCAN * 4).min(deadline);
-        alone = wait_until_alone(ctx, round_end, &mut seen);
+        alone = wait_until_alone(ctx, round_end, &mut seen, &mut || false);
     }
     if !alone {
         let left = others(ctx);
@@ -99,13 +113,19 @@ fn is_alone(ctx: &mut Supervisor, seen: &mut HashSet<i32>) -> bool {
     }
 }
 
-fn wait_until_alone(ctx: &mut Supervisor, until: Instant, seen: &mut HashSet<i32>) -> bool {
+/// Rescans until no other process is left (true) or `until`, or until `stop` says so (false).
+fn wait_until_alone(
+    ctx: &mut Supervisor,
+    until: Instant,
+    seen: &mut HashSet<i32>,
+    stop: &mut dyn FnMut() -> bool,
+) -> bool {
     loop {
         if is_alone(ctx, seen) {
             return true;
         }
         let now = Instant::now();
-        if now >= until {
+        if now >= until || stop() {
             return false;
         }
         let wait = (until - now).min(RESCAN);

@@ -15,6 +15,10 @@
 //! sandbox, a channel to later iterations and to other sandboxes of the same uid. (Writing `/proc/<pid>/mem` is an `open`, which seccomp cannot tell apart; it
 //! needs write access below `/proc`, which the Landlock ruleset does not grant.)
 //!
+//! With a disk budget ([`super::disk_budget`]) `fallocate` fails with `EOPNOTSUPP`: it
+//! allocates gigabytes in microseconds, far inside one sample of the budget's watch, while
+//! written bytes come at the disk's pace. (glibc's `posix_fallocate` then writes the range.)
+//!
 //! The program is a dozen classic BPF instructions built here by hand rather than with a crate:
 //! it is small enough to read whole, and the supervisor stays free of a filter compiler. It
 //! checks the architecture first: a system call of another ABI of the same machine (i386 or x32
@@ -34,6 +38,9 @@ pub const DENIED_SYSCALLS: [&str; 7] = [
 
 /// `fcntl` commands the agent's tree may not use, by name (for the record).
 pub const DENIED_FCNTL: [&str; 1] = ["F_SETSIG"];
+
+/// System calls that fail with `EOPNOTSUPP` when the manifest sets a disk budget.
+pub const UNSUPPORTED_WITH_DISK_BUDGET: [&str; 1] = ["fallocate"];
 
 /// Signals no process of the agent's tree may send, by name (for the record).
 pub const DENIED_SIGNALS: [&str; 1] = ["SIGUSR1"];
@@ -83,6 +90,7 @@ enum To {
     Allow,
     Deny,
     Foreign,
+    Unsupported,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -144,8 +152,9 @@ fn nr(n: libc::c_long) -> u32 {
 }
 
 impl Filter {
-    /// Builds the filter for this machine's architecture; `Err` names why there is none.
-    pub fn build() -> Result<Filter, String> {
+    /// Builds the filter for this machine's architecture, refusing `fallocate` too with
+    /// `disk_budget`; `Err` names why there is none.
+    pub fn build(disk_budget: bool) -> Result<Filter, String> {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
             let mut insns = vec![
@@ -158,6 +167,14 @@ impl Filter {
             }
             for n in denied_numbers() {
                 insns.push(jump(BPF_JEQ_K, nr(n), To::Deny, To::Next));
+            }
+            if disk_budget {
+                insns.push(jump(
+                    BPF_JEQ_K,
+                    nr(libc::SYS_fallocate),
+                    To::Unsupported,
+                    To::Next,
+                ));
             }
             // fcntl(fd, F_SETSIG, …): the command is the second argument.
             insns.push(jump(BPF_JEQ_K, nr(libc::SYS_fcntl), To::Next, To::Skip(2)));
@@ -176,6 +193,7 @@ impl Filter {
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
+            let _ = disk_budget;
             Err(format!(
                 "no seccomp filter for the {} architecture",
                 std::env::consts::ARCH
@@ -223,6 +241,7 @@ fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
     let allow = insns.len();
     let deny = allow + 1;
     let foreign = allow + 2;
+    let unsupported = allow + 3;
     let offset = |at: usize, to: To| -> u8 {
         let target = match to {
             To::Next => at + 1,
@@ -230,6 +249,7 @@ fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
             To::Allow => allow,
             To::Deny => deny,
             To::Foreign => foreign,
+            To::Unsupported => unsupported,
         };
         // The program is a few dozen instructions: every offset fits.
         u8::try_from(target - at - 1).unwrap_or(u8::MAX)
@@ -245,7 +265,12 @@ fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
         })
         .collect();
     let errno = |e: i32| SECCOMP_RET_ERRNO | u32::try_from(e).unwrap_or(1);
-    for k in [SECCOMP_RET_ALLOW, errno(libc::EPERM), errno(libc::ENOSYS)] {
+    for k in [
+        SECCOMP_RET_ALLOW,
+        errno(libc::EPERM),
+        errno(libc::ENOSYS),
+        errno(libc::EOPNOTSUPP),
+    ] {
         program.push(libc::sock_filter {
             code: BPF_RET_K,
             jt: 0,
@@ -262,7 +287,11 @@ mod tests {
 
     /// Runs `probe` in a forked child with the filter installed; its exit code.
     fn in_filtered_child(probe: fn() -> i32) -> i32 {
-        let filter = Filter::build().expect("filter");
+        in_child_with(&Filter::build(false).expect("filter"), probe)
+    }
+
+    /// Runs `probe` in a forked child with `filter` installed; its exit code.
+    fn in_child_with(filter: &Filter, probe: fn() -> i32) -> i32 {
         // SAFETY: the child only makes raw system calls and `_exit`s; the test harness may have
         // other threads, but the child never allocates or takes a lock.
         let pid = unsafe { libc::fork() };
@@ -291,17 +320,46 @@ mod tests {
     }
 
     #[test]
-    fn the_program_ends_with_its_three_returns_and_every_jump_lands_inside() {
-        let filter = Filter::build().unwrap();
-        let n = filter.program.len();
-        assert!(n < 64, "{n}");
-        for (at, insn) in filter.program.iter().enumerate() {
-            if insn.code == BPF_JEQ_K || insn.code == BPF_JGE_K {
-                assert!(at + 1 + usize::from(insn.jt) < n);
-                assert!(at + 1 + usize::from(insn.jf) < n);
+    fn the_program_ends_with_its_four_returns_and_every_jump_lands_inside() {
+        for disk_budget in [false, true] {
+            let filter = Filter::build(disk_budget).unwrap();
+            let n = filter.program.len();
+            assert!(n < 64, "{n}");
+            for (at, insn) in filter.program.iter().enumerate() {
+                if insn.code == BPF_JEQ_K || insn.code == BPF_JGE_K {
+                    assert!(at + 1 + usize::from(insn.jt) < n);
+                    assert!(at + 1 + usize::from(insn.jf) < n);
+                }
+            }
+            assert!(filter.program[n - 4..].iter().all(|i| i.code == BPF_RET_K));
+        }
+    }
+
+    /// `fallocate` of 4 KiB on a memfd: 0 when it worked, 1 when it failed with
+    /// `EOPNOTSUPP`, 2 otherwise.
+    fn fallocate_probe() -> i32 {
+        // SAFETY: raw calls on a descriptor of the child's own.
+        unsafe {
+            let fd = libc::syscall(libc::SYS_memfd_create, c"probe".as_ptr(), 0);
+            let Ok(fd) = i32::try_from(fd) else { return 2 };
+            match libc::fallocate(fd, 0, 0, 4096) {
+                0 => 0,
+                _ if errno() == libc::EOPNOTSUPP => 1,
+                _ => 2,
             }
         }
-        assert!(filter.program[n - 3..].iter().all(|i| i.code == BPF_RET_K));
+    }
+
+    #[test]
+    fn with_a_disk_budget_fallocate_is_not_supported() {
+        assert_eq!(
+            in_child_with(&Filter::build(true).unwrap(), fallocate_probe),
+            1
+        );
+        assert_eq!(
+            in_child_with(&Filter::build(false).unwrap(), fallocate_probe),
+            0
+        );
     }
 
     #[test]

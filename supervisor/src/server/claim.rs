@@ -328,18 +328,20 @@ impl Server {
     }
 
     /// Finished iterations whose record the host has not confirmed it holds: the first
-    /// [`UNCOLLECTED_NAMED`] and the count.
+    /// [`UNCOLLECTED_NAMED`] and the count. One read of the records directory (retention keeps
+    /// it short), not a look per iteration ever run.
     pub(super) fn uncollected(&self) -> Value {
         let running = self.current.as_ref().map(|c| c.iteration);
-        let all: Vec<u32> = (1..=self.last_iteration)
-            .filter(|n| Some(*n) != running && !self.collected.contains(n))
+        let mut all: BTreeSet<u32> = super::records::iterations_in(&self.records)
+            .into_iter()
             .filter(|n| {
-                self.unwritten.get(*n).is_some()
-                    || super::records::iteration_dir(&self.records, *n)
-                        .join("result.json")
-                        .is_file()
+                super::records::iteration_dir(&self.records, *n)
+                    .join("result.json")
+                    .is_file()
             })
+            .chain(self.unwritten.iterations())
             .collect();
+        all.retain(|n| Some(*n) != running && !self.collected.contains(n));
         json!({
             "count": all.len(),
             "iterations": all.iter().take(UNCOLLECTED_NAMED).collect::<Vec<_>>(),

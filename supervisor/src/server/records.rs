@@ -85,10 +85,10 @@ pub(super) fn restore_modes(records: &Path, dir: &Path) {
     }
 }
 
-/// The highest `iteration-N` in `records` (0 when none).
-pub(super) fn last_iteration(records: &Path) -> u32 {
+/// The numbers of the `iteration-N` entries in `records` (none when it cannot be read).
+pub(super) fn iterations_in(records: &Path) -> Vec<u32> {
     let Ok(dir) = fs::read_dir(records) else {
-        return 0;
+        return Vec::new();
     };
     dir.filter_map(Result::ok)
         .filter_map(|e| {
@@ -97,8 +97,12 @@ pub(super) fn last_iteration(records: &Path) -> u32 {
                 .and_then(|n| n.strip_prefix("iteration-"))
                 .and_then(|n| n.parse::<u32>().ok())
         })
-        .max()
-        .unwrap_or(0)
+        .collect()
+}
+
+/// The highest `iteration-N` in `records` (0 when none).
+pub(super) fn last_iteration(records: &Path) -> u32 {
+    iterations_in(records).into_iter().max().unwrap_or(0)
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

@@ -30,6 +30,25 @@ pub(super) fn free_bytes(path: &Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
+/// What is free on the filesystem holding `path`, as the disk-full reasons say it: `N bytes
+/// free`, and `no inode free` when the filesystem counts inodes and has none left (empty files
+/// fill a disk too).
+pub(super) fn room_left(path: &Path) -> String {
+    let Some(bytes) = free_bytes(path) else {
+        return "free space unknown".into();
+    };
+    if no_inode_free(path) {
+        format!("{bytes} bytes free, no inode free")
+    } else {
+        format!("{bytes} bytes free")
+    }
+}
+
+/// Whether the filesystem holding `path` counts inodes and has none left for a new file.
+pub(super) fn no_inode_free(path: &Path) -> bool {
+    rustix::fs::statvfs(path).is_ok_and(|st| st.f_files > 0 && st.f_favail == 0)
+}
+
 /// The space held for records.
 #[derive(Debug)]
 pub(super) struct Reserve {

@@ -205,10 +205,10 @@ impl Server {
         match self.reserve.hold() {
             Ok(()) => Ok(()),
             Err(err) if reserve::is_disk_full(&err) => Err(format!(
-                "disk-full: no room for the record in {} ({} bytes free, {} needed): {err}; free \
+                "disk-full: no room for the record in {} ({}, {} bytes needed): {err}; free \
                  space in the sandbox (the workspace, temporary files) before the next iteration",
                 self.records.display(),
-                reserve::free_bytes(&self.records).unwrap_or(0),
+                reserve::room_left(&self.records),
                 reserve::RESERVE_BYTES,
             )),
             Err(err) => {
@@ -225,7 +225,7 @@ impl Server {
         let Some(free) = reserve::free_bytes(&self.records) else {
             return;
         };
-        if free >= reserve::RESERVE_BYTES {
+        if free >= reserve::RESERVE_BYTES && !reserve::no_inode_free(&self.records) {
             return;
         }
         let path = self.records.display().to_string();
@@ -236,7 +236,8 @@ impl Server {
         if record.exit_code != 0 && !said {
             let note = format!(
                 "disk-full: the filesystem holding the records ({path}) was full when the \
-                 iteration ended ({free} bytes free)"
+                 iteration ended ({})",
+                reserve::room_left(&self.records)
             );
             record.reason = Some(match record.reason.take() {
                 Some(reason) => format!("{reason}; {note}"),
