@@ -4,6 +4,7 @@
 mod client;
 mod commands;
 mod engine;
+mod failure_hint;
 mod records;
 mod report;
 mod tarball;

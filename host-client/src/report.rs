@@ -3,6 +3,7 @@
 //! run` prints; and [`escape_controls`], which every human-readable output of `pitcrew` goes
 //! through before it reaches the operator's terminal.
 
+use crate::failure_hint::cut;
 use pitcrew_core::result::IterationResult;
 use pitcrew_core::verify::{CheckStatus, VerifyReport};
 use serde::Serialize;
@@ -46,6 +47,23 @@ fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// The UTC civil time of `secs` since the epoch: year, month, day, hour, minute, second
+/// (Howard Hinnant's days-to-civil algorithm).
+pub fn utc(secs: u64) -> (i64, i64, i64, u64, u64, u64) {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, (rem / 60) % 60, rem % 60)
 }
 
 /// `s` as it may be shown on the operator's terminal: control characters and bidi controls
@@ -131,6 +149,10 @@ pub struct IterationSummary {
     pub meaning: String,
     /// Machine-readable reason for codes that are not the agent's.
     pub reason: Option<String>,
+    /// A failed iteration without a reason: the runtime's own error, or the end of its
+    /// stderr (cut to 200 characters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Host wall-clock time from the `run` request to the result, in milliseconds.
     pub duration_ms: u64,
     /// Processes killed before verification.
@@ -255,6 +277,7 @@ pub fn summarize(
         exit_code: record.exit_code,
         meaning: record.meaning.clone(),
         reason: record.reason.clone(),
+        error: None,
         duration_ms,
         reaped_before: record.reaped.before,
         reaped_after: record.reaped.after,
@@ -270,6 +293,11 @@ pub fn summarize(
     }
 }
 
+/// Longest reason or environment text in a table cell (the JSON has it whole).
+const CELL_CHARS: usize = 100;
+/// Longest verification text in a table cell (it names what drifted).
+const VERIFICATION_CHARS: usize = 240;
+
 /// The summary table, one row per iteration.
 pub fn table(rows: &[IterationSummary]) -> String {
     let mut lines = vec![[
@@ -282,8 +310,8 @@ pub fn table(rows: &[IterationSummary]) -> String {
     ]];
     for r in rows {
         let mut exit = format!("{} {}", r.exit_code, r.meaning);
-        if let Some(reason) = &r.reason {
-            let _ = write!(exit, " ({reason})");
+        if let Some(why) = r.reason.as_ref().or(r.error.as_ref()) {
+            let _ = write!(exit, " ({})", cut(why, CELL_CHARS));
         }
         if let Some(v) = r.validation_exit {
             let _ = write!(exit, " [validation {v}]");
@@ -299,8 +327,8 @@ pub fn table(rows: &[IterationSummary]) -> String {
             escape_controls(&exit).into_owned(),
             format!("{:.2}s", r.duration_ms as f64 / 1000.0),
             format!("{}/{}", r.reaped_before, r.reaped_after),
-            escape_controls(&r.verification).into_owned(),
-            escape_controls(&env).into_owned(),
+            escape_controls(&cut(&r.verification, VERIFICATION_CHARS)).into_owned(),
+            escape_controls(&cut(&env, CELL_CHARS)).into_owned(),
         ]);
     }
     // The last two columns are free-width; the others are padded.
@@ -450,6 +478,28 @@ mod tests {
             })
             .collect();
         assert!(bad.is_empty(), "raw {bad:?} in {text:?}");
+    }
+
+    #[test]
+    fn long_reasons_and_environment_lists_are_cut_in_the_table_not_in_the_json() {
+        let reason = format!(
+            "exec: pi: not found in PATH {}",
+            "/usr/local/bin:".repeat(40)
+        );
+        let mut record = record(
+            1,
+            127,
+            &reason,
+            tree("p", CheckStatus::Ok, Drift::default(), None),
+            file("/a/hooks.js", CheckStatus::Ok),
+        );
+        record.env.removed = (0..50).map(|i| removed(&format!("NAME_{i}"))).collect();
+        let s = summarize(&record, 10, Vec::new());
+        assert_eq!(s.reason.as_deref(), Some(reason.as_str()));
+        let t = table(&[s]);
+        let row = t.lines().nth(1).unwrap();
+        assert!(row.chars().count() < 400, "{row}");
+        assert!(row.contains('…'), "{row}");
     }
 
     #[test]

@@ -203,6 +203,59 @@ fn three_iterations_in_one_sandbox_each_collected() {
 }
 
 #[test]
+fn a_failed_iteration_says_what_the_agent_said_where_the_operator_looks() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture(
+        "echo working\necho 'Error: No API key found for \"anthropic\"' >&2\nexit 1",
+        1,
+        "",
+    );
+    let (out, doc) = fx.run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let row = &doc["iterations"][0];
+    assert_eq!(row["exit_code"], 1, "{doc:#}");
+    assert_eq!(row["reason"], Value::Null, "{doc:#}");
+    assert_eq!(
+        row["error"], "Error: No API key found for \"anthropic\"",
+        "{doc:#}"
+    );
+    assert!(
+        stderr.contains("it said: Error: No API key found"),
+        "{stderr}"
+    );
+    // The table (without --json) shows it in the exit column.
+    let table = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("1 agent exited 1 (Error: No API key found"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_stops_after_an_iteration_whose_agent_is_not_found() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("exec /no/such/agent", 3, "");
+    let (out, doc) = fx.run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}\n{doc:#}");
+    assert_eq!(doc["stopped"], "repeating", "{doc:#}");
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 1, "{doc:#}");
+    assert!(
+        stderr.contains("stopping after iteration 1: the agent was not found (127"),
+        "{stderr}"
+    );
+    assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
 fn attack_leftovers__a_background_process_is_gone_before_the_next_iteration() {
     if !gate() {
         return;
@@ -397,7 +450,16 @@ fn cancel_from_the_host_reaches_the_agent() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("goes on to its next iteration"), "{said}");
     let out = run.wait_with_output().unwrap();
+    // Nothing runs any more: a second cancel says so and fails.
+    let idle = fx.pitcrew(&["cancel", &id]).output().unwrap();
+    assert_eq!(idle.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&idle.stderr).contains("nothing to cancel"),
+        "{idle:?}"
+    );
     // The agent's TERM trap ran (the signal reached it), ...
     assert_eq!(read_text(&ws.join("cancelled")), "trapped\n");
     // ... and the iteration is reported as cancelled: 143 with the reason, not the trap's own
@@ -843,6 +905,15 @@ fn attack_output_path__a_run_dir_swapped_for_a_symlink_between_iterations_is_ref
 }
 
 /// Field 22 of `/proc/<pid>/stat` (clock ticks after boot).
+/// The cells of `ps`'s table row of sandbox `id` (split on whitespace).
+fn ps_row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&id))
+        .unwrap_or_default()
+}
+
 fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
@@ -865,7 +936,17 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
     let out = fx.pitcrew(&["ps", "--engine", "local"]).output().unwrap();
     let ps = String::from_utf8_lossy(&out.stdout);
     // Running and held by no run: kept.
-    assert!(ps.contains(&format!("{id}  local  kept")), "{ps}");
+    assert!(ps.starts_with("ID "), "{ps}");
+    assert_eq!(
+        ps_row(&ps, &id).get(..3),
+        Some(&[id.as_str(), "local", "kept"][..]),
+        "{ps}"
+    );
+    let out = fx
+        .pitcrew(&["ps", "--engine", "local", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{id}\n"));
     // The sandbox dies (its unshare killed: the PID namespace goes with it) ...
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -884,7 +965,11 @@ fn attack_pid_reuse__down_spares_a_process_that_got_a_dead_sandboxs_pid() {
     fs::write(&engine_json, rec.to_string()).unwrap();
     let out = fx.pitcrew(&["ps", "--engine", "local"]).output().unwrap();
     let ps = String::from_utf8_lossy(&out.stdout);
-    assert!(ps.contains(&format!("{id}  local  stale")), "{ps}");
+    assert_eq!(
+        ps_row(&ps, &id).get(..3),
+        Some(&[id.as_str(), "local", "stale"][..]),
+        "{ps}"
+    );
     let out = fx.pitcrew(&["down", &id]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -44,15 +44,33 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     };
     conn.close();
     let detail = detail?;
+    // `cancel` answers whether an iteration was running; a signal goes to whatever runs.
+    let idle = args.signal.is_none() && detail["cancelled"] == false;
     if args.json {
         println!(
             "{}",
             serde_json::json!({"sandbox": id.0, "sent": what, "detail": detail})
         );
+    } else if idle {
+        eprintln!(
+            "sandbox {}: nothing to cancel: no iteration is running",
+            escape_controls(&id.0)
+        );
+    } else if args.signal.is_none() {
+        println!(
+            "sandbox {}: cancel sent: the running iteration ends (TERM to the agent's group, KILL \
+             after its grace) and is recorded; a `pitcrew run` driving it goes on to its next \
+             iteration (Ctrl-C or SIGTERM to that `pitcrew run` ends the whole run)",
+            escape_controls(&id.0)
+        );
     } else {
         println!("sandbox {}: {what} sent", escape_controls(&id.0));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if idle {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `SIGINT`, `INT`, `int` … → the protocol's signal.

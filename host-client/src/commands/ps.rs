@@ -1,7 +1,9 @@
 //! `pitcrew ps [--json]`: the sandboxes this host knows about: the local engine's state
 //! directory, and the podman and docker containers labelled `pitcrew.sandbox` (each engine
 //! whose CLI is installed; `--engine` lists one). A running sandbox is asked which run holds
-//! it: `in-run`, `orphaned` (its run's host went away) or `kept`.
+//! it: `in-run`, `orphaned` (its run's host went away) or `kept`. The table has a header and
+//! the columns ID, ENGINE, STATE, ITERATION, CREATED, HARNESS (the run's, while one holds the
+//! sandbox) and NOTE; `-q` prints the ids alone, `--json` everything.
 
 use crate::engine::{status_of, Engine, EngineArgs, SandboxEntry, SandboxId};
 use crate::report::escape_controls;
@@ -14,8 +16,11 @@ pub struct PsArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print the list as JSON.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
+    /// Print only the sandbox ids, one a line.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// Refines a running sandbox's state from its supervisor's claim: `in-run` while a connected
@@ -49,6 +54,79 @@ fn show_claim(engine: &dyn Engine, s: &mut SandboxEntry) {
     }
     .to_string();
     s.detail["claim"] = claim.clone();
+    s.detail["iteration"] = status["iteration"].clone();
+}
+
+/// The table's columns.
+const COLUMNS: [&str; 7] = [
+    "ID",
+    "ENGINE",
+    "STATE",
+    "ITERATION",
+    "CREATED",
+    "HARNESS",
+    "NOTE",
+];
+
+/// When `s` was created, as `YYYY-MM-DD HH:MM` (UTC): the local engine records seconds, the
+/// container engines their own timestamp (RFC 3339 or `YYYY-MM-DD HH:MM:SS …`).
+fn created(s: &SandboxEntry) -> String {
+    match &s.detail["created"] {
+        serde_json::Value::Number(n) => {
+            let (y, m, d, hh, mm, _) = crate::report::utc(n.as_u64().unwrap_or(0));
+            format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
+        }
+        serde_json::Value::String(t) if t.len() >= 16 => t[..16].replace('T', " "),
+        _ => "-".into(),
+    }
+}
+
+/// One row of the table, each cell escaped.
+fn row(s: &SandboxEntry) -> [String; 7] {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(t) => t.clone(),
+        other => other.to_string(),
+    };
+    let cells = [
+        s.id.clone(),
+        s.engine.clone(),
+        s.state.clone(),
+        text(&s.detail["iteration"]),
+        created(s),
+        text(&s.detail["claim"]["plan"]["harness"]),
+        s.detail["state_detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    ];
+    cells.map(|c| escape_controls(&c).into_owned())
+}
+
+/// The list as an aligned table with a header; the last column is not padded.
+fn table(list: &[SandboxEntry]) -> String {
+    let rows: Vec<[String; 7]> = list.iter().map(row).collect();
+    let mut widths = COLUMNS.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header = COLUMNS.map(String::from);
+    for r in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// Runs `pitcrew ps`.
@@ -83,21 +161,62 @@ pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);
     }
+    if args.quiet {
+        for s in &list {
+            println!("{}", escape_controls(&s.id));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if list.is_empty() {
         println!("no sandboxes ({})", names.join(", "));
+        return Ok(ExitCode::SUCCESS);
     }
-    for s in list {
-        let mut line = format!(
-            "{}  {}  {}  {}",
-            s.id,
-            s.engine,
-            s.state,
-            s.detail["root"].as_str().unwrap_or_default()
-        );
-        if let Some(why) = s.detail["state_detail"].as_str() {
-            line += &format!("  ({why})");
-        }
-        println!("{}", escape_controls(&line));
-    }
+    print!("{}", table(&list));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, detail: serde_json::Value) -> SandboxEntry {
+        SandboxEntry {
+            id: id.into(),
+            engine: "local".into(),
+            running: true,
+            state: "in-run".into(),
+            detail,
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_header_aligned_columns_and_escaped_cells() {
+        let list = [
+            entry(
+                "pc-1",
+                serde_json::json!({"created": 1_796_000_000u64, "iteration": 3,
+                    "claim": {"plan": {"harness": "/h/harness.yaml"}}}),
+            ),
+            entry(
+                "pc-22222",
+                serde_json::json!({"created": "2026-12-01T12:34:56.789Z",
+                    "state_detail": "note\u{1b}[31m"}),
+            ),
+        ];
+        let out = table(&list);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[0].starts_with("ID        ENGINE  STATE   ITERATION  CREATED"),
+            "{out}"
+        );
+        let cols = |l: &str| l.find("ENGINE").or_else(|| l.find("local"));
+        assert_eq!(cols(lines[0]), cols(lines[1]));
+        assert_eq!(cols(lines[1]), cols(lines[2]));
+        assert!(lines[1].contains("2026-11-30 00:53"), "{out}");
+        assert!(lines[1].contains("/h/harness.yaml"), "{out}");
+        assert!(lines[2].contains("2026-12-01 12:34"), "{out}");
+        assert!(lines[2].contains("  -  "), "{out}");
+        assert!(!out.contains('\u{1b}'), "{out}");
+    }
 }

@@ -135,19 +135,10 @@ impl Validated {
                 usage: a.spec.usage,
             });
         }
-        let (binary, args) = match h.runtime {
-            Runtime::Command => (
-                h.command.first().cloned().unwrap_or_default(),
-                h.command.iter().skip(1).cloned().collect(),
-            ),
-            rt => (
-                h.agent
-                    .binary
-                    .clone()
-                    .or_else(|| rt.default_binary().map(str::to_string))
-                    .unwrap_or_default(),
-                h.agent.args.clone(),
-            ),
+        let binary = h.agent_program();
+        let args = match h.runtime {
+            Runtime::Command => h.command.iter().skip(1).cloned().collect(),
+            _ => h.agent.args.clone(),
         };
         let config = layout.config_dir();
         let manifest = Manifest {
@@ -200,5 +191,21 @@ impl Validated {
             });
         }
         Some(Compiled { manifest, uploads })
+    }
+}
+
+impl super::model::Harness {
+    /// The program the agent runs as: `command[0]`, or `agent.binary`, or the runtime's
+    /// default (`pi`, `claude`); empty when there is none.
+    pub fn agent_program(&self) -> String {
+        match self.runtime {
+            Runtime::Command => self.command.first().cloned().unwrap_or_default(),
+            rt => self
+                .agent
+                .binary
+                .clone()
+                .or_else(|| rt.default_binary().map(str::to_string))
+                .unwrap_or_default(),
+        }
     }
 }

@@ -264,3 +264,41 @@ impl Checker {
         }
     }
 }
+
+/// Where `program` is found the way `execvp` would find it: a name with a `/` relative to
+/// `base` (or absolute), a bare name in each directory of `path` (a `PATH` value); it must be
+/// an executable file. `Err` says what was looked at.
+pub fn find_program(
+    program: &str,
+    base: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = base.join(program);
+        return if executable(&p) {
+            Ok(p)
+        } else if p.exists() {
+            Err(format!("{} is not an executable file", p.display()))
+        } else {
+            Err(format!("{} does not exist", p.display()))
+        };
+    }
+    let dirs: Vec<PathBuf> = path
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    dirs.iter()
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| {
+            format!(
+                "{program} is not an executable file in any PATH directory ({})",
+                std::env::join_paths(&dirs)
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            )
+        })
+}

@@ -3,7 +3,7 @@
 //! `output` and `validation`, each against its rule, with the list entries (`plugins`,
 //! `adapters`, `skills`) handed to their own checks.
 
-use super::fs_checks::check_output_dir;
+use super::fs_checks::{check_output_dir, find_program};
 use super::model::{AgentSection, Harness, Location};
 use super::units::{parse_duration, parse_size, parse_size_at_least};
 use super::yaml::{enum_name, location, Checker};
@@ -133,6 +133,13 @@ impl Checker {
                         "runtime command takes its program from `command:`, not `agent:`",
                     );
                 }
+                if let Some(n) = top.get_node("prompt") {
+                    self.note(
+                        location(n),
+                        "prompt",
+                        "runtime command ignores `prompt:` (its argv is `command:`)",
+                    );
+                }
             }
             Some(rt) => {
                 if let Some(n) = top.get_node("command") {
@@ -158,6 +165,23 @@ impl Checker {
                     ),
                     Some(_) => {}
                 }
+                // Options only one runtime reads.
+                let ignored: &[(&str, Runtime)] =
+                    &[("tools", Runtime::Pi), ("claude_agent", Runtime::Claude)];
+                let agent = top.get_node("agent").and_then(Node::as_mapping);
+                for (key, reader) in ignored.iter().filter(|(_, reader)| *reader != rt) {
+                    if let Some(n) = agent.and_then(|m| m.get_node(key)) {
+                        self.note(
+                            location(n),
+                            format!("agent.{key}"),
+                            format!(
+                                "runtime {} ignores it (only runtime {} reads it)",
+                                rt.as_str(),
+                                reader.as_str()
+                            ),
+                        );
+                    }
+                }
             }
             None => {}
         }
@@ -170,6 +194,20 @@ impl Checker {
             Some(n) => self.plugins(n),
             None => Vec::new(),
         };
+        if let Some(rt) = runtime.filter(|rt| *rt != Runtime::Pi) {
+            for (i, p) in plugins.iter().enumerate() {
+                if !p.pi_args.is_empty() {
+                    self.note(
+                        top.get_node("plugins").and_then(location),
+                        format!("plugins[{i}].pi"),
+                        format!(
+                            "runtime {} ignores it (only runtime pi reads it)",
+                            rt.as_str()
+                        ),
+                    );
+                }
+            }
+        }
         let adapters = match top.get_node("adapters") {
             Some(n) => self.adapters(n, runtime),
             None => Vec::new(),
@@ -300,6 +338,15 @@ impl Checker {
                     self.problem(location(n), "validation", "an empty command");
                     None
                 } else {
+                    // It runs on this host, in the harness directory, after each iteration.
+                    let path = std::env::var_os("PATH");
+                    if let Err(why) = find_program(&v[0], &self.base, path.as_deref()) {
+                        self.problem(
+                            location(n),
+                            "validation[0]",
+                            format!("the validation command cannot run on this host: {why}"),
+                        );
+                    }
                     Some(v)
                 }
             }
@@ -314,7 +361,7 @@ impl Checker {
         });
 
         let runtime = runtime?;
-        Some(Harness {
+        let harness = Harness {
             file: file.to_path_buf(),
             base: self.base.clone(),
             runtime,
@@ -334,7 +381,28 @@ impl Checker {
             workdir,
             output,
             validation,
-        })
+        };
+        // The local engine runs the agent from this host's filesystem and PATH.
+        let program = harness.agent_program();
+        if !program.is_empty() {
+            let path = std::env::var_os("PATH");
+            if let Err(why) = find_program(&program, Path::new("/"), path.as_deref()) {
+                let at = top
+                    .get_node("command")
+                    .or_else(|| top.get_node("agent"))
+                    .or_else(|| top.get_node("runtime"))
+                    .and_then(location);
+                self.note(
+                    at,
+                    "agent",
+                    format!(
+                        "not on this host: {why}; the local engine would fail with 127 (a \
+                         container image must have it)"
+                    ),
+                );
+            }
+        }
+        Some(harness)
     }
 }
 

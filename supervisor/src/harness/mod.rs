@@ -37,7 +37,7 @@ mod yaml;
 mod tests;
 
 pub use self::compile::{Compiled, Upload, UploadKind};
-pub use self::fs_checks::check_output_dir;
+pub use self::fs_checks::{check_output_dir, find_program};
 pub use self::layout::SandboxLayout;
 pub use self::model::{
     AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, HarnessError,

@@ -242,3 +242,89 @@ fn a_disk_budget_becomes_limits_disk_bytes_and_a_bad_one_is_named() {
         );
     }
 }
+
+#[test]
+fn a_validation_command_that_cannot_run_here_is_a_problem_and_a_missing_agent_a_note() {
+    let v = check(
+        "runtime: command\ncommand: [/no/such/agent]\nvalidation: [no-such-validator-x, --check]\n",
+    );
+    let problem = v
+        .problems
+        .iter()
+        .find(|p| p.field == "validation[0]")
+        .unwrap_or_else(|| panic!("{:?}", v.problems));
+    assert!(
+        problem
+            .message
+            .contains("no-such-validator-x is not an executable file in any PATH"),
+        "{problem:?}"
+    );
+    let note = v
+        .notes
+        .iter()
+        .find(|n| n.field == "agent")
+        .unwrap_or_else(|| panic!("{:?}", v.notes));
+    assert!(
+        note.message.contains("/no/such/agent does not exist")
+            && note
+                .message
+                .contains("the local engine would fail with 127"),
+        "{note:?}"
+    );
+    let v = check("runtime: command\ncommand: [/bin/true]\nvalidation: [sh, -c, \"true\"]\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert!(v.notes.iter().all(|n| n.field != "agent"), "{:?}", v.notes);
+}
+
+#[test]
+fn a_misspelt_key_gets_a_suggestion_and_a_null_env_value_is_refused() {
+    let v = check("runtme: command\ncommand: [/bin/true]\n");
+    let p = v.problems.iter().find(|p| p.field == "runtme").unwrap();
+    assert!(
+        p.message
+            .starts_with("unknown key; did you mean `runtime`?"),
+        "{p:?}"
+    );
+    let v = check("runtime: command\ncommand: [/bin/true]\ncolour: 1\nenv:\n  A: null\n  B: ~\n  C:\n  D: \"null\"\n");
+    let p = v.problems.iter().find(|p| p.field == "colour").unwrap();
+    assert!(!p.message.contains("did you mean"), "{p:?}");
+    for name in ["env.A", "env.B", "env.C"] {
+        let p = v.problems.iter().find(|p| p.field == name);
+        assert!(
+            p.is_some_and(|p| p.message.starts_with("a null value")),
+            "{name}: {:?}",
+            v.problems
+        );
+    }
+    assert!(
+        v.problems.iter().all(|p| p.field != "env.D"),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn keys_the_runtime_ignores_are_noted() {
+    let v = check("runtime: command\ncommand: [/bin/true]\nprompt: fix it\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert!(v.notes.iter().any(|n| n.field == "prompt"), "{:?}", v.notes);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("p")).unwrap();
+    std::fs::write(dir.path().join("p/index.js"), "x\n").unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        "runtime: claude\nprompt: hi\nagent:\n  tools: [read]\nplugins:\n  - path: p\n    pi: {args: [--x]}\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    for field in ["agent.tools", "plugins[0].pi"] {
+        assert!(
+            v.notes
+                .iter()
+                .any(|n| n.field == field && n.message.contains("runtime claude ignores it")),
+            "{field}: {:?}",
+            v.notes
+        );
+    }
+}

@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 pub(super) fn parse_yaml(file: &Path, text: &str) -> Result<Node, HarnessError> {
     // A key given twice in one mapping (`runtime:`, a name in `env:`) is refused: by default the
     // loader keeps the last one silently, while a reader sees the first.
-    let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
+    // Quoted scalars stay text (`"null"`, `"3"`): only a plain scalar is YAML's null or number.
+    let options = marked_yaml::LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
     // The YAML loader has internal `unreachable!`s; a harness must never crash the CLI.
     let parsed =
         std::panic::catch_unwind(|| marked_yaml::parse_yaml_with_options(0, text, options));
@@ -179,10 +182,13 @@ impl Checker {
                 } else {
                     format!("{field}.")
                 };
+                let hint = did_you_mean(key.as_str(), allowed)
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
                 self.problem(
                     scalar_location(key),
                     format!("{prefix}{}", key.as_str()),
-                    format!("unknown key (allowed: {})", allowed.join(", ")),
+                    format!("unknown key{hint} (allowed: {})", allowed.join(", ")),
                 );
             }
         }
@@ -200,10 +206,64 @@ impl Checker {
         let mut out = Vec::new();
         for (key, value) in map.iter() {
             let f = format!("{field}.{}", key.as_str());
+            // `NAME: null`, `NAME: ~` and `NAME:` are YAML's null, not the text "null".
+            if let Node::Scalar(s) = value {
+                if s.may_coerce() && matches!(s.as_str(), "" | "~" | "null" | "Null" | "NULL") {
+                    self.problem(
+                        scalar_location(key),
+                        f,
+                        "a null value: give a string (quote it: \"null\" is the text null), or \
+                         leave the name out",
+                    );
+                    continue;
+                }
+            }
             if let Some(v) = self.string(value, &f) {
                 out.push((key.as_str().to_string(), v, scalar_location(key)));
             }
         }
         out
     }
+}
+
+/// The allowed key closest to `key` when it is a likely misspelling: at most two edits away
+/// (one for keys of up to four letters), and closer than any other.
+pub(super) fn did_you_mean<'a>(key: &str, allowed: &[&'a str]) -> Option<&'a str> {
+    let most = if key.chars().count() <= 4 { 1 } else { 2 };
+    let mut scored: Vec<(usize, &str)> = allowed
+        .iter()
+        .map(|a| (edit_distance(&key.to_lowercase(), a), *a))
+        .filter(|(d, _)| *d <= most)
+        .collect();
+    scored.sort();
+    match scored.as_slice() {
+        [(d, best), rest @ ..] if rest.first().is_none_or(|(d2, _)| d2 > d) => Some(best),
+        _ => None,
+    }
+}
+
+/// Levenshtein distance between `a` and `b`, counting an adjacent transposition as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }

@@ -31,6 +31,25 @@ pub(super) enum Stopped {
     Validation,
     /// Ctrl-C.
     Cancelled,
+    /// An iteration failed in a way every further one would repeat
+    /// ([`failure_that_repeats`]).
+    Repeating,
+}
+
+/// Why every further iteration would fail as the iteration of `row` did, if it would: the agent
+/// could not be executed (126) or found (127), or the supervisor refused to launch it (125) for
+/// a reason nothing in the sandbox changes before the next iteration (the agent never ran). A
+/// 125 for processes that survived the reap may pass, and is not one.
+pub(super) fn failure_that_repeats(exit_code: i32, reason: Option<&str>) -> Option<String> {
+    let reason = reason.unwrap_or("no reason recorded");
+    match exit_code {
+        126 => Some(format!("the agent could not be executed (126: {reason})")),
+        127 => Some(format!("the agent was not found (127: {reason})")),
+        125 if !reason.starts_with("reap-incomplete") && !reason.starts_with("cancelled") => Some(
+            format!("the supervisor did not launch the agent (125: {reason})"),
+        ),
+        _ => None,
+    }
 }
 
 /// What the loop leaves for the run's report.
@@ -256,6 +275,9 @@ pub(super) fn drive(
             match collected {
                 Ok(()) => {
                     row.record_dir = Some(dest.display().to_string());
+                    if row.exit_code != 0 && row.reason.is_none() {
+                        row.error = crate::failure_hint::failure_hint(h.runtime, &dest);
+                    }
                     // Only now may the sandbox forget it (a stop deletes no record it holds alone).
                     if claims {
                         acknowledge(conn, outcome.iteration, progress);
@@ -264,8 +286,15 @@ pub(super) fn drive(
                 Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
             }
             progress.line(&format!(
-                "iteration {}: exit {} ({}), {}",
-                row.iteration, row.exit_code, row.meaning, row.verification
+                "iteration {}: exit {} ({}), {}{}",
+                row.iteration,
+                row.exit_code,
+                row.meaning,
+                row.verification,
+                row.error
+                    .as_ref()
+                    .map(|e| format!("; it said: {e}"))
+                    .unwrap_or_default()
             ));
             if !row.workspace_config.is_empty() {
                 progress.line(&format!(
@@ -283,6 +312,7 @@ pub(super) fn drive(
                     validation_passed = code == 0;
                 }
             }
+            let repeats = failure_that_repeats(row.exit_code, row.reason.as_deref());
             rows.push(row);
             if cancelled {
                 stopped = Stopped::Cancelled;
@@ -290,6 +320,14 @@ pub(super) fn drive(
             }
             if validation_passed {
                 stopped = Stopped::Validation;
+                break;
+            }
+            if let Some(why) = repeats.filter(|_| n < total) {
+                progress.line(&format!(
+                    "stopping after iteration {n}: {why}; every further iteration would fail the \
+                     same way"
+                ));
+                stopped = Stopped::Repeating;
                 break;
             }
         }
@@ -381,24 +419,8 @@ fn utc_stamp() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    let (y, m, d, hh, mm, ss) = crate::report::utc(secs);
+    format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
 }
 
 /// `name` as one path component: anything but ASCII letters, digits, `.`, `_` and `-` becomes
@@ -419,7 +441,33 @@ fn path_safe(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::path_safe;
+    use super::{failure_that_repeats, path_safe};
+
+    #[test]
+    fn only_failures_nothing_changes_stop_the_run() {
+        assert!(failure_that_repeats(127, Some("exec: No such file"))
+            .unwrap()
+            .starts_with("the agent was not found (127"));
+        assert!(failure_that_repeats(126, None).is_some());
+        assert!(failure_that_repeats(125, Some("confine: writable root /w: a symlink")).is_some());
+        for (code, reason) in [
+            (
+                125,
+                Some("reap-incomplete: 1 process(es) survived 10000 ms of TERM/KILL"),
+            ),
+            (125, Some("cancelled: requested by the host")),
+            (1, None),
+            (96, Some("tree-drift: …")),
+            (137, Some("timeout: …")),
+            (0, None),
+        ] {
+            assert_eq!(
+                failure_that_repeats(code, reason),
+                None,
+                "{code} {reason:?}"
+            );
+        }
+    }
 
     #[test]
     fn sandbox_names_become_one_path_component() {

@@ -176,6 +176,17 @@ fn run_harness(
         Some(existing) => args.engine.engine_for(&SandboxId(existing.clone()))?,
         None => args.engine.engine()?,
     };
+    // The local engine runs the agent from this host: a missing one would fail every
+    // iteration with 127, so it is said before a sandbox exists.
+    if engine.name() == "local" && resumed.is_none() {
+        let program = h.agent_program();
+        let path = std::env::var_os("PATH");
+        if let Err(why) =
+            harness::find_program(&program, std::path::Path::new("/"), path.as_deref())
+        {
+            bail!("{file}: the agent cannot run with the local engine: {why}; nothing was started");
+        }
+    }
     let progress = Progress::new(verbose > 0);
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
