@@ -47,6 +47,8 @@ enum Command {
     Down(commands::down::DownArgs),
     /// List the sandboxes known to this host.
     Ps(commands::ps::PsArgs),
+    /// Take down the sandboxes nobody drives any more (orphaned, or their supervisor gone).
+    Prune(commands::prune::PruneArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Collect(args) => commands::collect::run(&args),
         Command::Down(args) => commands::down::run(&args),
         Command::Ps(args) => commands::ps::run(&args),
+        Command::Prune(args) => commands::prune::run(&args),
     };
     match result {
         Ok(code) => code,

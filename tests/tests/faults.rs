@@ -656,3 +656,86 @@ fn five_thousand_iterations_leave_the_sandbox_only_the_records_its_retention_kee
     let out = fx.output(&["down", &id]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn prune_takes_down_an_orphan_and_leaves_a_kept_sandbox() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 1", 3);
+    let h = fx.harness.to_str().unwrap();
+    // A kept sandbox: nobody drives it, but it was kept on purpose.
+    let (out, doc) = pitcrew_run_output(
+        &fx.harness,
+        &fx.state,
+        &["--keep", "--iterations", "1"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let kept = doc["sandbox"].as_str().unwrap().to_string();
+    // An orphan: its host killed during iteration 2.
+    let mut run = fx
+        .pitcrew(&["run", h, "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut orphan = String::new();
+    assert!(
+        busy_wait(Duration::from_secs(30), || {
+            orphan = fx
+                .ps()
+                .iter()
+                .filter_map(|s| s["id"].as_str())
+                .find(|id| *id != kept)
+                .unwrap_or_default()
+                .to_string();
+            !orphan.is_empty()
+                && fx.run_dirs().iter().any(|d| {
+                    d.to_string_lossy().ends_with(&orphan)
+                        && d.join("iteration-1/result.json").exists()
+                })
+        }),
+        "the second run never collected iteration 1"
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let state_of = |id: &str| {
+        fx.ps()
+            .into_iter()
+            .find(|s| s["id"] == id)
+            .map(|s| s["state"].as_str().unwrap_or_default().to_string())
+    };
+    assert!(
+        busy_wait(Duration::from_secs(10), || state_of(&orphan).as_deref()
+            == Some("orphaned")),
+        "{:#?}",
+        fx.ps()
+    );
+    // --dry-run names the orphan alone and changes nothing.
+    let out = fx.output(&["prune", "--dry-run", "--engine", "local"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        said.contains(&format!("would prune {orphan} (local, orphaned")),
+        "{said}"
+    );
+    assert!(!said.contains(&kept), "{said}");
+    assert_eq!(state_of(&orphan).as_deref(), Some("orphaned"));
+    // prune stops it; the record of the iteration its host never collected keeps its state,
+    // until --force.
+    let out = fx.output(&["prune", "--engine", "local"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(said.contains(&format!("pruned {orphan}")), "{said}");
+    assert!(said.contains("is kept"), "{said}");
+    assert!(!said.contains(&kept), "{said}");
+    let out = fx.output(&["prune", "--engine", "local", "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(state_of(&orphan), None, "{:#?}", fx.ps());
+    assert!(!fx.sandbox_dir(&orphan).exists());
+    // The kept sandbox is untouched, and still answers.
+    assert_eq!(state_of(&kept).as_deref(), Some("kept"));
+    let out = fx.output(&["prune", "--engine", "local"]);
+    assert_eq!(text(&out.stdout), "nothing to prune\n");
+}

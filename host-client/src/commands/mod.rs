@@ -7,6 +7,7 @@ pub mod collect;
 pub mod discover;
 pub mod down;
 pub mod inspect;
+pub mod prune;
 pub mod ps;
 pub mod run;
 pub mod validate;

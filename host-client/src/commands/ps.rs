@@ -129,12 +129,15 @@ fn table(list: &[SandboxEntry]) -> String {
     out
 }
 
-/// Runs `pitcrew ps`.
-pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
-    let explicit = args.engine.engine.is_some();
+/// The sandboxes of every engine installed here (or the one `engine.engine` names), a running
+/// one's state refined by its claim ([`show_claim`]); and the names of the engines asked.
+pub fn list_sandboxes(
+    engine: &EngineArgs,
+) -> anyhow::Result<(Vec<SandboxEntry>, Vec<&'static str>)> {
+    let explicit = engine.engine.is_some();
     let mut list = Vec::new();
     let mut names = Vec::new();
-    for engine in args.engine.engines_to_list()? {
+    for engine in engine.engines_to_list()? {
         names.push(engine.name());
         match engine.list() {
             Ok(found) => list.extend(found.into_iter().map(|mut s| {
@@ -157,6 +160,12 @@ pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
             Err(err) => return Err(err),
         }
     }
+    Ok((list, names))
+}
+
+/// Runs `pitcrew ps`.
+pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
+    let (list, names) = list_sandboxes(&args.engine)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);

@@ -1,0 +1,110 @@
+//! `pitcrew prune [--dry-run] [--force]`: takes down the sandboxes nobody drives any more: those
+//! whose run's host went away (`orphaned`) and those whose supervisor is gone (a local
+//! sandbox `stopped` or `stale`, an exited container). Kept and in-run sandboxes are left
+//! alone, and so is a local one whose pid cannot be shown to be the sandbox's (`unverified`).
+//! Each is taken down as `down` would: one holding records the host never collected keeps its
+//! state (and says so) unless `--force`. Every sandbox pruned is listed; `--dry-run` lists
+//! them and changes nothing.
+
+use super::ps::list_sandboxes;
+use crate::engine::{ignore_sigpipe, EngineArgs, SandboxEntry, SandboxId};
+use crate::report::escape_controls;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew prune`.
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// Engine options (`--engine` prunes one engine's sandboxes).
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// List what would be pruned, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also delete the state of sandboxes holding records the host never collected.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Why `s` is pruned, when it is: nobody drives it any more.
+pub fn prunable(s: &SandboxEntry) -> Option<&'static str> {
+    match s.state.as_str() {
+        "orphaned" => Some("its run's host went away"),
+        _ if s.running => None,
+        "unverified" => None,
+        _ => Some("its supervisor is gone"),
+    }
+}
+
+/// Runs `pitcrew prune`: exit 0 when every pruned sandbox was taken down (or none was found),
+/// 1 when one could not be.
+pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
+    ignore_sigpipe();
+    let (list, _) = list_sandboxes(&args.engine)?;
+    let mut failed = false;
+    let mut pruned = 0;
+    for s in &list {
+        let Some(why) = prunable(s) else { continue };
+        pruned += 1;
+        let id = SandboxId(s.id.clone());
+        let shown = escape_controls(&s.id);
+        if args.dry_run {
+            println!("would prune {shown} ({}, {}: {why})", s.engine, s.state);
+            continue;
+        }
+        let taken = args.engine.engine_for(&id).and_then(|engine| {
+            crate::engine::stop_keeping_records(&*engine, &id, false, args.force)
+        });
+        match taken {
+            Ok(outcome) => match &outcome.warning {
+                Some(warning) => println!(
+                    "pruned {shown} ({}, {}: {why}); {}",
+                    s.engine,
+                    s.state,
+                    escape_controls(warning)
+                ),
+                None => println!("pruned {shown} ({}, {}: {why})", s.engine, s.state),
+            },
+            Err(err) => {
+                failed = true;
+                eprintln!(
+                    "pitcrew: prune {shown}: {}",
+                    escape_controls(&format!("{err:#}"))
+                );
+            }
+        }
+    }
+    if pruned == 0 {
+        println!("nothing to prune");
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(state: &str, running: bool) -> SandboxEntry {
+        SandboxEntry {
+            id: "pc-1".into(),
+            engine: "local".into(),
+            running,
+            state: state.into(),
+            detail: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn only_sandboxes_nobody_drives_are_pruned() {
+        assert!(prunable(&entry("orphaned", true)).is_some());
+        assert!(prunable(&entry("stopped", false)).is_some());
+        assert!(prunable(&entry("stale", false)).is_some());
+        assert!(prunable(&entry("exited", false)).is_some());
+        assert!(prunable(&entry("kept", true)).is_none());
+        assert!(prunable(&entry("in-run", true)).is_none());
+        assert!(prunable(&entry("unverified", false)).is_none());
+    }
+}
