@@ -49,6 +49,10 @@ enum Command {
     Ps(commands::ps::PsArgs),
     /// Take down the sandboxes nobody drives any more (orphaned, or their supervisor gone).
     Prune(commands::prune::PruneArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(commands::docs::CompletionsArgs),
+    /// Write the man pages (pitcrew.1 and one per subcommand) into a directory.
+    Man(commands::docs::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,8 @@ fn main() -> ExitCode {
         Command::Down(args) => commands::down::run(&args),
         Command::Ps(args) => commands::ps::run(&args),
         Command::Prune(args) => commands::prune::run(&args),
+        Command::Completions(args) => commands::docs::completions::<Cli>(&args),
+        Command::Man(args) => commands::docs::man::<Cli>(&args),
     };
     match result {
         Ok(code) => code,

@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod classify;
 pub mod collect;
 pub mod discover;
+pub mod docs;
 pub mod down;
 pub mod inspect;
 pub mod prune;
