@@ -298,8 +298,29 @@ const CELL_CHARS: usize = 100;
 /// Longest verification text in a table cell (it names what drifted).
 const VERIFICATION_CHARS: usize = 240;
 
-/// The summary table, one row per iteration.
-pub fn table(rows: &[IterationSummary]) -> String {
+/// Whether the summary may be coloured: standard output is a terminal, `NO_COLOR` is unset or
+/// empty (no-color.org) and `TERM` is not `dumb`.
+pub fn colour_wanted() -> bool {
+    use std::io::IsTerminal as _;
+    colour_allowed(
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::env::var_os("TERM").as_deref(),
+        std::io::stdout().is_terminal(),
+    )
+}
+
+/// [`colour_wanted`] from its inputs.
+fn colour_allowed(
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+    terminal: bool,
+) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+}
+
+/// The summary table, one row per iteration; with `colour`, the exit column green for 0 and red
+/// otherwise (only pitcrew's own escape sequences: every cell is escaped first).
+pub fn table(rows: &[IterationSummary], colour: bool) -> String {
     let mut lines = vec![[
         "iter".to_string(),
         "exit".to_string(),
@@ -339,14 +360,23 @@ pub fn table(rows: &[IterationSummary]) -> String {
         }
     }
     let mut out = String::new();
-    for l in &lines {
+    for (row, l) in lines.iter().enumerate() {
         let mut line = String::new();
         for (i, c) in l.iter().enumerate() {
+            // The header is row 0; row r is rows[r - 1].
+            let paint = match rows.get(row.wrapping_sub(1)) {
+                Some(r) if colour && i == 1 => Some(if r.exit_code == 0 { "32" } else { "31" }),
+                _ => None,
+            };
+            let shown = match paint {
+                Some(sgr) => format!("\x1b[{sgr}m{c}\x1b[0m"),
+                None => c.clone(),
+            };
             if i + 1 == l.len() {
-                line.push_str(c);
+                line.push_str(&shown);
             } else {
                 let pad = widths[i] - c.chars().count();
-                let _ = write!(line, "{c}{}  ", " ".repeat(pad));
+                let _ = write!(line, "{shown}{}  ", " ".repeat(pad));
             }
         }
         out.push_str(line.trim_end());
@@ -457,7 +487,7 @@ mod tests {
         assert_eq!(s.verification, "hello drifted: changed index.ts");
         assert_eq!(s.env_removed, ["NODE_OPTIONS"]);
         assert_eq!(s.workspace_config, [".pi/settings.json"]);
-        let t = table(&[s]);
+        let t = table(&[s], false);
         assert!(
             t.contains("96 a plugin or skills tree is missing or its hash differs"),
             "{t}"
@@ -481,6 +511,59 @@ mod tests {
     }
 
     #[test]
+    fn no_color_a_dumb_terminal_or_a_pipe_turn_colour_off() {
+        use std::ffi::OsStr;
+        assert!(colour_allowed(None, Some(OsStr::new("xterm")), true));
+        assert!(colour_allowed(Some(OsStr::new("")), None, true));
+        assert!(!colour_allowed(Some(OsStr::new("1")), None, true));
+        assert!(!colour_allowed(None, Some(OsStr::new("dumb")), true));
+        assert!(!colour_allowed(None, None, false));
+    }
+
+    #[test]
+    fn the_exit_column_is_green_for_success_and_red_otherwise() {
+        let ok = summarize(
+            &record(
+                1,
+                0,
+                "",
+                tree("p", CheckStatus::Ok, Drift::default(), None),
+                file("/a", CheckStatus::Ok),
+            ),
+            10,
+            Vec::new(),
+        );
+        let failed = summarize(
+            &record(
+                2,
+                3,
+                "",
+                tree("p", CheckStatus::Ok, Drift::default(), None),
+                file("/a", CheckStatus::Ok),
+            ),
+            10,
+            Vec::new(),
+        );
+        let rows = [ok, failed];
+        let plain = table(&rows, false);
+        assert!(!plain.contains('\x1b'), "{plain}");
+        let coloured = table(&rows, true);
+        let lines: Vec<&str> = coloured.lines().collect();
+        assert!(lines[1].contains("\x1b[32m0 success"), "{coloured:?}");
+        assert!(lines[2].contains("\x1b[31m3 "), "{coloured:?}");
+        // Colour changes no column's position.
+        let strip = |l: &str| {
+            l.replace("\x1b[32m", "")
+                .replace("\x1b[31m", "")
+                .replace("\x1b[0m", "")
+        };
+        assert_eq!(
+            coloured.lines().map(strip).collect::<Vec<_>>(),
+            plain.lines().map(String::from).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn long_reasons_and_environment_lists_are_cut_in_the_table_not_in_the_json() {
         let reason = format!(
             "exec: pi: not found in PATH {}",
@@ -496,7 +579,7 @@ mod tests {
         record.env.removed = (0..50).map(|i| removed(&format!("NAME_{i}"))).collect();
         let s = summarize(&record, 10, Vec::new());
         assert_eq!(s.reason.as_deref(), Some(reason.as_str()));
-        let t = table(&[s]);
+        let t = table(&[s], false);
         let row = t.lines().nth(1).unwrap();
         assert!(row.chars().count() < 400, "{row}");
         assert!(row.contains('…'), "{row}");
@@ -536,7 +619,7 @@ mod tests {
         let s = summarize(&record, 10, Vec::new());
         // The summary itself (the --json document) stays exact.
         assert_eq!(s.reason.as_deref(), Some("tree-drifted: \u{1b}[2J\u{7}\r"));
-        let t = table(&[s]);
+        let t = table(&[s], false);
         assert_clean(&t, true);
         assert_eq!(t.lines().count(), 2, "{t}");
         for shown in [

@@ -273,7 +273,7 @@ fn run_harness(
     if args.json {
         println!("{doc_text}");
     } else {
-        print!("{}", report::table(&report.rows));
+        print!("{}", report::table(&report.rows, report::colour_wanted()));
         println!("records: {}", escape_controls(&report.run_dir));
         if kept {
             let id = escape_controls(&id.0);
