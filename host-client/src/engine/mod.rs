@@ -412,16 +412,13 @@ pub struct EngineArgs {
     #[arg(long, value_name = "NETWORK")]
     pub network: Option<String>,
     /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on
-    /// whitespace with `{sandbox}` substituted (no shell).
-    #[arg(
-        long,
-        value_name = "TEMPLATE",
-        default_value = "podman exec -i {sandbox} pitcrew-init attach"
-    )]
-    pub exec_template: String,
-    /// Exec engine: where uploads live inside the sandbox.
-    #[arg(long, value_name = "DIR", default_value = "/pitcrew")]
-    pub sandbox_root: String,
+    /// whitespace with `{sandbox}` substituted (no shell) [default: podman exec -i {sandbox}
+    /// pitcrew-init attach].
+    #[arg(long, value_name = "TEMPLATE")]
+    pub exec_template: Option<String>,
+    /// Exec engine: where uploads live inside the sandbox [default: /pitcrew].
+    #[arg(long, value_name = "DIR")]
+    pub sandbox_root: Option<String>,
     /// Kubernetes engine: the kubeconfig context [default: its current context].
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
@@ -456,8 +453,29 @@ impl EngineArgs {
         self.engine_of(self.engine.unwrap_or(EngineKind::Local))
     }
 
-    /// The engine of kind `kind`, configured by these options.
+    /// The engine of kind `kind`, configured by these options. An option that does nothing for
+    /// it is an error, never ignored (the local engine's with another engine named).
     fn engine_of(&self, kind: EngineKind) -> anyhow::Result<Box<dyn Engine>> {
+        if kind != EngineKind::Exec {
+            for (flag, given) in [
+                ("--exec-template", self.exec_template.is_some()),
+                ("--sandbox-root", self.sandbox_root.is_some()),
+            ] {
+                if given {
+                    bail!("{flag} is for the exec engine");
+                }
+            }
+        }
+        if self.engine.is_some_and(|named| named != EngineKind::Local) {
+            for (flag, given) in [
+                ("--state-dir", self.state_dir.is_some()),
+                ("--supervisor", self.supervisor.is_some()),
+            ] {
+                if given {
+                    bail!("{flag} is for the local engine");
+                }
+            }
+        }
         if !matches!(
             kind,
             EngineKind::Podman | EngineKind::Docker | EngineKind::Kubernetes
@@ -494,8 +512,10 @@ impl EngineArgs {
             EngineKind::Podman => container(container::Cli::Podman),
             EngineKind::Docker => container(container::Cli::Docker),
             EngineKind::Exec => Box::new(exec::ExecEngine::new(
-                &self.exec_template,
-                &self.sandbox_root,
+                self.exec_template
+                    .as_deref()
+                    .unwrap_or("podman exec -i {sandbox} pitcrew-init attach"),
+                self.sandbox_root.as_deref().unwrap_or("/pitcrew"),
             )?),
             EngineKind::Kubernetes => Box::new(kubernetes::KubernetesEngine::new(
                 self.context.clone(),
@@ -657,3 +677,6 @@ pub fn ignore_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
+
+#[cfg(test)]
+mod tests;
