@@ -391,6 +391,10 @@ pub struct OutputSpec {
     /// File receiving the agent's stderr; unset = the supervisor's stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// Long-lived mode: copy the whole workspace into each record (`workspace/`), within the
+    /// record's budget, besides `output/` (`pitcrew run --collect-workspace`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub collect_workspace: bool,
 }
 
 /// How hard Landlock must be enforced.

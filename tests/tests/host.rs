@@ -238,6 +238,37 @@ fn a_failed_iteration_says_what_the_agent_said_where_the_operator_looks() {
 }
 
 #[test]
+fn collect_workspace_brings_back_what_the_agent_changed() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture(
+        "echo changed >> README.md\nmkdir -p src\necho 'fn main() {}' > src/main.rs",
+        1,
+        "",
+    );
+    let doc = fx.run_ok(&["--collect-workspace"]);
+    let it = PathBuf::from(doc["iterations"][0]["record_dir"].as_str().unwrap());
+    assert_eq!(
+        read_text(&it.join("workspace/README.md")),
+        "work\nchanged\n"
+    );
+    assert_eq!(
+        read_text(&it.join("workspace/src/main.rs")),
+        "fn main() {}\n"
+    );
+    let events = read_text(&it.join("events.jsonl"));
+    assert!(
+        events.contains("\"workspace\":{\"bytes\":26,\"files\":2,"),
+        "{events}"
+    );
+    // Without the flag, only `output/` comes back.
+    let doc = fx.run_ok(&[]);
+    let it = PathBuf::from(doc["iterations"][0]["record_dir"].as_str().unwrap());
+    assert!(!it.join("workspace").exists());
+}
+
+#[test]
 fn a_run_stops_after_an_iteration_whose_agent_is_not_found() {
     if !gate() {
         return;

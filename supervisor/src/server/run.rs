@@ -164,6 +164,16 @@ impl Server {
                 &mut budget,
             )
         });
+        // The whole workspace, when the host asked for it: what the agent changed comes back.
+        let workspace = manifest.output.collect_workspace.then(|| {
+            records::copy_tree(
+                Path::new(&manifest.workdir),
+                &dir.join("workspace"),
+                "workspace",
+                &|_| true,
+                &mut budget,
+            )
+        });
         // What the capture read past its cap (or after the record file failed) and did not keep.
         let mut truncated = serde_json::Map::new();
         for stream in record.agent.iter().flat_map(|a| &a.output) {
@@ -179,6 +189,7 @@ impl Server {
         for (what, report) in [
             ("output", Some(&output)),
             ("transcripts", transcripts.as_ref()),
+            ("workspace", workspace.as_ref()),
         ] {
             if let Some(report) = report.filter(|r| !r.skipped.is_empty()) {
                 tracing::warn!("record: {what}: skipped {:?}", report.skipped);
@@ -190,6 +201,7 @@ impl Server {
             json!({
                 "output": output,
                 "transcripts": transcripts,
+                "workspace": workspace,
                 "truncated_bytes": truncated,
                 "not_copied": (record.reaped.remaining_after > 0)
                     .then_some("processes survived the final reap"),

@@ -140,6 +140,7 @@ pub(super) fn drive(
                     });
                 }
             }
+            manifest.output.collect_workspace = args.collect_workspace;
             manifest
                 .validate()
                 .context("the manifest built from this harness is invalid")?;

@@ -46,7 +46,7 @@ pub struct RunArgs {
     /// Finish the run whose host went away in sandbox ID (`pitcrew ps` shows it `orphaned`):
     /// collect the records it left and run its remaining iterations, then stop the sandbox
     /// unless that run (or this one) keeps it.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "records"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "records", "collect_workspace"])]
     pub resume: Option<String>,
     /// Engine options.
     #[command(flatten)]
@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// Keep the sandbox running at the end (its id is printed) for `inspect`, `collect`, `down`.
     #[arg(long)]
     pub keep: bool,
+    /// Copy the whole workspace into each iteration's record (`workspace/`, within the record's
+    /// budget): what the agent changed comes back with the record, not only `output/`.
+    #[arg(long)]
+    pub collect_workspace: bool,
     /// How long the sandbox waits for word from this run before it counts the run as
     /// orphaned (a host that hangs without closing its connection); renewed 4 times a lease.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = lease::parse_lease)]
