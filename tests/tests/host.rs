@@ -269,6 +269,33 @@ fn collect_workspace_brings_back_what_the_agent_changed() {
 }
 
 #[test]
+fn a_dotenv_in_the_workspace_reaches_the_agent_as_data() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture(
+        "echo \"task=$TASK_ID shell=${EVIL-unset}\"",
+        1,
+        "dotenv: .env\n",
+    );
+    // Parsed as data: a command substitution is refused, never run.
+    std::fs::write(
+        fx.root.join("workspace/.env"),
+        "TASK_ID=42\nEVIL=$(touch /tmp/pwned)\n",
+    )
+    .unwrap();
+    let doc = fx.run_ok(&[]);
+    let it = PathBuf::from(doc["iterations"][0]["record_dir"].as_str().unwrap());
+    let stdout = read_text(&it.join("output.jsonl"));
+    assert!(stdout.contains("task=42 shell=unset"), "{stdout}");
+    // The substitution was refused by line, never run.
+    let record = read_json(&it.join("result.json"));
+    let refused = &record["env"]["dotenv_refused"][0];
+    assert_eq!(refused["line"], 2, "{record:#}");
+    assert_eq!(record["env"]["layers"]["TASK_ID"], "dotenv", "{record:#}");
+}
+
+#[test]
 fn a_run_stops_after_an_iteration_whose_agent_is_not_found() {
     if !gate() {
         return;

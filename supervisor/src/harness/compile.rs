@@ -156,7 +156,13 @@ impl Validated {
             trees,
             files,
             env: EnvSpec {
-                dotenv: None,
+                dotenv: h.dotenv.as_ref().map(|p| {
+                    if p.starts_with('/') {
+                        p.clone()
+                    } else {
+                        format!("{}/{p}", layout.workdir())
+                    }
+                }),
                 set: h.env.clone(),
             },
             workdir: layout.workdir(),

@@ -24,6 +24,7 @@ const TOP_KEYS: &[&str] = &[
     "adapters",
     "skills",
     "env",
+    "dotenv",
     "iterations",
     "timeout",
     "processes",
@@ -279,6 +280,26 @@ impl Checker {
                 None => None,
             },
         };
+        // A `.env` in the sandbox: relative to the workspace, or an absolute sandbox path.
+        let dotenv = top.get_node("dotenv").and_then(|n| {
+            let path = self.string(n, "dotenv")?;
+            let absolute = if path.starts_with('/') {
+                path.clone()
+            } else {
+                format!("/workspace/{path}")
+            };
+            match crate::manifest::sandbox_path_problem(&absolute) {
+                _ if path.is_empty() => {
+                    self.problem(location(n), "dotenv", "an empty path");
+                    None
+                }
+                Some(problem) => {
+                    self.problem(location(n), "dotenv", problem.replace("/workspace/", ""));
+                    None
+                }
+                None => Some(path),
+            }
+        });
         let retention = top
             .get_node("retention")
             .map(|n| self.retention(n))
@@ -377,6 +398,7 @@ impl Checker {
             processes,
             memory,
             disk,
+            dotenv,
             retention,
             workdir,
             output,

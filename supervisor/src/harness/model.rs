@@ -159,6 +159,10 @@ pub struct Harness {
     /// (`limits.disk_bytes`); unset = no budget.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk: Option<u64>,
+    /// A `.env` in the sandbox, parsed as data by the supervisor (`dotenv`): relative to the
+    /// workspace, or absolute inside the sandbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dotenv: Option<String>,
     /// The collected records the sandbox keeps (`retention`).
     pub retention: crate::manifest::Retention,
     /// Host directory uploaded as the agent's workspace.

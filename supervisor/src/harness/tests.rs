@@ -328,3 +328,43 @@ fn keys_the_runtime_ignores_are_noted() {
         );
     }
 }
+
+#[test]
+fn dotenv_names_a_file_in_the_workspace_or_an_absolute_sandbox_path() {
+    let v = check("runtime: command\ncommand: [/bin/true]\ndotenv: .env\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let layout = SandboxLayout::default();
+    let manifest = v.manifest(&layout).unwrap();
+    assert_eq!(
+        manifest.env.dotenv.as_deref(),
+        Some(format!("{}/.env", layout.workdir()).as_str())
+    );
+    manifest.validate().unwrap();
+    let v = check("runtime: command\ncommand: [/bin/true]\ndotenv: /etc/task.env\n");
+    let manifest = v.manifest(&layout).unwrap();
+    assert_eq!(manifest.env.dotenv.as_deref(), Some("/etc/task.env"));
+    for (text, needle) in [("dotenv: ../up.env\n", "'..'"), ("dotenv: \"\"\n", "empty")] {
+        let v = check(&format!("runtime: command\ncommand: [/bin/true]\n{text}"));
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.field == "dotenv" && p.message.contains(needle)),
+            "{text}: {:?}",
+            v.problems
+        );
+    }
+}
+
+#[test]
+fn a_yaml_anchor_is_refused_with_what_to_write_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(&file, "runtime: command\ncommand: &c [/bin/true]\n").unwrap();
+    let err = validate(&file).err().unwrap().to_string();
+    assert!(
+        err.contains(
+            "harness.yaml:2:13: YAML anchors (&name) and aliases (*name) are not supported"
+        ),
+        "{err}"
+    );
+}

@@ -39,13 +39,25 @@ pub(super) fn parse_yaml(file: &Path, text: &str) -> Result<Node, HarnessError> 
                 ),
             })
         }
+        Ok(Err(marked_yaml::LoadError::UnexpectedAnchor(m))) => Err(HarnessError::Yaml {
+            path: file.to_path_buf(),
+            detail: format!(
+                "{}:{}: YAML anchors (&name) and aliases (*name) are not supported in a \
+                 harness: write the value out where it is used",
+                m.line(),
+                m.column()
+            ),
+        }),
         Ok(Err(err)) => Err(HarnessError::Yaml {
             path: file.to_path_buf(),
             detail: err.to_string(),
         }),
+        // The loader's `unreachable!` on an alias (`*name`) is the usual way here.
         Err(_) => Err(HarnessError::Yaml {
             path: file.to_path_buf(),
-            detail: " the YAML parser failed on this input".to_string(),
+            detail: " the YAML parser failed on this input (YAML aliases, *name, are not \
+                     supported in a harness: write the value out where it is used)"
+                .to_string(),
         }),
     }
 }
