@@ -140,3 +140,49 @@ fn attack_terminal__discover_escapes_names_from_the_project() {
         "{text}"
     );
 }
+
+#[test]
+fn a_project_that_is_missing_or_a_file_is_named_as_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    fs::write(&file, "x").unwrap();
+    for (project, said) in [
+        (dir.path().join("none"), "No such file or directory"),
+        (file.clone(), "not a directory"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+            .arg("discover")
+            .arg("--project")
+            .arg(&project)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!("--project {}: {said}", project.display())),
+            "{err}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .args(["ps", "--engine", "local", "--state-dir"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("--state-dir {}: not a directory", file.display())),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .args(["collect", "pc-none", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("--out {}: not a directory", file.display())),
+        "{err}"
+    );
+}

@@ -44,6 +44,9 @@ fn acknowledge(conn: &mut crate::engine::Connection, iteration: u32) -> anyhow::
 pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
     let id = SandboxId(args.sandbox.clone());
+    if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
+        anyhow::bail!("--out {}: not a directory", out.display());
+    }
     let engine = args.engine.engine_for(&id)?;
     let out = args
         .out

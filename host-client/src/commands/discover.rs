@@ -48,6 +48,23 @@ pub struct Candidate {
 
 /// Runs `pitcrew discover`.
 pub fn run(args: &DiscoverArgs) -> anyhow::Result<ExitCode> {
+    // A directory named on the command line must be one; the project must exist (an agent
+    // dir pi never made is reported absent, as pi would find nothing there).
+    for (flag, dir, must_exist) in [
+        ("--agent-dir", &args.agent_dir, false),
+        ("--project", &args.project, true),
+    ] {
+        if let Some(dir) = dir {
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => anyhow::bail!("{flag} {}: not a directory", dir.display()),
+                Err(e) if must_exist || e.kind() != std::io::ErrorKind::NotFound => {
+                    anyhow::bail!("{flag} {}: {e}", dir.display())
+                }
+                Err(_) => {}
+            }
+        }
+    }
     let agent_dir = args.agent_dir.clone().or_else(default_agent_dir);
     let project = match &args.project {
         Some(p) => p.clone(),

@@ -645,6 +645,10 @@ pub fn random_id() -> anyhow::Result<String> {
 /// root, else `$XDG_STATE_HOME/pitcrew` or `~/.local/state/pitcrew`.
 pub fn state_dir(flag: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = flag {
+        // Absent is fine (made by the first sandbox); something else in its place is not.
+        if p.exists() && !p.is_dir() {
+            bail!("--state-dir {}: not a directory", p.display());
+        }
         return Ok(p.to_path_buf());
     }
     if let Some(p) = std::env::var_os("PITCREW_STATE_DIR").filter(|v| !v.is_empty()) {

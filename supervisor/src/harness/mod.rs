@@ -53,9 +53,9 @@ use std::path::Path;
 /// Reads and validates a harness file: shapes, paths, plugin formats, env and argument rules,
 /// tree digests. All problems are collected; only an unreadable or unparsable file is an `Err`.
 pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
-    let text = std::fs::read_to_string(file).map_err(|source| HarnessError::Read {
+    let text = std::fs::read_to_string(file).map_err(|error| HarnessError::Read {
         path: file.to_path_buf(),
-        source,
+        error,
     })?;
     let node = parse_yaml(file, &text)?;
     let base = file
@@ -68,9 +68,9 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
             }
         })
         .unwrap_or(Path::new("."));
-    let base = base.canonicalize().map_err(|source| HarnessError::Read {
+    let base = base.canonicalize().map_err(|error| HarnessError::Read {
         path: base.to_path_buf(),
-        source,
+        error,
     })?;
     let mut cx = Checker::new(base);
     let harness = cx.harness(file, &node);

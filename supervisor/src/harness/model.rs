@@ -49,13 +49,14 @@ impl fmt::Display for Problem {
 /// Why a harness could not be read at all (as opposed to [`Problem`]s found in it).
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    /// The file could not be read.
-    #[error("harness {path}: {source}")]
+    /// The file could not be read (the error is said once: in the message, not again as a
+    /// source for a chain printer).
+    #[error("harness {path}: {error}")]
     Read {
         /// The harness path.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not valid YAML (or not a mapping at the top).
     #[error("harness {path}:{detail}")]
