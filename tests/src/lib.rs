@@ -193,21 +193,28 @@ pub fn read_text(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `pitcrew run HARNESS --json --state-dir STATE <extra…>` with `env` added to its environment:
-/// its output and its JSON document (a run that prints none fails the test, with pitcrew's
-/// stderr).
+/// Whether `args` name an engine other than the local one (`--engine X`): then `--state-dir`,
+/// the local engine's, is not given (pitcrew refuses an option the engine ignores).
+pub fn names_another_engine(args: &[&str]) -> bool {
+    args.windows(2)
+        .any(|w| w[0] == "--engine" && w[1] != "local")
+}
+
+/// `pitcrew run HARNESS --json --state-dir STATE <extra…>` (without `--state-dir` when `extra`
+/// names another engine) with `env` added to its environment: its output and its JSON
+/// document (a run that prints none fails the test, with pitcrew's stderr).
 pub fn pitcrew_run_output(
     harness: &Path,
     state: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (std::process::Output, serde_json::Value) {
-    let out = std::process::Command::new(binary("pitcrew"))
-        .arg("run")
-        .arg(harness)
-        .arg("--json")
-        .arg("--state-dir")
-        .arg(state)
+    let mut cmd = std::process::Command::new(binary("pitcrew"));
+    cmd.arg("run").arg(harness).arg("--json");
+    if !names_another_engine(extra) {
+        cmd.arg("--state-dir").arg(state);
+    }
+    let out = cmd
         .args(extra)
         .envs(env.iter().copied())
         .output()

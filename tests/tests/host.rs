@@ -55,7 +55,10 @@ impl Fixture {
     /// `pitcrew <args…> --state-dir <state>`.
     fn pitcrew(&self, args: &[&str]) -> Command {
         let mut c = Command::new(binary("pitcrew"));
-        c.args(args).arg("--state-dir").arg(&self.state);
+        c.args(args);
+        if !pitcrew_e2e::names_another_engine(args) {
+            c.arg("--state-dir").arg(&self.state);
+        }
         c
     }
 
