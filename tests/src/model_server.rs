@@ -52,7 +52,15 @@ pub struct ModelServer {
 impl ModelServer {
     /// Starts a server on an ephemeral port of 127.0.0.1 answering with `script`.
     pub fn start(script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> ModelServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        Self::start_on(0, script).expect("bind 127.0.0.1:0")
+    }
+
+    /// [`ModelServer::start`] on 127.0.0.1:`port` (0: any free port).
+    pub fn start_on(
+        port: u16,
+        script: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    ) -> std::io::Result<ModelServer> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
         let addr = listener.local_addr().expect("local_addr");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -70,12 +78,12 @@ impl ModelServer {
                 }
             })
         };
-        ModelServer {
+        Ok(ModelServer {
             addr,
             requests,
             stop,
             thread: Some(thread),
-        }
+        })
     }
 
     /// `http://127.0.0.1:<port>/v1`, a pi provider's `baseUrl`.
@@ -421,6 +429,33 @@ pub fn last_tool_result(request: &Value) -> Option<String> {
         let result = blocks.iter().rev().find(|b| b["type"] == "tool_result")?;
         text(&result["content"])
     })
+}
+
+/// The port the examples' configurations name (`examples/pi`, `examples/claude`).
+pub const EXAMPLE_PORT: u16 = 8377;
+
+/// The script of the examples: the first request of an iteration calls a tool (pi: the
+/// example extension's `hello_tool`; Claude: `Bash` writing `hello.txt` in the workspace),
+/// the next answers with what the tool returned.
+pub fn example_script(request: &Value) -> Reply {
+    if let Some(result) = last_tool_result(request) {
+        return Reply::Text(format!("the tool said: {result}"));
+    }
+    // Anthropic Messages requests carry a top-level `system`; pi's OpenAI requests do not.
+    if request.get("system").is_some() {
+        Reply::ToolCall {
+            name: "Bash".into(),
+            arguments: json!({
+                "command": "echo hello from the sandbox > hello.txt && cat hello.txt",
+                "description": "write hello.txt",
+            }),
+        }
+    } else {
+        Reply::ToolCall {
+            name: "hello_tool".into(),
+            arguments: json!({"name": "pitcrew"}),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,33 @@
+//! `scripted-model [PORT]`: the scripted model server of the tests, for the offline examples
+//! (`examples/pi`, `examples/claude`): OpenAI chat completions for pi and Anthropic Messages for
+//! Claude Code on 127.0.0.1:PORT (default 8377, the port the examples name). Each iteration's
+//! first request gets a tool call, the next the tool's result as text. Runs until killed.
+
+use pitcrew_e2e::model_server::{example_script, ModelServer, EXAMPLE_PORT};
+
+fn main() -> std::process::ExitCode {
+    let port = match std::env::args().nth(1).map(|p| p.parse::<u16>()) {
+        None => EXAMPLE_PORT,
+        Some(Ok(port)) => port,
+        Some(Err(e)) => {
+            eprintln!("scripted-model: PORT: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match ModelServer::start_on(port, example_script) {
+        Ok(server) => {
+            println!(
+                "scripted model on {} (pi: {}), Ctrl-C stops it",
+                server.origin(),
+                server.base_url()
+            );
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("scripted-model: 127.0.0.1:{port}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The offline examples (`examples/pi`, `examples/claude`) run as an operator would run them:
+//! each copied to a directory the agent's uid can read, its model address pointed at a
+//! scripted model server on a free port (the examples name 8377), and `pitcrew run` on it.
+//!
+//! Needs root, PID namespaces and the agent on PATH (pi 0.73.1, Claude Code); skipped
+//! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::model_server::{example_script, ModelServer, EXAMPLE_PORT};
+use pitcrew_e2e::{agent_version, pitcrew_run, prerequisite, read_text, require_pid_namespaces};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// The repository's `examples/NAME`.
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+/// Copies `from` into `to` (directories 0755, files as they are), with the example port in
+/// every file replaced by `port`.
+fn copy_pointing_at(from: &Path, to: &Path, port: u16) {
+    fs::create_dir_all(to).unwrap();
+    fs::set_permissions(to, fs::Permissions::from_mode(0o755)).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_pointing_at(&entry.path(), &dest, port);
+        } else {
+            let text = fs::read_to_string(entry.path()).unwrap();
+            let text = text.replace(
+                &format!("127.0.0.1:{EXAMPLE_PORT}"),
+                &format!("127.0.0.1:{port}"),
+            );
+            fs::write(&dest, text).unwrap();
+        }
+    }
+}
+
+/// The example `name`, copied into a fresh directory and pointed at `server`: the directory,
+/// the harness and a state dir.
+fn prepared(name: &str, server: &ModelServer) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let port = server.origin().rsplit(':').next().unwrap().parse().unwrap();
+    let root = dir.path().join(name);
+    copy_pointing_at(&example(name), &root, port);
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    (dir, root.join("harness.yaml"), state)
+}
+
+#[test]
+fn the_pi_example_runs_offline() {
+    let pi = agent_version("pi");
+    if !require_pid_namespaces()
+        || !prerequisite(
+            pi.as_deref() == Some("0.73.1"),
+            &format!("needs pi 0.73.1 on PATH (scripts/install-agents), found {pi:?}"),
+        )
+    {
+        return;
+    }
+    let server = ModelServer::start(example_script);
+    let (_dir, harness, state) = prepared("pi", &server);
+    let doc = pitcrew_run(&harness, &state, &[], &[]);
+    let row = &doc["iterations"][0];
+    assert_eq!(row["exit_code"], 0, "{doc:#}");
+    assert_eq!(row["verified"], true, "{doc:#}");
+    // The verified extension's tool ran and its answer reached the model.
+    assert_eq!(server.tool_results(), vec!["Hello, pitcrew!".to_string()]);
+}
+
+#[test]
+fn the_claude_example_runs_offline() {
+    if !require_pid_namespaces()
+        || !prerequisite(
+            agent_version("claude").is_some(),
+            "needs Claude Code on PATH (scripts/install-agents)",
+        )
+    {
+        return;
+    }
+    let server = ModelServer::start(example_script);
+    let (_dir, harness, state) = prepared("claude", &server);
+    let doc = pitcrew_run(
+        &harness,
+        &state,
+        &["--pass-env", "ANTHROPIC_API_KEY", "--collect-workspace"],
+        &[("ANTHROPIC_API_KEY", "offline")],
+    );
+    let row = &doc["iterations"][0];
+    assert_eq!(row["exit_code"], 0, "{doc:#}");
+    assert_eq!(row["verified"], true, "{doc:#}");
+    // The model's Bash call ran in the sandbox's workspace, and came back in the record.
+    let record = PathBuf::from(row["record_dir"].as_str().unwrap());
+    assert_eq!(
+        read_text(&record.join("workspace/hello.txt")),
+        "hello from the sandbox\n"
+    );
+    let results = server.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("hello from the sandbox")),
+        "{results:#?}"
+    );
+}
