@@ -26,32 +26,62 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the tree hash of a directory (pi-tree-v1 or content-v1).
+    #[command(
+        after_help = "Examples:\n  pitcrew hash plugins/review\n  pitcrew hash --format content-v1 skills/"
+    )]
     Hash(pitcrew_core::hash_command::HashArgs),
     /// Say which runtime would load a plugin directory and, for pi, which entry files.
+    #[command(after_help = "Example:\n  pitcrew classify plugins/review")]
     Classify(commands::classify::ClassifyArgs),
     /// Check a harness file: shapes, paths, plugin formats, env and argument rules, digests.
+    #[command(
+        after_help = "Examples:\n  pitcrew validate harness.yaml\n  pitcrew validate harness.yaml --emit-manifest > manifest.json"
+    )]
     Validate(commands::validate::ValidateArgs),
     /// List what pi would auto-discover (agent dir, project), classified and hashed, never loaded.
+    #[command(after_help = "Example:\n  pitcrew discover --project ~/src/app --json")]
     Discover(commands::discover::DiscoverArgs),
     /// Run a harness's iterations in a sandbox: upload, verify, launch, collect, summarise.
+    #[command(
+        after_help = "Examples:\n  pitcrew run harness.yaml\n  pitcrew run harness.yaml --iterations 5 --keep -v\n  pitcrew run harness.yaml --engine podman --image localhost/pitcrew-pi:latest\n  pitcrew run harness.yaml --workspace ../task-17 --prompt \"fix the failing test\"\n  pitcrew run --resume pc-1a2b3c4d"
+    )]
     Run(commands::run::RunArgs),
     /// Run many jobs (a harness plus what varies per task) in a sandbox each, N at a time.
+    #[command(after_help = "Example:\n  pitcrew batch jobs.yaml --concurrency 8")]
     Batch(commands::batch::BatchArgs),
     /// Show a sandbox: state, history, live re-verification with drift, processes, confinement.
+    #[command(
+        after_help = "Examples:\n  pitcrew inspect pc-1a2b3c4d\n  pitcrew inspect pc-1a2b3c4d --json --no-verify"
+    )]
     Inspect(commands::inspect::InspectArgs),
     /// Cancel the iteration running in a sandbox.
+    #[command(
+        after_help = "Examples:\n  pitcrew cancel pc-1a2b3c4d\n  pitcrew cancel pc-1a2b3c4d --signal SIGINT"
+    )]
     Cancel(commands::cancel::CancelArgs),
     /// Fetch an iteration's record from a sandbox.
+    #[command(
+        after_help = "Example:\n  pitcrew collect pc-1a2b3c4d --iteration 3 --out runs/again"
+    )]
     Collect(commands::collect::CollectArgs),
     /// Stop a sandbox and remove its host-side state.
+    #[command(
+        after_help = "Examples:\n  pitcrew down pc-1a2b3c4d\n  pitcrew down pc-1a2b3c4d --force"
+    )]
     Down(commands::down::DownArgs),
     /// List the sandboxes known to this host.
+    #[command(after_help = "Examples:\n  pitcrew ps\n  pitcrew ps -q --engine podman")]
     Ps(commands::ps::PsArgs),
     /// Take down the sandboxes nobody drives any more (orphaned, or their supervisor gone).
+    #[command(after_help = "Examples:\n  pitcrew prune --dry-run\n  pitcrew prune --force")]
     Prune(commands::prune::PruneArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Example:\n  pitcrew completions bash > /etc/bash_completion.d/pitcrew"
+    )]
     Completions(commands::docs::CompletionsArgs),
     /// Write the man pages (pitcrew.1 and one per subcommand) into a directory.
+    #[command(after_help = "Example:\n  pitcrew man --out /usr/local/share/man/man1")]
     Man(commands::docs::ManArgs),
 }
 
