@@ -141,48 +141,43 @@ fn attack_terminal__discover_escapes_names_from_the_project() {
     );
 }
 
+/// Runs `pitcrew ARGS… PATH`, which must fail, naming `said` on stderr.
+fn fails_saying(args: &[&str], path: &std::path::Path, said: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?}: {err}");
+    assert!(err.contains(said), "{args:?}: {err}");
+}
+
 #[test]
 fn a_project_that_is_missing_or_a_file_is_named_as_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("notes.txt");
     fs::write(&file, "x").unwrap();
-    for (project, said) in [
-        (dir.path().join("none"), "No such file or directory"),
-        (file.clone(), "not a directory"),
-    ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
-            .arg("discover")
-            .arg("--project")
-            .arg(&project)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{err}");
-        assert!(
-            err.contains(&format!("--project {}: {said}", project.display())),
-            "{err}"
-        );
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
-        .args(["ps", "--engine", "local", "--state-dir"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains(&format!("--state-dir {}: not a directory", file.display())),
-        "{err}"
+    let none = dir.path().join("none");
+    let shown = |p: &std::path::Path| p.display().to_string();
+    fails_saying(
+        &["discover", "--project"],
+        &none,
+        &format!("--project {}: No such file or directory", shown(&none)),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
-        .args(["collect", "pc-none", "--out"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains(&format!("--out {}: not a directory", file.display())),
-        "{err}"
+    fails_saying(
+        &["discover", "--project"],
+        &file,
+        &format!("--project {}: not a directory", shown(&file)),
+    );
+    fails_saying(
+        &["ps", "--engine", "local", "--state-dir"],
+        &file,
+        &format!("--state-dir {}: not a directory", shown(&file)),
+    );
+    fails_saying(
+        &["collect", "pc-none", "--out"],
+        &file,
+        &format!("--out {}: not a directory", shown(&file)),
     );
 }
