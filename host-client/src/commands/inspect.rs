@@ -103,6 +103,61 @@ fn process_line(p: &Value) -> String {
     )
 }
 
+/// The last iteration's confinement as indented lines: identity, privileges, Landlock,
+/// seccomp and each limit with what enforced it.
+fn confinement_lines(c: &Value) -> String {
+    if c.is_null() {
+        return "confinement: - (no iteration yet)\n".into();
+    }
+    let yes = |v: &Value| {
+        if v.as_bool() == Some(true) {
+            "yes"
+        } else {
+            "no"
+        }
+    };
+    let mut out = String::from("confinement (last iteration):\n");
+    out += &format!(
+        "  agent: uid {} gid {}, no_new_privs {}, capabilities cleared {}\n",
+        compact(&c["uid"]),
+        compact(&c["gid"]),
+        yes(&c["no_new_privs"]),
+        yes(&c["caps_cleared"])
+    );
+    let l = &c["landlock"];
+    out += &format!(
+        "  landlock: {} (mode {}, ABI {})\n",
+        compact(&l["status"]),
+        compact(&l["mode"]),
+        compact(&l["abi"])
+    );
+    out += &format!(
+        "  seccomp: {}\n",
+        if c["seccomp"]["installed"].as_bool() == Some(true) {
+            "installed".to_string()
+        } else {
+            format!("not installed ({})", compact(&c["seccomp"]["unavailable"]))
+        }
+    );
+    for (name, limit) in c["limits"].as_object().into_iter().flatten() {
+        let line = match limit {
+            Value::Object(_) if limit.get("enforced_by").is_some() => format!(
+                "{} by {}",
+                compact(&limit["limit"]),
+                compact(&limit["enforced_by"])
+            ),
+            Value::Object(_) => format!(
+                "{} (exceeded: {})",
+                compact(&limit["limit"]),
+                yes(&limit["exceeded"])
+            ),
+            other => compact(other),
+        };
+        out += &format!("  limit {}: {line}\n", escape_controls(name));
+    }
+    out
+}
+
 /// The text report. Every value that comes from the sandbox (reasons, meanings, command lines,
 /// drifted names) is escaped: the agent chooses many of them.
 fn render(
@@ -175,6 +230,38 @@ fn render(
                         out += &format!("  {}\n", process_line(&p));
                     }
                 }
+                "confinement" => out += &confinement_lines(value),
+                "claim" if value.is_null() => out += "claim: none (kept)\n",
+                "claim" => {
+                    out += &format!(
+                        "claim: run {} {}, {} iteration(s){}\n",
+                        compact(&value["run"]),
+                        compact(&value["state"]),
+                        value["iterations"].as_array().map_or(0, Vec::len),
+                        value["orphaned_because"]
+                            .as_str()
+                            .map(|why| format!(" ({})", escape_controls(why)))
+                            .unwrap_or_default()
+                    );
+                }
+                "uncollected" => {
+                    out += &format!(
+                        "uncollected records: {} {}\n",
+                        compact(&value["count"]),
+                        compact(&value["iterations"])
+                    );
+                }
+                "retention" => {
+                    out += &format!(
+                        "retention: newest {} collected records within {} bytes; {} kept ({} \
+                         bytes), {} deleted\n",
+                        compact(&value["records"]),
+                        compact(&value["bytes"]),
+                        compact(&value["kept"]),
+                        compact(&value["kept_bytes"]),
+                        compact(&value["deleted"])
+                    );
+                }
                 _ => out += &format!("{name}: {}\n", compact(value)),
             }
         }
@@ -231,5 +318,35 @@ mod tests {
         ] {
             assert!(text.contains(shown), "{shown} not in\n{text}");
         }
+    }
+
+    #[test]
+    fn confinement_claim_and_retention_read_as_text() {
+        let confinement = json!({
+            "uid": 65534, "gid": 65534, "no_new_privs": true, "caps_cleared": true,
+            "landlock": {"status": "fully-enforced", "mode": "best-effort", "abi": 6},
+            "seccomp": {"installed": true},
+            "limits": {
+                "processes": {"limit": 4096, "enforced_by": "cgroup-v1"},
+                "memory": {"limit": 8589934592u64, "enforced_by": "rlimit-data"},
+                "core": 0,
+                "disk": {"limit": 16777216, "exceeded": false},
+            },
+        });
+        let text = confinement_lines(&confinement);
+        for shown in [
+            "agent: uid 65534 gid 65534, no_new_privs yes, capabilities cleared yes",
+            "landlock: fully-enforced (mode best-effort, ABI 6)",
+            "seccomp: installed",
+            "limit processes: 4096 by cgroup-v1",
+            "limit disk: 16777216 (exceeded: no)",
+        ] {
+            assert!(text.contains(shown), "{shown} not in\n{text}");
+        }
+        assert!(!text.contains('{'), "{text}");
+        assert_eq!(
+            confinement_lines(&Value::Null),
+            "confinement: - (no iteration yet)\n"
+        );
     }
 }
