@@ -142,7 +142,7 @@ impl<W: Write> Canceller<W> {
     /// Sends `cancel` for the running iteration.
     pub fn cancel(&self) -> io::Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        send(&self.writer, &Request::Cancel { id })
+        send(&self.writer, &Request::Cancel { id, run: false })
     }
 
     /// Sends `renew`: word for the claim's lease.
@@ -386,10 +386,11 @@ impl<R: Read, W: Write> Client<R, W> {
         self.expect_ok(id, &name).map(|_| ())
     }
 
-    /// Cancels the running iteration.
-    pub fn cancel(&mut self) -> Result<serde_json::Value, ClientError> {
+    /// Cancels the running iteration; with `run`, also ends the run that holds the sandbox (its
+    /// next `run` is refused with `stopped`).
+    pub fn cancel(&mut self, run: bool) -> Result<serde_json::Value, ClientError> {
         let id = self.id();
-        self.send(&Request::Cancel { id }, "cancel")?;
+        self.send(&Request::Cancel { id, run }, "cancel")?;
         self.expect_ok(id, "cancel")
     }
 

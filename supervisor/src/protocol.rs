@@ -373,6 +373,9 @@ pub enum Request {
     Cancel {
         /// Correlation id.
         id: u64,
+        /// Also end the run that holds the sandbox: its next `run` is refused with `stopped`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        run: bool,
     },
     /// Stream an iteration's record as tar on the tar channel.
     Collect {
@@ -440,7 +443,7 @@ impl Request {
             | Request::SetManifest { id, .. }
             | Request::Run { id }
             | Request::Signal { id, .. }
-            | Request::Cancel { id }
+            | Request::Cancel { id, .. }
             | Request::Collect { id, .. }
             | Request::Status { id, .. }
             | Request::Shutdown { id }

@@ -539,6 +539,40 @@ fn cancel_from_the_host_reaches_the_agent() {
 }
 
 #[test]
+fn cancel_all_ends_the_whole_run_after_its_running_iteration() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("touch running\nsleep 30", 3, "");
+    let run = fx.spawn_run(&[]);
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    assert!(
+        busy_wait(Duration::from_secs(30), || ws.join("running").exists()),
+        "the agent never started"
+    );
+    let out = fx.pitcrew(&["cancel", &id, "--all"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("the run that drives it is stopped"), "{said}");
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // One iteration, cancelled; none after it; the run ends as after Ctrl-C.
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(doc["stopped"], "cancelled", "{doc:#}");
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{doc:#}");
+    assert_eq!(rows[0]["exit_code"], 143, "{doc:#}");
+    assert!(stderr.contains("was stopped by the host"), "{stderr}");
+    assert!(fx.sandboxes().is_empty());
+}
+
+#[test]
 fn host_killed_mid_iteration_loses_nothing() {
     if !gate() {
         return;

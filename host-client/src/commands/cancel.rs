@@ -21,6 +21,10 @@ pub struct CancelArgs {
     /// Print the supervisor's answer as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also end the run that drives the sandbox: no further iteration starts, and its
+    /// `pitcrew run` collects, tears down and exits 130.
+    #[arg(long, conflicts_with = "signal")]
+    pub all: bool,
 }
 
 /// Runs `pitcrew cancel`.
@@ -39,13 +43,15 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
         }
         None => (
             "cancel".to_string(),
-            conn.client().cancel().map_err(|e| conn.explain(e)),
+            conn.client().cancel(args.all).map_err(|e| conn.explain(e)),
         ),
     };
     conn.close();
     let detail = detail?;
-    // `cancel` answers whether an iteration was running; a signal goes to whatever runs.
-    let idle = args.signal.is_none() && detail["cancelled"] == false;
+    // `cancel` answers whether an iteration was running (and with --all whether a run was
+    // stopped); a signal goes to whatever runs.
+    let run_stopped = detail["run_stopped"] == true;
+    let idle = args.signal.is_none() && detail["cancelled"] == false && !run_stopped;
     if args.json {
         println!(
             "{}",
@@ -55,6 +61,17 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "sandbox {}: nothing to cancel: no iteration is running",
             escape_controls(&id.0)
+        );
+    } else if run_stopped {
+        println!(
+            "sandbox {}: the run that drives it is stopped: {}no further iteration starts, and \
+             its `pitcrew run` collects what there is and ends",
+            escape_controls(&id.0),
+            if detail["cancelled"] == true {
+                "the running iteration ends (TERM to the agent's group, KILL after its grace); "
+            } else {
+                ""
+            }
         );
     } else if args.signal.is_none() {
         println!(

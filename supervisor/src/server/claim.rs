@@ -68,6 +68,8 @@ pub(super) struct Claim {
     /// A manifest was set under it: its run's trees and manifest are in place (a run whose host
     /// died during its upload has none of its own, and cannot be resumed).
     ready: bool,
+    /// The host ended the run (`cancel` with `run`): its next `run` is refused.
+    stopped: bool,
 }
 
 impl Claim {
@@ -94,6 +96,7 @@ impl Claim {
                 .map(|_| u64::try_from(self.renewed.elapsed().as_millis()).unwrap_or(u64::MAX)),
             "iterations": self.iterations,
             "ready": self.ready,
+            "stopped": self.stopped,
         })
     }
 }
@@ -171,6 +174,7 @@ impl Server {
                 c.held_by = conn;
                 c.orphaned_at = None;
                 c.orphaned_because = None;
+                c.stopped = false;
                 c.lease = lease;
                 c.renewed = Instant::now();
                 c.since = now;
@@ -191,6 +195,7 @@ impl Server {
                     renewed: Instant::now(),
                     iterations: Vec::new(),
                     ready: false,
+                    stopped: false,
                 });
             }
         }
@@ -250,6 +255,31 @@ impl Server {
     pub(super) fn claim_holder_gone(&mut self, conn: u64) {
         if let Some(c) = self.claim.as_mut().filter(|c| c.holder == Some(conn)) {
             c.orphan("its host's connection closed".into());
+        }
+    }
+
+    /// `cancel` with `run`: the run holding the sandbox ends after its running iteration (its
+    /// next `run` is refused); false when no run holds it.
+    pub(super) fn stop_claimed_run(&mut self) -> bool {
+        match self.claim.as_mut() {
+            Some(c) => {
+                tracing::info!("claim: run {}: stopped by the host", c.run);
+                c.stopped = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Refuses `run` under a claim the host stopped (`cancel` with `run`).
+    pub(super) fn check_run_not_stopped(&self) -> Result<(), RequestError> {
+        match &self.claim {
+            Some(c) if c.stopped => Err(RequestError::Stopped(format!(
+                "run {} was stopped by the host (`pitcrew cancel --all`): no further iteration \
+                 starts",
+                c.run
+            ))),
+            _ => Ok(()),
         }
     }
 

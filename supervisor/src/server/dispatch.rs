@@ -143,6 +143,7 @@ impl Server {
             }
             Request::Run { .. } => {
                 self.check_claim(conn_id, "run")?;
+                self.check_run_not_stopped()?;
                 if running || self.pending_run.is_some() {
                     return Err(RequestError::Busy("an iteration is running".into()));
                 }
@@ -166,14 +167,15 @@ impl Server {
                     detail: json!({"delivered": running, "signal": exit_code::signal_name(signo)}),
                 });
             }
-            Request::Cancel { .. } => {
+            Request::Cancel { run, .. } => {
                 if running {
                     self.actions
                         .push(ObserverAction::Cancel("requested by the host".into()));
                 }
+                let run_stopped = run && self.stop_claimed_run();
                 self.conns[i].send(&Response::Ok {
                     id,
-                    detail: json!({"cancelled": running}),
+                    detail: json!({"cancelled": running, "run_stopped": run_stopped}),
                 });
             }
             Request::Collect { iteration, .. } => self.collect(i, id, iteration)?,

@@ -30,6 +30,9 @@ pub enum RequestError {
     /// `internal`: a file system error on the supervisor's side.
     #[error("{0}")]
     Internal(String),
+    /// `stopped`: the run was ended by the host (`cancel` with `run`); its next `run` is refused.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl RequestError {
@@ -43,6 +46,7 @@ impl RequestError {
             RequestError::Refused(_) => "refused",
             RequestError::NotFound(_) => "not-found",
             RequestError::Internal(_) => "internal",
+            RequestError::Stopped(_) => "stopped",
         }
     }
 
@@ -55,7 +59,8 @@ impl RequestError {
             | RequestError::Busy(m)
             | RequestError::Refused(m)
             | RequestError::NotFound(m)
-            | RequestError::Internal(m) => m,
+            | RequestError::Internal(m)
+            | RequestError::Stopped(m) => m,
         }
     }
 

@@ -231,40 +231,44 @@ pub(super) fn drive(
             }
             let started = Instant::now();
             let mut events = Vec::new();
-            let outcome = conn
-                .client()
-                .run(|u| match u {
-                    RunUpdate::Event {
-                        iteration,
-                        step,
-                        state,
-                        detail,
-                    } => {
-                        let at_ms = started.elapsed().as_secs_f64() * 1000.0;
-                        events.push(
-                            serde_json::json!({"step": step, "state": state, "at_ms": at_ms}),
-                        );
-                        let detail = if detail.is_null() {
+            let outcome = match conn.client().run(|u| match u {
+                RunUpdate::Event {
+                    iteration,
+                    step,
+                    state,
+                    detail,
+                } => {
+                    let at_ms = started.elapsed().as_secs_f64() * 1000.0;
+                    events.push(serde_json::json!({"step": step, "state": state, "at_ms": at_ms}));
+                    let detail = if detail.is_null() {
+                        String::new()
+                    } else {
+                        let s = detail.to_string();
+                        if s.len() > 120 {
                             String::new()
                         } else {
-                            let s = detail.to_string();
-                            if s.len() > 120 {
-                                String::new()
-                            } else {
-                                format!(" {s}")
-                            }
-                        };
-                        progress.status(&format!(
-                            "iteration {iteration}/{total}: {step} {state}{detail}"
-                        ));
-                    }
-                    RunUpdate::Output { channel, bytes } => {
-                        if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
-                            progress.output(channel, bytes);
+                            format!(" {s}")
                         }
+                    };
+                    progress.status(&format!(
+                        "iteration {iteration}/{total}: {step} {state}{detail}"
+                    ));
+                }
+                RunUpdate::Output { channel, bytes } => {
+                    if verbose > 0 && matches!(channel, Channel::Stdout | Channel::Stderr) {
+                        progress.output(channel, bytes);
                     }
-                })
-                .map_err(|e| engine.explain_lost(id, conn.explain(e)))?;
+                }
+            }) {
+                Ok(outcome) => outcome,
+                // `pitcrew cancel --all`: the run ends here, as after Ctrl-C.
+                Err(e) if e.refused_kind() == Some("stopped") => {
+                    progress.line(&format!("{e}"));
+                    stopped = Stopped::Cancelled;
+                    break;
+                }
+                Err(e) => return Err(engine.explain_lost(id, conn.explain(e))),
+            };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let mut row = report::summarize(&outcome.record, duration_ms, events);
             let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
