@@ -14,6 +14,9 @@ fn builder(w: &mut dyn Write) -> tar::Builder<&mut dyn Write> {
     let mut b = tar::Builder::new(w);
     b.mode(tar::HeaderMode::Deterministic);
     b.follow_symlinks(false);
+    // A sparse file is sent as the regular file it reads as: the supervisor's unpack takes
+    // regular files, directories and nothing else (GNU sparse entries included).
+    b.sparse(false);
     b
 }
 

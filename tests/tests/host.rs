@@ -299,6 +299,31 @@ fn a_dotenv_in_the_workspace_reaches_the_agent_as_data() {
 }
 
 #[test]
+fn an_upload_on_a_terminal_shows_bytes_and_percentage() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("true", 1, "");
+    // 128 MiB (sparse here, sent whole): long enough for the status line to be redrawn.
+    let big = fs::File::create(fx.root.join("workspace/big.bin")).unwrap();
+    big.set_len(128 << 20).unwrap();
+    let command = format!(
+        "{} run {} --state-dir {}",
+        binary("pitcrew").display(),
+        fx.harness.display(),
+        fx.state.display()
+    );
+    // `script` gives pitcrew a terminal; what it drew lands in the output.
+    let out = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let drawn = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{drawn}");
+    assert!(drawn.contains("MiB of 128.0 MiB ("), "{drawn}");
+}
+
+#[test]
 fn a_run_stops_after_an_iteration_whose_agent_is_not_found() {
     if !gate() {
         return;

@@ -52,6 +52,11 @@ impl Progress {
         }
     }
 
+    /// Whether a status line is shown live (a terminal): only then is counting worth it.
+    pub(super) fn live(&self) -> bool {
+        self.bar.is_some()
+    }
+
     /// The agent's output (only with `-v`), its lines kept and every other control escaped.
     pub(super) fn output(&self, channel: Channel, bytes: &[u8]) {
         let text = {
@@ -92,5 +97,41 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+/// `what: 12.0 MiB of 48.0 MiB (25%)`, and the rate once a transfer has run a second.
+pub(super) fn transfer(what: &str, done: u64, total: u64, elapsed: std::time::Duration) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let mut s = format!("{what}: {:.1} MiB", mib(done));
+    if total > 0 {
+        s += &format!(
+            " of {:.1} MiB ({}%)",
+            mib(total),
+            done.min(total) * 100 / total
+        );
+    }
+    if elapsed >= std::time::Duration::from_secs(1) {
+        s += &format!(", {:.1} MiB/s", mib(done) / elapsed.as_secs_f64());
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transfer;
+    use std::time::Duration;
+
+    #[test]
+    fn a_transfer_says_bytes_percentage_and_then_its_rate() {
+        assert_eq!(
+            transfer("up", 3 << 20, 12 << 20, Duration::from_millis(500)),
+            "up: 3.0 MiB of 12.0 MiB (25%)"
+        );
+        assert_eq!(
+            transfer("up", 6 << 20, 12 << 20, Duration::from_secs(2)),
+            "up: 6.0 MiB of 12.0 MiB (50%), 3.0 MiB/s"
+        );
+        assert_eq!(transfer("up", 1 << 20, 0, Duration::ZERO), "up: 1.0 MiB");
     }
 }

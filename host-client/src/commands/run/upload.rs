@@ -2,7 +2,7 @@
 //! skills tree to its pinned path, the adapters (one small tar per destination directory), then
 //! the workspace, owned by the agent. What goes where comes from the harness's [`Upload`] list.
 
-use super::progress::Progress;
+use super::progress::{transfer, Progress};
 use crate::engine::Connection;
 use crate::tarball;
 use anyhow::Context as _;
@@ -20,10 +20,8 @@ pub(super) fn upload_all(
     let of_kind = |kind: fn(UploadKind) -> bool| uploads.iter().filter(move |u| kind(u.kind));
     for u in of_kind(|k| matches!(k, UploadKind::PluginTree | UploadKind::SkillTree)) {
         let (host, dest) = (&u.host_path, &u.sandbox_path);
-        progress.status(&format!("uploading {} → {dest}", host.display()));
-        conn.client()
-            .upload(dest, u.owner, |w| tarball::write_tree(w, host))
-            .map_err(|e| conn.explain(e))?;
+        let what = format!("uploading {} → {dest}", host.display());
+        upload_tree(conn, progress, &what, host, dest, u.owner)?;
     }
     // Adapters: each destination directory receives one tar with its files (pinned files, like
     // pinned trees, are the supervisor's: no owner).
@@ -49,10 +47,90 @@ pub(super) fn upload_all(
     }
     for u in of_kind(|k| k == UploadKind::Workspace) {
         let (work, dest) = (&u.host_path, &u.sandbox_path);
-        progress.status(&format!("uploading workspace {} → {dest}", work.display()));
-        conn.client()
-            .upload(dest, u.owner, |w| tarball::write_tree(w, work))
-            .map_err(|e| conn.explain(e))?;
+        let what = format!("uploading workspace {} → {dest}", work.display());
+        upload_tree(conn, progress, &what, work, dest, u.owner)?;
     }
     Ok(())
+}
+
+/// Uploads the tree `host` to `dest`; on a terminal the status line counts the bytes sent, of
+/// the tree's size (its regular files, walked first), and the rate once it runs a second.
+fn upload_tree(
+    conn: &mut Connection,
+    progress: &Progress,
+    what: &str,
+    host: &Path,
+    dest: &str,
+    owner: Option<pitcrew_core::protocol::Owner>,
+) -> anyhow::Result<()> {
+    progress.status(what);
+    let total = if progress.live() { tree_bytes(host) } else { 0 };
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let mut sent = 0u64;
+    conn.client()
+        .upload(dest, owner, |w| {
+            let mut counting = Counting {
+                inner: w,
+                on_write: &mut |n| {
+                    sent += n;
+                    if progress.live() && last.elapsed() >= REPORT_EVERY {
+                        last = std::time::Instant::now();
+                        progress.status(&transfer(what, sent, total, started.elapsed()));
+                    }
+                },
+            };
+            tarball::write_tree(&mut counting, host)
+        })
+        .map_err(|e| conn.explain(e))?;
+    Ok(())
+}
+
+/// How often the upload status line is redrawn.
+const REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The bytes of the regular files below `dir`, walked without recursion and without following
+/// links (a tree of any depth); 0 (size unknown) past [`SIZE_WALK_ENTRIES`] entries.
+fn tree_bytes(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            seen += 1;
+            if seen > SIZE_WALK_ENTRIES {
+                return 0;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => pending.push(e.path()),
+                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+/// Most entries [`tree_bytes`] looks at before it gives up on a total.
+const SIZE_WALK_ENTRIES: usize = 1_000_000;
+
+/// A writer that reports how many bytes passed through it.
+struct Counting<'a> {
+    inner: &'a mut dyn std::io::Write,
+    on_write: &'a mut dyn FnMut(u64),
+}
+
+impl std::io::Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        (self.on_write)(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
