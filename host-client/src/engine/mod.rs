@@ -395,7 +395,7 @@ pub struct EngineArgs {
     /// Which engine runs the sandbox [default: `local` for `run`; the operator commands find a
     /// sandbox by its id in the local state, then among podman's and docker's containers
     /// labelled `pitcrew.sandbox`].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "PITCREW_ENGINE")]
     pub engine: Option<EngineKind>,
     /// Host-side state of local sandboxes [env: PITCREW_STATE_DIR] [default: /var/lib/pitcrew
     /// for root, else $XDG_STATE_HOME/pitcrew or ~/.local/state/pitcrew].
@@ -405,7 +405,8 @@ pub struct EngineArgs {
     #[arg(long, value_name = "PATH")]
     pub supervisor: Option<PathBuf>,
     /// Podman and docker engines: the image new sandboxes are created from (its entrypoint is
-    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one).
+    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one) [env: PITCREW_IMAGE, used
+    /// by those engines only].
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
     /// Podman and docker engines: the network a new sandbox joins [default: none].
@@ -497,10 +498,17 @@ impl EngineArgs {
                 }
             }
         }
+        // `PITCREW_IMAGE` is a default for the engines that take an image, never an error for
+        // the others (unlike `--image` given on the command line).
+        let image = self.image.clone().or_else(|| {
+            std::env::var("PITCREW_IMAGE")
+                .ok()
+                .filter(|v| !v.is_empty())
+        });
         let container = |cli| {
             Box::new(container::ContainerEngine::new(
                 cli,
-                self.image.clone(),
+                image.clone(),
                 self.network.clone(),
             ))
         };
@@ -520,7 +528,7 @@ impl EngineArgs {
             EngineKind::Kubernetes => Box::new(kubernetes::KubernetesEngine::new(
                 self.context.clone(),
                 self.namespace.clone(),
-                self.image.clone(),
+                image.clone(),
                 self.pod_template.clone(),
             )),
         })

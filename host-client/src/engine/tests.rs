@@ -46,3 +46,23 @@ fn an_option_the_chosen_engine_ignores_is_an_error() {
     let exec = parsed(&["--engine", "exec", "--exec-template", "ssh h {sandbox}"]);
     assert!(exec.engine().is_ok());
 }
+
+#[test]
+fn the_environment_names_the_engine_and_an_image_only_for_engines_that_take_one() {
+    // nextest runs each test in a process of its own: these variables reach no other test.
+    std::env::set_var("PITCREW_ENGINE", "docker");
+    std::env::set_var("PITCREW_IMAGE", "localhost/pitcrew-pi:latest");
+    assert_eq!(parsed(&[]).engine, Some(EngineKind::Docker));
+    // A command-line --engine wins, and the image variable is no error for the local engine.
+    let local = parsed(&["--engine", "local"]);
+    assert_eq!(local.engine, Some(EngineKind::Local));
+    assert!(local.engine().is_ok());
+    // Given on the command line, --image still is.
+    let err = parsed(&["--engine", "local", "--image", "x"])
+        .engine()
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("--image is for"), "{err}");
+    std::env::remove_var("PITCREW_ENGINE");
+    std::env::remove_var("PITCREW_IMAGE");
+}
