@@ -19,6 +19,10 @@ struct Cli {
     /// More log output on stderr (repeat for more); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Only what a script needs: `run` prints its records directory alone (no progress, no
+    /// table), `ps` the ids alone; logs only errors.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -88,19 +92,19 @@ enum Command {
 fn main() -> ExitCode {
     pitcrew_core::logging::restore_default_sigpipe();
     let cli = Cli::parse();
-    pitcrew_core::logging::init(cli.verbose);
+    pitcrew_core::logging::init(cli.verbose, cli.quiet);
     let result = match cli.command {
         Command::Hash(args) => pitcrew_core::hash_command::run(&args),
         Command::Classify(args) => commands::classify::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Discover(args) => commands::discover::run(&args),
-        Command::Run(args) => commands::run::run(&args, cli.verbose),
+        Command::Run(args) => commands::run::run(&args, cli.verbose, cli.quiet),
         Command::Batch(args) => commands::batch::run(&args, cli.verbose),
         Command::Inspect(args) => commands::inspect::run(&args),
         Command::Cancel(args) => commands::cancel::run(&args),
         Command::Collect(args) => commands::collect::run(&args),
         Command::Down(args) => commands::down::run(&args),
-        Command::Ps(args) => commands::ps::run(&args),
+        Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),
         Command::Completions(args) => commands::docs::completions::<Cli>(&args),
         Command::Man(args) => commands::docs::man::<Cli>(&args),

@@ -23,8 +23,9 @@ macro_rules! say {
 }
 
 /// Installs the stderr logger. `verbosity` counts `-v` flags; `RUST_LOG` wins when set.
-pub fn init(verbosity: u8) {
+pub fn init(verbosity: u8, quiet: bool) {
     let default = match verbosity {
+        _ if quiet => "error",
         0 => "warn",
         1 => "info",
         2 => "debug",

@@ -133,7 +133,7 @@ fn main() -> ExitCode {
         Command::Hash(args) => {
             // A command-line tool here, not PID 1 duties: `pitcrew-init hash … | head` ends quietly.
             pitcrew_core::logging::restore_default_sigpipe();
-            pitcrew_core::logging::init(cli.verbose);
+            pitcrew_core::logging::init(cli.verbose, false);
             match pitcrew_core::hash_command::run(&args) {
                 Ok(code) => code,
                 Err(err) => {
@@ -321,7 +321,7 @@ mod linux {
             fd: args.result_fd,
         });
         install_panic_hook();
-        pitcrew_core::logging::init(verbose);
+        pitcrew_core::logging::init(verbose, false);
 
         let signals = match signals {
             Ok(signals) => signals,
@@ -388,7 +388,7 @@ mod linux {
             fd: None,
         });
         install_panic_hook();
-        pitcrew_core::logging::init(verbose);
+        pitcrew_core::logging::init(verbose, false);
         let signals = match signals {
             Ok(signals) => signals,
             Err(err) => {

@@ -324,6 +324,47 @@ fn an_upload_on_a_terminal_shows_bytes_and_percentage() {
 }
 
 #[test]
+fn quiet_prints_what_a_script_needs_and_nothing_else() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("echo hi", 2, "");
+    let out = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "-q"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(
+        Path::new(lines[0])
+            .join("iteration-2/result.json")
+            .is_file(),
+        "{stdout}"
+    );
+    // With --keep, the sandbox id follows on a line of its own.
+    let out = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "-q", "--keep"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[1].starts_with("pc-"), "{stdout}");
+    fx.down(lines[1]);
+}
+
+#[test]
 fn a_run_stops_after_an_iteration_whose_agent_is_not_found() {
     if !gate() {
         return;

@@ -16,11 +16,8 @@ pub struct PsArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print the list as JSON.
-    #[arg(long, conflicts_with = "quiet")]
+    #[arg(long)]
     pub json: bool,
-    /// Print only the sandbox ids, one a line.
-    #[arg(short, long)]
-    pub quiet: bool,
 }
 
 /// Refines a running sandbox's state from its supervisor's claim: `in-run` while a connected
@@ -163,14 +160,14 @@ pub fn list_sandboxes(
     Ok((list, names))
 }
 
-/// Runs `pitcrew ps`.
-pub fn run(args: &PsArgs) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew ps`; `quiet` (the global `-q`) prints the ids alone.
+pub fn run(args: &PsArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let (list, names) = list_sandboxes(&args.engine)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if args.quiet {
+    if quiet && !args.json {
         for s in &list {
             println!("{}", escape_controls(&s.id));
         }

@@ -108,15 +108,15 @@ pub fn parse_assignment(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Runs `pitcrew run`.
-pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew run`; `quiet` (the global `-q`) prints the records directory alone.
+pub fn run(args: &RunArgs, verbose: u8, quiet: bool) -> anyhow::Result<ExitCode> {
     ignore_sigpipe();
     match &args.resume {
         Some(id) => {
             let (args, resumed, keep) = resume::take_back(args, id)?;
-            run_harness(&args, verbose, Some((resumed, keep)))
+            run_harness(&args, verbose, quiet, Some((resumed, keep)))
         }
-        None => run_harness(args, verbose, None),
+        None => run_harness(args, verbose, quiet, None),
     }
 }
 
@@ -125,6 +125,7 @@ pub fn run(args: &RunArgs, verbose: u8) -> anyhow::Result<ExitCode> {
 fn run_harness(
     args: &RunArgs,
     verbose: u8,
+    quiet: bool,
     resumed: Option<(Resumed, bool)>,
 ) -> anyhow::Result<ExitCode> {
     let path = args
@@ -191,7 +192,7 @@ fn run_harness(
             bail!("{file}: the agent cannot run with the local engine: {why}; nothing was started");
         }
     }
-    let progress = Progress::new(verbose > 0);
+    let progress = Progress::new(verbose > 0, quiet);
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),
@@ -276,6 +277,11 @@ fn run_harness(
     }
     if args.json {
         println!("{doc_text}");
+    } else if quiet {
+        println!("{}", escape_controls(&report.run_dir));
+        if kept {
+            println!("{}", escape_controls(&id.0));
+        }
     } else {
         print!("{}", report::table(&report.rows, report::colour_wanted()));
         println!("records: {}", escape_controls(&report.run_dir));

@@ -13,14 +13,17 @@ use std::sync::Mutex;
 pub(super) struct Progress {
     bar: Option<indicatif::ProgressBar>,
     verbose: bool,
+    /// `-q`: nothing but the agent's output with `-v` (which `-q` excludes) is shown.
+    quiet: bool,
     /// The agent's stdout and stderr, each escaped as a stream.
     streams: Mutex<[EscapedStream; 2]>,
 }
 
 impl Progress {
-    /// A display on stderr; with `verbose` (`-v`) the status is printed even off a terminal.
-    pub(super) fn new(verbose: bool) -> Progress {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    /// A display on stderr; with `verbose` (`-v`) the status is printed even off a terminal;
+    /// with `quiet` (`-q`) nothing is.
+    pub(super) fn new(verbose: bool, quiet: bool) -> Progress {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             b.enable_steady_tick(std::time::Duration::from_millis(120));
             b
@@ -28,12 +31,16 @@ impl Progress {
         Progress {
             bar,
             verbose,
+            quiet,
             streams: Mutex::default(),
         }
     }
 
     /// A line that stays.
     pub(super) fn line(&self, msg: &str) {
+        if self.quiet {
+            return;
+        }
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) => b.println(format!("pitcrew: {msg}")),
