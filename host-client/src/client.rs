@@ -128,6 +128,8 @@ pub struct RunOutcome {
     pub iteration: u32,
     /// The result record (`docs/result-record.md`).
     pub record: pitcrew_core::result::IterationResult,
+    /// The host ended the run (`cancel --all`): no further iteration starts.
+    pub run_stopped: bool,
 }
 
 /// Sends `cancel` (or a signal, or `renew`) from another thread while the owning [`Client`]
@@ -366,11 +368,15 @@ impl<R: Read, W: Write> Client<R, W> {
                     detail: &detail,
                 }),
                 Incoming::Control(Response::Result {
-                    iteration, record, ..
+                    iteration,
+                    record,
+                    run_stopped,
+                    ..
                 }) => {
                     return Ok(RunOutcome {
                         iteration,
                         record: *record,
+                        run_stopped,
                     })
                 }
                 other => return Err(unexpected(name, &other)),

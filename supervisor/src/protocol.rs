@@ -534,6 +534,10 @@ pub enum Response {
         iteration: u32,
         /// The result record (`docs/result-record.md`).
         record: Box<crate::result::IterationResult>,
+        /// The host ended the run holding the sandbox (`cancel` with `run`): no further
+        /// iteration will start, so the run ends here.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        run_stopped: bool,
     },
     /// Reply to `status`.
     Status {

@@ -609,7 +609,9 @@ fn cancel_all_ends_the_whole_run_after_its_running_iteration() {
     if !gate() {
         return;
     }
-    let fx = fixture("touch running\nsleep 30", 3, "");
+    // The last iteration, with a validation that would pass: neither may turn the stop into
+    // a success.
+    let fx = fixture("touch running\nsleep 30", 1, "validation: [/bin/true]\n");
     let run = fx.spawn_run(&[]);
     let id = fx.wait_sandbox();
     let ws = fx.workspace(&id);
@@ -634,6 +636,7 @@ fn cancel_all_ends_the_whole_run_after_its_running_iteration() {
     let rows = doc["iterations"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{doc:#}");
     assert_eq!(rows[0]["exit_code"], 143, "{doc:#}");
+    assert_eq!(rows[0]["validation_exit"], Value::Null, "{doc:#}");
     assert!(stderr.contains("was stopped by the host"), "{stderr}");
     assert!(fx.sandboxes().is_empty());
 }

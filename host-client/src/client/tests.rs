@@ -74,6 +74,7 @@ fn run_streams_events_and_output_and_skips_other_ids() {
                 r.finish(0, None);
                 r
             }),
+            run_stopped: false,
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());

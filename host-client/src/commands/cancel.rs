@@ -59,8 +59,13 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
         );
     } else if idle {
         eprintln!(
-            "sandbox {}: nothing to cancel: no iteration is running",
-            escape_controls(&id.0)
+            "sandbox {}: nothing to cancel: no iteration is running{}",
+            escape_controls(&id.0),
+            if args.all {
+                " and no connected host drives a run (an orphaned run ends with `pitcrew down`)"
+            } else {
+                ""
+            }
         );
     } else if run_stopped {
         println!(

@@ -25,13 +25,22 @@ pub struct PruneArgs {
     pub force: bool,
 }
 
-/// Why `s` is pruned, when it is: nobody drives it any more.
+/// Why `s` is pruned, when it is: nobody drives it any more. A container counts as gone only
+/// once it exited (a paused one, or one a run has created and not started yet, is not).
 pub fn prunable(s: &SandboxEntry) -> Option<&'static str> {
+    let container_gone = || {
+        s.engine == "local"
+            || matches!(
+                s.detail["state"].as_str(),
+                Some("exited" | "stopped" | "dead")
+            )
+    };
     match s.state.as_str() {
         "orphaned" => Some("its run's host went away"),
         _ if s.running => None,
         "unverified" => None,
-        _ => Some("its supervisor is gone"),
+        _ if container_gone() => Some("its supervisor is gone"),
+        _ => None,
     }
 }
 
@@ -97,6 +106,14 @@ mod tests {
         }
     }
 
+    fn container(status: &str) -> SandboxEntry {
+        SandboxEntry {
+            engine: "podman".into(),
+            detail: serde_json::json!({"state": status}),
+            ..entry("stopped", false)
+        }
+    }
+
     #[test]
     fn only_sandboxes_nobody_drives_are_pruned() {
         assert!(prunable(&entry("orphaned", true)).is_some());
@@ -106,5 +123,8 @@ mod tests {
         assert!(prunable(&entry("kept", true)).is_none());
         assert!(prunable(&entry("in-run", true)).is_none());
         assert!(prunable(&entry("unverified", false)).is_none());
+        assert!(prunable(&container("exited")).is_some());
+        assert!(prunable(&container("paused")).is_none());
+        assert!(prunable(&container("created")).is_none());
     }
 }

@@ -131,7 +131,7 @@ fn table(list: &[SandboxEntry]) -> String {
 pub fn list_sandboxes(
     engine: &EngineArgs,
 ) -> anyhow::Result<(Vec<SandboxEntry>, Vec<&'static str>)> {
-    let explicit = engine.engine.is_some();
+    let explicit = engine.named()?.is_some();
     let mut list = Vec::new();
     let mut names = Vec::new();
     for engine in engine.engines_to_list()? {

@@ -394,8 +394,8 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process
 pub struct EngineArgs {
     /// Which engine runs the sandbox [default: `local` for `run`; the operator commands find a
     /// sandbox by its id in the local state, then among podman's and docker's containers
-    /// labelled `pitcrew.sandbox`].
-    #[arg(long, value_enum, env = "PITCREW_ENGINE")]
+    /// labelled `pitcrew.sandbox`] [env: PITCREW_ENGINE].
+    #[arg(long, value_enum)]
     pub engine: Option<EngineKind>,
     /// Host-side state of local sandboxes [env: PITCREW_STATE_DIR] [default: /var/lib/pitcrew
     /// for root, else $XDG_STATE_HOME/pitcrew or ~/.local/state/pitcrew].
@@ -451,7 +451,26 @@ pub enum EngineKind {
 impl EngineArgs {
     /// The engine these options choose (`local` when none is named).
     pub fn engine(&self) -> anyhow::Result<Box<dyn Engine>> {
-        self.engine_of(self.engine.unwrap_or(EngineKind::Local))
+        self.engine_of(self.named()?.unwrap_or(EngineKind::Local))
+    }
+
+    /// The engine `--engine` names, else `PITCREW_ENGINE` (empty: unset); a variable that names
+    /// no engine is an error naming it.
+    pub fn named(&self) -> anyhow::Result<Option<EngineKind>> {
+        if self.engine.is_some() {
+            return Ok(self.engine);
+        }
+        match std::env::var("PITCREW_ENGINE") {
+            Ok(v) if !v.is_empty() => <EngineKind as clap::ValueEnum>::from_str(&v, true)
+                .map(Some)
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "PITCREW_ENGINE={v:?} names no engine (local, podman, docker, exec, \
+                             kubernetes)"
+                    )
+                }),
+            _ => Ok(None),
+        }
     }
 
     /// The engine of kind `kind`, configured by these options. An option that does nothing for
@@ -467,13 +486,21 @@ impl EngineArgs {
                 }
             }
         }
-        if self.engine.is_some_and(|named| named != EngineKind::Local) {
+        if self
+            .named()?
+            .is_some_and(|named| named != EngineKind::Local)
+        {
+            let by = if self.engine.is_none() {
+                " (PITCREW_ENGINE names another)"
+            } else {
+                ""
+            };
             for (flag, given) in [
                 ("--state-dir", self.state_dir.is_some()),
                 ("--supervisor", self.supervisor.is_some()),
             ] {
                 if given {
-                    bail!("{flag} is for the local engine");
+                    bail!("{flag} is for the local engine{by}");
                 }
             }
         }
@@ -537,7 +564,7 @@ impl EngineArgs {
     /// The engine holding sandbox `id`: the one `--engine` names, else the first that knows
     /// it: the local state, then podman's and docker's containers labelled with the id.
     pub fn engine_for(&self, id: &SandboxId) -> anyhow::Result<Box<dyn Engine>> {
-        if let Some(kind) = self.engine {
+        if let Some(kind) = self.named()? {
             return self.engine_of(kind);
         }
         let local = local::LocalEngine::new(
@@ -579,7 +606,7 @@ impl EngineArgs {
     /// The engines `ps` lists: the one `--engine` names, else local and every container
     /// engine whose CLI is installed (a cluster only with `--engine kubernetes`).
     pub fn engines_to_list(&self) -> anyhow::Result<Vec<Box<dyn Engine>>> {
-        if let Some(kind) = self.engine {
+        if let Some(kind) = self.named()? {
             return Ok(vec![self.engine_of(kind)?]);
         }
         let mut engines = vec![self.engine_of(EngineKind::Local)?];

@@ -52,10 +52,10 @@ fn the_environment_names_the_engine_and_an_image_only_for_engines_that_take_one(
     // nextest runs each test in a process of its own: these variables reach no other test.
     std::env::set_var("PITCREW_ENGINE", "docker");
     std::env::set_var("PITCREW_IMAGE", "localhost/pitcrew-pi:latest");
-    assert_eq!(parsed(&[]).engine, Some(EngineKind::Docker));
+    assert_eq!(parsed(&[]).named().unwrap(), Some(EngineKind::Docker));
     // A command-line --engine wins, and the image variable is no error for the local engine.
     let local = parsed(&["--engine", "local"]);
-    assert_eq!(local.engine, Some(EngineKind::Local));
+    assert_eq!(local.named().unwrap(), Some(EngineKind::Local));
     assert!(local.engine().is_ok());
     // Given on the command line, --image still is.
     let err = parsed(&["--engine", "local", "--image", "x"])
@@ -63,6 +63,22 @@ fn the_environment_names_the_engine_and_an_image_only_for_engines_that_take_one(
         .err()
         .unwrap();
     assert!(err.to_string().contains("--image is for"), "{err}");
+    // Set by the variable, the engine is named in the error of a local-engine option.
+    let err = parsed(&["--state-dir", "/s"]).engine().err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("--state-dir is for the local engine (PITCREW_ENGINE"),
+        "{err}"
+    );
+    std::env::set_var("PITCREW_ENGINE", "");
+    assert_eq!(parsed(&[]).named().unwrap(), None);
+    std::env::set_var("PITCREW_ENGINE", "vm");
+    let err = parsed(&[]).named().err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("PITCREW_ENGINE=\"vm\" names no engine"),
+        "{err}"
+    );
     std::env::remove_var("PITCREW_ENGINE");
     std::env::remove_var("PITCREW_IMAGE");
 }

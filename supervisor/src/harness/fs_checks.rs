@@ -287,8 +287,14 @@ pub fn find_program(
             Err(format!("{} does not exist", p.display()))
         };
     }
+    // Empty and relative entries name the current directory of whoever looks: skipped, as the
+    // supervisor skips them on its baseline PATH.
     let dirs: Vec<PathBuf> = path
-        .map(|p| std::env::split_paths(p).collect())
+        .map(|p| {
+            std::env::split_paths(p)
+                .filter(|d| d.is_absolute())
+                .collect()
+        })
         .unwrap_or_default();
     dirs.iter()
         .map(|d| d.join(program))

@@ -230,8 +230,8 @@ impl Checker {
 
         let iterations = match top.get_node("iterations") {
             None => 1,
-            Some(n) => match n.as_scalar().and_then(|s| s.as_u32()) {
-                Some(i) if (1..=1000).contains(&i) => i,
+            Some(n) => match integer(n) {
+                Some(i) if (1..=1000).contains(&i) => u32::try_from(i).unwrap_or(1),
                 _ => {
                     self.problem(
                         location(n),
@@ -244,7 +244,7 @@ impl Checker {
         };
         let processes = match top.get_node("processes") {
             None => crate::manifest::DEFAULT_PROCESSES,
-            Some(n) => match n.as_scalar().and_then(|s| s.as_u64()) {
+            Some(n) => match integer(n) {
                 Some(p) if (1..=MAX_PROCESSES).contains(&p) => p,
                 _ => {
                     self.problem(
@@ -406,7 +406,8 @@ impl Checker {
         };
         // The local engine runs the agent from this host's filesystem and PATH.
         let program = harness.agent_program();
-        if !program.is_empty() {
+        // A relative path with a `/` is a problem of its own (not an absolute sandbox path).
+        if !program.is_empty() && (!program.contains('/') || program.starts_with('/')) {
             let path = std::env::var_os("PATH");
             if let Err(why) = find_program(&program, Path::new("/"), path.as_deref()) {
                 let at = top
@@ -438,7 +439,7 @@ impl Checker {
         };
         self.unknown_keys(m, "retention", &["records", "size"]);
         if let Some(n) = m.get_node("records") {
-            match n.as_scalar().and_then(|s| s.as_u64()) {
+            match integer(n) {
                 Some(r) if r <= u64::from(MAX_RETAINED_RECORDS) => {
                     retention.records = u32::try_from(r).unwrap_or(MAX_RETAINED_RECORDS);
                 }
@@ -466,3 +467,9 @@ impl Checker {
 
 /// The most collected records a harness may ask the sandbox to keep.
 const MAX_RETAINED_RECORDS: u32 = 1_000_000;
+
+/// A scalar as a non-negative integer, written plainly or quoted (`3`, `"3"`: a templating tool
+/// may quote every value; the YAML loader keeps quoted scalars as text).
+fn integer(node: &Node) -> Option<u64> {
+    node.as_scalar()?.as_str().trim().parse().ok()
+}

@@ -368,3 +368,19 @@ fn a_yaml_anchor_is_refused_with_what_to_write_instead() {
         "{err}"
     );
 }
+
+#[test]
+fn numbers_may_be_quoted_as_templating_tools_write_them() {
+    let v = check(
+        "runtime: command\ncommand: [/bin/true]\niterations: \"3\"\nprocesses: \"64\"\nretention: {records: \"5\"}\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let h = v.harness.unwrap();
+    assert_eq!((h.iterations, h.processes, h.retention.records), (3, 64, 5));
+    let v = check("runtime: command\ncommand: [/bin/true]\niterations: \"three\"\n");
+    assert!(
+        v.problems.iter().any(|p| p.field == "iterations"),
+        "{:?}",
+        v.problems
+    );
+}

@@ -258,10 +258,11 @@ impl Server {
         }
     }
 
-    /// `cancel` with `run`: the run holding the sandbox ends after its running iteration (its
-    /// next `run` is refused); false when no run holds it.
+    /// `cancel` with `run`: the run a connected host drives ends after its running iteration
+    /// (its next `run` is refused); false when no connected host drives one (an orphaned run
+    /// is ended by `down`, or taken back by `--resume`).
     pub(super) fn stop_claimed_run(&mut self) -> bool {
-        match self.claim.as_mut() {
+        match self.claim.as_mut().filter(|c| c.holder.is_some()) {
             Some(c) => {
                 tracing::info!("claim: run {}: stopped by the host", c.run);
                 c.stopped = true;
@@ -269,6 +270,11 @@ impl Server {
             }
             None => false,
         }
+    }
+
+    /// Whether the run holding the sandbox was stopped by the host.
+    pub(super) fn claim_stopped(&self) -> bool {
+        self.claim.as_ref().is_some_and(|c| c.stopped)
     }
 
     /// Refuses `run` under a claim the host stopped (`cancel` with `run`).

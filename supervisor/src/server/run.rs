@@ -115,12 +115,14 @@ impl Server {
             started_at,
             duration_ms: millis(started.elapsed()),
         });
+        let run_stopped = self.claim_stopped();
         if let Some(cur) = self.current.take() {
             if let Some(c) = cur.conn.and_then(|id| self.conn_mut(id)) {
                 c.send(&Response::Result {
                     id,
                     iteration: n,
                     record: Box::new(record.clone()),
+                    run_stopped,
                 });
             }
         }
@@ -170,7 +172,8 @@ impl Server {
                 Path::new(&manifest.workdir),
                 &dir.join("workspace"),
                 "workspace",
-                &|_| true,
+                // `output/` is in the record already.
+                &|rel| !rel.starts_with("output"),
                 &mut budget,
             )
         });

@@ -116,7 +116,7 @@ pub struct JobRecord {
 /// Runs `pitcrew batch`.
 pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
     crate::engine::ignore_sigpipe();
-    let kind = args.engine.engine.unwrap_or(EngineKind::Local);
+    let kind = args.engine.named()?.unwrap_or(EngineKind::Local);
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
     }

@@ -203,7 +203,7 @@ pub(super) fn drive(
                         ));
                         rows.push(row);
                     }
-                    Err(e) => progress.line(&format!("iteration {n}: {e:#}")),
+                    Err(e) => progress.warn(&format!("iteration {n}: {e:#}")),
                 }
             }
             // The host died before it could judge the last of them.
@@ -288,7 +288,7 @@ pub(super) fn drive(
                         acknowledge(conn, outcome.iteration, progress);
                     }
                 }
-                Err(e) => progress.line(&format!("iteration {}: {e:#}", outcome.iteration)),
+                Err(e) => progress.warn(&format!("iteration {}: {e:#}", outcome.iteration)),
             }
             progress.line(&format!(
                 "iteration {}: exit {} ({}), {}{}",
@@ -302,13 +302,19 @@ pub(super) fn drive(
                     .unwrap_or_default()
             ));
             if !row.workspace_config.is_empty() {
-                progress.line(&format!(
+                progress.warn(&format!(
                     "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",
                     row.iteration,
                     row.workspace_config.join(", ")
                 ));
             }
-            let cancelled = interrupted();
+            // Ctrl-C, or `pitcrew cancel --all`: the run ends with this iteration, unvalidated.
+            let cancelled = interrupted() || outcome.run_stopped;
+            if outcome.run_stopped {
+                progress.line(&format!(
+                    "iteration {n}: the run was stopped by the host (`pitcrew cancel --all`)"
+                ));
+            }
             if !cancelled {
                 if let Some(argv) = &h.validation {
                     let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
@@ -360,7 +366,7 @@ pub(super) fn drive(
         // The run is over, finished or failed: the sandbox is kept (or about to be stopped),
         // not orphaned. (Only a host that dies leaves an orphan.)
         if let Err(e) = conn.client().release() {
-            progress.line(&format!("sandbox {id}: release the claim: {e}"));
+            progress.warn(&format!("sandbox {id}: release the claim: {e}"));
         }
     }
     conn.close();
@@ -371,7 +377,7 @@ pub(super) fn drive(
 /// fatal: the sandbox then keeps the record (a stop does not delete it without `--force`).
 fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
     if let Err(e) = conn.client().collected(&[n]) {
-        progress.line(&format!(
+        progress.warn(&format!(
             "iteration {n}: the sandbox did not take note that the record was collected: {e}"
         ));
     }

@@ -269,11 +269,7 @@ fn run_harness(
     let written = records::open_run_dir(args.records_base(&h), &h.output, &report.run_id)
         .and_then(|(_, dir)| Ok(records::write_in(&dir, "run.json", doc_text.as_bytes())?));
     if let Err(e) = written {
-        tracing::warn!(
-            "{}/run.json: {}",
-            escape_controls(&report.run_dir),
-            escape_controls(&format!("{e:#}"))
-        );
+        progress.warn(&format!("{}/run.json: {e:#}", report.run_dir));
     }
     if args.json {
         println!("{doc_text}");

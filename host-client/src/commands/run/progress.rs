@@ -43,8 +43,17 @@ impl Progress {
         }
         let msg = escape_controls(msg);
         match &self.bar {
-            Some(b) => b.println(format!("pitcrew: {msg}")),
-            None => eprintln!("pitcrew: {msg}"),
+            Some(b) if !b.is_finished() => b.println(format!("pitcrew: {msg}")),
+            _ => eprintln!("pitcrew: {msg}"),
+        }
+    }
+
+    /// A warning: a line that stays, shown with `-q` too (something went wrong or is unsafe).
+    pub(super) fn warn(&self, msg: &str) {
+        let msg = escape_controls(msg);
+        match &self.bar {
+            Some(b) if !b.is_finished() => b.println(format!("pitcrew: {msg}")),
+            _ => eprintln!("pitcrew: {msg}"),
         }
     }
 
