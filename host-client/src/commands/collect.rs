@@ -21,7 +21,9 @@ pub struct CollectArgs {
     /// Which iteration (default: the latest).
     #[arg(long, value_name = "N")]
     pub iteration: Option<u32>,
-    /// Where to put it [default: runs/<sandbox>]; the record goes to DIR/iteration-N.
+    /// Where to put it [default: the newest run directory of this sandbox under ./runs (a
+    /// run's `<time>-<sandbox>`, next to the other records of that run), else runs/<sandbox>];
+    /// the record goes to DIR/iteration-N.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print the record's summary as JSON.
@@ -51,7 +53,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from("runs").join(&id.0));
+        .unwrap_or_else(|| default_out(std::path::Path::new("runs"), &id.0));
     std::fs::create_dir_all(&out).with_context(|| format!("{}: create", out.display()))?;
     // The safe unpack wants an absolute destination.
     let out = std::fs::canonicalize(&out).with_context(|| format!("{}: resolve", out.display()))?;
@@ -89,6 +91,22 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     }
     let (record, dest) = place(&staging, &out)?;
     report_collected(args, &record, &dest)
+}
+
+/// Where a record of sandbox `id` goes without `--out`: the newest run directory of that
+/// sandbox in `runs` (run ids are `<UTC time>-<sandbox>`, so they sort by time), else
+/// `runs/<id>`.
+fn default_out(runs: &std::path::Path, id: &str) -> PathBuf {
+    let suffix = format!("-{id}");
+    let newest = std::fs::read_dir(runs)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| name.ends_with(&suffix))
+        .max();
+    runs.join(newest.unwrap_or_else(|| id.to_string()))
 }
 
 /// Moves the record unpacked in `staging` to `<out>/iteration-N/` (replacing an earlier copy):
@@ -141,4 +159,28 @@ fn report_collected(
         println!("{}", report::escape_controls(&line));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_out;
+
+    #[test]
+    fn without_out_a_record_joins_the_newest_run_of_its_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        assert_eq!(default_out(&runs, "pc-1"), runs.join("pc-1"));
+        for name in [
+            "20261201T100000Z-pc-1",
+            "20261201T110000Z-pc-1",
+            "20261201T120000Z-pc-2",
+        ] {
+            std::fs::create_dir_all(runs.join(name)).unwrap();
+        }
+        assert_eq!(
+            default_out(&runs, "pc-1"),
+            runs.join("20261201T110000Z-pc-1")
+        );
+        assert_eq!(default_out(&runs, "pc-3"), runs.join("pc-3"));
+    }
 }
