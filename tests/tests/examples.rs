@@ -1,6 +1,7 @@
-//! The offline examples (`examples/pi`, `examples/claude`) run as an operator would run them:
-//! each copied to a directory the agent's uid can read, its model address pointed at a
-//! scripted model server on a free port (the examples name 8377), and `pitcrew run` on it.
+//! The examples run as an operator would run them: the quickstart (`runtime: command`), and the
+//! offline pi and Claude Code examples, each copied to a directory the agent's uid can read,
+//! its model address pointed at a scripted model server on a free port (the examples name
+//! 8377), and `pitcrew run` on it.
 //!
 //! Needs root, PID namespaces and the agent on PATH (pi 0.73.1, Claude Code); skipped
 //! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
@@ -26,6 +27,10 @@ fn copy_pointing_at(from: &Path, to: &Path, port: u16) {
     for entry in fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let dest = to.join(entry.file_name());
+        // Records of earlier runs of the example are not part of it.
+        if entry.file_name() == "runs" {
+            continue;
+        }
         if entry.file_type().unwrap().is_dir() {
             copy_pointing_at(&entry.path(), &dest, port);
         } else {
@@ -50,6 +55,29 @@ fn prepared(name: &str, server: &ModelServer) -> (tempfile::TempDir, PathBuf, Pa
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
     (dir, root.join("harness.yaml"), state)
+}
+
+#[test]
+fn the_quickstart_runs_its_three_iterations_verified() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let server = ModelServer::start(example_script);
+    let (_dir, harness, state) = prepared("quickstart", &server);
+    let doc = pitcrew_run(&harness, &state, &[], &[]);
+    let rows = doc["iterations"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{doc:#}");
+    for row in rows {
+        assert_eq!(row["exit_code"], 0, "{doc:#}");
+        assert_eq!(row["verified"], true, "{doc:#}");
+    }
+    // The workspace persists across the iterations of one sandbox: the third saw three notes.
+    let last = PathBuf::from(rows[2]["record_dir"].as_str().unwrap());
+    assert!(
+        read_text(&last.join("output.jsonl")).contains("workspace has 3 note(s)"),
+        "{}",
+        read_text(&last.join("output.jsonl"))
+    );
 }
 
 #[test]
