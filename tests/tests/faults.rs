@@ -583,6 +583,10 @@ esac"#,
     let before = free_blocks(&fx.state);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(free_blocks(&fx.state), before, "something still writes");
+    // Down while the tmpfs holds its state (the fixture's own cleanup runs after the unmount).
+    let id = doc["sandbox"].as_str().unwrap();
+    let out = fx.output(&["down", id, "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 /// The `iteration-N` directories in `records`, and the bytes allocated to the whole directory
