@@ -397,6 +397,17 @@ fn check_file(pin: &FilePin) -> FileCheck {
     check
 }
 
+/// Whether the agent program `binary` can be launched as the verify step would launch it on
+/// `path_var`: resolved (absolute, or the first executable on the absolute `PATH` entries) and,
+/// for a `#!/usr/bin/env NAME` script, `NAME` resolved too. The host asks this before it
+/// starts a local sandbox, whose supervisor resolves the agent on the same `PATH`.
+pub fn agent_launchable(binary: &str, path_var: &str) -> Result<(), VerifyFailure> {
+    match check_agent(binary, None, path_var).failure {
+        Some(failure) => Err(failure),
+        None => Ok(()),
+    }
+}
+
 fn check_agent(binary: &str, pin: Option<&str>, path_var: &str) -> AgentCheck {
     let mut check = AgentCheck {
         requested: binary.to_string(),

@@ -25,21 +25,14 @@ pub struct PruneArgs {
     pub force: bool,
 }
 
-/// Why `s` is pruned, when it is: nobody drives it any more. A container counts as gone only
-/// once it exited (a paused one, or one a run has created and not started yet, is not).
+/// Why `s` is pruned, when it is: nobody drives it any more. `stopped` and `stale` are the
+/// listed states of a sandbox whose supervisor is gone (a container is `stopped` only once it
+/// exited: a paused one, or one a run has created and not started yet, shows its own status).
 pub fn prunable(s: &SandboxEntry) -> Option<&'static str> {
-    let container_gone = || {
-        s.engine == "local"
-            || matches!(
-                s.detail["state"].as_str(),
-                Some("exited" | "stopped" | "dead")
-            )
-    };
     match s.state.as_str() {
         "orphaned" => Some("its run's host went away"),
         _ if s.running => None,
-        "unverified" => None,
-        _ if container_gone() => Some("its supervisor is gone"),
+        "stopped" | "stale" | "exited" => Some("its supervisor is gone"),
         _ => None,
     }
 }
@@ -106,11 +99,13 @@ mod tests {
         }
     }
 
+    /// A stopped container's entry as the container engines list it.
     fn container(status: &str) -> SandboxEntry {
+        let exited = matches!(status, "exited" | "stopped" | "dead");
         SandboxEntry {
             engine: "podman".into(),
             detail: serde_json::json!({"state": status}),
-            ..entry("stopped", false)
+            ..entry(if exited { "stopped" } else { status }, false)
         }
     }
 

@@ -485,7 +485,15 @@ impl Engine for ContainerEngine {
                 id,
                 engine: self.cli.program().into(),
                 running: c.running,
-                state: if c.running { "running" } else { "stopped" }.into(),
+                // `stopped` only once PID 1 exited; a paused container, or one created and not
+                // started yet, shows its own status.
+                state: if c.running {
+                    "running".to_string()
+                } else if c.exited() {
+                    "stopped".to_string()
+                } else {
+                    c.status.clone()
+                },
                 detail: describe(self.cli, &c),
             });
         }

@@ -622,15 +622,11 @@ impl EngineArgs {
     }
 }
 
-/// Whether `program` is an executable file in a directory of `PATH`.
+/// Whether `program` is an executable file in an absolute directory of `PATH` (the rule the
+/// supervisor resolves its agent by).
 fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(program))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
+    let path = std::env::var_os("PATH");
+    pitcrew_core::harness::find_program(program, std::path::Path::new("/"), path.as_deref()).is_ok()
 }
 
 /// Checks the names of `--pass-env`: each a variable name, none a loader variable, and none a

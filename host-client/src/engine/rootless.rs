@@ -80,16 +80,9 @@ impl SystemFiles for Host {
     }
 
     fn on_path(&self, name: &str) -> Option<PathBuf> {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|p| is_executable(p))
+        let path = std::env::var_os("PATH");
+        pitcrew_core::harness::find_program(name, Path::new("/"), path.as_deref()).ok()
     }
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The kernel feature that keeps unprivileged user namespaces from this user, if any.

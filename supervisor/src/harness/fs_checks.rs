@@ -265,21 +265,21 @@ impl Checker {
     }
 }
 
-/// Where `program` is found the way `execvp` would find it: a name with a `/` relative to
-/// `base` (or absolute), a bare name in each directory of `path` (a `PATH` value); it must be
-/// an executable file. `Err` says what was looked at.
+/// Where `program` is found: a name with a `/` relative to `base` (or absolute), a bare name on
+/// the absolute entries of `path` (a `PATH` value) by the supervisor's own rule
+/// ([`crate::verify::resolve_agent_binary`]); it must be an executable file. `Err` says what
+/// was looked at.
 pub fn find_program(
     program: &str,
     base: &Path,
     path: Option<&std::ffi::OsStr>,
 ) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt as _;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
     if program.contains('/') {
         let p = base.join(program);
-        return if executable(&p) {
+        let executable =
+            std::fs::metadata(&p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        return if executable {
             Ok(p)
         } else if p.exists() {
             Err(format!("{} is not an executable file", p.display()))
@@ -287,24 +287,9 @@ pub fn find_program(
             Err(format!("{} does not exist", p.display()))
         };
     }
-    // Empty and relative entries name the current directory of whoever looks: skipped, as the
-    // supervisor skips them on its baseline PATH.
-    let dirs: Vec<PathBuf> = path
-        .map(|p| {
-            std::env::split_paths(p)
-                .filter(|d| d.is_absolute())
-                .collect()
-        })
+    let path = path
+        .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    dirs.iter()
-        .map(|d| d.join(program))
-        .find(|p| executable(p))
-        .ok_or_else(|| {
-            format!(
-                "{program} is not an executable file in any PATH directory ({})",
-                std::env::join_paths(&dirs)
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            )
-        })
+    crate::verify::resolve_agent_binary(program, &path)
+        .map_err(|_| format!("{program} is not an executable file in any PATH directory ({path})"))
 }

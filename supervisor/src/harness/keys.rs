@@ -408,8 +408,8 @@ impl Checker {
         let program = harness.agent_program();
         // A relative path with a `/` is a problem of its own (not an absolute sandbox path).
         if !program.is_empty() && (!program.contains('/') || program.starts_with('/')) {
-            let path = std::env::var_os("PATH");
-            if let Err(why) = find_program(&program, Path::new("/"), path.as_deref()) {
+            let path = std::env::var("PATH").unwrap_or_default();
+            if let Err(failure) = crate::verify::agent_launchable(&program, &path) {
                 let at = top
                     .get_node("command")
                     .or_else(|| top.get_node("agent"))
@@ -419,8 +419,9 @@ impl Checker {
                     at,
                     "agent",
                     format!(
-                        "not on this host: {why}; the local engine would fail with 127 (a \
-                         container image must have it)"
+                        "not on this host: {}; the local engine would fail with {} (a \
+                         container image must have it)",
+                        failure.reason, failure.exit_code
                     ),
                 );
             }

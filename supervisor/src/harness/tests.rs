@@ -384,3 +384,26 @@ fn numbers_may_be_quoted_as_templating_tools_write_them() {
         v.problems
     );
 }
+
+#[test]
+fn an_agent_script_whose_env_interpreter_is_missing_is_noted_as_the_supervisor_would_fail_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("agent");
+    std::fs::write(&script, "#!/usr/bin/env no-such-interpreter-x\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v = check(&format!(
+        "runtime: command\ncommand: [{}]\n",
+        script.display()
+    ));
+    let note = v
+        .notes
+        .iter()
+        .find(|n| n.field == "agent")
+        .unwrap_or_else(|| panic!("{:?}", v.notes));
+    assert!(
+        note.message
+            .contains("runs `#!/usr/bin/env no-such-interpreter-x`"),
+        "{note:?}"
+    );
+}

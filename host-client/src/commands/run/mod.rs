@@ -181,15 +181,16 @@ fn run_harness(
         Some(existing) => args.engine.engine_for(&SandboxId(existing.clone()))?,
         None => args.engine.engine()?,
     };
-    // The local engine runs the agent from this host: a missing one would fail every
-    // iteration with 127, so it is said before a sandbox exists.
+    // The local engine runs the agent from this host's PATH: one its supervisor could not
+    // launch (the verify step's own rule, env-shebang interpreter included) would fail every
+    // iteration with 126 or 127, so it is said before a sandbox exists.
     if engine.name() == "local" && resumed.is_none() {
-        let program = h.agent_program();
-        let path = std::env::var_os("PATH");
-        if let Err(why) =
-            harness::find_program(&program, std::path::Path::new("/"), path.as_deref())
-        {
-            bail!("{file}: the agent cannot run with the local engine: {why}; nothing was started");
+        let path = std::env::var("PATH").unwrap_or_default();
+        if let Err(failure) = pitcrew_core::verify::agent_launchable(&h.agent_program(), &path) {
+            bail!(
+                "{file}: the agent cannot run with the local engine: {}; nothing was started",
+                failure.reason
+            );
         }
     }
     let progress = Progress::new(verbose > 0, quiet);
