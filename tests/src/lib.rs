@@ -344,3 +344,105 @@ pub fn write_command_harness(
     );
     harness
 }
+
+/// A `command` harness ([`command_harness_dir`]) and a state directory for the local engine,
+/// with the `pitcrew` commands the end-to-end tests drive it by. Dropped, it takes down every
+/// sandbox its state directory still knows (a failed test leaves nothing running).
+pub struct LocalFixture {
+    _dir: tempfile::TempDir,
+    /// The harness directory.
+    pub root: PathBuf,
+    /// The harness file.
+    pub harness: PathBuf,
+    /// The state directory (`--state-dir`).
+    pub state: PathBuf,
+}
+
+impl LocalFixture {
+    /// The harness of `script` (run by `/bin/sh -c`), `iterations` and `extra` YAML; with
+    /// `pin_config` also a pinned `config/models.json`.
+    pub fn new(script: &str, iterations: u32, extra: &str, pin_config: bool) -> LocalFixture {
+        let (dir, harness, state) = command_harness_dir(script, iterations, extra, pin_config);
+        LocalFixture {
+            root: dir.path().to_path_buf(),
+            _dir: dir,
+            harness,
+            state,
+        }
+    }
+
+    /// `pitcrew <args…> --state-dir <state>` (no `--state-dir` when `args` name another
+    /// engine: pitcrew refuses an option the engine ignores).
+    pub fn pitcrew(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(binary("pitcrew"));
+        c.args(args);
+        if !names_another_engine(args) {
+            c.arg("--state-dir").arg(&self.state);
+        }
+        c
+    }
+
+    /// [`LocalFixture::pitcrew`], run to its end.
+    pub fn output(&self, args: &[&str]) -> std::process::Output {
+        self.pitcrew(args)
+            .output()
+            .unwrap_or_else(|e| panic!("pitcrew {args:?}: {e}"))
+    }
+
+    /// `pitcrew ps --engine local --json`'s entries (other tests' containers are not this
+    /// fixture's).
+    pub fn ps(&self) -> Vec<serde_json::Value> {
+        let out = self.output(&["ps", "--engine", "local", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array().cloned().unwrap_or_default()
+    }
+
+    /// The ids of the sandboxes in the state directory.
+    pub fn sandboxes(&self) -> Vec<String> {
+        self.ps()
+            .iter()
+            .filter_map(|s| s["id"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// The one sandbox's id, once it exists.
+    pub fn wait_sandbox(&self) -> String {
+        let mut ids = Vec::new();
+        assert!(
+            busy_wait(Duration::from_secs(20), || {
+                ids = self.sandboxes();
+                !ids.is_empty()
+            }),
+            "no sandbox appeared in {}",
+            self.state.display()
+        );
+        ids.remove(0)
+    }
+
+    /// A local sandbox's host-side state directory.
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.state.join("sandboxes").join(id)
+    }
+}
+
+impl Drop for LocalFixture {
+    fn drop(&mut self) {
+        let Ok(out) = self
+            .pitcrew(&["ps", "--engine", "local", "--json"])
+            .output()
+        else {
+            return;
+        };
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        for s in list.as_array().into_iter().flatten() {
+            if let Some(id) = s["id"].as_str() {
+                let _ = self.pitcrew(&["down", id, "--force"]).output();
+            }
+        }
+    }
+}

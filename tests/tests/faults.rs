@@ -10,77 +10,31 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
-    binary, busy_wait, command_harness_dir, iteration_dir, pitcrew_run_output, read_json,
-    require_pid_namespaces,
+    binary, busy_wait, iteration_dir, pitcrew_run_output, read_json, require_pid_namespaces,
+    LocalFixture,
 };
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A harness directory and a state directory reachable by the agent's uid.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    harness: PathBuf,
-    state: PathBuf,
+/// A harness directory and a state directory reachable by the agent's uid: the shared
+/// local-engine fixture, with what these tests add to it.
+struct Fixture(LocalFixture);
+
+impl std::ops::Deref for Fixture {
+    type Target = LocalFixture;
+    fn deref(&self) -> &LocalFixture {
+        &self.0
+    }
 }
 
 fn fixture(script: &str, iterations: u32) -> Fixture {
-    let (dir, harness, state) = command_harness_dir(script, iterations, "", false);
-    Fixture {
-        root: dir.path().to_path_buf(),
-        _dir: dir,
-        harness,
-        state,
-    }
+    Fixture(LocalFixture::new(script, iterations, "", false))
 }
 
 impl Fixture {
-    /// `pitcrew <args…> --state-dir <state>`.
-    fn pitcrew(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(binary("pitcrew"));
-        c.args(args).arg("--state-dir").arg(&self.state);
-        c
-    }
-
-    fn output(&self, args: &[&str]) -> Output {
-        self.pitcrew(args).output().unwrap()
-    }
-
-    /// `pitcrew ps --json`'s entries.
-    fn ps(&self) -> Vec<Value> {
-        let out = self.output(&["ps", "--engine", "local", "--json"]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        list.as_array().cloned().unwrap_or_default()
-    }
-
-    /// The one sandbox's id, once it exists.
-    fn wait_sandbox(&self) -> String {
-        let dir = self.state.join("sandboxes");
-        let mut id = None;
-        assert!(
-            busy_wait(Duration::from_secs(20), || {
-                id = fs::read_dir(&dir)
-                    .ok()
-                    .and_then(|mut d| d.next())
-                    .and_then(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned());
-                id.as_ref()
-                    .is_some_and(|id| dir.join(id).join("engine.json").exists())
-            }),
-            "no sandbox in {}",
-            dir.display()
-        );
-        id.unwrap()
-    }
-
-    fn sandbox_dir(&self, id: &str) -> PathBuf {
-        self.state.join("sandboxes").join(id)
-    }
-
     /// Waits until the first run directory holds iteration 1's collected record.
     fn wait_first_record(&self) {
         assert!(
@@ -102,17 +56,6 @@ impl Fixture {
             .collect();
         dirs.sort();
         dirs
-    }
-}
-
-impl Drop for Fixture {
-    /// A failed test leaves nothing running: every sandbox the state dir knows is stopped.
-    fn drop(&mut self) {
-        for s in self.ps() {
-            if let Some(id) = s["id"].as_str() {
-                let _ = self.output(&["down", id, "--force"]);
-            }
-        }
     }
 }
 

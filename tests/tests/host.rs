@@ -7,8 +7,8 @@
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
 use pitcrew_e2e::{
-    binary, busy_wait, command_harness_dir, iteration_dir, pitcrew_run, pitcrew_run_output,
-    read_json, read_text, require_pid_namespaces,
+    binary, busy_wait, iteration_dir, pitcrew_run, pitcrew_run_output, read_json, read_text,
+    require_pid_namespaces, LocalFixture,
 };
 use serde_json::Value;
 use std::fs;
@@ -22,46 +22,29 @@ fn gate() -> bool {
 }
 
 /// A harness directory (with a plugin `p`, an adapter and a workspace) and a state directory,
-/// both reachable by the agent's uid.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    harness: PathBuf,
-    state: PathBuf,
+/// both reachable by the agent's uid: the shared local-engine fixture, with what these tests
+/// add to it.
+struct Fixture(LocalFixture);
+
+impl std::ops::Deref for Fixture {
+    type Target = LocalFixture;
+    fn deref(&self) -> &LocalFixture {
+        &self.0
+    }
 }
 
 /// `script` is the agent (`/bin/sh -c`); `extra` is appended to the harness YAML.
 fn fixture(script: &str, iterations: u32, extra: &str) -> Fixture {
-    fixture_pinning(script, iterations, extra, false)
+    Fixture(LocalFixture::new(script, iterations, extra, false))
 }
 
 /// [`fixture`] whose harness also pins `config/models.json` (role `config`, uploaded into the
 /// runtime's config dir).
 fn fixture_with_pinned_config(script: &str, iterations: u32) -> Fixture {
-    fixture_pinning(script, iterations, "", true)
-}
-
-fn fixture_pinning(script: &str, iterations: u32, extra: &str, pin_config: bool) -> Fixture {
-    let (dir, harness, state) = command_harness_dir(script, iterations, extra, pin_config);
-    Fixture {
-        root: dir.path().to_path_buf(),
-        _dir: dir,
-        harness,
-        state,
-    }
+    Fixture(LocalFixture::new(script, iterations, "", true))
 }
 
 impl Fixture {
-    /// `pitcrew <args…> --state-dir <state>`.
-    fn pitcrew(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(binary("pitcrew"));
-        c.args(args);
-        if !pitcrew_e2e::names_another_engine(args) {
-            c.arg("--state-dir").arg(&self.state);
-        }
-        c
-    }
-
     /// `pitcrew run HARNESS --json --state-dir <state> <extra…>`: its output and its JSON
     /// document.
     fn run(&self, extra: &[&str]) -> (Output, Value) {
@@ -83,40 +66,6 @@ impl Fixture {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
-    }
-
-    /// Ids of the sandboxes in the state dir (`pitcrew ps --engine local --json`: other
-    /// tests' containers are not this fixture's).
-    fn sandboxes(&self) -> Vec<String> {
-        let out = self
-            .pitcrew(&["ps", "--engine", "local", "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        list.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["id"].as_str().unwrap().to_string())
-            .collect()
-    }
-
-    /// The one sandbox, once it exists.
-    fn wait_sandbox(&self) -> String {
-        let mut ids = Vec::new();
-        assert!(
-            busy_wait(Duration::from_secs(20), || {
-                ids = self.sandboxes();
-                !ids.is_empty()
-            }),
-            "no sandbox appeared in {}",
-            self.state.display()
-        );
-        ids.remove(0)
     }
 
     /// The sandbox's workspace on the host (local engine: same filesystem).
@@ -146,24 +95,6 @@ impl Fixture {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-    }
-}
-
-impl Drop for Fixture {
-    /// A failed test must not leave a sandbox running: stop whatever the state dir still knows.
-    fn drop(&mut self) {
-        let Ok(out) = self
-            .pitcrew(&["ps", "--engine", "local", "--json"])
-            .output()
-        else {
-            return;
-        };
-        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        for s in list.as_array().into_iter().flatten() {
-            if let Some(id) = s["id"].as_str() {
-                let _ = self.pitcrew(&["down", id, "--force"]).output();
-            }
-        }
     }
 }
 
