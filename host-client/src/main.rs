@@ -5,6 +5,7 @@ mod client;
 mod commands;
 mod engine;
 mod failure_hint;
+mod hash_progress;
 mod records;
 mod report;
 mod tarball;
@@ -96,8 +97,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Hash(args) => pitcrew_core::hash_command::run(&args),
         Command::Classify(args) => commands::classify::run(&args),
-        Command::Validate(args) => commands::validate::run(&args),
-        Command::Discover(args) => commands::discover::run(&args),
+        Command::Validate(args) => commands::validate::run(&args, cli.quiet),
+        Command::Discover(args) => commands::discover::run(&args, cli.quiet),
         Command::Run(args) => commands::run::run(&args, cli.verbose, cli.quiet),
         Command::Batch(args) => commands::batch::run(&args, cli.verbose),
         Command::Inspect(args) => commands::inspect::run(&args),

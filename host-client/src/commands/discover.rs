@@ -6,9 +6,10 @@
 //! subdirectories — classifies and hashes each candidate, and prints the harness `plugins:`
 //! entry that would enable it explicitly. Candidates are read, never loaded or executed.
 
+use crate::hash_progress;
 use crate::report::escape_controls;
 use pitcrew_core::plugin_format::{self, PluginClass};
-use pitcrew_core::tree_hash::{self, TreeFormat};
+use pitcrew_core::tree_hash::{self, HashProgress, TreeFormat};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,8 +47,8 @@ pub struct Candidate {
     pub harness_entry: Option<String>,
 }
 
-/// Runs `pitcrew discover`.
-pub fn run(args: &DiscoverArgs) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew discover`; `quiet` (`-q`) hides the progress of long hashes.
+pub fn run(args: &DiscoverArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // A directory named on the command line must be one; the project must exist (an agent
     // dir pi never made is reported absent, as pi would find nothing there).
     for (flag, dir, must_exist) in [
@@ -78,10 +79,13 @@ pub fn run(args: &DiscoverArgs) -> anyhow::Result<ExitCode> {
 
     let mut candidates = Vec::new();
     let mut scanned = Vec::new();
-    for (scope, dir) in &places {
-        scanned.push(serde_json::json!({"scope": scope, "path": dir, "exists": dir.is_dir()}));
-        candidates.extend(scan(scope, dir)?);
-    }
+    hash_progress::watch(quiet, |progress| {
+        for (scope, dir) in &places {
+            scanned.push(serde_json::json!({"scope": scope, "path": dir, "exists": dir.is_dir()}));
+            candidates.extend(scan(scope, dir, progress)?);
+        }
+        anyhow::Ok(())
+    })?;
     if args.json {
         let out = serde_json::json!({"scanned": scanned, "candidates": candidates});
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -132,7 +136,11 @@ fn default_agent_dir() -> Option<PathBuf> {
 
 /// Lists pi's one-level candidates in `dir` (missing dir: none). Dot entries and
 /// `node_modules` are skipped, as pi does.
-fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
+fn scan(
+    scope: &'static str,
+    dir: &Path,
+    progress: Option<&HashProgress>,
+) -> anyhow::Result<Vec<Candidate>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -162,10 +170,11 @@ fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            let (sha256, hash_problem) = match tree_hash::hash_tree(&path, TreeFormat::PiTreeV1) {
-                Ok(d) => (Some(d.sha256), None),
-                Err(e) => (None, Some(e.to_string())),
-            };
+            let (sha256, hash_problem) =
+                match tree_hash::hash_tree_watched(&path, TreeFormat::PiTreeV1, progress) {
+                    Ok(d) => (Some(d.sha256), None),
+                    Err(e) => (None, Some(e.to_string())),
+                };
             let problem = problem.or(hash_problem);
             out.push(Candidate {
                 scope,
@@ -177,7 +186,9 @@ fn scan(scope: &'static str, dir: &Path) -> anyhow::Result<Vec<Candidate>> {
                 problem,
             });
         } else if meta.is_file() && (name.ends_with(".ts") || name.ends_with(".js")) {
-            let sha256 = tree_hash::sha256_file(&path).ok().map(|r| r.sha256);
+            let sha256 = tree_hash::sha256_file_watched(&path, progress)
+                .ok()
+                .map(|r| r.sha256);
             out.push(Candidate {
                 scope,
                 path,

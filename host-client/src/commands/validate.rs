@@ -1,5 +1,6 @@
 //! `pitcrew validate HARNESS [--json] [--emit-manifest]`.
 
+use crate::hash_progress;
 use crate::report::escape_controls;
 use anyhow::Context as _;
 use pitcrew_core::harness::{self, SandboxLayout, Validated};
@@ -23,9 +24,10 @@ pub struct ValidateArgs {
     pub sandbox_root: String,
 }
 
-/// Runs `pitcrew validate`: exit 0 when the harness is clean, 1 when it has problems.
-pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
-    let validated = harness::validate(&args.harness)?;
+/// Runs `pitcrew validate`: exit 0 when the harness is clean, 1 when it has problems. `quiet`
+/// (`-q`) hides the progress of long hashes.
+pub fn run(args: &ValidateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let validated = hash_progress::watch(quiet, |p| harness::validate_watched(&args.harness, p))?;
     let file = args.harness.display().to_string();
     if args.emit_manifest {
         if let Some(manifest) = validated.manifest(&SandboxLayout {

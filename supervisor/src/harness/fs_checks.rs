@@ -9,7 +9,7 @@ use crate::env_policy;
 use crate::exit_code::PinRole;
 use crate::manifest::Runtime;
 use crate::plugin_format::{self, PluginClass};
-use crate::tree_hash::{self, TreeFormat};
+use crate::tree_hash::{self, HashProgress, TreeFormat};
 use marked_yaml::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -140,7 +140,13 @@ impl Checker {
 
     /// Checks that need the file system: plugin formats and registered flags, tree digests
     /// (which refuse symlinks and special files), adapter files, duplicate upload names.
-    pub(super) fn deep_checks(&mut self, h: &Harness, node: &Node, out: &mut Validated) {
+    pub(super) fn deep_checks(
+        &mut self,
+        h: &Harness,
+        node: &Node,
+        out: &mut Validated,
+        progress: Option<&HashProgress>,
+    ) {
         let top = node.as_mapping();
         let item_loc = |key: &str, i: usize| -> Option<Location> {
             top.and_then(|m| m.get_sequence(key))
@@ -211,7 +217,7 @@ impl Checker {
                     ),
                 );
             }
-            match tree_hash::hash_tree(&spec.host_path, TreeFormat::PiTreeV1) {
+            match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
                 Ok(digest) => out.plugins.push(CheckedPlugin {
                     spec: spec.clone(),
                     class,
@@ -231,7 +237,7 @@ impl Checker {
                     format!("a second skills directory named {:?}", spec.name),
                 );
             }
-            match tree_hash::hash_tree(&spec.host_path, TreeFormat::PiTreeV1) {
+            match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
                 Ok(digest) => out.skills.push(CheckedSkill {
                     spec: spec.clone(),
                     digest,
@@ -253,7 +259,7 @@ impl Checker {
                     ),
                 );
             }
-            match tree_hash::sha256_file(&spec.host_path) {
+            match tree_hash::sha256_file_watched(&spec.host_path, progress) {
                 Ok(rec) => out.adapters.push(CheckedAdapter {
                     spec: spec.clone(),
                     sha256: rec.sha256,

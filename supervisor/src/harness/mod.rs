@@ -48,11 +48,20 @@ pub use self::units::{parse_duration, parse_size};
 pub use crate::manifest::Runtime;
 
 use self::yaml::{parse_yaml, Checker};
+use crate::tree_hash::HashProgress;
 use std::path::Path;
 
 /// Reads and validates a harness file: shapes, paths, plugin formats, env and argument rules,
 /// tree digests. All problems are collected; only an unreadable or unparsable file is an `Err`.
 pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
+    validate_watched(file, None)
+}
+
+/// [`validate`], counting the digests' work into `progress` (a display for long hashes).
+pub fn validate_watched(
+    file: &Path,
+    progress: Option<&HashProgress>,
+) -> Result<Validated, HarnessError> {
     let text = std::fs::read_to_string(file).map_err(|error| HarnessError::Read {
         path: file.to_path_buf(),
         error,
@@ -83,7 +92,7 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
         notes: Vec::new(),
     };
     if let Some(h) = &harness {
-        cx.deep_checks(h, &node, &mut out);
+        cx.deep_checks(h, &node, &mut out, progress);
     }
     out.harness = harness;
     out.problems = cx.problems;

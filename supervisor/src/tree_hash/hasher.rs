@@ -9,7 +9,7 @@ use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use super::error::{Refusal, TreeError};
-use super::FileRecord;
+use super::{FileRecord, HashProgress};
 
 /// Size of each worker's read buffer. Measured (docs/benchmarks.md): 32–128 KiB keep the copy
 /// from the page cache in L2 and cost about half the kernel time of 256 KiB or 1 MiB buffers.
@@ -46,16 +46,21 @@ pub(super) fn hash_entry(
     dir: impl AsFd,
     name: &str,
     buf: &mut [u8],
+    progress: Option<&HashProgress>,
 ) -> Result<Hashed, FileFailure> {
     let fd = rustix::fs::openat(dir, name, file_flags(), Mode::empty()).map_err(|e| match e {
         Errno::NXIO => FileFailure::Refused(Refusal::Socket),
         e => FileFailure::Io("open", e),
     })?;
-    hash_fd(&fd, buf)
+    hash_fd(&fd, buf, progress)
 }
 
 /// `fstat`s `fd`, refuses anything not regular, and streams the content into SHA-256.
-fn hash_fd(fd: &OwnedFd, buf: &mut [u8]) -> Result<Hashed, FileFailure> {
+fn hash_fd(
+    fd: &OwnedFd,
+    buf: &mut [u8],
+    progress: Option<&HashProgress>,
+) -> Result<Hashed, FileFailure> {
     let st = rustix::fs::fstat(fd).map_err(|e| FileFailure::Io("stat", e))?;
     if let Some(reason) = Refusal::for_type(FileType::from_raw_mode(st.st_mode)) {
         return Err(FileFailure::Refused(reason));
@@ -69,6 +74,9 @@ fn hash_fd(fd: &OwnedFd, buf: &mut [u8]) -> Result<Hashed, FileFailure> {
             Ok(n) => {
                 hasher.update(&buf[..n]);
                 size += n as u64;
+                if let Some(p) = progress {
+                    p.read(n);
+                }
                 // A short read that reaches the size `fstat` reported is the end of a regular
                 // file: skip the extra read(2) that would return 0 (one syscall per small file).
                 if n < buf.len() && size == expected {
@@ -79,11 +87,20 @@ fn hash_fd(fd: &OwnedFd, buf: &mut [u8]) -> Result<Hashed, FileFailure> {
             Err(e) => return Err(FileFailure::Io("read", e)),
         }
     }
+    if let Some(p) = progress {
+        p.hashed();
+    }
     Ok((hasher.finalize().into(), size))
 }
 
 /// [`super::sha256_file`]: one regular file, no symlink following.
-pub(super) fn hash_single_file(path: &Path) -> Result<FileRecord, TreeError> {
+pub(super) fn hash_single_file(
+    path: &Path,
+    progress: Option<&HashProgress>,
+) -> Result<FileRecord, TreeError> {
+    if let Some(p) = progress {
+        p.found(1);
+    }
     let fd = rustix::fs::open(path, file_flags(), Mode::empty()).map_err(|e| match e {
         Errno::LOOP => TreeError::FileRefused {
             path: path.to_path_buf(),
@@ -100,7 +117,7 @@ pub(super) fn hash_single_file(path: &Path) -> Result<FileRecord, TreeError> {
         },
     })?;
     let mut buf = vec![0u8; BUFFER_SIZE];
-    let (digest, size) = hash_fd(&fd, &mut buf).map_err(|f| match f {
+    let (digest, size) = hash_fd(&fd, &mut buf, progress).map_err(|f| match f {
         FileFailure::Refused(reason) => TreeError::FileRefused {
             path: path.to_path_buf(),
             reason,

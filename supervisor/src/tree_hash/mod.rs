@@ -52,6 +52,7 @@ mod walk;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -153,14 +154,62 @@ pub struct TreeDigest {
     pub listing: TreeListing,
 }
 
+/// Counters another thread can read while trees and files are hashed (a progress display):
+/// files found by the walk so far, files hashed, bytes read. One value may watch several
+/// hashes in turn; the counters only grow.
+#[derive(Debug, Default)]
+pub struct HashProgress {
+    files_found: AtomicU64,
+    files_hashed: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl HashProgress {
+    /// Regular files found so far (every listed directory's files, and each single file).
+    pub fn files_found(&self) -> u64 {
+        self.files_found.load(Ordering::Relaxed)
+    }
+
+    /// Files completely hashed so far.
+    pub fn files_hashed(&self) -> u64 {
+        self.files_hashed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes read into SHA-256 so far (counted per read, so a large file moves it too).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn found(&self, n: usize) {
+        self.files_found.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn hashed(&self) {
+        self.files_hashed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// Walks `root` without following symlinks and hashes every regular file in parallel.
 pub fn scan_tree(root: &Path) -> Result<TreeListing, TreeError> {
-    walk::scan(root)
+    walk::scan(root, None)
 }
 
 /// Scans `root` ([`scan_tree`]) and computes its digest in `format`.
 pub fn hash_tree(root: &Path, format: TreeFormat) -> Result<TreeDigest, TreeError> {
-    let listing = scan_tree(root)?;
+    hash_tree_watched(root, format, None)
+}
+
+/// [`hash_tree`], counting into `progress` as it goes.
+pub fn hash_tree_watched(
+    root: &Path,
+    format: TreeFormat,
+    progress: Option<&HashProgress>,
+) -> Result<TreeDigest, TreeError> {
+    let listing = walk::scan(root, progress)?;
     Ok(TreeDigest {
         format,
         sha256: listing.digest(format),
@@ -172,5 +221,13 @@ pub fn hash_tree(root: &Path, format: TreeFormat) -> Result<TreeDigest, TreeErro
 ///
 /// The record's `path` is `path` as given (lossily converted to UTF-8).
 pub fn sha256_file(path: &Path) -> Result<FileRecord, TreeError> {
-    hasher::hash_single_file(path)
+    hasher::hash_single_file(path, None)
+}
+
+/// [`sha256_file`], counting into `progress` as it goes.
+pub fn sha256_file_watched(
+    path: &Path,
+    progress: Option<&HashProgress>,
+) -> Result<FileRecord, TreeError> {
+    hasher::hash_single_file(path, progress)
 }

@@ -24,7 +24,7 @@ use rustix::io::Errno;
 
 use super::error::{Refusal, TreeError};
 use super::hasher::{hash_entry, hex_digest, FileFailure, BUFFER_SIZE};
-use super::{FileRecord, TreeListing};
+use super::{FileRecord, HashProgress, TreeListing};
 
 /// A worker claims `left / CLAIM_DIVISOR` of the files left in a directory, at least 1 and at
 /// most [`MAX_CLAIM`].
@@ -86,6 +86,7 @@ struct Shared<'a> {
     wake: Condvar,
     /// Set on the first error: no more files are hashed.
     failed: AtomicBool,
+    progress: Option<&'a HashProgress>,
 }
 
 /// An error with its position in a sequential walk.
@@ -119,7 +120,7 @@ struct Output {
 
 /// Opens `root` (following a symlink at the root itself), walks everything below it without
 /// following symlinks and hashes every regular file; returns the sorted listing.
-pub(super) fn scan(root: &Path) -> Result<TreeListing, TreeError> {
+pub(super) fn scan(root: &Path, progress: Option<&HashProgress>) -> Result<TreeListing, TreeError> {
     let root_fd = open_root(root)?;
     let shared = Shared {
         root,
@@ -132,6 +133,7 @@ pub(super) fn scan(root: &Path) -> Result<TreeListing, TreeError> {
         }),
         wake: Condvar::new(),
         failed: AtomicBool::new(false),
+        progress,
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut outputs: Vec<Output> = if workers <= 1 {
@@ -273,7 +275,10 @@ fn worker(shared: &Shared<'_>) -> Output {
                 listed = true;
                 let rel = pending.rel.clone();
                 match visit(shared.root, pending, shared.failed.load(Ordering::Relaxed)) {
-                    Ok((dir, tasks)) => {
+                    Ok((dir, tasks, files)) => {
+                        if let Some(p) = shared.progress {
+                            p.found(files);
+                        }
                         if let Some(dir) = dir {
                             out.dirs.push(dir);
                         }
@@ -318,7 +323,7 @@ fn hash_one(
     out: &mut Output,
 ) -> bool {
     let path = join(&dir.rel, name);
-    match hash_entry(&dir.fd, name, buf) {
+    match hash_entry(&dir.fd, name, buf, shared.progress) {
         Ok((digest, size)) => {
             out.files.push(FileRecord {
                 path,
@@ -344,14 +349,14 @@ fn hash_one(
     }
 }
 
-/// Opens and lists one directory. Returns its relative path (none for the root) and the tasks
+/// What listing a directory gives: its relative path (none for the root), the tasks to push and
+/// how many files they hold.
+type Visited = (Option<String>, Vec<Task>, usize);
+
+/// Opens and lists one directory. Returns its relative path (none for the root), the tasks
 /// to push: its subdirectories in reverse order (so that they are taken in name order), then its
-/// files (taken first), unless `failed`.
-fn visit(
-    root: &Path,
-    pending: Pending,
-    failed: bool,
-) -> Result<(Option<String>, Vec<Task>), TreeError> {
+/// files (taken first), unless `failed`; and the number of those files.
+fn visit(root: &Path, pending: Pending, failed: bool) -> Result<Visited, TreeError> {
     let Pending { rel, source } = pending;
     let fd = match source {
         Source::Root(fd) => fd,
@@ -385,7 +390,7 @@ fn visit(
         });
     }
     let dir = (!listed.rel.is_empty()).then(|| listed.rel.clone());
-    Ok((dir, tasks))
+    Ok((dir, tasks, listed.files.len()))
 }
 
 /// Opens the root directory, mapping failures to root errors.

@@ -27,6 +27,7 @@ mod signals;
 mod upload;
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
+use crate::hash_progress;
 use crate::records;
 use crate::report::{self, escape_controls};
 use anyhow::{bail, Context as _};
@@ -132,7 +133,7 @@ fn run_harness(
         .harness
         .as_deref()
         .context("a harness file is needed (or --resume ID)")?;
-    let mut validated = harness::validate(path)?;
+    let mut validated = hash_progress::watch(quiet, |p| harness::validate_watched(path, p))?;
     let file = path.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {
