@@ -55,15 +55,8 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
 /// [`bounded_tree::remove_at`]: a tree of any depth the agent built goes in a bounded number of
 /// descriptors and bounded memory, without following a symlink.
 pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
-    let mut report = ResetReport::default();
     let dirs = manifest.runtime_dirs();
     let config = Path::new(&dirs.config);
-    // The last component is not followed; a config dir that is a link or a file is left to
-    // verification.
-    let root = match bounded_tree::open_dir(config) {
-        Ok(fd) => fd,
-        Err(_) => return Ok(report),
-    };
     let pinned: BTreeSet<PathBuf> = manifest
         .files
         .iter()
@@ -73,20 +66,100 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
         .uses_sessions
         .then(|| below(config, Path::new(&dirs.sessions)))
         .flatten();
+    reset_dir(config, &pinned, sessions.as_ref())
+}
+
+/// What [`reset_home_and_tmp`] removed from each directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScratchReport {
+    /// From `HOME`.
+    pub home: ResetReport,
+    /// From `TMPDIR`.
+    pub tmp: ResetReport,
+}
+
+/// Empties the agent's `HOME` and `TMPDIR` ([`Manifest::runtime_dirs`]) before each
+/// iteration: the runtimes read user-level configuration from `HOME` (pi's `~/.agents/skills`,
+/// `~/.pi`; Claude Code's `~/.claude`, `~/.claude.json`), so what an earlier agent wrote there
+/// would be loaded unverified. Kept: the paths of `dirs.home_keep` (relative to `HOME`, what
+/// the harness says persists), and everything the manifest or the supervisor (`own`: the
+/// records) names below either directory: the workdir, the other runtime directories, the
+/// verified trees and files, the output files. A directory that is, or lies inside, one of those
+/// is not emptied: the error names both.
+pub fn reset_home_and_tmp(
+    manifest: &Manifest,
+    own: &[PathBuf],
+) -> Result<ScratchReport, TreeError> {
+    let dirs = manifest.runtime_dirs();
+    let mut named: Vec<PathBuf> = vec![
+        PathBuf::from(&manifest.workdir),
+        PathBuf::from(&dirs.config),
+        PathBuf::from(&dirs.sessions),
+    ];
+    named.extend(manifest.trees.iter().map(|t| PathBuf::from(&t.path)));
+    named.extend(manifest.files.iter().map(|f| PathBuf::from(&f.path)));
+    named.extend(manifest.output.stdout.iter().map(PathBuf::from));
+    named.extend(manifest.output.stderr.iter().map(PathBuf::from));
+    named.extend(own.iter().cloned());
+    let home = Path::new(&dirs.home);
+    let tmp = Path::new(&dirs.tmp);
+    let mut report = ScratchReport::default();
+    for (dir, extra, out) in [
+        (home, manifest.dirs.home_keep.as_slice(), &mut report.home),
+        (tmp, &[][..], &mut report.tmp),
+    ] {
+        let other = if dir == home { tmp } else { home };
+        let mut kept: BTreeSet<PathBuf> = extra.iter().map(PathBuf::from).collect();
+        for path in named.iter().map(PathBuf::as_path).chain([other]) {
+            if dir.starts_with(path) && !(path == other && dir == other) {
+                return Err(TreeError::Io {
+                    path: dir.display().to_string(),
+                    op: "empty before the iteration",
+                    source: std::io::Error::other(format!(
+                        "it is, or lies inside, {} (which must be kept): give HOME and TMPDIR \
+                         directories of their own (dirs.home, dirs.tmp)",
+                        path.display()
+                    )),
+                });
+            }
+            if let Some(rel) = below(dir, path) {
+                kept.insert(rel);
+            }
+        }
+        *out = reset_dir(dir, &kept, None)?;
+    }
+    Ok(report)
+}
+
+/// Removes everything below `dir` except the entries at the relative paths `kept` (with
+/// their ancestor directories) and `emptied`, a directory kept but emptied. A missing `dir`,
+/// or one that is not a directory, is left alone.
+fn reset_dir(
+    top: &Path,
+    kept: &BTreeSet<PathBuf>,
+    emptied: Option<&PathBuf>,
+) -> Result<ResetReport, TreeError> {
+    let mut report = ResetReport::default();
+    // The last component is not followed; a directory that is a link or a file is left alone
+    // (verification reports a config directory's pinned files).
+    let root = match bounded_tree::open_dir(top) {
+        Ok(fd) => fd,
+        Err(_) => return Ok(report),
+    };
     // Directories kept because something kept lies below them.
     let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
-    for kept in pinned.iter().chain(sessions.iter()) {
+    for kept in kept.iter().chain(emptied) {
         for a in kept.ancestors().skip(1) {
             if !a.as_os_str().is_empty() {
                 ancestors.insert(a.to_path_buf());
             }
         }
     }
-    // Kept directories still to read: their path below the config dir. Only the host's pinned
+    // Kept directories still to read: their path below the directory. Only the manifest's
     // paths are ever kept, so this holds at most as many as the manifest names.
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let dir_path = config.join(&rel);
+        let dir_path = top.join(&rel);
         let dir = open_below(root.as_fd(), &rel).map_err(|e| io_error(&dir_path, "open", e))?;
         let mut entries = listing(&dir, &dir_path)?;
         while let Some(entry) = entries.read() {
@@ -96,21 +169,21 @@ pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
                 continue;
             }
             let rel = rel.join(name);
-            if pinned.contains(&rel) {
+            if kept.contains(&rel) {
                 continue;
             }
             // Never followed: a link to a directory is a link.
             let is_dir = kind(dir.as_fd(), name, &entry) == FileType::Directory;
-            if is_dir && sessions.as_ref() == Some(&rel) {
-                // The sessions directory stays (a writable root), emptied.
-                let path = config.join(&rel);
-                let sessions_dir = bounded_tree::open_dir_at(dir.as_fd(), name)
+            if is_dir && emptied == Some(&rel) {
+                // Kept (a writable root: the sessions directory), emptied.
+                let path = top.join(&rel);
+                let emptied_dir = bounded_tree::open_dir_at(dir.as_fd(), name)
                     .map_err(|e| io_error(&path, "open", e))?;
-                let children = bounded_tree::entry_names(sessions_dir.as_fd())
+                let children = bounded_tree::entry_names(emptied_dir.as_fd())
                     .map_err(|e| io_error(&path, "read directory", e))?;
                 for child in &children {
                     let shown = rel.join(child);
-                    remove(sessions_dir.as_fd(), &path, child, &shown, &mut report)?;
+                    remove(emptied_dir.as_fd(), &path, child, &shown, &mut report)?;
                 }
                 continue;
             }
@@ -237,6 +310,92 @@ mod tests {
         assert!(Path::new("/etc/passwd").exists());
         // Nothing to do the second time.
         assert_eq!(reset(&m).unwrap(), ResetReport::default());
+    }
+
+    fn scratch_manifest(base: &Path, home_keep: &[&str]) -> Manifest {
+        let v = json!({
+            "version": 1,
+            "runtime": "pi",
+            "prompt": "hi",
+            "agent": {"binary": "/bin/true"},
+            "workdir": base.join("home/work"),
+            "dirs": {
+                "home": base.join("home"),
+                "tmp": base.join("tmp"),
+                "config": base.join("home/.pi/agent"),
+                "home_keep": home_keep,
+            },
+            "trees": [{
+                "name": "skill:x", "path": base.join("home/skills/x"), "role": "skill",
+                "kind": "data", "format": "pi-tree-v1", "sha256": "0".repeat(64),
+            }],
+        });
+        Manifest::from_json(v.to_string().as_bytes()).expect("manifest")
+    }
+
+    #[test]
+    fn home_and_tmp_are_emptied_but_what_the_manifest_names_and_home_keep_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = tmp.path();
+        for dir in [
+            "home/.agents/skills/planted",
+            "home/.claude",
+            "home/.pi/agent/sessions",
+            "home/work/src",
+            "home/skills/x",
+            "home/.cache/keep",
+            "home/.cache/drop",
+            "tmp/jiti",
+            "records",
+        ] {
+            fs::create_dir_all(b.join(dir)).unwrap();
+        }
+        fs::write(b.join("home/.agents/skills/planted/SKILL.md"), "x").unwrap();
+        fs::write(b.join("home/.claude.json"), "{}").unwrap();
+        fs::write(b.join("home/.pi/agent/settings.json"), "{}").unwrap();
+        fs::write(b.join("home/work/src/main.rs"), "fn main() {}").unwrap();
+        fs::write(b.join("home/skills/x/SKILL.md"), "x").unwrap();
+        fs::write(b.join("home/.cache/keep/state"), "kept").unwrap();
+        fs::write(b.join("tmp/jiti/cached.mjs"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", b.join("home/.bashrc")).unwrap();
+        let m = scratch_manifest(b, &[".cache/keep"]);
+        let report = reset_home_and_tmp(&m, &[b.join("records")]).unwrap();
+        let mut removed = report.home.removed.clone();
+        removed.sort();
+        assert_eq!(
+            removed,
+            [
+                ".agents",
+                ".bashrc",
+                ".cache/drop",
+                ".claude",
+                ".claude.json"
+            ]
+        );
+        assert_eq!(report.tmp.removed, ["jiti"]);
+        for kept in [
+            "home/.pi/agent/settings.json",
+            "home/work/src/main.rs",
+            "home/skills/x/SKILL.md",
+            "home/.cache/keep/state",
+        ] {
+            assert!(b.join(kept).is_file(), "{kept}");
+        }
+        assert!(b.join("records").is_dir());
+        assert_eq!(
+            reset_home_and_tmp(&m, &[]).unwrap(),
+            ScratchReport::default()
+        );
+
+        // A HOME that is the workdir, or inside a verified tree, is never emptied.
+        let mut same = scratch_manifest(b, &[]);
+        same.dirs.home = Some(same.workdir.clone());
+        let err = reset_home_and_tmp(&same, &[]).unwrap_err().to_string();
+        assert!(err.contains("home/work"), "{err}");
+        assert!(b.join("home/work/src/main.rs").is_file());
+        let mut records = scratch_manifest(b, &[]);
+        records.dirs.tmp = Some(b.join("records/tmp").display().to_string());
+        assert!(reset_home_and_tmp(&records, &[b.join("records")]).is_err());
     }
 
     #[test]

@@ -97,7 +97,10 @@ const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
 /// its tools, whatever the verified trees say. `BASH_ENV` and `ENV` stay here although they
 /// also choose what every tool call runs: they make every shell source a file, a code loader
 /// like `NODE_OPTIONS`. `JITI_FS_CACHE` is stripped too and then pinned to `false` by the runner
-/// pins.
+/// pins. pi's self-update and managed-install variables (`PI_SELF_UPDATE_COMMAND`,
+/// `PI_INSTALLER_API_BASE`, `PI_MANAGED_INSTALL_ROOT`) choose what `pi update` runs, downloads
+/// and installs, code no tree verified; `PI_TUI_WRITE_LOG`, like `NODE_REDIRECT_WARNINGS`, makes
+/// the runtime write files where it says. No layer has a use for them inside a sandbox.
 pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_OPTIONS"), NODE_LOADS),
     rule(Exact("NODE_PATH"), NODE_LOADS),
@@ -151,6 +154,18 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("PI_PACKAGE_DIR"), RUNTIME_CODE),
     rule(Exact("PI_SELF_UPDATE_COMMAND"), RUNTIME_CODE),
     rule(
+        Exact("PI_INSTALLER_API_BASE"),
+        "pi update downloads the release it installs (its package.json and lockfile for npm ci) from it",
+    ),
+    rule(
+        Exact("PI_MANAGED_INSTALL_ROOT"),
+        "pi update installs and activates releases of pi under it",
+    ),
+    rule(
+        Exact("PI_TUI_WRITE_LOG"),
+        "pi's terminal UI writes everything it draws to it",
+    ),
+    rule(
         Prefix("NPM_CONFIG_"),
         "npm runs scripts and reads registries from it",
     ),
@@ -174,6 +189,19 @@ const PROVIDER: &str =
 /// runtime); with no trusted layer setting one of the others it is absent and programs use
 /// their default (under the pinned `HOME`). Exact names come before the prefix that also covers
 /// them, so each gets its own reason.
+///
+/// TLS trust and proxies are here, not in [`LOADER_RULES`]: an image behind a TLS-inspecting
+/// egress proxy (OpenShell, the fullsend image) sets `*_PROXY` and `NODE_USE_ENV_PROXY`, its CA
+/// (`NODE_EXTRA_CA_CERTS`, `NODE_USE_SYSTEM_CA`, `SSL_CERT_FILE`, `SSL_CERT_DIR`) and sometimes
+/// OpenSSL's configuration, and the runtime fails TLS without them. `OPENSSL_CONF`,
+/// `OPENSSL_CONF_INCLUDE`, `OPENSSL_MODULES` and `OPENSSL_ENGINES` can make OpenSSL (Node's
+/// included) load native code; they stay settable by the trusted layers because the image
+/// decides what OpenSSL loads anyway (its default configuration and module directories are its
+/// own files), so pointing OpenSSL at other files gives a trusted layer nothing new. A value
+/// naming a path the agent can write would hand that choice to the agent; the supervisor does
+/// not check for it (a known gap of `docs/threat-model.md`). `NODE_TLS_REJECT_UNAUTHORIZED`
+/// keeps this list's policy too: a trusted layer may set it (the record names which one did),
+/// an untrusted layer never may.
 pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
     // Network routing and TLS trust.
     rule(
@@ -191,11 +219,19 @@ pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
     ),
     rule(
         Exact("NODE_TLS_REJECT_UNAUTHORIZED"),
-        "Node and Bun disable TLS verification with it",
+        "Node and Bun accept any certificate with 0, an intercepting proxy's included",
+    ),
+    rule(
+        Exact("SSL_CERT_FILE"),
+        "OpenSSL-based tools (curl, git, Python) trust the certificates of this file",
+    ),
+    rule(
+        Exact("SSL_CERT_DIR"),
+        "OpenSSL-based tools (curl, git, Python) trust the certificates in these directories",
     ),
     rule(
         Prefix("SSL_"),
-        "OpenSSL, Python and curl trust certificates from it (SSL_CERT_FILE, SSL_CERT_DIR)",
+        "TLS libraries and tools read certificates and TLS settings from it",
     ),
     rule(
         Exact("SSLKEYLOGFILE"),
@@ -210,8 +246,24 @@ pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
         "curl and Python requests trust certificates from it",
     ),
     rule(
+        Exact("OPENSSL_CONF"),
+        "OpenSSL (Node's included) reads its configuration from it: trust, protocol options, and providers and engines it loads as native code",
+    ),
+    rule(
+        Exact("OPENSSL_CONF_INCLUDE"),
+        "OpenSSL resolves the relative includes of its configuration against it",
+    ),
+    rule(
+        Exact("OPENSSL_MODULES"),
+        "OpenSSL loads its providers (native code) from this directory",
+    ),
+    rule(
+        Exact("OPENSSL_ENGINES"),
+        "OpenSSL loads its engines (native code) from this directory",
+    ),
+    rule(
         Prefix("OPENSSL_"),
-        "OpenSSL reads its configuration, engines and providers from it (OPENSSL_CONF, OPENSSL_MODULES, …)",
+        "OpenSSL reads other controls from it (CPU capabilities, tracing)",
     ),
     rule(
         Exact("CURL_HOME"),

@@ -68,7 +68,9 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum EnvSource {
-    /// The image environment captured at supervisor start.
+    /// The image environment captured at supervisor start. The host's `--pass-env` names are
+    /// part of it (the local engine starts the supervisor with them, a container engine adds
+    /// them to the container's): the supervisor cannot tell them apart.
     Baseline,
     /// The sandbox `.env` file.
     Dotenv,

@@ -60,12 +60,16 @@ struct Verified {
     binary: PathBuf,
     /// The interpreter of a `#!/usr/bin/env NAME` agent, resolved on the baseline `PATH`.
     interpreter: Option<PathBuf>,
+    /// The runtime's release, when its package says.
+    version: Option<String>,
 }
 
 /// The agent while it runs, and what must outlive it until the verdict.
 struct Running {
     pid: i32,
     spec: LaunchSpec,
+    /// The argv as the record shows it, and the prompt it carried.
+    argv: (Vec<String>, Option<crate::result::PromptRecord>),
     capture: OutputCapture,
     /// Removed (when dropped) after the final reap.
     cgroups: IterationCgroups,
@@ -160,7 +164,7 @@ fn reap_before(
 
 /// Step 1b, once nothing of an earlier agent runs: a fresh IPC namespace where asked, the
 /// agent's directories (workdir and runtime directories: present, the agent's, no link on the
-/// way), and the config dir back to what the host pinned.
+/// way), the config dir back to what the host pinned, `HOME` and `TMPDIR` emptied.
 fn prepare(
     ctx: &mut Supervisor,
     manifest: &Manifest,
@@ -198,6 +202,24 @@ fn prepare(
             removed: reset.count,
             paths: reset.removed,
         });
+    }
+    let scratch = crate::config_reset::reset_home_and_tmp(manifest, &ctx.supervisor_paths)
+        .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
+    for (step, report, field) in [
+        ("home-reset", scratch.home, &mut record.home_reset),
+        ("tmp-reset", scratch.tmp, &mut record.tmp_reset),
+    ] {
+        if report.count > 0 {
+            observer.step(
+                step,
+                "finished",
+                json!({"removed": report.count, "paths": report.removed}),
+            );
+            *field = Some(crate::result::ConfigResetRecord {
+                removed: report.count,
+                paths: report.removed,
+            });
+        }
     }
     Ok(())
 }
@@ -240,6 +262,7 @@ fn verify_step(
     let failure = report.failure();
     let binary = report.resolved_agent().map(Path::to_path_buf);
     let interpreter = report.agent.interpreter.clone().map(PathBuf::from);
+    let version = report.agent.version.clone();
     record.verification = Some(report);
     observer.step(
         "verify",
@@ -261,7 +284,7 @@ fn verify_step(
     })?;
 
     // What the runtime will read from the workspace unverified, with no flag to stop it.
-    record.workspace_config = crate::workspace_config::present(manifest);
+    record.workspace_config = crate::workspace_config::present(manifest, version.as_deref());
     if !record.workspace_config.is_empty() {
         observer.step(
             "workspace-config",
@@ -272,6 +295,7 @@ fn verify_step(
     Ok(Verified {
         binary,
         interpreter,
+        version,
     })
 }
 
@@ -341,7 +365,7 @@ fn launch_step(
         observer.step("launch", "finished", json!({"error": reason}));
         Stop::supervisor(reason)
     };
-    let argv = runtime_argv::argv(manifest, &verified.binary)
+    let argv = runtime_argv::argv(manifest, &verified.binary, verified.version.as_deref())
         .map_err(|err| refused(observer, format!("argv: {err}")))?;
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
@@ -373,6 +397,7 @@ fn launch_step(
         }
         None => (verified.binary.clone(), argv),
     };
+    let shown_argv = runtime_argv::recorded(manifest, &argv);
     let (mut spec, mut capture) = LaunchSpec::prepare(&program, &argv, &env.env, &manifest.output)
         .map_err(|reason| refused(observer, format!("launch: {reason}")))?;
     // The disk budget's first sample: the used space the agent's writes are measured from.
@@ -419,6 +444,7 @@ fn launch_step(
     Ok(Running {
         pid: launched.pid,
         spec,
+        argv: shown_argv,
         capture,
         cgroups,
         disk,
@@ -468,6 +494,7 @@ fn conclude(
     let Running {
         pid,
         spec,
+        argv: (argv, prompt),
         mut capture,
         cgroups,
         mut disk,
@@ -535,6 +562,8 @@ fn conclude(
     let streams = capture.finish();
     record.agent = Some(AgentRecord {
         argv0: spec.argv0.clone(),
+        argv,
+        prompt,
         pid,
         timed_out: outcome.timed_out,
         forwarded_signals: outcome.forwarded.clone(),

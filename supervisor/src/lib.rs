@@ -18,6 +18,8 @@
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`user_namespace`]: the user namespace the supervisor runs in (rootless sandboxes).
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
+//! - [`runtime_version`]: which pi or Claude Code release the agent binary is (its npm
+//!   package), and what that release does.
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
 //!   off (reported per iteration).
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
@@ -50,6 +52,7 @@ pub mod plugin_format;
 pub mod protocol;
 pub mod result;
 pub mod runtime_argv;
+pub mod runtime_version;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 #[cfg(target_os = "linux")]

@@ -106,12 +106,29 @@ pub struct Agent {
     /// Model (`--model`), for pi and claude.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Tool list (`--tools`), for pi.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<String>,
+    /// The runtime's built-in tools (`--tools`); unset = the runtime's default set, empty =
+    /// none (pi `--no-builtin-tools`, Claude `--tools ""`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
     /// Claude sub-agent name (`--agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_agent: Option<String>,
+    /// Whether the record's `agent.argv` shows the prompt itself; by default it shows
+    /// `<prompt>` and `agent.prompt` gives its length and SHA-256.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_prompt: bool,
+    /// Whether pi loads the repository's context files (`AGENTS.md`, `CLAUDE.md`,
+    /// `AGENTS.override.md`); `false` passes `--no-context-files`.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub context_files: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 /// What kind of thing a verified tree is, which decides how the runtime is told about it.
@@ -324,6 +341,10 @@ pub struct RuntimeDirs {
     /// pi session directory (`--session-dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<String>,
+    /// Paths relative to `HOME` kept from one iteration to the next (unverified); everything
+    /// else in `HOME` and `TMPDIR` is removed before each iteration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub home_keep: Vec<String>,
 }
 
 /// The runtime directories after defaults, resolved in one place ([`Manifest::runtime_dirs`])
@@ -568,6 +589,15 @@ impl Manifest {
                 return Err(field("agent.sha256", "not a lowercase hex sha256"));
             }
         }
+        for (i, tool) in self.agent.tools.iter().flatten().enumerate() {
+            // The runtimes take the list joined with ','.
+            if tool.is_empty() || tool.contains([',', '\0']) || tool.trim() != tool {
+                return Err(field(
+                    format!("agent.tools[{i}]"),
+                    format!("{tool:?} is not a tool name"),
+                ));
+            }
+        }
         check_abs("workdir", &self.workdir)?;
         let mut names = std::collections::BTreeSet::new();
         for (i, tree) in self.trees.iter().enumerate() {
@@ -640,6 +670,18 @@ impl Manifest {
         ] {
             if let Some(dir) = dir {
                 check_abs(name, dir)?;
+            }
+        }
+        for (i, p) in self.dirs.home_keep.iter().enumerate() {
+            if p.is_empty()
+                || p.starts_with('/')
+                || p.contains('\0')
+                || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
+            {
+                return Err(field(
+                    format!("dirs.home_keep[{i}]"),
+                    format!("{p:?} is not a plain relative path below HOME"),
+                ));
             }
         }
         for (i, p) in self.confinement.read_only.iter().enumerate() {

@@ -40,6 +40,13 @@ pub struct IterationResult {
     /// What was removed from `dirs.config` before verifying (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reset: Option<ConfigResetRecord>,
+    /// What an earlier agent left in `HOME` and was removed before this iteration (absent when
+    /// nothing was); only `dirs.home_keep` and the manifest's own paths stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_reset: Option<ConfigResetRecord>,
+    /// What an earlier agent left in `TMPDIR` and was removed (absent when nothing was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_reset: Option<ConfigResetRecord>,
     /// What an earlier agent left in the sandbox's IPC namespace and `/dev/shm` and was removed
     /// before this iteration (PID 1 without a private IPC namespace, e.g. a container; absent
     /// when nothing was).
@@ -143,12 +150,14 @@ pub struct ReapCounts {
     pub remaining_after: u64,
 }
 
-/// What bringing the config directory back to the pinned files removed (`config_reset`).
+/// What a reset before the iteration removed from a directory of the agent: the config
+/// directory brought back to the pinned files (`config_reset`), `HOME` and `TMPDIR` emptied
+/// (`home_reset`, `tmp_reset`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigResetRecord {
     /// How many entries were removed (a directory counts once).
     pub removed: u64,
-    /// The first 100 of them, relative to `dirs.config`.
+    /// The first 100 of them, relative to the directory.
     #[serde(default)]
     pub paths: Vec<String>,
 }
@@ -350,6 +359,13 @@ pub enum LandlockState {
 pub struct AgentRecord {
     /// The program that was executed (the resolved absolute path).
     pub argv0: String,
+    /// The whole argv it was given (an `env` interpreter first), the prompt shown as
+    /// `<prompt>` unless the manifest's `agent.record_prompt` says to show it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+    /// The prompt the argv carried: where, how long, its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptRecord>,
     /// Its pid in the supervisor's PID namespace.
     pub pid: i32,
     /// Whether the timeout ended it.
@@ -359,6 +375,17 @@ pub struct AgentRecord {
     /// What the supervisor captured of the agent's stdout and stderr.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output: Vec<OutputRecord>,
+}
+
+/// The prompt as the record shows it when the argv does not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptRecord {
+    /// Its index in `agent.argv`.
+    pub index: usize,
+    /// Its length in bytes.
+    pub bytes: usize,
+    /// Lowercase hex SHA-256 of its bytes.
+    pub sha256: String,
 }
 
 /// One captured output stream of the agent.
@@ -393,6 +420,8 @@ impl IterationResult {
             steps: StepTimes::default(),
             reaped: ReapCounts::default(),
             config_reset: None,
+            home_reset: None,
+            tmp_reset: None,
             ipc_sweep: None,
             workspace_config: Vec::new(),
             verification: None,

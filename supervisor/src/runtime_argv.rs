@@ -2,15 +2,20 @@
 //! JSON (the judge reads it). `argv[0]` is the resolved absolute binary
 //! from the verify step.
 //!
-//! - **pi**: `--print --mode json --no-extensions --no-prompt-templates --no-themes
-//!   --session-dir <sessions>`, then `-e <file>` per `files[]` entry with `use: pi-extension`
-//!   (manifest order: adapters first, since pi runs `tool_call` handlers in `-e` order and the
-//!   first block wins), then per `pi-extension` tree `-e <path>/<entry>` for each entry followed
-//!   by the tree's `pi_args`, then `--tools a,b`, `--model`, `agent.args`, the prompt last.
-//! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`,
-//!   `--settings <file>` (the one `use: claude-settings` file), `--plugin-dir <path>` per
-//!   `claude-plugin` tree, `--agent`, `--model`, `agent.args`,
-//!   `--dangerously-skip-permissions`, the prompt last.
+//! - **pi**: `--print --mode json --no-extensions --no-skills --no-prompt-templates
+//!   --no-themes --session-dir <sessions>`, then `-e <file>` per `files[]` entry with
+//!   `use: pi-extension` (manifest order: adapters first, since pi runs `tool_call` handlers in
+//!   `-e` order and the first block wins), then per `pi-extension` tree `-e <path>/<entry>` for
+//!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
+//!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
+//!   tools (`--tools a,b`, or `--no-builtin-tools` for an empty list), `--model`, `agent.args`,
+//!   the prompt last.
+//! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`, the tools
+//!   (`--tools a,b`, `--tools ""` for none; followed by an option, since Claude's `--tools`
+//!   takes several values), `--settings <file>` (the one `use: claude-settings` file),
+//!   `--plugin-dir <path>` per `claude-plugin` tree and per skill tree (a directory with a
+//!   `SKILL.md` at its root is a single-skill plugin to Claude Code), `--agent`, `--model`,
+//!   `agent.args`, `--dangerously-skip-permissions`, the prompt last.
 //! - **command**: the binary and `agent.args`.
 //!
 //! Each runtime skips the trees and files of the other's kind. A prompt starting with `-` is
@@ -18,7 +23,10 @@
 //! option); for pi a prompt starting with `@` is refused too (pi reads `@path` as a file to
 //! attach). An element containing NUL is refused (exec could not pass it).
 
-use crate::manifest::{FileUse, Manifest, Runtime, TreeKind};
+use crate::exit_code::PinRole;
+use crate::manifest::{FileUse, Manifest, Runtime, TreeKind, TreePin};
+use crate::result::PromptRecord;
+use crate::runtime_version::PiFeatures;
 use std::path::Path;
 
 /// Why no argv could be built (the iteration fails with exit 125).
@@ -55,11 +63,16 @@ pub enum ArgvError {
     },
 }
 
-/// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime.
-pub fn argv(manifest: &Manifest, binary: &Path) -> Result<Vec<String>, ArgvError> {
+/// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime, whose
+/// release is `version` when known ([`crate::runtime_version::detect`]).
+pub fn argv(
+    manifest: &Manifest,
+    binary: &Path,
+    version: Option<&str>,
+) -> Result<Vec<String>, ArgvError> {
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
-        Runtime::Pi => pi_args(manifest, &mut v)?,
+        Runtime::Pi => pi_args(manifest, PiFeatures::of(version), &mut v)?,
         Runtime::Claude => claude_args(manifest, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
@@ -67,6 +80,30 @@ pub fn argv(manifest: &Manifest, binary: &Path) -> Result<Vec<String>, ArgvError
         return Err(ArgvError::Nul { index });
     }
     Ok(v)
+}
+
+/// The argv as the record shows it: `argv` (what was executed, an interpreter possibly first)
+/// with the prompt, the last element for pi and claude, shown as `<prompt>` unless
+/// `agent.record_prompt`; and the prompt's place, length and SHA-256.
+pub fn recorded(manifest: &Manifest, argv: &[String]) -> (Vec<String>, Option<PromptRecord>) {
+    let mut shown = argv.to_vec();
+    let carries_prompt = matches!(manifest.runtime, Runtime::Pi | Runtime::Claude);
+    let prompt = match (carries_prompt, shown.last_mut()) {
+        (true, Some(last)) => {
+            use sha2::Digest as _;
+            let record = PromptRecord {
+                index: argv.len() - 1,
+                bytes: last.len(),
+                sha256: hex::encode(sha2::Sha256::digest(last.as_bytes())),
+            };
+            if !manifest.agent.record_prompt {
+                *last = "<prompt>".to_string();
+            }
+            Some(record)
+        }
+        _ => None,
+    };
+    (shown, prompt)
 }
 
 fn prompt(manifest: &Manifest) -> Result<&str, ArgvError> {
@@ -88,7 +125,14 @@ fn push(v: &mut Vec<String>, args: &[&str]) {
     v.extend(args.iter().map(|a| (*a).to_string()));
 }
 
-fn pi_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
+/// The skill trees, in manifest order.
+fn skills(m: &Manifest) -> impl Iterator<Item = &TreePin> {
+    m.trees
+        .iter()
+        .filter(|t| t.role == PinRole::Skill && t.kind == TreeKind::Data)
+}
+
+fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
     let sessions = m.runtime_dirs().sessions;
     push(
@@ -98,12 +142,19 @@ fn pi_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
             "--mode",
             "json",
             "--no-extensions",
+            "--no-skills",
             "--no-prompt-templates",
             "--no-themes",
             "--session-dir",
             &sessions,
         ],
     );
+    if features.no_approve {
+        push(v, &["--no-approve"]);
+    }
+    if !m.agent.context_files {
+        push(v, &["--no-context-files"]);
+    }
     for file in m.files.iter().filter(|f| f.usage == FileUse::PiExtension) {
         push(v, &["-e", &file.path]);
     }
@@ -114,8 +165,13 @@ fn pi_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
         }
         v.extend(tree.pi_args.iter().cloned());
     }
-    if !m.agent.tools.is_empty() {
-        push(v, &["--tools", &m.agent.tools.join(",")]);
+    for tree in skills(m) {
+        push(v, &["--skill", &tree.path]);
+    }
+    match &m.agent.tools {
+        Some(tools) if tools.is_empty() => push(v, &["--no-builtin-tools"]),
+        Some(tools) => push(v, &["--tools", &tools.join(",")]),
+        None => {}
     }
     if let Some(model) = &m.agent.model {
         push(v, &["--model", model]);
@@ -138,6 +194,10 @@ fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
             "user",
         ],
     );
+    // Several values: an option always follows (`--dangerously-skip-permissions` at least).
+    if let Some(tools) = &m.agent.tools {
+        push(v, &["--tools", &tools.join(",")]);
+    }
     let mut settings = m
         .files
         .iter()
@@ -152,6 +212,9 @@ fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
         push(v, &["--settings", &first.path]);
     }
     for tree in m.trees.iter().filter(|t| t.kind == TreeKind::ClaudePlugin) {
+        push(v, &["--plugin-dir", &tree.path]);
+    }
+    for tree in skills(m) {
         push(v, &["--plugin-dir", &tree.path]);
     }
     if let Some(agent) = &m.agent.claude_agent {
@@ -212,8 +275,11 @@ mod tests {
                     "pi_args": ["--greeting=Hello", "--loud"],
                 })),
                 tree("claudy", "claude-plugin", json!({})),
-                tree("skills", "data", json!({})),
+                tree("data", "data", json!({})),
                 tree("second", "pi-extension", json!({"entries": ["main.js"]})),
+                tree("skill:review", "data", json!({
+                    "role": "skill", "path": "/sandbox/skills/review",
+                })),
             ],
         })
     }
@@ -221,13 +287,14 @@ mod tests {
     #[test]
     fn pi_argv_exact() {
         let m = manifest(pi_manifest());
-        let got = argv(&m, Path::new("/usr/local/bin/pi")).unwrap();
+        let got = argv(&m, Path::new("/usr/local/bin/pi"), Some("0.73.1")).unwrap();
         let want = [
             "/usr/local/bin/pi",
             "--print",
             "--mode",
             "json",
             "--no-extensions",
+            "--no-skills",
             "--no-prompt-templates",
             "--no-themes",
             "--session-dir",
@@ -244,6 +311,8 @@ mod tests {
             "--loud",
             "-e",
             "/sandbox/plugins/second/main.js",
+            "--skill",
+            "/sandbox/skills/review",
             "--tools",
             "read,bash",
             "--model",
@@ -261,13 +330,14 @@ mod tests {
             "version": 1, "runtime": "pi", "agent": {"binary": "pi"},
             "prompt": "hi", "workdir": "/sandbox/workspace",
         }));
-        let got = argv(&m, Path::new("/usr/bin/pi")).unwrap();
+        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1")).unwrap();
         let want = [
             "/usr/bin/pi",
             "--print",
             "--mode",
             "json",
             "--no-extensions",
+            "--no-skills",
             "--no-prompt-templates",
             "--no-themes",
             "--session-dir",
@@ -283,10 +353,10 @@ mod tests {
         v["runtime"] = "claude".into();
         v["agent"] = json!({
             "binary": "claude", "model": "claude-sonnet-4-5", "claude_agent": "reviewer",
-            "args": ["--max-turns", "5"],
+            "args": ["--max-turns", "5"], "tools": ["Read", "Bash"],
         });
         let m = manifest(v);
-        let got = argv(&m, Path::new("/usr/local/bin/claude")).unwrap();
+        let got = argv(&m, Path::new("/usr/local/bin/claude"), Some("0.73.1")).unwrap();
         let want = [
             "/usr/local/bin/claude",
             "-p",
@@ -295,10 +365,14 @@ mod tests {
             "--verbose",
             "--setting-sources",
             "user",
+            "--tools",
+            "Read,Bash",
             "--settings",
             "/sandbox/claude-config/hooks.json",
             "--plugin-dir",
             "/sandbox/plugins/claudy",
+            "--plugin-dir",
+            "/sandbox/skills/review",
             "--agent",
             "reviewer",
             "--model",
@@ -317,7 +391,7 @@ mod tests {
             "version": 1, "runtime": "claude", "agent": {"binary": "claude"},
             "prompt": "hi", "workdir": "/w",
         }));
-        let got = argv(&m, Path::new("/bin/claude")).unwrap();
+        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1")).unwrap();
         let want = [
             "/bin/claude",
             "-p",
@@ -337,7 +411,7 @@ mod tests {
             file("/a.json", "hook-adapter", "claude-settings"),
             file("/b.json", "config", "claude-settings"),
         ]);
-        let err = argv(&manifest(v), Path::new("/bin/claude")).unwrap_err();
+        let err = argv(&manifest(v), Path::new("/bin/claude"), Some("0.73.1")).unwrap_err();
         assert_eq!(
             err,
             ArgvError::SeveralClaudeSettings {
@@ -348,6 +422,85 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_tool_list_gives_no_built_in_tools_and_an_absent_one_the_default() {
+        let mut v = pi_manifest();
+        v["agent"]["tools"] = json!([]);
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        assert!(got.contains(&"--no-builtin-tools".to_string()), "{got:?}");
+        assert!(!got.contains(&"--tools".to_string()), "{got:?}");
+        v["agent"].as_object_mut().unwrap().remove("tools");
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        assert!(!got.iter().any(|a| a.contains("tools")), "{got:?}");
+
+        v["runtime"] = "claude".into();
+        v["agent"]["tools"] = json!([]);
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        let at = got.iter().position(|a| a == "--tools").unwrap();
+        assert_eq!(got[at + 1], "");
+        assert!(got[at + 2].starts_with("--"), "{got:?}");
+        v["agent"].as_object_mut().unwrap().remove("tools");
+        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1")).unwrap();
+        assert!(!got.contains(&"--tools".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn tool_names_the_runtimes_could_not_take_are_refused() {
+        for bad in ["", "a,b", " read", "a\0b"] {
+            let mut v = pi_manifest();
+            v["agent"]["tools"] = json!(["read", bad]);
+            let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("agent.tools[1]"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_record_shows_the_prompt_by_its_length_and_digest_unless_asked() {
+        let mut m = manifest(pi_manifest());
+        let full = argv(&m, Path::new("/p"), Some("0.73.1")).unwrap();
+        let (shown, prompt) = recorded(&m, &full);
+        assert_eq!(shown.last().unwrap(), "<prompt>");
+        assert_eq!(shown[..shown.len() - 1], full[..full.len() - 1]);
+        let prompt = prompt.unwrap();
+        assert_eq!(prompt.index, full.len() - 1);
+        assert_eq!(prompt.bytes, "fix the bug".len());
+        // printf 'fix the bug' | sha256sum
+        assert_eq!(
+            prompt.sha256,
+            "280fd7e3571b7c850d6fe771aee96db0ccdeef47910414e3a4a93bb06ea9f7c2"
+        );
+        m.agent.record_prompt = true;
+        let (shown, prompt) = recorded(&m, &full);
+        assert_eq!(shown, full);
+        assert!(prompt.is_some());
+        let c = manifest(json!({
+            "version": 1, "runtime": "command", "agent": {"binary": "/bin/sh", "args": ["-c", "x"]},
+            "workdir": "/w", "prompt": "ignored",
+        }));
+        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1")).unwrap();
+        assert_eq!(recorded(&c, &a), (a.clone(), None));
+    }
+
+    #[test]
+    fn trust_gated_pi_releases_get_no_approve_and_context_files_can_be_turned_off() {
+        let mut m = manifest(pi_manifest());
+        let old = argv(&m, Path::new("/p"), Some("0.73.1")).unwrap();
+        assert!(!old.contains(&"--no-approve".to_string()), "{old:?}");
+        assert!(!old.contains(&"--no-context-files".to_string()), "{old:?}");
+        // An unknown release is taken for the oldest (it would refuse --no-approve).
+        assert_eq!(argv(&m, Path::new("/p"), None).unwrap(), old);
+        for version in ["0.87.1", "1.6.0"] {
+            let new = argv(&m, Path::new("/p"), Some(version)).unwrap();
+            let at = new.iter().position(|a| a == "--no-approve").unwrap();
+            assert_eq!(new[at - 1], "/sandbox/pi-config/sessions", "{new:?}");
+            assert_eq!(new.len(), old.len() + 1);
+        }
+        m.agent.context_files = false;
+        let off = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap();
+        let at = off.iter().position(|a| a == "--no-context-files").unwrap();
+        assert_eq!(off[at - 1], "--no-approve", "{off:?}");
+    }
+
+    #[test]
     fn command_argv_is_binary_and_args() {
         let m = manifest(json!({
             "version": 1, "runtime": "command",
@@ -355,7 +508,7 @@ mod tests {
             "workdir": "/w",
         }));
         assert_eq!(
-            argv(&m, Path::new("/bin/sh")).unwrap(),
+            argv(&m, Path::new("/bin/sh"), Some("0.73.1")).unwrap(),
             ["/bin/sh", "-c", "echo hi", "--", "-x"]
         );
     }
@@ -365,34 +518,34 @@ mod tests {
         let mut v = pi_manifest();
         v["prompt"] = "--help".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "pi" }
         );
         v["prompt"] = "@/etc/shadow".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
             ArgvError::PromptLooksLikeFile
         );
         v["runtime"] = "claude".into();
         v["prompt"] = "-x".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "claude" }
         );
         // `@` means nothing special to Claude Code's argv.
         v["prompt"] = "@file".into();
-        assert!(argv(&manifest(v.clone()), Path::new("/p")).is_ok());
+        assert!(argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).is_ok());
 
         let mut m = manifest(pi_manifest());
         m.prompt = None;
         assert_eq!(
-            argv(&m, Path::new("/p")).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1")).unwrap_err(),
             ArgvError::MissingPrompt { runtime: "pi" }
         );
         let mut m = manifest(pi_manifest());
         m.prompt = Some("a\0b".into());
         assert!(matches!(
-            argv(&m, Path::new("/p")).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1")).unwrap_err(),
             ArgvError::Nul { .. }
         ));
     }

@@ -119,6 +119,10 @@ pub struct AgentCheck {
     /// chooses what runs before any verified code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interpreter: Option<String>,
+    /// The runtime release (pi, claude), from the npm package the binary lies in
+    /// ([`crate::runtime_version::detect`]); it decides pi's trust options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// Why the binary cannot be launched, if it cannot.
     pub failure: Option<VerifyFailure>,
 }
@@ -292,11 +296,17 @@ pub fn verify(manifest: &Manifest, path_var: &str) -> VerifyReport {
     let started = Instant::now();
     let trees = manifest.trees.iter().map(check_tree).collect();
     let files = manifest.files.iter().map(check_file).collect();
-    let agent = check_agent(
+    let mut agent = check_agent(
         &manifest.agent.binary,
         manifest.agent.sha256.as_deref(),
         path_var,
     );
+    if manifest.runtime != crate::manifest::Runtime::Command {
+        agent.version = agent
+            .resolved
+            .as_deref()
+            .and_then(|p| crate::runtime_version::detect(Path::new(p)));
+    }
     VerifyReport {
         trees,
         files,

@@ -5,26 +5,35 @@
 //! flags pitcrew passes: pi's `--no-extensions` drops `.pi/extensions/` and the extensions a
 //! project `.pi/settings.json` lists, and Claude Code's `--setting-sources user` ignores
 //! `.claude/settings*.json` and `.mcp.json` (both tested with the real agents). What no flag
-//! switches off is reported instead, per iteration, in the result record: pi 0.73 merges
-//! `<workdir>/.pi/settings.json` into its settings (`shellPath`, `shellCommandPrefix`, `packages`
-//! skills, …), with the agent's own uid and confinement.
+//! switches off is reported instead, per iteration, in the result record: pi before 0.87.1 has
+//! no project trust and reads `<workdir>/.pi/settings.json` (merged into its settings:
+//! `shellPath`, `shellCommandPrefix`, `packages`, …), `.pi/SYSTEM.md` (replaces its system
+//! prompt) and `.pi/APPEND_SYSTEM.md`, with the agent's own uid and confinement. From 0.87.1 on
+//! pi reads them only for a trusted project, and `--no-approve` makes every run untrusted:
+//! nothing is left to report. Project skills (`.pi/skills`, `.agents/skills`) no release loads
+//! under `--no-skills`.
 
 use crate::manifest::{Manifest, Runtime};
+use crate::runtime_version::PiFeatures;
 use std::path::Path;
 
-/// Paths relative to the workdir that `runtime` reads as configuration with no flag to stop it.
-fn unswitchable(runtime: Runtime) -> &'static [&'static str] {
+/// Paths relative to the workdir that `runtime` (release `version`) reads as configuration with
+/// no flag to stop it.
+fn unswitchable(runtime: Runtime, version: Option<&str>) -> &'static [&'static str] {
     match runtime {
-        Runtime::Pi => &[".pi/settings.json"],
-        Runtime::Claude | Runtime::Command => &[],
+        Runtime::Pi if PiFeatures::of(version).reads_project_files => {
+            &[".pi/settings.json", ".pi/SYSTEM.md", ".pi/APPEND_SYSTEM.md"]
+        }
+        Runtime::Pi | Runtime::Claude | Runtime::Command => &[],
     }
 }
 
 /// Which of the runtime's unswitchable workspace configuration files exist in `manifest`'s
-/// workdir (anything at the path counts, a symlink too; nothing is followed or read).
-pub fn present(manifest: &Manifest) -> Vec<String> {
+/// workdir (anything at the path counts, a symlink too; nothing is followed or read), for the
+/// runtime release `version` ([`crate::runtime_version::detect`]).
+pub fn present(manifest: &Manifest, version: Option<&str>) -> Vec<String> {
     let workdir = Path::new(&manifest.workdir);
-    unswitchable(manifest.runtime)
+    unswitchable(manifest.runtime, version)
         .iter()
         .filter(|rel| std::fs::symlink_metadata(workdir.join(rel)).is_ok())
         .map(|rel| (*rel).to_owned())
@@ -49,13 +58,18 @@ mod tests {
     fn pi_project_settings_are_reported_claude_ones_are_not() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        assert!(present(&manifest("pi", ws)).is_empty());
+        assert!(present(&manifest("pi", ws), Some("0.73.1")).is_empty());
         std::fs::create_dir_all(ws.join(".pi")).unwrap();
         std::fs::create_dir_all(ws.join(".claude")).unwrap();
         std::fs::write(ws.join(".claude/settings.json"), "{}").unwrap();
+        std::fs::write(ws.join(".pi/SYSTEM.md"), "obey the repository").unwrap();
         // A dangling symlink counts: pi would try to read it.
         std::os::unix::fs::symlink("/nonexistent", ws.join(".pi/settings.json")).unwrap();
-        assert_eq!(present(&manifest("pi", ws)), [".pi/settings.json"]);
-        assert!(present(&manifest("claude", ws)).is_empty());
+        let both = [".pi/settings.json", ".pi/SYSTEM.md"];
+        assert_eq!(present(&manifest("pi", ws), Some("0.73.1")), both);
+        // An unknown release is taken for the oldest; a trust-gated one reads none of them.
+        assert_eq!(present(&manifest("pi", ws), None), both);
+        assert!(present(&manifest("pi", ws), Some("1.6.0")).is_empty());
+        assert!(present(&manifest("claude", ws), None).is_empty());
     }
 }

@@ -3,7 +3,8 @@
 //! with 98, and nothing is launched; loader variables planted in the baseline or the `.env`
 //! never reach the agent, and `JITI_FS_CACHE=false` does; proxy, TLS-trust and program-choosing
 //! variables reach it from the trusted layers (the image's environment, the harness `env:`) and
-//! never from the untrusted ones (the `.env`, a plugin's `env:`); an over-long `.env` is refused
+//! never from the untrusted ones (the `.env`, a plugin's `env:`): an image's CA and a harness's
+//! OpenSSL configuration stay when the `.env` tries to replace them; an over-long `.env` is refused
 //! by name instead of breaking every launch; the record names each variable's layer.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
@@ -210,20 +211,18 @@ fn attack_env__loader_variables_never_reach_the_agent() {
     )
     .expect("write .env");
     sandbox.manifest["env"] = json!({"dotenv": dotenv, "set": {"LANG": "C.UTF-8"}});
-    sandbox.manifest["dirs"] = json!({"tmp": sandbox.workdir.join("tmp"), "home": sandbox.workdir});
-    fs::create_dir(sandbox.workdir.join("tmp")).expect("tmp");
-    std::os::unix::fs::chown(
-        sandbox.workdir.join("tmp"),
-        Some(common::AGENT_ID),
-        Some(common::AGENT_ID),
-    )
-    .expect("chown");
+    // HOME and TMPDIR of their own: the supervisor empties both before the iteration.
+    sandbox.manifest["dirs"] = json!({"tmp": sandbox.path("tmp"), "home": sandbox.path("home")});
     // The baseline (the image's environment) carries loader variables too.
     let run = sandbox.run_pid1_with_env(&[
         ("NODE_PATH", "/tmp/evil_modules"),
         ("JITI_DEBUG", "1"),
         ("BASH_ENV", "/tmp/evil.sh"),
         ("PYTHONSTARTUP", "/tmp/evil.py"),
+        // pi's self-update and managed install, and its terminal log.
+        ("PI_INSTALLER_API_BASE", "http://127.0.0.1:9/evil-releases"),
+        ("PI_MANAGED_INSTALL_ROOT", "/tmp/evil-install"),
+        ("PI_TUI_WRITE_LOG", "/tmp/evil-log"),
     ]);
     let record = run.record;
     assert_eq!(run.code, 0, "{record}\n{}", run.stderr);
@@ -238,6 +237,9 @@ fn attack_env__loader_variables_never_reach_the_agent() {
         "JITI_DEBUG",
         "BASH_ENV",
         "PYTHONSTARTUP",
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
         "STOLEN",
     ] {
         assert!(
@@ -260,6 +262,9 @@ fn attack_env__loader_variables_never_reach_the_agent() {
         "JITI_DEBUG",
         "BASH_ENV",
         "PYTHONSTARTUP",
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
     ] {
         assert!(
             removed_names.contains(&name),
@@ -504,6 +509,58 @@ fn attack_env__dotenv_cannot_replace_the_images_proxy() {
         "{}",
         run.record
     );
+}
+
+#[test]
+fn attack_env__dotenv_cannot_replace_the_images_ca_or_the_harness_openssl_conf() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // Behind a TLS-inspecting egress proxy the image's environment (the supervisor's own) names
+    // the proxy's CA and the operator's harness OpenSSL's configuration; an earlier iteration
+    // writes a `.env` that swaps both for its own.
+    let mut sandbox = env_printing_sandbox(
+        "NODE_EXTRA_CA_CERTS=/tmp/planted-ca.pem\nOPENSSL_CONF=/tmp/planted-openssl.cnf\nGREETING=kept\n",
+    );
+    sandbox.manifest["env"]["set"] = json!({"OPENSSL_CONF": "/etc/ssl/harness-openssl.cnf"});
+    let run = sandbox.run_pid1_with_env(&[
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem"),
+        ("SSL_CERT_FILE", "/etc/ssl/image-bundle.pem"),
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    let layers = &run.record["env"]["layers"];
+    for (name, value, layer) in [
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem", "baseline"),
+        ("SSL_CERT_FILE", "/etc/ssl/image-bundle.pem", "baseline"),
+        ("OPENSSL_CONF", "/etc/ssl/harness-openssl.cnf", "harness"),
+        ("GREETING", "kept", "dotenv"),
+    ] {
+        assert_eq!(value_of(&env, name), Some(value), "{name}: {env:?}");
+        assert_eq!(layers[name], layer, "{name}: {layers}");
+    }
+    // Both planted lines are refused by name on their line (none was left to strip), and no
+    // value is recorded.
+    let refused: Vec<(u64, String)> = dotenv_refusals(&run.record)
+        .into_iter()
+        .map(|(line, name, _)| (line, name))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (1, "NODE_EXTRA_CA_CERTS".to_string()),
+            (2, "OPENSSL_CONF".to_string())
+        ],
+        "{}",
+        run.record
+    );
+    let removed = run.record["env"]["removed"].to_string();
+    for name in ["NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "OPENSSL_CONF"] {
+        assert!(!removed.contains(&format!("\"{name}\"")), "{removed}");
+    }
+    assert!(!env.iter().any(|(_, v)| v.contains("planted")), "{env:?}");
+    let text = run.record.to_string();
+    assert!(!text.contains("planted"), "a value leaked: {text}");
 }
 
 #[test]

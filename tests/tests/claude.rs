@@ -397,3 +397,113 @@ fn a_model_error_fails_the_iteration_with_claudes_exit_code() {
         "{output}"
     );
 }
+
+/// What the agent plants in the first iteration: a skill in each place Claude Code reads user
+/// skills from (its config dir, `~/.claude/skills`) and `~/.claude.json`.
+const PLANT_SKILLS: &str = r#"for d in "$CLAUDE_CONFIG_DIR/skills/config-plant" "$HOME/.claude/skills/home-plant"; do
+  mkdir -p "$d"; n=$(basename "$d")
+  printf -- '---\nname: %s\ndescription: PLANTED_SKILL_%s\n---\nx\n' "$n" "$n" > "$d/SKILL.md"
+done
+echo '{}' > "$HOME/.claude.json"; echo planted"#;
+
+/// Claude Code is given each verified skill (a skills entry is a single-skill plugin,
+/// `--plugin-dir`) and no other: not one the repository brings in `.claude/skills`, not one the
+/// agent planted in its config dir or home in an earlier iteration. `tools: [Bash, Skill]` is its
+/// `--tools` (skills are offered through the `Skill` tool); the record shows the argv.
+#[test]
+fn claude_is_offered_the_verified_skills_and_none_the_agent_planted() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_SKILLS, "ls -A \"$HOME\"; echo listed"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("skills/review")).unwrap();
+    fs::write(
+        root.join("skills/review/SKILL.md"),
+        "---\nname: review\ndescription: VERIFIED_SKILL_review\n---\nReview.\n",
+    )
+    .unwrap();
+    let repo = root.join("workspace/.claude/skills/repo");
+    fs::create_dir_all(&repo).unwrap();
+    fs::write(
+        repo.join("SKILL.md"),
+        "---\nname: repo\ndescription: REPO_SKILL_repo\n---\nx\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill]\n")
+        + "skills:\n  - skills/review\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    // The first request of each iteration: nothing quotes the planting command yet.
+    for i in [0, 2] {
+        let text = requests[i].to_string();
+        assert!(
+            text.contains("VERIFIED_SKILL_review"),
+            "request {i}: {text}"
+        );
+        assert!(!text.contains("REPO_SKILL_"), "request {i}: {text}");
+        assert!(!text.contains("PLANTED_SKILL_"), "request {i}: {text}");
+        let tools: Vec<&str> = requests[i]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(tools.contains(&"Bash"), "{tools:?}");
+        for builtin in ["Read", "Edit", "Write", "Glob", "Grep"] {
+            assert!(!tools.contains(&builtin), "{builtin} offered: {tools:?}");
+        }
+    }
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(!results[1].contains(".claude"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert!(
+        second["home_reset"]["paths"]
+            .to_string()
+            .contains(".claude"),
+        "{second:#}"
+    );
+    assert!(
+        second["config_reset"]["paths"]
+            .to_string()
+            .contains("skills"),
+        "{second:#}"
+    );
+    let argv = second["agent"]["argv"].to_string();
+    assert!(argv.contains("\"--tools\",\"Bash,Skill\""), "{argv}");
+    assert!(argv.contains("/skills/review\""), "{argv}");
+    assert!(argv.ends_with(",\"<prompt>\"]"), "{argv}");
+}
+
+/// `tools: []` gives Claude Code none of its built-in tools (`--tools ""`).
+#[test]
+fn an_empty_tool_list_gives_claude_no_built_in_tools() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: []\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let tools = &requests[0]["tools"];
+    assert!(
+        tools.as_array().is_none_or(|t| t.is_empty()),
+        "built-in tools offered: {tools:#}"
+    );
+}

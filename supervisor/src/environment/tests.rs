@@ -480,3 +480,222 @@ fn policy_doc_in_manifest_md_is_generated_from_the_code() {
         }
     }
 }
+
+#[test]
+fn trusted_layers_set_every_tls_and_proxy_name_and_the_record_names_the_layer() {
+    // An image behind a TLS-inspecting egress proxy: its proxy and CA in its environment (the
+    // baseline, which `--pass-env` also fills); the operator's harness adds OpenSSL settings.
+    let mut m = manifest("pi", None);
+    for (name, value) in [
+        ("OPENSSL_CONF", "/etc/ssl/harness-openssl.cnf"),
+        ("OPENSSL_CONF_INCLUDE", "/etc/ssl/openssl.d"),
+        ("OPENSSL_ENGINES", "/usr/lib/engines-3"),
+        ("HTTPS_PROXY", "http://harness-proxy:3128"),
+        ("NO_PROXY", "localhost,127.0.0.1"),
+        ("ALL_PROXY", "socks5://harness-proxy:1080"),
+        ("NODE_USE_ENV_PROXY", "1"),
+        ("NODE_TLS_REJECT_UNAUTHORIZED", "1"),
+    ] {
+        m.env.set.insert(name.into(), value.into());
+    }
+    let baseline = [
+        ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem"),
+        ("NODE_USE_SYSTEM_CA", "1"),
+        ("SSL_CERT_FILE", "/etc/ssl/image-bundle.pem"),
+        ("SSL_CERT_DIR", "/etc/ssl/certs"),
+        ("OPENSSL_MODULES", "/usr/lib/ossl-modules"),
+        ("HTTP_PROXY", "http://image-proxy:3128"),
+        ("https_proxy", "http://image-proxy:3128"),
+        ("HTTPS_PROXY", "http://image-proxy:3128"),
+        ("no_proxy", "localhost"),
+    ];
+    let o = build(&m, &base(&baseline)).unwrap();
+    assert!(o.removed.is_empty(), "{:?}", o.removed);
+    for (name, value) in baseline {
+        if name == "HTTPS_PROXY" {
+            continue; // the harness sets it too, later
+        }
+        assert_eq!(o.get(name), Some(value), "{name}");
+        assert_eq!(o.layers[name], EnvSource::Baseline, "{name}");
+    }
+    for (name, value) in &m.env.set {
+        assert_eq!(o.get(name), Some(value.as_str()), "{name}");
+        assert_eq!(o.layers[name], EnvSource::Harness, "{name}");
+    }
+    let json = serde_json::to_value(&o).unwrap();
+    assert_eq!(json["layers"]["NODE_EXTRA_CA_CERTS"], "baseline");
+    assert_eq!(json["layers"]["HTTPS_PROXY"], "harness");
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_cannot_set_or_replace_tls_trust() {
+    // The image trusts its proxy's CA, the harness names OpenSSL's configuration; an earlier
+    // iteration writes a `.env` that swaps them for its own and adds the rest of the family.
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    let planted = [
+        "NODE_EXTRA_CA_CERTS=/planted/ca.pem",
+        "OPENSSL_CONF=/planted/openssl.cnf",
+        "SSL_CERT_FILE=/planted/bundle.pem",
+        "SSL_CERT_DIR=/planted/certs",
+        "OPENSSL_CONF_INCLUDE=/planted/conf.d",
+        "OPENSSL_MODULES=/planted/modules",
+        "OPENSSL_ENGINES=/planted/engines",
+        "NODE_USE_SYSTEM_CA=planted",
+        "NODE_USE_ENV_PROXY=planted",
+        "NODE_TLS_REJECT_UNAUTHORIZED=planted-0",
+        "http_proxy=http://planted:1",
+        "ALL_PROXY=socks5://planted:2",
+    ];
+    std::fs::write(&dotenv, format!("{}\nOK=1\n", planted.join("\n"))).unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    m.env
+        .set
+        .insert("OPENSSL_CONF".into(), "/etc/ssl/harness-openssl.cnf".into());
+    let o = build(
+        &m,
+        &base(&[
+            ("NODE_EXTRA_CA_CERTS", "/etc/ssl/image-ca.pem"),
+            ("SSL_CERT_FILE", "/etc/ssl/image-bundle.pem"),
+        ]),
+    )
+    .unwrap();
+    // The trusted values stay, named by their layer.
+    assert_eq!(o.get("NODE_EXTRA_CA_CERTS"), Some("/etc/ssl/image-ca.pem"));
+    assert_eq!(o.layers["NODE_EXTRA_CA_CERTS"], EnvSource::Baseline);
+    assert_eq!(o.get("SSL_CERT_FILE"), Some("/etc/ssl/image-bundle.pem"));
+    assert_eq!(o.layers["SSL_CERT_FILE"], EnvSource::Baseline);
+    assert_eq!(o.get("OPENSSL_CONF"), Some("/etc/ssl/harness-openssl.cnf"));
+    assert_eq!(o.layers["OPENSSL_CONF"], EnvSource::Harness);
+    assert_eq!(o.get("OK"), Some("1"));
+    assert_eq!(o.layers["OK"], EnvSource::Dotenv);
+    // Every planted line is refused by name on its line, nothing of it reaches the agent, and
+    // nothing was left to strip.
+    let refused: Vec<(usize, &str)> = o
+        .dotenv_refused
+        .iter()
+        .map(|r| (r.line, r.name.as_deref().unwrap_or("")))
+        .collect();
+    let expected: Vec<(usize, &str)> = planted
+        .iter()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.split_once('=').unwrap().0))
+        .collect();
+    assert_eq!(refused, expected);
+    assert!(o.removed.is_empty(), "{:?}", o.removed);
+    assert!(
+        !o.env.iter().any(|(_, v)| v.contains("planted")),
+        "{:?}",
+        o.env
+    );
+    let json = serde_json::to_string(&o).unwrap();
+    assert!(!json.contains("planted"), "{json}");
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__plugin_env_cannot_set_tls_trust() {
+    for name in [
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_USE_SYSTEM_CA",
+        "NODE_USE_ENV_PROXY",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "OPENSSL_CONF",
+        "OPENSSL_CONF_INCLUDE",
+        "OPENSSL_MODULES",
+        "OPENSSL_ENGINES",
+        "HTTP_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+    ] {
+        let mut m = manifest("pi", None);
+        m.trees.push(tree_with_env("p", &[(name, "/planted")]));
+        let err = build(&m, &base(&[(name, "/etc/ssl/image")])).unwrap_err();
+        assert!(matches!(err, EnvError::PluginEnv { .. }), "{name}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(name) && !text.contains("/planted"), "{text}");
+    }
+}
+
+#[test]
+fn pi_update_install_and_tui_log_names_are_stripped_from_every_layer() {
+    // From the image's environment and the harness: stripped, each recorded with its layer and
+    // rule. From the `.env`: refused by name (pi's configuration is the operator's).
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "PI_TUI_WRITE_LOG=/planted/log\nPI_SELF_UPDATE_COMMAND=/planted/update\n",
+    )
+    .unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    // Validation refuses it in the harness (below); a manifest that carried it anyway is
+    // stripped like the image's.
+    m.env
+        .set
+        .insert("PI_MANAGED_INSTALL_ROOT".into(), "/planted/root".into());
+    let o = build(
+        &m,
+        &base(&[
+            ("PI_INSTALLER_API_BASE", "http://planted.example/releases"),
+            ("PI_SELF_UPDATE_COMMAND", "/image/update"),
+        ]),
+    )
+    .unwrap();
+    for name in [
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
+        "PI_SELF_UPDATE_COMMAND",
+    ] {
+        assert!(o.get(name).is_none(), "{name} reached the agent");
+        assert!(!o.layers.contains_key(name), "{name}");
+    }
+    let removed_of = |name: &str| {
+        let r = removed(&o, name).unwrap_or_else(|| panic!("{name} not recorded"));
+        (
+            r.source.clone(),
+            r.rule.split(' ').next().unwrap().to_string(),
+        )
+    };
+    assert_eq!(
+        removed_of("PI_INSTALLER_API_BASE"),
+        (EnvSource::Baseline, "PI_INSTALLER_API_BASE".into())
+    );
+    assert_eq!(
+        removed_of("PI_MANAGED_INSTALL_ROOT"),
+        (EnvSource::Harness, "PI_MANAGED_INSTALL_ROOT".into())
+    );
+    // The image's PI_SELF_UPDATE_COMMAND is stripped; the `.env`'s never got in.
+    assert_eq!(
+        removed_of("PI_SELF_UPDATE_COMMAND"),
+        (EnvSource::Baseline, "PI_SELF_UPDATE_COMMAND".into())
+    );
+    let refused: Vec<(usize, &str)> = o
+        .dotenv_refused
+        .iter()
+        .map(|r| (r.line, r.name.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        refused,
+        [(1, "PI_TUI_WRITE_LOG"), (2, "PI_SELF_UPDATE_COMMAND")]
+    );
+    assert!(!serde_json::to_string(&o).unwrap().contains("planted"));
+
+    // The manifest (and so the harness `env:`, checked by the same function) refuses them.
+    for name in [
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
+    ] {
+        let v = serde_json::json!({
+            "version": 1, "runtime": "pi", "agent": {"binary": "/usr/bin/agent"},
+            "prompt": "do it", "workdir": "/sandbox/workspace", "env": {"set": {name: "x"}},
+        });
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains(name), "{name}: {err}");
+    }
+}

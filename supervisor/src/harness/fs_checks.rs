@@ -237,6 +237,17 @@ impl Checker {
                     format!("a second skills directory named {:?}", spec.name),
                 );
             }
+            if h.runtime == Runtime::Claude && !spec.host_path.join("SKILL.md").is_file() {
+                self.problem(
+                    at,
+                    format!("skills[{i}]"),
+                    format!(
+                        "{} has no SKILL.md at its root: Claude Code loads each skills entry as a \
+                         single-skill plugin (list each skill's own directory)",
+                        spec.path
+                    ),
+                );
+            }
             match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
                 Ok(digest) => out.skills.push(CheckedSkill {
                     spec: spec.clone(),

@@ -25,6 +25,7 @@ const TOP_KEYS: &[&str] = &[
     "skills",
     "env",
     "dotenv",
+    "keep_home",
     "iterations",
     "timeout",
     "processes",
@@ -81,13 +82,24 @@ impl Checker {
             }),
         };
 
-        let mut agent = AgentSection::default();
+        let mut agent = AgentSection {
+            context_files: true,
+            ..AgentSection::default()
+        };
         if let Some(n) = top.get_node("agent") {
             if let Some(m) = self.mapping(n, "agent") {
                 self.unknown_keys(
                     m,
                     "agent",
-                    &["binary", "args", "model", "tools", "claude_agent"],
+                    &[
+                        "binary",
+                        "args",
+                        "model",
+                        "tools",
+                        "claude_agent",
+                        "record_prompt",
+                        "context_files",
+                    ],
                 );
                 agent.binary = m
                     .get_node("binary")
@@ -103,11 +115,30 @@ impl Checker {
                     .get_node("model")
                     .and_then(|n| self.string(n, "agent.model"));
                 if let Some(n) = m.get_node("tools") {
-                    agent.tools = self.string_list(n, "agent.tools");
+                    let tools = self.string_list(n, "agent.tools");
+                    for (i, tool) in tools.iter().enumerate() {
+                        if tool.is_empty() || tool.contains(',') || tool.trim() != tool {
+                            self.problem(
+                                location(n),
+                                format!("agent.tools[{i}]"),
+                                format!(
+                                    "{tool:?} is not a tool name (the runtimes take the list \
+                                     joined with ','; [] gives no built-in tools)"
+                                ),
+                            );
+                        }
+                    }
+                    agent.tools = Some(tools);
                 }
                 agent.claude_agent = m
                     .get_node("claude_agent")
                     .and_then(|n| self.string(n, "agent.claude_agent"));
+                if let Some(n) = m.get_node("record_prompt") {
+                    agent.record_prompt = self.boolean(n, "agent.record_prompt").unwrap_or(false);
+                }
+                if let Some(n) = m.get_node("context_files") {
+                    agent.context_files = self.boolean(n, "agent.context_files").unwrap_or(true);
+                }
             }
         }
 
@@ -167,10 +198,14 @@ impl Checker {
                     Some(_) => {}
                 }
                 // Options only one runtime reads.
-                let ignored: &[(&str, Runtime)] =
-                    &[("tools", Runtime::Pi), ("claude_agent", Runtime::Claude)];
                 let agent = top.get_node("agent").and_then(Node::as_mapping);
-                for (key, reader) in ignored.iter().filter(|(_, reader)| *reader != rt) {
+                for (key, reader) in [
+                    ("claude_agent", Runtime::Claude),
+                    ("context_files", Runtime::Pi),
+                ] {
+                    if rt == reader {
+                        continue;
+                    }
                     if let Some(n) = agent.and_then(|m| m.get_node(key)) {
                         self.note(
                             location(n),
@@ -304,6 +339,26 @@ impl Checker {
             .get_node("retention")
             .map(|n| self.retention(n))
             .unwrap_or_default();
+        // What persists in HOME from one iteration to the next (everything else is removed).
+        let keep_home = top
+            .get_node("keep_home")
+            .map(|n| {
+                let paths = self.string_list(n, "keep_home");
+                for (i, p) in paths.iter().enumerate() {
+                    if p.is_empty()
+                        || p.starts_with('/')
+                        || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
+                    {
+                        self.problem(
+                            location(n),
+                            format!("keep_home[{i}]"),
+                            format!("{p:?} is not a plain path relative to HOME"),
+                        );
+                    }
+                }
+                paths
+            })
+            .unwrap_or_default();
         let timeout = match top.get_node("timeout") {
             None => Duration::from_secs(30 * 60),
             Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
@@ -399,11 +454,33 @@ impl Checker {
             memory,
             disk,
             dotenv,
+            keep_home,
             retention,
             workdir,
             output,
             validation,
         };
+        // Skills reach the model only through a tool that reads them.
+        if let (Some(tools), false) = (&harness.agent.tools, harness.skills.is_empty()) {
+            let readers: &[&str] = match harness.runtime {
+                // pi 0.73.1 lists skills only with `read`; later versions with `bash` too.
+                Runtime::Pi => &["read"],
+                Runtime::Claude => &["Skill"],
+                Runtime::Command => &[],
+            };
+            if !readers.is_empty() && !tools.iter().any(|t| readers.contains(&t.as_str())) {
+                let at = top.get_node("agent").and_then(Node::as_mapping);
+                self.note(
+                    at.and_then(|m| m.get_node("tools")).and_then(location),
+                    "agent.tools",
+                    format!(
+                        "none of {} is listed, so {} offers the model no skill",
+                        readers.join(", "),
+                        harness.runtime.as_str()
+                    ),
+                );
+            }
+        }
         // The local engine runs the agent from this host's filesystem and PATH.
         let program = harness.agent_program();
         // A relative path with a `/` is a problem of its own (not an absolute sandbox path).

@@ -117,10 +117,14 @@ pub struct AgentSection {
     pub args: Vec<String>,
     /// Model.
     pub model: Option<String>,
-    /// pi tools.
-    pub tools: Vec<String>,
+    /// The runtime's built-in tools: unset = its default set, empty = none.
+    pub tools: Option<Vec<String>>,
     /// Claude `--agent`.
     pub claude_agent: Option<String>,
+    /// Whether the record shows the prompt in `agent.argv` (default: its length and SHA-256).
+    pub record_prompt: bool,
+    /// Whether pi loads the repository's context files (`AGENTS.md`, …); default true.
+    pub context_files: bool,
 }
 
 /// A harness whose fields have the right shapes (checks that need the file system are in
@@ -164,6 +168,8 @@ pub struct Harness {
     /// workspace, or absolute inside the sandbox.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dotenv: Option<String>,
+    /// Paths relative to `HOME` that persist between iterations (`keep_home`), unverified.
+    pub keep_home: Vec<String>,
     /// The collected records the sandbox keeps (`retention`).
     pub retention: crate::manifest::Retention,
     /// Host directory uploaded as the agent's workspace.

@@ -314,19 +314,17 @@ fn keys_the_runtime_ignores_are_noted() {
     let file = dir.path().join("harness.yaml");
     std::fs::write(
         &file,
-        "runtime: claude\nprompt: hi\nagent:\n  tools: [read]\nplugins:\n  - path: p\n    pi: {args: [--x]}\n",
+        "runtime: claude\nprompt: hi\nplugins:\n  - path: p\n    pi: {args: [--x]}\n",
     )
     .unwrap();
     let v = validate(&file).unwrap();
-    for field in ["agent.tools", "plugins[0].pi"] {
-        assert!(
-            v.notes
-                .iter()
-                .any(|n| n.field == field && n.message.contains("runtime claude ignores it")),
-            "{field}: {:?}",
-            v.notes
-        );
-    }
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.field == "plugins[0].pi" && n.message.contains("runtime claude ignores it")),
+        "{:?}",
+        v.notes
+    );
 }
 
 #[test]
@@ -405,5 +403,68 @@ fn an_agent_script_whose_env_interpreter_is_missing_is_noted_as_the_supervisor_w
         note.message
             .contains("runs `#!/usr/bin/env no-such-interpreter-x`"),
         "{note:?}"
+    );
+}
+
+#[test]
+fn tools_keep_home_and_record_prompt_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("skills/review")).unwrap();
+    std::fs::write(dir.path().join("skills/review/SKILL.md"), "x\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("skills/many/a")).unwrap();
+    let file = dir.path().join("harness.yaml");
+    let check_yaml = |yaml: &str| {
+        std::fs::write(&file, yaml).unwrap();
+        validate(&file).unwrap()
+    };
+    // An empty list is kept as such (no built-in tools), and noted when skills need a tool.
+    let v = check_yaml(
+        "runtime: pi\nprompt: hi\nagent:\n  tools: []\n  record_prompt: true\nskills: [skills/review]\nkeep_home: [.cache/uv]\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let h = v.harness.as_ref().unwrap();
+    assert_eq!(h.agent.tools, Some(Vec::new()));
+    assert!(h.agent.record_prompt);
+    assert_eq!(h.keep_home, [".cache/uv"]);
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.field == "agent.tools" && n.message.contains("offers the model no skill")),
+        "{:?}",
+        v.notes
+    );
+    let m = v
+        .manifest(&SandboxLayout {
+            root: "/pitcrew".into(),
+        })
+        .unwrap();
+    assert_eq!(m.agent.tools, Some(Vec::new()));
+    assert_eq!(m.dirs.home_keep, [".cache/uv"]);
+    assert!(m.agent.record_prompt);
+    // Absent: the runtime's default set.
+    let v = check_yaml("runtime: pi\nprompt: hi\n");
+    assert_eq!(v.harness.unwrap().agent.tools, None);
+
+    let v = check_yaml(
+        "runtime: claude\nprompt: hi\nagent:\n  tools: [\"Bash,Read\", \"\"]\n  record_prompt: yes\nskills: [skills/many]\nkeep_home: [../up, /abs, a//b]\n",
+    );
+    let fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
+    for field in [
+        "agent.tools[0]",
+        "agent.tools[1]",
+        "agent.record_prompt",
+        "skills[0]",
+        "keep_home[0]",
+        "keep_home[1]",
+        "keep_home[2]",
+    ] {
+        assert!(fields.contains(&field), "{field}: {:?}", v.problems);
+    }
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.field == "skills[0]" && p.message.contains("no SKILL.md at its root")),
+        "{:?}",
+        v.problems
     );
 }

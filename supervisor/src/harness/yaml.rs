@@ -144,6 +144,18 @@ impl Checker {
         }
     }
 
+    /// The node as a boolean (`true` or `false`), or a problem.
+    pub(super) fn boolean(&mut self, node: &Node, field: &str) -> Option<bool> {
+        match node {
+            Node::Scalar(s) if s.as_str() == "true" => Some(true),
+            Node::Scalar(s) if s.as_str() == "false" => Some(false),
+            _ => {
+                self.problem(location(node), field, "expected true or false");
+                None
+            }
+        }
+    }
+
     /// The node as a mapping, or a problem.
     pub(super) fn mapping<'a>(
         &mut self,

@@ -1,0 +1,158 @@
+//! Which release of a runtime the agent binary is, read from the npm package it belongs to, and
+//! what that release does that decides the argv and the report.
+//!
+//! pi and Claude Code are installed from npm: the binary (`pi`, a `#!/usr/bin/env node` script;
+//! `claude`, a native executable) lies inside its package, whose `package.json` names the
+//! package and its version. Reading that file costs microseconds where `pi --version` costs a
+//! Node start (about a second), and it is the package's own statement, as root-owned as the
+//! binary it sits next to. A binary outside a known package has no version: the argv then
+//! assumes the oldest supported release.
+
+use std::path::Path;
+
+/// The npm packages whose `package.json` gives a runtime's version.
+const PACKAGES: &[&str] = &[
+    "@mariozechner/pi-coding-agent",
+    "@earendil-works/pi-coding-agent",
+    "@anthropic-ai/claude-code",
+];
+
+/// How many directories above the binary a `package.json` is looked for (pi 1.6's binary is
+/// `dist/bundle/cli.js`).
+const LEVELS: usize = 4;
+
+/// Largest `package.json` read.
+const MAX_PACKAGE_JSON: u64 = 1 << 20;
+
+/// The version of the runtime package `binary` belongs to: the first `package.json` above the
+/// binary's real path (links resolved) that names one of the known packages. `None` when there
+/// is none, or it cannot be read.
+pub fn detect(binary: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(binary).ok()?;
+    for dir in real.ancestors().skip(1).take(LEVELS) {
+        let file = dir.join("package.json");
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > MAX_PACKAGE_JSON {
+            continue;
+        }
+        let Ok(text) = std::fs::read(&file) else {
+            continue;
+        };
+        #[derive(serde::Deserialize)]
+        struct Package {
+            name: Option<String>,
+            version: Option<String>,
+        }
+        let Ok(package) = serde_json::from_slice::<Package>(&text) else {
+            continue;
+        };
+        if package
+            .name
+            .as_deref()
+            .is_some_and(|name| PACKAGES.contains(&name))
+        {
+            return package.version;
+        }
+    }
+    None
+}
+
+/// `major.minor.patch` of a version string (a pre-release or build suffix is ignored).
+fn triple(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// The first pi release known to gate project files behind trust and to take `--no-approve`
+/// (0.73.1 has neither; 0.87.1 and 1.6.0 have both).
+const PI_TRUST: (u64, u64, u64) = (0, 87, 1);
+
+/// What a pi release does that the argv and the report depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PiFeatures {
+    /// It takes `--no-approve` (project trust fixed to "no" for the run).
+    pub no_approve: bool,
+    /// It reads the workspace's `.pi/settings.json`, `.pi/SYSTEM.md` and
+    /// `.pi/APPEND_SYSTEM.md` whatever its flags (no project trust).
+    pub reads_project_files: bool,
+}
+
+impl PiFeatures {
+    /// The features of pi `version`; an unknown or unreadable version is taken for the oldest
+    /// supported release (0.73.1): no `--no-approve` (it would refuse the option), and its
+    /// project files reported.
+    pub fn of(version: Option<&str>) -> PiFeatures {
+        let trust = version.and_then(triple).is_some_and(|v| v >= PI_TRUST);
+        PiFeatures {
+            no_approve: trust,
+            reads_project_files: !trust,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(root: &Path, name: &str, version: &str, bin: &str) -> std::path::PathBuf {
+        std::fs::create_dir_all(root.join(bin).parent().unwrap()).unwrap();
+        std::fs::write(
+            root.join("package.json"),
+            format!(r#"{{"name": "{name}", "version": "{version}", "bin": {{}}}}"#),
+        )
+        .unwrap();
+        std::fs::write(root.join(bin), "#!/usr/bin/env node\n").unwrap();
+        root.join(bin)
+    }
+
+    #[test]
+    fn the_version_comes_from_the_package_the_real_binary_lies_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let pkg = dir
+            .path()
+            .join("lib/node_modules/@earendil-works/pi-coding-agent");
+        let cli = package(
+            &pkg,
+            "@earendil-works/pi-coding-agent",
+            "1.6.0",
+            "dist/bundle/cli.js",
+        );
+        // A nested package.json of something else is passed over.
+        std::fs::write(pkg.join("dist/package.json"), r#"{"type": "module"}"#).unwrap();
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        let link = dir.path().join("bin/pi");
+        std::os::unix::fs::symlink(&cli, &link).unwrap();
+        assert_eq!(detect(&link).as_deref(), Some("1.6.0"));
+
+        let other = dir.path().join("other");
+        let bin = package(&other, "left-pad", "1.0.0", "bin/x");
+        assert_eq!(detect(&bin), None);
+        assert_eq!(detect(Path::new("/nonexistent/pi")), None);
+    }
+
+    #[test]
+    fn trust_and_no_approve_start_at_0_87_1() {
+        let old = PiFeatures {
+            no_approve: false,
+            reads_project_files: true,
+        };
+        let new = PiFeatures {
+            no_approve: true,
+            reads_project_files: false,
+        };
+        for (version, want) in [
+            (Some("0.73.1"), old),
+            (Some("0.87.0"), old),
+            (Some("0.87.1"), new),
+            (Some("1.6.0"), new),
+            (Some("2.0.0-beta.1"), new),
+            (Some("garbage"), old),
+            (None, old),
+        ] {
+            assert_eq!(PiFeatures::of(version), want, "{version:?}");
+        }
+    }
+}

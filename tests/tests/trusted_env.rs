@@ -1,0 +1,140 @@
+//! TLS and proxy settings from the trusted layers, end to end through `pitcrew run` and the
+//! local engine: what `--pass-env` passes (the supervisor's baseline, where a container's image
+//! environment would be) and what the harness `env:` sets reach a `command` agent and the
+//! record names their layer; a workspace `.env` (untrusted: the repository or an earlier
+//! iteration writes it) replaces none of them, each of its lines refused by name; pi's
+//! self-update, managed-install and terminal-log variables are refused by `--pass-env` before a
+//! sandbox starts.
+//!
+//! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`); skipped otherwise, or a
+//! failure with `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
+
+use pitcrew_e2e::{
+    iteration_dir, pitcrew_run, read_json, read_text, require_pid_namespaces, LocalFixture,
+};
+
+/// The agent's environment as it wrote it (`env > output/env`): (name, value) pairs.
+fn agent_env(text: &str) -> Vec<(&str, &str)> {
+    text.lines().filter_map(|l| l.split_once('=')).collect()
+}
+
+#[test]
+fn attack_env__a_workspace_dotenv_cannot_replace_the_ca_and_proxy_passed_with_pass_env() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new(
+        "mkdir -p output\nenv > output/env",
+        1,
+        "dotenv: .env\nenv:\n  OPENSSL_CONF: /etc/ssl/harness-openssl.cnf\n",
+        false,
+    );
+    // The repository's `.env` tries to make the agent trust its CA, read its OpenSSL
+    // configuration and send its traffic through its proxy.
+    std::fs::write(
+        fx.root.join("workspace/.env"),
+        "NODE_EXTRA_CA_CERTS=/tmp/planted-ca.pem\n\
+         OPENSSL_CONF=/tmp/planted-openssl.cnf\n\
+         HTTPS_PROXY=http://127.0.0.1:9/planted\n\
+         GREETING=kept\n",
+    )
+    .unwrap();
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--pass-env",
+            "NODE_EXTRA_CA_CERTS",
+            "--pass-env",
+            "SSL_CERT_FILE",
+            "--pass-env",
+            "HTTPS_PROXY",
+        ],
+        &[
+            ("NODE_EXTRA_CA_CERTS", "/etc/ssl/operator-ca.pem"),
+            ("SSL_CERT_FILE", "/etc/ssl/operator-bundle.pem"),
+            ("HTTPS_PROXY", "http://proxy.operator.example:3128"),
+            // In pitcrew's environment but not passed: it does not arrive.
+            ("SSL_CERT_DIR", "/etc/ssl/not-passed"),
+        ],
+    );
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    let text = read_text(&it.join("output/env"));
+    let env = agent_env(&text);
+    let value_of = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let layers = &record["env"]["layers"];
+    for (name, value, layer) in [
+        (
+            "NODE_EXTRA_CA_CERTS",
+            "/etc/ssl/operator-ca.pem",
+            "baseline",
+        ),
+        ("SSL_CERT_FILE", "/etc/ssl/operator-bundle.pem", "baseline"),
+        (
+            "HTTPS_PROXY",
+            "http://proxy.operator.example:3128",
+            "baseline",
+        ),
+        ("OPENSSL_CONF", "/etc/ssl/harness-openssl.cnf", "harness"),
+        ("GREETING", "kept", "dotenv"),
+    ] {
+        assert_eq!(value_of(name), Some(value), "{name}:\n{text}");
+        assert_eq!(layers[name], layer, "{name}: {layers}");
+    }
+    assert_eq!(value_of("SSL_CERT_DIR"), None, "{text}");
+    assert!(!text.contains("planted"), "{text}");
+    let refused: Vec<(u64, &str)> = record["env"]["dotenv_refused"]
+        .as_array()
+        .expect("dotenv_refused")
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap_or(0),
+                r["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (1, "NODE_EXTRA_CA_CERTS"),
+            (2, "OPENSSL_CONF"),
+            (3, "HTTPS_PROXY")
+        ],
+        "{record:#}"
+    );
+    assert!(!record.to_string().contains("planted"), "{record:#}");
+}
+
+#[test]
+fn pass_env_refuses_pis_update_install_and_terminal_log_variables() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new("true", 1, "", false);
+    let harness = fx.harness.to_str().unwrap();
+    for name in [
+        "PI_SELF_UPDATE_COMMAND",
+        "PI_INSTALLER_API_BASE",
+        "PI_MANAGED_INSTALL_ROOT",
+        "PI_TUI_WRITE_LOG",
+    ] {
+        let out = fx
+            .pitcrew(&["run", harness, "--pass-env", name])
+            .env(name, "/tmp/planted")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "--pass-env {name}: refused by the loader rule {name} ("
+            )),
+            "{name}: {stderr}"
+        );
+    }
+    assert!(fx.sandboxes().is_empty(), "a sandbox was started");
+}
