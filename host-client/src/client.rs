@@ -340,15 +340,17 @@ impl<R: Read, W: Write> Client<R, W> {
         self.expect_ok(id, name).map(|_| ())
     }
 
-    /// Runs one iteration: `on_update` sees each event and each chunk of agent output; returns
-    /// the result record.
+    /// Runs one iteration, `feedback` appended to its prompt: `on_update` sees each event and
+    /// each chunk of agent output; returns the result record.
     pub fn run(
         &mut self,
+        feedback: Option<&str>,
         mut on_update: impl FnMut(RunUpdate<'_>),
     ) -> Result<RunOutcome, ClientError> {
         let id = self.id();
         let name = "run";
-        self.send(&Request::Run { id }, name)?;
+        let feedback = feedback.map(str::to_owned);
+        self.send(&Request::Run { id, feedback }, name)?;
         loop {
             match self.next(id, name)? {
                 Incoming::Data(channel, bytes) => on_update(RunUpdate::Output {

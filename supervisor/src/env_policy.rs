@@ -539,50 +539,22 @@ fn entry_problems(
     problems
 }
 
-/// pi's own command-line options: a plugin's `pi.args` may never set one of these, since they
-/// would change what pi loads, which model it talks to or how its output is read.
-pub const PI_OWN_OPTIONS: &[&str] = &[
-    "--extension",
-    "--no-extensions",
-    "--approve",
-    "--no-approve",
-    "--tools",
-    "--no-tools",
-    "--no-builtin-tools",
-    "--exclude-tools",
-    "--model",
-    "--models",
-    "--provider",
-    "--thinking",
-    "--api-key",
-    "--system-prompt",
-    "--append-system-prompt",
-    "--session",
-    "--session-dir",
-    "--session-id",
-    "--no-session",
-    "--continue",
-    "--resume",
-    "--fork",
-    "--name",
-    "--skill",
-    "--no-skills",
-    "--prompt-template",
-    "--no-prompt-templates",
-    "--theme",
-    "--use-theme",
-    "--no-themes",
-    "--tui-mode",
-    "--no-context-files",
-    "--mode",
-    "--print",
-    "--offline",
-    "--verbose",
-    "--export",
-    "--list-models",
-    "--help",
-    "--version",
-];
+pub mod pi_options;
+
+/// The supported pi releases (of [`pi_options::PI_RELEASES`]) of which `name` (`--model`, `-e`,
+/// `--`) is an own option, oldest first; empty when it is an option of none.
+///
+/// A plugin's `pi.args` may set none of them: they would change what pi loads, which model it
+/// talks to or how its output is read. The tables are generated from each release's `--help` by
+/// `scripts/pi-options`; a harness may run on any of the releases, so an option of one is
+/// refused for all.
+pub fn pi_own_option_releases(name: &str) -> Vec<&'static str> {
+    pi_options::PI_RELEASES
+        .iter()
+        .filter(|(_, options)| options.binary_search(&name).is_ok())
+        .map(|(version, _)| *version)
+        .collect()
+}
 
 /// What is wrong with one element of a plugin's `pi.args`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -590,9 +562,18 @@ pub enum PiArgProblem {
     /// Not of the form `--flag` or `--flag=value`.
     #[error("{0:?} is not --flag or --flag=value (letters, digits, '.', '_', '-')")]
     NotAFlag(String),
-    /// One of pi's own options.
-    #[error("{0} is one of pi's own options, not an extension flag")]
-    PiOwnOption(String),
+    /// One of pi's own options (long name or short alias) in at least one supported release.
+    #[error("{flag} is one of pi's own options ({releases}), not an extension flag")]
+    PiOwnOption {
+        /// The option as written, without any `=value`.
+        flag: String,
+        /// The releases that have it, comma-separated (`0.87.1, 1.6.0`).
+        releases: String,
+    },
+    /// `--` alone: pi 0.73.1 reads it as an unknown option, later releases end their options
+    /// with it, so every argument after it would be read as the prompt.
+    #[error("-- ends pi's options (0.87.1 on; 0.73.1 reads it as an unknown option): what follows would be read as the prompt")]
+    EndOfOptions,
     /// A bare word that does not directly follow a `--flag` without `=`; pi would take it as
     /// (part of) the prompt.
     #[error("bare word {0:?} must directly follow a --flag without '=' (pi would read it as the prompt)")]
@@ -640,15 +621,31 @@ pub fn pi_args_problems(
             value_may_follow = false;
             continue;
         }
+        if arg == "--" {
+            problems.push((i, PiArgProblem::EndOfOptions));
+            value_may_follow = false;
+            continue;
+        }
         if arg.starts_with('-') {
+            // pi's own options by the name before any `=`: long names, and the short aliases
+            // (`-e`, `-na`) that are not `--flag` at all.
+            let own = match arg.split_once('=').map_or(arg.as_str(), |(n, _)| n) {
+                "--" => Vec::new(), // `--=x`: not an option of pi's, refused below as not a --flag
+                name => pi_own_option_releases(name),
+            };
             let Some(name) = pi_flag_name(arg) else {
-                problems.push((i, PiArgProblem::NotAFlag(arg.clone())));
+                let problem = if own.is_empty() {
+                    PiArgProblem::NotAFlag(arg.clone())
+                } else {
+                    own_option(arg, &own)
+                };
+                problems.push((i, problem));
                 value_may_follow = false;
                 continue;
             };
             let flag = format!("--{name}");
-            if PI_OWN_OPTIONS.contains(&flag.as_str()) {
-                problems.push((i, PiArgProblem::PiOwnOption(flag.clone())));
+            if !own.is_empty() {
+                problems.push((i, own_option(&flag, &own)));
             } else if let Some(registered) = registered {
                 if !registered.iter().any(|r| r == name) {
                     let list = if registered.is_empty() {
@@ -688,6 +685,14 @@ pub fn pi_args_problems(
         }
     }
     problems
+}
+
+/// [`PiArgProblem::PiOwnOption`] of `arg` (its name before any `=`), an option of `releases`.
+fn own_option(arg: &str, releases: &[&str]) -> PiArgProblem {
+    PiArgProblem::PiOwnOption {
+        flag: arg.split_once('=').map_or(arg, |(n, _)| n).to_string(),
+        releases: releases.join(", "),
+    }
 }
 
 #[cfg(test)]

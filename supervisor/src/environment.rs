@@ -68,10 +68,13 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum EnvSource {
-    /// The image environment captured at supervisor start. The host's `--pass-env` names are
-    /// part of it (the local engine starts the supervisor with them, a container engine adds
-    /// them to the container's): the supervisor cannot tell them apart.
+    /// The image environment captured at supervisor start.
     Baseline,
+    /// A variable of that environment the host passed by name (`pitcrew run --pass-env`): the
+    /// local engine starts the supervisor with it, a container engine adds it to the
+    /// container's, and the manifest's `env.passed` names it, so the record can tell it from
+    /// the image's own. The same trusted layer as [`EnvSource::Baseline`].
+    PassEnv,
     /// The sandbox `.env` file.
     Dotenv,
     /// The harness `env.set` block.
@@ -86,6 +89,7 @@ impl fmt::Display for EnvSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EnvSource::Baseline => f.write_str("baseline"),
+            EnvSource::PassEnv => f.write_str("pass-env"),
             EnvSource::Dotenv => f.write_str("dotenv"),
             EnvSource::Harness => f.write_str("harness"),
             EnvSource::Pin => f.write_str("pin"),
@@ -106,6 +110,7 @@ impl TryFrom<String> for EnvSource {
     fn try_from(text: String) -> Result<EnvSource, String> {
         Ok(match text.as_str() {
             "baseline" => EnvSource::Baseline,
+            "pass-env" => EnvSource::PassEnv,
             "dotenv" => EnvSource::Dotenv,
             "harness" => EnvSource::Harness,
             "pin" => EnvSource::Pin,
@@ -251,7 +256,7 @@ pub fn pi_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     vec![
         // PI_CODING_AGENT_DIR: pi reads settings.json/models.json (which can execute commands)
         // from its agent dir; it holds the pinned, verified files and nothing else when the
-        // agent starts (`config_reset`).
+        // agent starts (`dir_reset`).
         ("PI_CODING_AGENT_DIR", dirs.config.clone()),
         // PI_CODING_AGENT_SESSION_DIR: sessions go where the supervisor collects them
         // (--session-dir also says so; the variable covers sub-agents started by pi).
@@ -324,7 +329,12 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
             continue;
         }
-        vars.insert(name.clone(), (value.clone(), EnvSource::Baseline));
+        let source = if manifest.env.passed.contains(name) {
+            EnvSource::PassEnv
+        } else {
+            EnvSource::Baseline
+        };
+        vars.insert(name.clone(), (value.clone(), source));
     }
 
     if let Some(path) = &manifest.env.dotenv {

@@ -190,7 +190,7 @@ fn prepare(
         return Err(Stop::supervisor(format!("confine: {reason}")));
     }
     agent_dirs_step(manifest, observer)?;
-    let reset = crate::config_reset::reset(manifest)
+    let reset = crate::dir_reset::reset(manifest)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
         observer.step(
@@ -203,11 +203,14 @@ fn prepare(
             paths: reset.removed,
         });
     }
-    let scratch = crate::config_reset::reset_home_and_tmp(manifest, &ctx.supervisor_paths)
+    let scratch = crate::dir_reset::reset_home_and_tmp(manifest, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
+    let output = crate::dir_reset::empty_output(manifest)
+        .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
         ("home-reset", scratch.home, &mut record.home_reset),
         ("tmp-reset", scratch.tmp, &mut record.tmp_reset),
+        ("output-reset", output, &mut record.output_reset),
     ] {
         if report.count > 0 {
             observer.step(
@@ -575,7 +578,30 @@ fn conclude(
             reason = Some(verdict);
         }
     }
+    // Whatever the outcome: a failed or timed-out iteration spent tokens too.
+    record.usage = stdout_usage(manifest, &spec, &streams);
     Verdict { code, reason }
+}
+
+/// The tokens and cost the runtime (pi, Claude) reported in its captured stdout
+/// ([`crate::usage`]): read from the record file once the stream has ended, like the judge's;
+/// `None` when stdout is not captured to a file or was still held open after the final reap.
+fn stdout_usage(
+    manifest: &Manifest,
+    spec: &LaunchSpec,
+    streams: &[StreamReport],
+) -> Option<crate::result::UsageRecord> {
+    if manifest.runtime == crate::manifest::Runtime::Command {
+        return None;
+    }
+    let file = spec.stdout_file()?;
+    let held = streams
+        .iter()
+        .any(|s| s.name != StreamName::Stderr && !s.complete);
+    if held {
+        return None;
+    }
+    crate::usage::usage(manifest.runtime, file)
 }
 
 /// A captured stream as the record shows it.

@@ -77,8 +77,8 @@ struct Window {
 /// The lines (without their newline) of a bounded stream: all of them when it is at most
 /// `head + tail` bytes long, else the whole lines of its first `head` bytes, then those of its
 /// last `tail` bytes. Lines longer than `max_line` are skipped as they are read; a read error
-/// ends the lines.
-struct Lines<R> {
+/// ends the lines. Also read by [`crate::usage`].
+pub(crate) struct Lines<R> {
     reader: BufReader<R>,
     /// Windows still to read, the next one last.
     windows: Vec<Window>,
@@ -91,7 +91,7 @@ struct Lines<R> {
 }
 
 impl<R: Read + Seek> Lines<R> {
-    fn new(mut stdout: R, bounds: Bounds) -> Lines<R> {
+    pub(crate) fn new(mut stdout: R, bounds: Bounds) -> Lines<R> {
         let windows = match stdout.seek(SeekFrom::End(0)) {
             Err(_) => Vec::new(),
             Ok(len) if len <= bounds.head.saturating_add(bounds.tail) => vec![Window {

@@ -8,8 +8,8 @@
 //!   for `pi.args`.
 //! - `bounded_tree` (Unix): walks and removals of agent-written trees in bounded descriptors
 //!   and memory at any depth, never following a link or leaving the tree.
-//! - `config_reset` (Unix): the runtime's config directory brought back to the pinned files
-//!   before each verification.
+//! - `dir_reset` (Unix): before each iteration, the runtime's config directory brought back to
+//!   the pinned files, `HOME`, `TMPDIR` and the workspace's `output/` emptied.
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
@@ -18,6 +18,7 @@
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`user_namespace`]: the user namespace the supervisor runs in (rootless sandboxes).
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
+//! - [`usage`]: the tokens and cost the runtime reported in its JSON stream.
 //! - [`runtime_version`]: which pi or Claude Code release the agent binary is (its npm
 //!   package), and what that release does.
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
@@ -35,7 +36,7 @@ pub mod agent_dirs;
 pub mod bounded_tree;
 pub mod clock;
 #[cfg(unix)]
-pub mod config_reset;
+pub mod dir_reset;
 pub mod dotenv;
 pub mod env_policy;
 pub mod environment;
@@ -60,6 +61,7 @@ pub mod server;
 pub mod tree_hash;
 #[cfg(unix)]
 pub mod unpack;
+pub mod usage;
 pub mod user_namespace;
 pub mod verify;
 pub mod workspace_config;

@@ -21,6 +21,8 @@ use std::io::{self, Read, Write};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
+/// The most bytes of `feedback` a `run` request may carry (an argv element may hold 128 KiB).
+pub const MAX_FEEDBACK: usize = 64 * 1024;
 /// Largest payload of a data frame (1 MiB): larger frames are refused, never buffered.
 /// Senders split byte streams into frames of at most this size.
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -361,6 +363,11 @@ pub enum Request {
     Run {
         /// Correlation id.
         id: u64,
+        /// Text appended to the manifest's prompt for this iteration only, after a blank line
+        /// (the harness's `feedback:`: what the validation of the previous iteration said); at
+        /// most [`MAX_FEEDBACK`] bytes, no NUL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
     },
     /// Send a signal to the running agent's process group.
     Signal {
@@ -441,7 +448,7 @@ impl Request {
             Request::Hello { id, .. }
             | Request::Upload { id, .. }
             | Request::SetManifest { id, .. }
-            | Request::Run { id }
+            | Request::Run { id, .. }
             | Request::Signal { id, .. }
             | Request::Cancel { id, .. }
             | Request::Collect { id, .. }
@@ -555,7 +562,10 @@ mod tests {
     #[test]
     fn frames_round_trip_through_both_decoders() {
         let frames = vec![
-            Frame::control(&Request::Run { id: 7 }),
+            Frame::control(&Request::Run {
+                id: 7,
+                feedback: None,
+            }),
             Frame::data(Channel::Stdout, b"hello\n".to_vec()),
             Frame::data(Channel::Tar, Vec::new()),
         ];
@@ -579,7 +589,13 @@ mod tests {
         }
         assert_eq!(out, frames);
         assert_eq!(dec.pending(), 0);
-        assert_eq!(out[0].json::<Request>().unwrap(), Request::Run { id: 7 });
+        assert_eq!(
+            out[0].json::<Request>().unwrap(),
+            Request::Run {
+                id: 7,
+                feedback: None
+            }
+        );
     }
 
     #[test]

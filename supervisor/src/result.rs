@@ -40,6 +40,10 @@ pub struct IterationResult {
     /// What was removed from `dirs.config` before verifying (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reset: Option<ConfigResetRecord>,
+    /// The feedback appended to this iteration's prompt (`run`'s `feedback`): its length and
+    /// digest; the text is in the previous iteration's validation output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackRecord>,
     /// What an earlier agent left in `HOME` and was removed before this iteration (absent when
     /// nothing was); only `dirs.home_keep` and the manifest's own paths stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,6 +51,10 @@ pub struct IterationResult {
     /// What an earlier agent left in `TMPDIR` and was removed (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp_reset: Option<ConfigResetRecord>,
+    /// What the workspace's `output/` held and was removed before this iteration (absent when
+    /// nothing was, or `output.keep_output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_reset: Option<ConfigResetRecord>,
     /// What an earlier agent left in the sandbox's IPC namespace and `/dev/shm` and was removed
     /// before this iteration (PID 1 without a private IPC namespace, e.g. a container; absent
     /// when nothing was).
@@ -68,6 +76,10 @@ pub struct IterationResult {
     /// The launched agent (absent when nothing was launched).
     #[serde(default)]
     pub agent: Option<AgentRecord>,
+    /// Tokens and cost of the iteration as the runtime reported them in its JSON stream (pi,
+    /// Claude Code; absent for `command`, and when the stream says nothing of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageRecord>,
     /// The filesystem holding the records was full when the iteration ended (absent when it
     /// was not, or when the supervisor does not keep records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +163,7 @@ pub struct ReapCounts {
 }
 
 /// What a reset before the iteration removed from a directory of the agent: the config
-/// directory brought back to the pinned files (`config_reset`), `HOME` and `TMPDIR` emptied
+/// directory brought back to the pinned files (`config_reset`), `HOME` and `TMPDIR` emptied (`dir_reset`)
 /// (`home_reset`, `tmp_reset`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigResetRecord {
@@ -377,6 +389,15 @@ pub struct AgentRecord {
     pub output: Vec<OutputRecord>,
 }
 
+/// The feedback a `run` request appended to the prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackRecord {
+    /// Its length in bytes.
+    pub bytes: usize,
+    /// Lowercase hex SHA-256 of its bytes.
+    pub sha256: String,
+}
+
 /// The prompt as the record shows it when the argv does not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromptRecord {
@@ -405,6 +426,36 @@ pub struct OutputRecord {
     pub write_error: Option<String>,
 }
 
+/// Tokens and cost of one iteration, summed from the runtime's own JSON stream
+/// ([`crate::usage`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    /// Input tokens not read from or written to the prompt cache.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// The cost in US dollars the runtime computed from its price list; `None` (`null`) when
+    /// it did not say.
+    pub cost_usd: Option<f64>,
+    /// Which stream it was read from.
+    pub source: UsageSource,
+}
+
+/// The stream a [`UsageRecord`] was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UsageSource {
+    /// pi `--mode json`: its assistant messages' `usage`.
+    PiJson,
+    /// Claude Code `--output-format stream-json`: its `result` event (or, without one, its
+    /// assistant messages).
+    ClaudeStreamJson,
+}
+
 impl IterationResult {
     /// A record with nothing done yet and exit code 125 ("internal: iteration did not finish"),
     /// to be filled in step by step.
@@ -420,14 +471,17 @@ impl IterationResult {
             steps: StepTimes::default(),
             reaped: ReapCounts::default(),
             config_reset: None,
+            feedback: None,
             home_reset: None,
             tmp_reset: None,
+            output_reset: None,
             ipc_sweep: None,
             workspace_config: Vec::new(),
             verification: None,
             env: EnvRecord::default(),
             confinement: None,
             agent: None,
+            usage: None,
             disk_full: None,
         }
     }

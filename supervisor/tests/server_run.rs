@@ -385,6 +385,78 @@ fn transcripts_are_kept_in_the_record() {
     );
 }
 
+/// A stand-in Claude Code (a shell script given the runtime's argv) writes its transcript where
+/// Claude does, `$CLAUDE_CONFIG_DIR/projects/<cwd>/<session id>.jsonl` (a sub-agent's below
+/// it, and a memory file that is no transcript), and ends its stream with a `result` event:
+/// the record keeps the transcripts and sums the usage; the next iteration's config reset
+/// removes them, so its record has only its own.
+#[test]
+fn claudes_transcripts_and_usage_are_kept_in_the_record() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let mut sb = Sandbox::sh("");
+    let standin = sb.path("claude-standin");
+    std::fs::write(
+        &standin,
+        r#"#!/bin/sh
+n=$(ls "$CLAUDE_CONFIG_DIR/projects/-work" 2>/dev/null | wc -l)
+d="$CLAUDE_CONFIG_DIR/projects/-work"
+mkdir -p "$d/s$n/subagents" "$d/memory"
+echo '{"type":"user","message":{"content":"STANDIN_PROMPT"}}' > "$d/s$n.jsonl"
+echo '{}' > "$d/s$n/subagents/agent-a.jsonl"
+echo notes > "$d/memory/MEMORY.md"
+echo '{"type":"system","subtype":"init","plugins":[],"plugin_errors":[]}'
+echo '{"type":"result","is_error":false,"result":"ok","total_cost_usd":0.25,"usage":{"input_tokens":1},"modelUsage":{"m":{"inputTokens":7,"outputTokens":3,"cacheReadInputTokens":2,"cacheCreationInputTokens":1}}}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &standin,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    sb.manifest["runtime"] = json!("claude");
+    sb.manifest["agent"] = json!({"binary": standin});
+    sb.manifest["prompt"] = json!("go");
+    let mut c = server.connect();
+    set_manifest(&mut c, &sb.manifest);
+    for n in 1..=2 {
+        c.send(json!({"type": "run"}));
+        let s = read_run(&mut c);
+        let record = &s.result["record"];
+        assert_eq!(record["exit_code"], 0, "{}", s.result);
+        assert_eq!(
+            record["usage"],
+            json!({"input_tokens": 7, "output_tokens": 3, "cache_read_tokens": 2,
+                   "cache_write_tokens": 1, "cost_usd": 0.25, "source": "claude-stream-json"}),
+            "{record:#}"
+        );
+        let (tar, _) = c.collect(n);
+        let files = files_of(&tar);
+        let transcripts: Vec<&String> = files
+            .keys()
+            .filter(|k| k.starts_with("transcripts/"))
+            .collect();
+        assert_eq!(
+            transcripts,
+            [
+                "transcripts/-work/s0.jsonl",
+                "transcripts/-work/s0/subagents/agent-a.jsonl"
+            ],
+            "iteration {n}"
+        );
+        let text = String::from_utf8_lossy(&files["transcripts/-work/s0.jsonl"]);
+        assert!(text.contains("STANDIN_PROMPT"), "{text}");
+        let record_event = s.events.iter().find(|e| e["step"] == "record").unwrap();
+        assert_eq!(
+            record_event["detail"]["transcripts"]["files"], 2,
+            "{record_event}"
+        );
+    }
+}
+
 #[test]
 fn shutdown_mid_iteration_cancels_the_agent_and_exits_zero() {
     if !require_root_and_namespaces() {

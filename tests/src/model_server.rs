@@ -41,6 +41,17 @@ pub enum Reply {
 
 type Script = dyn Fn(&Value) -> Reply + Send + Sync;
 
+/// The usage every answer reports: prompt tokens (cache reads included), of them read from the
+/// prompt cache, and output tokens (both APIs); tokens written to the cache (Anthropic only:
+/// `cache_creation_input_tokens`, besides the prompt tokens).
+pub const PROMPT_TOKENS: u64 = 10;
+/// See [`PROMPT_TOKENS`].
+pub const CACHE_READ_TOKENS: u64 = 3;
+/// See [`PROMPT_TOKENS`].
+pub const CACHE_WRITE_TOKENS: u64 = 2;
+/// See [`PROMPT_TOKENS`].
+pub const OUTPUT_TOKENS: u64 = 5;
+
 /// A running scripted server; stopped on drop.
 pub struct ModelServer {
     addr: SocketAddr,
@@ -313,7 +324,11 @@ fn chat_completion_events(reply: &Reply) -> String {
         Reply::Error { .. } => {}
     }
     let mut usage = chunk(json!([]));
-    usage["usage"] = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    usage["usage"] = json!({
+        "prompt_tokens": PROMPT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
+        "total_tokens": PROMPT_TOKENS + OUTPUT_TOKENS,
+        "prompt_tokens_details": {"cached_tokens": CACHE_READ_TOKENS},
+    });
     chunks.push(usage);
     let mut events: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
     events.push_str("data: [DONE]\n\n");
@@ -333,7 +348,11 @@ fn anthropic_message(reply: &Reply) -> Value {
     json!({
         "id": "msg_pitcrew", "type": "message", "role": "assistant", "model": "mock-model",
         "content": content, "stop_reason": stop, "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "usage": {
+            "input_tokens": PROMPT_TOKENS - CACHE_READ_TOKENS, "output_tokens": OUTPUT_TOKENS,
+            "cache_read_input_tokens": CACHE_READ_TOKENS,
+            "cache_creation_input_tokens": CACHE_WRITE_TOKENS,
+        },
     })
 }
 
@@ -374,7 +393,7 @@ fn message_events(reply: &Reply) -> String {
             "message_delta",
             json!({"type": "message_delta",
                    "delta": {"stop_reason": message["stop_reason"], "stop_sequence": null},
-                   "usage": {"output_tokens": 5}}),
+                   "usage": {"output_tokens": OUTPUT_TOKENS}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
     ];

@@ -9,7 +9,10 @@
 //! otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
 use pitcrew_e2e::engines::{self, Engine, Kind};
-use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
+use pitcrew_e2e::model_server::{
+    last_tool_result, one_command_per_iteration, ModelServer, Reply, CACHE_READ_TOKENS,
+    CACHE_WRITE_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS,
+};
 use pitcrew_e2e::{
     agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
     read_text, require_pid_namespaces,
@@ -164,6 +167,138 @@ fn claude_loads_the_verified_plugin_and_its_commands_run_confined() {
     let plugins = init["plugins"].to_string();
     assert!(plugins.contains("hello-claude"), "{init:#}");
     assert!(output.contains("the tool said:"), "{output}");
+    // The tokens of both model calls, as the model server reported them, and Claude's cost.
+    let usage = &record["usage"];
+    assert_eq!(usage["source"], "claude-stream-json", "{record:#}");
+    assert_eq!(
+        [
+            &usage["input_tokens"],
+            &usage["output_tokens"],
+            &usage["cache_read_tokens"],
+            &usage["cache_write_tokens"],
+        ],
+        [
+            2 * (PROMPT_TOKENS - CACHE_READ_TOKENS),
+            2 * OUTPUT_TOKENS,
+            2 * CACHE_READ_TOKENS,
+            2 * CACHE_WRITE_TOKENS,
+        ],
+        "{usage:#}"
+    );
+    assert!(
+        usage["cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+        "{usage:#}"
+    );
+    // The run's document carries it per iteration.
+    assert_eq!(&doc["iterations"][0]["usage"], usage, "{doc:#}");
+}
+
+/// Claude Code's transcript (`$CLAUDE_CONFIG_DIR/projects/<cwd>/<session id>.jsonl`) is kept in
+/// each iteration's record as `transcripts/`, like pi's sessions: the second iteration's record
+/// has its own transcript only (the config reset removed the first before it ran).
+#[test]
+fn claudes_transcript_is_collected_into_each_record() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "prompt: \"please probe the sandbox\"",
+        "prompt: \"TRANSCRIPT_MARKER_7f3a please probe the sandbox\"",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let mut sessions = Vec::new();
+    for n in [1, 2] {
+        let it = iteration_dir(&doc, n);
+        let transcripts = jsonl_files(&it.join("transcripts"));
+        assert_eq!(transcripts.len(), 1, "iteration {n}: {transcripts:?}");
+        let text = read_text(&transcripts[0]);
+        assert!(
+            text.contains("TRANSCRIPT_MARKER_7f3a"),
+            "iteration {n}: {text}"
+        );
+        sessions.push(transcripts[0].file_name().unwrap().to_owned());
+        // Read before the next iteration's config reset, which removes it.
+        let record = read_json(&it.join("result.json"));
+        if n == 2 {
+            let reset = record["config_reset"]["paths"].to_string();
+            assert!(reset.contains("\"projects\""), "{record:#}");
+        }
+    }
+    assert_ne!(sessions[0], sessions[1], "one session per iteration");
+}
+
+/// The `*.jsonl` files below `dir`, at any depth.
+fn jsonl_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.map(Result::unwrap) {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// A config adapter pinned below Claude Code's config dir (`to: agents/reviewer.md`) is the
+/// agent `agent.claude_agent` names: its system prompt reaches the model, in both iterations
+/// (the config reset keeps the pinned file and its directory, verification passes).
+#[test]
+fn an_agent_pinned_in_the_config_dir_is_the_one_claude_runs_as() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("reviewed".into()));
+    let fx = fixture(&server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("config")).unwrap();
+    fs::write(
+        root.join("config/reviewer.md"),
+        "---\nname: reviewer\ndescription: Reviews the change\n---\nYou are the \
+         PINNED_AGENT_MARKER_51c2 reviewer. Review the change.\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  claude_agent: reviewer\n")
+        + "adapters:\n  - {path: config/reviewer.md, role: config, to: agents/reviewer.md}\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    for (i, request) in requests.iter().enumerate() {
+        let system = request["system"].to_string();
+        assert!(
+            system.contains("PINNED_AGENT_MARKER_51c2"),
+            "request {i}: {system}"
+        );
+    }
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        let files = record["verification"]["files"].as_array().unwrap();
+        assert!(
+            files.iter().any(|f| f["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/config/agents/reviewer.md"))
+                && f["status"] == "ok"),
+            "{record:#}"
+        );
+        let argv = record["agent"]["argv"].to_string();
+        assert!(argv.contains("\"--agent\",\"reviewer\""), "{argv}");
+    }
 }
 
 /// The real Claude Code of the production image (`scripts/build-image claude`: its native
@@ -506,4 +641,38 @@ fn an_empty_tool_list_gives_claude_no_built_in_tools() {
         tools.as_array().is_none_or(|t| t.is_empty()),
         "built-in tools offered: {tools:#}"
     );
+}
+
+/// The hook-adapter contract with the real Claude Code: a verified `PreToolUse` hook (a
+/// `hook-adapter` file used as `--settings`) blocks a `Bash` call, the command does not run, and
+/// the model receives the hook's reason.
+#[test]
+fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["mkdir -p output; echo FORBIDDEN > output/proof"],
+        bash,
+    ));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(result.contains("blocked by the verified hook"), "{result}");
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
 }

@@ -202,6 +202,38 @@ fn collect_workspace_brings_back_what_the_agent_changed() {
     assert!(!it.join("workspace").exists());
 }
 
+/// The workspace's `output/` is emptied before each iteration, so each record holds what its
+/// own iteration wrote; `keep_output: true` keeps it.
+#[test]
+fn output_starts_empty_each_iteration_unless_kept() {
+    if !gate() {
+        return;
+    }
+    let script =
+        "mkdir -p output\nn=$(ls -A output | wc -l)\necho $n > \"output/found-$(date +%s%N)\"";
+    let counts = |doc: &Value, n: usize| -> Vec<String> {
+        let dir = PathBuf::from(doc["iterations"][n - 1]["record_dir"].as_str().unwrap());
+        let mut found: Vec<String> = std::fs::read_dir(dir.join("output"))
+            .unwrap()
+            .map(|e| read_text(&e.unwrap().path()).trim().to_string())
+            .collect();
+        found.sort();
+        found
+    };
+    let fx = fixture(script, 2, "");
+    let doc = fx.run_ok(&[]);
+    assert_eq!(counts(&doc, 1), ["0"]);
+    assert_eq!(counts(&doc, 2), ["0"], "{doc:#}");
+    let second = read_json(
+        &PathBuf::from(doc["iterations"][1]["record_dir"].as_str().unwrap()).join("result.json"),
+    );
+    assert_eq!(second["output_reset"]["removed"], 1, "{second:#}");
+
+    let fx = fixture(script, 2, "keep_output: true\n");
+    let doc = fx.run_ok(&[]);
+    assert_eq!(counts(&doc, 2), ["0", "1"], "{doc:#}");
+}
+
 #[test]
 fn a_dotenv_in_the_workspace_reaches_the_agent_as_data() {
     if !gate() {

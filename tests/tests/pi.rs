@@ -886,3 +886,115 @@ fn no_tools(pi: Pi) {
         .unwrap_or_default();
     assert_eq!(names, ["hello_tool"], "{:#}", requests[0]["tools"]);
 }
+
+/// `feedback:` puts the end of what a failed `validation:` printed into the next iteration's
+/// prompt; the record gives its length and digest.
+#[test]
+fn feedback_puts_what_the_validation_said_into_the_next_prompt() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("tried".into()));
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "validation: [sh, -c, \"echo FIX_THE_WIDGET in $PITCREW_ITERATION; exit 3\"]\nfeedback: 1KiB\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    // The agent succeeds both times: the run's exit is its last iteration's.
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["iterations"][1]["validation_exit"], 3, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let user = |i: usize| {
+        requests[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].to_string())
+            .collect::<String>()
+    };
+    assert!(!user(0).contains("FIX_THE_WIDGET"), "{}", user(0));
+    let second = user(1);
+    assert!(second.contains("please call hello_tool"), "{second}");
+    assert!(second.contains("FIX_THE_WIDGET in 1"), "{second}");
+    assert!(second.contains("exited 3"), "{second}");
+    let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert!(first.get("feedback").is_none(), "{first:#}");
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert!(
+        record["feedback"]["bytes"].as_u64().unwrap() > 0,
+        "{record:#}"
+    );
+    // The prompt's digest is that of the prompt with its feedback.
+    assert!(
+        record["agent"]["prompt"]["bytes"].as_u64().unwrap()
+            > "please call hello_tool".len() as u64,
+        "{record:#}"
+    );
+}
+
+/// An extension that appends `MARK` to the system prompt (`before_agent_start`).
+fn appender(mark: &str) -> String {
+    format!(
+        "export default function (pi: any) {{\n\tpi.on(\"before_agent_start\", async (event: any) => ({{ systemPrompt: event.systemPrompt + \"\\n{mark}\" }}));\n}}\n"
+    )
+}
+
+each_pi!(
+    the_hook_adapter_blocks_a_tool_call_and_extensions_apply_in_order,
+    hook_contract
+);
+
+/// The hook-adapter contract with the real pi: the verified adapter (`use: pi-extension`,
+/// loaded before every plugin) blocks a `bash` call, the command does not run, and the model
+/// receives the adapter's reason as the tool's result; an adapter and a plugin that both append
+/// to the system prompt take effect in their load order.
+fn hook_contract(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &["mkdir -p output; echo FORBIDDEN > output/proof"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let guard = GUARD.replace(
+        "export default function (pi: ExtensionAPI) {\n",
+        "export default function (pi: ExtensionAPI) {\n\tpi.on(\"before_agent_start\", async (event: any) => ({ systemPrompt: event.systemPrompt + \"\\nMARK_ADAPTER\" }));\n",
+    );
+    fs::write(root.join("adapters/guard.ts"), guard).unwrap();
+    fs::create_dir_all(root.join("plugins/append")).unwrap();
+    fs::write(
+        root.join("plugins/append/index.ts"),
+        appender("MARK_PLUGIN"),
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace(
+            "adapters:\n",
+            "adapters:\n  - path: adapters/guard.ts\n    role: hook-adapter\n    use: pi-extension\n",
+        )
+        .replace("plugins:\n", "plugins:\n  - plugins/append\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&[], &[]);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(
+        result.contains("blocked by the verified adapter"),
+        "{result}"
+    );
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let system = requests[0]["messages"][0].to_string();
+    let (adapter, plugin) = (system.find("MARK_ADAPTER"), system.find("MARK_PLUGIN"));
+    assert!(
+        adapter.is_some() && plugin.is_some() && adapter < plugin,
+        "{system}"
+    );
+}

@@ -66,17 +66,19 @@ fn attack_env__a_workspace_dotenv_cannot_replace_the_ca_and_proxy_passed_with_pa
     let env = agent_env(&text);
     let value_of = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let layers = &record["env"]["layers"];
+    // What `--pass-env` passed is named as such (the manifest's `env.passed`), apart from the
+    // image's own environment.
     for (name, value, layer) in [
         (
             "NODE_EXTRA_CA_CERTS",
             "/etc/ssl/operator-ca.pem",
-            "baseline",
+            "pass-env",
         ),
-        ("SSL_CERT_FILE", "/etc/ssl/operator-bundle.pem", "baseline"),
+        ("SSL_CERT_FILE", "/etc/ssl/operator-bundle.pem", "pass-env"),
         (
             "HTTPS_PROXY",
             "http://proxy.operator.example:3128",
-            "baseline",
+            "pass-env",
         ),
         ("OPENSSL_CONF", "/etc/ssl/harness-openssl.cnf", "harness"),
         ("GREETING", "kept", "dotenv"),

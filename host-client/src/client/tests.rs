@@ -80,7 +80,7 @@ fn run_streams_events_and_output_and_skips_other_ids() {
     let mut c = Client::new(&input[..], Vec::new());
     let mut seen = Vec::new();
     let out = c
-        .run(|u| match u {
+        .run(None, |u| match u {
             RunUpdate::Event { step, .. } => seen.push(step.to_string()),
             RunUpdate::Output { bytes, .. } => seen.push(String::from_utf8_lossy(bytes).into()),
         })

@@ -118,8 +118,14 @@ fn print_report(file: &str, v: &Validated) {
         ));
     }
     for a in &v.adapters {
+        let to = a
+            .spec
+            .to
+            .as_ref()
+            .map(|to| format!(" → config/{to}"))
+            .unwrap_or_default();
         line(&format!(
-            "  adapter {} ({}): sha256 {}",
+            "  adapter {} ({}){to}: sha256 {}",
             a.spec.path, a.spec.role, a.sha256
         ));
     }
@@ -145,7 +151,7 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
             "name": s.spec.name, "path": s.spec.path, "sha256": s.digest.sha256,
         })).collect::<Vec<_>>(),
         "adapters": v.adapters.iter().map(|a| serde_json::json!({
-            "path": a.spec.path, "role": a.spec.role, "use": a.spec.usage, "sha256": a.sha256, "size": a.size,
+            "path": a.spec.path, "role": a.spec.role, "use": a.spec.usage, "to": a.spec.to, "sha256": a.sha256, "size": a.size,
         })).collect::<Vec<_>>(),
     })
 }

@@ -274,15 +274,20 @@ fn pi_args_refuse_each_rule() {
     let check = |v: &[&str]| pi_args_problems(&strings(v), None);
     assert!(matches!(
         check(&["--model=x"])[0].1,
-        PiArgProblem::PiOwnOption(_)
+        PiArgProblem::PiOwnOption { .. }
     ));
     assert!(matches!(
         check(&["--no-extensions"])[0].1,
-        PiArgProblem::PiOwnOption(_)
+        PiArgProblem::PiOwnOption { .. }
     ));
-    assert!(matches!(check(&["-e"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(
+        check(&["-e"])[0].1,
+        PiArgProblem::PiOwnOption { .. }
+    ));
+    assert!(matches!(check(&["-x"])[0].1, PiArgProblem::NotAFlag(_)));
     assert!(matches!(check(&["---x"])[0].1, PiArgProblem::NotAFlag(_)));
-    assert!(matches!(check(&["--"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(check(&["--=x"])[0].1, PiArgProblem::NotAFlag(_)));
+    assert!(matches!(check(&["--"])[0].1, PiArgProblem::EndOfOptions));
     assert!(matches!(check(&["word"])[0].1, PiArgProblem::StrayWord(_)));
     assert!(matches!(
         check(&["--a", "b", "c"])[0],
@@ -310,6 +315,125 @@ fn pi_args_refuse_each_rule() {
         check(&["--a", "-b"])[0],
         (1, PiArgProblem::NotAFlag(_))
     ));
+}
+
+/// The one problem of `pi.args` `[arg]`, as its message.
+fn only_problem(arg: &str) -> String {
+    let problems = pi_args_problems(&strings(&[arg]), None);
+    assert_eq!(problems.len(), 1, "{arg}: {problems:?}");
+    problems[0].1.to_string()
+}
+
+#[test]
+fn pi_args_refuse_the_options_of_every_supported_release_naming_them() {
+    // Options some releases added, with their short aliases: refused for every release, since
+    // a harness may run on any of them.
+    for (arg, releases) in [
+        ("--no-approve", "0.87.1, 1.6.0"),
+        ("-na", "0.87.1, 1.6.0"),
+        ("--approve", "0.87.1, 1.6.0"),
+        ("-a", "0.87.1, 1.6.0"),
+        ("--exclude-tools=bash", "0.87.1, 1.6.0"),
+        ("-xt", "0.87.1, 1.6.0"),
+        ("--session-id", "0.87.1, 1.6.0"),
+        ("--name=x", "0.87.1, 1.6.0"),
+        ("-n", "0.87.1, 1.6.0"),
+        ("--use-theme", "0.87.1, 1.6.0"),
+        ("--tui-mode=regular", "0.87.1, 1.6.0"),
+        ("--no-mcp", "1.6.0"),
+        ("--model=x", "0.73.1, 0.87.1, 1.6.0"),
+        ("-e", "0.73.1, 0.87.1, 1.6.0"),
+        ("-nt", "0.73.1, 0.87.1, 1.6.0"),
+        ("-p=x", "0.73.1, 0.87.1, 1.6.0"),
+    ] {
+        let flag = arg.split_once('=').map_or(arg, |(n, _)| n);
+        let problems = pi_args_problems(&strings(&[arg]), None);
+        assert_eq!(
+            problems,
+            vec![(
+                0,
+                PiArgProblem::PiOwnOption {
+                    flag: flag.to_string(),
+                    releases: releases.to_string(),
+                }
+            )],
+            "{arg}"
+        );
+        assert_eq!(
+            only_problem(arg),
+            format!("{flag} is one of pi's own options ({releases}), not an extension flag")
+        );
+    }
+    // Refused before the registered-flag check: an extension may not claim one either.
+    let registered = strings(&["no-mcp"]);
+    assert!(matches!(
+        &pi_args_problems(&strings(&["--no-mcp"]), Some(&registered))[..],
+        [(0, PiArgProblem::PiOwnOption { flag, .. })] if flag == "--no-mcp"
+    ));
+    // The value rules still apply to an own option's value.
+    assert!(matches!(
+        &pi_args_problems(&strings(&["--no-approve=-x"]), None)[..],
+        [
+            (0, PiArgProblem::PiOwnOption { .. }),
+            (0, PiArgProblem::BadValue(_))
+        ]
+    ));
+    // Only exact names: a flag that merely starts like one, or another case, is not pi's.
+    for arg in ["--no-approved", "--Model", "--modelx", "-nax"] {
+        assert!(
+            !pi_args_problems(&strings(&[arg]), None)
+                .iter()
+                .any(|(_, p)| matches!(p, PiArgProblem::PiOwnOption { .. })),
+            "{arg}"
+        );
+    }
+}
+
+#[test]
+fn pi_args_refuse_the_end_of_options() {
+    assert!(only_problem("--").contains("what follows would be read as the prompt"));
+    // What follows `--` is not a value of it: a bare word after it is stray.
+    assert!(matches!(
+        &pi_args_problems(&strings(&["--", "hi"]), None)[..],
+        [
+            (0, PiArgProblem::EndOfOptions),
+            (1, PiArgProblem::StrayWord(_))
+        ]
+    ));
+}
+
+#[test]
+fn pi_option_tables_are_sorted_and_cover_every_release() {
+    let versions: Vec<&str> = pi_options::PI_RELEASES.iter().map(|(v, _)| *v).collect();
+    assert_eq!(versions, pi_options::PI_VERSIONS);
+    for (version, options) in pi_options::PI_RELEASES {
+        // Strictly increasing: pi_own_option_releases binary-searches them.
+        assert!(
+            options.windows(2).all(|w| w[0] < w[1]),
+            "pi {version}: not sorted"
+        );
+        // What every release has, and what pitcrew itself passes.
+        for own in [
+            "--help",
+            "--version",
+            "--model",
+            "--extension",
+            "-e",
+            "--no-extensions",
+            "--tools",
+            "--no-builtin-tools",
+            "--skill",
+            "--no-skills",
+            "--print",
+            "--mode",
+            "--session-dir",
+        ] {
+            assert!(options.contains(&own), "pi {version} lacks {own}");
+        }
+    }
+    assert_eq!(pi_own_option_releases("--"), ["0.87.1", "1.6.0"]);
+    assert_eq!(pi_own_option_releases("--no-mcp"), ["1.6.0"]);
+    assert!(pi_own_option_releases("--greeting").is_empty());
 }
 
 #[test]

@@ -699,3 +699,19 @@ fn pi_update_install_and_tui_log_names_are_stripped_from_every_layer() {
         assert!(err.to_string().contains(name), "{name}: {err}");
     }
 }
+
+#[test]
+fn what_the_host_passed_by_name_is_named_pass_env() {
+    let mut m = manifest("command", None);
+    m.env.passed = vec!["API_KEY".into(), "ABSENT".into()];
+    let o = build(&m, &base(&[("API_KEY", "k"), ("IMAGE_VAR", "i")])).unwrap();
+    assert_eq!(o.get("API_KEY"), Some("k"));
+    assert_eq!(o.layers["API_KEY"], EnvSource::PassEnv);
+    assert_eq!(o.layers["IMAGE_VAR"], EnvSource::Baseline);
+    assert!(!o.layers.contains_key("ABSENT"));
+    assert_eq!(
+        EnvSource::try_from("pass-env".to_string()),
+        Ok(EnvSource::PassEnv)
+    );
+    assert_eq!(String::from(EnvSource::PassEnv), "pass-env");
+}

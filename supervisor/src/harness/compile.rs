@@ -3,7 +3,6 @@
 //! those copies where the manifest pins them. Both come out of one pass over the checked
 //! entries, so every pinned tree and file has exactly one upload to its pinned path.
 
-use super::fs_checks::file_name;
 use super::layout::SandboxLayout;
 use super::model::Validated;
 use crate::exit_code::PinRole;
@@ -125,7 +124,7 @@ impl Validated {
         }
         let mut files = Vec::new();
         for a in &self.adapters {
-            let path = layout.adapter(a.spec.role, &file_name(&a.spec.host_path));
+            let path = layout.adapter(a.spec.role, &a.spec.destination());
             pinned(UploadKind::AdapterFile, &a.spec.host_path, &path);
             files.push(FilePin {
                 path,
@@ -166,6 +165,7 @@ impl Validated {
                     }
                 }),
                 set: h.env.clone(),
+                passed: Vec::new(),
             },
             workdir: layout.workdir(),
             dirs: RuntimeDirs {
@@ -176,7 +176,10 @@ impl Validated {
                 home_keep: h.keep_home.clone(),
             },
             user: Default::default(),
-            output: Default::default(),
+            output: crate::manifest::OutputSpec {
+                keep_output: h.keep_output,
+                ..Default::default()
+            },
             limits: Limits {
                 timeout_ms: u64::try_from(h.timeout.as_millis()).unwrap_or(u64::MAX),
                 processes: h.processes,

@@ -1,5 +1,5 @@
 //! The list entries of a harness: `plugins` (a path or `{path, env, pi}`), `adapters`
-//! (`{path, role, use}`) and `skills` (paths), each checked for its shape, its rules and a local
+//! (`{path, role, use, to}`) and `skills` (paths), each checked for its shape, its rules and a local
 //! path, before the file-system checks hash them.
 
 use super::fs_checks::file_name;
@@ -98,7 +98,7 @@ impl Checker {
             let Some(m) = self.mapping(item, &field) else {
                 continue;
             };
-            self.unknown_keys(m, &field, &["path", "role", "use"]);
+            self.unknown_keys(m, &field, &["path", "role", "use", "to"]);
             let raw = m
                 .get_node("path")
                 .and_then(|n| self.string(n, &format!("{field}.path")));
@@ -153,6 +153,27 @@ impl Checker {
                 ),
                 _ => {}
             }
+            let to = m.get_node("to").and_then(|n| {
+                let to = self.string(n, &format!("{field}.to"))?;
+                let problem = match role {
+                    Some(PinRole::Config) => config_place_problem(&to, runtime),
+                    Some(_) => Some(
+                        "only a config adapter (role: config) is placed below the runtime's \
+                         config directory; the others go to the adapters directory under \
+                         their file name"
+                            .to_string(),
+                    ),
+                    // The missing or unknown role is reported already.
+                    None => None,
+                };
+                match problem {
+                    Some(problem) => {
+                        self.problem(location(n), format!("{field}.to"), problem);
+                        None
+                    }
+                    None => Some(to),
+                }
+            });
             let Some(raw) = raw else {
                 self.problem(at, format!("{field}.path"), "missing");
                 continue;
@@ -168,6 +189,7 @@ impl Checker {
                 host_path,
                 role,
                 usage,
+                to,
             });
         }
         out
@@ -204,6 +226,45 @@ impl Checker {
         }
         out
     }
+}
+
+/// The longest name of one component of a config adapter's `to:` (`NAME_MAX`).
+const MAX_NAME: usize = 255;
+
+/// What makes `to` unusable as the place of a config adapter below the runtime's config
+/// directory, if anything: it must be a relative path of plain names (no empty, `.` or `..`
+/// component, no absolute path), each at most 255 bytes, without a newline, carriage return,
+/// NUL or backslash (names the upload and the tree hash refuse), and for pi not inside its
+/// session directory (`sessions/`, emptied before every iteration).
+pub(super) fn config_place_problem(to: &str, runtime: Option<Runtime>) -> Option<String> {
+    const EXAMPLE: &str = "a path below the runtime's config directory, like agents/reviewer.md";
+    if to.is_empty() {
+        return Some(format!("is empty: give {EXAMPLE}"));
+    }
+    if to.starts_with('/') {
+        return Some(format!("{to:?} is absolute: give {EXAMPLE}"));
+    }
+    if to.contains(['\n', '\r', '\0', '\\']) {
+        return Some(format!(
+            "{to:?} contains a newline, carriage return, NUL or backslash"
+        ));
+    }
+    if to.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Some(format!(
+            "{to:?} must be plain names separated by single slashes: no empty, `.` or `..` \
+             component, no trailing slash (name the file itself)"
+        ));
+    }
+    if let Some(long) = to.split('/').find(|c| c.len() > MAX_NAME) {
+        return Some(format!("the name {long:?} is longer than {MAX_NAME} bytes"));
+    }
+    if runtime == Some(Runtime::Pi) && to.split('/').next() == Some("sessions") {
+        return Some(format!(
+            "{to:?} is in pi's session directory (sessions/), which is emptied before every \
+             iteration"
+        ));
+    }
+    None
 }
 
 /// The message for a missing or unknown adapter role, with every role and its exit code.

@@ -259,7 +259,8 @@ impl Checker {
         let mut adapter_names = BTreeMap::new();
         for (i, spec) in h.adapters.iter().enumerate() {
             let at = item_loc("adapters", i);
-            let dest = (spec.role == PinRole::Config, file_name(&spec.host_path));
+            let config = spec.role == PinRole::Config;
+            let dest = (config, spec.destination());
             if let Some(first) = adapter_names.insert(dest.clone(), i) {
                 self.problem(
                     at,
@@ -269,6 +270,23 @@ impl Checker {
                         dest.1
                     ),
                 );
+            }
+            // A config file cannot also be a directory another one goes into (`to:`).
+            if config {
+                let clash = adapter_names.iter().find(|((other_config, other), _)| {
+                    *other_config && (is_below(other, &dest.1) || is_below(&dest.1, other))
+                });
+                if let Some(((_, other), first)) = clash {
+                    self.problem(
+                        at,
+                        format!("adapters[{i}]"),
+                        format!(
+                            "{:?} and {other:?} of adapters[{first}] would need the same path \
+                             in the config directory as a file and as a directory",
+                            dest.1
+                        ),
+                    );
+                }
             }
             match tree_hash::sha256_file_watched(&spec.host_path, progress) {
                 Ok(rec) => out.adapters.push(CheckedAdapter {
@@ -280,6 +298,12 @@ impl Checker {
             }
         }
     }
+}
+
+/// Whether the relative path `path` lies strictly below the relative path `dir`.
+fn is_below(path: &str, dir: &str) -> bool {
+    path.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Where `program` is found: a name with a `/` relative to `base` (or absolute), a bare name on

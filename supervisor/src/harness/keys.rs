@@ -26,6 +26,7 @@ const TOP_KEYS: &[&str] = &[
     "env",
     "dotenv",
     "keep_home",
+    "keep_output",
     "iterations",
     "timeout",
     "processes",
@@ -35,7 +36,13 @@ const TOP_KEYS: &[&str] = &[
     "workdir",
     "output",
     "validation",
+    "feedback",
 ];
+
+/// What `feedback: true` keeps of the validation's output.
+const DEFAULT_FEEDBACK: u64 = 16 * 1024;
+/// The most `feedback:` may keep (the prompt travels in one argv element, at most 128 KiB).
+const MAX_FEEDBACK: u64 = 32 * 1024;
 
 /// The largest `processes:` a harness may ask for (the kernel's own `pid_max` limit).
 const MAX_PROCESSES: u64 = 4_194_304;
@@ -339,6 +346,11 @@ impl Checker {
             .get_node("retention")
             .map(|n| self.retention(n))
             .unwrap_or_default();
+        // The workspace's `output/` kept between iterations (emptied before each by default).
+        let keep_output = top
+            .get_node("keep_output")
+            .and_then(|n| self.boolean(n, "keep_output"))
+            .unwrap_or(false);
         // What persists in HOME from one iteration to the next (everything else is removed).
         let keep_home = top
             .get_node("keep_home")
@@ -435,6 +447,45 @@ impl Checker {
                 None
             }
         });
+        // The end of the validation's output in the next prompt: `true` (16 KiB) or a size.
+        let feedback = top.get_node("feedback").and_then(|n| {
+            let at = location(n);
+            let text = self.string(n, "feedback")?;
+            let keep = match text.as_str() {
+                "false" => return None,
+                "true" => DEFAULT_FEEDBACK,
+                size => match parse_size_at_least(size, 1, "") {
+                    Ok(bytes) if bytes <= MAX_FEEDBACK => bytes,
+                    Ok(_) => {
+                        self.problem(
+                            at,
+                            "feedback",
+                            format!("at most {MAX_FEEDBACK} bytes (32KiB)"),
+                        );
+                        return None;
+                    }
+                    Err(e) => {
+                        self.problem(at, "feedback", format!("true, false or a size: {e}"));
+                        return None;
+                    }
+                },
+            };
+            if validation.is_none() {
+                self.problem(
+                    at,
+                    "feedback",
+                    "feedback is what `validation:` printed: set validation",
+                );
+            }
+            if matches!(runtime, Some(Runtime::Command)) {
+                self.note(
+                    at,
+                    "feedback",
+                    "runtime command has no prompt to carry it: it is ignored",
+                );
+            }
+            Some(keep)
+        });
 
         let runtime = runtime?;
         let harness = Harness {
@@ -455,10 +506,12 @@ impl Checker {
             disk,
             dotenv,
             keep_home,
+            keep_output,
             retention,
             workdir,
             output,
             validation,
+            feedback,
         };
         // Skills reach the model only through a tool that reads them.
         if let (Some(tools), false) = (&harness.agent.tools, harness.skills.is_empty()) {

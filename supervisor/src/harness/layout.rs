@@ -28,11 +28,13 @@ impl SandboxLayout {
     pub fn skill(&self, name: &str) -> String {
         format!("{}/skills/{name}", self.root)
     }
-    /// Where an adapter is uploaded (config files go into the runtime config dir).
-    pub fn adapter(&self, role: PinRole, file_name: &str) -> String {
+    /// Where an adapter is uploaded: a config file into the runtime config dir, at `name`
+    /// (its file name, or the relative path its `to:` gives: `agents/reviewer.md`); the others
+    /// under their file name in the adapters dir.
+    pub fn adapter(&self, role: PinRole, name: &str) -> String {
         match role {
-            PinRole::Config => format!("{}/{file_name}", self.config_dir()),
-            _ => format!("{}/adapters/{file_name}", self.root),
+            PinRole::Config => format!("{}/{name}", self.config_dir()),
+            _ => format!("{}/adapters/{name}", self.root),
         }
     }
     /// The agent's workspace.

@@ -95,6 +95,21 @@ pub struct AdapterSpec {
     /// How the runtime is told about it.
     #[serde(rename = "use")]
     pub usage: FileUse,
+    /// `to:` (config adapters only): where below the runtime's config directory it goes, a
+    /// relative path of plain names (`agents/reviewer.md`); unset, its file name at the top.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+impl AdapterSpec {
+    /// Where it goes: for a config adapter the path below the runtime's config directory (`to:`,
+    /// or its file name), for the others its file name below the adapters directory.
+    pub fn destination(&self) -> String {
+        match (&self.to, self.role) {
+            (Some(to), PinRole::Config) => to.clone(),
+            _ => super::fs_checks::file_name(&self.host_path),
+        }
+    }
 }
 
 /// A skills directory of the harness.
@@ -170,6 +185,8 @@ pub struct Harness {
     pub dotenv: Option<String>,
     /// Paths relative to `HOME` that persist between iterations (`keep_home`), unverified.
     pub keep_home: Vec<String>,
+    /// The workspace's `output/` kept between iterations (`keep_output`; emptied by default).
+    pub keep_output: bool,
     /// The collected records the sandbox keeps (`retention`).
     pub retention: crate::manifest::Retention,
     /// Host directory uploaded as the agent's workspace.
@@ -178,6 +195,9 @@ pub struct Harness {
     pub output: PathBuf,
     /// Host command run after each iteration; success stops the loop.
     pub validation: Option<Vec<String>>,
+    /// `feedback:`: how many bytes of the end of a failed validation's output the next
+    /// iteration's prompt gets (unset: none).
+    pub feedback: Option<u64>,
 }
 
 fn serialize_duration_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

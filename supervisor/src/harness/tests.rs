@@ -115,6 +115,171 @@ fn runtime_and_adapter_use_names_are_the_enums_names() {
     }
 }
 
+/// Validates `adapters` (YAML list items) for `runtime` in a directory holding
+/// `config/reviewer.md`, `config/models.json` and `other/models.json`.
+fn check_adapters(runtime: &str, adapters: &str) -> Validated {
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        "config/reviewer.md",
+        "config/models.json",
+        "other/models.json",
+    ] {
+        let path = dir.path().join(f);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("{f}\n")).unwrap();
+    }
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        format!("runtime: {runtime}\nprompt: hi\nadapters:\n{adapters}"),
+    )
+    .unwrap();
+    validate(&file).unwrap()
+}
+
+/// A config adapter's `to:` places it below the runtime's config directory: the manifest pins
+/// it there and the upload puts it there.
+#[test]
+fn a_config_adapter_goes_where_its_to_says_below_the_config_dir() {
+    let v = check_adapters(
+        "claude",
+        "  - {path: config/reviewer.md, role: config, to: agents/reviewer.md}\n  \
+         - {path: config/models.json, role: config}\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert_eq!(v.adapters[0].spec.to.as_deref(), Some("agents/reviewer.md"));
+    let layout = SandboxLayout { root: "/sb".into() };
+    let Compiled { manifest, uploads } = v.compile(&layout).unwrap();
+    manifest.validate().unwrap();
+    let files: Vec<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        files,
+        ["/sb/config/agents/reviewer.md", "/sb/config/models.json"]
+    );
+    let adapters: Vec<&str> = uploads
+        .iter()
+        .filter(|u| u.kind == UploadKind::AdapterFile)
+        .map(|u| u.sandbox_path.as_str())
+        .collect();
+    assert_eq!(adapters, files);
+    assert_eq!(manifest.files[0].role, crate::exit_code::PinRole::Config);
+    // The same file twice, at two places, is fine.
+    let v = check_adapters(
+        "pi",
+        "  - {path: config/models.json, role: config}\n  \
+         - {path: config/models.json, role: config, to: backup/models.json}\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+}
+
+/// A bad `to:` is a problem with its line and column: not relative, not plain names, on an
+/// adapter that is not a config file, in pi's session directory, or at a place another
+/// config adapter takes (the same path, or a file where another needs a directory).
+#[test]
+fn a_bad_to_is_named_with_its_line_and_column() {
+    for (runtime, adapters, wanted) in [
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: /etc/agents/r.md}\n",
+            "4:50: adapters[0].to: \"/etc/agents/r.md\" is absolute",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: ../agents/r.md}\n",
+            "4:50: adapters[0].to: \"../agents/r.md\" must be plain names",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: agents/./r.md}\n",
+            "must be plain names",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: agents//r.md}\n",
+            "must be plain names",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: agents/}\n",
+            "no trailing slash",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: \"a\\\\b.md\"}\n",
+            "backslash",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: \"\"}\n",
+            "adapters[0].to: is empty",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: [a]}\n",
+            "adapters[0].to: expected a string",
+        ),
+        (
+            "claude",
+            "  - path: config/reviewer.md\n    role: hook-adapter\n    to: agents/r.md\n",
+            "6:9: adapters[0].to: only a config adapter (role: config)",
+        ),
+        (
+            "pi",
+            "  - {path: config/reviewer.md, role: config, to: sessions/r.md}\n",
+            "pi's session directory",
+        ),
+        (
+            "claude",
+            "  - {path: config/models.json, role: config}\n  \
+             - {path: other/models.json, role: config}\n",
+            "adapters[1]: uploads under the same name \"models.json\" as adapters[0]",
+        ),
+        (
+            "claude",
+            "  - {path: config/models.json, role: config, to: agents/x.md}\n  \
+             - {path: config/reviewer.md, role: config, to: agents/x.md}\n",
+            "uploads under the same name \"agents/x.md\"",
+        ),
+        (
+            "claude",
+            "  - {path: config/models.json, role: config, to: agents}\n  \
+             - {path: config/reviewer.md, role: config, to: agents/reviewer.md}\n",
+            "as a file and as a directory",
+        ),
+        (
+            "claude",
+            "  - {path: config/reviewer.md, role: config, to: agents/reviewer.md}\n  \
+             - {path: config/models.json, role: config, to: agents}\n",
+            "as a file and as a directory",
+        ),
+    ] {
+        let v = check_adapters(runtime, adapters);
+        let shown: Vec<String> = v.problems.iter().map(ToString::to_string).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|p| p.starts_with(wanted) || p.contains(wanted)),
+            "{adapters}: {shown:#?}"
+        );
+        assert!(
+            v.manifest(&SandboxLayout::default()).is_none(),
+            "{adapters}"
+        );
+    }
+    // Under pi a `sessions` that is not the first component is an ordinary directory.
+    let v = check_adapters(
+        "pi",
+        "  - {path: config/reviewer.md, role: config, to: prompts/sessions/r.md}\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    // Under Claude `sessions/` is nobody's session directory.
+    let v = check_adapters(
+        "claude",
+        "  - {path: config/reviewer.md, role: config, to: sessions/r.md}\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+}
+
 /// Compiling returns one upload per pinned tree and file, at the path the manifest pins, then
 /// the workspace, owned by the agent's user.
 #[test]
@@ -466,5 +631,52 @@ fn tools_keep_home_and_record_prompt_are_checked() {
             .any(|p| p.field == "skills[0]" && p.message.contains("no SKILL.md at its root")),
         "{:?}",
         v.problems
+    );
+}
+
+#[test]
+fn feedback_and_keep_output_are_checked() {
+    let v = check(
+        "runtime: pi\nprompt: hi\nvalidation: [/bin/true]\nfeedback: true\nkeep_output: true\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let h = v.harness.as_ref().unwrap();
+    assert_eq!(h.feedback, Some(16 * 1024));
+    assert!(h.keep_output);
+    let m = v
+        .manifest(&SandboxLayout {
+            root: "/pitcrew".into(),
+        })
+        .unwrap();
+    assert!(m.output.keep_output);
+    let v = check("runtime: pi\nprompt: hi\nvalidation: [/bin/true]\nfeedback: 4KiB\n");
+    assert_eq!(v.harness.unwrap().feedback, Some(4096));
+    let v = check("runtime: pi\nprompt: hi\nvalidation: [/bin/true]\nfeedback: false\n");
+    assert_eq!(v.harness.unwrap().feedback, None);
+    let v = check("runtime: pi\nprompt: hi\n");
+    assert!(!v.harness.as_ref().unwrap().keep_output);
+    for (yaml, wanted) in [
+        ("feedback: true\n", "set validation"),
+        ("validation: [/bin/true]\nfeedback: 1MiB\n", "at most"),
+        (
+            "validation: [/bin/true]\nfeedback: lots\n",
+            "true, false or a size",
+        ),
+        ("keep_output: yes\n", "expected true or false"),
+    ] {
+        let v = check(&format!("runtime: pi\nprompt: hi\n{yaml}"));
+        assert!(
+            v.problems.iter().any(|p| p.message.contains(wanted)),
+            "{yaml}: {:?}",
+            v.problems
+        );
+    }
+    let v =
+        check("runtime: command\ncommand: [/bin/true]\nvalidation: [/bin/true]\nfeedback: true\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert!(
+        v.notes.iter().any(|n| n.field == "feedback"),
+        "{:?}",
+        v.notes
     );
 }

@@ -1,6 +1,7 @@
 //! Unit tests of `manifest`.
 
 use super::*;
+use crate::tree_hash::FileRecord;
 
 fn minimal() -> serde_json::Value {
     serde_json::json!({

@@ -141,8 +141,17 @@ impl Server {
                 self.claim_ready(conn_id);
                 self.prune_collected();
             }
-            Request::Run { .. } => {
+            Request::Run { feedback, .. } => {
                 self.check_claim(conn_id, "run")?;
+                if let Some(f) = &feedback {
+                    if f.len() > crate::protocol::MAX_FEEDBACK || f.contains('\0') {
+                        return Err(RequestError::Malformed(format!(
+                            "run: feedback must be at most {} bytes without NUL ({} bytes)",
+                            crate::protocol::MAX_FEEDBACK,
+                            f.len()
+                        )));
+                    }
+                }
                 self.check_run_not_stopped()?;
                 if running || self.pending_run.is_some() {
                     return Err(RequestError::Busy("an iteration is running".into()));
@@ -155,7 +164,11 @@ impl Server {
                 if self.shutdown.is_some() {
                     return Err(RequestError::Busy("the supervisor is shutting down".into()));
                 }
-                self.pending_run = Some(PendingRun { conn: conn_id, id });
+                self.pending_run = Some(PendingRun {
+                    conn: conn_id,
+                    id,
+                    feedback,
+                });
             }
             Request::Signal { signal, .. } => {
                 let signo = signal_number(signal);

@@ -114,12 +114,14 @@ impl Default for ServeOptions {
 
 /// A `run` request accepted while idle, started by the loop once the request handling that
 /// accepted it has returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct PendingRun {
     /// The connection that asked for it.
     conn: u64,
     /// Correlation id of the `run` request (its events and result carry it).
     id: u64,
+    /// Text appended to the prompt for this iteration (`run`'s `feedback`).
+    feedback: Option<String>,
 }
 
 /// A `shutdown` request: the loop stops, reaps everything and then answers it.

@@ -145,6 +145,15 @@ pub(super) struct CopyReport {
 }
 
 impl CopyReport {
+    /// Adds what another copy into the same part of the record did.
+    pub(super) fn add(&mut self, other: CopyReport) {
+        self.files += other.files;
+        self.bytes += other.bytes;
+        self.skipped_count += other.skipped_count;
+        let room = SKIPPED_NAMED.saturating_sub(self.skipped.len());
+        self.skipped.extend(other.skipped.into_iter().take(room));
+    }
+
     /// Counts a skipped entry, and names it while fewer than [`SKIPPED_NAMED`] are named.
     fn skip(&mut self, what: impl FnOnce() -> String) {
         self.skipped_count += 1;

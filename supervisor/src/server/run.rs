@@ -18,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Most finished iterations the server remembers for `status`, the latest: far below the
@@ -49,10 +49,20 @@ impl Server {
     /// Runs the iteration a `run` request asked for, answers it with the record and keeps the
     /// record for `collect`.
     pub(super) fn run(&mut self, ctx: &mut Supervisor, request: PendingRun) {
-        let PendingRun { conn: conn_id, id } = request;
+        let PendingRun {
+            conn: conn_id,
+            id,
+            feedback,
+        } = request;
         let Some(mut manifest) = self.manifest.clone() else {
             return;
         };
+        // The harness's feedback: this iteration's prompt says what the last validation said.
+        let feedback = feedback.filter(|_| manifest.runtime != crate::manifest::Runtime::Command);
+        if let (Some(text), Some(prompt)) = (&feedback, &mut manifest.prompt) {
+            prompt.push_str("\n\n");
+            prompt.push_str(text);
+        }
         let n = self.last_iteration + 1;
         self.last_iteration = n;
         let dir = records::iteration_dir(&self.records, n);
@@ -97,6 +107,13 @@ impl Server {
                 record
             }
         };
+        if let Some(text) = &feedback {
+            use sha2::Digest as _;
+            record.feedback = Some(crate::result::FeedbackRecord {
+                bytes: text.len(),
+                sha256: hex::encode(sha2::Sha256::digest(text.as_bytes())),
+            });
+        }
         self.pump_tails(STREAM_CAP);
         self.finalise_record(&manifest, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
@@ -155,16 +172,29 @@ impl Server {
             &|_| true,
             &mut budget,
         );
+        // The runtime's transcripts, before the next iteration's config reset removes them:
+        // pi's session files (`dirs.sessions`), Claude Code's `<config>/projects/<cwd>/<session
+        // id>.jsonl` (and its sub-agents' below them).
         let runtime_dirs = manifest.runtime_dirs();
-        let sessions = runtime_dirs.uses_sessions.then_some(&runtime_dirs.sessions);
-        let transcripts = sessions.map(|s| {
-            records::copy_tree(
-                Path::new(s),
-                &dir.join("transcripts"),
-                "transcripts",
-                &|p| p.extension().is_some_and(|e| e == "jsonl"),
-                &mut budget,
-            )
+        let mut transcript_dirs = Vec::new();
+        if runtime_dirs.uses_sessions {
+            transcript_dirs.push(PathBuf::from(&runtime_dirs.sessions));
+        }
+        if manifest.runtime == crate::manifest::Runtime::Claude {
+            transcript_dirs.push(Path::new(&runtime_dirs.config).join("projects"));
+        }
+        let transcripts = (!transcript_dirs.is_empty()).then(|| {
+            let mut report = records::CopyReport::default();
+            for from in &transcript_dirs {
+                report.add(records::copy_tree(
+                    from,
+                    &dir.join("transcripts"),
+                    "transcripts",
+                    &|p| p.extension().is_some_and(|e| e == "jsonl"),
+                    &mut budget,
+                ));
+            }
+            report
         });
         // The whole workspace, when the host asked for it: what the agent changed comes back.
         let workspace = manifest.output.collect_workspace.then(|| {

@@ -6,6 +6,7 @@
 use super::progress::Progress;
 use super::signals::{interrupted, CancelSlot};
 use super::upload::upload_all;
+use super::validation;
 use super::RunArgs;
 use crate::client::RunUpdate;
 use crate::engine::{Connection, Engine, SandboxId};
@@ -15,10 +16,6 @@ use anyhow::Context as _;
 use pitcrew_core::harness::{Compiled, Harness, Validated};
 use pitcrew_core::protocol::{Channel, Owner};
 use pitcrew_core::result::IterationResult;
-use std::os::fd::AsFd as _;
-use std::os::unix::process::ExitStatusExt as _;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Why the loop stopped.
@@ -141,6 +138,7 @@ pub(super) fn drive(
                 }
             }
             manifest.output.collect_workspace = args.collect_workspace;
+            manifest.env.passed = args.pass_env.clone();
             manifest
                 .validate()
                 .context("the manifest built from this harness is invalid")?;
@@ -174,6 +172,8 @@ pub(super) fn drive(
         let mut done = 0;
         let mut stopped = Stopped::Iterations;
         let mut validation_passed = false;
+        // What the last validation said, for the next iteration's prompt (`feedback:`).
+        let mut feedback: Option<String> = None;
         if let Some(r) = &resumed {
             done = u32::try_from(r.ran.len()).unwrap_or(u32::MAX);
             for &n in &r.uncollected {
@@ -209,8 +209,11 @@ pub(super) fn drive(
             // The host died before it could judge the last of them.
             if let (Some(argv), Some(row)) = (&h.validation, rows.last_mut()) {
                 let dest = run_dir.join(format!("iteration-{}", row.iteration));
-                let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
+                let v = validation::run(argv, h, engine, id, &layout.root, &dest)?;
+                let code = v.code;
                 row.validation_exit = Some(code);
+                feedback =
+                    (h.feedback.is_some() && code != 0).then(|| validation::feedback(argv, &v));
                 progress.line(&format!(
                     "iteration {}: validation exited {code}",
                     row.iteration
@@ -231,7 +234,7 @@ pub(super) fn drive(
             }
             let started = Instant::now();
             let mut events = Vec::new();
-            let outcome = match conn.client().run(|u| match u {
+            let outcome = match conn.client().run(feedback.take().as_deref(), |u| match u {
                 RunUpdate::Event {
                     iteration,
                     step,
@@ -317,10 +320,12 @@ pub(super) fn drive(
             }
             if !cancelled {
                 if let Some(argv) = &h.validation {
-                    let code = run_validation(argv, h, engine, id, &layout.root, &dest)?;
-                    row.validation_exit = Some(code);
-                    progress.line(&format!("iteration {n}: validation exited {code}"));
-                    validation_passed = code == 0;
+                    let v = validation::run(argv, h, engine, id, &layout.root, &dest)?;
+                    row.validation_exit = Some(v.code);
+                    progress.line(&format!("iteration {n}: validation exited {}", v.code));
+                    validation_passed = v.code == 0;
+                    feedback = (h.feedback.is_some() && !validation_passed)
+                        .then(|| validation::feedback(argv, &v));
                 }
             }
             let repeats = failure_that_repeats(row.exit_code, row.reason.as_deref());
@@ -381,47 +386,6 @@ fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
             "iteration {n}: the sandbox did not take note that the record was collected: {e}"
         ));
     }
-}
-
-/// Runs the harness's validation command on the host (cwd = the harness directory, its stdout
-/// sent to stderr so `--json` stays clean). It sees `PITCREW_ITERATION`,
-/// `PITCREW_RECORD_DIR` (the collected record), `PITCREW_SANDBOX`, `PITCREW_ENGINE` and
-/// `PITCREW_SANDBOX_ROOT` (the uploads root inside the sandbox; a host path for the local
-/// engine).
-fn run_validation(
-    argv: &[String],
-    h: &Harness,
-    engine: &dyn Engine,
-    id: &SandboxId,
-    root: &str,
-    record_dir: &Path,
-) -> anyhow::Result<i32> {
-    let (program, rest) = argv.split_first().context("validation: empty command")?;
-    let iteration = record_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix("iteration-"))
-        .unwrap_or_default()
-        .to_string();
-    let stdout = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_or_else(|_| Stdio::null(), Stdio::from);
-    let status = Command::new(program)
-        .args(rest)
-        .current_dir(&h.base)
-        .env("PITCREW_ITERATION", iteration)
-        .env("PITCREW_RECORD_DIR", record_dir)
-        .env("PITCREW_SANDBOX", &id.0)
-        .env("PITCREW_ENGINE", engine.name())
-        .env("PITCREW_SANDBOX_ROOT", root)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .status()
-        .with_context(|| format!("validation: cannot run {program:?} in {}", h.base.display()))?;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 /// A UTC timestamp `YYYYMMDDTHHMMSSZ` (run ids sort by time).

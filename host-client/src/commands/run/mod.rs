@@ -25,6 +25,7 @@ mod progress;
 mod resume;
 mod signals;
 mod upload;
+mod validation;
 
 use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
 use crate::hash_progress;

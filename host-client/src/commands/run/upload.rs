@@ -24,7 +24,10 @@ pub(super) fn upload_all(
         upload_tree(conn, progress, &what, host, dest, u.owner)?;
     }
     // Adapters: each destination directory receives one tar with its files (pinned files, like
-    // pinned trees, are the supervisor's: no owner).
+    // pinned trees, are the supervisor's: no owner). A tar replaces its directory whole, and a
+    // config adapter may go below the config dir (`to: agents/reviewer.md`): the map's order
+    // sends a directory before every directory below it (a path sorts after its prefixes), so
+    // no later tar removes what an earlier one put there.
     let mut by_dir: BTreeMap<String, Vec<(String, &Path)>> = BTreeMap::new();
     for u in of_kind(|k| k == UploadKind::AdapterFile) {
         let (dir, name) = u

@@ -10,6 +10,11 @@
 //! removed) is removed, without following symlinks, at any depth, in a bounded number of
 //! descriptors ([`crate::bounded_tree`]). Pinned files are left exactly as they are:
 //! verification, which runs next, reports any that changed (exit 98 for a config).
+//!
+//! The same walk empties the agent's `HOME` and `TMPDIR` ([`reset_home_and_tmp`]: the runtimes
+//! read user-level skills and settings from `HOME`) and the workspace's `output/`
+//! ([`empty_output`]: each record holds what its own iteration wrote), keeping only what the
+//! manifest names there.
 
 use crate::bounded_tree::{self, TreeError};
 use crate::manifest::Manifest;
@@ -129,6 +134,18 @@ pub fn reset_home_and_tmp(
         *out = reset_dir(dir, &kept, None)?;
     }
     Ok(report)
+}
+
+/// Empties the workspace's `output/` (what the record collects) before each iteration, unless
+/// the manifest keeps it (`output.keep_output`): each iteration's record then holds what that
+/// iteration wrote, not what an earlier one left. `output/` itself stays; one that is not a
+/// directory is left alone (the record copy never follows it).
+pub fn empty_output(manifest: &Manifest) -> Result<ResetReport, TreeError> {
+    if manifest.output.keep_output {
+        return Ok(ResetReport::default());
+    }
+    let output = Path::new(&manifest.workdir).join("output");
+    reset_dir(&output, &BTreeSet::new(), None)
 }
 
 /// Removes everything below `dir` except the entries at the relative paths `kept` (with
@@ -396,6 +413,31 @@ mod tests {
         let mut records = scratch_manifest(b, &[]);
         records.dirs.tmp = Some(b.join("records/tmp").display().to_string());
         assert!(reset_home_and_tmp(&records, &[b.join("records")]).is_err());
+    }
+
+    #[test]
+    fn output_is_emptied_unless_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = tmp.path();
+        fs::create_dir_all(b.join("home/work/output/sub")).unwrap();
+        fs::write(b.join("home/work/output/old.txt"), "x").unwrap();
+        fs::write(b.join("home/work/output/sub/deep.txt"), "x").unwrap();
+        let mut m = scratch_manifest(b, &[]);
+        m.output.keep_output = true;
+        assert_eq!(empty_output(&m).unwrap(), ResetReport::default());
+        m.output.keep_output = false;
+        let mut removed = empty_output(&m).unwrap().removed;
+        removed.sort();
+        assert_eq!(removed, ["old.txt", "sub"]);
+        assert!(b.join("home/work/output").is_dir());
+        // No output/, or a link in its place: nothing is followed or removed.
+        fs::remove_dir(b.join("home/work/output")).unwrap();
+        assert_eq!(empty_output(&m).unwrap(), ResetReport::default());
+        fs::create_dir_all(b.join("outside")).unwrap();
+        fs::write(b.join("outside/keep.txt"), "x").unwrap();
+        std::os::unix::fs::symlink(b.join("outside"), b.join("home/work/output")).unwrap();
+        assert_eq!(empty_output(&m).unwrap(), ResetReport::default());
+        assert!(b.join("outside/keep.txt").is_file());
     }
 
     #[test]

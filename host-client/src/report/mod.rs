@@ -4,7 +4,7 @@
 //! through before it reaches the operator's terminal.
 
 use crate::failure_hint::cut;
-use pitcrew_core::result::IterationResult;
+use pitcrew_core::result::{IterationResult, UsageRecord};
 use pitcrew_core::verify::{CheckStatus, VerifyReport};
 use serde::Serialize;
 use serde_json::Value;
@@ -170,6 +170,10 @@ pub struct IterationSummary {
     /// Workspace files the runtime read as configuration, unverified (`workspace_config`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workspace_config: Vec<String>,
+    /// Tokens and cost the runtime reported (the record's `usage`); absent for `command` and
+    /// when the runtime's stream said nothing of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageRecord>,
     /// Step times from the record (`reap_ms`, `verify_ms`, …).
     pub steps: Value,
     /// Host-side time of each event since the `run` request (`step`, `state`, `at_ms`).
@@ -286,6 +290,7 @@ pub fn summarize(
         drift,
         env_removed,
         workspace_config: record.workspace_config.clone(),
+        usage: record.usage.clone(),
         steps: serde_json::to_value(&record.steps).unwrap_or(Value::Null),
         events,
         record_dir: None,
@@ -318,17 +323,46 @@ fn colour_allowed(
     terminal && no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
 }
 
+/// A token count as the table shows it: exact below 1000, else in thousands (`12.3k`) or
+/// millions (`4.5M`).
+fn tokens(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// The `tokens` cell: input (fresh, cache reads and cache writes together) / output, and the
+/// cost when the runtime said it; `-` for an iteration without usage.
+pub fn usage_cell(usage: Option<&UsageRecord>) -> String {
+    let Some(u) = usage else {
+        return "-".to_string();
+    };
+    let input = u
+        .input_tokens
+        .saturating_add(u.cache_read_tokens)
+        .saturating_add(u.cache_write_tokens);
+    let mut cell = format!("{}/{}", tokens(input), tokens(u.output_tokens));
+    if let Some(cost) = u.cost_usd {
+        // Cents, or four decimals for what a cent would show as nothing.
+        let digits = if cost != 0.0 && cost < 0.01 { 4 } else { 2 };
+        let _ = write!(cell, " ${cost:.digits$}");
+    }
+    cell
+}
+
 /// The summary table, one row per iteration; with `colour`, the exit column green for 0 and red
-/// otherwise (only pitcrew's own escape sequences: every cell is escaped first).
+/// otherwise (only pitcrew's own escape sequences: every cell is escaped first). The `tokens`
+/// column (input/output tokens and cost, [`usage_cell`]) is there when an iteration has usage.
 pub fn table(rows: &[IterationSummary], colour: bool) -> String {
-    let mut lines = vec![[
-        "iter".to_string(),
-        "exit".to_string(),
-        "duration".to_string(),
-        "reaped".to_string(),
-        "verified".to_string(),
-        "env removed".to_string(),
-    ]];
+    let with_usage = rows.iter().any(|r| r.usage.is_some());
+    let mut header = vec!["iter", "exit", "duration", "reaped"];
+    if with_usage {
+        header.push("tokens");
+    }
+    header.extend(["verified", "env removed"]);
+    let mut lines: Vec<Vec<String>> = vec![header.into_iter().map(String::from).collect()];
     for r in rows {
         let mut exit = format!("{} {}", r.exit_code, r.meaning);
         if let Some(why) = r.reason.as_ref().or(r.error.as_ref()) {
@@ -343,17 +377,23 @@ pub fn table(rows: &[IterationSummary], colour: bool) -> String {
             format!("{}: {}", r.env_removed.len(), r.env_removed.join(", "))
         };
         // Meaning, reason, drifted names and env names come from the record: escaped.
-        lines.push([
+        let mut line = vec![
             r.iteration.to_string(),
             escape_controls(&exit).into_owned(),
             format!("{:.2}s", r.duration_ms as f64 / 1000.0),
             format!("{}/{}", r.reaped_before, r.reaped_after),
+        ];
+        if with_usage {
+            line.push(usage_cell(r.usage.as_ref()));
+        }
+        line.extend([
             escape_controls(&cut(&r.verification, VERIFICATION_CHARS)).into_owned(),
             escape_controls(&cut(&env, CELL_CHARS)).into_owned(),
         ]);
+        lines.push(line);
     }
     // The last two columns are free-width; the others are padded.
-    let mut widths = [0usize; 6];
+    let mut widths = vec![0usize; lines[0].len()];
     for l in &lines {
         for (i, c) in l.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());
@@ -386,286 +426,4 @@ pub fn table(rows: &[IterationSummary], colour: bool) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use pitcrew_core::environment::{EnvSource, RemovedVar};
-    use pitcrew_core::exit_code::PinRole;
-    use pitcrew_core::result::{SupervisorInfo, SupervisorMode};
-    use pitcrew_core::tree_hash::{Drift, TreeFormat};
-    use pitcrew_core::verify::{AgentCheck, FailureKind, FileCheck, TreeCheck, VerifyFailure};
-
-    /// A record as the supervisor builds it: `iteration`, `exit_code` and `reason` set through
-    /// `finish`, one tree and one file checked.
-    fn record(
-        iteration: u32,
-        code: i32,
-        reason: &str,
-        tree: TreeCheck,
-        file: FileCheck,
-    ) -> IterationResult {
-        let mut r = IterationResult::new(
-            iteration,
-            SupervisorInfo {
-                pid1: true,
-                mode: SupervisorMode::Pid1,
-                degraded_reason: None,
-            },
-        );
-        r.verification = Some(VerifyReport {
-            trees: vec![tree],
-            files: vec![file],
-            agent: AgentCheck {
-                requested: "/bin/sh".into(),
-                resolved: Some("/bin/sh".into()),
-                ..AgentCheck::default()
-            },
-            duration_ms: 3,
-        });
-        r.finish(code, Some(reason.to_string()));
-        r
-    }
-
-    fn tree(name: &str, status: CheckStatus, drift: Drift, error: Option<&str>) -> TreeCheck {
-        TreeCheck {
-            name: name.into(),
-            path: format!("/p/{name}"),
-            role: PinRole::Plugin,
-            format: TreeFormat::PiTreeV1,
-            expected: "aa".into(),
-            actual: Some("bb".into()),
-            status,
-            drift: Some(drift),
-            error: error.map(String::from),
-        }
-    }
-
-    fn file(path: &str, status: CheckStatus) -> FileCheck {
-        FileCheck {
-            path: path.into(),
-            role: PinRole::HookAdapter,
-            expected: "aa".into(),
-            actual: Some("aa".into()),
-            status,
-            error: None,
-        }
-    }
-
-    fn removed(name: &str) -> RemovedVar {
-        RemovedVar {
-            name: name.into(),
-            source: EnvSource::Dotenv,
-            rule: "NODE_OPTIONS (Node loads or changes code from it)".into(),
-        }
-    }
-
-    #[test]
-    fn drift_and_env_names_are_summarised() {
-        let drift = Drift {
-            added: vec![],
-            removed: vec![],
-            changed: vec!["index.ts".into()],
-            left_out: 0,
-        };
-        let mut r = record(
-            2,
-            96,
-            "tree-drifted: hello",
-            tree("hello", CheckStatus::Drifted, drift, None),
-            file("/p/adapters/hooks.json", CheckStatus::Ok),
-        );
-        r.reaped.before = 1;
-        r.env.removed = vec![removed("NODE_OPTIONS")];
-        r.workspace_config = vec![".pi/settings.json".into()];
-        // What the host receives is what the supervisor serialized.
-        let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
-        let s = summarize(&r, 1500, Vec::new());
-        assert!(!s.verified);
-        assert_eq!(
-            s.meaning,
-            "a plugin or skills tree is missing or its hash differs"
-        );
-        assert_eq!(s.verification, "hello drifted: changed index.ts");
-        assert_eq!(s.env_removed, ["NODE_OPTIONS"]);
-        assert_eq!(s.workspace_config, [".pi/settings.json"]);
-        let t = table(&[s], false);
-        assert!(
-            t.contains("96 a plugin or skills tree is missing or its hash differs"),
-            "{t}"
-        );
-        assert!(t.contains("1/0"), "{t}");
-        assert!(t.contains("1: NODE_OPTIONS"), "{t}");
-    }
-
-    /// No raw control (C0, DEL, C1) or bidi control in `text` (newlines allowed when `lines`).
-    fn assert_clean(text: &str, lines: bool) {
-        let bad: Vec<char> = text
-            .chars()
-            .filter(|&c| !(lines && c == '\n'))
-            .filter(|&c| {
-                c.is_control()
-                    || ('\u{202a}'..='\u{202e}').contains(&c)
-                    || ('\u{2066}'..='\u{2069}').contains(&c)
-            })
-            .collect();
-        assert!(bad.is_empty(), "raw {bad:?} in {text:?}");
-    }
-
-    #[test]
-    fn no_color_a_dumb_terminal_or_a_pipe_turn_colour_off() {
-        use std::ffi::OsStr;
-        assert!(colour_allowed(None, Some(OsStr::new("xterm")), true));
-        assert!(colour_allowed(Some(OsStr::new("")), None, true));
-        assert!(!colour_allowed(Some(OsStr::new("1")), None, true));
-        assert!(!colour_allowed(None, Some(OsStr::new("dumb")), true));
-        assert!(!colour_allowed(None, None, false));
-    }
-
-    #[test]
-    fn the_exit_column_is_green_for_success_and_red_otherwise() {
-        let ok = summarize(
-            &record(
-                1,
-                0,
-                "",
-                tree("p", CheckStatus::Ok, Drift::default(), None),
-                file("/a", CheckStatus::Ok),
-            ),
-            10,
-            Vec::new(),
-        );
-        let failed = summarize(
-            &record(
-                2,
-                3,
-                "",
-                tree("p", CheckStatus::Ok, Drift::default(), None),
-                file("/a", CheckStatus::Ok),
-            ),
-            10,
-            Vec::new(),
-        );
-        let rows = [ok, failed];
-        let plain = table(&rows, false);
-        assert!(!plain.contains('\x1b'), "{plain}");
-        let coloured = table(&rows, true);
-        let lines: Vec<&str> = coloured.lines().collect();
-        assert!(lines[1].contains("\x1b[32m0 success"), "{coloured:?}");
-        assert!(lines[2].contains("\x1b[31m3 "), "{coloured:?}");
-        // Colour changes no column's position.
-        let strip = |l: &str| {
-            l.replace("\x1b[32m", "")
-                .replace("\x1b[31m", "")
-                .replace("\x1b[0m", "")
-        };
-        assert_eq!(
-            coloured.lines().map(strip).collect::<Vec<_>>(),
-            plain.lines().map(String::from).collect::<Vec<_>>()
-        );
-    }
-
-    #[test]
-    fn long_reasons_and_environment_lists_are_cut_in_the_table_not_in_the_json() {
-        let reason = format!(
-            "exec: pi: not found in PATH {}",
-            "/usr/local/bin:".repeat(40)
-        );
-        let mut record = record(
-            1,
-            127,
-            &reason,
-            tree("p", CheckStatus::Ok, Drift::default(), None),
-            file("/a/hooks.js", CheckStatus::Ok),
-        );
-        record.env.removed = (0..50).map(|i| removed(&format!("NAME_{i}"))).collect();
-        let s = summarize(&record, 10, Vec::new());
-        assert_eq!(s.reason.as_deref(), Some(reason.as_str()));
-        let t = table(&[s], false);
-        let row = t.lines().nth(1).unwrap();
-        assert!(row.chars().count() < 400, "{row}");
-        assert!(row.contains('…'), "{row}");
-    }
-
-    #[test]
-    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
-    fn attack_terminal__control_bytes_in_a_record_are_escaped_in_the_summary() {
-        // Everything the record carries that the agent or a repository can choose.
-        let drift = Drift {
-            added: vec!["x\u{1b}]0;owned\u{7}.js".into()],
-            removed: vec![],
-            changed: vec!["\u{9b}31m.js".into()],
-            left_out: 0,
-        };
-        let mut record = record(
-            1,
-            96,
-            "tree-drifted: \u{1b}[2J\u{7}\r",
-            tree(
-                "p",
-                CheckStatus::Drifted,
-                drift,
-                Some("bad \u{2066}name\u{2069}"),
-            ),
-            file("/a/\u{1b}[1Ahooks.js", CheckStatus::Drifted),
-        );
-        record.meaning = "m\u{202e}gnp".into();
-        if let Some(v) = &mut record.verification {
-            v.agent.failure = Some(VerifyFailure {
-                exit_code: 127,
-                kind: FailureKind::AgentNotFound,
-                reason: "agent \u{8}\u{8}\u{8}ok".into(),
-            });
-        }
-        record.env.removed = vec![removed("LD_\u{1b}[2J")];
-        let s = summarize(&record, 10, Vec::new());
-        // The summary itself (the --json document) stays exact.
-        assert_eq!(s.reason.as_deref(), Some("tree-drifted: \u{1b}[2J\u{7}\r"));
-        let t = table(&[s], false);
-        assert_clean(&t, true);
-        assert_eq!(t.lines().count(), 2, "{t}");
-        for shown in [
-            "tree-drifted: \\x1b[2J\\x07\\r",
-            "m\\u{202e}gnp",
-            "added x\\x1b]0;owned\\x07.js",
-            "changed \\u{9b}31m.js",
-            "bad \\u{2066}name\\u{2069}",
-            "/a/\\x1b[1Ahooks.js drifted",
-            "agent: agent \\x08\\x08\\x08ok",
-            "1: LD_\\x1b[2J",
-        ] {
-            assert!(t.contains(shown), "{shown} not in {t}");
-        }
-    }
-
-    #[test]
-    fn escapes_controls_and_bidi_and_leaves_the_rest() {
-        assert!(matches!(
-            escape_controls("plain é ✓ a\\b"),
-            Cow::Borrowed(_)
-        ));
-        assert_eq!(
-            escape_controls("a\u{0}\u{1b}\u{7}\r\n\t\u{7f}\u{85}\u{9f}"),
-            "a\\x00\\x1b\\x07\\r\\n\\t\\x7f\\u{85}\\u{9f}"
-        );
-        for c in [
-            '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{200f}', '\u{2028}',
-        ] {
-            assert_eq!(
-                escape_controls(&c.to_string()),
-                format!("\\u{{{:x}}}", u32::from(c))
-            );
-        }
-        assert_eq!(escape_text("l1\n\tl2\r\u{1b}c"), "l1\n\tl2\\r\\x1bc");
-    }
-
-    #[test]
-    fn a_stream_is_escaped_across_pieces_and_bad_utf8() {
-        let mut st = EscapedStream::default();
-        let bidi = "\u{202e}".as_bytes();
-        let mut out = st.push(b"a\x1b[2J");
-        out += &st.push(&bidi[..1]);
-        out += &st.push(&bidi[1..]);
-        out += &st.push(b"\xff\n\xc3");
-        out += &st.finish();
-        assert_eq!(out, "a\\x1b[2J\\u{202e}\\xff\n\\xc3");
-    }
-}
+mod tests;
