@@ -19,6 +19,7 @@
 use crate::bounded_tree::{self, TreeError};
 use crate::manifest::Manifest;
 use rustix::fs::{Dir, FileType};
+use rustix::io::Errno;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
@@ -157,11 +158,15 @@ fn reset_dir(
     emptied: Option<&PathBuf>,
 ) -> Result<ResetReport, TreeError> {
     let mut report = ResetReport::default();
-    // The last component is not followed; a directory that is a link or a file is left alone
-    // (verification reports a config directory's pinned files).
-    let root = match bounded_tree::open_dir(top) {
+    // The last component is not followed; a directory that is missing, a link or a file is
+    // left alone (verification reports a config directory's pinned files). Any other failure
+    // stops the iteration: a directory skipped would keep what the agent left in it.
+    let root = match open_top(top) {
         Ok(fd) => fd,
-        Err(_) => return Ok(report),
+        Err(e) if matches!(to_errno(&e), Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {
+            return Ok(report)
+        }
+        Err(e) => return Err(io_error(top, "open", e)),
     };
     // Directories kept because something kept lies below them.
     let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
@@ -194,7 +199,7 @@ fn reset_dir(
             if is_dir && emptied == Some(&rel) {
                 // Kept (a writable root: the sessions directory), emptied.
                 let path = top.join(&rel);
-                let emptied_dir = bounded_tree::open_dir_at(dir.as_fd(), name)
+                let emptied_dir = bounded_tree::open_dir_at_restoring(dir.as_fd(), name)
                     .map_err(|e| io_error(&path, "open", e))?;
                 let children = bounded_tree::entry_names(emptied_dir.as_fd())
                     .map_err(|e| io_error(&path, "read directory", e))?;
@@ -214,12 +219,38 @@ fn reset_dir(
     Ok(report)
 }
 
+/// Opens the directory `top` (its last component not followed); one its owner (the agent) made
+/// unreadable gets its owner's rights back first, through its parent.
+fn open_top(top: &Path) -> std::io::Result<OwnedFd> {
+    match bounded_tree::open_dir(top) {
+        Err(e) if to_errno(&e) == Errno::ACCESS => {
+            let (Some(parent), Some(name)) = (top.parent(), top.file_name()) else {
+                return Err(e);
+            };
+            let parent = rustix::fs::open(
+                parent,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?;
+            bounded_tree::open_dir_at_restoring(parent.as_fd(), name)
+        }
+        other => other,
+    }
+}
+
+/// The errno of an I/O error (`EIO` for one that has none).
+fn to_errno(err: &std::io::Error) -> Errno {
+    Errno::from_io_error(err).unwrap_or(Errno::IO)
+}
+
 /// Opens the kept directory `rel` below the config dir, one component at a time, never
 /// through a symlink.
 fn open_below(root: BorrowedFd<'_>, rel: &Path) -> std::io::Result<OwnedFd> {
     let mut dir = bounded_tree::open_dir_at(root, OsStr::new("."))?;
     for name in rel.iter() {
-        dir = bounded_tree::open_dir_at(dir.as_fd(), name)?;
+        dir = bounded_tree::open_dir_at_restoring(dir.as_fd(), name)?;
     }
     Ok(dir)
 }

@@ -396,6 +396,13 @@ pub struct FeedbackRecord {
     pub bytes: usize,
     /// Lowercase hex SHA-256 of its bytes.
     pub sha256: String,
+    /// Bytes of its start left out so that the prompt still fits in one argument.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cut_bytes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The prompt as the record shows it when the argv does not.

@@ -3,13 +3,16 @@
 //! from the verify step.
 //!
 //! - **pi**: `--print --mode json --no-extensions --no-skills --no-prompt-templates
-//!   --no-themes --session-dir <sessions>`, then `-e <file>` per `files[]` entry with
+//!   --no-themes` (and `--no-approve` from pi 0.87.1), then `-e <file>` per `files[]` entry with
 //!   `use: pi-extension` (manifest order: adapters first, since pi runs `tool_call` handlers in
 //!   `-e` order and the first block wins), then per `pi-extension` tree `-e <path>/<entry>` for
 //!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
 //!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
 //!   tools (`--tools a,b`, or `--no-builtin-tools` for an empty list), `--model`, `agent.args`,
-//!   the prompt last.
+//!   `--session-dir <sessions>`, the prompt last. pi gives an unknown `--flag` the next argument
+//!   as its value unless it starts with `-`: with pitcrew's own option right before it, the
+//!   prompt is never taken for the value of an extension flag the harness left without one
+//!   (pi then says the flag needs a value).
 //! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`, the tools
 //!   (`--tools a,b`, `--tools ""` for none; followed by an option, since Claude's `--tools`
 //!   takes several values), `--settings <file>` (the one `use: claude-settings` file),
@@ -61,7 +64,18 @@ pub enum ArgvError {
         /// Index in argv.
         index: usize,
     },
+    /// An argv element is longer than one argument may be.
+    #[error("argv element {index} is {bytes} bytes, over the {MAX_ARG_BYTES} one argument may hold (a prompt that long does not fit)")]
+    TooLong {
+        /// Index in argv.
+        index: usize,
+        /// Its length.
+        bytes: usize,
+    },
 }
+
+/// The longest argv element `execve` takes (Linux `MAX_ARG_STRLEN`, 32 pages, less its NUL).
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 
 /// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime, whose
 /// release is `version` when known ([`crate::runtime_version::detect`]).
@@ -78,6 +92,12 @@ pub fn argv(
     }
     if let Some(index) = v.iter().position(|a| a.contains('\0')) {
         return Err(ArgvError::Nul { index });
+    }
+    if let Some(index) = v.iter().position(|a| a.len() > MAX_ARG_BYTES) {
+        return Err(ArgvError::TooLong {
+            index,
+            bytes: v[index].len(),
+        });
     }
     Ok(v)
 }
@@ -145,8 +165,6 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
             "--no-skills",
             "--no-prompt-templates",
             "--no-themes",
-            "--session-dir",
-            &sessions,
         ],
     );
     if features.no_approve {
@@ -177,7 +195,7 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
         push(v, &["--model", model]);
     }
     v.extend(m.agent.args.iter().cloned());
-    v.push(prompt.to_string());
+    push(v, &["--session-dir", &sessions, prompt]);
     Ok(())
 }
 
@@ -297,8 +315,6 @@ mod tests {
             "--no-skills",
             "--no-prompt-templates",
             "--no-themes",
-            "--session-dir",
-            "/sandbox/pi-config/sessions",
             "-e",
             "/usr/local/share/pitcrew/hooks.js",
             "-e",
@@ -319,6 +335,8 @@ mod tests {
             "mock/mock-model",
             "--thinking",
             "high",
+            "--session-dir",
+            "/sandbox/pi-config/sessions",
             "fix the bug",
         ];
         assert_eq!(got, want);
@@ -491,13 +509,23 @@ mod tests {
         for version in ["0.87.1", "1.6.0"] {
             let new = argv(&m, Path::new("/p"), Some(version)).unwrap();
             let at = new.iter().position(|a| a == "--no-approve").unwrap();
-            assert_eq!(new[at - 1], "/sandbox/pi-config/sessions", "{new:?}");
+            assert_eq!(new[at - 1], "--no-themes", "{new:?}");
             assert_eq!(new.len(), old.len() + 1);
         }
         m.agent.context_files = false;
         let off = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap();
         let at = off.iter().position(|a| a == "--no-context-files").unwrap();
         assert_eq!(off[at - 1], "--no-approve", "{off:?}");
+    }
+
+    #[test]
+    fn an_argument_longer_than_exec_takes_is_refused_by_name() {
+        let mut m = manifest(pi_manifest());
+        m.prompt = Some("x".repeat(MAX_ARG_BYTES));
+        assert!(argv(&m, Path::new("/p"), None).is_ok());
+        m.prompt = Some("x".repeat(MAX_ARG_BYTES + 1));
+        let err = argv(&m, Path::new("/p"), None).unwrap_err();
+        assert!(matches!(err, ArgvError::TooLong { bytes, .. } if bytes == MAX_ARG_BYTES + 1));
     }
 
     #[test]

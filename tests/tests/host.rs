@@ -202,6 +202,35 @@ fn collect_workspace_brings_back_what_the_agent_changed() {
     assert!(!it.join("workspace").exists());
 }
 
+/// The validation command prints what the workspace (the agent's) holds: its output reaches
+/// the operator's terminal escaped, with or without `feedback:`.
+#[test]
+fn attack_terminal__the_validation_commands_output_reaches_the_terminal_escaped() {
+    if !gate() {
+        return;
+    }
+    for extra in ["", "feedback: true\n"] {
+        let fx = fixture(
+            "printf '\\033]0;PWNED\\007\\033[2J\\rpitcrew: forged\\n' > controls.txt",
+            1,
+            &format!("validation: [sh, -c, \"cat $PITCREW_SANDBOX_ROOT/workspace/controls.txt; echo failing >&2; exit 1\"]\n{extra}"),
+        );
+        let (out, doc) = fx.run(&[]);
+        assert_eq!(doc["iterations"][0]["validation_exit"], 1, "{doc:#}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("\\x1b]0;PWNED\\x07\\x1b[2J\\rpitcrew: forged"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("failing"), "{stderr}");
+        assert_eq!(
+            pitcrew_e2e::raw_terminal_controls(&stderr),
+            Vec::<char>::new(),
+            "{stderr}"
+        );
+    }
+}
+
 /// The workspace's `output/` is emptied before each iteration, so each record holds what its
 /// own iteration wrote; `keep_output: true` keeps it.
 #[test]

@@ -998,3 +998,42 @@ fn hook_contract(pi: Pi) {
         "{system}"
     );
 }
+
+/// A plugin's string flag left without a value never takes the prompt as its value (pi reads
+/// the next argument as the value unless it starts with `-`; pitcrew's own `--session-dir`
+/// comes right before the prompt): pi refuses to start and the iteration fails, instead of a
+/// run that never asked the model anything passing as a success.
+#[test]
+fn a_flag_left_without_its_value_never_swallows_the_prompt() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture(&server, 1);
+    // Nothing of pitcrew's after the plugin's flags but the prompt: no `--model` (the pinned
+    // settings name the default one), no tools, no skills.
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::write(
+        root.join("config/settings.json"),
+        r#"{"defaultProvider": "mock", "defaultModel": "mock-model"}"#,
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("  model: mock/mock-model\n", "")
+        .replace("[\"--greeting=Hello\"]", "[\"--greeting\"]");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status(&[], &[]);
+    assert_ne!(code, Some(0), "{doc:#}");
+    assert!(server.requests().is_empty(), "the model was asked");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_ne!(record["exit_code"], 0, "{record:#}");
+    let argv: Vec<&str> = record["agent"]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let at = argv.iter().position(|a| *a == "--greeting").unwrap();
+    assert_eq!(argv[at + 1], "--session-dir", "{argv:?}");
+}

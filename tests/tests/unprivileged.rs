@@ -212,6 +212,64 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
     );
 }
 
+/// The agent, each iteration: says what an earlier one left in its home, temporary directory
+/// and `output/`, then leaves some there and makes the three directories (and one below its
+/// home) unreadable to their owner, which in the unprivileged mode is the supervisor too.
+const UNREADABLE: &str = r#"for p in "$HOME/.bashrc" "$HOME/.agents/skills/x/SKILL.md" "$HOME/sub/f" "$TMPDIR/planted" output/old.txt; do
+  [ -e "$p" ] && echo "survived $p"
+done
+ls -A "$HOME" "$TMPDIR" output 2>&1 | sed 's/^/listing /'
+echo 'echo planted' > "$HOME/.bashrc"
+mkdir -p "$HOME/.agents/skills/x" "$HOME/sub" output
+echo skill > "$HOME/.agents/skills/x/SKILL.md"; echo f > "$HOME/sub/f"; chmod 000 "$HOME/sub"
+echo x > "$TMPDIR/planted"; echo x > output/old.txt
+chmod 300 "$HOME" "$TMPDIR" output
+echo done"#;
+
+/// In the unprivileged mode the supervisor has no root to override a mode: an agent that made
+/// its home, temporary directory and `output/` unreadable (and a directory in its home
+/// unsearchable) still finds them emptied by the next iteration, which runs instead of failing.
+#[test]
+fn attack_leftovers__an_unreadable_home_is_still_emptied_in_the_unprivileged_mode() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "unpriv-home", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = write_command_harness(dir.path(), UNREADABLE, 2, "60s", false, "");
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let args = sandbox.run_args("timeout 600");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert_eq!(second["exit_code"], 0, "{second:#}");
+    assert_eq!(second["supervisor"]["mode"], "unprivileged", "{second:#}");
+    let seen = read_text(&iteration_dir(&doc, 2).join("output.jsonl"));
+    assert!(seen.contains("done"), "{seen}");
+    assert!(!seen.contains("survived"), "{seen}");
+    let home = second["home_reset"]["paths"].to_string();
+    for gone in [".bashrc", ".agents", "sub"] {
+        assert!(home.contains(gone), "{gone}: {second:#}");
+    }
+    assert!(
+        second["tmp_reset"]["paths"].to_string().contains("planted"),
+        "{second:#}"
+    );
+    assert!(
+        second["output_reset"]["paths"]
+            .to_string()
+            .contains("old.txt"),
+        "{second:#}"
+    );
+}
+
 /// Podman's default seccomp profile with the `landlock_*` calls refused (EPERM), written to
 /// `path`: a platform whose filter would stop pitcrew's own confinement.
 fn profile_refusing_landlock(path: &std::path::Path) {

@@ -35,7 +35,7 @@ mod walk;
 pub use remove::{remove_at, remove_path};
 pub use walk::{DirStack, Step, Walk, WalkEntry};
 
-use rustix::fs::{FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 use std::ffi::{CStr, OsStr, OsString};
 use std::io;
@@ -188,6 +188,49 @@ pub fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> 
         dir_flags(),
         Mode::empty(),
     )?)
+}
+
+/// [`open_dir_at`] for a walk that removes: a directory its owner made unreadable (`chmod 000`,
+/// `chmod 300`) first gets its owner's rights back. The agent may do that to what it owns, and
+/// in the unprivileged mode the supervisor is that owner, without root's override: a removal
+/// that stopped there would leave the tree to the next iteration, or fail every one after it.
+pub fn open_dir_at_restoring(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    match open_dir_at(parent, name) {
+        Err(e) if e.raw_os_error() == Some(Errno::ACCESS.raw_os_error()) => {
+            restore_owner_rights(parent, name)?;
+            open_dir_at(parent, name)
+        }
+        other => other,
+    }
+}
+
+/// Gives the directory `name` of `parent` (not followed: anything else is refused) its owner's
+/// read, write and search rights back.
+fn restore_owner_rights(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if file_type(&st) != FileType::Directory {
+        return Err(Errno::ACCESS.into());
+    }
+    let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
+    Ok(rustix::fs::chmodat(parent, name, mode, AtFlags::empty())?)
+}
+
+/// `unlinkat(dir, name, flags)`; refused for want of rights on `dir` (its owner made it
+/// read-only or unsearchable), it is retried once `dir` has its owner's rights back (see
+/// [`open_dir_at_restoring`]).
+pub(crate) fn unlink_restoring(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: AtFlags,
+) -> rustix::io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, flags) {
+        Err(Errno::ACCESS) => {
+            let st = rustix::fs::fstat(dir)?;
+            rustix::fs::fchmod(dir, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700))?;
+            rustix::fs::unlinkat(dir, name, flags)
+        }
+        other => other,
+    }
 }
 
 /// Opens the directory `path` for reading; its last component is not followed if it is a

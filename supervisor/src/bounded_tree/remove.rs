@@ -55,7 +55,7 @@ pub fn remove_at(parent: BorrowedFd<'_>, name: &OsStr, label: &str) -> Result<u6
         Err(err) => return Err(trail.io(Some(name), "stat", err)),
     };
     if file_type(&st) != FileType::Directory {
-        return match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
+        return match unlink_restoring(parent, name, AtFlags::empty()) {
             Ok(()) => Ok(1),
             Err(Errno::NOENT) => Ok(0),
             Err(err) => Err(trail.io(Some(name), "remove", err)),
@@ -68,21 +68,26 @@ pub fn remove_at(parent: BorrowedFd<'_>, name: &OsStr, label: &str) -> Result<u6
             "a mount point (another file system): not removed",
         ));
     }
-    let dir = match rustix::fs::openat(parent, name, dir_flags(), Mode::empty()) {
+    let dir = match open_dir_at_restoring(parent, name) {
         Ok(dir) => dir,
-        Err(Errno::NOENT) => return Ok(0),
-        Err(err) => return Err(trail.io(Some(name), "open directory", err)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(err) => return Err(trail.io(Some(name), "open directory", to_errno(&err))),
     };
     let mut trail = trail;
     trail.push(name);
     let mut removed = empty(dir, &mut trail)?;
     trail.pop();
-    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+    match unlink_restoring(parent, name, AtFlags::REMOVEDIR) {
         Ok(()) => removed += 1,
         Err(Errno::NOENT) => {}
         Err(err) => return Err(trail.io(Some(name), "remove directory", err)),
     }
     Ok(removed)
+}
+
+/// The errno of an I/O error (`EIO` for one that has none).
+fn to_errno(err: &std::io::Error) -> Errno {
+    Errno::from_io_error(err).unwrap_or(Errno::IO)
 }
 
 /// What one pass over a directory found.
@@ -170,7 +175,7 @@ fn pass(cur: &mut Dir, dev: u64, trail: &Trail, removed: &mut u64) -> Result<Pas
             };
         }
         if kind != FileType::Directory {
-            match rustix::fs::unlinkat(fd, name, AtFlags::empty()) {
+            match unlink_restoring(fd, os, AtFlags::empty()) {
                 Ok(()) => *removed += 1,
                 Err(Errno::NOENT) => {}
                 Err(Errno::ISDIR) => return Ok(Pass::Changed),
@@ -178,7 +183,7 @@ fn pass(cur: &mut Dir, dev: u64, trail: &Trail, removed: &mut u64) -> Result<Pas
             }
             continue;
         }
-        match rustix::fs::unlinkat(fd, name, AtFlags::REMOVEDIR) {
+        match unlink_restoring(fd, os, AtFlags::REMOVEDIR) {
             Ok(()) => {
                 *removed += 1;
                 continue;
@@ -193,7 +198,7 @@ fn pass(cur: &mut Dir, dev: u64, trail: &Trail, removed: &mut u64) -> Result<Pas
             }
             Err(err) => return Err(trail.io(Some(os), "remove directory", err)),
         }
-        let child = match rustix::fs::openat(fd, name, dir_flags(), Mode::empty()) {
+        let child = match open_dir_at_restoring(fd, os).map_err(|e| to_errno(&e)) {
             Ok(child) => child,
             Err(Errno::NOENT) => continue,
             Err(Errno::NOTDIR | Errno::LOOP) => return Ok(Pass::Changed),

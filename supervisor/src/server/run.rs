@@ -57,9 +57,14 @@ impl Server {
         let Some(mut manifest) = self.manifest.clone() else {
             return;
         };
-        // The harness's feedback: this iteration's prompt says what the last validation said.
-        let feedback = feedback.filter(|_| manifest.runtime != crate::manifest::Runtime::Command);
-        if let (Some(text), Some(prompt)) = (&feedback, &mut manifest.prompt) {
+        // The harness's feedback: this iteration's prompt says what the last validation said,
+        // its end cut to what one argument still holds after the prompt.
+        let mut feedback =
+            feedback.filter(|_| manifest.runtime != crate::manifest::Runtime::Command);
+        let mut feedback_cut = 0;
+        if let (Some(text), Some(prompt)) = (&mut feedback, &mut manifest.prompt) {
+            let room = crate::runtime_argv::MAX_ARG_BYTES.saturating_sub(prompt.len() + 2);
+            feedback_cut = keep_end(text, room);
             prompt.push_str("\n\n");
             prompt.push_str(text);
         }
@@ -112,6 +117,7 @@ impl Server {
             record.feedback = Some(crate::result::FeedbackRecord {
                 bytes: text.len(),
                 sha256: hex::encode(sha2::Sha256::digest(text.as_bytes())),
+                cut_bytes: feedback_cut,
             });
         }
         self.pump_tails(STREAM_CAP);
@@ -360,5 +366,35 @@ impl IterationObserver for Server {
         } else {
             ITERATION_WAIT
         }
+    }
+}
+/// Cuts `text` to at most `room` bytes by dropping its start (at a character boundary);
+/// returns how many bytes went.
+pub(crate) fn keep_end(text: &mut String, room: usize) -> usize {
+    if text.len() <= room {
+        return 0;
+    }
+    let mut start = text.len() - room;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.drain(..start);
+    start
+}
+
+#[cfg(test)]
+mod keep_end_tests {
+    use super::keep_end;
+
+    #[test]
+    fn the_end_is_kept_at_a_character_boundary() {
+        let mut t = "abcdef".to_string();
+        assert_eq!(keep_end(&mut t, 10), 0);
+        assert_eq!(keep_end(&mut t, 4), 2);
+        assert_eq!(t, "cdef");
+        // "é" is two bytes: a cut inside it drops it whole.
+        let mut t = "aébc".to_string();
+        assert_eq!(keep_end(&mut t, 3), 3);
+        assert_eq!(t, "bc");
     }
 }

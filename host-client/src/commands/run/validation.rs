@@ -2,15 +2,17 @@
 //! `feedback:` it gives the next iteration: the end of what it printed, appended to the prompt.
 
 use crate::engine::{Engine, SandboxId};
+use crate::report::EscapedStream;
 use anyhow::Context as _;
 use pitcrew_core::harness::Harness;
 use std::io::{Read as _, Write as _};
-use std::os::fd::AsFd as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+use pitcrew_core::protocol::MAX_FEEDBACK;
 
 /// How long output is still read after the validation command exited (from what it left in
 /// the background).
@@ -30,8 +32,8 @@ pub(super) struct Validation {
 /// sent to stderr so `--json` stays clean). It sees `PITCREW_ITERATION`,
 /// `PITCREW_RECORD_DIR` (the collected record), `PITCREW_SANDBOX`, `PITCREW_ENGINE` and
 /// `PITCREW_SANDBOX_ROOT` (the uploads root inside the sandbox; a host path for the local
-/// engine). With `feedback:` its stdout and stderr go through one pipe, shown as they come and
-/// the last `h.feedback` bytes kept.
+/// engine). Its stdout and stderr go through one pipe, shown on stderr as they come (escaped
+/// for the terminal), and with `feedback:` their last `h.feedback` bytes are kept.
 pub(super) fn run(
     argv: &[String],
     h: &Harness,
@@ -58,69 +60,60 @@ pub(super) fn run(
         .env("PITCREW_SANDBOX_ROOT", root)
         .stdin(Stdio::null());
     let cannot = || format!("validation: cannot run {program:?} in {}", h.base.display());
-    let (status, tail, cut) = match h.feedback {
-        None => {
-            let stdout = std::io::stderr()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_or_else(|_| Stdio::null(), Stdio::from);
-            let status = command.stdout(stdout).status().with_context(cannot)?;
-            (status, Vec::new(), 0)
-        }
-        Some(keep) => {
-            let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                .map_err(std::io::Error::from)
-                .with_context(cannot)?;
-            let mut reader = std::fs::File::from(reader);
-            command
-                .stdout(writer.try_clone().with_context(cannot)?)
-                .stderr(writer);
-            let mut child = command.spawn().with_context(cannot)?;
-            // The parent's ends of the pipe went with `command`'s: EOF once the command and
-            // everything it started are done writing.
-            drop(command);
-            // Read on a thread of its own: a process the command left in the background may
-            // hold the pipe open long after the command exited.
-            let (chunks, received) = mpsc::channel::<Vec<u8>>();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match reader.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) if chunks.send(buf[..n].to_vec()).is_ok() => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        _ => break,
-                    }
-                }
-            });
-            let mut tail = Tail::new(usize::try_from(keep).unwrap_or(usize::MAX));
-            let mut show = |chunk: Vec<u8>| {
-                let _ = std::io::stderr().write_all(&chunk);
-                tail.push(&chunk);
-            };
-            let status = loop {
-                match received.recv_timeout(Duration::from_millis(100)) {
-                    Ok(chunk) => show(chunk),
-                    Err(RecvTimeoutError::Timeout) => {
-                        if let Some(status) = child.try_wait().with_context(cannot)? {
-                            break status;
-                        }
-                    }
-                    Err(RecvTimeoutError::Disconnected) => {
-                        break child.wait().with_context(cannot)?
-                    }
-                }
-            };
-            // What is still in the pipe, for at most OUTPUT_GRACE after the command ended.
-            let until = Instant::now() + OUTPUT_GRACE;
-            while let Ok(chunk) =
-                received.recv_timeout(until.saturating_duration_since(Instant::now()))
-            {
-                show(chunk);
+    // Its stdout and stderr through one pipe, shown as they come, escaped: the workspace (the
+    // agent's) may have put terminal controls in what it prints.
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(std::io::Error::from)
+        .with_context(cannot)?;
+    let mut reader = std::fs::File::from(reader);
+    command
+        .stdout(writer.try_clone().with_context(cannot)?)
+        .stderr(writer);
+    let mut child = command.spawn().with_context(cannot)?;
+    // The parent's ends of the pipe went with `command`'s: EOF once the command and
+    // everything it started are done writing.
+    drop(command);
+    // Read on a thread of its own: a process the command left in the background may hold the
+    // pipe open long after the command exited.
+    let (chunks, received) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) if chunks.send(buf[..n].to_vec()).is_ok() => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => break,
             }
-            (status, tail.bytes, tail.cut)
+        }
+    });
+    let keep = h
+        .feedback
+        .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX));
+    let mut tail = Tail::new(keep);
+    let mut escaped = EscapedStream::default();
+    let mut show = |chunk: Vec<u8>| {
+        let _ = std::io::stderr().write_all(escaped.push(&chunk).as_bytes());
+        tail.push(&chunk);
+    };
+    let status = loop {
+        match received.recv_timeout(Duration::from_millis(100)) {
+            Ok(chunk) => show(chunk),
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(status) = child.try_wait().with_context(cannot)? {
+                    break status;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => break child.wait().with_context(cannot)?,
         }
     };
+    // What is still in the pipe, for at most OUTPUT_GRACE after the command ended.
+    let until = Instant::now() + OUTPUT_GRACE;
+    while let Ok(chunk) = received.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        show(chunk);
+    }
+    let _ = std::io::stderr().write_all(escaped.finish().as_bytes());
+    let (tail, cut) = (tail.bytes, tail.cut);
     Ok(Validation {
         code: status
             .code()
@@ -160,7 +153,8 @@ impl Tail {
 /// which command, its exit code, and the end of its output (lossy UTF-8, NULs dropped: it
 /// travels in an argv element).
 pub(super) fn feedback(argv: &[String], v: &Validation) -> String {
-    let output = String::from_utf8_lossy(&v.tail).replace('\0', "");
+    let mut output = String::from_utf8_lossy(&v.tail).replace('\0', "");
+    output.truncate(output.trim_end().len());
     let cut = if v.cut > 0 {
         format!(
             " (its last {} bytes; {} before them left out)",
@@ -170,12 +164,31 @@ pub(super) fn feedback(argv: &[String], v: &Validation) -> String {
     } else {
         String::new()
     };
-    format!(
-        "The previous iteration's work did not pass validation: `{}` exited {}. Its output{cut}:\n{}",
+    let mut head = format!(
+        "The previous iteration's work did not pass validation: `{}` exited {}. Its output{cut}:\n",
         argv.join(" "),
         v.code,
-        output.trim_end()
-    )
+    );
+    if head.len() > MAX_FEEDBACK / 2 {
+        // A command line that long says nothing more past its start.
+        let mut end = MAX_FEEDBACK / 2;
+        while !head.is_char_boundary(end) {
+            end -= 1;
+        }
+        head.truncate(end);
+        head.push_str("…\n");
+    }
+    // Invalid UTF-8 grows in the conversion (a byte becomes a 3-byte U+FFFD): the output is cut
+    // again after it, at its start, so that the whole stays within what `run` carries.
+    let room = MAX_FEEDBACK - head.len();
+    if output.len() > room {
+        let mut start = output.len() - room;
+        while !output.is_char_boundary(start) {
+            start += 1;
+        }
+        output.drain(..start);
+    }
+    head + &output
 }
 
 #[cfg(test)]
@@ -208,5 +221,31 @@ mod tests {
         );
         let v = Validation { cut: 10, ..v };
         assert!(feedback(&argv, &v).contains("(its last 16 bytes; 10 before them left out)"));
+    }
+
+    #[test]
+    fn feedback_stays_within_what_a_run_request_carries() {
+        // Invalid UTF-8 triples in size when converted.
+        let v = Validation {
+            code: 1,
+            tail: vec![0xff; 32 * 1024],
+            cut: 0,
+        };
+        let text = feedback(&["check".to_string()], &v);
+        assert!(text.len() <= MAX_FEEDBACK, "{}", text.len());
+        assert!(text.ends_with('\u{fffd}'));
+        let long = vec!["x".repeat(100_000)];
+        let text = feedback(
+            &long,
+            &Validation {
+                tail: b"out".to_vec(),
+                ..v
+            },
+        );
+        assert!(
+            text.len() <= MAX_FEEDBACK && text.ends_with("out"),
+            "{}",
+            text.len()
+        );
     }
 }
