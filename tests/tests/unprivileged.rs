@@ -212,6 +212,28 @@ fn attack_leftovers__an_unprivileged_session_under_catatonit_reaps_what_earlier_
     );
 }
 
+/// `pitcrew run` of a `command` harness (in `dir`) whose agent runs `script` for `iterations`,
+/// in `sandbox` over its exec transport (`wrapper` before `pitcrew-init`): the exit code and
+/// the run's document.
+fn run_script(
+    engine: &Engine,
+    sandbox: &ForeignInit,
+    dir: &std::path::Path,
+    wrapper: &str,
+    script: &str,
+    iterations: u32,
+) -> (Option<i32>, serde_json::Value) {
+    let harness = write_command_harness(dir, script, iterations, "60s", false, "");
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+    let args = sandbox.run_args(wrapper);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    (out.status.code(), doc)
+}
+
 /// The agent, each iteration: says what an earlier one left in its home, temporary directory
 /// and `output/`, then leaves some there and makes the three directories (and one below its
 /// home) unreadable to their owner, which in the unprivileged mode is the supervisor too.
@@ -239,15 +261,8 @@ fn attack_leftovers__an_unreadable_home_is_still_emptied_in_the_unprivileged_mod
     let sandbox = ForeignInit::start(&engine, &image, "unpriv-home", &[]);
     let dir = tempfile::tempdir().unwrap();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let harness = write_command_harness(dir.path(), UNREADABLE, 2, "60s", false, "");
-    let state = dir.path().join("state");
-    fs::create_dir(&state).unwrap();
-    let args = sandbox.run_args("timeout 600");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = engine.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
-    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    let (code, doc) = run_script(&engine, &sandbox, dir.path(), "timeout 600", UNREADABLE, 2);
+    assert_eq!(code, Some(0), "{doc:#}");
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     assert_eq!(second["exit_code"], 0, "{second:#}");
     assert_eq!(second["supervisor"]["mode"], "unprivileged", "{second:#}");
@@ -308,15 +323,8 @@ fn attack_confinement__a_seccomp_filter_that_refuses_landlock_stops_the_unprivil
     let opt = format!("seccomp={}", profile.display());
     let sandbox = ForeignInit::start(&engine, &image, "nolandlock", &["--security-opt", &opt]);
 
-    let harness = write_command_harness(dir.path(), "echo ran", 1, "60s", false, "");
-    let state = dir.path().join("state");
-    fs::create_dir(&state).unwrap();
-    let args = sandbox.run_args("");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = engine.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
-    assert_eq!(out.status.code(), Some(125), "{doc:#}");
+    let (code, doc) = run_script(&engine, &sandbox, dir.path(), "", "echo ran", 1);
+    assert_eq!(code, Some(125), "{doc:#}");
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     let reason = record["reason"].as_str().unwrap_or_default();
     assert!(
