@@ -29,10 +29,10 @@ use std::path::{Component, Path, PathBuf};
 /// Most removed paths named in the record (the count is always exact).
 const NAMED: usize = 100;
 
-/// What the reset removed.
+/// What a reset removed from one directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResetReport {
-    /// Removed entries, relative to the config directory, at most [`NAMED`] of them.
+    /// Removed entries, relative to the directory, at most [`NAMED`] of them.
     pub removed: Vec<String>,
     /// How many entries were removed (a removed directory counts once).
     pub count: u64,
@@ -60,7 +60,7 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
 /// Everything is done relative to directory descriptors, and what is removed is removed with
 /// [`bounded_tree::remove_at`]: a tree of any depth the agent built goes in a bounded number of
 /// descriptors and bounded memory, without following a symlink.
-pub fn reset(manifest: &Manifest) -> Result<ResetReport, TreeError> {
+pub fn reset_config(manifest: &Manifest) -> Result<ResetReport, TreeError> {
     let dirs = manifest.runtime_dirs();
     let config = Path::new(&dirs.config);
     let pinned: BTreeSet<PathBuf> = manifest
@@ -88,10 +88,11 @@ pub struct ScratchReport {
 /// iteration: the runtimes read user-level configuration from `HOME` (pi's `~/.agents/skills`,
 /// `~/.pi`; Claude Code's `~/.claude`, `~/.claude.json`), so what an earlier agent wrote there
 /// would be loaded unverified. Kept: the paths of `dirs.home_keep` (relative to `HOME`, what
-/// the harness says persists), and everything the manifest or the supervisor (`own`: the
-/// records) names below either directory: the workdir, the other runtime directories, the
-/// verified trees and files, the output files. A directory that is, or lies inside, one of those
-/// is not emptied: the error names both.
+/// the harness says persists), the other of the two when it lies inside, and everything the
+/// manifest or the supervisor (`own`: the records) names below either directory: the workdir,
+/// the config and sessions directories, the verified trees and files, the output files, the
+/// confinement's extra roots, the `.env` and an absolute agent binary. A directory that is `/`,
+/// or is or lies inside one of those, is not emptied: the error names both.
 pub fn reset_home_and_tmp(
     manifest: &Manifest,
     own: &[PathBuf],
@@ -106,27 +107,41 @@ pub fn reset_home_and_tmp(
     named.extend(manifest.files.iter().map(|f| PathBuf::from(&f.path)));
     named.extend(manifest.output.stdout.iter().map(PathBuf::from));
     named.extend(manifest.output.stderr.iter().map(PathBuf::from));
+    named.extend(manifest.confinement.read_only.iter().map(PathBuf::from));
+    named.extend(manifest.confinement.read_write.iter().map(PathBuf::from));
+    named.extend(manifest.env.dotenv.iter().map(PathBuf::from));
+    if manifest.agent.binary.starts_with('/') {
+        named.push(PathBuf::from(&manifest.agent.binary));
+    }
     named.extend(own.iter().cloned());
     let home = Path::new(&dirs.home);
     let tmp = Path::new(&dirs.tmp);
+    let refused = |dir: &Path, why: String| TreeError::Io {
+        path: dir.display().to_string(),
+        op: "empty before the iteration",
+        source: std::io::Error::other(why),
+    };
     let mut report = ScratchReport::default();
     for (dir, extra, out) in [
         (home, manifest.dirs.home_keep.as_slice(), &mut report.home),
         (tmp, &[][..], &mut report.tmp),
     ] {
+        if dir.parent().is_none() {
+            return Err(refused(dir, "the root directory is never emptied".into()));
+        }
         let other = if dir == home { tmp } else { home };
         let mut kept: BTreeSet<PathBuf> = extra.iter().map(PathBuf::from).collect();
-        for path in named.iter().map(PathBuf::as_path).chain([other]) {
-            if dir.starts_with(path) && !(path == other && dir == other) {
-                return Err(TreeError::Io {
-                    path: dir.display().to_string(),
-                    op: "empty before the iteration",
-                    source: std::io::Error::other(format!(
+        kept.extend(below(dir, other));
+        for path in &named {
+            if dir.starts_with(path) {
+                return Err(refused(
+                    dir,
+                    format!(
                         "it is, or lies inside, {} (which must be kept): give HOME and TMPDIR \
                          directories of their own (dirs.home, dirs.tmp)",
                         path.display()
-                    )),
-                });
+                    ),
+                ));
             }
             if let Some(rel) = below(dir, path) {
                 kept.insert(rel);
@@ -163,7 +178,12 @@ fn reset_dir(
     // stops the iteration: a directory skipped would keep what the agent left in it.
     let root = match open_top(top) {
         Ok(fd) => fd,
-        Err(e) if matches!(to_errno(&e), Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {
+        Err(e)
+            if matches!(
+                bounded_tree::errno_of(&e),
+                Errno::NOENT | Errno::LOOP | Errno::NOTDIR
+            ) =>
+        {
             return Ok(report)
         }
         Err(e) => return Err(io_error(top, "open", e)),
@@ -223,7 +243,7 @@ fn reset_dir(
 /// unreadable gets its owner's rights back first, through its parent.
 fn open_top(top: &Path) -> std::io::Result<OwnedFd> {
     match bounded_tree::open_dir(top) {
-        Err(e) if to_errno(&e) == Errno::ACCESS => {
+        Err(e) if bounded_tree::errno_of(&e) == Errno::ACCESS => {
             let (Some(parent), Some(name)) = (top.parent(), top.file_name()) else {
                 return Err(e);
             };
@@ -240,12 +260,7 @@ fn open_top(top: &Path) -> std::io::Result<OwnedFd> {
     }
 }
 
-/// The errno of an I/O error (`EIO` for one that has none).
-fn to_errno(err: &std::io::Error) -> Errno {
-    Errno::from_io_error(err).unwrap_or(Errno::IO)
-}
-
-/// Opens the kept directory `rel` below the config dir, one component at a time, never
+/// Opens the kept directory `rel` below the directory being reset, one component at a time, never
 /// through a symlink.
 fn open_below(root: BorrowedFd<'_>, rel: &Path) -> std::io::Result<OwnedFd> {
     let mut dir = bounded_tree::open_dir_at(root, OsStr::new("."))?;
@@ -272,7 +287,8 @@ fn kind(dir: BorrowedFd<'_>, name: &OsStr, entry: &rustix::fs::DirEntry) -> File
 }
 
 /// Removes the entry `name` of `dir` (at `dir_path`) without following a symlink: a directory
-/// with everything in it, at any depth. `shown` is its path below the config dir, for the report.
+/// with everything in it, at any depth. `shown` is its path below the directory being reset,
+/// for the report.
 fn remove(
     dir: BorrowedFd<'_>,
     dir_path: &Path,
@@ -336,7 +352,7 @@ mod tests {
             Some(&c.join("sessions")),
             &[&c.join("settings.json"), &c.join("hooks/guard.py")],
         );
-        let report = reset(&m).unwrap();
+        let report = reset_config(&m).unwrap();
         let mut removed = report.removed.clone();
         removed.sort();
         assert_eq!(
@@ -357,7 +373,7 @@ mod tests {
         // The symlink went, not what it pointed at.
         assert!(Path::new("/etc/passwd").exists());
         // Nothing to do the second time.
-        assert_eq!(reset(&m).unwrap(), ResetReport::default());
+        assert_eq!(reset_config(&m).unwrap(), ResetReport::default());
     }
 
     fn scratch_manifest(base: &Path, home_keep: &[&str]) -> Manifest {
@@ -447,6 +463,26 @@ mod tests {
     }
 
     #[test]
+    fn nested_scratch_dirs_and_the_confinements_roots_are_kept_the_root_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = tmp.path();
+        for dir in ["home/tmp/old", "home/shared/data", "home/leftover"] {
+            fs::create_dir_all(b.join(dir)).unwrap();
+        }
+        let mut m = scratch_manifest(b, &[]);
+        // TMPDIR inside HOME, and a writable root the harness gave the agent.
+        m.dirs.tmp = Some(b.join("home/tmp").display().to_string());
+        m.confinement.read_write = vec![b.join("home/shared").display().to_string()];
+        let report = reset_home_and_tmp(&m, &[]).unwrap();
+        assert_eq!(report.home.removed, ["leftover"]);
+        assert_eq!(report.tmp.removed, ["old"]);
+        assert!(b.join("home/tmp").is_dir() && b.join("home/shared/data").is_dir());
+        m.dirs.home = Some("/".into());
+        let err = reset_home_and_tmp(&m, &[]).unwrap_err().to_string();
+        assert!(err.contains("root directory"), "{err}");
+    }
+
+    #[test]
     fn output_is_emptied_unless_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let b = tmp.path();
@@ -477,11 +513,11 @@ mod tests {
         let c = tmp.path().join("config");
         fs::create_dir_all(c.join("settings.json")).unwrap();
         let m = manifest(&c, None, &[&c.join("settings.json")]);
-        assert_eq!(reset(&m).unwrap().count, 0);
+        assert_eq!(reset_config(&m).unwrap().count, 0);
         assert!(c.join("settings.json").is_dir());
         // No config dir, or none in the manifest: nothing happens.
         let m = manifest(&tmp.path().join("absent"), None, &[]);
-        assert_eq!(reset(&m).unwrap().count, 0);
+        assert_eq!(reset_config(&m).unwrap().count, 0);
     }
 
     /// A chain of `depth` directories named `d` below `top`, built with relative steps (its
@@ -505,7 +541,7 @@ mod tests {
         chain(&c.join("deep"), 30_000);
         chain(&c.join("sessions/deep"), 1_500);
         let m = manifest(&c, Some(&c.join("sessions")), &[&c.join("settings.json")]);
-        bounded_tree::test_support::with_fd_limit(64, || match reset(&m) {
+        bounded_tree::test_support::with_fd_limit(64, || match reset_config(&m) {
             Ok(r) if r.count == 2 => Ok(()),
             other => Err(format!("{other:?}")),
         });

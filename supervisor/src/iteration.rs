@@ -190,7 +190,7 @@ fn prepare(
         return Err(Stop::supervisor(format!("confine: {reason}")));
     }
     agent_dirs_step(manifest, observer)?;
-    let reset = crate::dir_reset::reset(manifest)
+    let reset = crate::dir_reset::reset_config(manifest)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
         observer.step(
@@ -198,7 +198,7 @@ fn prepare(
             "finished",
             json!({"removed": reset.count, "paths": reset.removed}),
         );
-        record.config_reset = Some(crate::result::ConfigResetRecord {
+        record.config_reset = Some(crate::result::ResetRecord {
             removed: reset.count,
             paths: reset.removed,
         });
@@ -218,7 +218,7 @@ fn prepare(
                 "finished",
                 json!({"removed": report.count, "paths": report.removed}),
             );
-            *field = Some(crate::result::ConfigResetRecord {
+            *field = Some(crate::result::ResetRecord {
                 removed: report.count,
                 paths: report.removed,
             });

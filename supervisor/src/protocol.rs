@@ -23,6 +23,20 @@ use std::io::{self, Read, Write};
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The most bytes of `feedback` a `run` request may carry (an argv element may hold 128 KiB).
 pub const MAX_FEEDBACK: usize = 64 * 1024;
+
+/// Cuts `text` to at most `room` bytes by dropping its start (at a character boundary);
+/// returns how many bytes went.
+pub fn keep_end(text: &mut String, room: usize) -> usize {
+    if text.len() <= room {
+        return 0;
+    }
+    let mut start = text.len() - room;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.drain(..start);
+    start
+}
 /// Largest payload of a data frame (1 MiB): larger frames are refused, never buffered.
 /// Senders split byte streams into frames of at most this size.
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -484,7 +498,26 @@ pub struct Capabilities {
     pub agent_user: Option<crate::manifest::AgentUser>,
     /// Requests this supervisor serves.
     pub requests: Vec<String>,
+    /// The manifest fields and request options of this release a host may use ([`FEATURES`]);
+    /// empty from a supervisor older than them, which would refuse or ignore them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
+
+/// What [`Capabilities::features`] lists: `agent.tools-empty` (`agent.tools: []` gives no
+/// built-in tools), `agent.record_prompt`, `agent.context_files`, `dirs.home_keep` (and `HOME`,
+/// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
+/// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime).
+pub const FEATURES: &[&str] = &[
+    "agent.tools-empty",
+    "agent.record_prompt",
+    "agent.context_files",
+    "dirs.home_keep",
+    "output.keep_output",
+    "env.passed",
+    "run.feedback",
+    "skills",
+];
 
 /// A message from the supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -556,113 +589,4 @@ pub enum Response {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_round_trip_through_both_decoders() {
-        let frames = vec![
-            Frame::control(&Request::Run {
-                id: 7,
-                feedback: None,
-            }),
-            Frame::data(Channel::Stdout, b"hello\n".to_vec()),
-            Frame::data(Channel::Tar, Vec::new()),
-        ];
-        let mut bytes = Vec::new();
-        for f in &frames {
-            write_frame(&mut bytes, f).unwrap();
-        }
-        let mut cursor = &bytes[..];
-        for f in &frames {
-            assert_eq!(read_frame(&mut cursor).unwrap().as_ref(), Some(f));
-        }
-        assert!(read_frame(&mut cursor).unwrap().is_none());
-
-        let mut dec = FrameDecoder::new();
-        let mut out = Vec::new();
-        for b in &bytes {
-            dec.push(std::slice::from_ref(b));
-            while let Some(f) = dec.next_frame().unwrap() {
-                out.push(f);
-            }
-        }
-        assert_eq!(out, frames);
-        assert_eq!(dec.pending(), 0);
-        assert_eq!(
-            out[0].json::<Request>().unwrap(),
-            Request::Run {
-                id: 7,
-                feedback: None
-            }
-        );
-    }
-
-    #[test]
-    fn bad_headers_oversize_and_truncation_are_errors() {
-        let mut dec = FrameDecoder::new();
-        dec.push(&[9, 0, 0, 0, 0, 0]);
-        assert!(matches!(dec.next_frame(), Err(FrameError::UnknownKind(9))));
-
-        let mut dec = FrameDecoder::new();
-        dec.push(&[1, 3, 0, 0, 0, 0]);
-        assert!(matches!(dec.next_frame(), Err(FrameError::BadChannel(3))));
-
-        let mut dec = FrameDecoder::new();
-        dec.push(&[2, 1, 0xff, 0xff, 0xff, 0xff]);
-        let err = dec.next_frame().unwrap_err();
-        assert!(matches!(
-            err,
-            FrameError::Oversized {
-                limit: MAX_PAYLOAD,
-                ..
-            }
-        ));
-        assert!(!err.stream_usable());
-
-        let mut dec = FrameDecoder::new();
-        dec.push(&[1, 0, 0xff, 0xff, 0xff, 0xff]);
-        assert!(matches!(
-            dec.next_frame(),
-            Err(FrameError::Oversized {
-                limit: MAX_CONTROL_PAYLOAD,
-                ..
-            })
-        ));
-        let mut sink = Vec::new();
-        let big = Frame::data(Channel::Tar, vec![0; MAX_PAYLOAD + 1]);
-        assert!(write_frame(&mut sink, &big).is_err());
-        assert!(sink.is_empty(), "nothing is written for an oversized frame");
-
-        let bytes = Frame::data(Channel::Stdout, vec![1; 10]).encode();
-        let mut cursor = &bytes[..8];
-        assert!(matches!(
-            read_frame(&mut cursor),
-            Err(FrameError::Truncated { got: 2, want: 10 })
-        ));
-        let mut cursor = &bytes[..3];
-        assert!(matches!(
-            read_frame(&mut cursor),
-            Err(FrameError::Truncated { .. })
-        ));
-    }
-
-    #[test]
-    fn unknown_or_malformed_messages_do_not_parse() {
-        let f = Frame {
-            kind: FrameKind::Control,
-            channel: Channel::Control,
-            payload: br#"{"type":"launch_missiles","id":1}"#.to_vec(),
-        };
-        let err = f.json::<Request>().unwrap_err();
-        assert!(err.stream_usable());
-        let f = Frame {
-            kind: FrameKind::Control,
-            channel: Channel::Control,
-            payload: b"{not json".to_vec(),
-        };
-        assert!(f.json::<Request>().is_err());
-        let f = Frame::data(Channel::Stdout, b"{}".to_vec());
-        assert!(matches!(f.json::<Request>(), Err(FrameError::NotControl)));
-    }
-}
+mod tests;

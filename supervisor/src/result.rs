@@ -39,7 +39,7 @@ pub struct IterationResult {
     pub reaped: ReapCounts,
     /// What was removed from `dirs.config` before verifying (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_reset: Option<ConfigResetRecord>,
+    pub config_reset: Option<ResetRecord>,
     /// The feedback appended to this iteration's prompt (`run`'s `feedback`): its length and
     /// digest; the text is in the previous iteration's validation output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,14 +47,14 @@ pub struct IterationResult {
     /// What an earlier agent left in `HOME` and was removed before this iteration (absent when
     /// nothing was); only `dirs.home_keep` and the manifest's own paths stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub home_reset: Option<ConfigResetRecord>,
+    pub home_reset: Option<ResetRecord>,
     /// What an earlier agent left in `TMPDIR` and was removed (absent when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tmp_reset: Option<ConfigResetRecord>,
+    pub tmp_reset: Option<ResetRecord>,
     /// What the workspace's `output/` held and was removed before this iteration (absent when
     /// nothing was, or `output.keep_output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_reset: Option<ConfigResetRecord>,
+    pub output_reset: Option<ResetRecord>,
     /// What an earlier agent left in the sandbox's IPC namespace and `/dev/shm` and was removed
     /// before this iteration (PID 1 without a private IPC namespace, e.g. a container; absent
     /// when nothing was).
@@ -166,7 +166,7 @@ pub struct ReapCounts {
 /// directory brought back to the pinned files (`config_reset`), `HOME` and `TMPDIR` emptied (`dir_reset`)
 /// (`home_reset`, `tmp_reset`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigResetRecord {
+pub struct ResetRecord {
     /// How many entries were removed (a directory counts once).
     pub removed: u64,
     /// The first 100 of them, relative to the directory.

@@ -59,11 +59,17 @@ pub fn detect(binary: &Path) -> Option<String> {
     None
 }
 
-/// `major.minor.patch` of a version string (a pre-release or build suffix is ignored).
-fn triple(version: &str) -> Option<(u64, u64, u64)> {
-    let core = version.split(['-', '+']).next()?;
+/// Whether `version` is at least `min`: `major.minor.patch` compared as numbers, a pre-release
+/// (`0.87.1-rc.1`) below its release, a build suffix (`+…`) ignored; `None` when unreadable.
+fn at_least(version: &str, min: (u64, u64, u64)) -> Option<bool> {
+    let version = version.split('+').next()?;
+    let (core, pre) = match version.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (version, None),
+    };
     let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
+    let triple = (parts.next()??, parts.next()??, parts.next()??);
+    Some(triple > min || (triple == min && pre.is_none()))
 }
 
 /// The first pi release known to gate project files behind trust and to take `--no-approve`
@@ -85,7 +91,7 @@ impl PiFeatures {
     /// supported release (0.73.1): no `--no-approve` (it would refuse the option), and its
     /// project files reported.
     pub fn of(version: Option<&str>) -> PiFeatures {
-        let trust = version.and_then(triple).is_some_and(|v| v >= PI_TRUST);
+        let trust = version.and_then(|v| at_least(v, PI_TRUST)).unwrap_or(false);
         PiFeatures {
             no_approve: trust,
             reads_project_files: !trust,
@@ -149,6 +155,8 @@ mod tests {
             (Some("0.87.1"), new),
             (Some("1.6.0"), new),
             (Some("2.0.0-beta.1"), new),
+            (Some("0.87.1-rc.1"), old),
+            (Some("0.87.1+build.5"), new),
             (Some("garbage"), old),
             (None, old),
         ] {

@@ -12,8 +12,9 @@
 //!   over `modelUsage` (per model: every call of the process, sub-agents and auxiliary calls
 //!   included, the calls `total_cost_usd` covers), or its `usage` (the main loop only) when
 //!   there is no `modelUsage`; the cost is `total_cost_usd`. Without a `result` event (the
-//!   agent was killed), the `usage` of its `assistant` events, each message id once (Claude
-//!   repeats a message's usage in the event of each of its content blocks), and no cost.
+//!   agent was killed), the `usage` of its `assistant` events, each run of events with the same
+//!   message id once (Claude repeats a message's usage in the event of each of its content
+//!   blocks, one after the other), and no cost.
 //!
 //! The stream is the agent's to write, so this reads only the record file the capture wrote
 //! (at most its 1 GiB), once, front to back: lines longer than 16 MiB are skipped without being
@@ -26,7 +27,6 @@ use crate::judge::{Bounds, Lines};
 use crate::manifest::Runtime;
 use crate::result::{UsageRecord, UsageSource};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
 /// Longest line parsed (as the judge's).
@@ -230,9 +230,11 @@ fn claude_message(message: &Value) -> Option<Tally> {
 /// Claude Code `stream-json` (see the module docs).
 fn claude(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
     let mut result: Option<Tally> = None;
-    // Each message once, by id (its last report); messages without an id each count.
-    let mut by_id: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut anonymous = Tally::default();
+    // Each message once: Claude Code repeats a message's usage once per content block, in a
+    // row, so a run of events with the same id counts once (its last report). Only the current
+    // run is held: the stream is the agent's, and PID 1's memory must not grow with it.
+    let mut sum = Tally::default();
+    let mut current: Option<(String, Tally)> = None;
     for event in events {
         match event.get("type").and_then(Value::as_str) {
             Some("result") => {
@@ -248,21 +250,25 @@ fn claude(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
                     continue;
                 };
                 match message.get("id").and_then(Value::as_str) {
-                    Some(id) => {
-                        by_id.insert(id.to_string(), t);
-                    }
-                    None => anonymous.add(t),
+                    Some(id) => match &mut current {
+                        Some((same, last)) if same == id => *last = t,
+                        _ => {
+                            if let Some((_, done)) = current.replace((id.to_string(), t)) {
+                                sum.add(done);
+                            }
+                        }
+                    },
+                    None => sum.add(t),
                 }
             }
             _ => {}
         }
     }
     let tally = result.unwrap_or_else(|| {
-        let mut all = anonymous;
-        for t in by_id.into_values() {
-            all.add(t);
+        if let Some((_, last)) = current {
+            sum.add(last);
         }
-        all
+        sum
     });
     tally.record(UsageSource::ClaudeStreamJson)
 }

@@ -601,6 +601,7 @@ fn claude_is_offered_the_verified_skills_and_none_the_agent_planted() {
     }
     let results = server.tool_results();
     assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("listed"), "{results:?}");
     assert!(!results[1].contains(".claude"), "{results:?}");
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     assert!(
@@ -641,6 +642,9 @@ fn an_empty_tool_list_gives_claude_no_built_in_tools() {
         tools.as_array().is_none_or(|t| t.is_empty()),
         "built-in tools offered: {tools:#}"
     );
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let argv = record["agent"]["argv"].to_string();
+    assert!(argv.contains("\"--tools\",\"\""), "{argv}");
 }
 
 /// The hook-adapter contract with the real Claude Code: a verified `PreToolUse` hook (a

@@ -29,6 +29,7 @@ fn caps() -> Capabilities {
         user_namespace: None,
         agent_user: None,
         requests: vec![],
+        features: vec![],
     }
 }
 

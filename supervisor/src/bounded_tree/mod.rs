@@ -204,6 +204,11 @@ pub fn open_dir_at_restoring(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result
     }
 }
 
+/// The errno of an I/O error (`EIO` for one that carries none).
+pub fn errno_of(err: &io::Error) -> Errno {
+    Errno::from_io_error(err).unwrap_or(Errno::IO)
+}
+
 /// Gives the directory `name` of `parent` (not followed: anything else is refused) its owner's
 /// read, write and search rights back.
 fn restore_owner_rights(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {

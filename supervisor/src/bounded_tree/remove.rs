@@ -71,7 +71,7 @@ pub fn remove_at(parent: BorrowedFd<'_>, name: &OsStr, label: &str) -> Result<u6
     let dir = match open_dir_at_restoring(parent, name) {
         Ok(dir) => dir,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(err) => return Err(trail.io(Some(name), "open directory", to_errno(&err))),
+        Err(err) => return Err(trail.io(Some(name), "open directory", errno_of(&err))),
     };
     let mut trail = trail;
     trail.push(name);
@@ -83,11 +83,6 @@ pub fn remove_at(parent: BorrowedFd<'_>, name: &OsStr, label: &str) -> Result<u6
         Err(err) => return Err(trail.io(Some(name), "remove directory", err)),
     }
     Ok(removed)
-}
-
-/// The errno of an I/O error (`EIO` for one that has none).
-fn to_errno(err: &std::io::Error) -> Errno {
-    Errno::from_io_error(err).unwrap_or(Errno::IO)
 }
 
 /// What one pass over a directory found.
@@ -198,7 +193,7 @@ fn pass(cur: &mut Dir, dev: u64, trail: &Trail, removed: &mut u64) -> Result<Pas
             }
             Err(err) => return Err(trail.io(Some(os), "remove directory", err)),
         }
-        let child = match open_dir_at_restoring(fd, os).map_err(|e| to_errno(&e)) {
+        let child = match open_dir_at_restoring(fd, os).map_err(|e| errno_of(&e)) {
             Ok(child) => child,
             Err(Errno::NOENT) => continue,
             Err(Errno::NOTDIR | Errno::LOOP) => return Ok(Pass::Changed),

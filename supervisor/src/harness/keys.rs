@@ -124,7 +124,7 @@ impl Checker {
                 if let Some(n) = m.get_node("tools") {
                     let tools = self.string_list(n, "agent.tools");
                     for (i, tool) in tools.iter().enumerate() {
-                        if tool.is_empty() || tool.contains(',') || tool.trim() != tool {
+                        if tool.is_empty() || tool.contains([',', '\0']) || tool.trim() != tool {
                             self.problem(
                                 location(n),
                                 format!("agent.tools[{i}]"),
@@ -359,6 +359,7 @@ impl Checker {
                 for (i, p) in paths.iter().enumerate() {
                     if p.is_empty()
                         || p.starts_with('/')
+                        || p.contains('\0')
                         || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
                     {
                         self.problem(
@@ -513,6 +514,33 @@ impl Checker {
             validation,
             feedback,
         };
+        // pi's tool names are lowercase (`read`, `bash`), Claude Code's capitalised (`Read`,
+        // `Bash`): a name of the other runtime's kind names no tool, and the runtime then has
+        // fewer tools than the harness meant (Claude Code, which only took `agent.tools` since
+        // it is passed as `--tools`, is the likely case).
+        if let Some(tools) = &harness.agent.tools {
+            let other_kind = |t: &String| match harness.runtime {
+                Runtime::Pi => t.starts_with(|c: char| c.is_ascii_uppercase()),
+                Runtime::Claude => t.starts_with(|c: char| c.is_ascii_lowercase()),
+                Runtime::Command => false,
+            };
+            if let Some(name) = tools.iter().find(|t| other_kind(t)) {
+                let at = top.get_node("agent").and_then(Node::as_mapping);
+                self.note(
+                    at.and_then(|m| m.get_node("tools")).and_then(location),
+                    "agent.tools",
+                    format!(
+                        "{name:?} is not how {} names its tools ({})",
+                        harness.runtime.as_str(),
+                        if harness.runtime == Runtime::Pi {
+                            "read, bash, edit, write, grep, find, ls"
+                        } else {
+                            "Bash, Read, Edit, Write, Glob, Grep, Skill, …"
+                        }
+                    ),
+                );
+            }
+        }
         // Skills reach the model only through a tool that reads them.
         if let (Some(tools), false) = (&harness.agent.tools, harness.skills.is_empty()) {
             let readers: &[&str] = match harness.runtime {

@@ -680,3 +680,30 @@ fn feedback_and_keep_output_are_checked() {
         v.notes
     );
 }
+
+#[test]
+fn a_tool_named_the_other_runtimes_way_is_noted() {
+    let v = check("runtime: claude\nprompt: hi\nagent:\n  tools: [Bash, read]\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.field == "agent.tools" && n.message.contains("\"read\" is not how claude")),
+        "{:?}",
+        v.notes
+    );
+    let v = check("runtime: pi\nprompt: hi\nagent:\n  tools: [read, Bash]\n");
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.message.contains("\"Bash\" is not how pi")),
+        "{:?}",
+        v.notes
+    );
+    let v = check("runtime: pi\nprompt: hi\nagent:\n  tools: [read, bash]\n");
+    assert!(
+        v.notes.iter().all(|n| n.field != "agent.tools"),
+        "{:?}",
+        v.notes
+    );
+}

@@ -206,6 +206,10 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         user_namespace,
         agent_user: unprivileged.then(status::own_identity),
         requests: REQUESTS.iter().map(|s| s.to_string()).collect(),
+        features: crate::protocol::FEATURES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
     };
     let collected = claim::read_collected(&opts.records);
     let mut server = Server {

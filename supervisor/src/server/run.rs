@@ -64,7 +64,7 @@ impl Server {
         let mut feedback_cut = 0;
         if let (Some(text), Some(prompt)) = (&mut feedback, &mut manifest.prompt) {
             let room = crate::runtime_argv::MAX_ARG_BYTES.saturating_sub(prompt.len() + 2);
-            feedback_cut = keep_end(text, room);
+            feedback_cut = crate::protocol::keep_end(text, room);
             prompt.push_str("\n\n");
             prompt.push_str(text);
         }
@@ -366,35 +366,5 @@ impl IterationObserver for Server {
         } else {
             ITERATION_WAIT
         }
-    }
-}
-/// Cuts `text` to at most `room` bytes by dropping its start (at a character boundary);
-/// returns how many bytes went.
-pub(crate) fn keep_end(text: &mut String, room: usize) -> usize {
-    if text.len() <= room {
-        return 0;
-    }
-    let mut start = text.len() - room;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text.drain(..start);
-    start
-}
-
-#[cfg(test)]
-mod keep_end_tests {
-    use super::keep_end;
-
-    #[test]
-    fn the_end_is_kept_at_a_character_boundary() {
-        let mut t = "abcdef".to_string();
-        assert_eq!(keep_end(&mut t, 10), 0);
-        assert_eq!(keep_end(&mut t, 4), 2);
-        assert_eq!(t, "cdef");
-        // "é" is two bytes: a cut inside it drops it whole.
-        let mut t = "aébc".to_string();
-        assert_eq!(keep_end(&mut t, 3), 3);
-        assert_eq!(t, "bc");
     }
 }

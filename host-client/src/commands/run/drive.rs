@@ -139,6 +139,12 @@ pub(super) fn drive(
             }
             manifest.output.collect_workspace = args.collect_workspace;
             manifest.env.passed = args.pass_env.clone();
+            older_supervisor(
+                &mut manifest,
+                h,
+                &conn.hello().capabilities.features,
+                progress,
+            )?;
             manifest
                 .validate()
                 .context("the manifest built from this harness is invalid")?;
@@ -386,6 +392,70 @@ fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
             "iteration {n}: the sandbox did not take note that the record was collected: {e}"
         ));
     }
+}
+
+/// What the manifest and the harness ask of this release's supervisor that `offered` (its
+/// `hello` features) lacks: refused before anything is sent, naming what, rather than refused
+/// or ignored by an older `pitcrew-init` in the sandbox. `env.passed` is only a label: dropped.
+/// A supervisor that offers none of them gets a warning: it gives the runtime no skills and
+/// does not empty `HOME` between iterations.
+pub(super) fn older_supervisor(
+    manifest: &mut pitcrew_core::manifest::Manifest,
+    h: &Harness,
+    offered: &[String],
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    let has = |f: &str| offered.iter().any(|o| o == f);
+    if !has("env.passed") {
+        manifest.env.passed.clear();
+    }
+    let asked = [
+        (
+            "agent.tools-empty",
+            manifest.agent.tools.as_ref().is_some_and(Vec::is_empty),
+            "agent.tools: []",
+        ),
+        (
+            "agent.record_prompt",
+            manifest.agent.record_prompt,
+            "agent.record_prompt",
+        ),
+        (
+            "agent.context_files",
+            !manifest.agent.context_files,
+            "agent.context_files: false",
+        ),
+        (
+            "dirs.home_keep",
+            !manifest.dirs.home_keep.is_empty(),
+            "keep_home",
+        ),
+        (
+            "output.keep_output",
+            manifest.output.keep_output,
+            "keep_output",
+        ),
+        ("run.feedback", h.feedback.is_some(), "feedback"),
+    ];
+    let missing: Vec<&str> = asked
+        .iter()
+        .filter(|(feature, used, _)| *used && !has(feature))
+        .map(|(_, _, key)| *key)
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "the sandbox's pitcrew-init is older than this pitcrew and does not know {}: use an \
+             image built with this release, or drop the key",
+            missing.join(", ")
+        );
+    }
+    if !has("skills") {
+        progress.warn(
+            "the sandbox's pitcrew-init is older than this pitcrew: it gives the runtime no \
+             skills and does not empty HOME between iterations",
+        );
+    }
+    Ok(())
 }
 
 /// A UTC timestamp `YYYYMMDDTHHMMSSZ` (run ids sort by time).

@@ -337,4 +337,36 @@ mod tests {
         );
         assert_eq!(pass_env_conflict(&["C".into()], &h), None);
     }
+
+    #[test]
+    fn what_an_older_supervisor_lacks_is_refused_before_anything_is_sent() {
+        use super::drive::older_supervisor;
+        use super::progress::Progress;
+        use pitcrew_core::harness::SandboxLayout;
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  tools: []\nvalidation: [/bin/true]\nfeedback: true\n";
+        std::fs::write(dir.path().join("h.yaml"), yaml).unwrap();
+        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let h = validated.harness.clone().expect("a valid harness");
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        let mut manifest = validated.manifest(&layout).unwrap();
+        manifest.env.passed = vec!["KEY".into()];
+        let quiet = Progress::new(false, true);
+        let err = older_supervisor(&mut manifest, &h, &[], &quiet).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("agent.tools: []") && err.contains("feedback"),
+            "{err}"
+        );
+        assert!(manifest.env.passed.is_empty());
+        let all: Vec<String> = pitcrew_core::protocol::FEATURES
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        manifest.env.passed = vec!["KEY".into()];
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+        assert_eq!(manifest.env.passed, ["KEY"]);
+    }
 }

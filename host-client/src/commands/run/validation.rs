@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use pitcrew_core::protocol::MAX_FEEDBACK;
+use pitcrew_core::protocol::{keep_end, MAX_FEEDBACK};
 
 /// How long output is still read after the validation command exited (from what it left in
 /// the background).
@@ -96,15 +96,16 @@ pub(super) fn run(
         let _ = std::io::stderr().write_all(escaped.push(&chunk).as_bytes());
         tail.push(&chunk);
     };
+    // The command's exit is checked after every chunk too: a background process that keeps
+    // writing must not keep the run waiting.
     let status = loop {
         match received.recv_timeout(Duration::from_millis(100)) {
             Ok(chunk) => show(chunk),
-            Err(RecvTimeoutError::Timeout) => {
-                if let Some(status) = child.try_wait().with_context(cannot)? {
-                    break status;
-                }
-            }
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break child.wait().with_context(cannot)?,
+        }
+        if let Some(status) = child.try_wait().with_context(cannot)? {
+            break status;
         }
     };
     // What is still in the pipe, for at most OUTPUT_GRACE after the command ended.
@@ -180,14 +181,7 @@ pub(super) fn feedback(argv: &[String], v: &Validation) -> String {
     }
     // Invalid UTF-8 grows in the conversion (a byte becomes a 3-byte U+FFFD): the output is cut
     // again after it, at its start, so that the whole stays within what `run` carries.
-    let room = MAX_FEEDBACK - head.len();
-    if output.len() > room {
-        let mut start = output.len() - room;
-        while !output.is_char_boundary(start) {
-            start += 1;
-        }
-        output.drain(..start);
-    }
+    keep_end(&mut output, MAX_FEEDBACK - head.len());
     head + &output
 }
 
