@@ -206,6 +206,23 @@ impl Validated {
     }
 }
 
+/// Room a `set_manifest` request takes around the manifest itself.
+const ENVELOPE: usize = 128;
+
+/// Why `manifest` could not be sent in one `set_manifest` control frame, if it could not: its
+/// trees list every file and directory, so a tree of a few hundred thousand files makes a
+/// manifest over [`MAX_CONTROL_PAYLOAD`](crate::protocol::MAX_CONTROL_PAYLOAD).
+pub fn too_big_to_send(manifest: &Manifest) -> Option<String> {
+    let bytes = serde_json::to_vec(manifest).map_or(usize::MAX, |v| v.len());
+    let max = crate::protocol::MAX_CONTROL_PAYLOAD;
+    (bytes.saturating_add(ENVELOPE) > max).then(|| {
+        format!(
+            "the manifest is {bytes} bytes (its trees list every file and directory), over the \
+             {max} bytes one set_manifest request may hold: fewer or smaller trees"
+        )
+    })
+}
+
 impl super::model::Harness {
     /// The program the agent runs as: `command[0]`, or `agent.binary`, or the runtime's
     /// default (`pi`, `claude`); empty when there is none.

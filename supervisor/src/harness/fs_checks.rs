@@ -14,6 +14,28 @@ use marked_yaml::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
+/// Why the tree of `listing` would not fit one upload (`unpack::UnpackLimits`: entries,
+/// files and directories with the tree's own, and bytes of file content), if it would not:
+/// said here, before anything is sent, rather than by the sandbox after the upload.
+pub(super) fn over_upload_limits(listing: &tree_hash::TreeListing) -> Option<String> {
+    let limits = crate::unpack::UnpackLimits::default();
+    let entries = (listing.files.len() + listing.dirs.len() + 1) as u64;
+    let bytes = listing.total_bytes();
+    if entries > limits.max_entries {
+        Some(format!(
+            "{entries} entries (files and directories), over the {} one upload may hold",
+            limits.max_entries
+        ))
+    } else if bytes > limits.max_bytes {
+        Some(format!(
+            "{bytes} bytes of file content, over the {} one upload may hold",
+            limits.max_bytes
+        ))
+    } else {
+        None
+    }
+}
+
 /// Checks the records directory `output` (below the harness directory `base`) without
 /// following links: a symlink in any component below `base` is refused, since records written
 /// through it would land outside the harness directory; so is a component that is not a
@@ -218,12 +240,17 @@ impl Checker {
                 );
             }
             match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
-                Ok(digest) => out.plugins.push(CheckedPlugin {
-                    spec: spec.clone(),
-                    class,
-                    digest,
-                    loaded,
-                }),
+                Ok(digest) => {
+                    if let Some(why) = over_upload_limits(&digest.listing) {
+                        self.problem(at, &field, format!("{}: {why}", spec.path));
+                    }
+                    out.plugins.push(CheckedPlugin {
+                        spec: spec.clone(),
+                        class,
+                        digest,
+                        loaded,
+                    })
+                }
                 Err(e) => self.problem(at, &field, e.to_string()),
             }
         }
@@ -249,10 +276,15 @@ impl Checker {
                 );
             }
             match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
-                Ok(digest) => out.skills.push(CheckedSkill {
-                    spec: spec.clone(),
-                    digest,
-                }),
+                Ok(digest) => {
+                    if let Some(why) = over_upload_limits(&digest.listing) {
+                        self.problem(at, format!("skills[{i}]"), format!("{}: {why}", spec.path));
+                    }
+                    out.skills.push(CheckedSkill {
+                        spec: spec.clone(),
+                        digest,
+                    })
+                }
                 Err(e) => self.problem(at, format!("skills[{i}]"), e.to_string()),
             }
         }

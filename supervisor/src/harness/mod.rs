@@ -36,7 +36,7 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
-pub use self::compile::{Compiled, Upload, UploadKind};
+pub use self::compile::{too_big_to_send, Compiled, Upload, UploadKind};
 pub use self::fs_checks::{check_output_dir, find_program};
 pub use self::layout::SandboxLayout;
 pub use self::model::{
@@ -97,6 +97,20 @@ pub fn validate_watched(
     out.harness = harness;
     out.problems = cx.problems;
     out.notes = cx.notes;
+    // The manifest must travel in one control frame (measured with the shortest sandbox root;
+    // `pitcrew run` checks the real one before it sends anything).
+    if out.problems.is_empty() {
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        if let Some(why) = out.manifest(&layout).as_ref().and_then(too_big_to_send) {
+            out.problems.push(Problem {
+                location: None,
+                field: "plugins".into(),
+                message: why,
+            });
+        }
+    }
     out.problems
         .sort_by_key(|p| p.location.map(|l| (l.line, l.column)));
     Ok(out)

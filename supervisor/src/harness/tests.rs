@@ -707,3 +707,64 @@ fn a_tool_named_the_other_runtimes_way_is_noted() {
         v.notes
     );
 }
+
+#[test]
+fn a_tree_one_upload_could_not_hold_is_a_problem_before_anything_is_sent() {
+    use crate::tree_hash::{FileRecord, TreeListing};
+    let file = FileRecord {
+        path: "f".into(),
+        sha256: "0".repeat(64),
+        size: 1,
+    };
+    // The tree's own directory counts as an entry too.
+    let mut listing = TreeListing {
+        files: vec![file; 99_998],
+        dirs: vec!["d".into()],
+    };
+    assert_eq!(super::fs_checks::over_upload_limits(&listing), None);
+    listing.dirs.push("e".into());
+    let why = super::fs_checks::over_upload_limits(&listing).unwrap();
+    assert!(why.starts_with("100001 entries"), "{why}");
+    let big = TreeListing {
+        files: vec![FileRecord {
+            path: "big".into(),
+            sha256: "0".repeat(64),
+            size: 5 << 30,
+        }],
+        dirs: vec![],
+    };
+    let why = super::fs_checks::over_upload_limits(&big).unwrap();
+    assert!(why.contains("bytes of file content"), "{why}");
+}
+
+#[test]
+fn a_manifest_over_one_control_frame_is_named_before_anything_is_sent() {
+    use crate::manifest::FileListing;
+    use crate::tree_hash::FileRecord;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("p")).unwrap();
+    std::fs::write(dir.path().join("p/index.js"), "x\n").unwrap();
+    std::fs::write(
+        dir.path().join("h.yaml"),
+        "runtime: pi\nprompt: hi\nplugins: [p]\n",
+    )
+    .unwrap();
+    let v = validate(&dir.path().join("h.yaml")).unwrap();
+    let mut m = v
+        .manifest(&SandboxLayout {
+            root: "/pitcrew".into(),
+        })
+        .unwrap();
+    assert_eq!(too_big_to_send(&m), None);
+    // A tree of 300,000 files with long paths lists more than 32 MiB.
+    let records: Vec<FileRecord> = (0..300_000)
+        .map(|i| FileRecord {
+            path: format!("node_modules/some-package/lib/deeply/nested/file-{i:08}.js"),
+            sha256: "0".repeat(64),
+            size: 1,
+        })
+        .collect();
+    m.trees[0].files = FileListing::from_records(&records).unwrap();
+    let why = too_big_to_send(&m).unwrap();
+    assert!(why.contains("one set_manifest request may hold"), "{why}");
+}

@@ -145,6 +145,9 @@ pub(super) fn drive(
                 &conn.hello().capabilities.features,
                 progress,
             )?;
+            if let Some(why) = pitcrew_core::harness::too_big_to_send(&manifest) {
+                anyhow::bail!("{why}; nothing was sent");
+            }
             manifest
                 .validate()
                 .context("the manifest built from this harness is invalid")?;
