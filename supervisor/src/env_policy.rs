@@ -696,4 +696,4 @@ fn own_option(arg: &str, releases: &[&str]) -> PiArgProblem {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

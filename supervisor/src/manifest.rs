@@ -403,6 +403,23 @@ pub fn sandbox_path_problem(path: &str) -> Option<String> {
     None
 }
 
+/// Whether `name` can be one of `agent.tools`: the runtimes take the list joined with `,`, so
+/// it is not empty, holds no `,` or NUL, and has no surrounding whitespace.
+pub fn is_tool_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains([',', '\0']) && name.trim() == name
+}
+
+/// Whether `path` is a plain relative path (`dirs.home_keep`): not empty, not absolute, no NUL,
+/// and no empty, `.` or `..` component.
+pub fn is_plain_relative_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\0')
+        && !path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+}
+
 fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
     match sandbox_path_problem(path) {
         Some(problem) => Err(field(name, problem)),
@@ -492,8 +509,7 @@ impl Manifest {
             }
         }
         for (i, tool) in self.agent.tools.iter().flatten().enumerate() {
-            // The runtimes take the list joined with ','.
-            if tool.is_empty() || tool.contains([',', '\0']) || tool.trim() != tool {
+            if !is_tool_name(tool) {
                 return Err(field(
                     format!("agent.tools[{i}]"),
                     format!("{tool:?} is not a tool name"),
@@ -575,11 +591,7 @@ impl Manifest {
             }
         }
         for (i, p) in self.dirs.home_keep.iter().enumerate() {
-            if p.is_empty()
-                || p.starts_with('/')
-                || p.contains('\0')
-                || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
-            {
+            if !is_plain_relative_path(p) {
                 return Err(field(
                     format!("dirs.home_keep[{i}]"),
                     format!("{p:?} is not a plain relative path below HOME"),

@@ -3,8 +3,8 @@
 //!
 //! pi and Claude Code are installed from npm: the binary (`pi`, a `#!/usr/bin/env node` script;
 //! `claude`, a native executable) lies inside its package, whose `package.json` names the
-//! package and its version. Reading that file costs microseconds where `pi --version` costs a
-//! Node start (about a second), and it is the package's own statement, as root-owned as the
+//! package and its version. Reading that file is one small read where `pi --version` would
+//! start Node every iteration, and it is the package's own statement, as root-owned as the
 //! binary it sits next to. A binary outside a known package has no version: the argv then
 //! assumes the oldest supported release.
 

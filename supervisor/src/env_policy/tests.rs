@@ -446,8 +446,9 @@ fn pi_args_must_name_registered_flags() {
     assert!(problems[0].1.to_string().contains("registered: none"));
 }
 
-/// The TLS-trust and proxy variables an image behind a TLS-inspecting egress proxy sets.
-const TLS_AND_PROXY_NAMES: &[&str] = &[
+/// The TLS-trust and proxy variables an image behind a TLS-inspecting egress proxy sets (also
+/// the `environment` tests' list).
+pub(crate) const TLS_AND_PROXY_NAMES: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
     "NODE_USE_SYSTEM_CA",
     "NODE_USE_ENV_PROXY",

@@ -596,21 +596,11 @@ fn attack_env__dotenv_cannot_set_or_replace_tls_trust() {
 #[test]
 #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_env__plugin_env_cannot_set_tls_trust() {
-    for name in [
-        "NODE_EXTRA_CA_CERTS",
-        "NODE_USE_SYSTEM_CA",
-        "NODE_USE_ENV_PROXY",
-        "NODE_TLS_REJECT_UNAUTHORIZED",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "OPENSSL_CONF",
-        "OPENSSL_CONF_INCLUDE",
-        "OPENSSL_MODULES",
-        "OPENSSL_ENGINES",
-        "HTTP_PROXY",
-        "NO_PROXY",
-        "ALL_PROXY",
-    ] {
+    // A plugin's names are upper case (the lower-case proxies fail that rule first).
+    let names = crate::env_policy::tests::TLS_AND_PROXY_NAMES
+        .iter()
+        .filter(|n| !n.contains(|c: char| c.is_ascii_lowercase()));
+    for &name in names {
         let mut m = manifest("pi", None);
         m.trees.push(tree_with_env("p", &[(name, "/planted")]));
         let err = build(&m, &base(&[(name, "/etc/ssl/image")])).unwrap_err();

@@ -124,7 +124,7 @@ impl Checker {
                 if let Some(n) = m.get_node("tools") {
                     let tools = self.string_list(n, "agent.tools");
                     for (i, tool) in tools.iter().enumerate() {
-                        if tool.is_empty() || tool.contains([',', '\0']) || tool.trim() != tool {
+                        if !crate::manifest::is_tool_name(tool) {
                             self.problem(
                                 location(n),
                                 format!("agent.tools[{i}]"),
@@ -357,11 +357,7 @@ impl Checker {
             .map(|n| {
                 let paths = self.string_list(n, "keep_home");
                 for (i, p) in paths.iter().enumerate() {
-                    if p.is_empty()
-                        || p.starts_with('/')
-                        || p.contains('\0')
-                        || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
-                    {
+                    if !crate::manifest::is_plain_relative_path(p) {
                         self.problem(
                             location(n),
                             format!("keep_home[{i}]"),
