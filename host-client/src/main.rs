@@ -7,6 +7,7 @@ mod engine;
 mod failure_hint;
 mod hash_progress;
 mod records;
+mod remote;
 mod report;
 mod tarball;
 
@@ -43,6 +44,11 @@ enum Command {
         after_help = "Examples:\n  pitcrew validate harness.yaml\n  pitcrew validate harness.yaml --emit-manifest > manifest.json"
     )]
     Validate(commands::validate::ValidateArgs),
+    /// Fetch a harness's remote sources into the cache, verify their pins, write its lock file.
+    #[command(
+        after_help = "Examples:\n  pitcrew lock harness.yaml\n  pitcrew lock harness.yaml --refresh"
+    )]
+    Lock(commands::lock::LockArgs),
     /// List what pi would auto-discover (agent dir, project), classified and hashed, never loaded.
     #[command(after_help = "Example:\n  pitcrew discover --project ~/src/app --json")]
     Discover(commands::discover::DiscoverArgs),
@@ -98,6 +104,7 @@ fn main() -> ExitCode {
         Command::Hash(args) => pitcrew_core::hash_command::run(&args),
         Command::Classify(args) => commands::classify::run(&args),
         Command::Validate(args) => commands::validate::run(&args, cli.quiet),
+        Command::Lock(args) => commands::lock::run(&args, cli.quiet),
         Command::Discover(args) => commands::discover::run(&args, cli.quiet),
         Command::Run(args) => commands::run::run(&args, cli.verbose, cli.quiet),
         Command::Batch(args) => commands::batch::run(&args, cli.verbose),

@@ -5,6 +5,7 @@
 pub mod container;
 pub mod engines;
 pub mod foreign_init;
+pub mod git_server;
 pub mod model_server;
 
 use std::path::{Path, PathBuf};

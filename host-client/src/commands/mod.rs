@@ -8,6 +8,7 @@ pub mod discover;
 pub mod docs;
 pub mod down;
 pub mod inspect;
+pub mod lock;
 pub mod prune;
 pub mod ps;
 pub mod run;

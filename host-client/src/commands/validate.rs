@@ -1,9 +1,10 @@
 //! `pitcrew validate HARNESS [--json] [--emit-manifest]`.
 
 use crate::hash_progress;
+use crate::remote;
 use crate::report::escape_controls;
 use anyhow::Context as _;
-use pitcrew_core::harness::{self, SandboxLayout, Validated};
+use pitcrew_core::harness::{SandboxLayout, Validated};
 use pitcrew_core::plugin_format::PluginClass;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +28,7 @@ pub struct ValidateArgs {
 /// Runs `pitcrew validate`: exit 0 when the harness is clean, 1 when it has problems. `quiet`
 /// (`-q`) hides the progress of long hashes.
 pub fn run(args: &ValidateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let validated = hash_progress::watch(quiet, |p| harness::validate_watched(&args.harness, p))?;
+    let validated = hash_progress::watch(quiet, |p| remote::validate(&args.harness, p))?;
     let file = args.harness.display().to_string();
     if args.emit_manifest {
         if let Some(manifest) = validated.manifest(&SandboxLayout {
@@ -59,7 +60,7 @@ pub fn run(args: &ValidateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 
 /// Prints each problem as `FILE:LINE:COLUMN: field: message`, escaped: problems quote paths and
 /// names from the harness directory.
-fn print_problems(file: &str, v: &Validated) {
+pub(crate) fn print_problems(file: &str, v: &Validated) {
     for p in &v.problems {
         eprintln!("{}", escape_controls(&format!("{file}:{p}")));
     }

@@ -2,8 +2,8 @@
 //! (`{path, role, use, to}`) and `skills` (paths), each checked for its shape, its rules and a local
 //! path, before the file-system checks hash them.
 
-use super::fs_checks::file_name;
 use super::model::{AdapterSpec, PluginSpec, SkillSpec};
+use super::remote::RemoteKind;
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
 use crate::exit_code::PinRole;
@@ -11,7 +11,7 @@ use crate::manifest::{FileUse, Runtime};
 use marked_yaml::Node;
 use std::collections::BTreeMap;
 
-impl Checker {
+impl Checker<'_> {
     /// The `plugins:` list.
     pub(super) fn plugins(&mut self, node: &Node) -> Vec<PluginSpec> {
         let Some(seq) = self.sequence(node, "plugins") else {
@@ -61,7 +61,9 @@ impl Checker {
                     }
                 }
             }
-            let Some(host_path) = self.local_path(at, &format!("{field}.path"), &raw) else {
+            let Some((host_path, name, pin)) =
+                self.source_path(at, &format!("{field}.path"), &raw, RemoteKind::Tree)
+            else {
                 continue;
             };
             if !host_path.is_dir() {
@@ -76,11 +78,12 @@ impl Checker {
                 continue;
             }
             out.push(PluginSpec {
-                name: file_name(&host_path),
+                name,
                 path: raw,
                 host_path,
                 env,
                 pi_args,
+                pin,
             });
         }
         out
@@ -178,7 +181,9 @@ impl Checker {
                 self.problem(at, format!("{field}.path"), "missing");
                 continue;
             };
-            let Some(host_path) = self.local_path(at, &format!("{field}.path"), &raw) else {
+            let Some((host_path, name, pin)) =
+                self.source_path(at, &format!("{field}.path"), &raw, RemoteKind::Blob)
+            else {
                 continue;
             };
             let (Some(role), Some(usage)) = (role, usage) else {
@@ -187,9 +192,11 @@ impl Checker {
             out.push(AdapterSpec {
                 path: raw,
                 host_path,
+                name,
                 role,
                 usage,
                 to,
+                pin,
             });
         }
         out
@@ -207,7 +214,8 @@ impl Checker {
             let Some(raw) = self.string(item, &field) else {
                 continue;
             };
-            let Some(host_path) = self.local_path(at, &field, &raw) else {
+            let Some((host_path, name, pin)) = self.source_path(at, &field, &raw, RemoteKind::Tree)
+            else {
                 continue;
             };
             if !host_path.is_dir() {
@@ -219,9 +227,10 @@ impl Checker {
                 continue;
             }
             out.push(SkillSpec {
-                name: file_name(&host_path),
+                name,
                 path: raw,
                 host_path,
+                pin,
             });
         }
         out

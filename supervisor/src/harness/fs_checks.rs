@@ -4,6 +4,7 @@
 //! duplicate upload names.
 
 use super::model::{CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, Location, Validated};
+use super::remote::{RemoteKind, RemoteSource};
 use super::yaml::{location, Checker};
 use crate::env_policy;
 use crate::exit_code::PinRole;
@@ -87,8 +88,90 @@ pub(super) fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-impl Checker {
-    /// Resolves a harness-relative path: refuses remote sources, absolute paths, `..` and
+impl Checker<'_> {
+    /// What a `plugins:`, `skills:` or `adapters:` entry names, with the name it uploads under
+    /// and, for a remote source, its pin:
+    /// a local path (resolved by [`Checker::local_path`]) or a pinned remote source of kind
+    /// `want`, resolved to its verified local copy by the checker's
+    /// [`RemoteSources`](super::remote::RemoteSources). One URL has one pin in a harness.
+    pub(super) fn source_path(
+        &mut self,
+        at: Option<Location>,
+        field: &str,
+        raw: &str,
+        want: RemoteKind,
+    ) -> Option<(PathBuf, String, Option<String>)> {
+        let source = match RemoteSource::parse(raw) {
+            Ok(None) => {
+                let path = self.local_path(at, field, raw)?;
+                let name = file_name(&path);
+                return Some((path, name, None));
+            }
+            Ok(Some(source)) => source,
+            Err(why) => {
+                self.problem(at, field, why);
+                return None;
+            }
+        };
+        if source.kind != want {
+            let what = match want {
+                RemoteKind::Tree => "a directory (…/tree/<ref>/<dir>)",
+                RemoteKind::Blob => "a file (…/blob/<ref>/<file>)",
+            };
+            self.problem(
+                at,
+                field,
+                format!("{}: this entry takes {what}", source.url),
+            );
+            return None;
+        }
+        match self.pins.get(&source.url) {
+            Some((pin, first)) if *pin != source.sha256 => {
+                let first = first.clone();
+                self.problem(
+                    at,
+                    field,
+                    format!(
+                        "{} is pinned here with sha256={} and in {first} with sha256={pin}: one \
+                         URL has one pin",
+                        source.url, source.sha256
+                    ),
+                );
+                return None;
+            }
+            Some(_) => {}
+            None => {
+                self.pins.insert(
+                    source.url.clone(),
+                    (source.sha256.clone(), field.to_string()),
+                );
+            }
+        }
+        match self.remotes.resolve(&source, field) {
+            Ok(resolved) => {
+                for note in resolved.notes {
+                    self.note(at, field, note);
+                }
+                let refused = !resolved.problems.is_empty();
+                for problem in resolved.problems {
+                    self.problem(at, field, problem);
+                }
+                (!refused).then(|| {
+                    (
+                        resolved.path,
+                        source.name().to_string(),
+                        Some(source.sha256.clone()),
+                    )
+                })
+            }
+            Err(why) => {
+                self.problem(at, field, why);
+                None
+            }
+        }
+    }
+
+    /// Resolves a harness-relative path: refuses URLs, absolute paths, `..` and
     /// anything that resolves (through symlinks) outside the harness directory.
     pub(super) fn local_path(
         &mut self,
@@ -99,21 +182,14 @@ impl Checker {
         const REMOTE: &[&str] = &[
             "npm:", "git:", "github:", "ssh:", "http:", "https:", "file:", "git+", "builtin:",
         ];
-        if let Some(scheme) = REMOTE.iter().find(|s| raw.starts_with(**s)) {
+        if REMOTE.iter().any(|s| raw.starts_with(*s)) || raw.contains("://") {
             self.problem(
                 at,
                 field,
                 format!(
-                    "{raw:?}: {scheme} sources are refused: plugins are local, vendored directories (pi would fetch them from the network at startup)"
+                    "{raw:?}: a URL is refused here; use a local path (only plugins, skills and \
+                     adapters take pinned remote sources)"
                 ),
-            );
-            return None;
-        }
-        if raw.contains("://") {
-            self.problem(
-                at,
-                field,
-                format!("{raw:?}: URLs are refused; use a local path"),
             );
             return None;
         }
@@ -244,6 +320,11 @@ impl Checker {
                     if let Some(why) = over_upload_limits(&digest.listing) {
                         self.problem(at, &field, format!("{}: {why}", spec.path));
                     }
+                    let found = digest.listing.digest(TreeFormat::ContentV1);
+                    if let Some(why) = pin_mismatch(spec.pin.as_deref(), &found) {
+                        self.problem(at, &field, why);
+                        continue;
+                    }
                     out.plugins.push(CheckedPlugin {
                         spec: spec.clone(),
                         class,
@@ -279,6 +360,11 @@ impl Checker {
                 Ok(digest) => {
                     if let Some(why) = over_upload_limits(&digest.listing) {
                         self.problem(at, format!("skills[{i}]"), format!("{}: {why}", spec.path));
+                    }
+                    let found = digest.listing.digest(TreeFormat::ContentV1);
+                    if let Some(why) = pin_mismatch(spec.pin.as_deref(), &found) {
+                        self.problem(at, format!("skills[{i}]"), why);
+                        continue;
                     }
                     out.skills.push(CheckedSkill {
                         spec: spec.clone(),
@@ -321,15 +407,31 @@ impl Checker {
                 }
             }
             match tree_hash::sha256_file_watched(&spec.host_path, progress) {
-                Ok(rec) => out.adapters.push(CheckedAdapter {
-                    spec: spec.clone(),
-                    sha256: rec.sha256,
-                    size: rec.size,
-                }),
+                Ok(rec) => match pin_mismatch(spec.pin.as_deref(), &rec.sha256) {
+                    Some(why) => self.problem(at, format!("adapters[{i}]"), why),
+                    None => out.adapters.push(CheckedAdapter {
+                        spec: spec.clone(),
+                        sha256: rec.sha256,
+                        size: rec.size,
+                    }),
+                },
                 Err(e) => self.problem(at, format!("adapters[{i}]"), e.to_string()),
             }
         }
     }
+}
+
+/// Why a remote entry's copy must not be used, if it must not: the listing the manifest pins
+/// (read once, after the cache's own check) must still hash to the entry's pin, so a copy
+/// changed between the two reads is caught here, not uploaded.
+fn pin_mismatch(pin: Option<&str>, found: &str) -> Option<String> {
+    let pin = pin?;
+    (pin != found).then(|| {
+        format!(
+            "the fetched copy changed while it was checked: it hashes to sha256={found}, not to \
+             its pin sha256={pin}"
+        )
+    })
 }
 
 /// Whether the relative path `path` lies strictly below the relative path `dir`.

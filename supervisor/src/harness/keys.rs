@@ -47,7 +47,7 @@ const MAX_FEEDBACK: u64 = 32 * 1024;
 /// The largest `processes:` a harness may ask for (the kernel's own `pid_max` limit).
 const MAX_PROCESSES: u64 = 4_194_304;
 
-impl Checker {
+impl Checker<'_> {
     /// Checks the program the agent runs as (`agent.binary`, `command[0]`) by the manifest's
     /// rule for it: not empty, and a name with a '/' is an absolute path inside the sandbox.
     fn program(&mut self, at: Option<Location>, field: &str, what: &str, name: &str) {
@@ -584,7 +584,7 @@ impl Checker {
     }
 }
 
-impl Checker {
+impl Checker<'_> {
     /// `retention: {records, size}`: the collected records the sandbox keeps; a key left out
     /// keeps its default.
     fn retention(&mut self, node: &Node) -> Retention {

@@ -15,6 +15,8 @@
 //! - `yaml`: the YAML loader, node locations and the checker's typed accessors.
 //! - `keys`: the top-level keys checked into a [`Harness`].
 //! - `entries`: the `plugins`, `adapters` and `skills` lists.
+//! - `remote`: pinned remote entries (forge URLs with `#sha256=`) and who resolves them
+//!   ([`RemoteSources`]).
 //! - `units`: sizes and durations ([`parse_size`], [`parse_duration`]).
 //! - `fs_checks`: what needs the file system: local paths, the records directory
 //!   ([`check_output_dir`]), plugin formats, digests.
@@ -30,6 +32,7 @@ mod keys;
 mod layout;
 mod model;
 mod overrides;
+mod remote;
 mod units;
 mod yaml;
 
@@ -44,6 +47,9 @@ pub use self::model::{
     Location, PluginSpec, Problem, SkillSpec, Validated,
 };
 pub use self::overrides::Overrides;
+pub use self::remote::{
+    NoRemoteSources, RemoteKind, RemoteSource, RemoteSources, Resolved, REMOTE_FORM,
+};
 pub use self::units::{parse_duration, parse_size};
 pub use crate::manifest::Runtime;
 
@@ -58,9 +64,20 @@ pub fn validate(file: &Path) -> Result<Validated, HarnessError> {
 }
 
 /// [`validate`], counting the digests' work into `progress` (a display for long hashes).
+/// Remote entries are refused ([`NoRemoteSources`]); [`validate_with`] resolves them.
 pub fn validate_watched(
     file: &Path,
     progress: Option<&HashProgress>,
+) -> Result<Validated, HarnessError> {
+    validate_with(file, progress, &mut NoRemoteSources)
+}
+
+/// [`validate_watched`] with the remote entries (pinned forge URLs) resolved by `remotes` to
+/// their verified local copies, which are then checked and hashed like local paths.
+pub fn validate_with(
+    file: &Path,
+    progress: Option<&HashProgress>,
+    remotes: &mut dyn RemoteSources,
 ) -> Result<Validated, HarnessError> {
     let text = std::fs::read_to_string(file).map_err(|error| HarnessError::Read {
         path: file.to_path_buf(),
@@ -81,7 +98,7 @@ pub fn validate_watched(
         path: base.to_path_buf(),
         error,
     })?;
-    let mut cx = Checker::new(base);
+    let mut cx = Checker::new(base, remotes);
     let harness = cx.harness(file, &node);
     let mut out = Validated {
         harness: None,

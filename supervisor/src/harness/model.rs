@@ -81,6 +81,10 @@ pub struct PluginSpec {
     pub env: BTreeMap<String, String>,
     /// pi extension flags (`pi: {args: […]}`).
     pub pi_args: Vec<String>,
+    /// The `#sha256=` pin of a remote entry (`content-v1` of a directory, SHA-256 of a file),
+    /// checked again against the very listing the manifest pins; `None` for a local path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 /// An adapter (a single pinned file) of the harness.
@@ -90,6 +94,8 @@ pub struct AdapterSpec {
     pub path: String,
     /// Absolute host path of the file.
     pub host_path: PathBuf,
+    /// Its file name (a local file's, or the last segment of a remote one's path).
+    pub name: String,
     /// What it is for (decides the exit code when it drifts).
     pub role: PinRole,
     /// How the runtime is told about it.
@@ -99,6 +105,10 @@ pub struct AdapterSpec {
     /// relative path of plain names (`agents/reviewer.md`); unset, its file name at the top.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
+    /// The `#sha256=` pin of a remote entry (`content-v1` of a directory, SHA-256 of a file),
+    /// checked again against the very listing the manifest pins; `None` for a local path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 impl AdapterSpec {
@@ -107,7 +117,7 @@ impl AdapterSpec {
     pub fn destination(&self) -> String {
         match (&self.to, self.role) {
             (Some(to), PinRole::Config) => to.clone(),
-            _ => super::fs_checks::file_name(&self.host_path),
+            _ => self.name.clone(),
         }
     }
 }
@@ -121,6 +131,10 @@ pub struct SkillSpec {
     pub host_path: PathBuf,
     /// Upload name (base name).
     pub name: String,
+    /// The `#sha256=` pin of a remote entry (`content-v1` of a directory, SHA-256 of a file),
+    /// checked again against the very listing the manifest pins; `None` for a local path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 /// Agent options of the harness (`agent:`).

@@ -4,10 +4,12 @@
 //! stopping at the first one.
 
 use super::model::{HarnessError, Location, Problem};
+use super::remote::RemoteSources;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::Node;
 use serde::de::value::StrDeserializer;
 use serde::de::{DeserializeOwned, IntoDeserializer as _};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Parses the harness text into a YAML tree with positions.
@@ -86,22 +88,29 @@ pub(super) fn enum_name<T: DeserializeOwned>(name: &str) -> Option<T> {
 }
 
 /// Walks a harness, collecting every problem and note on the way.
-pub(super) struct Checker {
+pub(super) struct Checker<'r> {
     /// The harness directory, canonical (paths are relative to it).
     pub(super) base: PathBuf,
     /// Problems found so far.
     pub(super) problems: Vec<Problem>,
     /// Notes found so far.
     pub(super) notes: Vec<Problem>,
+    /// Who holds the verified copies of remote entries.
+    pub(super) remotes: &'r mut dyn RemoteSources,
+    /// The pin and field of every remote URL seen so far (one URL, one pin).
+    pub(super) pins: BTreeMap<String, (String, String)>,
 }
 
-impl Checker {
-    /// A checker for a harness in the (canonical) directory `base`.
-    pub(super) fn new(base: PathBuf) -> Checker {
+impl<'r> Checker<'r> {
+    /// A checker for a harness in the (canonical) directory `base`, its remote entries
+    /// resolved by `remotes`.
+    pub(super) fn new(base: PathBuf, remotes: &'r mut dyn RemoteSources) -> Checker<'r> {
         Checker {
             base,
             problems: Vec::new(),
             notes: Vec::new(),
+            remotes,
+            pins: BTreeMap::new(),
         }
     }
 

@@ -372,7 +372,7 @@ fn check(
         .entry(job.harness.clone())
         .or_insert_with(|| {
             let file = job.harness.display().to_string();
-            match harness::validate(&job.harness) {
+            match crate::remote::validate(&job.harness, None) {
                 Err(e) => Err(format!("{file}: {e}")),
                 Ok(v) if !v.is_ok() => Err(format!(
                     "{file}: {}",

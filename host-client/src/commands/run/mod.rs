@@ -33,7 +33,7 @@ use crate::records;
 use crate::report::{self, escape_controls};
 use anyhow::{bail, Context as _};
 use drive::{drive, Resumed};
-use pitcrew_core::harness::{self, Harness, Overrides};
+use pitcrew_core::harness::{Harness, Overrides};
 use progress::Progress;
 use signals::{install_ctrlc, CancelSlot};
 use std::path::PathBuf;
@@ -134,7 +134,7 @@ fn run_harness(
         .harness
         .as_deref()
         .context("a harness file is needed (or --resume ID)")?;
-    let mut validated = hash_progress::watch(quiet, |p| harness::validate_watched(path, p))?;
+    let mut validated = hash_progress::watch(quiet, |p| crate::remote::validate(path, p))?;
     let file = path.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {

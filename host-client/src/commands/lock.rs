@@ -1,0 +1,71 @@
+//! `pitcrew lock HARNESS [--refresh]`: fetches every remote entry of a harness into the cache,
+//! verifies each against its pin and writes the lock file (`<harness>.lock`) that `validate`,
+//! `run` and `batch` then resolve from offline.
+
+use crate::commands::validate::print_problems;
+use crate::hash_progress;
+use crate::remote::{self, FetchingSources, Settings};
+use crate::report::escape_controls;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `pitcrew lock`.
+#[derive(Debug, clap::Args)]
+pub struct LockArgs {
+    /// The harness file (YAML).
+    pub harness: PathBuf,
+    /// Fetch every remote entry again, even those the cache holds.
+    #[arg(long)]
+    pub refresh: bool,
+}
+
+/// Runs `pitcrew lock`: exit 0 when every remote entry was resolved and the harness is clean,
+/// 1 otherwise. The lock file is written when every remote entry was resolved (other problems
+/// of the harness are reported, not in the way).
+pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+    let mut sources = FetchingSources::new(settings, args.refresh);
+    let validated = hash_progress::watch(quiet, |p| {
+        pitcrew_core::harness::validate_with(&args.harness, p, &mut sources)
+    })?;
+    let file = args.harness.display().to_string();
+    let say = |text: String| {
+        if !quiet {
+            println!("{}", escape_controls(&text));
+        }
+    };
+    for fetched in &sources.fetched {
+        say(format!("fetched {fetched}"));
+    }
+    for note in &validated.notes {
+        say(format!("{file}:{note} (note)"));
+    }
+    let lock_path = remote::lock_path(&args.harness);
+    if sources.failures == 0 && sources.resolved() > 0 {
+        let lock = sources.lock(&args.harness);
+        crate::remote::write_lock(&lock_path, &lock).map_err(anyhow::Error::msg)?;
+        say(format!(
+            "wrote {} ({} remote source{})",
+            lock_path.display(),
+            lock.entries.len(),
+            if lock.entries.len() == 1 { "" } else { "s" }
+        ));
+    } else if sources.failures == 0 {
+        say(format!("{file}: no remote sources: nothing to lock"));
+    }
+    if validated.is_ok() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        print_problems(&file, &validated);
+        if sources.failures > 0 {
+            eprintln!(
+                "{}: {} not written: {} remote source{} not resolved",
+                escape_controls(&file),
+                escape_controls(&lock_path.display().to_string()),
+                sources.failures,
+                if sources.failures == 1 { "" } else { "s" }
+            );
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
