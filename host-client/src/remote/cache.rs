@@ -20,10 +20,11 @@ use serde::{Deserialize, Serialize};
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-/// Where a cached entry came from, kept next to it as `metadata.json`.
+/// Where a copy came from and what it held: a cache entry's `metadata.json`, and an entry of
+/// the lock file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Metadata {
+pub struct Origin {
     /// The URL without its pin.
     pub url: String,
     /// `tree` or `blob`.
@@ -58,7 +59,7 @@ pub struct CachedFile {
 #[derive(Debug)]
 pub enum Lookup {
     /// A verified copy: the path to use and its metadata.
-    Hit(PathBuf, Metadata),
+    Hit(PathBuf, Origin),
     /// Nothing cached under the pin.
     Missing,
     /// A copy that no longer hashes to its pin (or cannot be read): changed on disk.
@@ -95,7 +96,7 @@ impl Cache {
                 return Lookup::Missing
             }
             Err(e) => return Lookup::Tampered(format!("{}/metadata.json: {e}", dir.display())),
-            Ok(bytes) => match serde_json::from_slice::<Metadata>(&bytes) {
+            Ok(bytes) => match serde_json::from_slice::<Origin>(&bytes) {
                 Ok(m) => m,
                 Err(e) => return Lookup::Tampered(format!("{}/metadata.json: {e}", dir.display())),
             },
@@ -146,7 +147,7 @@ impl Cache {
         &self,
         staging: tempfile::TempDir,
         kind: RemoteKind,
-        metadata: &Metadata,
+        metadata: &Origin,
     ) -> std::io::Result<PathBuf> {
         let json = serde_json::to_vec_pretty(metadata).map_err(std::io::Error::other)?;
         std::fs::write(staging.path().join("metadata.json"), json)?;

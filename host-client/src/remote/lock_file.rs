@@ -3,7 +3,7 @@
 //! file listing. `pitcrew run` and `validate` require it to cover every remote entry of the
 //! harness with the same pin, and then work offline from the cache.
 
-use super::cache::{CachedFile, Metadata};
+use super::cache::Origin;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -23,48 +23,8 @@ pub struct LockFile {
     pub version: u32,
     /// The harness file it locks (its file name).
     pub harness: String,
-    /// One entry per remote URL, sorted by URL.
-    pub entries: Vec<LockEntry>,
-}
-
-/// One locked remote source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LockEntry {
-    /// The URL without its pin.
-    pub url: String,
-    /// The pin.
-    pub sha256: String,
-    /// `tree` or `blob`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The ref the URL named.
-    #[serde(rename = "ref")]
-    pub ref_name: String,
-    /// The path inside the repository.
-    pub path: String,
-    /// The commit the ref pointed at when fetched.
-    pub commit: String,
-    /// When it was fetched (UTC, RFC 3339).
-    pub fetched_at: String,
-    /// Its files (a tree's; empty for a single file) with their SHA-256.
-    pub files: Vec<CachedFile>,
-}
-
-impl LockEntry {
-    /// The entry recorded from a cache entry's metadata.
-    pub fn from_metadata(m: &Metadata) -> LockEntry {
-        LockEntry {
-            url: m.url.clone(),
-            sha256: m.sha256.clone(),
-            kind: m.kind.clone(),
-            ref_name: m.ref_name.clone(),
-            path: m.path.clone(),
-            commit: m.commit.clone(),
-            fetched_at: m.fetched_at.clone(),
-            files: m.files.clone(),
-        }
-    }
+    /// One entry per remote URL (where it resolved and what it held), sorted by URL.
+    pub entries: Vec<Origin>,
 }
 
 /// Where the lock file of `harness` lives: `<harness file>.lock` beside it.
@@ -117,7 +77,7 @@ pub fn write(path: &Path, lock: &LockFile) -> Result<(), String> {
 
 impl LockFile {
     /// The entry for `url`, if locked.
-    pub fn entry(&self, url: &str) -> Option<&LockEntry> {
+    pub fn entry(&self, url: &str) -> Option<&Origin> {
         self.entries.iter().find(|e| e.url == url)
     }
 }

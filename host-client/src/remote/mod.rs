@@ -30,8 +30,8 @@ mod tests;
 pub use self::lock_file::{lock_path, write as write_lock};
 
 use self::allowlist::Allowlist;
-use self::cache::{Cache, CachedFile, Lookup, Metadata};
-use self::lock_file::{LockEntry, LockFile, LOCK_VERSION};
+use self::cache::{Cache, CachedFile, Lookup, Origin};
+use self::lock_file::{LockFile, LOCK_VERSION};
 use pitcrew_core::harness::{
     self, HarnessError, RemoteKind, RemoteSource, RemoteSources, Resolved, Validated,
 };
@@ -253,7 +253,7 @@ pub struct FetchingSources {
     settings: Settings,
     refresh: bool,
     /// Locked entries by URL.
-    entries: BTreeMap<String, LockEntry>,
+    entries: BTreeMap<String, Origin>,
     /// What was fetched (URL and where it came from), for the report.
     pub fetched: Vec<String>,
     /// How many remote entries could not be resolved.
@@ -291,7 +291,7 @@ impl FetchingSources {
         self.entries.len()
     }
 
-    fn fetch(&mut self, source: &RemoteSource) -> Result<(PathBuf, Metadata), String> {
+    fn fetch(&mut self, source: &RemoteSource) -> Result<(PathBuf, Origin), String> {
         let cache = &self.settings.cache;
         let staging = cache
             .staging()
@@ -330,7 +330,7 @@ impl FetchingSources {
                 source.url, fetched.ref_name, fetched.commit, source.sha256
             ));
         }
-        let metadata = Metadata {
+        let metadata = Origin {
             url: source.url.clone(),
             kind: source.kind.as_str().to_string(),
             sha256: source.sha256.clone(),
@@ -387,30 +387,13 @@ impl FetchingSources {
             }
             None => self.fetch(source)?,
         };
-        self.entries
-            .insert(source.url.clone(), LockEntry::from_metadata(&metadata));
+        self.entries.insert(source.url.clone(), metadata);
         Ok(self.settings.scanned(source, path))
     }
 }
 
 /// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 fn utc_rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (year, month, day, hour, minute, second) = crate::report::utc(secs);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
 }

@@ -2,8 +2,8 @@
 //! against a real git server over HTTPS, is in `tests/tests/remote.rs`).
 
 use super::allowlist::Allowlist;
-use super::cache::{Cache, Lookup, Metadata};
-use super::lock_file::{self, LockEntry, LockFile, LOCK_VERSION};
+use super::cache::{Cache, Lookup, Origin};
+use super::lock_file::{self, LockFile, LOCK_VERSION};
 use super::{scan, utc_rfc3339};
 use pitcrew_core::harness::{RemoteKind, RemoteSource};
 use pitcrew_core::tree_hash::{self, TreeFormat};
@@ -51,8 +51,8 @@ fn timestamps_are_utc_rfc3339() {
     assert_eq!(utc_rfc3339(1_796_151_845), "2026-12-01T19:04:05Z");
 }
 
-fn metadata(sha256: &str, kind: &str) -> Metadata {
-    Metadata {
+fn metadata(sha256: &str, kind: &str) -> Origin {
+    Origin {
         url: "https://f.example/a/b/tree/main/p".into(),
         kind: kind.into(),
         sha256: sha256.into(),
@@ -64,11 +64,8 @@ fn metadata(sha256: &str, kind: &str) -> Metadata {
     }
 }
 
-#[test]
-#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
-fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_displace_a_tree() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Cache::new(dir.path().join("cache"));
+/// A fetch staged in `cache` holding one file, `index.ts`.
+fn staged_tree(cache: &Cache) -> tempfile::TempDir {
     let staging = cache.staging().unwrap();
     std::fs::create_dir(staging.path().join("content")).unwrap();
     std::fs::write(
@@ -76,6 +73,15 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
         "export default 1;\n",
     )
     .unwrap();
+    staging
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_displace_a_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(dir.path().join("cache"));
+    let staging = staged_tree(&cache);
     let pin = tree_hash::hash_tree(&staging.path().join("content"), TreeFormat::ContentV1)
         .unwrap()
         .sha256;
@@ -143,13 +149,7 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
 
     // A fresh store under the same pin replaces the bad entry, read-only directories included.
     std::fs::write(stored.join("index.ts"), "changed\n").unwrap();
-    let staging = cache.staging().unwrap();
-    std::fs::create_dir(staging.path().join("content")).unwrap();
-    std::fs::write(
-        staging.path().join("content/index.ts"),
-        "export default 1;\n",
-    )
-    .unwrap();
+    let staging = staged_tree(&cache);
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&stored, std::fs::Permissions::from_mode(0o555)).unwrap();
     cache
@@ -168,7 +168,7 @@ fn the_lock_file_round_trips_and_refuses_another_version_or_unknown_keys() {
     let lock = LockFile {
         version: LOCK_VERSION,
         harness: "harness.yaml".into(),
-        entries: vec![LockEntry::from_metadata(&metadata(ZERO, "tree"))],
+        entries: vec![metadata(ZERO, "tree")],
     };
     lock_file::write(&path, &lock).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
