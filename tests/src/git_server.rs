@@ -45,6 +45,38 @@ fn run(cmd: &mut Command) {
     );
 }
 
+/// A work tree with one commit on `branch` holding `files` (path, content) and `links` (path,
+/// target) as symlinks.
+fn committed(branch: &str, files: &[(&str, &str)], links: &[(&str, &str)]) -> tempfile::TempDir {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    run(Command::new("git")
+        .args(["init", "-q", "-b", branch])
+        .arg(w));
+    for (path, content) in files {
+        let p = w.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    for (path, target) in links {
+        let p = w.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, p).unwrap();
+    }
+    run(Command::new("git").arg("-C").arg(w).args(["add", "-A"]));
+    run(Command::new("git").arg("-C").arg(w).args([
+        "-c",
+        "user.name=test",
+        "-c",
+        "user.email=test@example.invalid",
+        "commit",
+        "-q",
+        "-m",
+        "publish",
+    ]));
+    work
+}
+
 impl GitServer {
     /// Makes a CA and a certificate for 127.0.0.1, and starts serving `<dir>/repos`.
     pub fn start() -> GitServer {
@@ -161,6 +193,15 @@ impl GitServer {
         self.dir.path().join("ca.pem")
     }
 
+    /// The bare repository of `owner/repo` below the served root.
+    fn bare(&self, owner: &str, repo: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("repos")
+            .join(owner)
+            .join(format!("{repo}.git"))
+    }
+
     /// Publishes `owner/repo` with one commit on `main` holding `files` (path, content) and
     /// `links` (path, target) as symlinks; `refs` more point at the same commit (branches, or
     /// tags written `tag:NAME`). Replaces an earlier repository of that name.
@@ -172,32 +213,8 @@ impl GitServer {
         links: &[(&str, &str)],
         refs: &[&str],
     ) {
-        let work = tempfile::tempdir().unwrap();
+        let work = committed("main", files, links);
         let w = work.path();
-        run(Command::new("git")
-            .args(["init", "-q", "-b", "main"])
-            .arg(w));
-        for (path, content) in files {
-            let p = w.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-        }
-        for (path, target) in links {
-            let p = w.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::os::unix::fs::symlink(target, p).unwrap();
-        }
-        run(Command::new("git").arg("-C").arg(w).args(["add", "-A"]));
-        run(Command::new("git").arg("-C").arg(w).args([
-            "-c",
-            "user.name=test",
-            "-c",
-            "user.email=test@example.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "publish",
-        ]));
         for name in refs {
             let args = match name.strip_prefix("tag:") {
                 Some(tag) => ["tag", tag],
@@ -205,12 +222,7 @@ impl GitServer {
             };
             run(Command::new("git").arg("-C").arg(w).args(args));
         }
-        let bare = self
-            .dir
-            .path()
-            .join("repos")
-            .join(owner)
-            .join(format!("{repo}.git"));
+        let bare = self.bare(owner, repo);
         let _ = std::fs::remove_dir_all(&bare);
         std::fs::create_dir_all(bare.parent().unwrap()).unwrap();
         run(Command::new("git")
@@ -223,6 +235,28 @@ impl GitServer {
             "uploadpack.allowFilter",
             "true",
         ]));
+    }
+
+    /// Adds to `owner/repo` a commit on no branch or tag, holding `files`, reachable only as
+    /// `refs/pull/1/head` (what a pull request from anyone, or a fork, leaves in a forge's
+    /// repository); returns its id.
+    pub fn plant_pull_request(&self, owner: &str, repo: &str, files: &[(&str, &str)]) -> String {
+        let work = committed("pr", files, &[]);
+        let w = work.path();
+        run(Command::new("git")
+            .arg("-C")
+            .arg(w)
+            .arg("push")
+            .arg("-q")
+            .arg(self.bare(owner, repo))
+            .arg("pr:refs/pull/1/head"));
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(w)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// What the server logged (one line per request).

@@ -271,7 +271,7 @@ workdir: workspace
     };
     assert_eq!(
         names(fx.cache_entry(&pin).join("tree")),
-        ["content", "metadata.json"]
+        ["content", "origins"]
     );
     assert_eq!(
         names(fx.cache_entry(&pin).join("tree/content")),
@@ -461,6 +461,24 @@ fn attack_remote_source__untrusted_remote_entries_are_refused_with_what_to_do() 
         text(&out)
     );
 
+    // A lock edited by hand to say the URL resolved elsewhere (a ref an allowlist would
+    // admit) does not pass: where it resolved is what the cache recorded when it fetched.
+    fx.write(&skill(&format!(
+        "tree/main/skills/review#sha256={review_pin}"
+    )));
+    assert!(fx.pitcrew(&["lock"], &[]).status.success());
+    let lock_path = fx.root().join("harness.yaml.lock");
+    let lock = read_text(&lock_path);
+    fs::write(&lock_path, lock.replace("ref: main", "ref: v9")).unwrap();
+    let out = fx.pitcrew(&["validate"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("the cache fetched it from the ref \"main\""),
+        "{}",
+        text(&out)
+    );
+    fs::remove_file(&lock_path).unwrap();
+
     // Nothing fetched runs on the host; the scan reports what would, and can refuse it.
     let _ = fs::remove_file("/tmp/pitcrew-remote-postinstall-ran");
     fx.write(&skill(&format!("tree/main/scripted#sha256={scripted_pin}")));
@@ -484,7 +502,7 @@ fn attack_remote_source__untrusted_remote_entries_are_refused_with_what_to_do() 
 }
 
 #[test]
-fn attack_remote_source__a_redirect_a_tag_named_like_a_path_or_another_url_cannot_widen_what_is_admitted(
+fn attack_remote_source__a_redirect_an_ambiguous_or_unlisted_ref_or_another_url_cannot_widen_what_is_admitted(
 ) {
     if !gate() {
         return;
@@ -499,44 +517,81 @@ fn attack_remote_source__a_redirect_a_tag_named_like_a_path_or_another_url_canno
             ("p/x/secret/SKILL.md", "# from another ref\n"),
         ],
         &[],
-        &["tag:main/p/x"],
+        &["tag:main/p/x", "release/2026.12"],
     );
     let checkout = hand_checkout(&forge, "acme", "tools");
     let c = checkout.path().join("c");
     let p_pin = content_v1(&c.join("p"));
     let secret_pin = content_v1(&c.join("p/x/secret"));
     let skill = |url: &str| format!("runtime: pi\nprompt: hi\nskills:\n  - {url}\n");
+    let refused = |fx: &Fixture, yaml: &str, needle: &str| {
+        fx.write(yaml);
+        let out = fx.pitcrew(&["lock"], &[]);
+        assert_eq!(out.status.code(), Some(1), "{yaml}\n{}", text(&out));
+        assert!(
+            text(&out).contains(needle),
+            "{needle:?} not said:\n{}",
+            text(&out)
+        );
+        assert!(!fx.root().join("harness.yaml.lock").exists());
+    };
 
     // The forge redirects /acme/tools-moved to /acme/tools: admitted as written, the redirect
     // would fetch from elsewhere, so it is not followed.
     let fx = Fixture::new(&forge, &format!("{base}/acme/tools-moved"));
-    fx.write(&skill(&format!(
-        "{base}/acme/tools-moved/tree/main/p#sha256={p_pin}"
-    )));
-    let out = fx.pitcrew(&["lock"], &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("301"), "{}", text(&out));
-    assert!(!fx.root().join("harness.yaml.lock").exists());
-
-    // A prefix scoped to the branch main's directory p: the URL …/tree/main/p/x/secret
-    // resolves to the tag main/p/x, another ref, and is refused before its content is fetched.
-    let fx = Fixture::new(&forge, &format!("{base}/acme/tools/tree/main/p"));
-    fx.write(&skill(&format!(
-        "{base}/acme/tools/tree/main/p/x/secret#sha256={secret_pin}"
-    )));
-    let out = fx.pitcrew(&["lock"], &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains("resolves to the ref \"main/p/x\""),
-        "{}",
-        text(&out)
+    refused(
+        &fx,
+        &skill(&format!(
+            "{base}/acme/tools-moved/tree/main/p#sha256={p_pin}"
+        )),
+        "301",
     );
-    // Within the scope, the same prefix admits the branch's own directory.
+
+    // A prefix scoped to the branch main's directory p. The URL …/tree/main/p/x/secret reads
+    // both as the branch main and as the tag main/p/x: refused as ambiguous. A prefix that
+    // stops inside the ref the URL resolves to (…/tree/release for the branch release/2026.12)
+    // admits nothing of it. Both before any content is fetched.
+    let fx = Fixture::new(&forge, &format!("{base}/acme/tools/tree/main/p"));
+    refused(
+        &fx,
+        &skill(&format!(
+            "{base}/acme/tools/tree/main/p/x/secret#sha256={secret_pin}"
+        )),
+        "ambiguous, both refs/tags/main/p/x (path \"secret\") and refs/heads/main",
+    );
+    let fx = Fixture::new(&forge, &format!("{base}/acme/tools/tree/release"));
+    refused(
+        &fx,
+        &skill(&format!(
+            "{base}/acme/tools/tree/release/2026.12/p#sha256={p_pin}"
+        )),
+        "resolves to the ref \"release/2026.12\"",
+    );
+    // Within its scope, a scoped prefix admits the branch's own directory.
+    let fx = Fixture::new(&forge, &format!("{base}/acme/tools/tree/main/p"));
     fx.write(&skill(&format!(
         "{base}/acme/tools/tree/main/p#sha256={p_pin}"
     )));
     let out = fx.pitcrew(&["lock"], &[]);
     assert!(out.status.success(), "{}", text(&out));
+
+    // A commit the repository serves but holds on no branch or tag (a pull request's) is not
+    // admitted by the repository's prefix.
+    let stranger = forge.plant_pull_request("acme", "tools", &[("evil/SKILL.md", "# evil\n")]);
+    let evil_pin = {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("evil")).unwrap();
+        fs::write(dir.path().join("evil/SKILL.md"), "# evil\n").unwrap();
+        content_v1(&dir.path().join("evil"))
+    };
+    let fx = Fixture::new(&forge, &format!("{base}/acme/tools"));
+    refused(
+        &fx,
+        &skill(&format!(
+            "{base}/acme/tools/tree/{stranger}/evil#sha256={evil_pin}"
+        )),
+        &format!("the commit {stranger} is on no branch or tag"),
+    );
 
     // The same content under another URL (the commit instead of the branch): the lock records
     // where that URL resolved, fetched for it, not the first URL's record from the cache.

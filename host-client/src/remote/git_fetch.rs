@@ -80,6 +80,9 @@ pub fn fetch(
         String::from_utf8_lossy(&git.run(&["rev-parse", "--verify", "FETCH_HEAD^{commit}"], None)?)
             .trim()
             .to_string();
+    if want == ref_name {
+        on_a_branch_or_tag(&git, source, &commit)?;
+    }
     let entries = match source.kind {
         RemoteKind::Tree => list_tree(&git, &commit, &path, limits)?,
         RemoteKind::Blob => list_blob(&git, &commit, &path)?,
@@ -132,6 +135,50 @@ pub fn fetch(
     })
 }
 
+/// Refuses a commit named by its id unless a branch or tag of the repository holds it: a forge
+/// serves commits that are not the repository's through its URL too (a pull request's
+/// `refs/pull/N/head`, a fork's commits on GitHub), which an allowlist of the repository must
+/// not admit. The history of every branch and tag is fetched without trees or files
+/// (`--filter=tree:0`) for the check.
+fn on_a_branch_or_tag(
+    git: &Git<'_>,
+    source: &RemoteSource,
+    commit: &str,
+) -> Result<(), FetchError> {
+    git.run(
+        &[
+            "fetch",
+            "-q",
+            "--filter=tree:0",
+            "--no-tags",
+            "--recurse-submodules=no",
+            "origin",
+            "+refs/heads/*:refs/remotes/origin/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+        None,
+    )?;
+    let holders = git.run(
+        &[
+            "for-each-ref",
+            "--count=1",
+            "--contains",
+            commit,
+            "refs/remotes/origin",
+            "refs/tags",
+        ],
+        None,
+    )?;
+    if holders.is_empty() {
+        return Err(format!(
+            "the commit {commit} is on no branch or tag of {}: a pull request's or a fork's \
+             commit is not the repository's; name a branch or tag, or a commit one of them holds",
+            source.repository()
+        ));
+    }
+    Ok(())
+}
+
 /// One file of the fetched path: where it goes, its blob and whether it is executable.
 #[derive(Debug)]
 struct Entry {
@@ -141,9 +188,10 @@ struct Entry {
     executable: bool,
 }
 
-/// Where the ref ends in `tree/<ref>/<path>`: a full commit id, or the longest run of leading
-/// segments that names a branch or tag of the repository (`refs` is `git ls-remote` output).
-/// Returns the ref as written, what to fetch, and the path.
+/// Where the ref ends in `tree/<ref>/<path>`: a full commit id, or the one run of leading
+/// segments that names a branch or tag of the repository (`refs` is `git ls-remote` output;
+/// more than one is refused as ambiguous). Returns the ref as written, what to fetch, and the
+/// path.
 fn split_ref(source: &RemoteSource, refs: &str) -> Result<(String, String, String), FetchError> {
     let segments = &source.ref_and_path;
     let first = &segments[0];
@@ -155,6 +203,7 @@ fn split_ref(source: &RemoteSource, refs: &str) -> Result<(String, String, Strin
         .filter_map(|line| line.split_once('\t'))
         .map(|(oid, name)| (name, oid))
         .collect();
+    let mut found = Vec::new();
     for end in (1..segments.len()).rev() {
         let candidate = segments[..end].join("/");
         for full in [
@@ -162,9 +211,27 @@ fn split_ref(source: &RemoteSource, refs: &str) -> Result<(String, String, Strin
             format!("refs/tags/{candidate}"),
         ] {
             if names.contains_key(full.as_str()) {
-                return Ok((candidate, full, segments[end..].join("/")));
+                found.push((candidate.clone(), full, segments[end..].join("/")));
             }
         }
+    }
+    // Two readings of one URL (a branch `main` and a tag `main/p`, or a branch and a tag of
+    // one name) are refused: which one a reader, or an allowlist, meant is not known.
+    match found.as_slice() {
+        [one] => return Ok(one.clone()),
+        [first, second, ..] => {
+            return Err(format!(
+                "{}: ambiguous, both {} (path {:?}) and {} (path {:?}) are refs of {}; name a \
+                 full commit id instead",
+                source.url,
+                first.1,
+                first.2,
+                second.1,
+                second.2,
+                source.repository()
+            ))
+        }
+        [] => {}
     }
     Err(format!(
         "{}: no branch or tag of {} begins {:?} (give a branch, a tag or a full commit id \
@@ -397,6 +464,11 @@ impl Git<'_> {
                 "core.hooksPath=/dev/null",
                 "-c",
                 "transfer.fsckObjects=true",
+                // No background maintenance: it would outlive the call, out of its group.
+                "-c",
+                "maintenance.auto=false",
+                "-c",
+                "gc.auto=0",
             ])
             .args(args)
             .process_group(0);

@@ -211,38 +211,55 @@ impl RemoteSources for CacheSources {
                 lock_path.display()
             ));
         };
-        match lock.entry(&source.url) {
-            None => {
-                return Err(format!(
-                    "{} is not in {}: {relock}",
-                    source.url,
-                    lock_path.display()
-                ))
-            }
-            Some(entry) if entry.sha256 != source.sha256 => {
-                return Err(format!(
-                    "{} is locked with sha256={} in {}, and the harness pins sha256={}: {relock}",
-                    source.url,
-                    entry.sha256,
-                    lock_path.display(),
-                    source.sha256
-                ))
-            }
-            Some(entry) => settings.admit_resolved(source, &entry.ref_name)?,
-        }
-        match settings.cache.lookup(source) {
-            Lookup::Hit(path, _) => Ok(settings.scanned(source, path)),
-            Lookup::Missing => Err(format!(
-                "{} is locked but not in the cache {}: {relock} to fetch it again",
+        let Some(locked) = lock.entry(&source.url) else {
+            return Err(format!(
+                "{} is not in {}: {relock}",
                 source.url,
-                settings.cache.root().display()
-            )),
-            Lookup::Tampered(why) => Err(format!(
-                "the cached copy of {} was changed on disk ({why}): it is not used; {relock} \
-                 to fetch it again",
-                source.url
-            )),
+                lock_path.display()
+            ));
+        };
+        if locked.sha256 != source.sha256 {
+            return Err(format!(
+                "{} is locked with sha256={} in {}, and the harness pins sha256={}: {relock}",
+                source.url,
+                locked.sha256,
+                lock_path.display(),
+                source.sha256
+            ));
         }
+        let (path, origin) = match settings.cache.lookup(source) {
+            Lookup::Hit(path, origin) => (path, origin),
+            Lookup::Missing => {
+                return Err(format!(
+                    "{} is locked but not in the cache {}: {relock} to fetch it again",
+                    source.url,
+                    settings.cache.root().display()
+                ))
+            }
+            Lookup::Tampered(why) => {
+                return Err(format!(
+                    "the cached copy of {} was changed on disk ({why}): it is not used; \
+                     {relock} to fetch it again",
+                    source.url
+                ))
+            }
+        };
+        // Where the URL resolved is what the cache recorded when it fetched it, not what the
+        // lock file claims: the lock must agree, and the allowlist judges the cache's record.
+        if (&locked.ref_name, &locked.path) != (&origin.ref_name, &origin.path) {
+            return Err(format!(
+                "{} says {} resolved to the ref {:?}, path {:?}; the cache fetched it from the \
+                 ref {:?}, path {:?}: {relock}",
+                lock_path.display(),
+                source.url,
+                locked.ref_name,
+                locked.path,
+                origin.ref_name,
+                origin.path
+            ));
+        }
+        settings.admit_resolved(source, &origin.ref_name)?;
+        Ok(settings.scanned(source, path))
     }
 }
 
@@ -293,9 +310,7 @@ impl FetchingSources {
 
     fn fetch(&mut self, source: &RemoteSource) -> Result<(PathBuf, Origin), String> {
         let cache = &self.settings.cache;
-        let staging = cache
-            .staging()
-            .map_err(|e| format!("{}: {e}", cache.root().display()))?;
+        let staging = cache.staging()?;
         let settings = &self.settings;
         let fetched = git_fetch::fetch(source, staging.path(), &settings.limits, &|ref_name| {
             settings.admit_resolved(source, ref_name)
@@ -342,7 +357,7 @@ impl FetchingSources {
         };
         let path = cache
             .store(staging, source.kind, &metadata)
-            .map_err(|e| format!("storing {} in {}: {e}", source.url, cache.root().display()))?;
+            .map_err(|e| format!("storing {}: {e}", source.url))?;
         self.fetched.push(format!(
             "{} ({} at {})",
             source.url, metadata.ref_name, metadata.commit

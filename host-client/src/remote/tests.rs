@@ -51,11 +51,12 @@ fn timestamps_are_utc_rfc3339() {
     assert_eq!(utc_rfc3339(1_796_151_845), "2026-12-01T19:04:05Z");
 }
 
-fn metadata(sha256: &str, kind: &str) -> Origin {
+/// The origin of `src` as a fetch records it.
+fn origin(src: &RemoteSource) -> Origin {
     Origin {
-        url: "https://f.example/a/b/tree/main/p".into(),
-        kind: kind.into(),
-        sha256: sha256.into(),
+        url: src.url.clone(),
+        kind: src.kind.as_str().into(),
+        sha256: src.sha256.clone(),
         ref_name: "main".into(),
         path: "p".into(),
         commit: "1".repeat(40),
@@ -76,19 +77,25 @@ fn staged_tree(cache: &Cache) -> tempfile::TempDir {
     staging
 }
 
+/// A staged tree ([`staged_tree`]), its pin, and a source pinned to it.
+fn staged_tree_source(cache: &Cache) -> (tempfile::TempDir, String, RemoteSource) {
+    let staging = staged_tree(cache);
+    let pin = tree_hash::hash_tree(&staging.path().join("content"), TreeFormat::ContentV1)
+        .unwrap()
+        .sha256;
+    let src = source("https://f.example/a/b/tree/main/p", &pin);
+    (staging, pin, src)
+}
+
 #[test]
 #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_displace_a_tree() {
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::new(dir.path().join("cache"));
-    let staging = staged_tree(&cache);
-    let pin = tree_hash::hash_tree(&staging.path().join("content"), TreeFormat::ContentV1)
-        .unwrap()
-        .sha256;
-    let src = source("https://f.example/a/b/tree/main/p", &pin);
+    let (staging, pin, src) = staged_tree_source(&cache);
     assert!(matches!(cache.lookup(&src), Lookup::Missing));
     let stored = cache
-        .store(staging, RemoteKind::Tree, &metadata(&pin, "tree"))
+        .store(staging, RemoteKind::Tree, &origin(&src))
         .unwrap();
     assert_eq!(
         stored,
@@ -102,6 +109,15 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
             .count(),
         0
     );
+    // The same content fetched for another URL is that URL's only once fetched for it, and
+    // then both are hits, each with its own origin.
+    let other = source("https://f.example/a/c/tree/v2/q", &pin);
+    assert!(matches!(cache.lookup(&other), Lookup::Missing));
+    cache
+        .store(staged_tree(&cache), RemoteKind::Tree, &origin(&other))
+        .unwrap();
+    assert!(matches!(cache.lookup(&other), Lookup::Hit(_, ref o) if o.url == other.url));
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(_, ref o) if o.url == src.url));
 
     std::fs::write(stored.join("index.ts"), "export default 2;\n").unwrap();
     match cache.lookup(&src) {
@@ -115,16 +131,25 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
         "a planted symlink"
     );
     std::fs::remove_file(stored.join("planted")).unwrap();
-    let metadata_path = cache
-        .entry_dir(&pin, RemoteKind::Tree)
-        .join("metadata.json");
-    let good_metadata = std::fs::read(&metadata_path).unwrap();
-    std::fs::write(&metadata_path, "{").unwrap();
+    let origins = cache.entry_dir(&pin, RemoteKind::Tree).join("origins");
+    let origin_file = std::fs::read_dir(&origins)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| std::fs::read_to_string(p).unwrap().contains("/a/b/"))
+        .unwrap();
+    let good = std::fs::read(&origin_file).unwrap();
+    std::fs::write(&origin_file, "{").unwrap();
     assert!(
         matches!(cache.lookup(&src), Lookup::Tampered(_)),
-        "broken metadata"
+        "a broken origin"
     );
-    std::fs::write(&metadata_path, &good_metadata).unwrap();
+    // An origin copied from another URL's is not this URL's.
+    std::fs::write(&origin_file, serde_json::to_vec(&origin(&other)).unwrap()).unwrap();
+    assert!(
+        matches!(cache.lookup(&src), Lookup::Tampered(_)),
+        "another URL's origin"
+    );
+    std::fs::write(&origin_file, &good).unwrap();
     assert!(matches!(cache.lookup(&src), Lookup::Hit(..)));
 
     // A file whose bytes are the tree's content-v1 listing has the tree's pin: both are kept,
@@ -139,7 +164,7 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
     std::fs::write(staging.path().join("content"), &listing).unwrap();
     let blob_src = source("https://f.example/a/b/blob/main/listing.txt", &pin);
     cache
-        .store(staging, RemoteKind::Blob, &metadata(&pin, "blob"))
+        .store(staging, RemoteKind::Blob, &origin(&blob_src))
         .unwrap();
     assert!(matches!(cache.lookup(&blob_src), Lookup::Hit(..)));
     assert!(
@@ -147,15 +172,76 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
         "the tree is still there"
     );
 
-    // A fresh store under the same pin replaces the bad entry, read-only directories included.
+    // A store over a changed copy replaces it, read-only directories included.
     std::fs::write(stored.join("index.ts"), "changed\n").unwrap();
-    let staging = staged_tree(&cache);
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&stored, std::fs::Permissions::from_mode(0o555)).unwrap();
     cache
-        .store(staging, RemoteKind::Tree, &metadata(&pin, "tree"))
+        .store(staged_tree(&cache), RemoteKind::Tree, &origin(&src))
         .unwrap();
     assert!(matches!(cache.lookup(&src), Lookup::Hit(..)));
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_remote_source__links_in_the_cache_are_never_followed_and_a_shared_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(dir.path().join("cache"));
+    let (staging, pin, src) = staged_tree_source(&cache);
+    // Someone else's directory, with the right content and a read-only file, linked in as the
+    // pin's entry: a lookup refuses it; a store removes the link and leaves the target alone.
+    let victim = dir.path().join("victim");
+    cache
+        .store(staging, RemoteKind::Tree, &origin(&src))
+        .unwrap();
+    std::fs::rename(
+        cache.entry_dir(&pin, RemoteKind::Tree).parent().unwrap(),
+        &victim,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("cache/sha256").join(&pin)).unwrap();
+    match cache.lookup(&src) {
+        Lookup::Tampered(why) => assert!(why.contains("is a link"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let err = cache
+        .store(staged_tree(&cache), RemoteKind::Tree, &origin(&src))
+        .unwrap_err();
+    assert!(err.contains("is a link"), "{err}");
+    assert!(
+        victim.join("tree/content/index.ts").is_file(),
+        "the link's target was touched"
+    );
+    std::fs::remove_file(dir.path().join("cache/sha256").join(&pin)).unwrap();
+    // The content itself a link to a copy elsewhere: refused, and replaced by a store.
+    cache
+        .store(staged_tree(&cache), RemoteKind::Tree, &origin(&src))
+        .unwrap();
+    let content = cache.entry_dir(&pin, RemoteKind::Tree).join("content");
+    std::fs::remove_dir_all(&content).unwrap();
+    std::os::unix::fs::symlink(victim.join("tree/content"), &content).unwrap();
+    assert!(matches!(cache.lookup(&src), Lookup::Tampered(_)));
+    cache
+        .store(staged_tree(&cache), RemoteKind::Tree, &origin(&src))
+        .unwrap();
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(..)));
+    assert!(victim.join("tree/content/index.ts").is_file());
+
+    // A root others may write is refused.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.path().join("cache"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    match cache.lookup(&src) {
+        Lookup::Tampered(why) => assert!(why.contains("nobody else may write"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(cache
+        .staging()
+        .unwrap_err()
+        .contains("nobody else may write"));
 }
 
 #[test]
@@ -168,7 +254,7 @@ fn the_lock_file_round_trips_and_refuses_another_version_or_unknown_keys() {
     let lock = LockFile {
         version: LOCK_VERSION,
         harness: "harness.yaml".into(),
-        entries: vec![metadata(ZERO, "tree")],
+        entries: vec![origin(&source("https://f.example/a/b/tree/main/p", ZERO))],
     };
     lock_file::write(&path, &lock).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
