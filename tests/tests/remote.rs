@@ -328,6 +328,16 @@ workdir: workspace
     assert_eq!(read_text(&cached), EXTENSION);
     let out = fx.pitcrew(&["validate"], &[]);
     assert!(out.status.success(), "{}", text(&out));
+    // A verified copy is used as it is; --refresh fetches every entry again.
+    let out = fx.pitcrew(&["lock"], &[]);
+    assert!(
+        out.status.success() && !text(&out).contains("fetched"),
+        "{}",
+        text(&out)
+    );
+    let out = fx.pitcrew(&["lock", "--refresh"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(text(&out).matches("fetched ").count(), 2, "{}", text(&out));
 }
 
 #[test]
