@@ -103,6 +103,8 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
+    pitcrew_core::sandbox::supervisor::one_malloc_arena();
+    #[cfg(target_os = "linux")]
     let baseline = pitcrew_core::iteration::BaselineEnv::capture();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
