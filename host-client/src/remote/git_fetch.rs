@@ -5,7 +5,8 @@
 //! Git smart HTTP rather than a forge's archive endpoint: every forge serves it (GitHub,
 //! GitLab, Gitea, Forgejo), it fetches only the named path of a large repository, and the
 //! listing (modes included) is known from the trees before any file content is fetched, so a
-//! symlink, a submodule or a tree over the caps is refused before its content is downloaded.
+//! symlink, a submodule or a tree over the file cap is refused before its content is
+//! downloaded.
 //! Nothing is checked out: no `.gitattributes` filter, end-of-line conversion or hook runs, so
 //! the bytes are the ones the repository stores and nothing fetched is executed on the host.
 //! Git's own settings still apply (credential helpers, proxies, `GIT_SSL_CAINFO`); only `https`
@@ -40,8 +41,10 @@ pub struct Fetched {
 pub type FetchError = String;
 
 /// Fetches `source` into `staging` (an empty directory): the directory's files below
-/// `staging/content/`, or the file as `staging/content`. Refuses symlinks, submodules and trees
-/// over `limits`, all before any file content is fetched; verifying the pin is the caller's.
+/// `staging/content/`, or the file as `staging/content`. Symlinks, submodules and a tree over
+/// the file cap are refused before any file content is fetched; the byte cap is checked once
+/// the files are in git's store (the download itself bounded by the disk cap), before anything
+/// is written. Verifying the pin is the caller's.
 /// Every git call shares one deadline (`limits.timeout` for the whole fetch) and one disk cap.
 /// `admit_ref` is asked about the ref the URL resolves to before anything but the refs is
 /// fetched.
