@@ -75,8 +75,3 @@ impl Allowlist {
         &self.prefixes
     }
 }
-
-/// The prefix that would admit `source`'s whole repository (what a refusal suggests).
-pub fn repository_prefix(source: &RemoteSource) -> String {
-    source.repository()
-}

@@ -22,7 +22,7 @@
 //! a lookup running beside a store sees either nothing or a verified copy.
 
 use pitcrew_core::harness::{RemoteKind, RemoteSource};
-use pitcrew_core::tree_hash::{self, TreeFormat};
+use pitcrew_core::tree_hash::{self, TreeFormat, TreeListing};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::io::Read as _;
@@ -69,8 +69,9 @@ pub struct CachedFile {
 /// What a cache lookup found.
 #[derive(Debug)]
 pub enum Lookup {
-    /// A verified copy fetched for this URL: the path to use and where it came from.
-    Hit(PathBuf, Origin),
+    /// A verified copy fetched for this URL: the path to use, where it came from, and (for a
+    /// tree) the listing it was verified with.
+    Hit(PathBuf, Box<Origin>, Option<TreeListing>),
     /// No copy under the pin, or none fetched for this URL.
     Missing,
     /// A copy or origin that is not what it must be (changed on disk, a link, unreadable).
@@ -87,8 +88,8 @@ pub struct Cache {
 enum Content {
     /// Nothing there.
     Missing,
-    /// A copy that hashes to the pin.
-    Verified,
+    /// A copy that hashes to the pin, with a tree's listing.
+    Verified(Option<TreeListing>),
     /// Something else, and why.
     Bad(String),
 }
@@ -149,11 +150,11 @@ impl Cache {
             Err(why) => return Lookup::Tampered(why),
         }
         let path = dir.join("content");
-        match verify(&path, source.kind, &source.sha256) {
-            Content::Verified => {}
+        let listing = match verify(&path, source.kind, &source.sha256) {
+            Content::Verified(listing) => listing,
             Content::Missing => return Lookup::Missing,
             Content::Bad(why) => return Lookup::Tampered(why),
-        }
+        };
         let origin_path = Self::origin_path(&dir, &source.url);
         let origin = match read_nofollow(&origin_path) {
             Ok(None) => return Lookup::Missing,
@@ -175,7 +176,7 @@ impl Cache {
                 origin.sha256
             ));
         }
-        Lookup::Hit(path, origin)
+        Lookup::Hit(path, Box::new(origin), listing)
     }
 
     /// A fresh, private staging directory for one fetch, below `<cache>/tmp/` (the cache's
@@ -221,14 +222,14 @@ impl Cache {
         let staged = staging.path().join("content");
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
         match verify(&content, kind, &origin.sha256) {
-            Content::Verified => {}
+            Content::Verified(_) => {}
             found => {
                 if let Content::Bad(_) = found {
                     remove_nofollow(&content).map_err(|e| io(&content, e))?;
                 }
                 if let Err(e) = std::fs::rename(&staged, &content) {
                     // Another store beside this one put the same content in place first.
-                    if !matches!(verify(&content, kind, &origin.sha256), Content::Verified) {
+                    if !matches!(verify(&content, kind, &origin.sha256), Content::Verified(_)) {
                         return Err(io(&content, e));
                     }
                 }
@@ -295,10 +296,7 @@ fn no_links(root: &Path, dir: &Path) -> Result<bool, String> {
 fn make_dir(root: &Path, dir: &Path) -> Result<(), String> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match no_links(root, dir) {
-            Ok(_) => Ok(()),
-            Err(why) => Err(why),
-        },
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => no_links(root, dir).map(|_| ()),
         Err(e) => Err(format!("{}: {e}", dir.display())),
     }
 }
@@ -314,12 +312,14 @@ fn verify(path: &Path, kind: RemoteKind, sha256: &str) -> Content {
         Ok(_) => {}
     }
     let found = match kind {
-        RemoteKind::Tree => tree_hash::hash_tree(path, TreeFormat::ContentV1).map(|d| d.sha256),
-        RemoteKind::Blob => tree_hash::sha256_file(path).map(|r| r.sha256),
+        RemoteKind::Tree => {
+            tree_hash::hash_tree(path, TreeFormat::ContentV1).map(|d| (d.sha256, Some(d.listing)))
+        }
+        RemoteKind::Blob => tree_hash::sha256_file(path).map(|r| (r.sha256, None)),
     };
     match found {
-        Ok(found) if found == sha256 => Content::Verified,
-        Ok(found) => Content::Bad(format!(
+        Ok((found, listing)) if found == sha256 => Content::Verified(listing),
+        Ok((found, _)) => Content::Bad(format!(
             "{} hashes to {found}, not to its pin {sha256}",
             path.display()
         )),

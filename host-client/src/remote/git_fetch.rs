@@ -17,7 +17,7 @@
 
 use super::Limits;
 use pitcrew_core::harness::{RemoteKind, RemoteSource};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
@@ -201,10 +201,9 @@ fn split_ref(source: &RemoteSource, refs: &str) -> Result<(String, String, Strin
     if first.len() == 40 && first.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok((first.clone(), first.clone(), segments[1..].join("/")));
     }
-    let names: BTreeMap<&str, &str> = refs
+    let names: BTreeSet<&str> = refs
         .lines()
-        .filter_map(|line| line.split_once('\t'))
-        .map(|(oid, name)| (name, oid))
+        .filter_map(|line| Some(line.split_once('\t')?.1))
         .collect();
     let mut found = Vec::new();
     for end in (1..segments.len()).rev() {
@@ -213,7 +212,7 @@ fn split_ref(source: &RemoteSource, refs: &str) -> Result<(String, String, Strin
             format!("refs/heads/{candidate}"),
             format!("refs/tags/{candidate}"),
         ] {
-            if names.contains_key(full.as_str()) {
+            if names.contains(full.as_str()) {
                 found.push((candidate.clone(), full, segments[end..].join("/")));
             }
         }

@@ -35,7 +35,7 @@ use self::lock_file::{LockFile, LOCK_VERSION};
 use pitcrew_core::harness::{
     self, HarnessError, RemoteKind, RemoteSource, RemoteSources, Resolved, Validated,
 };
-use pitcrew_core::tree_hash::{self, HashProgress, TreeFormat};
+use pitcrew_core::tree_hash::{self, HashProgress, TreeFormat, TreeListing};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -127,7 +127,7 @@ impl Settings {
             "{} is not admitted: allowed_remote_resources (PITCREW_ALLOWED_REMOTE_RESOURCES) {now}; \
              the prefix {} would admit it",
             source.url,
-            allowlist::repository_prefix(source)
+            source.repository()
         ))
     }
 
@@ -147,7 +147,12 @@ impl Settings {
     }
 
     /// The scan's findings for the copy at `path`, as notes or, when refused, problems.
-    fn scanned(&self, source: &RemoteSource, path: PathBuf) -> Resolved {
+    fn scanned(
+        &self,
+        source: &RemoteSource,
+        path: PathBuf,
+        listing: Option<TreeListing>,
+    ) -> Resolved {
         let findings: Vec<String> = scan::scan(&path, source.name())
             .into_iter()
             .map(|f| format!("content scan: {f}"))
@@ -159,6 +164,7 @@ impl Settings {
         };
         Resolved {
             path,
+            listing,
             notes,
             problems,
         }
@@ -227,8 +233,8 @@ impl RemoteSources for CacheSources {
                 source.sha256
             ));
         }
-        let (path, origin) = match settings.cache.lookup(source) {
-            Lookup::Hit(path, origin) => (path, origin),
+        let (path, origin, listing) = match settings.cache.lookup(source) {
+            Lookup::Hit(path, origin, listing) => (path, *origin, listing),
             Lookup::Missing => {
                 return Err(format!(
                     "{} is locked but not in the cache {}: {relock} to fetch it again",
@@ -259,7 +265,7 @@ impl RemoteSources for CacheSources {
             ));
         }
         settings.admit_resolved(source, &origin.ref_name)?;
-        Ok(settings.scanned(source, path))
+        Ok(settings.scanned(source, path, listing))
     }
 }
 
@@ -308,7 +314,11 @@ impl FetchingSources {
         self.entries.len()
     }
 
-    fn fetch(&mut self, source: &RemoteSource) -> Result<(PathBuf, Origin), String> {
+    /// Fetches `source` into the cache: its copy, where it came from, and a tree's listing.
+    fn fetch(
+        &mut self,
+        source: &RemoteSource,
+    ) -> Result<(PathBuf, Origin, Option<TreeListing>), String> {
         let cache = &self.settings.cache;
         let staging = cache.staging()?;
         let settings = &self.settings;
@@ -316,28 +326,27 @@ impl FetchingSources {
             settings.admit_resolved(source, ref_name)
         })
         .map_err(|e| format!("fetching {}: {e}", source.url))?;
-        let (found, files) = match source.kind {
+        let (found, listing) = match source.kind {
             RemoteKind::Tree => {
                 let digest =
                     tree_hash::hash_tree(&staging.path().join("content"), TreeFormat::ContentV1)
                         .map_err(|e| format!("{}: {e}", source.url))?;
-                let files = digest
-                    .listing
-                    .files
-                    .iter()
-                    .map(|f| CachedFile {
-                        path: f.path.clone(),
-                        sha256: f.sha256.clone(),
-                    })
-                    .collect();
-                (digest.sha256, files)
+                (digest.sha256, Some(digest.listing))
             }
             RemoteKind::Blob => {
                 let record = tree_hash::sha256_file(&staging.path().join("content"))
                     .map_err(|e| format!("{}: {e}", source.url))?;
-                (record.sha256, Vec::new())
+                (record.sha256, None)
             }
         };
+        let files = listing
+            .iter()
+            .flat_map(|l| &l.files)
+            .map(|f| CachedFile {
+                path: f.path.clone(),
+                sha256: f.sha256.clone(),
+            })
+            .collect();
         if found != source.sha256 {
             return Err(format!(
                 "{} at {} ({}) hashes to sha256={found}, not to its pin sha256={}: the pin is \
@@ -345,7 +354,7 @@ impl FetchingSources {
                 source.url, fetched.ref_name, fetched.commit, source.sha256
             ));
         }
-        let metadata = Origin {
+        let origin = Origin {
             url: source.url.clone(),
             kind: source.kind.as_str().to_string(),
             sha256: source.sha256.clone(),
@@ -356,13 +365,13 @@ impl FetchingSources {
             files,
         };
         let path = cache
-            .store(staging, source.kind, &metadata)
+            .store(staging, source.kind, &origin)
             .map_err(|e| format!("storing {}: {e}", source.url))?;
         self.fetched.push(format!(
             "{} ({} at {})",
-            source.url, metadata.ref_name, metadata.commit
+            source.url, origin.ref_name, origin.commit
         ));
-        Ok((path, metadata))
+        Ok((path, origin, listing))
     }
 }
 
@@ -381,10 +390,9 @@ impl FetchingSources {
             None
         } else {
             match self.settings.cache.lookup(source) {
-                // The lock records where this URL resolved: a copy fetched for another URL with
-                // the same content does not say that.
-                Lookup::Hit(path, metadata) if metadata.url == source.url => Some((path, metadata)),
-                Lookup::Hit(..) => None,
+                // A hit is a copy fetched for this URL (its own origin): the lock records
+                // where this URL resolved.
+                Lookup::Hit(path, origin, listing) => Some((path, *origin, listing)),
                 Lookup::Missing => None,
                 Lookup::Tampered(why) => {
                     tracing::warn!(
@@ -395,15 +403,15 @@ impl FetchingSources {
                 }
             }
         };
-        let (path, metadata) = match cached {
+        let (path, origin, listing) = match cached {
             Some(hit) => {
                 self.settings.admit_resolved(source, &hit.1.ref_name)?;
                 hit
             }
             None => self.fetch(source)?,
         };
-        self.entries.insert(source.url.clone(), metadata);
-        Ok(self.settings.scanned(source, path))
+        self.entries.insert(source.url.clone(), origin);
+        Ok(self.settings.scanned(source, path, listing))
     }
 }
 

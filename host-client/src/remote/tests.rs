@@ -101,7 +101,7 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
         stored,
         cache.entry_dir(&pin, RemoteKind::Tree).join("content")
     );
-    assert!(matches!(cache.lookup(&src), Lookup::Hit(ref p, _) if *p == stored));
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(ref p, _, _) if *p == stored));
     // Nothing of the fetch's scratch is left in tmp/.
     assert_eq!(
         std::fs::read_dir(dir.path().join("cache/tmp"))
@@ -116,8 +116,8 @@ fn attack_remote_source__a_changed_cache_entry_is_never_a_hit_and_a_blob_cannot_
     cache
         .store(staged_tree(&cache), RemoteKind::Tree, &origin(&other))
         .unwrap();
-    assert!(matches!(cache.lookup(&other), Lookup::Hit(_, ref o) if o.url == other.url));
-    assert!(matches!(cache.lookup(&src), Lookup::Hit(_, ref o) if o.url == src.url));
+    assert!(matches!(cache.lookup(&other), Lookup::Hit(_, ref o, _) if o.url == other.url));
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(_, ref o, _) if o.url == src.url));
 
     std::fs::write(stored.join("index.ts"), "export default 2;\n").unwrap();
     match cache.lookup(&src) {

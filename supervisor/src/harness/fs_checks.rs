@@ -10,7 +10,7 @@ use crate::env_policy;
 use crate::exit_code::PinRole;
 use crate::manifest::Runtime;
 use crate::plugin_format::{self, PluginClass};
-use crate::tree_hash::{self, HashProgress, TreeFormat};
+use crate::tree_hash::{self, HashProgress, TreeDigest, TreeFormat};
 use marked_yaml::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -149,6 +149,9 @@ impl Checker<'_> {
         }
         match self.remotes.resolve(&source, field) {
             Ok(resolved) => {
+                if let Some(listing) = resolved.listing {
+                    self.remote_listings.insert(resolved.path.clone(), listing);
+                }
                 for note in resolved.notes {
                     self.note(at, field, note);
                 }
@@ -179,10 +182,7 @@ impl Checker<'_> {
         field: &str,
         raw: &str,
     ) -> Option<PathBuf> {
-        const REMOTE: &[&str] = &[
-            "npm:", "git:", "github:", "ssh:", "http:", "https:", "file:", "git+", "builtin:",
-        ];
-        if REMOTE.iter().any(|s| raw.starts_with(*s)) || raw.contains("://") {
+        if !matches!(RemoteSource::parse(raw), Ok(None)) {
             self.problem(
                 at,
                 field,
@@ -233,6 +233,23 @@ impl Checker<'_> {
                 self.problem(at, field, format!("{}: {err}", joined.display()));
                 None
             }
+        }
+    }
+
+    /// The `pi-tree-v1` digest of the tree at `path`: from the listing a remote tree was
+    /// verified with, else hashed now.
+    fn tree_digest(
+        &mut self,
+        path: &Path,
+        progress: Option<&HashProgress>,
+    ) -> Result<TreeDigest, tree_hash::TreeError> {
+        match self.remote_listings.remove(path) {
+            Some(listing) => Ok(TreeDigest {
+                format: TreeFormat::PiTreeV1,
+                sha256: listing.digest(TreeFormat::PiTreeV1),
+                listing,
+            }),
+            None => tree_hash::hash_tree_watched(path, TreeFormat::PiTreeV1, progress),
         }
     }
 
@@ -315,7 +332,7 @@ impl Checker<'_> {
                     ),
                 );
             }
-            match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
+            match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
                     if let Some(why) = over_upload_limits(&digest.listing) {
                         self.problem(at, &field, format!("{}: {why}", spec.path));
@@ -356,7 +373,7 @@ impl Checker<'_> {
                     ),
                 );
             }
-            match tree_hash::hash_tree_watched(&spec.host_path, TreeFormat::PiTreeV1, progress) {
+            match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
                     if let Some(why) = over_upload_limits(&digest.listing) {
                         self.problem(at, format!("skills[{i}]"), format!("{}: {why}", spec.path));
@@ -422,8 +439,9 @@ impl Checker<'_> {
 }
 
 /// Why a remote entry's copy must not be used, if it must not: the listing the manifest pins
-/// (read once, after the cache's own check) must still hash to the entry's pin, so a copy
-/// changed between the two reads is caught here, not uploaded.
+/// must hash to the entry's pin. The listing a resolver verified does by construction; a copy
+/// read here (a resolver that gave no listing, or a file) that changed after the resolver's
+/// check is caught, not uploaded.
 fn pin_mismatch(pin: Option<&str>, found: &str) -> Option<String> {
     let pin = pin?;
     (pin != found).then(|| {

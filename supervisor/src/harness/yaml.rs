@@ -5,6 +5,7 @@
 
 use super::model::{HarnessError, Location, Problem};
 use super::remote::RemoteSources;
+use crate::tree_hash::TreeListing;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::Node;
 use serde::de::value::StrDeserializer;
@@ -99,6 +100,9 @@ pub(super) struct Checker<'r> {
     pub(super) remotes: &'r mut dyn RemoteSources,
     /// The pin and field of every remote URL seen so far (one URL, one pin).
     pub(super) pins: BTreeMap<String, (String, String)>,
+    /// The listings remote trees were verified with, by local copy: pinned without a second
+    /// read.
+    pub(super) remote_listings: BTreeMap<PathBuf, TreeListing>,
 }
 
 impl<'r> Checker<'r> {
@@ -111,6 +115,7 @@ impl<'r> Checker<'r> {
             notes: Vec::new(),
             remotes,
             pins: BTreeMap::new(),
+            remote_listings: BTreeMap::new(),
         }
     }
 

@@ -15,6 +15,7 @@
 //! (lowercased). Only `https` is accepted; a URL carries no credentials, query, percent
 //! escapes, backslashes or empty, `.` and `..` segments, so one string names one thing.
 
+use crate::tree_hash::TreeListing;
 use std::path::PathBuf;
 
 /// Whether a remote source is a directory (`/tree/`, pinned with `content-v1`) or one file
@@ -66,8 +67,8 @@ pub const REMOTE_FORM: &str =
 impl RemoteSource {
     /// Parses `raw` as a pinned remote source. `Ok(None)` when `raw` is no URL at all (a local
     /// path); `Err` with the reason and the form to use for every remote spelling that is
-    /// refused: other schemes (`http:`, `git:`, `ssh:`, `npm:`, …), an unpinned or
-    /// malformed URL.
+    /// refused: other schemes (`http:`, `git:`, `ssh:`, `npm:`, any `://`, …), an unpinned or
+    /// malformed URL. This is the one rule of what a local path is (`workdir:` too).
     pub fn parse(raw: &str) -> Result<Option<RemoteSource>, String> {
         const OTHER_SCHEMES: &[&str] = &[
             "npm:", "git:", "github:", "ssh:", "http:", "file:", "git+", "builtin:",
@@ -79,9 +80,9 @@ impl RemoteSource {
             ));
         }
         let Some(rest) = raw.strip_prefix("https://") else {
-            if raw.contains("://") {
+            if raw.contains("://") || raw.starts_with("https:") {
                 return Err(format!(
-                    "{raw:?}: only https URLs are remote sources: {REMOTE_FORM}"
+                    "{raw:?}: only https:// URLs are remote sources: {REMOTE_FORM}"
                 ));
             }
             return Ok(None);
@@ -207,6 +208,9 @@ fn valid_host(authority: &str) -> bool {
 pub struct Resolved {
     /// The local copy (a directory for a tree, a file for a blob), verified against the pin.
     pub path: PathBuf,
+    /// For a tree, the listing the copy was verified with (when the resolver hashed it): the
+    /// checker pins it as it is instead of reading the copy a second time.
+    pub listing: Option<TreeListing>,
     /// What the content scan found, reported as notes.
     pub notes: Vec<String>,
     /// What the content scan found when findings are refused, reported as problems.

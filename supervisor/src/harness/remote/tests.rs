@@ -105,6 +105,8 @@ struct Fixed {
     dir: PathBuf,
     asked: Vec<String>,
     findings: Vec<String>,
+    /// The listing it says it verified a tree with.
+    listing: Option<crate::tree_hash::TreeListing>,
 }
 
 impl RemoteSources for Fixed {
@@ -114,6 +116,10 @@ impl RemoteSources for Fixed {
             path: match source.kind {
                 RemoteKind::Tree => self.dir.join("plugin"),
                 RemoteKind::Blob => self.dir.join("content"),
+            },
+            listing: match source.kind {
+                RemoteKind::Tree => self.listing.clone(),
+                RemoteKind::Blob => None,
             },
             notes: self.findings.clone(),
             problems: Vec::new(),
@@ -150,6 +156,7 @@ fn a_resolved_remote_entry_is_checked_like_a_local_one_under_its_url_name() {
         dir: dir.path().to_path_buf(),
         asked: Vec::new(),
         findings: vec!["content scan: x".into()],
+        listing: None,
     };
     let text = format!(
         "runtime: pi\nprompt: hi\nplugins:\n  - https://f.example/a/b/tree/main/plugins/review#sha256={tree_pin}\n\
@@ -184,6 +191,7 @@ fn attack_remote_source__a_copy_changed_after_the_cache_check_is_never_pinned() 
         dir: dir.path().to_path_buf(),
         asked: Vec::new(),
         findings: Vec::new(),
+        listing: None,
     };
     let text = format!(
         "runtime: pi\nprompt: hi\nplugins:\n  - https://f.example/a/b/tree/main/plugins/review#sha256={PIN}\n\
@@ -213,6 +221,7 @@ fn one_url_pinned_twice_with_different_hashes_and_a_kind_mismatch_are_problems()
         dir: dir.path().to_path_buf(),
         asked: Vec::new(),
         findings: Vec::new(),
+        listing: None,
     };
     let other = "0".repeat(64);
     let text = format!(
@@ -250,5 +259,44 @@ fn without_remote_sources_a_remote_entry_is_refused_and_a_workdir_url_always_is(
         said.iter()
             .any(|p| p.contains("workdir") && p.contains("local path")),
         "{said:#?}"
+    );
+}
+
+/// The listing a resolver verified a tree with is what the manifest pins: the copy is not read a
+/// second time (a change after the resolver's check reaches the sandbox as drift, not as a new
+/// pin).
+#[test]
+fn a_resolvers_listing_is_pinned_without_reading_the_copy_again() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugin")).unwrap();
+    std::fs::write(
+        dir.path().join("plugin/index.ts"),
+        "export default () => {};\n",
+    )
+    .unwrap();
+    let verified = crate::tree_hash::hash_tree(
+        &dir.path().join("plugin"),
+        crate::tree_hash::TreeFormat::ContentV1,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("plugin/index.ts"), "export default 2;\n").unwrap();
+    let mut remotes = Fixed {
+        dir: dir.path().to_path_buf(),
+        asked: Vec::new(),
+        findings: Vec::new(),
+        listing: Some(verified.listing.clone()),
+    };
+    let text = format!(
+        "runtime: pi\nprompt: hi\nplugins:\n  - https://f.example/a/b/tree/main/p#sha256={}\n",
+        verified.sha256
+    );
+    let v = check_with(dir.path(), &text, &mut remotes);
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert_eq!(v.plugins[0].digest.listing, verified.listing);
+    assert_eq!(
+        v.plugins[0].digest.sha256,
+        verified
+            .listing
+            .digest(crate::tree_hash::TreeFormat::PiTreeV1)
     );
 }
