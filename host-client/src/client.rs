@@ -301,11 +301,75 @@ impl<R: Read, W: Write> Client<R, W> {
                 id,
                 dest: dest.to_string(),
                 owner,
+                offer: false,
+            },
+            &name,
+        )?;
+        self.send_tar(id, &name, write_tar)
+    }
+
+    /// Uploads a tree to `dest` by offering it first (the `upload.offer` feature): sends
+    /// `listing` (lines of `pitcrew_core::unpack::offer`), then, once the supervisor said which
+    /// files it lacks, the tar stream `write_tar` writes for those (given the need bitmap).
+    /// Returns the supervisor's `ok` detail.
+    pub fn upload_offered(
+        &mut self,
+        dest: &str,
+        owner: Option<Owner>,
+        listing: &[u8],
+        write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let id = self.id();
+        let name = format!("upload {dest}");
+        self.send(
+            &Request::Upload {
+                id,
+                dest: dest.to_string(),
+                owner,
+                offer: true,
             },
             &name,
         )?;
         let mut frames = FrameWriter {
             writer: &self.writer,
+            channel: Channel::Listing,
+            buf: Vec::with_capacity(DATA_FRAME),
+        };
+        let sent = frames.write_all(listing).and_then(|()| frames.finish());
+        if let Err(source) = sent {
+            // A refusal (the listing was too long, say) says more than the broken pipe.
+            if let Err(answer @ ClientError::Refused { .. }) = self.next(id, &name) {
+                return Err(answer);
+            }
+            return Err(ClientError::Io {
+                request: name,
+                source,
+            });
+        }
+        let bitmap = match self.next(id, &name)? {
+            Incoming::Control(Response::Need { need, .. }) => {
+                hex::decode(&need).map_err(|e| ClientError::Unexpected {
+                    request: name.clone(),
+                    what: format!("a need bitmap that is not hex: {e}"),
+                })?
+            }
+            other => return Err(unexpected(&name, &other)),
+        };
+        self.send_tar(id, &name, |w| write_tar(w, &bitmap))
+    }
+
+    /// Sends the tar stream `write_tar` writes as data frames of request `id`, ended by an empty
+    /// one, and waits for its `ok`.
+    fn send_tar(
+        &mut self,
+        id: u64,
+        name: &str,
+        write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let name = name.to_string();
+        let mut frames = FrameWriter {
+            writer: &self.writer,
+            channel: Channel::Tar,
             buf: Vec::with_capacity(DATA_FRAME),
         };
         let written = write_tar(&mut frames).and_then(|()| Ok(frames.finish()?));
@@ -508,6 +572,7 @@ fn response_id(r: &Response) -> u64 {
     match r {
         Response::Hello { id, .. }
         | Response::Ok { id, .. }
+        | Response::Need { id, .. }
         | Response::Error { id, .. }
         | Response::Event { id, .. }
         | Response::Result { id, .. }
@@ -533,9 +598,10 @@ fn unexpected(name: &str, what: &Incoming) -> ClientError {
     }
 }
 
-/// Writes a byte stream as data frames on the tar channel.
+/// Writes a byte stream as data frames on one channel (tar, or an offered upload's listing).
 struct FrameWriter<'a, W: Write> {
     writer: &'a Mutex<W>,
+    channel: Channel,
     buf: Vec<u8>,
 }
 
@@ -549,7 +615,7 @@ impl<W: Write> FrameWriter<'_, W> {
             .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        write_frame(&mut *w, &Frame::data(Channel::Tar, payload))
+        write_frame(&mut *w, &Frame::data(self.channel, payload))
     }
 
     /// Sends what is buffered and the empty end-of-stream frame.
@@ -559,7 +625,7 @@ impl<W: Write> FrameWriter<'_, W> {
             .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        write_frame(&mut *w, &Frame::data(Channel::Tar, Vec::new()))?;
+        write_frame(&mut *w, &Frame::data(self.channel, Vec::new()))?;
         w.flush()
     }
 }

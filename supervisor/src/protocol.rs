@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! kind: u8   1 = control (payload is one JSON message), 2 = data (payload is raw bytes)
-//! chan: u8   0 for control frames; for data: 1 agent stdout, 2 agent stderr, 3 tar stream
+//! chan: u8   0 for control frames; for data: 1 agent stdout, 2 agent stderr, 3 tar stream,
+//!            4 the listing of an offered upload
 //! len:  u32  big-endian payload length: at most MAX_CONTROL_PAYLOAD (control), MAX_PAYLOAD (data)
 //! ```
 //!
@@ -77,6 +78,9 @@ pub enum Channel {
     Stderr,
     /// A tar stream (upload or collect), ended by an empty frame.
     Tar,
+    /// The listing an offered upload starts with (`upload` with `offer`), ended by an empty
+    /// frame.
+    Listing,
 }
 
 impl Channel {
@@ -86,6 +90,7 @@ impl Channel {
             Channel::Stdout => 1,
             Channel::Stderr => 2,
             Channel::Tar => 3,
+            Channel::Listing => 4,
         }
     }
 
@@ -95,6 +100,7 @@ impl Channel {
             1 => Channel::Stdout,
             2 => Channel::Stderr,
             3 => Channel::Tar,
+            4 => Channel::Listing,
             _ => return None,
         })
     }
@@ -365,6 +371,10 @@ pub enum Request {
         /// cannot write (plugins, adapters).
         #[serde(default)]
         owner: Option<Owner>,
+        /// The tree is offered first ([`crate::unpack::offer`]): its listing follows on channel
+        /// 4, the supervisor answers `need`, and the tar stream holds only the files needed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        offer: bool,
     },
     /// Set the manifest for the following iterations.
     SetManifest {
@@ -507,7 +517,8 @@ pub struct Capabilities {
 /// What [`Capabilities::features`] lists: `agent.tools-empty` (`agent.tools: []` gives no
 /// built-in tools), `agent.record_prompt`, `agent.context_files`, `dirs.home_keep` (and `HOME`,
 /// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
-/// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime).
+/// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
+/// (content-addressed uploads: `upload` with `offer`).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -517,6 +528,7 @@ pub const FEATURES: &[&str] = &[
     "env.passed",
     "run.feedback",
     "skills",
+    "upload.offer",
 ];
 
 /// A message from the supervisor.
@@ -533,6 +545,18 @@ pub enum Response {
         supervisor: String,
         /// What it can do.
         capabilities: Capabilities,
+    },
+    /// The files an offered upload must send: after its listing, before its tar stream.
+    Need {
+        /// Correlation id of the `upload` request.
+        id: u64,
+        /// How many files are needed.
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// One bit per listed file, in listing order (bit `n % 8` of byte `n / 8`, least
+        /// significant first), set when the file must be sent; hex.
+        need: String,
     },
     /// A request succeeded (with optional details).
     Ok {

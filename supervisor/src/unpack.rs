@@ -36,6 +36,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+pub mod offer;
+
 /// The longest accepted entry path, in bytes.
 pub const MAX_PATH_LEN: usize = 4096;
 
@@ -110,6 +112,14 @@ pub enum UnpackError {
     /// The archive is not a valid tar stream.
     #[error("tar stream is not valid: {0}")]
     Format(String),
+    /// A line of an offered listing ([`offer`]) is not valid; nothing was written.
+    #[error("listing line {line}: {why}")]
+    Listing {
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A file system error while unpacking or replacing.
     #[error("{0}: {1}")]
     Io(String, io::Error),

@@ -8,7 +8,7 @@ mod common;
 
 use common::require_root_and_namespaces;
 use common::server::{tar_of, Server};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use tar::EntryType as T;
 
@@ -167,4 +167,245 @@ fn a_good_upload_replaces_the_destination_with_owner_and_modes() {
         std::fs::metadata(plugin.join("src/run.sh")).unwrap().uid(),
         0
     );
+}
+
+/// A tree to offer, as `(path, content)` files below directories listed first.
+struct Offer {
+    dirs: Vec<&'static str>,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl Offer {
+    fn listing(&self) -> Vec<u8> {
+        use pitcrew_core::unpack::offer::{dir_line, file_line, ListedFile};
+        use sha2::Digest;
+        let mut out = String::new();
+        for d in &self.dirs {
+            out.push_str(&dir_line(d));
+        }
+        for (path, data) in &self.files {
+            let file = ListedFile {
+                sha256: sha2::Sha256::digest(data).into(),
+                size: data.len() as u64,
+                exec: false,
+            };
+            out.push_str(&file_line(path, &file));
+        }
+        out.into_bytes()
+    }
+
+    /// The tar stream of the needed files; `lie` replaces the content of the first one sent
+    /// with other bytes of the same length.
+    fn tar_needed(&self, bitmap: &[u8], lie: bool) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut lied = !lie;
+        for (n, (path, data)) in self.files.iter().enumerate() {
+            if !pitcrew_core::unpack::offer::needed(bitmap, n) {
+                continue;
+            }
+            let mut data = data.clone();
+            if !lied {
+                data.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+                lied = true;
+            }
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, path, &data[..]).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+}
+
+fn sample_offer() -> Offer {
+    Offer {
+        dirs: vec!["src", "src/deep"],
+        files: (0..20)
+            .map(|n| {
+                let dir = if n % 2 == 0 { "src" } else { "src/deep" };
+                (
+                    format!("{dir}/f{n}"),
+                    format!("content {n}\n").repeat(n + 1).into_bytes(),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn needed_count(bitmap_hex: &serde_json::Value, files: usize) -> usize {
+    let bitmap = hex::decode(bitmap_hex.as_str().unwrap()).unwrap();
+    (0..files)
+        .filter(|&n| pitcrew_core::unpack::offer::needed(&bitmap, n))
+        .count()
+}
+
+#[test]
+fn an_offered_tree_sends_only_what_the_sandbox_lacks_and_a_lying_one_keeps_the_old_tree() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let dest = server.path("work/repo");
+    let mut tree = sample_offer();
+    let mut c = server.connect();
+
+    let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    assert_eq!(
+        (need["type"].as_str(), need["files"].as_u64()),
+        (Some("need"), Some(20)),
+        "{need}"
+    );
+    assert_eq!(done["type"], "ok", "{done}");
+    assert_eq!(done["detail"]["sent_files"], 20, "{done}");
+    let f3 = std::fs::metadata(dest.join("src/deep/f3")).unwrap();
+    assert_eq!((f3.uid(), f3.mode() & 0o7777), (65534, 0o644));
+
+    // Unchanged: the listing and an empty tar stream.
+    let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    assert_eq!(needed_count(&need["need"], 20), 0, "{need}");
+    assert_eq!(
+        (
+            done["detail"]["sent_files"].as_u64(),
+            done["detail"]["reused_files"].as_u64()
+        ),
+        (Some(0), Some(20)),
+        "{done}"
+    );
+
+    // Three files changed: three sent.
+    for n in [2, 7, 19] {
+        tree.files[n].1 = format!("changed {n}\n").into_bytes();
+    }
+    let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    assert_eq!(needed_count(&need["need"], 20), 3, "{need}");
+    assert_eq!(done["detail"]["sent_files"], 3, "{done}");
+    assert_eq!(
+        std::fs::read(dest.join("src/deep/f7")).unwrap(),
+        b"changed 7\n"
+    );
+
+    // The host's bytes do not match the sha256 it listed: refused, the previous tree stays.
+    tree.files[4].1 = b"other\n".to_vec();
+    let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, true)
+    });
+    assert_eq!(needed_count(&need["need"], 20), 1, "{need}");
+    assert_eq!(
+        (done["type"].as_str(), done["kind"].as_str()),
+        (Some("error"), Some("refused")),
+        "{done}"
+    );
+    let message = done["message"].as_str().unwrap();
+    assert!(
+        message.contains("src/f4") && message.contains("sha256"),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("src/f4")).unwrap(),
+        b"content 4\n".repeat(5)
+    );
+    assert_eq!(listing(dest.parent().unwrap()), vec!["repo".to_string()]);
+
+    // A listing that breaks a rule is refused before anything is written, naming its line.
+    let (answer, done) = c.upload_offered(&dest, None, b"d ok\nf nothex 1 - x\n", |_| Vec::new());
+    assert_eq!(answer["kind"], "refused", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("listing line 2"),
+        "{answer}"
+    );
+    assert!(done.is_null());
+    assert_eq!(listing(dest.parent().unwrap()), vec!["repo".to_string()]);
+    // The connection is still usable.
+    let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    assert_eq!(needed_count(&need["need"], 20), 1, "{need}");
+    assert_eq!(done["type"], "ok", "{done}");
+}
+
+/// Runs `script` with `sh -c` as the agent's uid (65534), failing the test if it fails.
+fn as_agent(script: &str) {
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "as uid 65534: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn attack_tar__an_offered_tree_never_takes_the_agents_links_fifos_or_edits_from_the_tree_it_replaces(
+) {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let dest = server.path("work/repo");
+    let tree = sample_offer();
+    let mut c = server.connect();
+    let agent = Some((65534, 65534));
+    let (_, done) = c.upload_offered(&dest, agent, &tree.listing(), |b| tree.tar_needed(b, false));
+    assert_eq!(done["type"], "ok", "{done}");
+    // Root-only content the agent knows the bytes of (as a listed file's), and a place of its own.
+    let secret = server.path("secret");
+    std::fs::write(&secret, b"content 0\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let own = server.path("agent-own");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let d = dest.display();
+    let (s, o) = (secret.display(), own.display());
+    // The agent, in the workspace it owns: a listed file becomes a symlink to the secret, another
+    // a fifo, a third is edited in place (same size), a fourth gets a hard link of the agent's
+    // own, and a whole directory becomes a link.
+    as_agent(&format!(
+        "set -e; cd {d}/src; rm f0; ln -s {s} f0; rm f2; mkfifo f2; \
+         printf 'CONTENT 4\\nCONTENT 4\\nCONTENT 4\\nCONTENT 4\\nCONTENT 4\\n' > f4; \
+         ln f6 {o}/keep-f6; mv deep {o}/deep; ln -s {o}/deep deep"
+    ));
+    let (need, done) =
+        c.upload_offered(&dest, agent, &tree.listing(), |b| tree.tar_needed(b, false));
+    assert_eq!(done["type"], "ok", "{done}");
+    // f0, f2, f4 and the ten files of the linked directory are sent again; f6 and the other
+    // plain files are copied.
+    assert_eq!(needed_count(&need["need"], 20), 13, "{need}");
+    for (path, data) in &tree.files {
+        let p = dest.join(path);
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert!(meta.is_file(), "{path}: not a regular file");
+        assert_eq!(meta.nlink(), 1, "{path}: has another name");
+        assert_eq!(&std::fs::read(&p).unwrap(), data, "{path}");
+    }
+    assert!(std::fs::symlink_metadata(dest.join("src/deep"))
+        .unwrap()
+        .is_dir());
+    // The agent's own link still names the old inode, not the new file.
+    let kept = std::fs::metadata(own.join("keep-f6")).unwrap();
+    let new = std::fs::metadata(dest.join("src/f6")).unwrap();
+    assert_ne!(kept.ino(), new.ino());
+    as_agent(&format!("printf changed > {o}/keep-f6"));
+    assert_eq!(std::fs::read(dest.join("src/f6")).unwrap(), tree.files[6].1);
+    // The secret was neither read into the tree nor changed.
+    assert_eq!(std::fs::read(&secret).unwrap(), b"content 0\n");
 }

@@ -252,6 +252,7 @@ fn upload_once(init: &Path, records: &Path, src: &Path, dest: &Path) -> Duration
             id: 2,
             dest: dest.to_str().unwrap().into(),
             owner: None,
+            offer: false,
         },
     );
     {

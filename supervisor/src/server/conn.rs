@@ -20,6 +20,19 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(super) enum Upload {
     /// No upload: data frames are out of order.
     Idle,
+    /// The listing of an offered upload is arriving (channel 4).
+    Offered {
+        /// Correlation id of the `upload` request.
+        id: u64,
+        /// Destination.
+        dest: PathBuf,
+        /// Owner of the unpacked tree.
+        owner: Option<(u32, u32)>,
+        /// The listing so far.
+        listing: Vec<u8>,
+        /// Complete lines in it.
+        lines: u64,
+    },
     /// Tar bytes are spooled into an unlinked root-owned file.
     Receiving {
         /// Correlation id of the `upload` request.
@@ -32,9 +45,18 @@ pub(super) enum Upload {
         spool: File,
         /// Bytes spooled so far.
         bytes: u64,
+        /// The offered tree being assembled, whose needed files the tar stream brings.
+        assembly: Option<Box<crate::unpack::offer::Assembly>>,
     },
     /// The upload was refused: discard tar frames up to the empty one.
     Draining,
+}
+
+impl Upload {
+    /// Whether an accepted upload's listing or tar stream is still arriving.
+    pub fn in_progress(&self) -> bool {
+        matches!(self, Upload::Offered { .. } | Upload::Receiving { .. })
+    }
 }
 
 /// One connection.

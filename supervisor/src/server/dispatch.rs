@@ -114,7 +114,9 @@ impl Server {
                     capabilities: self.capabilities.clone(),
                 });
             }
-            Request::Upload { dest, owner, .. } => self.start_upload(i, id, &dest, owner)?,
+            Request::Upload {
+                dest, owner, offer, ..
+            } => self.start_upload(i, id, &dest, owner, offer)?,
             Request::SetManifest { manifest, .. } => {
                 self.check_claim(conn_id, "set_manifest")?;
                 if running {
@@ -155,6 +157,13 @@ impl Server {
                 self.check_run_not_stopped()?;
                 if running || self.pending_run.is_some() {
                     return Err(RequestError::Busy("an iteration is running".into()));
+                }
+                // An upload swaps its tree in when its stream ends: never under a running agent.
+                if let Some(c) = self.conns.iter().find(|c| c.upload.in_progress()) {
+                    return Err(RequestError::Busy(format!(
+                        "an upload is in progress (connection {})",
+                        c.id
+                    )));
                 }
                 if self.manifest.is_none() {
                     return Err(RequestError::Order(

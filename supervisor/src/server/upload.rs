@@ -1,11 +1,13 @@
-//! Uploads: the `upload` request's destination checks, the tar stream spooled from data frames
-//! into an unlinked root-owned file, and its unpacking once the stream ends.
+//! Uploads: the `upload` request's destination checks, the listing of an offered tree and the
+//! `need` answer ([`crate::unpack::offer`]), the tar stream spooled from data frames into an
+//! unlinked root-owned file, and its unpacking once the stream ends.
 
 use super::conn::Upload;
 use super::error::RequestError;
 use super::Server;
 use crate::clock::millis;
 use crate::protocol::{Channel, Frame, Owner, Response};
+use crate::unpack::offer::{Assembly, MAX_LINE};
 use crate::unpack::{unpack_tar, UnpackError};
 use serde_json::json;
 use std::fs::{self, File, OpenOptions};
@@ -36,22 +38,23 @@ fn check_dest(dest: &str) -> Result<PathBuf, String> {
 }
 
 impl Server {
-    /// Handles an `upload` request of connection `i`: checks the destination and opens the
-    /// spool for the tar frames that follow. Once the request is refused (other than for
-    /// order), those frames are discarded up to the empty one.
+    /// Handles an `upload` request of connection `i`: checks the destination and gets ready for
+    /// the frames that follow (the listing of an offered tree, or the tar stream). Once the
+    /// request is refused (other than for order), those frames are discarded up to an empty one.
     pub(super) fn start_upload(
         &mut self,
         i: usize,
         id: u64,
         dest: &str,
         owner: Option<Owner>,
+        offer: bool,
     ) -> Result<(), RequestError> {
         if !matches!(self.conns[i].upload, Upload::Idle) {
             return Err(RequestError::Order(
                 "an upload is already in progress on this connection".into(),
             ));
         }
-        match self.open_upload(self.conns[i].id, id, dest, owner) {
+        match self.open_upload(self.conns[i].id, id, dest, owner, offer) {
             Ok(upload) => {
                 self.conns[i].upload = upload;
                 Ok(())
@@ -70,8 +73,9 @@ impl Server {
         id: u64,
         dest: &str,
         owner: Option<Owner>,
+        offer: bool,
     ) -> Result<Upload, RequestError> {
-        // Refused here, not before: a refused upload's tar stream is drained, never taken for
+        // Refused here, not before: a refused upload's frames are drained, never taken for
         // frames out of order.
         self.check_claim(conn_id, "upload")?;
         if self.current.is_some() {
@@ -91,6 +95,28 @@ impl Server {
                 dest.display()
             )));
         }
+        let owner = owner.map(|o| (o.uid, o.gid));
+        if offer {
+            return Ok(Upload::Offered {
+                id,
+                dest,
+                owner,
+                listing: Vec::new(),
+                lines: 0,
+            });
+        }
+        Ok(Upload::Receiving {
+            id,
+            dest,
+            owner,
+            spool: self.open_spool(conn_id, id)?,
+            bytes: 0,
+            assembly: None,
+        })
+    }
+
+    /// An unlinked root-owned file for the tar stream of upload `id` of connection `conn_id`.
+    fn open_spool(&self, conn_id: u64, id: u64) -> Result<File, RequestError> {
         let spool_path = self.records.join(format!(".upload-{conn_id}-{id}"));
         let spool = OpenOptions::new()
             .read(true)
@@ -101,30 +127,41 @@ impl Server {
             .open(&spool_path)
             .map_err(|err| RequestError::Internal(format!("upload spool: {err}")))?;
         let _ = fs::remove_file(&spool_path);
-        Ok(Upload::Receiving {
-            id,
-            dest,
-            owner: owner.map(|o| (o.uid, o.gid)),
-            spool,
-            bytes: 0,
-        })
+        Ok(spool)
     }
 
-    /// Handles a data frame of connection `i`: spools tar bytes of the upload in progress,
-    /// unpacks at the empty frame that ends it, discards those of a refused one.
+    /// Handles a data frame of connection `i`: the listing of an offered upload (channel 4),
+    /// then tar bytes (channel 3), spooled and unpacked at the empty frame that ends them;
+    /// those of a refused upload are discarded.
     pub(super) fn on_data(&mut self, i: usize, frame: Frame) {
         let max_spool = self
             .limits
             .max_bytes
             .saturating_add(self.limits.max_entries.saturating_mul(1536))
             .saturating_add(1 << 20);
+        let max_entries = self.limits.max_entries;
+        // The listing is held in memory until it is complete: about 100 bytes a line in
+        // practice, bounded at 512 a line on average (longer paths need a larger entry limit).
+        let max_listing = max_entries.saturating_mul(512).saturating_add(1 << 20);
         let c = &mut self.conns[i];
-        if frame.channel != Channel::Tar {
+        let expected = match &c.upload {
+            Upload::Offered { .. } => Some(Channel::Listing),
+            Upload::Receiving { .. } => Some(Channel::Tar),
+            Upload::Draining | Upload::Idle => None,
+        };
+        if !matches!(frame.channel, Channel::Tar | Channel::Listing)
+            || expected.is_some_and(|want| want != frame.channel)
+        {
             c.error(
                 0,
-                RequestError::Order(
-                    "the host may only send data frames on channel 3 during an upload".into(),
-                ),
+                RequestError::Order(format!(
+                    "the host may only send data frames on channel {} during an upload",
+                    if expected == Some(Channel::Listing) {
+                        "4 (the listing)"
+                    } else {
+                        "3"
+                    }
+                )),
             );
             return;
         }
@@ -138,6 +175,37 @@ impl Server {
                     c.upload = Upload::Idle;
                 }
             }
+            Upload::Offered {
+                id, listing, lines, ..
+            } => {
+                let id = *id;
+                if frame.payload.is_empty() {
+                    self.offer_listed(i);
+                    return;
+                }
+                listing.extend_from_slice(&frame.payload);
+                *lines += frame.payload.iter().filter(|&&b| b == b'\n').count() as u64;
+                let tail = listing.iter().rev().take_while(|&&b| b != b'\n').count();
+                let refusal = if *lines > max_entries {
+                    Some(format!("listing of more than {max_entries} entries"))
+                } else if listing.len() as u64 > max_listing {
+                    Some(format!(
+                        "listing larger than {max_listing} bytes (512 a line on average for \
+                         --upload-max-entries {max_entries})"
+                    ))
+                } else if tail > MAX_LINE {
+                    Some(format!(
+                        "listing line {} longer than {MAX_LINE} bytes",
+                        *lines + 1
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = refusal {
+                    c.upload = Upload::Draining;
+                    c.error(id, RequestError::Refused(why));
+                }
+            }
             Upload::Receiving {
                 id, spool, bytes, ..
             } => {
@@ -149,10 +217,11 @@ impl Server {
                         dest,
                         owner,
                         spool,
+                        assembly,
                         ..
                     } = upload
                     {
-                        self.finish_upload(i, id, &dest, owner, spool);
+                        self.finish_upload(i, id, &dest, owner, spool, assembly);
                     }
                     return;
                 }
@@ -175,7 +244,56 @@ impl Server {
         }
     }
 
-    /// Unpacks the spooled tar stream of upload `id` into `dest` and answers the request.
+    /// The listing of connection `i`'s offered upload is complete: assembles what the sandbox
+    /// has, answers `need`, and waits for the tar stream of the rest. A refused listing ends the
+    /// upload (the host sends its tar stream only after `need`).
+    fn offer_listed(&mut self, i: usize) {
+        let Upload::Offered {
+            id,
+            dest,
+            owner,
+            listing,
+            ..
+        } = std::mem::replace(&mut self.conns[i].upload, Upload::Idle)
+        else {
+            return;
+        };
+        let conn_id = self.conns[i].id;
+        let started = Instant::now();
+        let prepared = Assembly::prepare(&dest, &listing, &self.limits, owner)
+            .map_err(RequestError::from)
+            .and_then(|a| Ok((a, self.open_spool(conn_id, id)?)));
+        drop(listing);
+        let c = &mut self.conns[i];
+        match prepared {
+            Ok((assembly, spool)) => {
+                let (files, bytes) = assembly.need();
+                tracing::info!(
+                    "upload: {}: {files} files ({bytes} bytes) needed, assembled in {} ms",
+                    dest.display(),
+                    millis(started.elapsed())
+                );
+                c.send(&Response::Need {
+                    id,
+                    files,
+                    bytes,
+                    need: hex::encode(assembly.need_bitmap()),
+                });
+                c.upload = Upload::Receiving {
+                    id,
+                    dest,
+                    owner,
+                    spool,
+                    bytes: 0,
+                    assembly: Some(Box::new(assembly)),
+                };
+            }
+            Err(err) => c.error(id, err),
+        }
+    }
+
+    /// Unpacks the spooled tar stream of upload `id` into `dest` (or, for an offered tree, into
+    /// its assembly, then swaps it in) and answers the request.
     fn finish_upload(
         &mut self,
         i: usize,
@@ -183,38 +301,31 @@ impl Server {
         dest: &Path,
         owner: Option<(u32, u32)>,
         mut spool: File,
+        assembly: Option<Box<Assembly>>,
     ) {
         let started = Instant::now();
-        let result = spool
+        let rewound = spool
             .seek(SeekFrom::Start(0))
-            .map_err(|e| UnpackError::Io("upload spool".into(), e))
-            .and_then(|_| {
-                unpack_tar(
-                    std::io::BufReader::with_capacity(256 * 1024, spool),
-                    dest,
-                    &self.limits,
-                    owner,
-                )
-            });
+            .map_err(|e| UnpackError::Io("upload spool".into(), e));
+        let reader = std::io::BufReader::with_capacity(256 * 1024, spool);
+        let result = match assembly {
+            None => rewound
+                .and_then(|_| unpack_tar(reader, dest, &self.limits, owner))
+                .map(|r| json!({"files": r.files, "dirs": r.dirs, "bytes": r.bytes})),
+            Some(mut assembly) => rewound
+                .and_then(|_| assembly.receive(reader))
+                .and_then(|()| assembly.finish())
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+        };
         let c = &mut self.conns[i];
         match result {
-            Ok(report) => {
-                tracing::info!(
-                    "upload: {} ({} files, {} bytes)",
-                    dest.display(),
-                    report.files,
-                    report.bytes
-                );
-                c.send(&Response::Ok {
-                    id,
-                    detail: json!({
-                        "dest": dest,
-                        "files": report.files,
-                        "dirs": report.dirs,
-                        "bytes": report.bytes,
-                        "duration_ms": millis(started.elapsed()),
-                    }),
-                });
+            Ok(mut detail) => {
+                tracing::info!("upload: {}: {detail}", dest.display());
+                if let Some(map) = detail.as_object_mut() {
+                    map.insert("dest".into(), json!(dest));
+                    map.insert("duration_ms".into(), json!(millis(started.elapsed())));
+                }
+                c.send(&Response::Ok { id, detail });
             }
             Err(err) => c.error(id, err.into()),
         }

@@ -196,6 +196,39 @@ impl Client {
         self.recv_control()
     }
 
+    /// `upload` with `offer`: sends `listing`, then (when the answer is `need`) the tar stream
+    /// `tar_for` makes of the need bitmap; returns the answer to the listing and the final one
+    /// (`Null` when the listing was refused).
+    pub fn upload_offered(
+        &mut self,
+        dest: &Path,
+        owner: Option<(u32, u32)>,
+        listing: &[u8],
+        tar_for: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> (Value, Value) {
+        let mut msg = json!({"type": "upload", "dest": dest, "offer": true});
+        if let Some((uid, gid)) = owner {
+            msg["owner"] = json!({"uid": uid, "gid": gid});
+        }
+        self.send(msg);
+        for chunk in listing.chunks(100_000) {
+            self.send_data(Channel::Listing, chunk);
+        }
+        self.send_data(Channel::Listing, &[]);
+        let need = self.recv_control();
+        if need["type"] != "need" {
+            return (need, Value::Null);
+        }
+        let bitmap = hex::decode(need["need"].as_str().expect("need bitmap")).expect("hex");
+        let tar = tar_for(&bitmap);
+        for chunk in tar.chunks(100_000) {
+            self.send_data(Channel::Tar, chunk);
+        }
+        self.send_data(Channel::Tar, &[]);
+        let done = self.recv_control();
+        (need, done)
+    }
+
     /// `collect`: the tar bytes and the final response.
     pub fn collect(&mut self, iteration: u32) -> (Vec<u8>, Value) {
         self.send(json!({"type": "collect", "iteration": iteration}));

@@ -7,6 +7,7 @@ use crate::engine::Connection;
 use crate::tarball;
 use anyhow::Context as _;
 use pitcrew_core::harness::{Upload, UploadKind};
+use pitcrew_core::unpack::offer::host as offer_host;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -67,26 +68,57 @@ fn upload_tree(
     owner: Option<pitcrew_core::protocol::Owner>,
 ) -> anyhow::Result<()> {
     progress.status(what);
-    let total = if progress.live() { tree_bytes(host) } else { 0 };
+    let offer = conn
+        .hello()
+        .capabilities
+        .features
+        .iter()
+        .any(|f| f == "upload.offer");
+    if !offer {
+        let total = if progress.live() { tree_bytes(host) } else { 0 };
+        conn.client()
+            .upload(dest, owner, |w| {
+                let mut counting = counting(w, progress, what, total);
+                tarball::write_tree(&mut counting, host)
+            })
+            .map_err(|e| conn.explain(e))?;
+        return Ok(());
+    }
+    // Offered: the listing first, then only what the sandbox lacks.
+    let offered = offer_host::list_tree(host)?;
+    let detail = conn
+        .client()
+        .upload_offered(dest, owner, &offered.listing, |w, need| {
+            let total = offered.needed_tar_bytes(need);
+            let mut counting = counting(w, progress, what, total);
+            Ok(offer_host::write_needed(&mut counting, &offered, need)?)
+        })
+        .map_err(|e| conn.explain(e))?;
+    tracing::debug!("{what}: {detail}");
+    Ok(())
+}
+
+/// A writer that redraws the status line of `what` with the bytes passed through it, of
+/// `total`, at most every [`REPORT_EVERY`].
+fn counting<'a>(
+    inner: &'a mut dyn std::io::Write,
+    progress: &'a Progress,
+    what: &'a str,
+    total: u64,
+) -> Counting<'a> {
     let started = std::time::Instant::now();
     let mut last = started;
     let mut sent = 0u64;
-    conn.client()
-        .upload(dest, owner, |w| {
-            let mut counting = Counting {
-                inner: w,
-                on_write: &mut |n| {
-                    sent += n;
-                    if progress.live() && last.elapsed() >= REPORT_EVERY {
-                        last = std::time::Instant::now();
-                        progress.status(&transfer(what, sent, total, started.elapsed()));
-                    }
-                },
-            };
-            tarball::write_tree(&mut counting, host)
-        })
-        .map_err(|e| conn.explain(e))?;
-    Ok(())
+    Counting {
+        inner,
+        on_write: Box::new(move |n| {
+            sent += n;
+            if progress.live() && last.elapsed() >= REPORT_EVERY {
+                last = std::time::Instant::now();
+                progress.status(&transfer(what, sent, total, started.elapsed()));
+            }
+        }),
+    }
 }
 
 /// How often the upload status line is redrawn.
@@ -128,7 +160,7 @@ const SIZE_WALK_ENTRIES: usize = 1_000_000;
 /// A writer that reports how many bytes passed through it.
 struct Counting<'a> {
     inner: &'a mut dyn std::io::Write,
-    on_write: &'a mut dyn FnMut(u64),
+    on_write: Box<dyn FnMut(u64) + 'a>,
 }
 
 impl std::io::Write for Counting<'_> {

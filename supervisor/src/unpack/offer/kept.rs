@@ -1,0 +1,186 @@
+//! An offered tree that `dest` already holds exactly is kept as it is: no staging tree, no
+//! copies, no swap. "Exactly" is checked, never assumed: `dest` and every listed directory is a
+//! real directory (opened without following links) of the tree's owner and mode holding as
+//! many entries as the listing gives it, and every listed file is a regular file of the owner,
+//! mode and size listed, with one link, whose content hashes to the listed sha256. Anything
+//! else (an extra entry, a file the agent linked elsewhere, a changed mode) falls back to the
+//! assembly in staging.
+
+use super::{moving, Item, ListedFile};
+use crate::bounded_tree;
+use crate::unpack::UnpackLimits;
+use rustix::fs::{FileType, Mode, OFlags};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+/// What [`holds_exactly`] found.
+#[derive(Debug, Default)]
+pub(super) struct Verdict {
+    /// `dest` holds exactly the listed tree.
+    pub exact: bool,
+    /// Per item: the `(st_dev, st_ino)` of the old file whose content was hashed and found to
+    /// be the listed one (the assembly may move it without hashing it again).
+    pub verified: Vec<Option<(u64, u64)>>,
+}
+
+/// Whether `dest` holds exactly the tree `items` lists, owned by `owner`: the structure and
+/// metadata are checked first (cheap), then the files' content, stopping at the first that
+/// differs.
+pub(super) fn holds_exactly(
+    dest: &Path,
+    items: &[Item],
+    limits: &UnpackLimits,
+    owner: (u32, u32),
+    buf: &mut [u8],
+) -> Verdict {
+    let mut verdict = Verdict {
+        exact: false,
+        verified: vec![None; items.len()],
+    };
+    let Ok(root) = bounded_tree::open_dir(dest) else {
+        return verdict;
+    };
+    if !structure_ok(root.as_fd(), items, limits, owner) {
+        return verdict;
+    }
+    let mut cursor: Option<(String, OwnedFd)> = None;
+    for (i, item) in items.iter().enumerate() {
+        let Some(file) = &item.file else {
+            continue;
+        };
+        let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
+        let Some(dir) = cached_dir(root.as_fd(), &mut cursor, parent) else {
+            return verdict;
+        };
+        match content_ok(dir, name, file, buf) {
+            Some(id) => verdict.verified[i] = Some(id),
+            None => return verdict,
+        }
+    }
+    verdict.exact = true;
+    verdict
+}
+
+/// The directory `parent` below `root`, through `cursor` (the last one opened).
+fn cached_dir<'a>(
+    root: BorrowedFd<'_>,
+    cursor: &'a mut Option<(String, OwnedFd)>,
+    parent: &str,
+) -> Option<BorrowedFd<'a>> {
+    if cursor.as_ref().is_none_or(|(p, _)| p != parent) {
+        *cursor = None;
+        *cursor = Some((parent.to_string(), open_below(root, parent).ok()?));
+    }
+    cursor.as_ref().map(|(_, fd)| fd.as_fd())
+}
+
+/// Every listed directory and file is where the listing puts it with the listed metadata, and
+/// no directory holds anything else.
+fn structure_ok(
+    root: BorrowedFd<'_>,
+    items: &[Item],
+    limits: &UnpackLimits,
+    owner: (u32, u32),
+) -> bool {
+    let dirs: HashSet<&str> = items
+        .iter()
+        .filter(|i| i.file.is_none())
+        .map(|i| i.path.as_str())
+        .collect();
+    // Entries per directory ("" is `dest`), every parent listed.
+    let mut children: HashMap<&str, u64> = HashMap::new();
+    children.insert("", 0);
+    for item in items {
+        let parent = item.path.rsplit_once('/').map_or("", |(p, _)| p);
+        if !parent.is_empty() && !dirs.contains(parent) {
+            return false;
+        }
+        *children.entry(parent).or_default() += 1;
+    }
+    let dir_ok = |fd: BorrowedFd<'_>, path: &str| {
+        let Ok(st) = rustix::fs::fstat(fd) else {
+            return false;
+        };
+        let count = bounded_tree::entry_names(fd).map_or(u64::MAX, |n| n.len() as u64);
+        (st.st_uid, st.st_gid) == owner
+            && st.st_mode & 0o7777 == limits.dir_mode()
+            && count == children.get(path).copied().unwrap_or(0)
+    };
+    if !dir_ok(root, "") {
+        return false;
+    }
+    let mut cursor: Option<(String, OwnedFd)> = None;
+    for item in items {
+        let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
+        let Some(dir) = cached_dir(root, &mut cursor, parent) else {
+            return false;
+        };
+        let ok = match &item.file {
+            None => bounded_tree::open_dir_at(dir, name.as_ref())
+                .is_ok_and(|fd| dir_ok(fd.as_fd(), &item.path)),
+            Some(file) => metadata_ok(dir, name, file, limits, owner),
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// The directory `path` (`/`-separated, "" for `root` itself) below `root`, never through a
+/// link.
+fn open_below(root: BorrowedFd<'_>, path: &str) -> std::io::Result<OwnedFd> {
+    let mut dir = rustix::io::dup(root)?;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        dir = bounded_tree::open_dir_at(dir.as_fd(), part.as_ref())?;
+    }
+    Ok(dir)
+}
+
+/// `name` in `dir`, opened without following a link or waiting on a fifo.
+fn open_file(dir: BorrowedFd<'_>, name: &str) -> Option<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
+/// Whether `name` in `dir` is a regular file with one link and the listed owner, mode and
+/// size.
+fn metadata_ok(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    file: &ListedFile,
+    limits: &UnpackLimits,
+    owner: (u32, u32),
+) -> bool {
+    let Ok(st) = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        && st.st_nlink == 1
+        && (st.st_uid, st.st_gid) == owner
+        && st.st_mode & 0o7777 == limits.file_mode(file.exec)
+        && u64::try_from(st.st_size).ok() == Some(file.size)
+}
+
+/// The `(st_dev, st_ino)` of `name` in `dir` when it is a regular file with the listed content.
+fn content_ok(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    file: &ListedFile,
+    buf: &mut [u8],
+) -> Option<(u64, u64)> {
+    let fd = open_file(dir, name)?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    let digest = moving::hash(&File::from(fd), file.size, buf).ok()??;
+    (digest == file.sha256).then_some((st.st_dev, st.st_ino))
+}

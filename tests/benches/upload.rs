@@ -1,0 +1,393 @@
+//! Benchmark: offered (content-addressed) uploads against tar through the same transport.
+//!
+//! ```sh
+//! apt-get install pv zstd            # the throttled pipe and the compressed tar baseline
+//! cargo build --release --workspace --bins
+//! cargo bench -p pitcrew-e2e --bench upload      # ROUNDS=3 by default
+//! ```
+//!
+//! Needs root and PID namespaces. A generated tree of 20,000 files and 200 MB (random content,
+//! the generator of the other benchmarks) goes to a destination three times per round:
+//!
+//! - **first**: into an empty destination;
+//! - **unchanged**: the same tree again, the destination holding it;
+//! - **3 changed**: three files of the source rewritten (same sizes, other bytes; [`CHANGED`]).
+//!
+//! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello`, then
+//! `upload` with `offer` exactly as `pitcrew run` sends it (`pitcrew_core::unpack::offer::host`:
+//! the host hashes its tree for the listing, sends it, then the tar stream of what `need` asks
+//! for), timed from before the host's listing to the `ok`. Baselines, into a fresh directory
+//! each time: `tar -c | tar -x`, and `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one
+//! goes through the same transport: a plain pipe, and a pipe limited to 20 MB/s by
+//! `pv -q -L 20m` (a stand-in for `kubectl exec` over a network). Bytes sent are counted on the
+//! wire (pitcrew: frame payloads; tar: the stream after compression).
+
+use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
+use pitcrew_core::unpack::offer::host::{list_tree, write_needed};
+use pitcrew_e2e::{binary, generate_tree, median, target_profile_dir};
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FILES: u64 = 20_000;
+const BYTES: u64 = 200_000_000;
+/// The host client's data frame size.
+const DATA_FRAME: usize = pitcrew_core::protocol::MAX_PAYLOAD / 4;
+/// The throttled transport's rate.
+const RATE: &str = "20m";
+/// Files rewritten for the "3 changed" case: the first, a middle and the last of the generated
+/// files of ordinary size (every 200th is a large one of 1 MB).
+const CHANGED: [&str; 3] = [
+    "d01/s00/f000001.js",
+    "d11/s17/f010001.js",
+    "d19/s11/f019999.js",
+];
+
+fn fail(msg: &str) -> ! {
+    eprintln!("bench upload: {msg}");
+    std::process::exit(1)
+}
+
+fn rounds() -> usize {
+    std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+/// The transport between the sender and the receiver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Pipe,
+    Throttled,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Pipe => "local pipe",
+            Transport::Throttled => "pipe at 20 MB/s (pv -L 20m)",
+        }
+    }
+}
+
+/// Data frames on one channel, counting the payload bytes.
+struct FrameSink<'a, W: Write> {
+    w: &'a mut W,
+    channel: Channel,
+    buf: Vec<u8>,
+    sent: u64,
+}
+
+impl<W: Write> FrameSink<'_, W> {
+    fn frame(&mut self) {
+        let payload = std::mem::replace(&mut self.buf, Vec::with_capacity(DATA_FRAME));
+        self.sent += payload.len() as u64;
+        write_frame(self.w, &Frame::data(self.channel, payload)).unwrap();
+    }
+    fn finish(mut self) -> u64 {
+        if !self.buf.is_empty() {
+            self.frame();
+        }
+        self.frame(); // the empty end-of-stream frame
+        self.w.flush().unwrap();
+        self.sent
+    }
+}
+
+impl<W: Write> Write for FrameSink<'_, W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = data.len().min(DATA_FRAME - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == DATA_FRAME {
+            self.frame();
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One `pitcrew-init serve --stdio` session, its stdin behind the transport.
+struct Session {
+    serve: Child,
+    pv: Option<Child>,
+    w: BufWriter<Box<dyn Write>>,
+    r: ChildStdout,
+    next_id: u64,
+}
+
+impl Session {
+    fn start(init: &Path, records: &Path, transport: Transport) -> Session {
+        let mut pv = None;
+        let stdin = match transport {
+            Transport::Pipe => Stdio::piped(),
+            Transport::Throttled => {
+                let mut child = Command::new("pv")
+                    .args(["-q", "-L", RATE])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| fail(&format!("pv: {e} (apt-get install pv)")));
+                let out = child.stdout.take().unwrap();
+                pv = Some(child);
+                Stdio::from(out)
+            }
+        };
+        let mut serve = Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc"])
+            .arg(init)
+            .args(["serve", "--stdio", "--records"])
+            .arg(records)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input: Box<dyn Write> = match &mut pv {
+            Some(pv) => Box::new(pv.stdin.take().unwrap()),
+            None => Box::new(serve.stdin.take().unwrap()),
+        };
+        let r = serve.stdout.take().unwrap();
+        let mut s = Session {
+            serve,
+            pv,
+            w: BufWriter::with_capacity(DATA_FRAME + 16, input),
+            r,
+            next_id: 1,
+        };
+        s.send(&Request::Hello {
+            id: 1,
+            versions: vec![1],
+            client: "bench".into(),
+        });
+        s.answer();
+        s
+    }
+
+    fn send(&mut self, req: &Request) {
+        write_frame(&mut self.w, &Frame::control(req)).unwrap();
+        self.w.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> Response {
+        read_frame(&mut self.r)
+            .unwrap_or_else(|e| fail(&format!("read: {e}")))
+            .unwrap_or_else(|| fail("serve --stdio closed the stream"))
+            .json()
+            .unwrap_or_else(|e| fail(&format!("answer: {e}")))
+    }
+
+    /// One offered upload of `src` to `dest`: the time from before the host's listing to the
+    /// `ok`, and the bytes sent (listing and tar stream).
+    fn offer(&mut self, src: &Path, dest: &Path) -> (Duration, u64, u64) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let start = Instant::now();
+        let offered = list_tree(src).unwrap_or_else(|e| fail(&e.to_string()));
+        self.send(&Request::Upload {
+            id,
+            dest: dest.to_str().unwrap().into(),
+            owner: None,
+            offer: true,
+        });
+        let mut listing = FrameSink {
+            w: &mut self.w,
+            channel: Channel::Listing,
+            buf: Vec::with_capacity(DATA_FRAME),
+            sent: 0,
+        };
+        listing.write_all(&offered.listing).unwrap();
+        let mut sent = listing.finish();
+        let bitmap = match self.answer() {
+            Response::Need { need, .. } => hex::decode(need).unwrap(),
+            other => fail(&format!("upload: {other:?}")),
+        };
+        let mut tar = FrameSink {
+            w: &mut self.w,
+            channel: Channel::Tar,
+            buf: Vec::with_capacity(DATA_FRAME),
+            sent: 0,
+        };
+        write_needed(&mut tar, &offered, &bitmap).unwrap();
+        sent += tar.finish();
+        let files = match self.answer() {
+            Response::Ok { detail, .. } => detail["sent_files"].as_u64().unwrap_or(0),
+            other => fail(&format!("upload: {other:?}")),
+        };
+        (start.elapsed(), sent, files)
+    }
+
+    fn close(mut self) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&Request::Shutdown { id });
+        drop(self.w);
+        if let Some(mut pv) = self.pv.take() {
+            let _ = pv.wait();
+        }
+        let _ = self.serve.wait();
+    }
+}
+
+/// `tar -c | [zstd |] transport | [zstd -d |] tar -x` of `src` into a fresh `dest`: the time
+/// and the bytes that crossed the transport.
+fn tar_upload(src: &Path, dest: &Path, zstd: bool, transport: Transport) -> (Duration, u64) {
+    let _ = fs::remove_dir_all(dest);
+    fs::create_dir_all(dest).unwrap();
+    let (pack, unpack) = if zstd {
+        ("| zstd -q -3 -T0 ", "| zstd -q -d ")
+    } else {
+        ("", "")
+    };
+    let throttle = match transport {
+        Transport::Pipe => String::new(),
+        Transport::Throttled => format!("| pv -q -L {RATE} "),
+    };
+    let count = dest.with_extension("bytes");
+    let script = format!(
+        "set -e; tar -c -C '{}' . {pack}| tee >(wc -c > '{}') {throttle}{unpack}| tar -x -C '{}'",
+        src.display(),
+        count.display(),
+        dest.display()
+    );
+    let start = Instant::now();
+    let status = Command::new("bash").args(["-c", &script]).status().unwrap();
+    let took = start.elapsed();
+    if !status.success() {
+        fail(&format!("{script}: {status}"));
+    }
+    // `tee`'s counter may finish just after the pipeline.
+    let mut bytes = 0;
+    for _ in 0..50 {
+        if let Some(n) = fs::read_to_string(&count)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            bytes = n;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = fs::remove_file(&count);
+    (took, bytes)
+}
+
+/// Rewrites the [`CHANGED`] files with other bytes of the same length (`round` makes them
+/// differ from every earlier round's).
+fn change_three(src: &Path, round: usize) {
+    for rel in CHANGED {
+        let path = src.join(rel);
+        let mut data = fs::read(&path).unwrap();
+        for b in &mut data {
+            *b = b.wrapping_add(1 + round as u8);
+        }
+        fs::write(&path, data).unwrap();
+    }
+}
+
+struct Row {
+    label: &'static str,
+    times: Vec<Duration>,
+    bytes: u64,
+}
+
+fn main() {
+    let init = binary("pitcrew-init");
+    let root = target_profile_dir().join("bench-upload");
+    let src = root.join("src");
+    if !src.join("index.js").exists() {
+        eprintln!("generating the tree: {FILES} files, {BYTES} bytes");
+        let _ = fs::remove_dir_all(&src);
+        generate_tree(&src, FILES, BYTES, 17).unwrap_or_else(|e| fail(&e.to_string()));
+    }
+    for tool in ["pv", "zstd", "tar", "bash"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            fail(&format!(
+                "{tool} is not installed (apt-get install pv zstd)"
+            ));
+        }
+    }
+    let rounds = rounds();
+    for transport in [Transport::Pipe, Transport::Throttled] {
+        let cases = ["first", "unchanged", "3 changed"];
+        let mut pitcrew: Vec<Row> = cases
+            .iter()
+            .map(|&label| Row {
+                label,
+                times: Vec::new(),
+                bytes: 0,
+            })
+            .collect();
+        let mut plain = Row {
+            label: "tar",
+            times: Vec::new(),
+            bytes: 0,
+        };
+        let mut zstd = Row {
+            label: "tar | zstd -3",
+            times: Vec::new(),
+            bytes: 0,
+        };
+        let mut sent_files = [0u64; 3];
+        for round in 0..rounds {
+            let records = root.join("records");
+            let dest = root.join("dest");
+            let _ = fs::remove_dir_all(&records);
+            let _ = fs::remove_dir_all(&dest);
+            fs::create_dir_all(&records).unwrap();
+            let mut s = Session::start(&init, &records, transport);
+            for (i, row) in pitcrew.iter_mut().enumerate() {
+                if i == 2 {
+                    change_three(&src, round);
+                }
+                let (took, bytes, files) = s.offer(&src, &dest.join("tree"));
+                row.times.push(took);
+                row.bytes = bytes;
+                sent_files[i] = files;
+            }
+            s.close();
+            let (took, bytes) = tar_upload(&src, &root.join("tar-dest"), false, transport);
+            plain.times.push(took);
+            plain.bytes = bytes;
+            let (took, bytes) = tar_upload(&src, &root.join("tar-dest"), true, transport);
+            zstd.times.push(took);
+            zstd.bytes = bytes;
+        }
+        let _ = fs::remove_dir_all(root.join("tar-dest"));
+        let tar_m = median(&mut plain.times);
+        let zstd_m = median(&mut zstd.times);
+        println!(
+            "\n{} — {FILES} files, {:.0} MB, {rounds} rounds (medians)",
+            transport.name(),
+            BYTES as f64 / 1e6
+        );
+        println!(
+            "  tar:           {:>9.1} ms, {:>11} bytes sent",
+            tar_m.as_secs_f64() * 1e3,
+            plain.bytes
+        );
+        println!(
+            "  tar | zstd -3: {:>9.1} ms, {:>11} bytes sent",
+            zstd_m.as_secs_f64() * 1e3,
+            zstd.bytes
+        );
+        for (i, row) in pitcrew.iter_mut().enumerate() {
+            let m = median(&mut row.times);
+            println!(
+                "  pitcrew {:<10} {:>9.1} ms, {:>11} bytes sent ({} files): {:.1}x faster than tar, {:.1}x than tar|zstd; {:.3} % of tar's bytes",
+                row.label,
+                m.as_secs_f64() * 1e3,
+                row.bytes,
+                sent_files[i],
+                tar_m.as_secs_f64() / m.as_secs_f64(),
+                zstd_m.as_secs_f64() / m.as_secs_f64(),
+                row.bytes as f64 * 100.0 / plain.bytes as f64
+            );
+        }
+    }
+    let _ = fs::remove_dir_all(root.join("dest"));
+    let _: PathBuf = root;
+}
