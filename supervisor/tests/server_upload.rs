@@ -409,3 +409,100 @@ fn attack_tar__an_offered_tree_never_takes_the_agents_links_fifos_or_edits_from_
     // The secret was neither read into the tree nor changed.
     assert_eq!(std::fs::read(&secret).unwrap(), b"content 0\n");
 }
+
+#[test]
+fn an_upload_cut_off_between_entries_is_abandoned_and_the_old_tree_stays() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let area = server.path("area");
+    let dest = area.join("tree");
+    let mut c = server.connect();
+    let r = c.upload(&dest, None, &tar_of(&[(b"old", T::Regular, b"old")]));
+    assert_eq!(r["type"], "ok", "{r}");
+    // Whole entries, but neither the tar end blocks nor the empty frame: the stream is unpacked
+    // as it arrives, and its end must come from the host, not from the connection going away.
+    let mut cut = tar_of(&[(b"new", T::Regular, b"new"), (b"more", T::Regular, b"x")]);
+    cut.truncate(cut.len() - 1024);
+    for plain in [true, false] {
+        let mut c = server.connect();
+        if plain {
+            c.send(serde_json::json!({"type": "upload", "dest": dest}));
+        } else {
+            c.send(serde_json::json!({"type": "upload", "dest": dest, "offer": true}));
+            let listing = Offer {
+                dirs: vec![],
+                files: vec![
+                    ("new".into(), b"new".to_vec()),
+                    ("more".into(), b"x".to_vec()),
+                ],
+            }
+            .listing();
+            c.send_data(pitcrew_core::protocol::Channel::Listing, &listing);
+            c.send_data(pitcrew_core::protocol::Channel::Listing, &[]);
+            assert_eq!(c.recv_control()["type"], "need");
+        }
+        c.send_data(pitcrew_core::protocol::Channel::Tar, &cut);
+        drop(c);
+        let settled = common::busy_wait(
+            || listing(&area) == ["tree"],
+            std::time::Duration::from_secs(10),
+        );
+        assert!(settled, "plain {plain}: left {:?}", listing(&area));
+        assert_eq!(listing(&dest), ["old"], "plain {plain}");
+    }
+    // The server goes on serving.
+    let r = c.upload(&dest, None, &tar_of(&[(b"new", T::Regular, b"new")]));
+    assert_eq!(r["type"], "ok", "{r}");
+}
+
+#[test]
+fn an_upload_sent_with_a_run_in_the_same_write_is_refused_never_assembled_under_the_agent() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    use pitcrew_core::protocol::{Channel, Frame, FrameKind};
+    let server = Server::start();
+    let sb = common::Sandbox::sh("sleep 0.5; exit 0");
+    let mut c = server.connect();
+    let r = c.request(serde_json::json!({"type": "set_manifest", "manifest": sb.manifest}));
+    assert_eq!(r["type"], "ok", "{r}");
+    let dest = sb.workdir.join("up");
+    let tree = Offer {
+        dirs: vec![],
+        files: vec![("f".into(), b"hello".to_vec())],
+    };
+    // One write: both requests are taken from the same read, the run first.
+    let mut bytes = Frame::control(&serde_json::json!({"type": "run", "id": 100})).encode();
+    bytes.extend(
+        Frame::control(
+            &serde_json::json!({"type": "upload", "id": 101, "dest": dest, "offer": true}),
+        )
+        .encode(),
+    );
+    bytes.extend(Frame::data(Channel::Listing, tree.listing()).encode());
+    bytes.extend(Frame::data(Channel::Listing, Vec::new()).encode());
+    c.send_raw(&bytes);
+    let mut upload = None;
+    loop {
+        let f = c.recv().expect("frame");
+        if f.kind != FrameKind::Control {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&f.payload).unwrap();
+        if v["id"] == 101 {
+            upload = Some(v.clone());
+        }
+        if v["type"] == "result" {
+            break;
+        }
+    }
+    let upload = upload.expect("an answer to the upload");
+    assert_eq!(
+        (upload["type"].as_str(), upload["kind"].as_str()),
+        (Some("error"), Some("busy")),
+        "{upload}"
+    );
+    assert!(!dest.exists());
+}

@@ -3,7 +3,6 @@
 use super::error::RequestError;
 use crate::protocol::{Channel, Frame, FrameDecoder, Response};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -33,20 +32,18 @@ pub(super) enum Upload {
         /// Complete lines in it.
         lines: u64,
     },
-    /// Tar bytes are spooled into an unlinked root-owned file.
+    /// Tar bytes are unpacked by a thread of the upload's own as they arrive.
     Receiving {
         /// Correlation id of the `upload` request.
         id: u64,
         /// Destination.
         dest: PathBuf,
-        /// Owner of the unpacked tree.
-        owner: Option<(u32, u32)>,
-        /// The spool.
-        spool: File,
-        /// Bytes spooled so far.
+        /// The stream and its unpacking thread.
+        stream: super::upload_stream::UploadStream,
+        /// Bytes received so far.
         bytes: u64,
-        /// The offered tree being assembled, whose needed files the tar stream brings.
-        assembly: Option<Box<crate::unpack::offer::Assembly>>,
+        /// When the tar stream started.
+        started: std::time::Instant,
     },
     /// The upload was refused: discard tar frames up to the empty one.
     Draining,

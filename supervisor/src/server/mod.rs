@@ -15,7 +15,8 @@
 //! - `conn`: one connection (framing, bounded writes, upload state).
 //! - `dispatch`: frames taken from a connection and requests answered.
 //! - `error`: why a request is refused ([`RequestError`], the wire `error` kinds).
-//! - `upload`: upload destinations, the spooled tar stream and its unpacking.
+//! - `upload`: upload destinations, an offered tree's listing and `need`, the tar stream's
+//!   frames; `upload_stream`: the thread that unpacks them as they arrive.
 //! - `run`: one iteration for a `run` request, the observer callbacks and the finished record.
 //! - `tail`: the agent's output streamed to the requester while it runs.
 //! - `status`: the `status` reply (history, `/proc` processes, live verification).
@@ -39,6 +40,7 @@ mod socket;
 mod status;
 mod tail;
 mod upload;
+mod upload_stream;
 
 pub use claim::COLLECTED_FILE;
 pub use error::RequestError;

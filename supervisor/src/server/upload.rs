@@ -1,18 +1,16 @@
 //! Uploads: the `upload` request's destination checks, the listing of an offered tree and the
-//! `need` answer ([`crate::unpack::offer`]), the tar stream spooled from data frames into an
-//! unlinked root-owned file, and its unpacking once the stream ends.
+//! `need` answer ([`crate::unpack::offer`]), and the tar stream handed frame by frame to the
+//! thread that unpacks it (`upload_stream`).
 
-use super::conn::Upload;
+use super::conn::{Conn, Upload};
 use super::error::RequestError;
+use super::upload_stream::UploadStream;
 use super::Server;
 use crate::clock::millis;
 use crate::protocol::{Channel, Frame, Owner, Response};
 use crate::unpack::offer::{Assembly, MAX_LINE};
-use crate::unpack::{unpack_tar, UnpackError};
+use crate::unpack::unpack_tar;
 use serde_json::json;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
@@ -66,6 +64,15 @@ impl Server {
         }
     }
 
+    /// Refuses an upload while an iteration runs or is about to (a `run` accepted in the same
+    /// read): a tree is never assembled or swapped under a live agent.
+    fn check_no_iteration(&self) -> Result<(), RequestError> {
+        if self.current.is_some() || self.pending_run.is_some() {
+            return Err(RequestError::Busy("an iteration is running".into()));
+        }
+        Ok(())
+    }
+
     /// The receiving state of upload `id` of connection `conn_id`, or why it is refused.
     fn open_upload(
         &self,
@@ -78,9 +85,7 @@ impl Server {
         // Refused here, not before: a refused upload's frames are drained, never taken for
         // frames out of order.
         self.check_claim(conn_id, "upload")?;
-        if self.current.is_some() {
-            return Err(RequestError::Busy("an iteration is running".into()));
-        }
+        self.check_no_iteration()?;
         let dest = check_dest(dest).map_err(RequestError::Refused)?;
         let inside = |root: &Path| dest.starts_with(root) || root.starts_with(&dest);
         if inside(&self.records)
@@ -105,36 +110,27 @@ impl Server {
                 lines: 0,
             });
         }
+        let limits = self.limits;
+        let target = dest.clone();
+        let stream = UploadStream::start(move |reader| {
+            let reader = std::io::BufReader::with_capacity(256 * 1024, reader);
+            unpack_tar(reader, &target, &limits, owner)
+                .map(|r| json!({"files": r.files, "dirs": r.dirs, "bytes": r.bytes}))
+        })?;
         Ok(Upload::Receiving {
             id,
             dest,
-            owner,
-            spool: self.open_spool(conn_id, id)?,
+            stream,
             bytes: 0,
-            assembly: None,
+            started: Instant::now(),
         })
     }
 
-    /// An unlinked root-owned file for the tar stream of upload `id` of connection `conn_id`.
-    fn open_spool(&self, conn_id: u64, id: u64) -> Result<File, RequestError> {
-        let spool_path = self.records.join(format!(".upload-{conn_id}-{id}"));
-        let spool = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&spool_path)
-            .map_err(|err| RequestError::Internal(format!("upload spool: {err}")))?;
-        let _ = fs::remove_file(&spool_path);
-        Ok(spool)
-    }
-
     /// Handles a data frame of connection `i`: the listing of an offered upload (channel 4),
-    /// then tar bytes (channel 3), spooled and unpacked at the empty frame that ends them;
-    /// those of a refused upload are discarded.
+    /// then tar bytes (channel 3), unpacked as they arrive and answered at the empty frame that
+    /// ends them; those of a refused upload are discarded.
     pub(super) fn on_data(&mut self, i: usize, frame: Frame) {
-        let max_spool = self
+        let max_stream = self
             .limits
             .max_bytes
             .saturating_add(self.limits.max_entries.saturating_mul(1536))
@@ -207,38 +203,34 @@ impl Server {
                 }
             }
             Upload::Receiving {
-                id, spool, bytes, ..
+                id, stream, bytes, ..
             } => {
                 let id = *id;
                 if frame.payload.is_empty() {
-                    let upload = std::mem::replace(&mut c.upload, Upload::Idle);
                     if let Upload::Receiving {
                         id,
                         dest,
-                        owner,
-                        spool,
-                        assembly,
+                        stream,
+                        started,
                         ..
-                    } = upload
+                    } = std::mem::replace(&mut c.upload, Upload::Idle)
                     {
-                        self.finish_upload(i, id, &dest, owner, spool, assembly);
+                        finish_stream(c, id, &dest, stream, started);
                     }
                     return;
                 }
                 *bytes += frame.payload.len() as u64;
-                if *bytes > max_spool {
+                let pushed = if *bytes > max_stream {
+                    Err(RequestError::Refused(format!(
+                        "upload larger than {max_stream} bytes of tar stream"
+                    )))
+                } else {
+                    stream.push(frame.payload)
+                };
+                if let Err(err) = pushed {
+                    // Dropping the stream ends the thread, which removes its staging tree.
                     c.upload = Upload::Draining;
-                    c.error(
-                        id,
-                        RequestError::Refused(format!(
-                            "upload larger than {max_spool} bytes of tar stream"
-                        )),
-                    );
-                    return;
-                }
-                if let Err(err) = spool.write_all(&frame.payload) {
-                    c.upload = Upload::Draining;
-                    c.error(id, RequestError::Internal(format!("upload spool: {err}")));
+                    c.error(id, err);
                 }
             }
         }
@@ -258,77 +250,67 @@ impl Server {
         else {
             return;
         };
-        let conn_id = self.conns[i].id;
         let started = Instant::now();
-        let prepared = Assembly::prepare(&dest, &listing, &self.limits, owner)
-            .map_err(RequestError::from)
-            .and_then(|a| Ok((a, self.open_spool(conn_id, id)?)));
+        if let Err(err) = self.check_no_iteration() {
+            self.conns[i].error(id, err);
+            return;
+        }
+        let prepared = Assembly::prepare(&dest, &listing, &self.limits, owner);
         drop(listing);
         let c = &mut self.conns[i];
         match prepared {
-            Ok((assembly, spool)) => {
+            Ok(assembly) => {
                 let (files, bytes) = assembly.need();
                 tracing::info!(
                     "upload: {}: {files} files ({bytes} bytes) needed, assembled in {} ms",
                     dest.display(),
                     millis(started.elapsed())
                 );
-                c.send(&Response::Need {
-                    id,
-                    files,
-                    bytes,
-                    need: hex::encode(assembly.need_bitmap()),
+                let need = hex::encode(assembly.need_bitmap());
+                let mut assembly = assembly;
+                let stream = UploadStream::start(move |reader| {
+                    let reader = std::io::BufReader::with_capacity(256 * 1024, reader);
+                    assembly.receive(reader)?;
+                    let report = assembly.finish()?;
+                    Ok(serde_json::to_value(report).unwrap_or_default())
                 });
-                c.upload = Upload::Receiving {
-                    id,
-                    dest,
-                    owner,
-                    spool,
-                    bytes: 0,
-                    assembly: Some(Box::new(assembly)),
-                };
-            }
-            Err(err) => c.error(id, err),
-        }
-    }
-
-    /// Unpacks the spooled tar stream of upload `id` into `dest` (or, for an offered tree, into
-    /// its assembly, then swaps it in) and answers the request.
-    fn finish_upload(
-        &mut self,
-        i: usize,
-        id: u64,
-        dest: &Path,
-        owner: Option<(u32, u32)>,
-        mut spool: File,
-        assembly: Option<Box<Assembly>>,
-    ) {
-        let started = Instant::now();
-        let rewound = spool
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| UnpackError::Io("upload spool".into(), e));
-        let reader = std::io::BufReader::with_capacity(256 * 1024, spool);
-        let result = match assembly {
-            None => rewound
-                .and_then(|_| unpack_tar(reader, dest, &self.limits, owner))
-                .map(|r| json!({"files": r.files, "dirs": r.dirs, "bytes": r.bytes})),
-            Some(mut assembly) => rewound
-                .and_then(|_| assembly.receive(reader))
-                .and_then(|()| assembly.finish())
-                .map(|r| serde_json::to_value(r).unwrap_or_default()),
-        };
-        let c = &mut self.conns[i];
-        match result {
-            Ok(mut detail) => {
-                tracing::info!("upload: {}: {detail}", dest.display());
-                if let Some(map) = detail.as_object_mut() {
-                    map.insert("dest".into(), json!(dest));
-                    map.insert("duration_ms".into(), json!(millis(started.elapsed())));
+                match stream {
+                    Ok(stream) => {
+                        c.send(&Response::Need {
+                            id,
+                            files,
+                            bytes,
+                            need,
+                        });
+                        c.upload = Upload::Receiving {
+                            id,
+                            dest,
+                            stream,
+                            bytes: 0,
+                            started: Instant::now(),
+                        };
+                    }
+                    Err(err) => c.error(id, err),
                 }
-                c.send(&Response::Ok { id, detail });
             }
             Err(err) => c.error(id, err.into()),
         }
+    }
+}
+
+/// Ends the tar stream of upload `id` on connection `c`: waits for its unpacking thread (which
+/// swapped the tree in for `dest`, or refused it) and answers the request.
+fn finish_stream(c: &mut Conn, id: u64, dest: &Path, stream: UploadStream, started: Instant) {
+    match stream.finish() {
+        Ok(mut detail) => {
+            tracing::info!("upload: {}: {detail}", dest.display());
+            if let Some(map) = detail.as_object_mut() {
+                map.insert("dest".into(), json!(dest));
+                map.insert("duration_ms".into(), json!(millis(started.elapsed())));
+            }
+            c.send(&Response::Ok { id, detail });
+        }
+        Err(err) => c.error(id, err),
     }
 }
 

@@ -9,21 +9,27 @@
 //! f <sha256, 64 lowercase hex> <size in bytes> <x or -> <path>
 //! ```
 //!
-//! [`Assembly::prepare`] creates a fresh staging directory (as [`super::unpack_tar`] does) with
-//! every listed directory, then looks for each file's content where it already is:
+//! A listing is refused whole, before anything is written, when a line breaks a rule, a path
+//! is listed twice, or it exceeds the limits. When `dest` already holds exactly the listed tree
+//! (`kept`), nothing is needed and it stays as it is. Otherwise [`Assembly::prepare`] creates a
+//! fresh staging directory (as [`super::unpack_tar`] does) with every listed directory, then
+//! looks for each file's content where it already is:
 //!
-//! - an earlier file of this listing with the same sha256: copied once that one is in staging;
-//! - the same path in the tree being replaced, when it is a regular file of the listed size: it
-//!   is copied into staging (a reflink where the file system offers one) and the copy is hashed.
-//!   Only a copy of the listed sha256 is kept. It is a new file, created by the supervisor in a
-//!   directory no one else can enter: never a hard link to what was there, and nothing written
-//!   to the old file afterwards reaches it.
+//! - an earlier file of this listing with the same sha256 and size: copied once that one is in
+//!   staging;
+//! - the same path in the tree being replaced, when it is a regular file of the listed size
+//!   whose content hashes to the listed sha256: moved into staging when it has one link and
+//!   already belongs to the tree's owner (`moving`), else copied into a new file (a reflink
+//!   where the file system offers one) and the copy hashed. A copy is created by the supervisor
+//!   in a directory no one else can enter: never a hard link to what was there, and nothing
+//!   written to the old file afterwards reaches it.
 //!
 //! The other files are needed ([`Assembly::need_bitmap`]). The tar stream that follows
 //! ([`Assembly::receive`]) must hold exactly those, in listing order, each with its listed size
 //! and sha256 (hashed as it is written), and nothing else. Only then does [`Assembly::finish`]
 //! swap the staging tree in for `dest`; a refusal, or an assembly dropped unfinished (the
-//! connection went away), removes the staging tree and leaves `dest` as it was.
+//! connection went away), moves what it moved back and removes the staging tree, leaving `dest`
+//! as it was.
 
 use super::{
     check_entry_path, chown, copy_with, discard, finish, io_err, sibling, Dirs, UnpackError,
@@ -101,6 +107,16 @@ fn bad_line(line: usize, why: impl Into<String>) -> UnpackError {
     }
 }
 
+/// The line number (from 1) of entry `n` of `listing` (empty lines are not entries).
+fn line_of(listing: &[u8], n: usize) -> usize {
+    listing
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .nth(n)
+        .map_or(0, |(i, _)| i + 1)
+}
+
 /// Parses a listing, checking it against the limits before anything is written.
 fn parse(listing: &[u8], limits: &UnpackLimits) -> Result<Vec<Item>, UnpackError> {
     let mut items = Vec::new();
@@ -168,6 +184,15 @@ fn parse(listing: &[u8], limits: &UnpackLimits) -> Result<Vec<Item>, UnpackError
             path: parts.join("/"),
             file,
         });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    for (n, item) in items.iter().enumerate() {
+        if !seen.insert(item.path.as_str()) {
+            return Err(bad_line(
+                line_of(listing, n),
+                format!("{} is listed twice", item.path),
+            ));
+        }
     }
     Ok(items)
 }

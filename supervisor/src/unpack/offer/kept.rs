@@ -99,14 +99,14 @@ fn structure_ok(
         }
         *children.entry(parent).or_default() += 1;
     }
+    let paths: HashSet<&str> = items.iter().map(|i| i.path.as_str()).collect();
     let dir_ok = |fd: BorrowedFd<'_>, path: &str| {
         let Ok(st) = rustix::fs::fstat(fd) else {
             return false;
         };
-        let count = bounded_tree::entry_names(fd).map_or(u64::MAX, |n| n.len() as u64);
         (st.st_uid, st.st_gid) == owner
             && st.st_mode & 0o7777 == limits.dir_mode()
-            && count == children.get(path).copied().unwrap_or(0)
+            && names_listed(fd, path, &paths, children.get(path).copied().unwrap_or(0))
     };
     if !dir_ok(root, "") {
         return false;
@@ -127,6 +127,41 @@ fn structure_ok(
         }
     }
     true
+}
+
+/// Whether the directory `dir` (at `path`) holds exactly `expected` entries, each of a name the
+/// listing gives (`paths`). Names are compared as read from the directory, so two listed names a
+/// case-folding directory takes for one do not pass; reading stops at the first name too many.
+fn names_listed(dir: BorrowedFd<'_>, path: &str, paths: &HashSet<&str>, expected: u64) -> bool {
+    let Ok(own) = bounded_tree::open_dir_at(dir, ".".as_ref()) else {
+        return false;
+    };
+    let Ok(entries) = rustix::fs::Dir::new(own) else {
+        return false;
+    };
+    let mut seen = 0u64;
+    for entry in entries {
+        let Ok(entry) = entry else {
+            return false;
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        seen += 1;
+        let Ok(name) = std::str::from_utf8(name) else {
+            return false;
+        };
+        let full = if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}/{name}")
+        };
+        if seen > expected || !paths.contains(full.as_str()) {
+            return false;
+        }
+    }
+    seen == expected
 }
 
 /// The directory `path` (`/`-separated, "" for `root` itself) below `root`, never through a

@@ -331,3 +331,30 @@ fn one_sha256_listed_with_two_sizes_is_asked_for_twice_and_refused_when_it_lies(
     drop(a);
     assert!(names(tmp.path()).is_empty());
 }
+
+#[test]
+fn a_path_listed_twice_is_refused_naming_its_second_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("tree");
+    let sha = "0".repeat(64);
+    let limits = UnpackLimits::default();
+    for listing in [
+        format!("f {sha} 1 - a\nd b\nf {sha} 1 - a\n"),
+        "d d\nd d/\n".to_string(),
+        "d d\nd ./d\n".to_string(),
+    ] {
+        let err = Assembly::prepare(&dest, listing.as_bytes(), &limits, None).unwrap_err();
+        assert!(
+            err.to_string().contains("listed twice"),
+            "{listing:?}: {err}"
+        );
+    }
+    let err = Assembly::prepare(
+        &dest,
+        format!("f {sha} 1 - a\nd b\nf {sha} 1 - a\n").as_bytes(),
+        &limits,
+        None,
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("listing line 3:"), "{err}");
+}
