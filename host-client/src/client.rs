@@ -294,17 +294,7 @@ impl<R: Read, W: Write> Client<R, W> {
         owner: Option<Owner>,
         write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
     ) -> Result<serde_json::Value, ClientError> {
-        let id = self.id();
-        let name = format!("upload {dest}");
-        self.send(
-            &Request::Upload {
-                id,
-                dest: dest.to_string(),
-                owner,
-                offer: false,
-            },
-            &name,
-        )?;
+        let (id, name) = self.start_upload(dest, owner, false)?;
         self.send_tar(id, &name, write_tar)
     }
 
@@ -319,17 +309,7 @@ impl<R: Read, W: Write> Client<R, W> {
         listing: &[u8],
         write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
     ) -> Result<serde_json::Value, ClientError> {
-        let id = self.id();
-        let name = format!("upload {dest}");
-        self.send(
-            &Request::Upload {
-                id,
-                dest: dest.to_string(),
-                owner,
-                offer: true,
-            },
-            &name,
-        )?;
+        let (id, name) = self.start_upload(dest, owner, true)?;
         let mut frames = FrameWriter {
             writer: &self.writer,
             channel: Channel::Listing,
@@ -356,6 +336,25 @@ impl<R: Read, W: Write> Client<R, W> {
             other => return Err(unexpected(&name, &other)),
         };
         self.send_tar(id, &name, |w| write_tar(w, &bitmap))
+    }
+
+    /// Sends an `upload` request; its id and the name errors give it.
+    fn start_upload(
+        &mut self,
+        dest: &str,
+        owner: Option<Owner>,
+        offer: bool,
+    ) -> Result<(u64, String), ClientError> {
+        let id = self.id();
+        let name = format!("upload {dest}");
+        let request = Request::Upload {
+            id,
+            dest: dest.to_string(),
+            owner,
+            offer,
+        };
+        self.send(&request, &name)?;
+        Ok((id, name))
     }
 
     /// Sends the tar stream `write_tar` writes as data frames of request `id`, ended by an empty

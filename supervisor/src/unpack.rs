@@ -215,29 +215,8 @@ pub fn unpack_tar(
     limits: &UnpackLimits,
     owner: Option<(u32, u32)>,
 ) -> Result<UnpackReport, UnpackError> {
-    if !dest.is_absolute()
-        || dest
-            .components()
-            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return Err(UnpackError::Destination(
-            dest.display().to_string(),
-            "must be an absolute path without `.` or `..` components".into(),
-        ));
-    }
-    let parent = dest.parent().ok_or_else(|| {
-        UnpackError::Destination(dest.display().to_string(), "has no parent".into())
-    })?;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(parent)
-        .map_err(io_err(parent))?;
-    let staging = sibling(dest, "staging")?;
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&staging)
-        .map_err(io_err(&staging))?;
+    check_dest(dest)?;
+    let staging = make_staging(dest)?;
     match unpack_into(reader, &staging, limits, owner) {
         Ok(report) => match finish(&staging, dest, owner, limits.dir_mode()) {
             Ok(()) => Ok(report),
@@ -251,6 +230,44 @@ pub fn unpack_tar(
             Err(err)
         }
     }
+}
+
+/// Checks a destination: absolute, without `.` or `..` components, with a parent.
+fn check_dest(dest: &Path) -> Result<(), UnpackError> {
+    if !dest.is_absolute()
+        || dest
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(UnpackError::Destination(
+            dest.display().to_string(),
+            "must be an absolute path without `.` or `..` components".into(),
+        ));
+    }
+    if dest.parent().is_none() {
+        return Err(UnpackError::Destination(
+            dest.display().to_string(),
+            "has no parent".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `dest`'s parent when missing and a fresh staging sibling of `dest` (mode 0700).
+fn make_staging(dest: &Path) -> Result<PathBuf, UnpackError> {
+    if let Some(parent) = dest.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(io_err(parent))?;
+    }
+    let staging = sibling(dest, "staging")?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging)
+        .map_err(io_err(&staging))?;
+    Ok(staging)
 }
 
 /// Removes a staging or replaced tree (of any depth), logging what could not be removed.

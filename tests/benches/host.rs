@@ -22,6 +22,10 @@
 //!    wait for `ok`, which comes after the supervisor's safe unpack), next to
 //!    `tar -c -C SRC . | sh -c 'tar -x -C DEST'` through a pipe.
 
+#[path = "common/frames.rs"]
+mod frames;
+
+use frames::{FrameSink, DATA_FRAME};
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
 use pitcrew_e2e::{binary, generate_tree, median, ms, shell_preflight, target_profile_dir};
 use serde_json::{json, Value};
@@ -39,8 +43,6 @@ const PLUGINS: [(&str, u64, u64); 3] = [
 ];
 const UPLOAD_FILES: u64 = 2_000;
 const UPLOAD_BYTES: u64 = 200_000_000;
-/// The host client's data frame size.
-const DATA_FRAME: usize = pitcrew_core::protocol::MAX_PAYLOAD / 4;
 
 fn fail(msg: &str) -> ! {
     eprintln!("bench host: {msg}");
@@ -256,10 +258,7 @@ fn upload_once(init: &Path, records: &Path, src: &Path, dest: &Path) -> Duration
         },
     );
     {
-        let mut frames = FrameSink {
-            w: &mut w,
-            buf: Vec::with_capacity(DATA_FRAME),
-        };
+        let mut frames = FrameSink::new(&mut w, Channel::Tar);
         let mut b = tar::Builder::new(&mut frames);
         b.mode(tar::HeaderMode::Deterministic);
         b.follow_symlinks(false);
@@ -276,40 +275,6 @@ fn upload_once(init: &Path, records: &Path, src: &Path, dest: &Path) -> Duration
     drop(w);
     let _ = child.wait();
     took
-}
-
-/// Tar bytes as data frames on the tar channel.
-struct FrameSink<'a, W: Write> {
-    w: &'a mut W,
-    buf: Vec<u8>,
-}
-
-impl<W: Write> FrameSink<'_, W> {
-    fn frame(&mut self) {
-        let payload = std::mem::replace(&mut self.buf, Vec::with_capacity(DATA_FRAME));
-        write_frame(self.w, &Frame::data(Channel::Tar, payload)).unwrap();
-    }
-    fn finish(&mut self) {
-        if !self.buf.is_empty() {
-            self.frame();
-        }
-        self.frame(); // the empty end-of-stream frame
-        self.w.flush().unwrap();
-    }
-}
-
-impl<W: Write> Write for FrameSink<'_, W> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = data.len().min(DATA_FRAME - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == DATA_FRAME {
-            self.frame();
-        }
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn shell_upload(src: &Path, dest: &Path) -> Duration {

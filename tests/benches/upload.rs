@@ -22,6 +22,10 @@
 //! `pv -q -L 20m` (a stand-in for `kubectl exec` over a network). Bytes sent are counted on the
 //! wire (pitcrew: frame payloads; tar: the stream after compression).
 
+#[path = "common/frames.rs"]
+mod frames;
+
+use frames::{FrameSink, DATA_FRAME};
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
 use pitcrew_core::unpack::offer::host::{list_tree, write_needed};
 use pitcrew_e2e::{binary, generate_tree, median, target_profile_dir};
@@ -33,8 +37,6 @@ use std::time::{Duration, Instant};
 
 const FILES: u64 = 20_000;
 const BYTES: u64 = 200_000_000;
-/// The host client's data frame size.
-const DATA_FRAME: usize = pitcrew_core::protocol::MAX_PAYLOAD / 4;
 /// The throttled transport's rate.
 const RATE: &str = "20m";
 /// Files rewritten for the "3 changed" case: the first, a middle and the last of the generated
@@ -70,44 +72,6 @@ impl Transport {
             Transport::Pipe => "local pipe",
             Transport::Throttled => "pipe at 20 MB/s (pv -L 20m)",
         }
-    }
-}
-
-/// Data frames on one channel, counting the payload bytes.
-struct FrameSink<'a, W: Write> {
-    w: &'a mut W,
-    channel: Channel,
-    buf: Vec<u8>,
-    sent: u64,
-}
-
-impl<W: Write> FrameSink<'_, W> {
-    fn frame(&mut self) {
-        let payload = std::mem::replace(&mut self.buf, Vec::with_capacity(DATA_FRAME));
-        self.sent += payload.len() as u64;
-        write_frame(self.w, &Frame::data(self.channel, payload)).unwrap();
-    }
-    fn finish(mut self) -> u64 {
-        if !self.buf.is_empty() {
-            self.frame();
-        }
-        self.frame(); // the empty end-of-stream frame
-        self.w.flush().unwrap();
-        self.sent
-    }
-}
-
-impl<W: Write> Write for FrameSink<'_, W> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = data.len().min(DATA_FRAME - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == DATA_FRAME {
-            self.frame();
-        }
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -193,24 +157,14 @@ impl Session {
             owner: None,
             offer: true,
         });
-        let mut listing = FrameSink {
-            w: &mut self.w,
-            channel: Channel::Listing,
-            buf: Vec::with_capacity(DATA_FRAME),
-            sent: 0,
-        };
+        let mut listing = FrameSink::new(&mut self.w, Channel::Listing);
         listing.write_all(&offered.listing).unwrap();
         let mut sent = listing.finish();
         let bitmap = match self.answer() {
             Response::Need { need, .. } => hex::decode(need).unwrap(),
             other => fail(&format!("upload: {other:?}")),
         };
-        let mut tar = FrameSink {
-            w: &mut self.w,
-            channel: Channel::Tar,
-            buf: Vec::with_capacity(DATA_FRAME),
-            sent: 0,
-        };
+        let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
         write_needed(&mut tar, &offered, &bitmap).unwrap();
         sent += tar.finish();
         let files = match self.answer() {

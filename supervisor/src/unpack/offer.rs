@@ -32,8 +32,8 @@
 //! as it was.
 
 use super::{
-    check_entry_path, chown, copy_with, discard, finish, io_err, sibling, Dirs, UnpackError,
-    UnpackLimits, COPY_BUFFER, MAX_PATH_LEN,
+    check_dest, check_entry_path, chown, copy_with, discard, finish, make_staging, Dirs,
+    UnpackError, UnpackLimits, COPY_BUFFER, MAX_PATH_LEN,
 };
 use crate::bounded_tree::{self, DirStack};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -43,8 +43,8 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 /// The longest listing line: a path of [`MAX_PATH_LEN`] bytes and the fields before it.
 pub const MAX_LINE: usize = MAX_PATH_LEN + 128;
@@ -280,81 +280,13 @@ impl Assembly {
         owner: Option<(u32, u32)>,
     ) -> Result<Assembly, UnpackError> {
         let items = parse(listing, limits)?;
-        if !dest.is_absolute()
-            || dest
-                .components()
-                .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-        {
-            return Err(UnpackError::Destination(
-                dest.display().to_string(),
-                "must be an absolute path without `.` or `..` components".into(),
-            ));
-        }
-        let parent = dest.parent().ok_or_else(|| {
-            UnpackError::Destination(dest.display().to_string(), "has no parent".into())
-        })?;
+        check_dest(dest)?;
         let files = items.iter().filter(|i| i.file.is_some()).count();
-        let owner_ids = owner.or_else(moving::own_ids);
-        let mut buf = vec![0u8; COPY_BUFFER];
-        let verdict = owner_ids
-            .map(|ids| kept::holds_exactly(dest, &items, limits, ids, &mut buf))
-            .unwrap_or_default();
-        if verdict.exact {
-            let bytes = items.iter().filter_map(|i| i.file.map(|f| f.size)).sum();
-            let report = OfferReport {
-                files: files as u64,
-                bytes,
-                reused_files: files as u64,
-                reused_bytes: bytes,
-                kept: true,
-                ..OfferReport::default()
-            };
-            return Ok(Assembly {
-                dest: dest.to_path_buf(),
-                staging: None,
-                items,
-                dirs: None,
-                limits: *limits,
-                owner,
-                needed: Vec::new(),
-                bitmap: vec![0; files.div_ceil(8)],
-                duplicates: Vec::new(),
-                old_root: None,
-                moved: Vec::new(),
-                verified: Vec::new(),
-                report,
-            });
-        }
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(parent)
-            .map_err(io_err(parent))?;
-        let staging = sibling(dest, "staging")?;
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&staging)
-            .map_err(io_err(&staging))?;
-        // From here on, dropping the assembly removes the staging directory.
-        let root = bounded_tree::open_dir(&staging);
-        let dirs = match root.and_then(DirStack::new) {
-            Ok(stack) => Dirs {
-                stack,
-                names: Vec::new(),
-                mode: limits.dir_mode(),
-                owner,
-                created: 0,
-            },
-            Err(e) => {
-                discard(&staging);
-                return Err(UnpackError::Io(staging.display().to_string(), e));
-            }
-        };
         let mut assembly = Assembly {
             dest: dest.to_path_buf(),
-            staging: Some(staging),
+            staging: None,
             items,
-            dirs: Some(dirs),
+            dirs: None,
             limits: *limits,
             owner,
             needed: Vec::new(),
@@ -362,9 +294,44 @@ impl Assembly {
             duplicates: Vec::new(),
             old_root: None,
             moved: Vec::new(),
-            verified: verdict.verified,
+            verified: Vec::new(),
             report: OfferReport::default(),
         };
+        let mut buf = vec![0u8; COPY_BUFFER];
+        let verdict = owner
+            .or_else(moving::own_ids)
+            .map(|ids| kept::holds_exactly(dest, &assembly.items, limits, ids, &mut buf))
+            .unwrap_or_default();
+        if verdict.exact {
+            let bytes = assembly
+                .items
+                .iter()
+                .filter_map(|i| i.file.map(|f| f.size))
+                .sum();
+            assembly.report = OfferReport {
+                files: files as u64,
+                bytes,
+                reused_files: files as u64,
+                reused_bytes: bytes,
+                kept: true,
+                ..OfferReport::default()
+            };
+            return Ok(assembly);
+        }
+        assembly.verified = verdict.verified;
+        let staging = make_staging(dest)?;
+        // From here on, dropping the assembly removes the staging directory.
+        assembly.staging = Some(staging.clone());
+        let stack = bounded_tree::open_dir(&staging)
+            .and_then(DirStack::new)
+            .map_err(|e| UnpackError::Io(staging.display().to_string(), e))?;
+        assembly.dirs = Some(Dirs {
+            stack,
+            names: Vec::new(),
+            mode: limits.dir_mode(),
+            owner,
+            created: 0,
+        });
         assembly.gather()?;
         Ok(assembly)
     }
@@ -719,28 +686,15 @@ fn copy_hashed(
     size: u64,
     buf: &mut [u8],
 ) -> io::Result<Option<[u8; 32]>> {
-    let mut hasher = Sha256::new();
-    let n = if clone(from, to) {
-        let mut reader = (&*to).take(size + 1);
-        let mut n = 0u64;
-        loop {
-            let got = match reader.read(buf) {
-                Ok(0) => break,
-                Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            hasher.update(&buf[..got]);
-            n += got as u64;
-        }
-        n
-    } else {
-        let mut hashing = HashingWriter { inner: to, hasher };
-        let n = copy_with(&mut from.take(size + 1), &mut hashing, buf)?;
-        hasher = hashing.hasher;
-        n
+    if clone(from, to) {
+        return moving::hash(to, size, buf);
+    }
+    let mut hashing = HashingWriter {
+        inner: to,
+        hasher: Sha256::new(),
     };
-    Ok((n == size).then(|| hasher.finalize().into()))
+    let n = copy_with(&mut from.take(size + 1), &mut hashing, buf)?;
+    Ok((n == size).then(|| hashing.hasher.finalize().into()))
 }
 
 pub mod host;
