@@ -279,7 +279,7 @@ impl<R: Read, W: Write> Client<R, W> {
                 Ok(HelloReply {
                     version,
                     supervisor,
-                    capabilities,
+                    capabilities: *capabilities,
                 })
             }
             other => Err(unexpected(name, &other)),

@@ -512,6 +512,19 @@ pub struct Capabilities {
     /// empty from a supervisor older than them, which would refuse or ignore them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
+    /// The most one upload may hold (`serve --upload-max-entries`, `--upload-max-bytes`), so a
+    /// host can refuse a tree over them before it sends anything; absent from older supervisors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_limits: Option<UploadLimits>,
+}
+
+/// The limits of one upload ([`Capabilities::upload_limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadLimits {
+    /// Most entries (files and directories, the tree's root not counted).
+    pub max_entries: u64,
+    /// Most bytes of file content.
+    pub max_bytes: u64,
 }
 
 /// What [`Capabilities::features`] lists: `agent.tools-empty` (`agent.tools: []` gives no
@@ -543,8 +556,9 @@ pub enum Response {
         version: u32,
         /// Supervisor version string.
         supervisor: String,
-        /// What it can do.
-        capabilities: Capabilities,
+        /// What it can do (boxed: the largest message by far, kept out of every other one's
+        /// size).
+        capabilities: Box<Capabilities>,
     },
     /// The files an offered upload must send: after its listing, before its tar stream.
     Need {

@@ -41,6 +41,14 @@ fn hello_is_required_first_and_versions_are_negotiated() {
     assert_eq!(caps["mode"], "pid1");
     assert!(caps["landlock_abi"].is_u64());
     assert!(caps["requests"].as_array().unwrap().len() >= 9);
+    // The upload limits (the defaults: this server was started without the flags).
+    assert_eq!(caps["upload_limits"]["max_entries"], 100_000, "{r}");
+    assert_eq!(caps["upload_limits"]["max_bytes"], 4u64 << 30, "{r}");
+    assert!(caps["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "upload.offer"));
     let r = c.request(json!({"type": "status"}));
     assert_eq!(r["type"], "status", "{r}");
     assert_eq!(r["status"]["state"], "idle");

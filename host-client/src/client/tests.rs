@@ -30,6 +30,7 @@ fn caps() -> Capabilities {
         agent_user: None,
         requests: vec![],
         features: vec![],
+        upload_limits: None,
     }
 }
 
@@ -39,7 +40,7 @@ fn hello_checks_the_version() {
         id: 1,
         version: 2,
         supervisor: "x".into(),
-        capabilities: caps(),
+        capabilities: Box::new(caps()),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
     assert!(matches!(c.hello(), Err(ClientError::Version { got: 2 })));

@@ -111,7 +111,7 @@ impl Server {
                     id,
                     version: PROTOCOL_VERSION,
                     supervisor: format!("pitcrew-init {}", env!("CARGO_PKG_VERSION")),
-                    capabilities: self.capabilities.clone(),
+                    capabilities: Box::new(self.capabilities.clone()),
                 });
             }
             Request::Upload {

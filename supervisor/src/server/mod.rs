@@ -212,6 +212,10 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
             .iter()
             .map(|s| s.to_string())
             .collect(),
+        upload_limits: Some(crate::protocol::UploadLimits {
+            max_entries: opts.limits.max_entries,
+            max_bytes: opts.limits.max_bytes,
+        }),
     };
     let collected = claim::read_collected(&opts.records);
     let mut server = Server {

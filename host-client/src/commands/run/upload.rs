@@ -5,8 +5,9 @@
 use super::progress::{transfer, Progress};
 use crate::engine::Connection;
 use crate::tarball;
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use pitcrew_core::harness::{Upload, UploadKind};
+use pitcrew_core::protocol::UploadLimits;
 use pitcrew_core::unpack::offer::host as offer_host;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +19,7 @@ pub(super) fn upload_all(
     uploads: &[Upload],
     progress: &Progress,
 ) -> anyhow::Result<()> {
+    check_limits(uploads, conn.hello().capabilities.upload_limits)?;
     let of_kind = |kind: fn(UploadKind) -> bool| uploads.iter().filter(move |u| kind(u.kind));
     for u in of_kind(|k| matches!(k, UploadKind::PluginTree | UploadKind::SkillTree)) {
         let (host, dest) = (&u.host_path, &u.sandbox_path);
@@ -121,37 +123,99 @@ fn counting<'a>(
     }
 }
 
+/// Refuses, before anything is sent, a tree over the limits the sandbox's supervisor reported
+/// in `hello` (its `--upload-max-entries` and `--upload-max-bytes`).
+fn check_limits(uploads: &[Upload], limits: Option<UploadLimits>) -> anyhow::Result<()> {
+    let Some(limits) = limits else {
+        return Ok(());
+    };
+    let trees = uploads.iter().filter(|u| {
+        matches!(
+            u.kind,
+            UploadKind::PluginTree | UploadKind::SkillTree | UploadKind::Workspace
+        )
+    });
+    for u in trees {
+        let size = walk_sizes(&u.host_path, limits.max_entries.saturating_add(1));
+        let over = if size.entries > limits.max_entries {
+            format!(
+                "more than {} entries (files and directories), the most one upload may hold \
+                 in this sandbox (its supervisor's --upload-max-entries)",
+                limits.max_entries
+            )
+        } else if size.file_bytes > limits.max_bytes {
+            format!(
+                "{} bytes of files, more than the {} one upload may hold in this sandbox (its \
+                 supervisor's --upload-max-bytes)",
+                size.file_bytes, limits.max_bytes
+            )
+        } else {
+            continue;
+        };
+        bail!(
+            "{} (uploaded to {}): {over}; nothing was uploaded",
+            u.host_path.display(),
+            u.sandbox_path
+        );
+    }
+    Ok(())
+}
+
 /// How often the upload status line is redrawn.
 const REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// About the bytes of the tar stream of `dir` (what the counting writer sees): a 512-byte
-/// header per entry and each file's data rounded up to 512, plus the 1024-byte end; walked
-/// without recursion and without following links (a tree of any depth); 0 (size unknown) past
-/// [`SIZE_WALK_ENTRIES`] entries.
+/// header per entry and each file's data rounded up to 512, plus the 1024-byte end; 0 (size
+/// unknown) past [`SIZE_WALK_ENTRIES`] entries.
 fn tree_bytes(dir: &Path) -> u64 {
-    let mut total = 1024u64;
-    let mut seen = 0usize;
+    let size = walk_sizes(dir, SIZE_WALK_ENTRIES as u64 + 1);
+    if size.entries > SIZE_WALK_ENTRIES as u64 {
+        return 0;
+    }
+    size.tar_bytes
+}
+
+/// What [`walk_sizes`] counted.
+struct Sizes {
+    /// Files and directories (the root not counted).
+    entries: u64,
+    /// Bytes of the regular files.
+    file_bytes: u64,
+    /// About the bytes of the tree's tar stream.
+    tar_bytes: u64,
+}
+
+/// Counts the tree under `dir`, walked without recursion and without following links (a tree
+/// of any depth), stopping once `stop_at` entries were seen.
+fn walk_sizes(dir: &Path, stop_at: u64) -> Sizes {
+    let mut size = Sizes {
+        entries: 0,
+        file_bytes: 0,
+        tar_bytes: 1024,
+    };
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
         };
         for e in entries.filter_map(Result::ok) {
-            seen += 1;
-            if seen > SIZE_WALK_ENTRIES {
-                return 0;
+            size.entries += 1;
+            if size.entries >= stop_at {
+                return size;
             }
-            total += 512;
+            size.tar_bytes += 512;
             match e.file_type() {
                 Ok(t) if t.is_dir() => pending.push(e.path()),
                 Ok(t) if t.is_file() => {
-                    total += e.metadata().map_or(0, |m| m.len().div_ceil(512) * 512);
+                    let len = e.metadata().map_or(0, |m| m.len());
+                    size.file_bytes += len;
+                    size.tar_bytes += len.div_ceil(512) * 512;
                 }
                 _ => {}
             }
         }
     }
-    total
+    size
 }
 
 /// Most entries [`tree_bytes`] looks at before it gives up on a total.
@@ -178,6 +242,41 @@ impl std::io::Write for Counting<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_over_the_supervisors_limits_is_refused_naming_it_before_anything_is_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.path().join(format!("a/b/f{i}")), vec![b'x'; 100]).unwrap();
+        }
+        let upload = Upload {
+            kind: UploadKind::Workspace,
+            host_path: dir.path().to_path_buf(),
+            sandbox_path: "/pitcrew/workspace".into(),
+            owner: None,
+        };
+        let limits = |max_entries, max_bytes| {
+            Some(UploadLimits {
+                max_entries,
+                max_bytes,
+            })
+        };
+        // 7 entries (a, a/b and five files), 500 bytes.
+        check_limits(std::slice::from_ref(&upload), limits(7, 500)).unwrap();
+        check_limits(std::slice::from_ref(&upload), None).unwrap();
+        let err = check_limits(std::slice::from_ref(&upload), limits(6, 500)).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("more than 6 entries")
+                && msg.contains("/pitcrew/workspace")
+                && msg.contains("--upload-max-entries")
+                && msg.contains(&dir.path().display().to_string()),
+            "{msg}"
+        );
+        let err = check_limits(std::slice::from_ref(&upload), limits(7, 499)).unwrap_err();
+        assert!(err.to_string().contains("500 bytes of files"), "{err}");
+    }
 
     #[test]
     fn the_size_estimate_is_the_tar_streams_within_a_header() {
