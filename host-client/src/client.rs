@@ -167,6 +167,8 @@ pub struct Client<R: Read, W: Write> {
     reader: R,
     writer: Arc<Mutex<W>>,
     next_id: Arc<AtomicU64>,
+    /// The zstd level upload tar streams are compressed at (`None`: sent as they are).
+    zstd_level: Option<i32>,
 }
 
 /// What arrived for the current request.
@@ -183,7 +185,14 @@ impl<R: Read, W: Write> Client<R, W> {
             reader,
             writer: Arc::new(Mutex::new(writer)),
             next_id: Arc::new(AtomicU64::new(1)),
+            zstd_level: None,
         }
+    }
+
+    /// Compresses the tar streams of the following uploads with zstd at `level` (`None`: off).
+    /// Only for a supervisor whose `hello` lists the `upload.zstd` feature.
+    pub fn compress_uploads(&mut self, level: Option<i32>) {
+        self.zstd_level = level;
     }
 
     /// A handle that can send `cancel` from another thread (a Ctrl-C handler).
@@ -352,6 +361,7 @@ impl<R: Read, W: Write> Client<R, W> {
             dest: dest.to_string(),
             owner,
             offer,
+            compression: self.zstd_level.map(|_| "zstd".to_string()),
         };
         self.send(&request, &name)?;
         Ok((id, name))
@@ -371,7 +381,16 @@ impl<R: Read, W: Write> Client<R, W> {
             channel: Channel::Tar,
             buf: Vec::with_capacity(DATA_FRAME),
         };
-        let written = write_tar(&mut frames).and_then(|()| Ok(frames.finish()?));
+        let written = match self.zstd_level {
+            None => write_tar(&mut frames),
+            Some(level) => (|| {
+                let mut zstd = zstd::Encoder::new(&mut frames, level)?;
+                write_tar(&mut zstd)?;
+                zstd.finish()?;
+                Ok(())
+            })(),
+        }
+        .and_then(|()| Ok(frames.finish()?));
         if let Err(err) = written {
             // The supervisor may have refused the upload and closed the stream: its answer
             // says more than our broken pipe.

@@ -375,6 +375,10 @@ pub enum Request {
         /// 4, the supervisor answers `need`, and the tar stream holds only the files needed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         offer: bool,
+        /// The tar stream is compressed: `zstd` (one zstd frame; feature `upload.zstd`). The
+        /// listing of an offered upload is not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compression: Option<String>,
     },
     /// Set the manifest for the following iterations.
     SetManifest {
@@ -531,7 +535,8 @@ pub struct UploadLimits {
 /// built-in tools), `agent.record_prompt`, `agent.context_files`, `dirs.home_keep` (and `HOME`,
 /// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
 /// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
-/// (content-addressed uploads: `upload` with `offer`).
+/// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
+/// `compression: zstd`).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -542,6 +547,7 @@ pub const FEATURES: &[&str] = &[
     "run.feedback",
     "skills",
     "upload.offer",
+    "upload.zstd",
 ];
 
 /// A message from the supervisor.

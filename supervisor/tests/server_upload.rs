@@ -506,3 +506,51 @@ fn an_upload_sent_with_a_run_in_the_same_write_is_refused_never_assembled_under_
     );
     assert!(!dest.exists());
 }
+
+#[test]
+fn a_zstd_compressed_upload_unpacks_and_a_corrupt_one_leaves_nothing() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    use pitcrew_core::protocol::Channel;
+    use ruzstd::encoding::{compress_to_vec, CompressionLevel};
+    let server = Server::start();
+    let area = server.path("area");
+    let dest = area.join("tree");
+    let text = "let value = config.path;\n".repeat(4000);
+    let tar = tar_of(&[
+        (b"src/a.js", T::Regular, text.as_bytes()),
+        (b"b.txt", T::Regular, b"b"),
+    ]);
+    let compressed = compress_to_vec(&tar[..], CompressionLevel::Fastest);
+    assert!(
+        compressed.len() * 10 < tar.len(),
+        "the tar stream compresses"
+    );
+    let mut c = server.connect();
+    let send = |c: &mut common::server::Client, compression: &str, bytes: &[u8]| {
+        c.send(serde_json::json!({"type": "upload", "dest": dest, "compression": compression}));
+        c.send_data(Channel::Tar, bytes);
+        c.send_data(Channel::Tar, &[]);
+        c.recv_control()
+    };
+    let r = send(&mut c, "zstd", &compressed);
+    assert_eq!(r["type"], "ok", "{r}");
+    assert_eq!(
+        std::fs::read(dest.join("src/a.js")).unwrap(),
+        text.as_bytes()
+    );
+    // Cut short, or not zstd at all: refused, the tree stays, no staging left.
+    for (what, bytes) in [
+        ("cut", &compressed[..compressed.len() / 2]),
+        ("not zstd", &tar[..]),
+    ] {
+        let r = send(&mut c, "zstd", bytes);
+        assert_eq!(r["kind"], "refused", "{what}: {r}");
+        assert_eq!(listing(&area), ["tree"], "{what}");
+        assert_eq!(std::fs::read(dest.join("b.txt")).unwrap(), b"b");
+    }
+    let r = send(&mut c, "gzip", &tar);
+    assert_eq!(r["kind"], "refused", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("gzip"), "{r}");
+}

@@ -255,6 +255,7 @@ fn upload_once(init: &Path, records: &Path, src: &Path, dest: &Path) -> Duration
             dest: dest.to_str().unwrap().into(),
             owner: None,
             offer: false,
+            compression: None,
         },
     );
     {

@@ -6,10 +6,13 @@
 //! cargo bench -p pitcrew-e2e --bench upload      # ROUNDS=3 by default
 //! ```
 //!
-//! Needs root and PID namespaces. A generated tree of 20,000 files and 200 MB (random content,
-//! the generator of the other benchmarks) goes to a destination three times per round:
+//! Needs root and PID namespaces. A generated tree of 20,000 files and 200 MB (the generator of
+//! the other benchmarks: random content; and the same files rewritten as text, which zstd takes
+//! to about a third; `CONTENT=random` or `text` for one) goes to a destination per round:
 //!
-//! - **first**: into an empty destination;
+//! - **first, plain**: into an empty destination, uncompressed;
+//! - **first, zstd**: into another empty destination, the tar stream compressed at `ZSTD_LEVEL`
+//!   (default 3, `pitcrew run`'s own level);
 //! - **unchanged**: the same tree again, the destination holding it;
 //! - **3 changed**: three files of the source rewritten (same sizes, other bytes; [`CHANGED`]).
 //!
@@ -146,7 +149,7 @@ impl Session {
 
     /// One offered upload of `src` to `dest`: the time from before the host's listing to the
     /// `ok`, and the bytes sent (listing and tar stream).
-    fn offer(&mut self, src: &Path, dest: &Path) -> (Duration, u64, u64) {
+    fn offer(&mut self, src: &Path, dest: &Path, zstd: Option<i32>) -> (Duration, u64, u64) {
         self.next_id += 1;
         let id = self.next_id;
         let start = Instant::now();
@@ -156,6 +159,7 @@ impl Session {
             dest: dest.to_str().unwrap().into(),
             owner: None,
             offer: true,
+            compression: zstd.map(|_| "zstd".into()),
         });
         let mut listing = FrameSink::new(&mut self.w, Channel::Listing);
         listing.write_all(&offered.listing).unwrap();
@@ -165,7 +169,14 @@ impl Session {
             other => fail(&format!("upload: {other:?}")),
         };
         let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
-        write_needed(&mut tar, &offered, &bitmap).unwrap();
+        match zstd {
+            None => write_needed(&mut tar, &offered, &bitmap).unwrap(),
+            Some(level) => {
+                let mut z = zstd::Encoder::new(&mut tar, level).unwrap();
+                write_needed(&mut z, &offered, &bitmap).unwrap();
+                z.finish().unwrap();
+            }
+        }
         sent += tar.finish();
         let files = match self.answer() {
             Response::Ok { detail, .. } => detail["sent_files"].as_u64().unwrap_or(0),
@@ -242,21 +253,104 @@ fn change_three(src: &Path, round: usize) {
     }
 }
 
-struct Row {
-    label: &'static str,
-    times: Vec<Duration>,
-    bytes: u64,
+/// Rewrites every file under `dir` with text of the same size: lines of words from a small
+/// vocabulary, as source code and prose compress (zstd -3 takes them to about a third).
+fn make_text(dir: &Path, seed: u64) {
+    const WORDS: [&str; 48] = [
+        "const",
+        "let",
+        "function",
+        "return",
+        "if",
+        "else",
+        "for",
+        "while",
+        "import",
+        "export",
+        "from",
+        "class",
+        "this",
+        "new",
+        "await",
+        "async",
+        "value",
+        "result",
+        "error",
+        "config",
+        "path",
+        "file",
+        "tree",
+        "hash",
+        "sandbox",
+        "agent",
+        "plugin",
+        "options",
+        "request",
+        "response",
+        "string",
+        "number",
+        "true",
+        "false",
+        "null",
+        "undefined",
+        "map",
+        "filter",
+        "reduce",
+        "push",
+        "length",
+        "index",
+        "name",
+        "type",
+        "data",
+        "items",
+        "=>",
+        "{}",
+    ];
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let size = fs::metadata(&path).unwrap().len() as usize;
+            let mut text = String::with_capacity(size + 16);
+            while text.len() < size {
+                let r = next();
+                text.push_str(WORDS[(r % 48) as usize]);
+                text.push(if r % 11 == 0 { '\n' } else { ' ' });
+            }
+            text.truncate(size);
+            fs::write(&path, text).unwrap();
+        }
+    }
+}
+
+/// The generated tree of `content` (`random` or `text`), made once.
+fn source_tree(root: &Path, content: &str) -> PathBuf {
+    let src = root.join(format!("src-{content}"));
+    if !src.join("index.js").exists() {
+        eprintln!("generating the {content} tree: {FILES} files, {BYTES} bytes");
+        let _ = fs::remove_dir_all(&src);
+        generate_tree(&src, FILES, BYTES, 17).unwrap_or_else(|e| fail(&e.to_string()));
+        if content == "text" {
+            make_text(&src, 17);
+        }
+    }
+    src
 }
 
 fn main() {
     let init = binary("pitcrew-init");
     let root = target_profile_dir().join("bench-upload");
-    let src = root.join("src");
-    if !src.join("index.js").exists() {
-        eprintln!("generating the tree: {FILES} files, {BYTES} bytes");
-        let _ = fs::remove_dir_all(&src);
-        generate_tree(&src, FILES, BYTES, 17).unwrap_or_else(|e| fail(&e.to_string()));
-    }
     for tool in ["pv", "zstd", "tar", "bash"] {
         if Command::new(tool).arg("--version").output().is_err() {
             fail(&format!(
@@ -264,84 +358,102 @@ fn main() {
             ));
         }
     }
+    let level: i32 = std::env::var("ZSTD_LEVEL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let contents: Vec<String> = match std::env::var("CONTENT") {
+        Ok(c) => vec![c],
+        Err(_) => vec!["random".into(), "text".into()],
+    };
     let rounds = rounds();
-    for transport in [Transport::Pipe, Transport::Throttled] {
-        let cases = ["first", "unchanged", "3 changed"];
-        let mut pitcrew: Vec<Row> = cases
-            .iter()
-            .map(|&label| Row {
-                label,
-                times: Vec::new(),
-                bytes: 0,
-            })
-            .collect();
-        let mut plain = Row {
-            label: "tar",
-            times: Vec::new(),
-            bytes: 0,
-        };
-        let mut zstd = Row {
-            label: "tar | zstd -3",
-            times: Vec::new(),
-            bytes: 0,
-        };
-        let mut sent_files = [0u64; 3];
-        for round in 0..rounds {
-            let records = root.join("records");
-            let dest = root.join("dest");
-            let _ = fs::remove_dir_all(&records);
-            let _ = fs::remove_dir_all(&dest);
-            fs::create_dir_all(&records).unwrap();
-            let mut s = Session::start(&init, &records, transport);
-            for (i, row) in pitcrew.iter_mut().enumerate() {
-                if i == 2 {
-                    change_three(&src, round);
-                }
-                let (took, bytes, files) = s.offer(&src, &dest.join("tree"));
-                row.times.push(took);
-                row.bytes = bytes;
-                sent_files[i] = files;
-            }
-            s.close();
-            let (took, bytes) = tar_upload(&src, &root.join("tar-dest"), false, transport);
-            plain.times.push(took);
-            plain.bytes = bytes;
-            let (took, bytes) = tar_upload(&src, &root.join("tar-dest"), true, transport);
-            zstd.times.push(took);
-            zstd.bytes = bytes;
-        }
-        let _ = fs::remove_dir_all(root.join("tar-dest"));
-        let tar_m = median(&mut plain.times);
-        let zstd_m = median(&mut zstd.times);
-        println!(
-            "\n{} — {FILES} files, {:.0} MB, {rounds} rounds (medians)",
-            transport.name(),
-            BYTES as f64 / 1e6
-        );
-        println!(
-            "  tar:           {:>9.1} ms, {:>11} bytes sent",
-            tar_m.as_secs_f64() * 1e3,
-            plain.bytes
-        );
-        println!(
-            "  tar | zstd -3: {:>9.1} ms, {:>11} bytes sent",
-            zstd_m.as_secs_f64() * 1e3,
-            zstd.bytes
-        );
-        for (i, row) in pitcrew.iter_mut().enumerate() {
-            let m = median(&mut row.times);
-            println!(
-                "  pitcrew {:<10} {:>9.1} ms, {:>11} bytes sent ({} files): {:.1}x faster than tar, {:.1}x than tar|zstd; {:.3} % of tar's bytes",
-                row.label,
-                m.as_secs_f64() * 1e3,
-                row.bytes,
-                sent_files[i],
-                tar_m.as_secs_f64() / m.as_secs_f64(),
-                zstd_m.as_secs_f64() / m.as_secs_f64(),
-                row.bytes as f64 * 100.0 / plain.bytes as f64
-            );
+    for content in &contents {
+        let src = source_tree(&root, content);
+        for transport in [Transport::Pipe, Transport::Throttled] {
+            bench(&init, &root, &src, content, transport, level, rounds);
         }
     }
     let _ = fs::remove_dir_all(root.join("dest"));
-    let _: PathBuf = root;
+}
+
+/// One content over one transport: every case, `rounds` times, and the medians printed.
+fn bench(
+    init: &Path,
+    root: &Path,
+    src: &Path,
+    content: &str,
+    transport: Transport,
+    level: i32,
+    rounds: usize,
+) {
+    let labels = [
+        "first, plain".to_string(),
+        format!("first, zstd -{level}"),
+        format!("unchanged, zstd -{level}"),
+        format!("3 changed, zstd -{level}"),
+    ];
+    let mut pitcrew: Vec<Vec<Duration>> = vec![Vec::new(); labels.len()];
+    let mut bytes = [0u64; 4];
+    let mut sent_files = [0u64; 4];
+    let (mut tar_times, mut zstd_times) = (Vec::new(), Vec::new());
+    let (mut tar_bytes, mut zstd_bytes) = (0, 0);
+    for round in 0..rounds {
+        let records = root.join("records");
+        let dest = root.join("dest");
+        let _ = fs::remove_dir_all(&records);
+        let _ = fs::remove_dir_all(&dest);
+        fs::create_dir_all(&records).unwrap();
+        let mut s = Session::start(init, &records, transport);
+        for (i, times) in pitcrew.iter_mut().enumerate() {
+            if i == 3 {
+                change_three(src, round);
+            }
+            let (target, zstd) = match i {
+                0 => (dest.join("plain/tree"), None),
+                _ => (dest.join("zstd/tree"), Some(level)),
+            };
+            let (took, sent, files) = s.offer(src, &target, zstd);
+            times.push(took);
+            bytes[i] = sent;
+            sent_files[i] = files;
+        }
+        s.close();
+        let (took, sent) = tar_upload(src, &root.join("tar-dest"), false, transport);
+        tar_times.push(took);
+        tar_bytes = sent;
+        let (took, sent) = tar_upload(src, &root.join("tar-dest"), true, transport);
+        zstd_times.push(took);
+        zstd_bytes = sent;
+    }
+    let _ = fs::remove_dir_all(root.join("tar-dest"));
+    let tar_m = median(&mut tar_times);
+    let zstd_m = median(&mut zstd_times);
+    println!(
+        "\n{content} content, {} — {FILES} files, {:.0} MB, {rounds} rounds (medians)",
+        transport.name(),
+        BYTES as f64 / 1e6
+    );
+    println!(
+        "  tar:                      {:>9.1} ms, {:>11} bytes sent",
+        tar_m.as_secs_f64() * 1e3,
+        tar_bytes
+    );
+    println!(
+        "  tar | zstd -3:            {:>9.1} ms, {:>11} bytes sent",
+        zstd_m.as_secs_f64() * 1e3,
+        zstd_bytes
+    );
+    for (i, times) in pitcrew.iter_mut().enumerate() {
+        let m = median(times);
+        println!(
+            "  pitcrew {:<17} {:>9.1} ms, {:>11} bytes sent ({} files): {:.1}x faster than tar, {:.1}x than tar|zstd; {:.3} % of tar's bytes",
+            labels[i],
+            m.as_secs_f64() * 1e3,
+            bytes[i],
+            sent_files[i],
+            tar_m.as_secs_f64() / m.as_secs_f64(),
+            zstd_m.as_secs_f64() / m.as_secs_f64(),
+            bytes[i] as f64 * 100.0 / tar_bytes as f64
+        );
+    }
 }

@@ -27,6 +27,8 @@ pub(super) enum Upload {
         dest: PathBuf,
         /// Owner of the unpacked tree.
         owner: Option<(u32, u32)>,
+        /// The tar stream that follows is zstd-compressed.
+        zstd: bool,
         /// The listing so far.
         listing: Vec<u8>,
         /// Complete lines in it.

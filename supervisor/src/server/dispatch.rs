@@ -115,8 +115,12 @@ impl Server {
                 });
             }
             Request::Upload {
-                dest, owner, offer, ..
-            } => self.start_upload(i, id, &dest, owner, offer)?,
+                dest,
+                owner,
+                offer,
+                compression,
+                ..
+            } => self.start_upload(i, id, &dest, owner, offer, compression.as_deref())?,
             Request::SetManifest { manifest, .. } => {
                 self.check_claim(conn_id, "set_manifest")?;
                 if running {

@@ -46,13 +46,14 @@ impl Server {
         dest: &str,
         owner: Option<Owner>,
         offer: bool,
+        compression: Option<&str>,
     ) -> Result<(), RequestError> {
         if !matches!(self.conns[i].upload, Upload::Idle) {
             return Err(RequestError::Order(
                 "an upload is already in progress on this connection".into(),
             ));
         }
-        match self.open_upload(self.conns[i].id, id, dest, owner, offer) {
+        match self.open_upload(self.conns[i].id, id, dest, owner, offer, compression) {
             Ok(upload) => {
                 self.conns[i].upload = upload;
                 Ok(())
@@ -81,11 +82,21 @@ impl Server {
         dest: &str,
         owner: Option<Owner>,
         offer: bool,
+        compression: Option<&str>,
     ) -> Result<Upload, RequestError> {
         // Refused here, not before: a refused upload's frames are drained, never taken for
         // frames out of order.
         self.check_claim(conn_id, "upload")?;
         self.check_no_iteration()?;
+        let zstd = match compression {
+            None => false,
+            Some("zstd") => true,
+            Some(other) => {
+                return Err(RequestError::Refused(format!(
+                    "compression {other:?} is not supported (zstd is)"
+                )))
+            }
+        };
         let dest = check_dest(dest).map_err(RequestError::Refused)?;
         let inside = |root: &Path| dest.starts_with(root) || root.starts_with(&dest);
         if inside(&self.records)
@@ -106,13 +117,14 @@ impl Server {
                 id,
                 dest,
                 owner,
+                zstd,
                 listing: Vec::new(),
                 lines: 0,
             });
         }
         let limits = self.limits;
         let target = dest.clone();
-        let stream = UploadStream::start(move |reader| {
+        let stream = UploadStream::start(zstd, move |reader| {
             let reader = std::io::BufReader::with_capacity(256 * 1024, reader);
             unpack_tar(reader, &target, &limits, owner)
                 .map(|r| json!({"files": r.files, "dirs": r.dirs, "bytes": r.bytes}))
@@ -244,6 +256,7 @@ impl Server {
             id,
             dest,
             owner,
+            zstd,
             listing,
             ..
         } = std::mem::replace(&mut self.conns[i].upload, Upload::Idle)
@@ -268,7 +281,7 @@ impl Server {
                 );
                 let need = hex::encode(assembly.need_bitmap());
                 let mut assembly = assembly;
-                let stream = UploadStream::start(move |reader| {
+                let stream = UploadStream::start(zstd, move |reader| {
                     let reader = std::io::BufReader::with_capacity(256 * 1024, reader);
                     assembly.receive(reader)?;
                     let report = assembly.finish()?;

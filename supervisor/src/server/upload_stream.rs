@@ -1,6 +1,6 @@
 //! The tar stream of an upload, unpacked by a thread of its own while its frames arrive (no
 //! spool of the whole stream first): the poll loop hands each frame over a bounded channel, so
-//! the transfer and the writes to disk overlap, and a sender faster than the disk waits at most
+//! the transfer and the writes to disk overlap (and a zstd stream is decoded on the way), and a sender faster than the disk waits at most
 //! [`IN_FLIGHT`] frames ahead. What the thread unpacks goes into a staging tree, swapped in only
 //! once the stream is complete and every rule held ([`crate::unpack`]).
 
@@ -40,14 +40,25 @@ impl Drop for UploadStream {
 }
 
 impl UploadStream {
-    /// Starts the thread that runs `unpack` on the stream's bytes.
+    /// Starts the thread that runs `unpack` on the stream's bytes (decompressed first with
+    /// `zstd`: one zstd frame, decoded as it arrives).
     pub fn start(
+        zstd: bool,
         unpack: impl FnOnce(&mut dyn Read) -> Outcome + Send + 'static,
     ) -> Result<UploadStream, RequestError> {
         let (tx, rx) = sync_channel(IN_FLIGHT);
         let worker = std::thread::Builder::new()
             .name("upload".into())
-            .spawn(move || unpack(&mut FrameReader::new(rx)))
+            .spawn(move || {
+                let mut frames = FrameReader::new(rx);
+                if !zstd {
+                    return unpack(&mut frames);
+                }
+                match ruzstd::decoding::StreamingDecoder::new(&mut frames) {
+                    Ok(mut decoder) => unpack(&mut decoder),
+                    Err(e) => Err(UnpackError::Format(format!("zstd: {e}"))),
+                }
+            })
             .map_err(|e| RequestError::Internal(format!("upload: no unpacking thread: {e}")))?;
         Ok(UploadStream {
             frames: Some(tx),

@@ -168,6 +168,11 @@ pub(super) fn drive(
     let report = (|| -> anyhow::Result<RunReport> {
         let conn = &mut conn;
         if let Some((manifest, uploads)) = &prepared {
+            let level = super::upload::upload_compression(
+                engine.name(),
+                &conn.hello().capabilities.features,
+            )?;
+            conn.client().compress_uploads(level);
             upload_all(conn, uploads, progress)?;
             conn.client()
                 .set_manifest(manifest)

@@ -123,6 +123,31 @@ fn counting<'a>(
     }
 }
 
+/// The zstd level uploads are compressed at when nothing says otherwise (chosen by
+/// `benches/upload.rs`: see docs/benchmarks.md).
+pub(super) const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// The zstd level of this run's uploads, or `None`: `PITCREW_UPLOAD_COMPRESSION` is `auto`
+/// (the default: zstd, except on the local engine, whose pipe is faster than compressing),
+/// `off`, `zstd` or `zstd:LEVEL` (1 to 19). A supervisor without the `upload.zstd` feature gets
+/// uncompressed streams whatever the setting.
+pub(super) fn upload_compression(engine: &str, features: &[String]) -> anyhow::Result<Option<i32>> {
+    let setting = std::env::var("PITCREW_UPLOAD_COMPRESSION").unwrap_or_default();
+    let level = match setting.as_str() {
+        "" | "auto" => (engine != "local").then_some(DEFAULT_ZSTD_LEVEL),
+        "off" => None,
+        "zstd" => Some(DEFAULT_ZSTD_LEVEL),
+        other => match other.strip_prefix("zstd:").map(str::parse::<i32>) {
+            Some(Ok(level)) if (1..=19).contains(&level) => Some(level),
+            _ => bail!(
+                "PITCREW_UPLOAD_COMPRESSION={other:?}: expected auto, off, zstd or zstd:LEVEL \
+                 (1 to 19)"
+            ),
+        },
+    };
+    Ok(level.filter(|_| features.iter().any(|f| f == "upload.zstd")))
+}
+
 /// Refuses, before anything is sent, a tree over the limits the sandbox's supervisor reported
 /// in `hello` (its `--upload-max-entries` and `--upload-max-bytes`).
 fn check_limits(uploads: &[Upload], limits: Option<UploadLimits>) -> anyhow::Result<()> {
@@ -277,6 +302,39 @@ mod tests {
         let err = check_limits(std::slice::from_ref(&upload), limits(7, 499)).unwrap_err();
         assert!(err.to_string().contains("500 bytes of files"), "{err}");
     }
+
+    #[test]
+    fn uploads_are_compressed_except_over_the_local_pipe_unless_the_operator_says() {
+        let with = vec!["upload.zstd".to_string()];
+        let set = |v: Option<&str>| match v {
+            Some(v) => std::env::set_var("PITCREW_UPLOAD_COMPRESSION", v),
+            None => std::env::remove_var("PITCREW_UPLOAD_COMPRESSION"),
+        };
+        let _guard = ENV_LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set(None);
+        assert_eq!(upload_compression("local", &with).unwrap(), None);
+        assert_eq!(
+            upload_compression("kubernetes", &with).unwrap(),
+            Some(DEFAULT_ZSTD_LEVEL)
+        );
+        assert_eq!(upload_compression("kubernetes", &[]).unwrap(), None);
+        set(Some("zstd:9"));
+        assert_eq!(upload_compression("local", &with).unwrap(), Some(9));
+        set(Some("off"));
+        assert_eq!(upload_compression("podman", &with).unwrap(), None);
+        set(Some("zstd:42"));
+        let err = upload_compression("podman", &with).unwrap_err();
+        assert!(
+            err.to_string().contains("PITCREW_UPLOAD_COMPRESSION"),
+            "{err}"
+        );
+        set(None);
+    }
+
+    /// The tests that set `PITCREW_UPLOAD_COMPRESSION` take turns.
+    static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn the_size_estimate_is_the_tar_streams_within_a_header() {
