@@ -98,6 +98,26 @@ impl Item {
     fn parts(&self) -> Vec<String> {
         self.path.split('/').map(str::to_string).collect()
     }
+
+    /// The last component, and the components of the directory it is in.
+    fn name_and_parents(&self) -> (String, Vec<String>) {
+        match self.path.rsplit_once('/') {
+            Some((dir, name)) => (
+                name.to_string(),
+                dir.split('/').map(str::to_string).collect(),
+            ),
+            None => (self.path.clone(), Vec::new()),
+        }
+    }
+}
+
+/// The staging directory `parents`, created as needed ([`Dirs::dir`]).
+fn staging_dir<'a>(
+    dirs: &'a mut Option<Dirs>,
+    parents: &[String],
+    raw: &[u8],
+) -> Result<BorrowedFd<'a>, UnpackError> {
+    dirs.as_mut().ok_or_else(no_staging)?.dir(parents, raw)
 }
 
 fn bad_line(line: usize, why: impl Into<String>) -> UnpackError {
@@ -350,10 +370,7 @@ impl Assembly {
             let raw = self.items[i].path.clone();
             let parts = self.items[i].parts();
             let Some(file) = self.items[i].file else {
-                self.dirs
-                    .as_mut()
-                    .ok_or_else(no_staging)?
-                    .dir(&parts, raw.as_bytes())?;
+                staging_dir(&mut self.dirs, &parts, raw.as_bytes())?;
                 continue;
             };
             let this = ordinal;
@@ -365,7 +382,8 @@ impl Assembly {
                 continue;
             }
             first_with.insert((file.sha256, file.size), i);
-            let (name, parents) = parts.split_last().expect("listed paths are not empty");
+            let (name, parents) = self.items[i].name_and_parents();
+            let (name, parents) = (name.as_str(), parents.as_slice());
             let old = self
                 .old_root
                 .as_ref()
@@ -406,11 +424,7 @@ impl Assembly {
         let io = |e: io::Error| UnpackError::Io(raw.to_string(), e);
         let mode = self.limits.file_mode(file.exec);
         let owner = self.owner;
-        let parent = self
-            .dirs
-            .as_mut()
-            .ok_or_else(no_staging)?
-            .dir(parents, raw.as_bytes())?;
+        let parent = staging_dir(&mut self.dirs, parents, raw.as_bytes())?;
         let mut copy = create_at(parent, name, mode, raw)?;
         let digest = copy_hashed(old, &mut copy, file.size, buf).map_err(io)?;
         if digest != Some(file.sha256) {
@@ -465,7 +479,12 @@ impl Assembly {
                 ));
             };
             let item = &self.items[i];
-            let file = item.file.expect("needed items are files");
+            let Some(file) = item.file else {
+                return Err(UnpackError::refused(
+                    &raw,
+                    "a directory where a file was needed",
+                ));
+            };
             if path != item.path {
                 return Err(UnpackError::refused(
                     &raw,
@@ -478,16 +497,12 @@ impl Assembly {
                     format!("{} bytes, listed as {}", entry.size(), file.size),
                 ));
             }
-            let parts = item.parts();
-            let (name, parents) = parts.split_last().expect("listed paths are not empty");
+            let (name, parents) = item.name_and_parents();
+            let (name, parents) = (name.as_str(), parents.as_slice());
             let mode = self.limits.file_mode(file.exec);
             let owner = self.owner;
             let io = |e: io::Error| UnpackError::Io(String::from_utf8_lossy(&raw).into_owned(), e);
-            let parent = self
-                .dirs
-                .as_mut()
-                .ok_or_else(no_staging)?
-                .dir(parents, &raw)?;
+            let parent = staging_dir(&mut self.dirs, parents, &raw)?;
             let mut out = create_at(parent, name, mode, &String::from_utf8_lossy(&raw))?;
             let mut hashing = HashingWriter {
                 inner: &mut out,
@@ -525,31 +540,28 @@ impl Assembly {
             let (source, target) = (&self.items[source], &self.items[target]);
             let raw = target.path.clone();
             let io = |e: io::Error| UnpackError::Io(raw.clone(), e);
-            let parts = source.parts();
-            let (name, parents) = parts.split_last().expect("listed paths are not empty");
-            let parent = self
-                .dirs
-                .as_mut()
-                .ok_or_else(no_staging)?
-                .dir(parents, raw.as_bytes())?;
+            let (name, parents) = source.name_and_parents();
+            let (name, parents) = (name.as_str(), parents.as_slice());
+            let parent = staging_dir(&mut self.dirs, parents, raw.as_bytes())?;
             let from = File::from(
                 rustix::fs::openat(
                     parent,
-                    name.as_str(),
+                    name,
                     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )
                 .map_err(|e| io(e.into()))?,
             );
-            let file = target.file.expect("duplicates are files");
+            let Some(file) = target.file else {
+                return Err(UnpackError::refused(
+                    raw.as_bytes(),
+                    "a directory listed as a copy",
+                ));
+            };
             let mode = self.limits.file_mode(file.exec);
-            let parts = target.parts();
-            let (name, parents) = parts.split_last().expect("listed paths are not empty");
-            let parent = self
-                .dirs
-                .as_mut()
-                .ok_or_else(no_staging)?
-                .dir(parents, raw.as_bytes())?;
+            let (name, parents) = target.name_and_parents();
+            let (name, parents) = (name.as_str(), parents.as_slice());
+            let parent = staging_dir(&mut self.dirs, parents, raw.as_bytes())?;
             let mut to = create_at(parent, name, mode, &raw)?;
             // The source was hashed when it was written into this root-only staging tree.
             if !clone(&from, &to) {

@@ -62,8 +62,8 @@ impl Assembly {
             }
         }
         let path = self.items[i].path.clone();
-        let parts = self.items[i].parts();
-        let (name, parents) = parts.split_last().expect("listed paths are not empty");
+        let (name, parents) = self.items[i].name_and_parents();
+        let (name, parents) = (name.as_str(), parents.as_slice());
         let io = |e: io::Error| UnpackError::Io(path.clone(), e);
         let Some(dirs) = self.dirs.as_mut() else {
             return Move::NotMovable;
@@ -80,7 +80,7 @@ impl Assembly {
         }
         self.moved.push((i, st.st_mode & 0o7777));
         // The name moved must be the file hashed.
-        match rustix::fs::statat(staging_dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(staging_dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(moved) if (moved.st_dev, moved.st_ino) == (st.st_dev, st.st_ino) => {}
             Ok(_) => {
                 return Move::Refused(UnpackError::refused(
@@ -106,8 +106,8 @@ impl Assembly {
         };
         for (i, mode) in std::mem::take(&mut self.moved).into_iter().rev() {
             let path = self.items[i].path.clone();
-            let parts = self.items[i].parts();
-            let (name, parents) = parts.split_last().expect("listed paths are not empty");
+            let (name, parents) = self.items[i].name_and_parents();
+            let (name, parents) = (name.as_str(), parents.as_slice());
             let back = open_chain(root.as_fd(), parents).and_then(|old_dir| {
                 let staging_dir = self
                     .dirs
@@ -118,7 +118,7 @@ impl Assembly {
                 rename(staging_dir, name, old_dir.as_fd(), name)?;
                 rustix::fs::chmodat(
                     old_dir.as_fd(),
-                    name.as_str(),
+                    name,
                     Mode::from_raw_mode(mode),
                     AtFlags::empty(),
                 )?;
