@@ -20,45 +20,22 @@ fn builder(w: &mut dyn Write) -> tar::Builder<&mut dyn Write> {
     b
 }
 
-/// Writes the tree under `dir` (its contents, paths relative to it) as a tar stream.
+/// Writes the tree under `dir` (its contents, paths relative to it) as a tar stream, in the
+/// order and under the rules of `pitcrew_core::unpack::offer::host::walk` (the same as an
+/// offered upload's).
 pub fn write_tree(w: &mut dyn Write, dir: &Path) -> anyhow::Result<()> {
     let mut b = builder(w);
-    append_dir(&mut b, dir, Path::new(""))?;
+    for entry in pitcrew_core::unpack::offer::host::walk(dir)? {
+        let path = &entry.path;
+        let added = match entry.exec {
+            None => b.append_dir(&entry.rel, path),
+            Some(_) => fs::File::open(path).and_then(|mut f| b.append_file(&entry.rel, &mut f)),
+        };
+        added.with_context(|| format!("{}: adding to the tar stream", path.display()))?;
+    }
     b.into_inner()
         .with_context(|| format!("{}: finishing the tar stream", dir.display()))?
         .flush()?;
-    Ok(())
-}
-
-fn append_dir(b: &mut tar::Builder<&mut dyn Write>, dir: &Path, rel: &Path) -> anyhow::Result<()> {
-    let here = dir.join(rel);
-    let mut names: Vec<_> = fs::read_dir(&here)
-        .with_context(|| format!("{}: reading the directory", here.display()))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("{}: reading the directory", here.display()))?;
-    names.sort();
-    for name in names {
-        let rel = rel.join(&name);
-        let path = dir.join(&rel);
-        let meta =
-            fs::symlink_metadata(&path).with_context(|| format!("{}: stat", path.display()))?;
-        if meta.is_dir() {
-            b.append_dir(&rel, &path)
-                .with_context(|| format!("{}: adding to the tar stream", path.display()))?;
-            append_dir(b, dir, &rel)?;
-        } else if meta.is_file() {
-            let mut f =
-                fs::File::open(&path).with_context(|| format!("{}: open", path.display()))?;
-            b.append_file(&rel, &mut f)
-                .with_context(|| format!("{}: adding to the tar stream", path.display()))?;
-        } else {
-            bail!(
-                "{}: not a regular file or directory (symlinks and special files are never uploaded)",
-                path.display()
-            );
-        }
-    }
     Ok(())
 }
 

@@ -1147,10 +1147,38 @@ fn a_kept_local_sandbox_is_driven_again_with_sandbox_and_left_running() {
     }
     let fx = fixture("echo ran", 1, "");
     let h = fx.harness.to_str().unwrap();
-    let doc = fx.run_ok(&["--keep"]);
+    // The supervisor logs each upload's outcome at info level (its environment is set here).
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--keep"], &[("RUST_LOG", "info")]);
     let id = doc["sandbox"].as_str().unwrap().to_string();
+    let log = fx.state.join("sandboxes").join(&id).join("supervisor.log");
+    let first = read_text(&log);
+    assert!(
+        first.contains("\"sent_files\":"),
+        "offered uploads: {first}"
+    );
+    assert!(!first.contains("\"kept\":true"), "{first}");
     // A second run in the same sandbox: uploads again, counts on, leaves it running.
     let again = fx.run_ok(&["--sandbox", &id]);
+    // The trees are offered again and the sandbox already holds them: nothing is sent.
+    let second = read_text(&log)[first.len()..].to_string();
+    let offered: Vec<&str> = second
+        .lines()
+        .filter(|l| l.contains("\"sent_files\":"))
+        .collect();
+    assert!(!offered.is_empty(), "{second}");
+    assert!(
+        offered
+            .iter()
+            .all(|l| l.contains("\"kept\":true") && l.contains("\"sent_files\":0")),
+        "{second}"
+    );
+    assert!(
+        second
+            .lines()
+            .filter(|l| l.contains("needed, assembled"))
+            .all(|l| l.contains(": 0 files (0 bytes) needed")),
+        "{second}"
+    );
     assert_eq!(again["sandbox"], id.as_str(), "{again:#}");
     assert_eq!(again["engine"], "local", "{again:#}");
     assert_eq!(again["kept"], true, "{again:#}");

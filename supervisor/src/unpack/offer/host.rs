@@ -43,8 +43,7 @@ fn at<'a>(path: &'a Path, what: &str) -> impl FnOnce(io::Error) -> io::Error + '
 /// Anything but regular files and directories, and names an upload refuses, are errors naming
 /// the path.
 pub fn list_tree(dir: &Path) -> io::Result<Offered> {
-    let mut entries = Vec::new();
-    walk(&mut entries, dir, Path::new(""))?;
+    let entries = walk(dir)?;
     let files: Vec<usize> = (0..entries.len())
         .filter(|&i| entries[i].exec.is_some())
         .collect();
@@ -69,14 +68,28 @@ pub fn list_tree(dir: &Path) -> io::Result<Offered> {
     Ok(offered)
 }
 
-/// One entry of the walk: `exec` is `None` for a directory.
-struct Walked {
-    rel: String,
-    path: PathBuf,
-    exec: Option<bool>,
+/// One entry of [`walk`].
+#[derive(Debug)]
+pub struct Walked {
+    /// Its path below the tree's root, `/`-separated.
+    pub rel: String,
+    /// Its path on the host.
+    pub path: PathBuf,
+    /// `None` for a directory; for a file, whether its owner-execute bit is set.
+    pub exec: Option<bool>,
 }
 
-fn walk(out: &mut Vec<Walked>, dir: &Path, rel: &Path) -> io::Result<()> {
+/// Every entry of the tree under `dir` in upload order (names sorted, a directory before what
+/// is in it), links never followed. Anything but regular files and directories, and names an
+/// upload refuses ([`check_entry_path`]), are errors naming the path: the one rule for what the
+/// host sends, offered or as a plain tar stream.
+pub fn walk(dir: &Path) -> io::Result<Vec<Walked>> {
+    let mut out = Vec::new();
+    walk_below(&mut out, dir, Path::new(""))?;
+    Ok(out)
+}
+
+fn walk_below(out: &mut Vec<Walked>, dir: &Path, rel: &Path) -> io::Result<()> {
     let here = dir.join(rel);
     let mut names: Vec<_> = fs::read_dir(&here)
         .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
@@ -103,7 +116,7 @@ fn walk(out: &mut Vec<Walked>, dir: &Path, rel: &Path) -> io::Result<()> {
                 path,
                 exec: None,
             });
-            walk(out, dir, &rel)?;
+            walk_below(out, dir, &rel)?;
         } else if meta.is_file() {
             let exec = Some(meta.permissions().mode() & 0o100 != 0);
             out.push(Walked {
