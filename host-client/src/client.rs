@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex};
 /// Size of the data frames the client sends (a quarter of the protocol's limit).
 const DATA_FRAME: usize = MAX_PAYLOAD / 4;
 
+/// About how many bytes of JSON one `add_listing` request carries: far below the control
+/// frame's 32 MiB, and few enough requests for a million-file tree (about 20).
+pub const LISTING_CHUNK_BYTES: usize = 8 << 20;
+
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -408,18 +412,85 @@ impl<R: Read, W: Write> Client<R, W> {
         self.expect_ok(id, &name)
     }
 
-    /// Sets the manifest for the following iterations.
-    pub fn set_manifest(&mut self, manifest: &Manifest) -> Result<(), ClientError> {
+    /// Sets the manifest for the following iterations. With `listings_follow` (a supervisor
+    /// with the feature `manifest.listings`) the trees' per-file listings leave the manifest and
+    /// follow in `add_listing` requests of at most [`LISTING_CHUNK_BYTES`] each, so no listing
+    /// is bound by one control frame.
+    pub fn set_manifest(
+        &mut self,
+        manifest: &Manifest,
+        listings_follow: bool,
+    ) -> Result<(), ClientError> {
         let id = self.id();
         let name = "set_manifest";
+        let mut sent = manifest.clone();
+        if listings_follow {
+            for tree in &mut sent.trees {
+                tree.files = Default::default();
+                tree.dirs = Vec::new();
+            }
+        }
         self.send(
             &Request::SetManifest {
                 id,
-                manifest: Box::new(manifest.clone()),
+                manifest: Box::new(sent),
+                listings_follow,
             },
             name,
         )?;
-        self.expect_ok(id, name).map(|_| ())
+        self.expect_ok(id, name)?;
+        if listings_follow {
+            for tree in &manifest.trees {
+                self.add_listing(tree)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `tree`'s listing in `add_listing` requests of at most [`LISTING_CHUNK_BYTES`].
+    fn add_listing(&mut self, tree: &pitcrew_core::manifest::TreePin) -> Result<(), ClientError> {
+        let name = "add_listing";
+        let mut records = tree.files.records().peekable();
+        let mut dirs = tree.dirs.iter().peekable();
+        loop {
+            let mut files = Vec::new();
+            let mut chunk_dirs = Vec::new();
+            let mut bytes = 0;
+            while bytes < LISTING_CHUNK_BYTES {
+                if let Some(record) = records.next() {
+                    // `{"path":…,"sha256":…,"size":…}`: about 100 bytes around the path.
+                    bytes += record.path.len() + 128;
+                    files.push(record);
+                } else if let Some(dir) = dirs.next() {
+                    bytes += dir.len() + 4;
+                    chunk_dirs.push(dir.clone());
+                } else {
+                    break;
+                }
+            }
+            let last = records.peek().is_none() && dirs.peek().is_none();
+            let files = pitcrew_core::manifest::FileListing::from_records(&files).map_err(|e| {
+                ClientError::Local {
+                    request: name.into(),
+                    source: anyhow::anyhow!("tree {:?}: {e}", tree.name),
+                }
+            })?;
+            let id = self.id();
+            self.send(
+                &Request::AddListing {
+                    id,
+                    tree: tree.name.clone(),
+                    files,
+                    dirs: chunk_dirs,
+                    last,
+                },
+                name,
+            )?;
+            self.expect_ok(id, name)?;
+            if last {
+                return Ok(());
+            }
+        }
     }
 
     /// Runs one iteration, `feedback` appended to its prompt: `on_update` sees each event and

@@ -4,7 +4,9 @@
 //! not be written.
 
 use std::io::Write as _;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// Writes one line to stderr, prefixed `pitcrew-init: `, and ignores a failure to write it
 /// (`eprintln!` panics then, and a panic in PID 1's panic hook aborts the sandbox). Every
@@ -22,7 +24,10 @@ macro_rules! say {
     };
 }
 
-/// Installs the stderr logger. `verbosity` counts `-v` flags; `RUST_LOG` wins when set.
+/// Installs the stderr logger. `verbosity` counts `-v` flags; `RUST_LOG` wins when set and
+/// valid: a level (`debug`), or targets with levels (`pitcrew_core=debug,info`). Parsed by
+/// `Targets`, not the regex-based `EnvFilter`: the regex engine was a fifth of `pitcrew-init`'s
+/// size, which every sandbox maps.
 pub fn init(verbosity: u8, quiet: bool) {
     let default = match verbosity {
         _ if quiet => "error",
@@ -31,14 +36,22 @@ pub fn init(verbosity: u8, quiet: bool) {
         2 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.parse::<Targets>().ok())
+        .or_else(|| default.parse::<Targets>().ok())
+        .unwrap_or_default();
     // A second call (tests) keeps the first subscriber. A line that cannot be written is
     // dropped: the subscriber's own report of it would go to the same stderr with `eprintln!`.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .log_internal_errors(false)
-        .with_writer(std::io::stderr)
-        .with_target(false)
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .log_internal_errors(false)
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .with(filter)
         .try_init();
 }
 

@@ -165,6 +165,10 @@ pub struct TreePin {
     /// Expected subdirectories (relative), for drift reports.
     #[serde(default)]
     pub dirs: Vec<String>,
+    /// Where a long-lived supervisor keeps `files` and `dirs` between iterations (then both are
+    /// empty in memory): never part of the manifest a host sends.
+    #[serde(skip)]
+    pub stored: Option<StoredListing>,
     /// pi entry files, relative to `path` (pi extensions only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<String>,
@@ -174,6 +178,19 @@ pub struct TreePin {
     /// Validated extension flags passed after this extension's `-e` (pi only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pi_args: Vec<String>,
+}
+
+impl TreePin {
+    /// The listing a drift is explained against: the one kept on disk, or the one in memory.
+    pub fn expected_listing(&self) -> Result<crate::tree_hash::TreeListing, String> {
+        match &self.stored {
+            Some(stored) => stored.load(),
+            None => Ok(crate::tree_hash::TreeListing {
+                files: self.files.to_records(),
+                dirs: self.dirs.clone(),
+            }),
+        }
+    }
 }
 
 /// How the runtime is told about a pinned file.
@@ -640,10 +657,12 @@ impl Manifest {
 
 mod file_listing;
 mod limits;
+mod stored_listing;
 pub use file_listing::FileListing;
 pub use limits::{
     Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
 };
+pub use stored_listing::{ListingWriter, StoredListing};
 
 #[cfg(test)]
 mod tests;

@@ -386,6 +386,29 @@ pub enum Request {
         id: u64,
         /// The manifest.
         manifest: Box<Manifest>,
+        /// The trees' per-file listings are not in the manifest (its trees' `files` and `dirs`
+        /// are empty) but follow in `add_listing` requests, each a control frame of its own, so
+        /// no listing is bound by [`MAX_CONTROL_PAYLOAD`] (feature `manifest.listings`). `run`
+        /// is refused until every tree's last `add_listing` has come.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        listings_follow: bool,
+    },
+    /// Part of a tree's per-file listing, after a `set_manifest` with `listings_follow`: appended
+    /// to what earlier `add_listing` requests for the tree sent.
+    AddListing {
+        /// Correlation id.
+        id: u64,
+        /// The tree's `name` in the manifest.
+        tree: String,
+        /// Files of the tree (`{path, sha256, size}`, as in a manifest's tree).
+        #[serde(default)]
+        files: crate::manifest::FileListing,
+        /// Subdirectories of the tree.
+        #[serde(default)]
+        dirs: Vec<String>,
+        /// This is the tree's last part.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        last: bool,
     },
     /// Run one iteration with the current manifest; events, output and the result follow.
     Run {
@@ -476,6 +499,7 @@ impl Request {
             Request::Hello { id, .. }
             | Request::Upload { id, .. }
             | Request::SetManifest { id, .. }
+            | Request::AddListing { id, .. }
             | Request::Run { id, .. }
             | Request::Signal { id, .. }
             | Request::Cancel { id, .. }
@@ -531,12 +555,24 @@ pub struct UploadLimits {
     pub max_bytes: u64,
 }
 
+impl Default for UploadLimits {
+    /// `pitcrew-init serve`'s defaults ([`crate::unpack::UnpackLimits`]).
+    fn default() -> Self {
+        let limits = crate::unpack::UnpackLimits::default();
+        UploadLimits {
+            max_entries: limits.max_entries,
+            max_bytes: limits.max_bytes,
+        }
+    }
+}
+
 /// What [`Capabilities::features`] lists: `agent.tools-empty` (`agent.tools: []` gives no
 /// built-in tools), `agent.record_prompt`, `agent.context_files`, `dirs.home_keep` (and `HOME`,
 /// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
 /// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
 /// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
-/// `compression: zstd`).
+/// `compression: zstd`), `manifest.listings` (`set_manifest` with `listings_follow`, then
+/// `add_listing`).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -548,6 +584,7 @@ pub const FEATURES: &[&str] = &[
     "skills",
     "upload.offer",
     "upload.zstd",
+    "manifest.listings",
 ];
 
 /// A message from the supervisor.

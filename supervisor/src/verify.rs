@@ -29,7 +29,7 @@
 
 use crate::exit_code::{self, PinRole, AGENT_NOT_EXECUTABLE, AGENT_NOT_FOUND};
 use crate::manifest::{FilePin, Manifest, TreePin};
-use crate::tree_hash::{self, Drift, TreeFormat, TreeListing};
+use crate::tree_hash::{self, Drift, TreeFormat};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -234,9 +234,12 @@ impl TreeCheck {
                         path_list(&d.changed)
                     ),
                     _ => format!(
-                        "tree hash {} differs from {} (the manifest's listing shows no per-path difference)",
+                        "tree hash {} differs from {} ({})",
                         self.actual.as_deref().unwrap_or("?"),
-                        self.expected
+                        self.expected,
+                        self.error
+                            .as_deref()
+                            .unwrap_or("the manifest's listing shows no per-path difference")
                     ),
                 };
                 (FailureKind::TreeDrifted, format!("{what} drifted: {how}"))
@@ -364,12 +367,13 @@ fn check_tree(pin: &TreePin) -> TreeCheck {
         Ok(listing) => {
             let actual = listing.digest(pin.format);
             if actual != pin.sha256 {
-                let expected = TreeListing {
-                    files: pin.files.to_records(),
-                    dirs: pin.dirs.clone(),
-                };
                 check.status = CheckStatus::Drifted;
-                check.drift = Some(tree_hash::drift(&expected, &listing));
+                match pin.expected_listing() {
+                    Ok(expected) => check.drift = Some(tree_hash::drift(&expected, &listing)),
+                    Err(e) => {
+                        check.error = Some(format!("the expected listing is unavailable: {e}"))
+                    }
+                }
             }
             check.actual = Some(actual);
         }

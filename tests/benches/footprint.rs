@@ -2,8 +2,13 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
-//! cargo bench -p pitcrew-e2e --bench footprint        # ITERATIONS=300
+//! scripts/build-init                                   # the static pitcrew-init of the images
+//! INIT=target/x86_64-unknown-linux-gnu/release/pitcrew-init \
+//!   cargo bench -p pitcrew-e2e --bench footprint      # ITERATIONS=300
 //! ```
+//!
+//! `INIT` names the `pitcrew-init` the sandbox runs (`pitcrew run --supervisor`); unset, the one
+//! next to this build's `pitcrew` (linked dynamically against glibc).
 //!
 //! Needs root and PID namespaces. One local sandbox, `pitcrew-init serve` as PID 1 of its PID
 //! namespace, with the supervisor benchmark's three plugins (20,000 files, 100 MB, generated once
@@ -155,11 +160,20 @@ fn main() {
     let scratch = tempfile::tempdir().unwrap();
     let state = scratch.path().join("state");
     fs::create_dir(&state).unwrap();
+    let init = std::env::var_os("INIT").map_or_else(|| binary("pitcrew-init"), PathBuf::from);
+    let size = fs::metadata(&init)
+        .unwrap_or_else(|e| fail(&format!("{}: {e}", init.display())))
+        .len();
     let before = serve_pids();
-    eprintln!("running {iterations} iterations in one sandbox");
+    eprintln!(
+        "running {iterations} iterations in one sandbox, pitcrew-init {} ({size} bytes)",
+        init.display()
+    );
     let out = Command::new(binary("pitcrew"))
         .arg("run")
         .arg(&harness)
+        .arg("--supervisor")
+        .arg(&init)
         .args(["--json", "--keep", "--state-dir"])
         .arg(&state)
         .arg("--records")

@@ -275,6 +275,12 @@ impl ContainerEngine {
             a.push(name.clone());
         }
         a.push(image.to_string());
+        let serve = spec.serve_args();
+        if !serve.is_empty() {
+            // The image's entrypoint is pitcrew-init, whose default command is `serve`.
+            a.push("serve".into());
+            a.extend(serve);
+        }
         a
     }
 

@@ -144,6 +144,7 @@ impl KubernetesEngine {
                 id: &id.0,
                 image,
                 memory_bytes: spec.memory_bytes.saturating_add(SUPERVISOR_MEMORY),
+                serve_args: spec.serve_args(),
             },
         )
         .map_err(anyhow::Error::msg)

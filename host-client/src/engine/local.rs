@@ -149,6 +149,7 @@ impl LocalEngine {
         supervisor: PathBuf,
         rootless: Option<RootlessPlan>,
         env: &[(OsString, OsString)],
+        serve_args: &[String],
     ) -> anyhow::Result<()> {
         // The supervisor walks the agent's directories and Landlock roots without following any
         // symlink: give it the real path when the state dir is reached through one.
@@ -177,6 +178,7 @@ impl LocalEngine {
             .arg(&socket)
             .arg("--records")
             .arg(&records)
+            .args(serve_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("supervisor.log: dup")?)
             .stderr(log)
@@ -452,7 +454,7 @@ impl Engine for LocalEngine {
         }
         mkdir(&dir, 0o755)?;
         // A sandbox that does not come up leaves nothing behind: no directory, no process.
-        match self.launch(&id, &dir, supervisor, rootless, &env) {
+        match self.launch(&id, &dir, supervisor, rootless, &env, &spec.serve_args()) {
             Ok(()) => Ok(id),
             Err(err) => {
                 if let Err(e) = remove_state(&dir) {

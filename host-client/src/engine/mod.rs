@@ -52,6 +52,27 @@ pub struct SandboxSpec {
     /// The agent's process limit (the harness's `processes`); a container gets it plus room
     /// for the supervisor.
     pub processes: u64,
+    /// The most one upload may hold (the harness's `upload_limits`): a new sandbox's
+    /// supervisor is started with them ([`SandboxSpec::serve_args`]).
+    pub upload_limits: pitcrew_core::protocol::UploadLimits,
+}
+
+impl SandboxSpec {
+    /// The `pitcrew-init serve` options a new sandbox's supervisor needs beyond the engine's
+    /// own: the upload limits when they are not its defaults (an image's default command stays
+    /// as it is otherwise).
+    pub fn serve_args(&self) -> Vec<String> {
+        let limits = self.upload_limits;
+        if limits == pitcrew_core::protocol::UploadLimits::default() {
+            return Vec::new();
+        }
+        vec![
+            "--upload-max-entries".into(),
+            limits.max_entries.to_string(),
+            "--upload-max-bytes".into(),
+            limits.max_bytes.to_string(),
+        ]
+    }
 }
 
 /// One sandbox known to an engine (for `pitcrew ps`).

@@ -39,6 +39,7 @@ fn tree_with_env(name: &str, env: &[(&str, &str)]) -> crate::manifest::TreePin {
         sha256: "0".repeat(64),
         files: Default::default(),
         dirs: Vec::new(),
+        stored: None,
         entries: Vec::new(),
         env: env
             .iter()

@@ -96,6 +96,7 @@ impl Validated {
                 sha256: p.digest.sha256.clone(),
                 files: FileListing::from_records(&p.digest.listing.files).ok()?,
                 dirs: p.digest.listing.dirs.clone(),
+                stored: None,
                 entries: if kind == TreeKind::PiExtension {
                     entries
                 } else {
@@ -117,6 +118,7 @@ impl Validated {
                 sha256: s.digest.sha256.clone(),
                 files: FileListing::from_records(&s.digest.listing.files).ok()?,
                 dirs: s.digest.listing.dirs.clone(),
+                stored: None,
                 entries: Vec::new(),
                 env: BTreeMap::new(),
                 pi_args: Vec::new(),
@@ -209,17 +211,36 @@ impl Validated {
 /// Room a `set_manifest` request takes around the manifest itself.
 const ENVELOPE: usize = 128;
 
-/// Why `manifest` could not be sent in one `set_manifest` control frame, if it could not: its
-/// trees list every file and directory, so a tree of a few hundred thousand files makes a
-/// manifest over [`MAX_CONTROL_PAYLOAD`](crate::protocol::MAX_CONTROL_PAYLOAD).
-pub fn too_big_to_send(manifest: &Manifest) -> Option<String> {
-    let bytes = serde_json::to_vec(manifest).map_or(usize::MAX, |v| v.len());
+/// Why `manifest` could not be sent in one `set_manifest` control frame, if it could not. With
+/// `listings_inline` (a supervisor without the feature `manifest.listings`) its trees list every
+/// file and directory, so a tree of a few hundred thousand files makes a manifest over
+/// [`MAX_CONTROL_PAYLOAD`](crate::protocol::MAX_CONTROL_PAYLOAD); otherwise the listings travel
+/// in `add_listing` requests of their own and only the rest of the manifest counts.
+pub fn too_big_to_send(manifest: &Manifest, listings_inline: bool) -> Option<String> {
+    let bytes = if listings_inline {
+        serde_json::to_vec(manifest).map_or(usize::MAX, |v| v.len())
+    } else {
+        let mut bare = manifest.clone();
+        for tree in &mut bare.trees {
+            tree.files = Default::default();
+            tree.dirs = Vec::new();
+        }
+        serde_json::to_vec(&bare).map_or(usize::MAX, |v| v.len())
+    };
     let max = crate::protocol::MAX_CONTROL_PAYLOAD;
     (bytes.saturating_add(ENVELOPE) > max).then(|| {
-        format!(
-            "the manifest is {bytes} bytes (its trees list every file and directory), over the \
-             {max} bytes one set_manifest request may hold: fewer or smaller trees"
-        )
+        if listings_inline {
+            format!(
+                "the manifest is {bytes} bytes (its trees list every file and directory), over \
+                 the {max} bytes one set_manifest request may hold for a supervisor without the \
+                 feature manifest.listings: fewer or smaller trees, or a newer pitcrew-init"
+            )
+        } else {
+            format!(
+                "the manifest is {bytes} bytes without its trees' listings, over the {max} bytes \
+                 one set_manifest request may hold"
+            )
+        }
     })
 }
 

@@ -15,21 +15,37 @@ use marked_yaml::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
-/// Why the tree of `listing` would not fit one upload (`unpack::UnpackLimits`: entries,
-/// files and directories with the tree's own, and bytes of file content), if it would not:
-/// said here, before anything is sent, rather than by the sandbox after the upload.
-pub(super) fn over_upload_limits(listing: &tree_hash::TreeListing) -> Option<String> {
-    let limits = crate::unpack::UnpackLimits::default();
-    let entries = (listing.files.len() + listing.dirs.len() + 1) as u64;
-    let bytes = listing.total_bytes();
+/// Why the tree of `listing` would not fit one upload under `limits` (the harness's
+/// `upload_limits`: entries, files and directories with the tree's own, and bytes of file
+/// content), if it would not: said here, before anything is sent, rather than by the sandbox
+/// after the upload.
+pub(super) fn over_upload_limits(
+    listing: &tree_hash::TreeListing,
+    limits: &crate::protocol::UploadLimits,
+) -> Option<String> {
+    over_limits(
+        (listing.files.len() + listing.dirs.len() + 1) as u64,
+        listing.total_bytes(),
+        limits,
+    )
+}
+
+/// [`over_upload_limits`] of a tree of `entries` entries and `bytes` bytes of file content.
+pub(super) fn over_limits(
+    entries: u64,
+    bytes: u64,
+    limits: &crate::protocol::UploadLimits,
+) -> Option<String> {
     if entries > limits.max_entries {
         Some(format!(
-            "{entries} entries (files and directories), over the {} one upload may hold",
+            "{entries} entries (files and directories), over the {} one upload may hold \
+             (upload_limits.entries raises it)",
             limits.max_entries
         ))
     } else if bytes > limits.max_bytes {
         Some(format!(
-            "{bytes} bytes of file content, over the {} one upload may hold",
+            "{bytes} bytes of file content, over the {} one upload may hold \
+             (upload_limits.size raises it)",
             limits.max_bytes
         ))
     } else {
@@ -334,7 +350,7 @@ impl Checker<'_> {
             }
             match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
-                    if let Some(why) = over_upload_limits(&digest.listing) {
+                    if let Some(why) = over_upload_limits(&digest.listing, &h.upload_limits) {
                         self.problem(at, &field, format!("{}: {why}", spec.path));
                     }
                     let found = digest.listing.digest(TreeFormat::ContentV1);
@@ -375,7 +391,7 @@ impl Checker<'_> {
             }
             match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
-                    if let Some(why) = over_upload_limits(&digest.listing) {
+                    if let Some(why) = over_upload_limits(&digest.listing, &h.upload_limits) {
                         self.problem(at, format!("skills[{i}]"), format!("{}: {why}", spec.path));
                     }
                     let found = digest.listing.digest(TreeFormat::ContentV1);
@@ -433,6 +449,15 @@ impl Checker<'_> {
                     }),
                 },
                 Err(e) => self.problem(at, format!("adapters[{i}]"), e.to_string()),
+            }
+        }
+        // The workspace is one upload too: counted (not hashed), stopping past the limit.
+        if let Some(work) = &h.workdir {
+            let limits = &h.upload_limits;
+            let size = crate::unpack::offer::host::tree_size(work, limits.max_entries + 1);
+            if let Some(why) = over_limits(size.entries + 1, size.file_bytes, limits) {
+                let at = top.and_then(|m| m.get_node("workdir")).and_then(location);
+                self.problem(at, "workdir", format!("{}: {why}", work.display()));
             }
         }
     }

@@ -9,6 +9,7 @@ use super::units::{parse_duration, parse_size, parse_size_at_least};
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
 use crate::manifest::{Retention, Runtime};
+use crate::protocol::UploadLimits;
 use marked_yaml::Node;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +34,7 @@ const TOP_KEYS: &[&str] = &[
     "memory",
     "disk",
     "retention",
+    "upload_limits",
     "workdir",
     "output",
     "validation",
@@ -346,6 +348,10 @@ impl Checker<'_> {
             .get_node("retention")
             .map(|n| self.retention(n))
             .unwrap_or_default();
+        let upload_limits = top
+            .get_node("upload_limits")
+            .map(|n| self.upload_limits(n))
+            .unwrap_or_default();
         // The workspace's `output/` kept between iterations (emptied before each by default).
         let keep_output = top
             .get_node("keep_output")
@@ -505,6 +511,7 @@ impl Checker<'_> {
             keep_home,
             keep_output,
             retention,
+            upload_limits,
             workdir,
             output,
             validation,
@@ -619,6 +626,44 @@ impl Checker<'_> {
         retention
     }
 }
+
+impl Checker<'_> {
+    /// `upload_limits: {entries, size}`: the most one upload (a plugin, a skills directory, the
+    /// workspace) may hold; a new sandbox's supervisor is started with them, and a key left out
+    /// keeps its default (100000 entries, 4GiB).
+    fn upload_limits(&mut self, node: &Node) -> UploadLimits {
+        let mut limits = UploadLimits::default();
+        let Some(m) = self.mapping(node, "upload_limits") else {
+            return limits;
+        };
+        self.unknown_keys(m, "upload_limits", &["entries", "size"]);
+        if let Some(n) = m.get_node("entries") {
+            match integer(n) {
+                Some(e) if (1..=MAX_UPLOAD_ENTRIES).contains(&e) => limits.max_entries = e,
+                _ => self.problem(
+                    location(n),
+                    "upload_limits.entries",
+                    format!("expected an integer from 1 to {MAX_UPLOAD_ENTRIES}"),
+                ),
+            }
+        }
+        if let Some(n) = m.get_node("size") {
+            match self
+                .string(n, "upload_limits.size")
+                .as_deref()
+                .map(|s| parse_size_at_least(s, 1 << 20, "the least an upload may be given"))
+            {
+                Some(Ok(bytes)) => limits.max_bytes = bytes,
+                Some(Err(e)) => self.problem(location(n), "upload_limits.size", e),
+                None => {}
+            }
+        }
+        limits
+    }
+}
+
+/// The most entries `upload_limits.entries` may allow in one upload.
+const MAX_UPLOAD_ENTRIES: u64 = 100_000_000;
 
 /// The most collected records a harness may ask the sandbox to keep.
 const MAX_RETAINED_RECORDS: u32 = 1_000_000;

@@ -114,13 +114,18 @@ pub fn validate_with(
     out.harness = harness;
     out.problems = cx.problems;
     out.notes = cx.notes;
-    // The manifest must travel in one control frame (measured with the shortest sandbox root;
-    // `pitcrew run` checks the real one before it sends anything).
+    // The manifest, its trees' listings aside (they travel in requests of their own), must
+    // travel in one control frame (measured with the shortest sandbox root; `pitcrew run` checks
+    // the real one before it sends anything).
     if out.problems.is_empty() {
         let layout = SandboxLayout {
             root: "/pitcrew".into(),
         };
-        if let Some(why) = out.manifest(&layout).as_ref().and_then(too_big_to_send) {
+        if let Some(why) = out
+            .manifest(&layout)
+            .as_ref()
+            .and_then(|m| too_big_to_send(m, false))
+        {
             out.problems.push(Problem {
                 location: None,
                 field: "plugins".into(),

@@ -203,6 +203,9 @@ pub struct Harness {
     pub keep_output: bool,
     /// The collected records the sandbox keeps (`retention`).
     pub retention: crate::manifest::Retention,
+    /// The most one upload may hold (`upload_limits`): checked here, and a new sandbox's
+    /// supervisor is started with them.
+    pub upload_limits: crate::protocol::UploadLimits,
     /// Host directory uploaded as the agent's workspace.
     pub workdir: Option<PathBuf>,
     /// Host directory receiving run records.

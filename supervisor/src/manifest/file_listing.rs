@@ -59,21 +59,24 @@ impl FileListing {
         self.ends.is_empty()
     }
 
+    /// The file records, in listing order (each allocates its strings).
+    pub fn records(&self) -> impl Iterator<Item = FileRecord> + '_ {
+        let mut start = 0;
+        (0..self.len()).map(move |i| {
+            let end = self.ends[i] as usize;
+            let record = FileRecord {
+                path: self.names[start..end].to_string(),
+                sha256: hex::encode(self.digests[i]),
+                size: self.sizes[i],
+            };
+            start = end;
+            record
+        })
+    }
+
     /// The file records, in listing order (allocates: for drift reports and serialization).
     pub fn to_records(&self) -> Vec<FileRecord> {
-        let mut start = 0;
-        (0..self.len())
-            .map(|i| {
-                let end = self.ends[i] as usize;
-                let record = FileRecord {
-                    path: self.names[start..end].to_string(),
-                    sha256: hex::encode(self.digests[i]),
-                    size: self.sizes[i],
-                };
-                start = end;
-                record
-            })
-            .collect()
+        self.records().collect()
     }
 }
 
@@ -81,7 +84,7 @@ impl Serialize for FileListing {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.len()))?;
-        for record in self.to_records() {
+        for record in self.records() {
             seq.serialize_element(&record)?;
         }
         seq.end()

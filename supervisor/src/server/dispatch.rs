@@ -121,7 +121,11 @@ impl Server {
                 compression,
                 ..
             } => self.start_upload(i, id, &dest, owner, offer, compression.as_deref())?,
-            Request::SetManifest { manifest, .. } => {
+            Request::SetManifest {
+                mut manifest,
+                listings_follow,
+                ..
+            } => {
                 self.check_claim(conn_id, "set_manifest")?;
                 if running {
                     return Err(RequestError::Busy("an iteration is running".into()));
@@ -139,6 +143,9 @@ impl Server {
                         )));
                     }
                 }
+                // The earlier manifest's listings are replaced: it is gone even if this fails.
+                self.manifest = None;
+                self.store_listings(&mut manifest, listings_follow)?;
                 self.conns[i].send(&Response::Ok {
                     id,
                     detail: json!({"trees": manifest.trees.len(), "files": manifest.files.len()}),
@@ -146,6 +153,20 @@ impl Server {
                 self.manifest = Some(*manifest);
                 self.claim_ready(conn_id);
                 self.prune_collected();
+            }
+            Request::AddListing {
+                tree,
+                files,
+                dirs,
+                last,
+                ..
+            } => {
+                self.check_claim(conn_id, "add_listing")?;
+                if running {
+                    return Err(RequestError::Busy("an iteration is running".into()));
+                }
+                let detail = self.add_listing(&tree, &files, &dirs, last)?;
+                self.conns[i].send(&Response::Ok { id, detail });
             }
             Request::Run { feedback, .. } => {
                 self.check_claim(conn_id, "run")?;
@@ -174,6 +195,7 @@ impl Server {
                         "run needs a manifest: send set_manifest first".into(),
                     ));
                 }
+                self.check_listings_complete()?;
                 if self.shutdown.is_some() {
                     return Err(RequestError::Busy("the supervisor is shutting down".into()));
                 }

@@ -15,6 +15,7 @@
 //! - `conn`: one connection (framing, bounded writes, upload state).
 //! - `dispatch`: frames taken from a connection and requests answered.
 //! - `error`: why a request is refused ([`RequestError`], the wire `error` kinds).
+//! - `listings`: the manifest's per-file listings kept on disk, and `add_listing`.
 //! - `upload`: upload destinations, an offered tree's listing and `need`, the tar stream's
 //!   frames; `upload_stream`: the thread that unpacks them as they arrive.
 //! - `run`: one iteration for a `run` request, the observer callbacks and the finished record.
@@ -32,6 +33,7 @@ mod claim;
 mod conn;
 mod dispatch;
 mod error;
+mod listings;
 mod records;
 mod reserve;
 mod retention;
@@ -74,10 +76,11 @@ pub const DEFAULT_RECORDS: &str = "/var/lib/pitcrew/records";
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Every request this supervisor serves (sent in the capabilities).
-pub const REQUESTS: [&str; 13] = [
+pub const REQUESTS: [&str; 14] = [
     "hello",
     "upload",
     "set_manifest",
+    "add_listing",
     "run",
     "signal",
     "cancel",
@@ -151,8 +154,11 @@ struct Server {
     stdio: bool,
     /// Upload limits.
     limits: UnpackLimits,
-    /// The manifest of the following iterations (`set_manifest`).
+    /// The manifest of the following iterations (`set_manifest`); its trees' listings are kept
+    /// on disk (`listings`).
     manifest: Option<Manifest>,
+    /// The trees' listings still arriving in `add_listing` requests.
+    pending_listings: listings::PendingListings,
     /// The iterations finished since the server started.
     history: Vec<HistoryEntry>,
     /// Finished iterations no longer in `history` (the oldest, beyond its bound).
@@ -227,6 +233,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         stdio: opts.stdio,
         limits: opts.limits,
         manifest: None,
+        pending_listings: Default::default(),
         history: Vec::new(),
         history_left_out: 0,
         // A collected record retention deleted still counts: numbers never restart.

@@ -35,6 +35,7 @@ fn pinned_tree(root: &Path, name: &str, role: PinRole) -> TreePin {
         sha256: digest.sha256,
         files: crate::manifest::FileListing::from_records(&digest.listing.files).unwrap(),
         dirs: digest.listing.dirs,
+        stored: None,
         entries: vec!["index.ts".into()],
         env: Default::default(),
         pi_args: Vec::new(),

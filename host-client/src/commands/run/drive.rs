@@ -145,7 +145,13 @@ pub(super) fn drive(
                 &conn.hello().capabilities.features,
                 progress,
             )?;
-            if let Some(why) = pitcrew_core::harness::too_big_to_send(&manifest) {
+            let listings_inline = !conn
+                .hello()
+                .capabilities
+                .features
+                .iter()
+                .any(|f| f == "manifest.listings");
+            if let Some(why) = pitcrew_core::harness::too_big_to_send(&manifest, listings_inline) {
                 anyhow::bail!("{why}; nothing was sent");
             }
             manifest
@@ -174,8 +180,14 @@ pub(super) fn drive(
             )?;
             conn.client().compress_uploads(level);
             upload_all(conn, uploads, progress)?;
+            let listings_follow = conn
+                .hello()
+                .capabilities
+                .features
+                .iter()
+                .any(|f| f == "manifest.listings");
             conn.client()
-                .set_manifest(manifest)
+                .set_manifest(manifest, listings_follow)
                 .map_err(|e| conn.explain(e))?;
         }
 

@@ -202,6 +202,7 @@ fn run_harness(
         pass_env: args.pass_env.clone(),
         memory_bytes: h.memory,
         processes: h.processes,
+        upload_limits: h.upload_limits,
     })?;
     // A sandbox this run did not start is left as it was found; a resumed run ends as the run
     // it finishes would have.

@@ -161,17 +161,22 @@ fn check_limits(uploads: &[Upload], limits: Option<UploadLimits>) -> anyhow::Res
         )
     });
     for u in trees {
-        let size = walk_sizes(&u.host_path, limits.max_entries.saturating_add(1));
+        let size = pitcrew_core::unpack::offer::host::tree_size(
+            &u.host_path,
+            limits.max_entries.saturating_add(1),
+        );
         let over = if size.entries > limits.max_entries {
             format!(
                 "more than {} entries (files and directories), the most one upload may hold \
-                 in this sandbox (its supervisor's --upload-max-entries)",
+                 in this sandbox (its supervisor's --upload-max-entries; the harness's \
+                 upload_limits.entries sets it for a new sandbox)",
                 limits.max_entries
             )
         } else if size.file_bytes > limits.max_bytes {
             format!(
                 "{} bytes of files, more than the {} one upload may hold in this sandbox (its \
-                 supervisor's --upload-max-bytes)",
+                 supervisor's --upload-max-bytes; the harness's upload_limits.size sets it for a \
+                 new sandbox)",
                 size.file_bytes, limits.max_bytes
             )
         } else {
@@ -193,54 +198,11 @@ const REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 /// header per entry and each file's data rounded up to 512, plus the 1024-byte end; 0 (size
 /// unknown) past [`SIZE_WALK_ENTRIES`] entries.
 fn tree_bytes(dir: &Path) -> u64 {
-    let size = walk_sizes(dir, SIZE_WALK_ENTRIES as u64 + 1);
+    let size = pitcrew_core::unpack::offer::host::tree_size(dir, SIZE_WALK_ENTRIES as u64 + 1);
     if size.entries > SIZE_WALK_ENTRIES as u64 {
         return 0;
     }
     size.tar_bytes
-}
-
-/// What [`walk_sizes`] counted.
-struct Sizes {
-    /// Files and directories (the root not counted).
-    entries: u64,
-    /// Bytes of the regular files.
-    file_bytes: u64,
-    /// About the bytes of the tree's tar stream.
-    tar_bytes: u64,
-}
-
-/// Counts the tree under `dir`, walked without recursion and without following links (a tree
-/// of any depth), stopping once `stop_at` entries were seen.
-fn walk_sizes(dir: &Path, stop_at: u64) -> Sizes {
-    let mut size = Sizes {
-        entries: 0,
-        file_bytes: 0,
-        tar_bytes: 1024,
-    };
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.filter_map(Result::ok) {
-            size.entries += 1;
-            if size.entries >= stop_at {
-                return size;
-            }
-            size.tar_bytes += 512;
-            match e.file_type() {
-                Ok(t) if t.is_dir() => pending.push(e.path()),
-                Ok(t) if t.is_file() => {
-                    let len = e.metadata().map_or(0, |m| m.len());
-                    size.file_bytes += len;
-                    size.tar_bytes += len.div_ceil(512) * 512;
-                }
-                _ => {}
-            }
-        }
-    }
-    size
 }
 
 /// Most entries [`tree_bytes`] looks at before it gives up on a total.

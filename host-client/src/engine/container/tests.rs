@@ -6,7 +6,30 @@ fn spec() -> SandboxSpec {
         pass_env: vec!["ANTHROPIC_API_KEY".into()],
         memory_bytes: 1 << 30,
         processes: 100,
+        upload_limits: Default::default(),
     }
+}
+
+#[test]
+fn a_harnesss_upload_limits_follow_the_image_as_serve_options() {
+    let engine = ContainerEngine::new(Cli::Podman, Some("img".into()), None);
+    let id = SandboxId("pc-1".into());
+    let args = engine.run_args(&id, "img", &spec());
+    assert_eq!(args.last().map(String::as_str), Some("img"), "{args:?}");
+    let mut big = spec();
+    big.upload_limits.max_entries = 2_000_000;
+    let args = engine.run_args(&id, "img", &big);
+    let at = args.iter().position(|a| a == "img").unwrap();
+    assert_eq!(
+        args[at + 1..],
+        [
+            "serve",
+            "--upload-max-entries",
+            "2000000",
+            "--upload-max-bytes",
+            &(4u64 << 30).to_string()
+        ]
+    );
 }
 
 #[test]

@@ -27,6 +27,8 @@ pub struct PodSpec<'a> {
     pub image: &'a str,
     /// The container's memory request and limit, in bytes.
     pub memory_bytes: u64,
+    /// `pitcrew-init serve` options beyond its defaults (the container's `args` after `serve`).
+    pub serve_args: Vec<String>,
 }
 
 /// Parses a template (YAML or JSON), naming `what` in errors.
@@ -131,9 +133,16 @@ pub fn pod(template: &Value, spec: &PodSpec) -> Result<Value, String> {
         .as_object_mut()
         .ok_or("pod template: the container is not a mapping")?;
     c.insert("image".into(), json!(spec.image));
-    // The image's entrypoint is pitcrew-init: PID 1 of the container.
+    // The image's entrypoint is pitcrew-init: PID 1 of the container, serving (its default
+    // command) with the options the harness asks for.
     c.remove("command");
     c.remove("args");
+    if !spec.serve_args.is_empty() {
+        let args: Vec<&str> = std::iter::once("serve")
+            .chain(spec.serve_args.iter().map(String::as_str))
+            .collect();
+        c.insert("args".into(), json!(args));
+    }
     c.insert("stdin".into(), json!(false));
     c.insert("tty".into(), json!(false));
     if c.get("imagePullPolicy").is_none() {

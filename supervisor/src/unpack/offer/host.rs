@@ -206,3 +206,50 @@ pub fn write_needed(w: &mut dyn Write, offered: &Offered, bitmap: &[u8]) -> io::
     }
     b.into_inner()?.flush()
 }
+
+/// How big a tree is as an upload: [`tree_size`]'s count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeSize {
+    /// Entries below the root (files, directories and anything else).
+    pub entries: u64,
+    /// Bytes of regular files.
+    pub file_bytes: u64,
+    /// About the bytes of its tar stream: a 512-byte header per entry, each file's data
+    /// rounded up to 512, and the 1024-byte end.
+    pub tar_bytes: u64,
+}
+
+/// Counts the tree under `dir` without hashing it, walked without recursion and without
+/// following links (a tree of any depth), stopping once `stop_at` entries were seen: what the
+/// host checks against an upload's limits before it sends anything. Unreadable directories are
+/// skipped (the upload itself names them).
+pub fn tree_size(dir: &Path, stop_at: u64) -> TreeSize {
+    let mut size = TreeSize {
+        entries: 0,
+        file_bytes: 0,
+        tar_bytes: 1024,
+    };
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            size.entries += 1;
+            if size.entries >= stop_at {
+                return size;
+            }
+            size.tar_bytes += 512;
+            match e.file_type() {
+                Ok(t) if t.is_dir() => pending.push(e.path()),
+                Ok(t) if t.is_file() => {
+                    let len = e.metadata().map_or(0, |m| m.len());
+                    size.file_bytes += len;
+                    size.tar_bytes += len.div_ceil(512) * 512;
+                }
+                _ => {}
+            }
+        }
+    }
+    size
+}

@@ -7,7 +7,25 @@ fn spec() -> PodSpec<'static> {
         id: "pk-1a2b3c4d",
         image: "registry.example/pitcrew-pi:1",
         memory_bytes: 1 << 30,
+        serve_args: Vec::new(),
     }
+}
+
+#[test]
+fn upload_limits_become_the_containers_serve_arguments_and_nothing_else_does() {
+    let t = parse_template(DEFAULT_TEMPLATE, "default").unwrap();
+    let pod = super::pod(&t, &spec()).unwrap();
+    assert!(
+        pod["spec"]["containers"][0].get("args").is_none(),
+        "{pod:#}"
+    );
+    let mut with = spec();
+    with.serve_args = vec!["--upload-max-entries".into(), "2000000".into()];
+    let pod = super::pod(&t, &with).unwrap();
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        serde_json::json!(["serve", "--upload-max-entries", "2000000"])
+    );
 }
 
 #[test]
