@@ -3,7 +3,11 @@
 //! ```sh
 //! cargo build --release --workspace --bins
 //! cargo bench -p pitcrew-e2e --bench supervisor
+//! INIT=$(scripts/build-init | tail -n 1) cargo bench -p pitcrew-e2e --bench supervisor
 //! ```
+//!
+//! `INIT` names the `pitcrew-init` to measure (the images' static build, say); unset, this
+//! build's release binary.
 //!
 //! Needs root and PID namespaces (`unshare --pid --fork --mount-proc`), `sh`, `find`, `sort`,
 //! `sha256sum`, `ps`, `awk`. Three parts, each printed with medians:
@@ -159,7 +163,8 @@ fn main() {
     if !pitcrew_e2e::can_unshare_pid() {
         fail("needs root and PID namespaces (unshare --pid --fork --mount-proc)");
     }
-    let init = binary("pitcrew-init");
+    let init = std::env::var_os("INIT").map_or_else(|| binary("pitcrew-init"), PathBuf::from);
+    eprintln!("pitcrew-init: {}", init.display());
     let fx = fixture(&init);
     let rounds = env_num("ROUNDS", 7);
     let init_s = init.to_str().unwrap().to_string();

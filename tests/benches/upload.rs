@@ -24,6 +24,14 @@
 //! goes through the same transport: a plain pipe, and a pipe limited to 20 MB/s by
 //! `pv -q -L 20m` (a stand-in for `kubectl exec` over a network). Bytes sent are counted on the
 //! wire (pitcrew: frame payloads; tar: the stream after compression).
+//!
+//! Every destination is written on a fresh ext4 filesystem (a sparse 8 GiB image on a loop
+//! device, made per content and transport, removed after) and nothing is deleted between rounds:
+//! each round writes to directories of its own. On a filesystem that has just deleted tens of
+//! thousands of files, ext4 searches past the recently freed inodes for every new one
+//! (`recently_deleted` under `__ext4_new_inode`, in `perf`), which made creating the same files
+//! up to ten times slower for tar and pitcrew alike, and varied from run to run. `BENCH_FS=here`
+//! writes under the target directory instead.
 
 #[path = "common/frames.rs"]
 mod frames;
@@ -373,7 +381,72 @@ fn main() {
             bench(&init, &root, &src, content, transport, level, rounds);
         }
     }
-    let _ = fs::remove_dir_all(root.join("dest"));
+}
+
+/// A fresh ext4 filesystem mounted at `mnt`: unmounted and its image removed when dropped.
+struct FreshFs {
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+impl FreshFs {
+    /// Makes and mounts one under `root` (`BENCH_FS=here`: just a directory of `root`).
+    fn new(root: &Path) -> FreshFs {
+        let mnt = root.join("mnt");
+        let image = root.join("fs.img");
+        // What an interrupted run left mounted.
+        let _ = Command::new("umount")
+            .arg(&mnt)
+            .stderr(Stdio::null())
+            .status();
+        let _ = fs::remove_dir_all(&mnt);
+        let _ = fs::remove_file(&image);
+        fs::create_dir_all(&mnt).unwrap();
+        if std::env::var("BENCH_FS").is_ok_and(|v| v == "here") {
+            return FreshFs {
+                image: PathBuf::new(),
+                mnt,
+            };
+        }
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            let status = Command::new(program)
+                .args(args)
+                .status()
+                .unwrap_or_else(|e| fail(&format!("{program}: {e}")));
+            if !status.success() {
+                fail(&format!(
+                    "{program} {args:?}: {status} (BENCH_FS=here avoids it)"
+                ));
+            }
+        };
+        fs::File::create(&image)
+            .and_then(|f| f.set_len(8 << 30))
+            .unwrap_or_else(|e| fail(&format!("{}: {e}", image.display())));
+        run(
+            "mkfs.ext4",
+            &["-q".as_ref(), "-F".as_ref(), image.as_os_str()],
+        );
+        run(
+            "mount",
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                image.as_os_str(),
+                mnt.as_os_str(),
+            ],
+        );
+        FreshFs { image, mnt }
+    }
+}
+
+impl Drop for FreshFs {
+    fn drop(&mut self) {
+        if !self.image.as_os_str().is_empty() {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+            let _ = fs::remove_file(&self.image);
+        }
+        let _ = fs::remove_dir_all(&self.mnt);
+    }
 }
 
 /// One content over one transport: every case, `rounds` times, and the medians printed.
@@ -397,11 +470,11 @@ fn bench(
     let mut sent_files = [0u64; 4];
     let (mut tar_times, mut zstd_times) = (Vec::new(), Vec::new());
     let (mut tar_bytes, mut zstd_bytes) = (0, 0);
+    let fresh = FreshFs::new(root);
     for round in 0..rounds {
-        let records = root.join("records");
-        let dest = root.join("dest");
-        let _ = fs::remove_dir_all(&records);
-        let _ = fs::remove_dir_all(&dest);
+        let base = fresh.mnt.join(format!("round-{round}"));
+        let records = base.join("records");
+        let dest = base.join("dest");
         fs::create_dir_all(&records).unwrap();
         let mut s = Session::start(init, &records, transport);
         for (i, times) in pitcrew.iter_mut().enumerate() {
@@ -418,14 +491,14 @@ fn bench(
             sent_files[i] = files;
         }
         s.close();
-        let (took, sent) = tar_upload(src, &root.join("tar-dest"), false, transport);
+        let (took, sent) = tar_upload(src, &base.join("tar-dest"), false, transport);
         tar_times.push(took);
         tar_bytes = sent;
-        let (took, sent) = tar_upload(src, &root.join("tar-dest"), true, transport);
+        let (took, sent) = tar_upload(src, &base.join("tar-zstd-dest"), true, transport);
         zstd_times.push(took);
         zstd_bytes = sent;
     }
-    let _ = fs::remove_dir_all(root.join("tar-dest"));
+    drop(fresh);
     let tar_m = median(&mut tar_times);
     let zstd_m = median(&mut zstd_times);
     println!(

@@ -317,10 +317,9 @@ impl Assembly {
             verified: Vec::new(),
             report: OfferReport::default(),
         };
-        let mut buf = vec![0u8; COPY_BUFFER];
         let verdict = owner
             .or_else(moving::own_ids)
-            .map(|ids| kept::holds_exactly(dest, &assembly.items, limits, ids, &mut buf))
+            .map(|ids| kept::holds_exactly(dest, &assembly.items, limits, ids, COPY_BUFFER))
             .unwrap_or_default();
         if verdict.exact {
             let bytes = assembly

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What [`holds_exactly`] found.
 #[derive(Debug, Default)]
@@ -26,14 +27,15 @@ pub(super) struct Verdict {
 }
 
 /// Whether `dest` holds exactly the tree `items` lists, owned by `owner`: the structure and
-/// metadata are checked first (cheap), then the files' content, stopping at the first that
-/// differs.
+/// metadata are checked first (cheap), then the files' content on every core (each thread
+/// takes a contiguous share of the listing, so it opens few directories), all stopping once one
+/// file differs. Every thread is joined before this returns.
 pub(super) fn holds_exactly(
     dest: &Path,
     items: &[Item],
     limits: &UnpackLimits,
     owner: (u32, u32),
-    buf: &mut [u8],
+    buffer_len: usize,
 ) -> Verdict {
     let mut verdict = Verdict {
         exact: false,
@@ -45,21 +47,58 @@ pub(super) fn holds_exactly(
     if !structure_ok(root.as_fd(), items, limits, owner) {
         return verdict;
     }
-    let mut cursor: Option<(String, OwnedFd)> = None;
-    for (i, item) in items.iter().enumerate() {
-        let Some(file) = &item.file else {
-            continue;
-        };
-        let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
-        let Some(dir) = cached_dir(root.as_fd(), &mut cursor, parent) else {
-            return verdict;
-        };
-        match content_ok(dir, name, file, buf) {
-            Some(id) => verdict.verified[i] = Some(id),
-            None => return verdict,
-        }
+    let files: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].file.is_some())
+        .collect();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let share = files.len().div_ceil(workers).max(1);
+    let differs = AtomicBool::new(false);
+    let root = root.as_fd();
+    let hashed: Vec<Vec<(usize, (u64, u64))>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = files
+            .chunks(share)
+            .map(|part| {
+                let differs = &differs;
+                scope.spawn(move || {
+                    let mut buf = vec![0u8; buffer_len];
+                    let mut cursor: Option<(String, OwnedFd)> = None;
+                    let mut found = Vec::with_capacity(part.len());
+                    for &i in part {
+                        let item = &items[i];
+                        if differs.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
+                        let id = item.file.as_ref().and_then(|file| {
+                            let dir = cached_dir(root, &mut cursor, parent)?;
+                            content_ok(dir, name, file, &mut buf)
+                        });
+                        match id {
+                            Some(id) => found.push((i, id)),
+                            None => {
+                                differs.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                    }
+                    found
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    differs.store(true, Ordering::Relaxed);
+                    Vec::new()
+                })
+            })
+            .collect()
+    });
+    for (i, id) in hashed.into_iter().flatten() {
+        verdict.verified[i] = Some(id);
     }
-    verdict.exact = true;
+    verdict.exact = !differs.load(Ordering::Relaxed);
     verdict
 }
 
