@@ -4,7 +4,9 @@
 //! expected digest (computed by the host from its own copies), the environment inputs, the agent
 //! identity and the limits. Every path in it is absolute *inside the sandbox*. The supervisor
 //! keeps the parsed manifest in memory: nothing the agent can write is ever a source of an
-//! expected value. Field reference: `docs/manifest.md`.
+//! expected value. (The long-lived server keeps the trees' per-file listings, which only
+//! explain a drift, in files of its own checked against a digest in memory:
+//! [`StoredListing`].) Field reference: `docs/manifest.md`.
 
 use crate::exit_code::PinRole;
 use crate::tree_hash::TreeFormat;

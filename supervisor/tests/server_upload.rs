@@ -554,3 +554,55 @@ fn a_zstd_compressed_upload_unpacks_and_a_corrupt_one_leaves_nothing() {
     assert_eq!(r["kind"], "refused", "{r}");
     assert!(r["message"].as_str().unwrap().contains("gzip"), "{r}");
 }
+
+#[test]
+fn attack_tar__content_from_another_tree_is_copied_and_hashed_never_taken_through_the_agents_links()
+{
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let work = server.path("work/repo");
+    let tree = sample_offer();
+    let mut c = server.connect();
+    let (_, done) = c.upload_offered(&work, Some((65534, 65534)), &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    assert_eq!(done["type"], "ok", "{done}");
+    // The agent's uid owns the workspace: an edit of the same size, and a file turned into a
+    // link to a root-only file of the listed content.
+    std::fs::write(work.join("src/f0"), b"CONTENT 0\n").unwrap();
+    let secret = server.path("secret");
+    std::fs::write(&secret, &tree.files[2].1).unwrap();
+    std::fs::remove_file(work.join("src/f2")).unwrap();
+    std::os::unix::fs::symlink(&secret, work.join("src/f2")).unwrap();
+    // The same content as a root-owned plugin elsewhere: all but those two come from the
+    // workspace, copied (the plugin's own inodes, root's, 0644).
+    let plugin = server.path("plugins/p");
+    let (need, done) = c.upload_offered(&plugin, None, &tree.listing(), |b| {
+        tree.tar_needed(b, false)
+    });
+    let bitmap = hex::decode(need["need"].as_str().unwrap()).unwrap();
+    let sent: Vec<usize> = (0..20)
+        .filter(|&n| pitcrew_core::unpack::offer::needed(&bitmap, n))
+        .collect();
+    assert_eq!(sent, [0, 2], "{need}");
+    assert_eq!(done["detail"]["from_other_trees"], 18, "{done}");
+    for (path, data) in &tree.files {
+        assert_eq!(&std::fs::read(plugin.join(path)).unwrap(), data, "{path}");
+        let copy = std::fs::symlink_metadata(plugin.join(path)).unwrap();
+        assert!(copy.is_file(), "{path}");
+        assert_eq!(
+            (copy.uid(), copy.nlink(), copy.mode() & 0o7777),
+            (0, 1, 0o644)
+        );
+        if let Ok(source) = std::fs::symlink_metadata(work.join(path)) {
+            assert_ne!(copy.ino(), source.ino(), "{path}: a copy, never a link");
+        }
+    }
+    // The workspace is left as the agent made it.
+    assert!(std::fs::symlink_metadata(work.join("src/f2"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}

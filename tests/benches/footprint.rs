@@ -3,11 +3,16 @@
 //! ```sh
 //! cargo build --release --workspace --bins
 //! scripts/build-init                                   # the static pitcrew-init of the images
-//! INIT=target/x86_64-unknown-linux-gnu/release/pitcrew-init \
+//! INIT=target/x86_64-unknown-linux-gnu/init/pitcrew-init \
 //!   cargo bench -p pitcrew-e2e --bench footprint      # ITERATIONS=300
+//! FILES=1000000 BYTES=1000000000 ITERATIONS=3 INIT=… \
+//!   cargo bench -p pitcrew-e2e --bench footprint      # one plugin of a million files
 //! ```
 //!
-//! `INIT` names the `pitcrew-init` the sandbox runs (`pitcrew run --supervisor`); unset, the one
+//! `FILES` (and `BYTES`, default 1,000 a file) replace the three plugins by one generated plugin
+//! of that many files (`target/<profile>/bench-footprint/plugins/big-<FILES>`, made once), with
+//! `upload_limits` raised to hold it; `pitcrew validate` of the harness and the whole
+//! `pitcrew run` are timed too. `INIT` names the `pitcrew-init` the sandbox runs (`pitcrew run --supervisor`); unset, the one
 //! next to this build's `pitcrew` (linked dynamically against glibc).
 //!
 //! Needs root and PID namespaces. One local sandbox, `pitcrew-init serve` as PID 1 of its PID
@@ -131,32 +136,76 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let plugins = target_profile_dir().join("bench-supervisor/plugins");
-    for (name, files, bytes) in PLUGINS {
-        let dir = plugins.join(name);
+    let big: Option<(u64, u64)> = std::env::var("FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(|files: u64| {
+            let bytes = std::env::var("BYTES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(files * 1000);
+            (files, bytes)
+        });
+    let (base, plugins): (PathBuf, Vec<(String, u64, u64)>) = match big {
+        Some((files, bytes)) => (
+            target_profile_dir().join("bench-footprint"),
+            vec![(format!("big-{files}"), files, bytes)],
+        ),
+        None => (
+            target_profile_dir().join("bench-supervisor"),
+            PLUGINS
+                .iter()
+                .map(|(n, f, b)| (n.to_string(), *f, *b))
+                .collect(),
+        ),
+    };
+    for (name, files, bytes) in &plugins {
+        let dir = base.join("plugins").join(name);
         if !dir.join("index.js").exists() {
             eprintln!("generating {name}: {files} files, {bytes} bytes");
-            generate_tree(&dir, files, bytes, files).unwrap_or_else(|e| fail(&e.to_string()));
+            let _ = fs::remove_dir_all(&dir);
+            generate_tree(&dir, *files, *bytes, *files).unwrap_or_else(|e| fail(&e.to_string()));
         }
     }
+    let total_files: u64 = plugins.iter().map(|(_, f, _)| f).sum();
     // The harness lives beside the shared plugins (paths in a harness stay inside its
     // directory); state and records go to a scratch directory.
-    let base = target_profile_dir().join("bench-supervisor");
     fs::create_dir_all(base.join("footprint-workspace")).unwrap();
     fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
-    let listed: String = PLUGINS
+    let listed: String = plugins
         .iter()
         .map(|(name, ..)| format!("  - plugins/{name}\n"))
         .collect();
+    let limits = match big {
+        Some((files, bytes)) => format!(
+            "upload_limits: {{entries: {}, size: {}}}\n",
+            files + files / 10 + 1000,
+            (bytes * 2).max(1 << 20)
+        ),
+        None => String::new(),
+    };
     let harness = base.join("footprint.yaml");
     fs::write(
         &harness,
         format!(
             "runtime: command\ncommand: [/bin/sh, -c, \"grep -E '^(VmRSS|VmHWM)' /proc/1/status\"]\n\
-             plugins:\n{listed}iterations: {iterations}\ntimeout: 60s\nworkdir: footprint-workspace\n"
+             plugins:\n{listed}iterations: {iterations}\ntimeout: 60s\nworkdir: footprint-workspace\n{limits}"
         ),
     )
     .unwrap();
+    let started = std::time::Instant::now();
+    let validated = Command::new(binary("pitcrew"))
+        .arg("validate")
+        .arg(&harness)
+        .output()
+        .unwrap();
+    let validate_s = started.elapsed().as_secs_f64();
+    if !validated.status.success() {
+        fail(&format!(
+            "pitcrew validate: {}",
+            String::from_utf8_lossy(&validated.stderr)
+        ));
+    }
     let scratch = tempfile::tempdir().unwrap();
     let state = scratch.path().join("state");
     fs::create_dir(&state).unwrap();
@@ -169,6 +218,7 @@ fn main() {
         "running {iterations} iterations in one sandbox, pitcrew-init {} ({size} bytes)",
         init.display()
     );
+    let started = std::time::Instant::now();
     let out = Command::new(binary("pitcrew"))
         .arg("run")
         .arg(&harness)
@@ -186,9 +236,11 @@ fn main() {
             String::from_utf8_lossy(&out.stderr)
         ))
     });
+    let run_s = started.elapsed().as_secs_f64();
     let sandbox = doc["sandbox"].as_str().unwrap_or_default().to_string();
     let mut running = Vec::new();
     let mut hwm = Vec::new();
+    let mut verify_ms = Vec::new();
     for it in doc["iterations"].as_array().cloned().unwrap_or_default() {
         let record = PathBuf::from(it["record_dir"].as_str().unwrap_or_default());
         let text = fs::read_to_string(record.join("output.jsonl")).unwrap_or_default();
@@ -200,6 +252,10 @@ fn main() {
         };
         running.push(field("VmRSS:"));
         hwm.push(field("VmHWM:"));
+        let result: Value =
+            serde_json::from_slice(&fs::read(record.join("result.json")).unwrap_or_default())
+                .unwrap_or_default();
+        verify_ms.push(result["steps"]["verify_ms"].as_u64().unwrap_or(0));
     }
     if running.len() != iterations as usize {
         fail(&format!("{} iterations recorded: {doc:#}", running.len()));
@@ -220,7 +276,15 @@ fn main() {
     let mut sorted = running.clone();
     sorted.sort();
     let at = |n: usize| running[n.min(running.len()) - 1];
-    println!("pitcrew-init footprint, {iterations} iterations of one kept local sandbox, 20,000-file manifest");
+    println!(
+        "pitcrew-init footprint, {iterations} iterations of one kept local sandbox, a {total_files}-file manifest"
+    );
+    println!();
+    println!(
+        "pitcrew validate: {validate_s:.1} s; pitcrew run (upload, manifest, {iterations} \
+         iterations each verified, collect): {run_s:.1} s; the verify step of each iteration \
+         (ms): {verify_ms:?}"
+    );
     println!();
     println!("| VmRSS while the agent runs | kB |");
     println!("|---|---|");

@@ -14,7 +14,9 @@
 //! - **first, zstd**: into another empty destination, the tar stream compressed at `ZSTD_LEVEL`
 //!   (default 3, `pitcrew run`'s own level);
 //! - **unchanged**: the same tree again, the destination holding it;
-//! - **3 changed**: three files of the source rewritten (same sizes, other bytes; [`CHANGED`]).
+//! - **3 changed**: three files of the source rewritten (same sizes, other bytes; [`CHANGED`]);
+//! - **another dest**: the same tree into a third, empty destination of the same sandbox: its
+//!   content is copied from the trees already there (`unpack::offer::elsewhere`).
 //!
 //! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello`, then
 //! `upload` with `offer` exactly as `pitcrew run` sends it (`pitcrew_core::unpack::offer::host`:
@@ -464,10 +466,11 @@ fn bench(
         format!("first, zstd -{level}"),
         format!("unchanged, zstd -{level}"),
         format!("3 changed, zstd -{level}"),
+        format!("another dest, zstd -{level}"),
     ];
     let mut pitcrew: Vec<Vec<Duration>> = vec![Vec::new(); labels.len()];
-    let mut bytes = [0u64; 4];
-    let mut sent_files = [0u64; 4];
+    let mut bytes = [0u64; 5];
+    let mut sent_files = [0u64; 5];
     let (mut tar_times, mut zstd_times) = (Vec::new(), Vec::new());
     let (mut tar_bytes, mut zstd_bytes) = (0, 0);
     let fresh = FreshFs::new(root);
@@ -483,6 +486,7 @@ fn bench(
             }
             let (target, zstd) = match i {
                 0 => (dest.join("plain/tree"), None),
+                4 => (dest.join("other/tree"), Some(level)),
                 _ => (dest.join("zstd/tree"), Some(level)),
             };
             let (took, sent, files) = s.offer(src, &target, zstd);

@@ -1,5 +1,5 @@
 //! The top-level keys of a harness checked into a [`Harness`]: `runtime`, `agent`, `command`,
-//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `disk`, `timeout`), `retention`, `workdir`,
+//! `prompt`, `env`, the limits (`iterations`, `processes`, `memory`, `disk`, `timeout`), `retention`, `upload_limits`, `workdir`,
 //! `output` and `validation`, each against its rule, with the list entries (`plugins`,
 //! `adapters`, `skills`) handed to their own checks.
 

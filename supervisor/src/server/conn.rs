@@ -46,6 +46,9 @@ pub(super) enum Upload {
         bytes: u64,
         /// When the tar stream started.
         started: std::time::Instant,
+        /// An offered upload's listing, kept for later uploads once the tree is in place
+        /// (`held`); None for a plain upload.
+        held: Option<std::path::PathBuf>,
     },
     /// The upload was refused: discard tar frames up to the empty one.
     Draining,

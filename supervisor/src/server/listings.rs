@@ -1,9 +1,9 @@
 //! The manifest's per-file listings on disk: `set_manifest` moves the listings it carries to
 //! files of the records directory (`listings/tree-N.jsonl`, root-only), or, with
-//! `listings: "follow"`, expects them in `add_listing` requests of bounded size, which are
+//! `listings_follow`, expects them in `add_listing` requests of bounded size, which are
 //! appended as they come. Between iterations the supervisor then holds a tree's digest, not its
 //! paths: memory does not grow with the number of listed files, and a listing is not bound by
-//! the control frame's 32 MiB. A drift report reads the file back ([`StoredListing::load`]).
+//! the control frame's 32 MiB. A drift report reads the file back (`StoredListing::load`).
 
 use super::error::RequestError;
 use super::records::create_private_dir;
@@ -22,7 +22,8 @@ impl Server {
     }
 
     /// Takes the listings out of `manifest` (a new `set_manifest`): each tree's listing goes to
-    /// a fresh file, and with `follow` each tree gets an empty file that `add_listing` fills.
+    /// a fresh file, and with `follow` (`listings_follow`) each tree gets an empty file that
+    /// `add_listing` fills.
     pub(super) fn store_listings(
         &mut self,
         manifest: &mut Manifest,
@@ -44,7 +45,7 @@ impl Server {
         for (index, tree) in manifest.trees.iter_mut().enumerate() {
             if follow && (!tree.files.is_empty() || !tree.dirs.is_empty()) {
                 return Err(RequestError::Malformed(format!(
-                    "trees[{index}] ({}): with listings \"follow\" its files and dirs come in \
+                    "trees[{index}] ({}): with listings_follow its files and dirs come in \
                      add_listing requests, not in the manifest",
                     tree.name
                 )));
@@ -73,7 +74,7 @@ impl Server {
     ) -> Result<Value, RequestError> {
         let Some(manifest) = self.manifest.as_mut() else {
             return Err(RequestError::Order(
-                "add_listing needs a set_manifest with listings \"follow\" first".into(),
+                "add_listing needs a set_manifest with listings_follow first".into(),
             ));
         };
         let Some(index) = manifest.trees.iter().position(|t| t.name == name) else {

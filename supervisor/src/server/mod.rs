@@ -16,6 +16,8 @@
 //! - `dispatch`: frames taken from a connection and requests answered.
 //! - `error`: why a request is refused ([`RequestError`], the wire `error` kinds).
 //! - `listings`: the manifest's per-file listings kept on disk, and `add_listing`.
+//! - `held`: the trees offered uploads put in place, with their listings, for later uploads to
+//!   copy content from.
 //! - `upload`: upload destinations, an offered tree's listing and `need`, the tar stream's
 //!   frames; `upload_stream`: the thread that unpacks them as they arrive.
 //! - `run`: one iteration for a `run` request, the observer callbacks and the finished record.
@@ -33,6 +35,7 @@ mod claim;
 mod conn;
 mod dispatch;
 mod error;
+mod held;
 mod listings;
 mod records;
 mod reserve;
@@ -159,6 +162,8 @@ struct Server {
     manifest: Option<Manifest>,
     /// The trees' listings still arriving in `add_listing` requests.
     pending_listings: listings::PendingListings,
+    /// The trees offered uploads put in place, with their listings.
+    held: held::HeldTrees,
     /// The iterations finished since the server started.
     history: Vec<HistoryEntry>,
     /// Finished iterations no longer in `history` (the oldest, beyond its bound).
@@ -234,6 +239,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         limits: opts.limits,
         manifest: None,
         pending_listings: Default::default(),
+        held: held::HeldTrees::new(&opts.records),
         history: Vec::new(),
         history_left_out: 0,
         // A collected record retention deleted still counts: numbers never restart.

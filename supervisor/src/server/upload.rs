@@ -135,6 +135,7 @@ impl Server {
             stream,
             bytes: 0,
             started: Instant::now(),
+            held: None,
         })
     }
 
@@ -224,10 +225,16 @@ impl Server {
                         dest,
                         stream,
                         started,
+                        held,
                         ..
                     } = std::mem::replace(&mut c.upload, Upload::Idle)
                     {
-                        finish_stream(c, id, &dest, stream, started);
+                        let offered = held.is_some();
+                        if finish_stream(c, id, &dest, stream, started) {
+                            self.held.put(&dest, held);
+                        } else if offered {
+                            super::held::HeldTrees::discard(held);
+                        }
                     }
                     return;
                 }
@@ -268,7 +275,12 @@ impl Server {
             self.conns[i].error(id, err);
             return;
         }
-        let prepared = Assembly::prepare(&dest, &listing, &self.limits, owner);
+        let others = self.held.others(&dest);
+        let prepared = Assembly::prepare_with(&dest, &listing, &self.limits, owner, &others);
+        let held = match &prepared {
+            Ok(_) => self.held.stage(&dest, &listing),
+            Err(_) => None,
+        };
         drop(listing);
         let c = &mut self.conns[i];
         match prepared {
@@ -301,9 +313,13 @@ impl Server {
                             stream,
                             bytes: 0,
                             started: Instant::now(),
+                            held,
                         };
                     }
-                    Err(err) => c.error(id, err),
+                    Err(err) => {
+                        super::held::HeldTrees::discard(held);
+                        c.error(id, err)
+                    }
                 }
             }
             Err(err) => c.error(id, err.into()),
@@ -312,8 +328,15 @@ impl Server {
 }
 
 /// Ends the tar stream of upload `id` on connection `c`: waits for its unpacking thread (which
-/// swapped the tree in for `dest`, or refused it) and answers the request.
-fn finish_stream(c: &mut Conn, id: u64, dest: &Path, stream: UploadStream, started: Instant) {
+/// swapped the tree in for `dest`, or refused it) and answers the request; true when the tree
+/// is in place.
+fn finish_stream(
+    c: &mut Conn,
+    id: u64,
+    dest: &Path,
+    stream: UploadStream,
+    started: Instant,
+) -> bool {
     match stream.finish() {
         Ok(mut detail) => {
             tracing::info!("upload: {}: {detail}", dest.display());
@@ -322,8 +345,12 @@ fn finish_stream(c: &mut Conn, id: u64, dest: &Path, stream: UploadStream, start
                 map.insert("duration_ms".into(), json!(millis(started.elapsed())));
             }
             c.send(&Response::Ok { id, detail });
+            true
         }
-        Err(err) => c.error(id, err),
+        Err(err) => {
+            c.error(id, err);
+            false
+        }
     }
 }
 

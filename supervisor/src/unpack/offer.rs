@@ -24,6 +24,10 @@
 //!   in a directory no one else can enter: never a hard link to what was there, and nothing
 //!   written to the old file afterwards reaches it.
 //!
+//! Then, for what is still missing, the other trees the sandbox holds (those it was offered
+//! before, [`elsewhere`]): a file whose listing there gives the same sha256 and size is copied
+//! from there (never moved) and the copy hashed.
+//!
 //! The other files are needed ([`Assembly::need_bitmap`]). The tar stream that follows
 //! ([`Assembly::receive`]) must hold exactly those, in listing order, each with its listed size
 //! and sha256 (hashed as it is written), and nothing else. Only then does [`Assembly::finish`]
@@ -36,6 +40,7 @@ use super::{
     UnpackError, UnpackLimits, COPY_BUFFER, MAX_PATH_LEN,
 };
 use crate::bounded_tree::{self, DirStack};
+pub use elsewhere::OtherTree;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -226,12 +231,16 @@ pub struct OfferReport {
     pub dirs: u64,
     /// Bytes of file content in the tree.
     pub bytes: u64,
-    /// Files taken from the tree replaced (same path, same content): moved, or copied.
+    /// Files taken from what the sandbox held (the tree replaced: same path, same content;
+    /// or another tree): moved, or copied.
     pub reused_files: u64,
     /// Their bytes.
     pub reused_bytes: u64,
     /// Of those, the files moved (renamed) rather than copied.
     pub moved_files: u64,
+    /// Of those, the files copied from another tree of the sandbox ([`elsewhere`]).
+    #[serde(default)]
+    pub from_other_trees: u64,
     /// The destination already held exactly this tree: kept as it was (nothing copied, moved
     /// or swapped; `reused_files` counts its files).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -299,6 +308,18 @@ impl Assembly {
         limits: &UnpackLimits,
         owner: Option<(u32, u32)>,
     ) -> Result<Assembly, UnpackError> {
+        Assembly::prepare_with(dest, listing, limits, owner, &[])
+    }
+
+    /// [`Assembly::prepare`], also copying the content of files the replaced tree lacks from
+    /// `others`, the other trees the sandbox holds ([`elsewhere`]).
+    pub fn prepare_with(
+        dest: &Path,
+        listing: &[u8],
+        limits: &UnpackLimits,
+        owner: Option<(u32, u32)>,
+        others: &[OtherTree],
+    ) -> Result<Assembly, UnpackError> {
         let items = parse(listing, limits)?;
         check_dest(dest)?;
         let files = items.iter().filter(|i| i.file.is_some()).count();
@@ -351,13 +372,13 @@ impl Assembly {
             owner,
             created: 0,
         });
-        assembly.gather()?;
+        assembly.gather(others)?;
         Ok(assembly)
     }
 
-    /// Creates every listed directory, copies what the replaced tree already holds, and notes
-    /// which files are duplicates and which are needed.
-    fn gather(&mut self) -> Result<(), UnpackError> {
+    /// Creates every listed directory, copies what the replaced tree already holds (then what
+    /// `others` hold), and notes which files are duplicates and which are needed.
+    fn gather(&mut self, others: &[OtherTree]) -> Result<(), UnpackError> {
         self.old_root = bounded_tree::open_dir(&self.dest).ok();
         let mut old_parent: Option<(Vec<String>, OwnedFd)> = None;
         // Content already placed or asked for, by sha256 and size (a listing that gives one
@@ -365,6 +386,8 @@ impl Assembly {
         let mut first_with: HashMap<([u8; 32], u64), usize> = HashMap::new();
         let mut buf = vec![0u8; COPY_BUFFER];
         let mut ordinal = 0usize;
+        // Files the replaced tree did not have: (item, ordinal among the files).
+        let mut missing = Vec::new();
         for i in 0..self.items.len() {
             let raw = self.items[i].path.clone();
             let parts = self.items[i].parts();
@@ -403,6 +426,10 @@ impl Assembly {
                     continue;
                 }
             }
+            missing.push((i, this));
+        }
+        self.copy_from_others(&mut missing, others, &mut buf)?;
+        for (i, this) in missing {
             self.needed.push(i);
             self.bitmap[this / 8] |= 1 << (this % 8);
         }
@@ -708,6 +735,7 @@ fn copy_hashed(
     Ok((n == size).then(|| hashing.hasher.finalize().into()))
 }
 
+pub mod elsewhere;
 pub mod host;
 mod kept;
 mod moving;

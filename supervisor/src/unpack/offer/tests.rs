@@ -358,3 +358,49 @@ fn a_path_listed_twice_is_refused_naming_its_second_line() {
     .unwrap_err();
     assert!(err.to_string().starts_with("listing line 3:"), "{err}");
 }
+
+#[test]
+fn content_another_tree_holds_is_copied_hashed_never_linked_and_a_changed_one_is_sent() {
+    let root = tempfile::tempdir().unwrap();
+    let first = root.path().join("first");
+    let tree = sample();
+    offer(&first, &tree);
+    let kept = root.path().join("first.listing");
+    fs::write(&kept, tree.listing()).unwrap();
+    // The agent edits one file of the first tree in place (same size).
+    fs::write(first.join("a/b/three"), b"THREE").unwrap();
+    let second = Tree {
+        dirs: vec!["x"],
+        files: vec![
+            ("x/two", vec![7u8; 300_000], false),
+            ("x/three", b"three".to_vec(), false),
+            ("x/new", b"new".to_vec(), false),
+        ],
+    };
+    let dest = root.path().join("second");
+    let others = [OtherTree {
+        root: first.clone(),
+        listing: kept,
+    }];
+    let limits = UnpackLimits::default();
+    let mut a = Assembly::prepare_with(&dest, &second.listing(), &limits, None, &others).unwrap();
+    let bitmap = a.need_bitmap().to_vec();
+    assert_eq!(
+        (0..3).map(|n| needed(&bitmap, n)).collect::<Vec<_>>(),
+        [false, true, true],
+        "two is the first tree's; three was changed there; new is nowhere"
+    );
+    a.receive(&second.tar_needed(&bitmap)[..]).unwrap();
+    let report = a.finish().unwrap();
+    assert_eq!((report.from_other_trees, report.sent_files), (1, 2));
+    let copy = fs::metadata(dest.join("x/two")).unwrap();
+    let source = fs::metadata(first.join("a/b/two")).unwrap();
+    assert_ne!(copy.ino(), source.ino(), "a copy, never a link");
+    assert_eq!((copy.nlink(), source.nlink()), (1, 1));
+    // The listed mode of the new tree, not the source's (0755 there).
+    assert_eq!(copy.permissions().mode() & 0o777, 0o644);
+    assert_eq!(fs::read(dest.join("x/two")).unwrap(), vec![7u8; 300_000]);
+    assert_eq!(fs::read(dest.join("x/three")).unwrap(), b"three");
+    // The first tree is left as it was.
+    assert_eq!(fs::read(first.join("a/b/two")).unwrap(), vec![7u8; 300_000]);
+}
