@@ -11,8 +11,9 @@
 //! to about a third; `CONTENT=random` or `text` for one) goes to a destination per round:
 //!
 //! - **first, plain**: into an empty destination, uncompressed;
-//! - **first, zstd**: into another empty destination, the tar stream compressed at `ZSTD_LEVEL`
-//!   (default 3, `pitcrew run`'s own level);
+//! - **first, zstd**: into another empty destination of a fresh supervisor (which holds nothing
+//!   of the tree), the tar stream compressed at `ZSTD_LEVEL` (default 3, `pitcrew run`'s own
+//!   level);
 //! - **unchanged**: the same tree again, the destination holding it;
 //! - **3 changed**: three files of the source rewritten (same sizes, other bytes; [`CHANGED`]);
 //! - **another dest**: the same tree into a third, empty destination of the same sandbox: its
@@ -481,6 +482,12 @@ fn bench(
         fs::create_dir_all(&records).unwrap();
         let mut s = Session::start(init, &records, transport);
         for (i, times) in pitcrew.iter_mut().enumerate() {
+            if i == 1 {
+                // A first upload into a sandbox that holds nothing of the tree: a supervisor
+                // of its own (the first one would copy it from the plain upload's tree).
+                s.close();
+                s = Session::start(init, &records, transport);
+            }
             if i == 3 {
                 change_three(src, round);
             }

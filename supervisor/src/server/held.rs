@@ -8,6 +8,8 @@ use super::records::create_private_dir;
 use crate::unpack::offer::OtherTree;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 /// The trees held, by destination.
@@ -54,7 +56,14 @@ impl HeldTrees {
         let path = self.file(dest, "pending");
         let written = create_private_dir(&self.dir).and_then(|()| {
             let _ = std::fs::remove_file(&path);
-            std::fs::write(&path, listing)
+            // A new file, never through a link left there.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .and_then(|mut f| f.write_all(listing))
         });
         match written {
             Ok(()) => Some(path),
