@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 pub(super) struct HeldTrees {
     dir: PathBuf,
     trees: BTreeMap<PathBuf, PathBuf>,
+    /// Numbers the staged listings: two uploads to one destination never share a file.
+    staged: u64,
 }
 
 impl HeldTrees {
@@ -28,6 +30,7 @@ impl HeldTrees {
         HeldTrees {
             dir,
             trees: BTreeMap::new(),
+            staged: 0,
         }
     }
 
@@ -43,17 +46,23 @@ impl HeldTrees {
             .collect()
     }
 
-    /// The file of `dest`'s listing, with `extension`.
+    /// The file of `dest`'s listing, with `extension` (the path's components hashed: `/a/b/`
+    /// is `/a/b`).
     fn file(&self, dest: &Path, extension: &str) -> PathBuf {
-        let key = Sha256::digest(dest.as_os_str().as_encoded_bytes());
+        let mut key = Sha256::new();
+        for part in dest.components() {
+            key.update(part.as_os_str().as_encoded_bytes());
+            key.update([0]);
+        }
         self.dir
-            .join(format!("{}.{extension}", hex::encode(&key[..8])))
+            .join(format!("{}.{extension}", hex::encode(&key.finalize()[..8])))
     }
 
     /// Keeps `listing`, offered for `dest`, until the upload ends ([`HeldTrees::put`]); None
     /// when it could not be written (that only costs later uploads the reuse).
-    pub(super) fn stage(&self, dest: &Path, listing: &[u8]) -> Option<PathBuf> {
-        let path = self.file(dest, "pending");
+    pub(super) fn stage(&mut self, dest: &Path, listing: &[u8]) -> Option<PathBuf> {
+        self.staged += 1;
+        let path = self.file(dest, &format!("{}.pending", self.staged));
         let written = create_private_dir(&self.dir).and_then(|()| {
             let _ = std::fs::remove_file(&path);
             // A new file, never through a link left there.

@@ -11,6 +11,7 @@ use super::Server;
 use crate::manifest::{FileListing, ListingWriter, Manifest};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 
 /// The listings still arriving in `add_listing` requests, by tree index.
@@ -34,6 +35,14 @@ impl Server {
             RequestError::Internal(format!("listings directory {}: {e}", dir.display()))
         };
         self.pending_listings.clear();
+        // Unprivileged, the agent's uid owns the records directory, and Landlock does not stop
+        // a chmod: its owner's rights first, or a `chmod 000` would refuse every later manifest.
+        // (Run as root the directory is root's 0700: nothing of the agent's reaches it.)
+        if let Ok(meta) = std::fs::symlink_metadata(&dir) {
+            if meta.is_dir() {
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            }
+        }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(internal(e)),
             _ => {}

@@ -41,6 +41,10 @@ impl Assembly {
             }
         }
         let mut found = vec![false; missing.len()];
+        // Candidates that turned out to hold other content, by content: after two, that
+        // content is asked for (a tree the agent rewrote, file by file at the same sizes, costs
+        // at most two copies of each wanted file, not one per file it holds).
+        let mut misses: HashMap<([u8; 32], u64), u8> = HashMap::new();
         for other in others {
             if wanted.is_empty() {
                 break;
@@ -62,9 +66,13 @@ impl Assembly {
                 let Some(listed) = item.file else {
                     continue;
                 };
-                let Some(&at) = wanted.get(&(listed.sha256, listed.size)) else {
+                let key = (listed.sha256, listed.size);
+                let Some(&at) = wanted.get(&key) else {
                     continue;
                 };
+                if misses.get(&key).is_some_and(|&n| n >= 2) {
+                    continue;
+                }
                 let (name, parents) = item.name_and_parents();
                 let Some(source) = old_file(root.as_fd(), &mut cache, &parents, &name, &listed)
                 else {
@@ -76,8 +84,10 @@ impl Assembly {
                 };
                 let raw = self.items[i].path.clone();
                 let (name, parents) = self.items[i].name_and_parents();
-                if self.copy_in(&source, &parents, &name, &file, &raw, buf)? {
-                    wanted.remove(&(listed.sha256, listed.size));
+                if !self.copy_in(&source, &parents, &name, &file, &raw, buf)? {
+                    *misses.entry(key).or_default() += 1;
+                } else {
+                    wanted.remove(&key);
                     found[at] = true;
                     self.report.reused_files += 1;
                     self.report.reused_bytes += file.size;

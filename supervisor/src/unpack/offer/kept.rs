@@ -57,9 +57,11 @@ pub(super) fn holds_exactly(
     let hashed: Vec<Vec<(usize, (u64, u64))>> = std::thread::scope(|scope| {
         let threads: Vec<_> = files
             .chunks(share)
-            .map(|part| {
+            .filter_map(|part| {
                 let differs = &differs;
-                scope.spawn(move || {
+                // A thread the system will not give is a share not checked: not exact (never a
+                // panic in PID 1).
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
                     let mut buf = vec![0u8; buffer_len];
                     let mut cursor: Option<(String, OwnedFd)> = None;
                     let mut found = Vec::with_capacity(part.len());
@@ -82,7 +84,11 @@ pub(super) fn holds_exactly(
                         }
                     }
                     found
-                })
+                });
+                if spawned.is_err() {
+                    differs.store(true, Ordering::Relaxed);
+                }
+                spawned.ok()
             })
             .collect();
         threads
