@@ -423,13 +423,11 @@ impl<R: Read, W: Write> Client<R, W> {
     ) -> Result<(), ClientError> {
         let id = self.id();
         let name = "set_manifest";
-        let mut sent = manifest.clone();
-        if listings_follow {
-            for tree in &mut sent.trees {
-                tree.files = Default::default();
-                tree.dirs = Vec::new();
-            }
-        }
+        let sent = if listings_follow {
+            manifest.without_listings()
+        } else {
+            manifest.clone()
+        };
         self.send(
             &Request::SetManifest {
                 id,

@@ -26,8 +26,8 @@ macro_rules! say {
 
 /// Installs the stderr logger. `verbosity` counts `-v` flags; `RUST_LOG` wins when set and
 /// valid: a level (`debug`), or targets with levels (`pitcrew_core=debug,info`). Parsed by
-/// `Targets`, not the regex-based `EnvFilter`: the regex engine was a fifth of `pitcrew-init`'s
-/// size, which every sandbox maps.
+/// `Targets`, not the regex-based `EnvFilter`, whose regex engine would be in every sandbox's
+/// `pitcrew-init`.
 pub fn init(verbosity: u8, quiet: bool) {
     let default = match verbosity {
         _ if quiet => "error",

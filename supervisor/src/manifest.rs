@@ -182,6 +182,19 @@ pub struct TreePin {
     pub pi_args: Vec<String>,
 }
 
+impl Manifest {
+    /// This manifest without its trees' per-file listings: what `set_manifest` carries when
+    /// the listings follow in `add_listing` requests.
+    pub fn without_listings(&self) -> Manifest {
+        let mut bare = self.clone();
+        for tree in &mut bare.trees {
+            tree.files = FileListing::default();
+            tree.dirs = Vec::new();
+        }
+        bare
+    }
+}
+
 impl TreePin {
     /// The listing a drift is explained against: the one kept on disk, or the one in memory.
     pub fn expected_listing(&self) -> Result<crate::tree_hash::TreeListing, String> {

@@ -546,6 +546,13 @@ pub struct Capabilities {
     pub upload_limits: Option<UploadLimits>,
 }
 
+impl Capabilities {
+    /// Whether [`Capabilities::features`] names `feature`.
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
+}
+
 /// The limits of one upload ([`Capabilities::upload_limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadLimits {

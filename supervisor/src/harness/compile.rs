@@ -220,12 +220,7 @@ pub fn too_big_to_send(manifest: &Manifest, listings_inline: bool) -> Option<Str
     let bytes = if listings_inline {
         serde_json::to_vec(manifest).map_or(usize::MAX, |v| v.len())
     } else {
-        let mut bare = manifest.clone();
-        for tree in &mut bare.trees {
-            tree.files = Default::default();
-            tree.dirs = Vec::new();
-        }
-        serde_json::to_vec(&bare).map_or(usize::MAX, |v| v.len())
+        serde_json::to_vec(&manifest.without_listings()).map_or(usize::MAX, |v| v.len())
     };
     let max = crate::protocol::MAX_CONTROL_PAYLOAD;
     (bytes.saturating_add(ENVELOPE) > max).then(|| {

@@ -145,12 +145,7 @@ pub(super) fn drive(
                 &conn.hello().capabilities.features,
                 progress,
             )?;
-            let listings_inline = !conn
-                .hello()
-                .capabilities
-                .features
-                .iter()
-                .any(|f| f == "manifest.listings");
+            let listings_inline = !conn.hello().capabilities.has_feature("manifest.listings");
             if let Some(why) = pitcrew_core::harness::too_big_to_send(&manifest, listings_inline) {
                 anyhow::bail!("{why}; nothing was sent");
             }
@@ -180,12 +175,7 @@ pub(super) fn drive(
             )?;
             conn.client().compress_uploads(level);
             upload_all(conn, uploads, progress)?;
-            let listings_follow = conn
-                .hello()
-                .capabilities
-                .features
-                .iter()
-                .any(|f| f == "manifest.listings");
+            let listings_follow = conn.hello().capabilities.has_feature("manifest.listings");
             conn.client()
                 .set_manifest(manifest, listings_follow)
                 .map_err(|e| conn.explain(e))?;

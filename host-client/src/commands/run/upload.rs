@@ -70,12 +70,7 @@ fn upload_tree(
     owner: Option<pitcrew_core::protocol::Owner>,
 ) -> anyhow::Result<()> {
     progress.status(what);
-    let offer = conn
-        .hello()
-        .capabilities
-        .features
-        .iter()
-        .any(|f| f == "upload.offer");
+    let offer = conn.hello().capabilities.has_feature("upload.offer");
     if !offer {
         let total = if progress.live() { tree_bytes(host) } else { 0 };
         conn.client()
