@@ -362,7 +362,7 @@ fn launch_step(
     observer: &mut dyn IterationObserver,
 ) -> Result<Running, Stop> {
     observer.step("launch", "started", json!({}));
-    crate::sandbox::supervisor::release_freed_memory();
+    crate::sandbox::heap::release_freed_memory();
     let started = Instant::now();
     let refused = |observer: &mut dyn IterationObserver, reason: String| {
         observer.step("launch", "finished", json!({"error": reason}));

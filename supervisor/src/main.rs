@@ -102,8 +102,11 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Before anything reads the environment: this may be the start again below.
     #[cfg(target_os = "linux")]
-    pitcrew_core::sandbox::supervisor::one_malloc_arena();
+    let restarted = pitcrew_core::sandbox::heap::restore_environment();
+    #[cfg(target_os = "linux")]
+    pitcrew_core::sandbox::heap::one_malloc_arena();
     #[cfg(target_os = "linux")]
     let baseline = pitcrew_core::iteration::BaselineEnv::capture();
     let cli = match Cli::try_parse() {
@@ -131,6 +134,20 @@ fn main() -> ExitCode {
             agent_cgroup: CgroupMode::Auto,
         })
     });
+    // The long-lived supervisor starts again without glibc's per-thread cache, which would
+    // pin freed heap pages for the sandbox's life; nothing has started yet.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    let heap_note = match &command {
+        Command::Serve(_) if !restarted => {
+            Some(pitcrew_core::sandbox::heap::exec_without_thread_cache())
+        }
+        _ => None,
+    };
+    #[cfg(all(target_os = "linux", not(target_env = "gnu")))]
+    let heap_note = {
+        let _ = restarted;
+        None
+    };
     match command {
         Command::Hash(args) => {
             // A command-line tool here, not PID 1 duties: `pitcrew-init hash … | head` ends quietly.
@@ -147,7 +164,7 @@ fn main() -> ExitCode {
         #[cfg(target_os = "linux")]
         Command::Run(args) => linux::run(&args, cli.verbose, baseline),
         #[cfg(target_os = "linux")]
-        Command::Serve(args) => linux::serve(&args, cli.verbose, baseline),
+        Command::Serve(args) => linux::serve(&args, cli.verbose, baseline, heap_note),
         #[cfg(target_os = "linux")]
         Command::Attach(args) => {
             pitcrew_core::logging::restore_default_sigpipe();
@@ -299,6 +316,16 @@ mod linux {
         }
     }
 
+    /// Says that the supervisor runs with glibc's per-thread cache after all, and why.
+    fn log_heap_note(note: Option<std::io::Error>) {
+        if let Some(err) = note {
+            tracing::warn!(
+                "supervisor: could not start again without glibc's per-thread cache \
+                 (/proc/self/exe: {err}); freed memory may stay resident"
+            );
+        }
+    }
+
     /// `pitcrew-init run`.
     pub fn run(args: &RunArgs, verbose: u8, baseline: BaselineEnv) -> ExitCode {
         // As PID 1 the supervisor changes to "/": make the caller's relative paths absolute.
@@ -368,7 +395,12 @@ mod linux {
     }
 
     /// `pitcrew-init serve` (and no subcommand).
-    pub fn serve(args: &ServeArgs, verbose: u8, baseline: BaselineEnv) -> ExitCode {
+    pub fn serve(
+        args: &ServeArgs,
+        verbose: u8,
+        baseline: BaselineEnv,
+        heap_note: Option<std::io::Error>,
+    ) -> ExitCode {
         // As PID 1 the supervisor changes to "/": make relative paths absolute first.
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let opts = pitcrew_core::server::ServeOptions {
@@ -391,6 +423,7 @@ mod linux {
         });
         install_panic_hook();
         pitcrew_core::logging::init(verbose, false);
+        log_heap_note(heap_note);
         let signals = match signals {
             Ok(signals) => signals,
             Err(err) => {

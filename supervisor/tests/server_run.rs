@@ -1,14 +1,15 @@
 //! Iterations through the real server: streamed events, output and result; a host that
 //! disconnects mid-iteration collects the record later; cancel and signal reach the agent;
 //! live re-verification shows drift; a flood of stdout neither holds the supervisor past the
-//! timeout nor streams without bound.
+//! timeout nor streams without bound; the server runs without glibc's per-thread cache and its
+//! agents never see how it got there.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 #![allow(missing_docs)]
 
 mod common;
 
 use common::server::{files_of, Client, Server};
-use common::{require_root_and_namespaces, Sandbox};
+use common::{pid1_of, require_root_and_namespaces, Sandbox};
 use pitcrew_core::protocol::{Channel, FrameKind};
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -681,4 +682,64 @@ fn status_cuts_the_agents_command_lines() {
     assert_eq!(r["detail"]["cancelled"], true, "{r}");
     let s = read_run(&mut c);
     assert_eq!(s.result["record"]["exit_code"], 143, "{}", s.result);
+}
+
+#[test]
+fn the_server_runs_without_glibcs_thread_cache_and_its_agents_never_see_how() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The image's environment carries glibc tunables of its own, and the name of the marker a
+    // restarted server reads (not believed on a first start: the server still restarts, and
+    // the image's tunables are what it puts back).
+    let server = Server::start_with_env(
+        &[],
+        &[
+            ("GLIBC_TUNABLES", "glibc.malloc.perturb=0"),
+            (
+                "PITCREW_INIT_ORIGINAL_GLIBC_TUNABLES",
+                "=glibc.malloc.top_pad=1",
+            ),
+        ],
+    );
+    let pid = pid1_of(server.child.id()).expect("the server's pid");
+    // It started itself again with the cache off (the environment it was executed with), after
+    // the image's own tunables, and under its own name (not `exe`). glibc's parser cuts the
+    // variable at each `:` in place, so the entries are read back joined by `:`.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    let joined = format!(":{}", String::from_utf8_lossy(&environ).replace('\0', ":"));
+    assert!(
+        joined.contains(":GLIBC_TUNABLES=glibc.malloc.perturb=0:glibc.malloc.tcache_count=0:"),
+        "{joined}"
+    );
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+    assert_eq!(comm.trim_end(), "pitcrew-init");
+
+    // The agent's environment is built from the environment the server was given: the image's
+    // GLIBC_TUNABLES is removed as a loader variable (and reported once), and nothing of the
+    // restart is left.
+    let sb = Sandbox::sh("env > $W/env");
+    let mut c = start_run(&server, &sb.manifest);
+    let s = read_run(&mut c);
+    let record = &s.result["record"];
+    assert_eq!(record["exit_code"], 0, "{record}");
+    let env = std::fs::read_to_string(sb.workdir.join("env")).expect("the agent's env");
+    assert!(!env.contains("GLIBC_TUNABLES"), "{env}");
+    assert!(!env.contains("PITCREW_INIT_"), "{env}");
+    assert!(!env.contains("tcache") && !env.contains("top_pad"), "{env}");
+    let removed: Vec<&str> = record["env"]["removed"]
+        .as_array()
+        .expect("removed")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(
+        removed.iter().filter(|n| **n == "GLIBC_TUNABLES").count(),
+        1,
+        "{removed:?}"
+    );
+    assert!(
+        !removed.iter().any(|n| n.starts_with("PITCREW_INIT_")),
+        "{removed:?}"
+    );
 }

@@ -42,6 +42,28 @@ fn frames_round_trip_through_both_decoders() {
 }
 
 #[test]
+fn a_large_frame_does_not_leave_its_buffer_behind() {
+    let big = Frame::control(&"a listing ".repeat(200_000));
+    let small = Frame::data(Channel::Tar, vec![1; 10]);
+    let mut bytes = big.encode();
+    bytes.extend_from_slice(&small.encode()[..8]);
+    let mut dec = FrameDecoder::new();
+    for chunk in bytes.chunks(64 * 1024) {
+        dec.push(chunk);
+    }
+    assert_eq!(dec.next_frame().unwrap(), Some(big));
+    assert!(
+        dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,
+        "{}",
+        dec.buf.capacity()
+    );
+    // What followed the large frame is still there.
+    dec.push(&small.encode()[8..]);
+    assert_eq!(dec.next_frame().unwrap(), Some(small));
+    assert_eq!(dec.pending(), 0);
+}
+
+#[test]
 fn bad_headers_oversize_and_truncation_are_errors() {
     let mut dec = FrameDecoder::new();
     dec.push(&[9, 0, 0, 0, 0, 0]);

@@ -200,7 +200,8 @@ fn queued_bytes(socket: &OwnedFd) -> u64 {
 impl Stream {
     /// Reads at most `budget` bytes; true when more is waiting.
     fn pump(&mut self, budget: u64) -> bool {
-        let mut buf = [0u8; CHUNK];
+        // On the heap, not the stack: the main thread's stack keeps every page it ever touched.
+        let mut buf = vec![0u8; CHUNK];
         let mut left = budget;
         while !self.eof {
             if left == 0 {

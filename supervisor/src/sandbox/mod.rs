@@ -3,6 +3,7 @@
 //! - [`signals`]: every asynchronous signal blocked and read from one signalfd.
 //! - [`reaper`]: the single owner of `waitpid(-1, WNOHANG)`.
 //! - [`supervisor`]: the long-lived state (signals, reaper, baseline environment, PID-1 mode).
+//! - [`heap`]: how the supervisor gets glibc's allocator to give freed memory back.
 //! - [`reap`]: step 1, kill and reap everything but the supervisor.
 //! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
 //! - [`landlock`]: the pinned Landlock ABI, what the kernel offers, and the agent's ruleset.
@@ -28,6 +29,7 @@ pub mod cgroup;
 pub mod child_status;
 pub mod confine;
 pub mod disk_budget;
+pub mod heap;
 pub mod landlock;
 pub mod launch;
 pub mod nofollow;

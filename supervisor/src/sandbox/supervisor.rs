@@ -163,29 +163,3 @@ impl Supervisor {
         Ok(())
     }
 }
-
-/// Makes every thread allocate from glibc's one main arena. The hashing threads of each
-/// verification would otherwise get arenas of their own, which `malloc_trim` cannot give back
-/// whole: a kept sandbox grew by about 1.4 MiB over its first hundred iterations, then stayed
-/// there (`tests/benches/footprint.rs`), and the hashing was no faster for them
-/// (`tests/benches/supervisor.rs`). Called first thing in `main`, before any thread exists.
-pub fn one_malloc_arena() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: `mallopt` sets a glibc tunable; called before any other thread exists, it races
-    // with no allocation, and `M_ARENA_MAX` only limits how many arenas later threads create.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// Hands memory freed by the verify and environment steps back to the kernel, so the
-/// supervisor stays small while the agent runs (hashing a 20,000-file manifest touches a few
-/// MiB in the hashing threads' malloc arenas, which glibc otherwise keeps).
-pub fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: `malloc_trim` only releases free heap pages of every arena; it takes glibc's
-    // own arena locks and touches no memory the program still owns.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}

@@ -406,8 +406,14 @@ impl Server {
         // A connection at its end orphans its claim at once, even while it is kept for the
         // result of the iteration it started (that iteration still counts for the claim).
         closed.extend(self.conns.iter().filter(|c| c.eof || c.dead).map(|c| c.id));
+        let went_idle = !closed.is_empty() && self.conns.is_empty() && self.current.is_none();
         for id in closed {
             self.claim_holder_gone(id);
+        }
+        if went_idle {
+            // What the connection's requests and iterations freed goes back to the kernel
+            // while the sandbox waits for its next client.
+            crate::sandbox::heap::release_freed_memory();
         }
         if let Some(cur) = self.current.as_mut() {
             if let Some(id) = cur.conn {

@@ -7,6 +7,12 @@
 //! `O_NOFOLLOW`; a directory's descriptor stays open only while its files or subdirectories are
 //! still on the stack (last in, first out, so about one directory per level of the tree is open).
 //!
+//! The workers allocate nothing per file: a directory's file names are one string, and a hashed
+//! file is kept as its directory's names, its index and its raw digest. The paths and hex digests
+//! of the listing are made by the calling thread once the workers are done. (`pitcrew-init`
+//! allocates from one malloc arena, and its long-lived server without glibc's per-thread cache,
+//! so an allocation in a worker may wait for the arena's lock held by another.)
+//!
 //! Errors are reported as a sequential walk would: the first refusal or I/O error met while
 //! listing, in depth-first order with sorted names, wins over any error met while hashing; among
 //! hashing errors, the first file in that same order among those seen. After the first error no
@@ -38,11 +44,41 @@ fn dir_flags() -> OFlags {
 
 /// A listed directory whose files are being hashed.
 struct Listed {
+    fd: OwnedFd,
+    /// Its path and its regular files.
+    names: Arc<FileNames>,
+}
+
+/// A directory's relative path and its regular files' names, sorted bytewise.
+#[derive(Default)]
+struct FileNames {
     /// Relative path without `./`; empty for the root.
     rel: String,
-    fd: OwnedFd,
-    /// Its regular files, sorted bytewise.
-    files: Vec<String>,
+    /// The names end to end.
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl FileNames {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p]);
+        &self.text[start..self.ends[i]]
+    }
+
+    fn push(&mut self, name: &str) {
+        self.text.push_str(name);
+        self.ends.push(self.text.len());
+    }
+
+    /// `rel/name` of the file at `i`.
+    fn path(&self, i: usize) -> String {
+        join(&self.rel, self.name(i))
+    }
 }
 
 /// A directory still to be opened and listed.
@@ -110,10 +146,18 @@ impl Failure {
     }
 }
 
+/// A file a worker hashed.
+struct HashedFile {
+    dir: Arc<FileNames>,
+    index: usize,
+    digest: [u8; 32],
+    size: u64,
+}
+
 /// What one worker found.
 #[derive(Default)]
 struct Output {
-    files: Vec<FileRecord>,
+    files: Vec<HashedFile>,
     dirs: Vec<String>,
     failures: Vec<Failure>,
 }
@@ -167,11 +211,22 @@ pub(super) fn scan(root: &Path, progress: Option<&HashProgress>) -> Result<TreeL
     if let Some(failure) = first {
         return Err(failure.error);
     }
-    // Each worker sorted its own files while the others finished: merge the sorted runs.
+    // Each worker's files, as records sorted by path, merged into one sorted run.
     let mut files = Vec::new();
     let mut dirs = Vec::new();
     for output in outputs {
-        files = merge(files, output.files);
+        let mut records: Vec<FileRecord> = output
+            .files
+            .into_iter()
+            .map(|f| FileRecord {
+                path: f.dir.path(f.index),
+                sha256: hex_digest(&f.digest),
+                size: f.size,
+            })
+            .collect();
+        // Stable sort: it merges the runs already sorted (the files of one directory).
+        records.sort_by(|a, b| a.path.cmp(&b.path));
+        files = merge(files, records);
         dirs.extend(output.dirs);
     }
     dirs.sort_unstable();
@@ -215,15 +270,15 @@ impl Shared<'_> {
             let st = &mut *state;
             match st.stack.last_mut() {
                 Some(Task::Files { dir, next }) => {
-                    if *next < dir.files.len() && !self.failed.load(Ordering::Relaxed) {
+                    if *next < dir.names.len() && !self.failed.load(Ordering::Relaxed) {
                         // Several files at a time while many are left (fewer trips through the
                         // lock), one at a time near the end (so that no worker is left alone
                         // with a run of large files).
-                        let left = dir.files.len() - *next;
+                        let left = dir.names.len() - *next;
                         let take = (left / CLAIM_DIVISOR).clamp(1, MAX_CLAIM);
                         let work = Work::Files(Arc::clone(dir), *next..*next + take);
                         *next += take;
-                        if *next == dir.files.len() {
+                        if *next == dir.names.len() {
                             st.stack.pop();
                         }
                         return Some(work);
@@ -296,20 +351,16 @@ fn worker(shared: &Shared<'_>) -> Output {
                 }
             }
             Work::Files(dir, range) => {
-                for name in &dir.files[range] {
+                for index in range {
                     if shared.failed.load(Ordering::Relaxed) {
                         break;
                     }
-                    if !hash_one(shared, &dir, name, &mut buf, &mut out) {
+                    if !hash_one(shared, &dir, index, &mut buf, &mut out) {
                         break;
                     }
                 }
             }
         }
-    }
-    if out.failures.is_empty() {
-        // Stable sort: it merges the runs already sorted (the files of one directory).
-        out.files.sort_by(|a, b| a.path.cmp(&b.path));
     }
     out
 }
@@ -318,28 +369,30 @@ fn worker(shared: &Shared<'_>) -> Output {
 fn hash_one(
     shared: &Shared<'_>,
     dir: &Listed,
-    name: &str,
+    index: usize,
     buf: &mut [u8],
     out: &mut Output,
 ) -> bool {
-    let path = join(&dir.rel, name);
+    let name = dir.names.name(index);
     match hash_entry(&dir.fd, name, buf, shared.progress) {
         Ok((digest, size)) => {
-            out.files.push(FileRecord {
-                path,
-                sha256: hex_digest(&digest),
+            out.files.push(HashedFile {
+                dir: Arc::clone(&dir.names),
+                index,
+                digest,
                 size,
             });
             true
         }
         Err(failure) => {
+            let path = dir.names.path(index);
             let error = match failure {
                 FileFailure::Refused(reason) => refused(shared.root, path, reason),
                 FileFailure::Io(op, e) => entry_error(shared.root, path, op, e),
             };
             let failure = Failure {
                 phase: 1,
-                dir: dir.rel.clone(),
+                dir: dir.names.rel.clone(),
                 name: name.to_owned(),
                 error,
             };
@@ -368,29 +421,34 @@ fn visit(root: &Path, pending: Pending, failed: bool) -> Result<Visited, TreeErr
             }
         }
     };
-    let (subdirs, files) = list(root, &fd, &rel)?;
+    let (subdirs, mut names) = list(root, &fd, &rel)?;
+    if failed {
+        names = FileNames::default();
+    }
+    names.rel = rel;
     let listed = Arc::new(Listed {
-        rel,
         fd,
-        files: if failed { Vec::new() } else { files },
+        names: Arc::new(names),
     });
+    let rel = &listed.names.rel;
     let mut tasks = Vec::with_capacity(subdirs.len() + 1);
     for name in subdirs.into_iter().rev() {
-        let child = join(&listed.rel, &name);
+        let child = join(rel, &name);
         let name_start = child.len() - name.len();
         tasks.push(Task::Dir(Pending {
             rel: child,
             source: Source::Child(Arc::clone(&listed), name_start),
         }));
     }
-    if !listed.files.is_empty() {
+    let dir = (!rel.is_empty()).then(|| rel.clone());
+    let files = listed.names.len();
+    if files > 0 {
         tasks.push(Task::Files {
-            dir: Arc::clone(&listed),
+            dir: listed,
             next: 0,
         });
     }
-    let dir = (!listed.rel.is_empty()).then(|| listed.rel.clone());
-    Ok((dir, tasks, listed.files.len()))
+    Ok((dir, tasks, files))
 }
 
 /// Opens the root directory, mapping failures to root errors.
@@ -436,16 +494,19 @@ fn join(parent: &str, name: &str) -> String {
 }
 
 /// Lists the directory `fd` (at `parent` relative to the root): returns its subdirectory names
-/// and its regular file names, each sorted bytewise. Entries are examined in name order, so the
-/// first refusal reported does not depend on the file system's listing order.
-fn list(root: &Path, fd: &OwnedFd, parent: &str) -> Result<(Vec<String>, Vec<String>), TreeError> {
+/// and its regular file names (with an empty `rel`), each sorted bytewise. Entries are examined
+/// in name order, so the first refusal reported does not depend on the file system's listing
+/// order.
+fn list(root: &Path, fd: &OwnedFd, parent: &str) -> Result<(Vec<String>, FileNames), TreeError> {
     let list_error = |e: Errno| TreeError::Io {
         root: root.to_path_buf(),
         path: parent.to_owned(),
         op: "list the directory",
         error: e.into(),
     };
-    let mut entries: Vec<(Vec<u8>, FileType)> = Vec::new();
+    // Every name in one buffer: no allocation per entry.
+    let mut text: Vec<u8> = Vec::new();
+    let mut entries: Vec<(std::ops::Range<usize>, FileType)> = Vec::new();
     let mut reader = Dir::read_from(fd).map_err(list_error)?;
     while let Some(entry) = reader.read() {
         let entry = entry.map_err(list_error)?;
@@ -453,36 +514,38 @@ fn list(root: &Path, fd: &OwnedFd, parent: &str) -> Result<(Vec<String>, Vec<Str
         if name == b"." || name == b".." {
             continue;
         }
-        entries.push((name.to_vec(), entry.file_type()));
+        let start = text.len();
+        text.extend_from_slice(name);
+        entries.push((start..text.len(), entry.file_type()));
     }
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries.sort_unstable_by(|a, b| text[a.0.clone()].cmp(&text[b.0.clone()]));
 
     let mut subdirs = Vec::new();
-    let mut files = Vec::new();
-    for (name, mut file_type) in entries {
-        let name = match String::from_utf8(name) {
+    let mut files = FileNames::default();
+    for (range, mut file_type) in entries {
+        let name = match std::str::from_utf8(&text[range.clone()]) {
             Ok(name) => name,
-            Err(e) => {
-                let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            Err(_) => {
+                let lossy = String::from_utf8_lossy(&text[range]).into_owned();
                 return Err(refused(root, join(parent, &lossy), Refusal::NonUtf8Name));
             }
         };
-        if let Some(reason) = name_refusal(&name) {
-            return Err(refused(root, join(parent, &name), reason));
+        if let Some(reason) = name_refusal(name) {
+            return Err(refused(root, join(parent, name), reason));
         }
         if file_type == FileType::Unknown {
             // Some file systems do not report types in directory entries.
-            match rustix::fs::statat(fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => file_type = FileType::from_raw_mode(st.st_mode),
-                Err(e) => return Err(entry_error(root, join(parent, &name), "stat", e)),
+                Err(e) => return Err(entry_error(root, join(parent, name), "stat", e)),
             }
         }
         match file_type {
-            FileType::Directory => subdirs.push(name),
+            FileType::Directory => subdirs.push(name.to_owned()),
             FileType::RegularFile => files.push(name),
             other => {
                 let reason = Refusal::for_type(other).unwrap_or(Refusal::OtherType);
-                return Err(refused(root, join(parent, &name), reason));
+                return Err(refused(root, join(parent, name), reason));
             }
         }
     }

@@ -30,6 +30,12 @@ impl Server {
 
     /// Starts the server with extra `serve` arguments; waits until the socket exists.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// Starts the server with extra `serve` arguments and environment variables (the image's
+    /// environment); waits until the socket exists.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
@@ -48,6 +54,7 @@ impl Server {
             .arg("--records")
             .arg(&records)
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
