@@ -282,7 +282,7 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
-    /// The most buffer capacity kept once a frame larger than any data frame is out.
+    /// The most buffer capacity kept once a larger control frame is out.
     const KEPT_CAPACITY: usize = 128 * 1024;
 
     /// A decoder with an empty buffer.
@@ -309,11 +309,12 @@ impl FrameDecoder {
         }
         let payload = self.buf[HEADER_LEN..HEADER_LEN + len].to_vec();
         self.buf.drain(..HEADER_LEN + len);
-        // A buffer grown for a control frame larger than any data frame (a manifest's listing)
-        // would otherwise stay that big for the connection's life, through every iteration it
-        // runs. Data frames (an upload's, up to `MAX_PAYLOAD`) leave it as it is, or it would be
+        // A buffer grown for a large control frame (a manifest, a part of its listings) would
+        // otherwise stay that big for the connection's life, through every iteration it runs.
+        // Data frames (an upload's, a few hundred KiB each) leave it as it is, or it would be
         // shrunk and grown again for each.
-        if len > MAX_PAYLOAD
+        if kind == FrameKind::Control
+            && len > Self::KEPT_CAPACITY
             && self.buf.capacity() > Self::KEPT_CAPACITY
             && self.buf.len() <= Self::KEPT_CAPACITY
         {

@@ -61,6 +61,18 @@ fn a_large_frame_does_not_leave_its_buffer_behind() {
     dec.push(&small.encode()[8..]);
     assert_eq!(dec.next_frame().unwrap(), Some(small));
     assert_eq!(dec.pending(), 0);
+
+    // A control frame under a data frame's size (a smaller listing part) is let go of too.
+    let part = Frame::control(&"a listing ".repeat(60_000));
+    for chunk in part.encode().chunks(64 * 1024) {
+        dec.push(chunk);
+    }
+    assert_eq!(dec.next_frame().unwrap(), Some(part));
+    assert!(
+        dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,
+        "{}",
+        dec.buf.capacity()
+    );
 }
 
 #[test]

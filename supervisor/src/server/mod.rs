@@ -240,7 +240,9 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         manifest: None,
         pending_listings: Default::default(),
         held: held::HeldTrees::new(&opts.records),
-        history: Vec::new(),
+        // Its whole capacity at once: entries never move, and what they hold is not scattered
+        // over the heap among what each iteration frees (which would keep those pages).
+        history: Vec::with_capacity(run::HISTORY_KEPT),
         history_left_out: 0,
         // A collected record retention deleted still counts: numbers never restart.
         last_iteration: records::last_iteration(&opts.records)

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// Most finished iterations the server remembers for `status`, the latest: far below the
 /// control frame's 32 MiB.
-const HISTORY_KEPT: usize = 1000;
+pub(super) const HISTORY_KEPT: usize = 1000;
 
 /// The longest the loop sleeps while an iteration runs (output streams at least this often).
 const ITERATION_WAIT: Duration = Duration::from_millis(50);
@@ -133,7 +133,7 @@ impl Server {
         self.history.push(HistoryEntry {
             iteration: n,
             exit_code: record.exit_code,
-            meaning: record.meaning.clone(),
+            meaning: super::status::Meaning(record.exit_code),
             reason: record.reason.clone(),
             started_at,
             duration_ms: millis(started.elapsed()),

@@ -15,14 +15,25 @@ pub(super) struct HistoryEntry {
     pub(super) iteration: u32,
     /// Its exit code.
     pub(super) exit_code: i32,
-    /// What the exit code means.
-    pub(super) meaning: String,
+    /// What the exit code means (spelled out only when `status` is answered: an entry holds
+    /// no string of its own unless the iteration failed with a reason).
+    pub(super) meaning: Meaning,
     /// The reason its record gives, if any.
     pub(super) reason: Option<String>,
     /// When it started (seconds since the epoch).
     pub(super) started_at: u64,
     /// How long it took.
     pub(super) duration_ms: u64,
+}
+
+/// What an exit code means, written as [`crate::exit_code::meaning`] spells it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meaning(pub(super) i32);
+
+impl serde::Serialize for Meaning {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&crate::exit_code::meaning(self.0))
+    }
 }
 
 /// How uids are used, for `hello`.
