@@ -19,7 +19,8 @@
 //!   file. The one-iteration `run` keeps the cache: it exits after its iteration anyway.
 //!
 //! [`release_freed_memory`] hands what is free back to the kernel at the points where the
-//! supervisor has just dropped a lot (before the agent starts, when the last client leaves).
+//! supervisor has just dropped a lot (before the agent starts, when the last client leaves,
+//! when an iteration ends with nobody connected).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
