@@ -540,6 +540,10 @@ fn a_flood_of_stdout_does_not_hold_the_supervisor() {
     let status = server.connect().request(json!({"type": "status"}));
     assert_eq!(status["status"]["state"], "idle", "{status}");
     assert_eq!(status["status"]["history"][0]["exit_code"], 143, "{status}");
+    assert_eq!(
+        status["status"]["history"][0]["meaning"], "agent killed by SIGTERM",
+        "{status}"
+    );
 }
 
 /// Iteration 1's agent swaps its sessions dir (in its own config dir) for `sessions -> /`.

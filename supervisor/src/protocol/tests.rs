@@ -41,6 +41,13 @@ fn frames_round_trip_through_both_decoders() {
     );
 }
 
+/// Feeds `bytes` to `dec` in 64 KiB reads, as a connection does.
+fn push_in_reads(dec: &mut FrameDecoder, bytes: &[u8]) {
+    for chunk in bytes.chunks(64 * 1024) {
+        dec.push(chunk);
+    }
+}
+
 #[test]
 fn a_large_frame_does_not_leave_its_buffer_behind() {
     let big = Frame::control(&"a listing ".repeat(200_000));
@@ -48,9 +55,7 @@ fn a_large_frame_does_not_leave_its_buffer_behind() {
     let mut bytes = big.encode();
     bytes.extend_from_slice(&small.encode()[..8]);
     let mut dec = FrameDecoder::new();
-    for chunk in bytes.chunks(64 * 1024) {
-        dec.push(chunk);
-    }
+    push_in_reads(&mut dec, &bytes);
     assert_eq!(dec.next_frame().unwrap(), Some(big));
     assert!(
         dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,
@@ -64,9 +69,7 @@ fn a_large_frame_does_not_leave_its_buffer_behind() {
 
     // A control frame under a data frame's size (a smaller listing part) is let go of too.
     let part = Frame::control(&"a listing ".repeat(60_000));
-    for chunk in part.encode().chunks(64 * 1024) {
-        dec.push(chunk);
-    }
+    push_in_reads(&mut dec, &part.encode());
     assert_eq!(dec.next_frame().unwrap(), Some(part));
     assert!(
         dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,

@@ -166,6 +166,8 @@ struct Server {
     held: held::HeldTrees,
     /// The iterations finished since the server started.
     history: Vec<HistoryEntry>,
+    /// No connection and no iteration when `service` last looked.
+    idle: bool,
     /// Finished iterations no longer in `history` (the oldest, beyond its bound).
     history_left_out: u64,
     /// The number of the last iteration (records kept from earlier runs count).
@@ -243,6 +245,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         // Its whole capacity at once: entries never move, and what they hold is not scattered
         // over the heap among what each iteration frees (which would keep those pages).
         history: Vec::with_capacity(run::HISTORY_KEPT),
+        idle: true,
         history_left_out: 0,
         // A collected record retention deleted still counts: numbers never restart.
         last_iteration: records::last_iteration(&opts.records)
@@ -408,15 +411,17 @@ impl Server {
         // A connection at its end orphans its claim at once, even while it is kept for the
         // result of the iteration it started (that iteration still counts for the claim).
         closed.extend(self.conns.iter().filter(|c| c.eof || c.dead).map(|c| c.id));
-        let went_idle = !closed.is_empty() && self.conns.is_empty() && self.current.is_none();
         for id in closed {
             self.claim_holder_gone(id);
         }
-        if went_idle {
-            // What the connection's requests and iterations freed goes back to the kernel
-            // while the sandbox waits for its next client.
+        let idle = self.conns.is_empty() && self.current.is_none();
+        if idle && !self.idle {
+            // Nobody connected and nothing running (the last client left, or the iteration its
+            // host had left ended): what the requests and iterations freed goes back to the
+            // kernel while the sandbox waits.
             crate::sandbox::heap::release_freed_memory();
         }
+        self.idle = idle;
         if let Some(cur) = self.current.as_mut() {
             if let Some(id) = cur.conn {
                 if !self.conns.iter().any(|c| c.id == id) {

@@ -154,11 +154,6 @@ impl Server {
             record.exit_code,
             record.reason.as_deref().unwrap_or("")
         );
-        if self.conns.iter().all(|c| c.eof || c.dead) {
-            // The host left while the agent ran: nobody is waiting, the sandbox is idle now
-            // (otherwise the last connection's close does this).
-            crate::sandbox::heap::release_freed_memory();
-        }
     }
 
     /// Finishes the record of an iteration that has ended: copies what the agent left
