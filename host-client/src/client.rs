@@ -10,6 +10,7 @@ use pitcrew_core::protocol::{
     read_frame, write_frame, AgentSignal, Capabilities, Channel, Frame, FrameError, FrameKind,
     Owner, Request, Response, MAX_PAYLOAD, PROTOCOL_VERSION,
 };
+use pitcrew_core::unpack::offer::ABORT_LINE;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -311,24 +312,33 @@ impl<R: Read, W: Write> Client<R, W> {
         self.send_tar(id, &name, write_tar)
     }
 
-    /// Uploads a tree to `dest` by offering it first (the `upload.offer` feature): sends
-    /// `listing` (lines of `pitcrew_core::unpack::offer`), then, once the supervisor said which
-    /// files it lacks, the tar stream `write_tar` writes for those (given the need bitmap).
-    /// Returns the supervisor's `ok` detail.
-    pub fn upload_offered(
+    /// Uploads a tree to `dest` by offering it first (the `upload.offer` feature): `list`
+    /// writes the listing (lines of `pitcrew_core::unpack::offer`), sent as it is written, and
+    /// returns what `write_tar` needs; once the supervisor said which files it lacks,
+    /// `write_tar` writes the tar stream of those (given the need bitmap). Returns the
+    /// supervisor's `ok` detail. When `list` fails after it began, the listing is ended with
+    /// the line every supervisor refuses (`ABORT_LINE`), so nothing is written in the sandbox
+    /// and the connection stays usable; the error is `list`'s.
+    pub fn upload_offered<T>(
         &mut self,
         dest: &str,
         owner: Option<Owner>,
-        listing: &[u8],
-        write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
+        list: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>,
+        write_tar: impl FnOnce(&mut dyn Write, &T, &[u8]) -> anyhow::Result<()>,
     ) -> Result<serde_json::Value, ClientError> {
         let (id, name) = self.start_upload(dest, owner, true)?;
         let mut frames = FrameWriter {
             writer: &self.writer,
             channel: Channel::Listing,
             buf: Vec::with_capacity(DATA_FRAME),
+            failed: false,
         };
-        let sent = frames.write_all(listing).and_then(|()| frames.finish());
+        let listed = list(&mut frames);
+        let sent = match &listed {
+            Ok(_) => frames.finish(),
+            Err(err) if frames.failed => Err(io::Error::other(format!("{err:#}"))),
+            Err(_) => frames.write_all(ABORT_LINE).and_then(|()| frames.finish()),
+        };
         if let Err(source) = sent {
             // A refusal (the listing was too long, say) says more than the broken pipe.
             if let Err(answer @ ClientError::Refused { .. }) = self.next(id, &name) {
@@ -339,6 +349,20 @@ impl<R: Read, W: Write> Client<R, W> {
                 source,
             });
         }
+        let listed = match listed {
+            Ok(listed) => listed,
+            // The supervisor refuses the abandoned listing; what failed here is the news.
+            Err(source) => {
+                return Err(match self.next(id, &name) {
+                    Err(ClientError::Refused { .. }) => ClientError::Local {
+                        request: name,
+                        source,
+                    },
+                    Err(other) => other,
+                    Ok(other) => unexpected(&name, &other),
+                })
+            }
+        };
         let bitmap = match self.next(id, &name)? {
             Incoming::Control(Response::Need { need, .. }) => {
                 hex::decode(&need).map_err(|e| ClientError::Unexpected {
@@ -348,7 +372,7 @@ impl<R: Read, W: Write> Client<R, W> {
             }
             other => return Err(unexpected(&name, &other)),
         };
-        self.send_tar(id, &name, |w| write_tar(w, &bitmap))
+        self.send_tar(id, &name, |w| write_tar(w, &listed, &bitmap))
     }
 
     /// Sends an `upload` request; its id and the name errors give it.
@@ -384,6 +408,7 @@ impl<R: Read, W: Write> Client<R, W> {
             writer: &self.writer,
             channel: Channel::Tar,
             buf: Vec::with_capacity(DATA_FRAME),
+            failed: false,
         };
         let written = match self.zstd_level {
             None => write_tar(&mut frames),
@@ -396,10 +421,12 @@ impl<R: Read, W: Write> Client<R, W> {
         }
         .and_then(|()| Ok(frames.finish()?));
         if let Err(err) = written {
-            // The supervisor may have refused the upload and closed the stream: its answer
-            // says more than our broken pipe.
-            let is_io = err.downcast_ref::<io::Error>().is_some();
-            if is_io {
+            // Sending failed: the supervisor may have refused the upload and closed the stream,
+            // and its answer says more than our broken pipe. A failure on this side (a file
+            // vanished) leaves the stream unended and is not waited on: the supervisor answers
+            // only at the end frame, completes no tree from a stream the host did not end, and
+            // drops it when the connection closes.
+            if frames.failed {
                 if let Err(answer @ ClientError::Refused { .. }) = self.expect_ok(id, &name) {
                     return Err(answer);
                 }
@@ -690,6 +717,8 @@ struct FrameWriter<'a, W: Write> {
     writer: &'a Mutex<W>,
     channel: Channel,
     buf: Vec<u8>,
+    /// Sending a frame failed: the connection, not what the caller wrote, went wrong.
+    failed: bool,
 }
 
 impl<W: Write> FrameWriter<'_, W> {
@@ -698,22 +727,29 @@ impl<W: Write> FrameWriter<'_, W> {
             return Ok(());
         }
         let payload = std::mem::replace(&mut self.buf, Vec::with_capacity(DATA_FRAME));
+        self.send(payload, false)
+    }
+
+    fn send(&mut self, payload: Vec<u8>, flush: bool) -> io::Result<()> {
         let mut w = self
             .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        write_frame(&mut *w, &Frame::data(self.channel, payload))
+        let sent = write_frame(&mut *w, &Frame::data(self.channel, payload)).and_then(|()| {
+            if flush {
+                w.flush()
+            } else {
+                Ok(())
+            }
+        });
+        self.failed |= sent.is_err();
+        sent
     }
 
     /// Sends what is buffered and the empty end-of-stream frame.
     fn finish(&mut self) -> io::Result<()> {
         self.flush_frame()?;
-        let mut w = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        write_frame(&mut *w, &Frame::data(self.channel, Vec::new()))?;
-        w.flush()
+        self.send(Vec::new(), true)
     }
 }
 

@@ -6,6 +6,7 @@
 //! them earlier; this is the second line).
 
 use anyhow::{bail, Context as _};
+use pitcrew_core::unpack::offer::host as offer_host;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -25,11 +26,13 @@ fn builder(w: &mut dyn Write) -> tar::Builder<&mut dyn Write> {
 /// offered upload's).
 pub fn write_tree(w: &mut dyn Write, dir: &Path) -> anyhow::Result<()> {
     let mut b = builder(w);
-    for entry in pitcrew_core::unpack::offer::host::walk(dir)? {
+    for entry in offer_host::walk(dir)? {
         let path = &entry.path;
-        let added = match entry.exec {
-            None => b.append_dir(&entry.rel, path),
-            Some(_) => fs::File::open(path).and_then(|mut f| b.append_file(&entry.rel, &mut f)),
+        let added = if entry.dir {
+            b.append_dir(&entry.rel, path)
+        } else {
+            let (mut f, _) = offer_host::open_listed(path)?;
+            b.append_file(&entry.rel, &mut f)
         };
         added.with_context(|| format!("{}: adding to the tar stream", path.display()))?;
     }
@@ -51,7 +54,7 @@ pub fn write_files(w: &mut dyn Write, files: &[(String, &Path)]) -> anyhow::Resu
                 path.display()
             );
         }
-        let mut f = fs::File::open(path).with_context(|| format!("{}: open", path.display()))?;
+        let (mut f, _) = offer_host::open_listed(path)?;
         b.append_file(name, &mut f)
             .with_context(|| format!("{}: adding to the tar stream", path.display()))?;
     }

@@ -324,6 +324,17 @@ fn an_offered_tree_sends_only_what_the_sandbox_lacks_and_a_lying_one_keeps_the_o
     );
     assert!(done.is_null());
     assert_eq!(listing(dest.parent().unwrap()), vec!["repo".to_string()]);
+    // So is a listing the host abandoned halfway (a file it was hashing vanished).
+    let whole = tree.listing();
+    let first = whole.split_inclusive(|&b| b == b'\n').next().unwrap();
+    let abandoned = [first, pitcrew_core::unpack::offer::ABORT_LINE].concat();
+    let (answer, done) = c.upload_offered(&dest, None, &abandoned, |_| Vec::new());
+    assert_eq!(
+        answer["message"], "listing line 2: the host abandoned the listing",
+        "{answer}"
+    );
+    assert!(done.is_null());
+    assert_eq!(listing(dest.parent().unwrap()), vec!["repo".to_string()]);
     // The connection is still usable.
     let (need, done) = c.upload_offered(&dest, Some((65534, 65534)), &tree.listing(), |b| {
         tree.tar_needed(b, false)

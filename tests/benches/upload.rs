@@ -1,9 +1,11 @@
 //! Benchmark: offered (content-addressed) uploads against tar through the same transport.
 //!
 //! ```sh
-//! apt-get install pv zstd            # the throttled pipe and the compressed tar baseline
+//! apt-get install zstd                # the compressed tar baseline
 //! cargo build --release --workspace --bins
 //! cargo bench -p pitcrew-e2e --bench upload      # ROUNDS=3 by default
+//! CONTENT=text TRANSPORT=throttled cargo bench -p pitcrew-e2e --bench upload   # one of each
+//! LISTING=whole cargo bench -p pitcrew-e2e --bench upload   # the listing made, then sent
 //! ```
 //!
 //! Needs root and PID namespaces. A generated tree of 20,000 files and 200 MB (the generator of
@@ -21,11 +23,13 @@
 //!
 //! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello`, then
 //! `upload` with `offer` exactly as `pitcrew run` sends it (`pitcrew_core::unpack::offer::host`:
-//! the host hashes its tree for the listing, sends it, then the tar stream of what `need` asks
-//! for), timed from before the host's listing to the `ok`. Baselines, into a fresh directory
-//! each time: `tar -c | tar -x`, and `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one
-//! goes through the same transport: a plain pipe, and a pipe limited to 20 MB/s by
-//! `pv -q -L 20m` (a stand-in for `kubectl exec` over a network). Bytes sent are counted on the
+//! the host hashes its tree and sends each listing line once it is known, then the tar stream
+//! of what `need` asks for), timed from before the host's listing to the `ok`, and split into
+//! its phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
+//! `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one goes through the same transport
+//! (`TRANSPORT=pipe` or `throttled` for one): a plain pipe, and a pipe limited to 20 MiB/s by
+//! `throttle` (`src/bin/throttle.rs`, a stand-in for `kubectl exec` over a network: a 1 MiB
+//! send buffer and, unlike `pv -L`, no burst after a pause). Bytes sent are counted on the
 //! wire (pitcrew: frame payloads; tar: the stream after compression).
 //!
 //! Every destination is written on a fresh ext4 filesystem (a sparse 8 GiB image on a loop
@@ -41,7 +45,7 @@ mod frames;
 
 use frames::{FrameSink, DATA_FRAME};
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
-use pitcrew_core::unpack::offer::host::{list_tree, write_needed};
+use pitcrew_core::unpack::offer::host::{list_tree_to, write_needed};
 use pitcrew_e2e::{binary, generate_tree, median, target_profile_dir};
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -52,7 +56,7 @@ use std::time::{Duration, Instant};
 const FILES: u64 = 20_000;
 const BYTES: u64 = 200_000_000;
 /// The throttled transport's rate.
-const RATE: &str = "20m";
+const RATE: u64 = 20 << 20;
 /// Files rewritten for the "3 changed" case: the first, a middle and the last of the generated
 /// files of ordinary size (every 200th is a large one of 1 MB).
 const CHANGED: [&str; 3] = [
@@ -64,6 +68,21 @@ const CHANGED: [&str; 3] = [
 fn fail(msg: &str) -> ! {
     eprintln!("bench upload: {msg}");
     std::process::exit(1)
+}
+
+/// The transports to run (`TRANSPORT=pipe` or `throttled` for one).
+fn transports() -> Vec<Transport> {
+    match std::env::var("TRANSPORT").as_deref() {
+        Err(_) => vec![Transport::Pipe, Transport::Throttled],
+        Ok("pipe") => vec![Transport::Pipe],
+        Ok("throttled") => vec![Transport::Throttled],
+        Ok(other) => fail(&format!("TRANSPORT={other}: pipe or throttled")),
+    }
+}
+
+/// `LISTING=whole`: the host makes the whole listing before it sends a line (for comparison).
+fn whole_listing() -> bool {
+    std::env::var("LISTING").is_ok_and(|v| v == "whole")
 }
 
 fn rounds() -> usize {
@@ -84,15 +103,34 @@ impl Transport {
     fn name(self) -> &'static str {
         match self {
             Transport::Pipe => "local pipe",
-            Transport::Throttled => "pipe at 20 MB/s (pv -L 20m)",
+            Transport::Throttled => "pipe at 20 MiB/s (throttle: 1 MiB buffer, no burst)",
         }
+    }
+}
+
+/// Where an offered upload's time went.
+#[derive(Clone, Copy)]
+struct Phases {
+    /// The host walking and hashing its tree for the listing, sending each line as soon as it
+    /// is known (the frames of a full buffer go out while the rest is hashed).
+    listing: Duration,
+    /// Sending the rest of the listing until the supervisor's `need` arrives (its parse, kept
+    /// check or assembly of what it holds).
+    need: Duration,
+    /// The tar stream of what `need` asked for, until the `ok`.
+    rest: Duration,
+}
+
+impl Phases {
+    fn total(&self) -> Duration {
+        self.listing + self.need + self.rest
     }
 }
 
 /// One `pitcrew-init serve --stdio` session, its stdin behind the transport.
 struct Session {
     serve: Child,
-    pv: Option<Child>,
+    throttle: Option<Child>,
     w: BufWriter<Box<dyn Write>>,
     r: ChildStdout,
     next_id: u64,
@@ -100,18 +138,18 @@ struct Session {
 
 impl Session {
     fn start(init: &Path, records: &Path, transport: Transport) -> Session {
-        let mut pv = None;
+        let mut throttle = None;
         let stdin = match transport {
             Transport::Pipe => Stdio::piped(),
             Transport::Throttled => {
-                let mut child = Command::new("pv")
-                    .args(["-q", "-L", RATE])
+                let mut child = Command::new(binary("throttle"))
+                    .arg(RATE.to_string())
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .spawn()
-                    .unwrap_or_else(|e| fail(&format!("pv: {e} (apt-get install pv)")));
+                    .unwrap_or_else(|e| fail(&format!("throttle: {e}")));
                 let out = child.stdout.take().unwrap();
-                pv = Some(child);
+                throttle = Some(child);
                 Stdio::from(out)
             }
         };
@@ -124,14 +162,14 @@ impl Session {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let input: Box<dyn Write> = match &mut pv {
-            Some(pv) => Box::new(pv.stdin.take().unwrap()),
+        let input: Box<dyn Write> = match &mut throttle {
+            Some(t) => Box::new(t.stdin.take().unwrap()),
             None => Box::new(serve.stdin.take().unwrap()),
         };
         let r = serve.stdout.take().unwrap();
         let mut s = Session {
             serve,
-            pv,
+            throttle,
             w: BufWriter::with_capacity(DATA_FRAME + 16, input),
             r,
             next_id: 1,
@@ -159,12 +197,11 @@ impl Session {
     }
 
     /// One offered upload of `src` to `dest`: the time from before the host's listing to the
-    /// `ok`, and the bytes sent (listing and tar stream).
-    fn offer(&mut self, src: &Path, dest: &Path, zstd: Option<i32>) -> (Duration, u64, u64) {
+    /// `ok` in its phases, and the bytes sent (listing and tar stream).
+    fn offer(&mut self, src: &Path, dest: &Path, zstd: Option<i32>) -> (Phases, u64, u64) {
         self.next_id += 1;
         let id = self.next_id;
         let start = Instant::now();
-        let offered = list_tree(src).unwrap_or_else(|e| fail(&e.to_string()));
         self.send(&Request::Upload {
             id,
             dest: dest.to_str().unwrap().into(),
@@ -173,12 +210,23 @@ impl Session {
             compression: zstd.map(|_| "zstd".into()),
         });
         let mut listing = FrameSink::new(&mut self.w, Channel::Listing);
-        listing.write_all(&offered.listing).unwrap();
+        let offered = if whole_listing() {
+            // The order before the listing streamed: all of it made, then sent.
+            let mut whole = Vec::new();
+            let offered = list_tree_to(src, &mut whole);
+            listing.write_all(&whole).unwrap();
+            offered
+        } else {
+            list_tree_to(src, &mut listing)
+        }
+        .unwrap_or_else(|e| fail(&e.to_string()));
+        let listed = start.elapsed();
         let mut sent = listing.finish();
         let bitmap = match self.answer() {
             Response::Need { need, .. } => hex::decode(need).unwrap(),
             other => fail(&format!("upload: {other:?}")),
         };
+        let needed = start.elapsed();
         let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
         match zstd {
             None => write_needed(&mut tar, &offered, &bitmap).unwrap(),
@@ -193,7 +241,12 @@ impl Session {
             Response::Ok { detail, .. } => detail["sent_files"].as_u64().unwrap_or(0),
             other => fail(&format!("upload: {other:?}")),
         };
-        (start.elapsed(), sent, files)
+        let took = Phases {
+            listing: listed,
+            need: needed - listed,
+            rest: start.elapsed() - needed,
+        };
+        (took, sent, files)
     }
 
     fn close(mut self) {
@@ -201,8 +254,8 @@ impl Session {
         let id = self.next_id;
         self.send(&Request::Shutdown { id });
         drop(self.w);
-        if let Some(mut pv) = self.pv.take() {
-            let _ = pv.wait();
+        if let Some(mut throttle) = self.throttle.take() {
+            let _ = throttle.wait();
         }
         let _ = self.serve.wait();
     }
@@ -220,7 +273,7 @@ fn tar_upload(src: &Path, dest: &Path, zstd: bool, transport: Transport) -> (Dur
     };
     let throttle = match transport {
         Transport::Pipe => String::new(),
-        Transport::Throttled => format!("| pv -q -L {RATE} "),
+        Transport::Throttled => format!("| '{}' {RATE} ", binary("throttle").display()),
     };
     let count = dest.with_extension("bytes");
     let script = format!(
@@ -362,11 +415,9 @@ fn source_tree(root: &Path, content: &str) -> PathBuf {
 fn main() {
     let init = binary("pitcrew-init");
     let root = target_profile_dir().join("bench-upload");
-    for tool in ["pv", "zstd", "tar", "bash"] {
+    for tool in ["zstd", "tar", "bash"] {
         if Command::new(tool).arg("--version").output().is_err() {
-            fail(&format!(
-                "{tool} is not installed (apt-get install pv zstd)"
-            ));
+            fail(&format!("{tool} is not installed (apt-get install zstd)"));
         }
     }
     let level: i32 = std::env::var("ZSTD_LEVEL")
@@ -380,7 +431,7 @@ fn main() {
     let rounds = rounds();
     for content in &contents {
         let src = source_tree(&root, content);
-        for transport in [Transport::Pipe, Transport::Throttled] {
+        for transport in transports() {
             bench(&init, &root, &src, content, transport, level, rounds);
         }
     }
@@ -469,7 +520,7 @@ fn bench(
         format!("3 changed, zstd -{level}"),
         format!("another dest, zstd -{level}"),
     ];
-    let mut pitcrew: Vec<Vec<Duration>> = vec![Vec::new(); labels.len()];
+    let mut pitcrew: Vec<Vec<Phases>> = vec![Vec::new(); labels.len()];
     let mut bytes = [0u64; 5];
     let mut sent_files = [0u64; 5];
     let (mut tar_times, mut zstd_times) = (Vec::new(), Vec::new());
@@ -481,7 +532,7 @@ fn bench(
         let dest = base.join("dest");
         fs::create_dir_all(&records).unwrap();
         let mut s = Session::start(init, &records, transport);
-        for (i, times) in pitcrew.iter_mut().enumerate() {
+        for (i, runs) in pitcrew.iter_mut().enumerate() {
             if i == 1 {
                 // A first upload into a sandbox that holds nothing of the tree: a supervisor
                 // of its own (the first one would copy it from the plain upload's tree).
@@ -497,7 +548,7 @@ fn bench(
                 _ => (dest.join("zstd/tree"), Some(level)),
             };
             let (took, sent, files) = s.offer(src, &target, zstd);
-            times.push(took);
+            runs.push(took);
             bytes[i] = sent;
             sent_files[i] = files;
         }
@@ -527,8 +578,12 @@ fn bench(
         zstd_m.as_secs_f64() * 1e3,
         zstd_bytes
     );
-    for (i, times) in pitcrew.iter_mut().enumerate() {
-        let m = median(times);
+    for (i, runs) in pitcrew.iter().enumerate() {
+        let phase = |f: fn(&Phases) -> Duration| {
+            let mut times: Vec<Duration> = runs.iter().map(f).collect();
+            median(&mut times).as_secs_f64() * 1e3
+        };
+        let m = Duration::from_secs_f64(phase(Phases::total) / 1e3);
         println!(
             "  pitcrew {:<17} {:>9.1} ms, {:>11} bytes sent ({} files): {:.1}x faster than tar, {:.1}x than tar|zstd; {:.3} % of tar's bytes",
             labels[i],
@@ -538,6 +593,12 @@ fn bench(
             tar_m.as_secs_f64() / m.as_secs_f64(),
             zstd_m.as_secs_f64() / m.as_secs_f64(),
             bytes[i] as f64 * 100.0 / tar_bytes as f64
+        );
+        println!(
+            "    phases (medians): host listing (hashed and sent) {:.1} ms, rest of the listing to need {:.1} ms, tar stream to ok {:.1} ms",
+            phase(|p| p.listing),
+            phase(|p| p.need),
+            phase(|p| p.rest)
         );
     }
 }

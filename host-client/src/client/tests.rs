@@ -150,3 +150,121 @@ fn collect_reads_the_tar_channel_until_the_empty_frame() {
         .unwrap();
     assert_eq!(got, "abcdef");
 }
+
+#[test]
+fn an_offered_listing_goes_out_as_it_is_written_then_the_tar_of_what_is_needed() {
+    let input = script(&[
+        Frame::control(&Response::Need {
+            id: 1,
+            files: 1,
+            bytes: 3,
+            need: "01".into(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 1,
+            detail: serde_json::json!({"sent_files": 1}),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let line = b"f 0000000000000000000000000000000000000000000000000000000000000000 3 - a\n";
+    let detail = c
+        .upload_offered(
+            "/p/x",
+            None,
+            |w| {
+                w.write_all(line)?;
+                Ok("listed")
+            },
+            |w, listed, need| {
+                assert_eq!((*listed, need), ("listed", &[1u8][..]));
+                Ok(w.write_all(b"tar")?)
+            },
+        )
+        .unwrap();
+    assert_eq!(detail["sent_files"], 1);
+    let frames = requests(&c.writer.lock().unwrap());
+    let data: Vec<_> = frames[1..]
+        .iter()
+        .map(|f| (f.channel, f.payload.as_slice()))
+        .collect();
+    assert_eq!(
+        data,
+        [
+            (Channel::Listing, &line[..]),
+            (Channel::Listing, &b""[..]),
+            (Channel::Tar, &b"tar"[..]),
+            (Channel::Tar, &b""[..]),
+        ]
+    );
+}
+
+#[test]
+fn a_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts() {
+    // The supervisor refuses the abandoned listing; the client reports its own failure and
+    // the connection is ready for the next request.
+    let input = script(&[
+        Frame::control(&Response::Error {
+            id: 1,
+            kind: "refused".into(),
+            message: "listing line 2: the host abandoned the listing".into(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 2,
+            detail: serde_json::json!({"files": 0}),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let err = c
+        .upload_offered(
+            "/p/x",
+            None,
+            |w| -> anyhow::Result<()> {
+                w.write_all(b"d src\n")?;
+                anyhow::bail!("/host/src/a.txt: open: No such file or directory")
+            },
+            |_, _, _| panic!("no tar stream after an abandoned listing"),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "upload /p/x: /host/src/a.txt: open: No such file or directory"
+    );
+    assert!(matches!(err, ClientError::Local { .. }), "{err:?}");
+    c.upload("/p/y", None, |_| Ok(())).unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    assert_eq!(
+        frames[1].payload,
+        b"d src\n"
+            .iter()
+            .chain(ABORT_LINE)
+            .copied()
+            .collect::<Vec<_>>()
+    );
+    assert!(frames[2].payload.is_empty() && frames[2].channel == Channel::Listing);
+    // The shared rule: every supervisor refuses the line.
+    assert_eq!(ABORT_LINE.first(), Some(&b'!'));
+}
+
+#[test]
+fn a_tar_stream_that_fails_on_this_side_is_left_unended_and_not_waited_on() {
+    let input = script(&[Frame::control(&Response::Ok {
+        id: 2,
+        detail: serde_json::json!({"files": 0}),
+    })]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let err = c
+        .upload("/p/x", None, |w| {
+            w.write_all(&[0u8; 512])?;
+            anyhow::bail!("/host/a.txt: open: No such file or directory")
+        })
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Local { .. }), "{err:?}");
+    // Had it waited, it would have taken the next request's answer.
+    c.upload("/p/y", None, |_| Ok(())).unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    let ends = frames
+        .iter()
+        .filter(|f| f.channel == Channel::Tar && f.payload.is_empty())
+        .count();
+    assert_eq!(ends, 1, "only the second upload's stream is ended");
+}

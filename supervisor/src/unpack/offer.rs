@@ -10,7 +10,9 @@
 //! ```
 //!
 //! A listing is refused whole, before anything is written, when a line breaks a rule, a path
-//! is listed twice, or it exceeds the limits. When `dest` already holds exactly the listed tree
+//! is listed twice, or it exceeds the limits. A host that cannot finish a listing it has begun
+//! to send (a file vanished while it was being hashed) ends it with [`ABORT_LINE`], which no
+//! supervisor accepts. When `dest` already holds exactly the listed tree
 //! (`kept`), nothing is needed and it stays as it is. Otherwise [`Assembly::prepare`] creates a
 //! fresh staging directory (as [`super::unpack_tar`] does) with every listed directory, then
 //! looks for each file's content where it already is:
@@ -53,6 +55,10 @@ use std::path::{Path, PathBuf};
 
 /// The longest listing line: a path of [`MAX_PATH_LEN`] bytes and the fields before it.
 pub const MAX_LINE: usize = MAX_PATH_LEN + 128;
+
+/// The line a host ends a listing with when it cannot finish it: refused like any line that is
+/// neither `d ` nor `f `, by every supervisor, so nothing of the upload is written.
+pub const ABORT_LINE: &[u8] = b"! the host could not finish this listing\n";
 
 /// What a listed file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +204,8 @@ fn parse(listing: &[u8], limits: &UnpackLimits) -> Result<Vec<Item>, UnpackError
                 ));
             }
             (Some(ListedFile { sha256, size, exec }), path)
+        } else if line.starts_with('!') {
+            return Err(bad_line(n, "the host abandoned the listing"));
         } else {
             return Err(bad_line(n, "a line starts with `d ` or `f `"));
         };

@@ -81,15 +81,20 @@ fn upload_tree(
             .map_err(|e| conn.explain(e))?;
         return Ok(());
     }
-    // Offered: the listing first, then only what the sandbox lacks.
-    let offered = offer_host::list_tree(host)?;
+    // Offered: the listing first (sent as the tree is hashed), then only what the sandbox
+    // lacks.
     let detail = conn
         .client()
-        .upload_offered(dest, owner, &offered.listing, |w, need| {
-            let total = offered.needed_tar_bytes(need);
-            let mut counting = counting(w, progress, what, total);
-            Ok(offer_host::write_needed(&mut counting, &offered, need)?)
-        })
+        .upload_offered(
+            dest,
+            owner,
+            |w| Ok(offer_host::list_tree_to(host, w)?),
+            |w, offered, need| {
+                let total = offered.needed_tar_bytes(need);
+                let mut counting = counting(w, progress, what, total);
+                Ok(offer_host::write_needed(&mut counting, offered, need)?)
+            },
+        )
         .map_err(|e| conn.explain(e))?;
     tracing::debug!("{what}: {detail}");
     Ok(())

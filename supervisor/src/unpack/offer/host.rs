@@ -4,18 +4,19 @@
 
 use super::{dir_line, file_line, needed, ListedFile};
 use crate::unpack::check_entry_path;
+use rustix::fs::OFlags;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 
-/// A tree ready to be offered: its listing, and each listed file in listing order.
+/// A tree being offered: each listed file in listing order, for the tar stream of those the
+/// sandbox lacks.
 #[derive(Debug, Default)]
 pub struct Offered {
-    /// The listing lines.
-    pub listing: Vec<u8>,
     /// `(path in the listing, path on the host, size)` of every listed file.
     pub files: Vec<(String, PathBuf, u64)>,
 }
@@ -38,33 +39,62 @@ fn at<'a>(path: &'a Path, what: &str) -> impl FnOnce(io::Error) -> io::Error + '
     move |e| io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
 }
 
-/// Lists the tree under `dir` (names sorted, a directory before what is in it; links never
-/// followed), hashing every file (on every core: the walk first, then the files shared out).
-/// Anything but regular files and directories, and names an upload refuses, are errors naming
-/// the path.
-pub fn list_tree(dir: &Path) -> io::Result<Offered> {
-    let entries = walk(dir)?;
-    let files: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].exec.is_some())
-        .collect();
-    let digests = hash_all(&files, &entries)?;
-    let mut offered = Offered::default();
-    let mut digests = digests.into_iter();
-    for entry in entries {
-        match entry.exec {
-            None => offered
-                .listing
-                .extend_from_slice(dir_line(&entry.rel).as_bytes()),
-            Some(exec) => {
-                let (sha256, size) = digests.next().unwrap_or_default();
-                let file = ListedFile { sha256, size, exec };
-                offered
-                    .listing
-                    .extend_from_slice(file_line(&entry.rel, &file).as_bytes());
-                offered.files.push((entry.rel, entry.path, size));
-            }
-        }
+fn cannot_upload(path: &Path, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{}: cannot be uploaded: {why}", path.display()),
+    )
+}
+
+const NOT_FILE_OR_DIR: &str =
+    "not a regular file or directory (symlinks and special files are never uploaded)";
+
+/// Opens a file of a tree being uploaded for reading: never through a symlink, never blocking
+/// on a fifo put in its place, and refused unless it is a regular file. Its metadata with it.
+pub fn open_listed(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
+        .open(path)
+        .map_err(at(path, "open"))?;
+    let meta = f.metadata().map_err(at(path, "stat"))?;
+    if !meta.is_file() {
+        return Err(cannot_upload(path, NOT_FILE_OR_DIR));
     }
+    Ok((f, meta))
+}
+
+/// Lists the tree under `dir` (names sorted, a directory before what is in it; links never
+/// followed), hashing every file on every core, and writes the listing to `out` as it is made:
+/// each line as soon as every line before it is known, so sending the listing overlaps hashing
+/// the tree. Anything but regular files and directories, and names an upload refuses, are
+/// errors naming the path, found by the walk before a line is written; a file that cannot be
+/// read once the listing has begun (it vanished, say) is an error too, and `out` then holds
+/// part of a listing.
+pub fn list_tree_to(dir: &Path, out: &mut dyn Write) -> io::Result<Offered> {
+    let entries = walk(dir)?;
+    let files: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].dir).collect();
+    let mut offered = Offered {
+        files: Vec::with_capacity(files.len()),
+    };
+    let mut emitted = 0;
+    hash_in_order(&files, &entries, |k, file| {
+        // Directories up to the next file, then the file itself (`k` is the next in order).
+        let upto = files.get(k).copied().unwrap_or(entries.len());
+        while emitted < upto {
+            out.write_all(dir_line(&entries[emitted].rel).as_bytes())?;
+            emitted += 1;
+        }
+        if let Some(file) = file {
+            let entry = &entries[emitted];
+            out.write_all(file_line(&entry.rel, &file).as_bytes())?;
+            offered
+                .files
+                .push((entry.rel.clone(), entry.path.clone(), file.size));
+            emitted += 1;
+        }
+        Ok(())
+    })?;
     Ok(offered)
 }
 
@@ -75,14 +105,15 @@ pub struct Walked {
     pub rel: String,
     /// Its path on the host.
     pub path: PathBuf,
-    /// `None` for a directory; for a file, whether its owner-execute bit is set.
-    pub exec: Option<bool>,
+    /// A directory, else a regular file (as the walk found it: open it with [`open_listed`]).
+    pub dir: bool,
 }
 
 /// Every entry of the tree under `dir` in upload order (names sorted, a directory before what
-/// is in it), links never followed. Anything but regular files and directories, and names an
-/// upload refuses ([`check_entry_path`]), are errors naming the path: the one rule for what the
-/// host sends, offered or as a plain tar stream.
+/// is in it), links never followed, each entry's type from its directory (no `stat` where the
+/// file system says). Anything but regular files and directories, and names an upload refuses
+/// ([`check_entry_path`]), are errors naming the path: the one rule for what the host sends,
+/// offered or as a plain tar stream.
 pub fn walk(dir: &Path) -> io::Result<Vec<Walked>> {
     let mut out = Vec::new();
     walk_below(&mut out, dir, Path::new(""))?;
@@ -91,98 +122,103 @@ pub fn walk(dir: &Path) -> io::Result<Vec<Walked>> {
 
 fn walk_below(out: &mut Vec<Walked>, dir: &Path, rel: &Path) -> io::Result<()> {
     let here = dir.join(rel);
-    let mut names: Vec<_> = fs::read_dir(&here)
-        .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+    let mut found: Vec<_> = fs::read_dir(&here)
+        .and_then(|d| {
+            d.map(|e| e.and_then(|e| Ok((e.file_name(), e.file_type()?))))
+                .collect()
+        })
         .map_err(at(&here, "reading the directory"))?;
-    names.sort();
-    for name in names {
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, kind) in found {
         let rel = rel.join(&name);
         let path = dir.join(&rel);
-        let refused = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: cannot be uploaded: {why}", path.display()),
-            )
-        };
         let text = rel
             .to_str()
-            .ok_or_else(|| refused("the name is not valid UTF-8".into()))?
+            .ok_or_else(|| cannot_upload(&path, "the name is not valid UTF-8"))?
             .to_string();
-        check_entry_path(text.as_bytes()).map_err(|e| refused(e.to_string()))?;
-        let meta = fs::symlink_metadata(&path).map_err(at(&path, "stat"))?;
-        if meta.is_dir() {
-            out.push(Walked {
-                rel: text,
-                path,
-                exec: None,
-            });
+        check_entry_path(text.as_bytes()).map_err(|e| cannot_upload(&path, &e.to_string()))?;
+        if !kind.is_dir() && !kind.is_file() {
+            return Err(cannot_upload(&path, NOT_FILE_OR_DIR));
+        }
+        out.push(Walked {
+            rel: text,
+            path,
+            dir: kind.is_dir(),
+        });
+        if kind.is_dir() {
             walk_below(out, dir, &rel)?;
-        } else if meta.is_file() {
-            let exec = Some(meta.permissions().mode() & 0o100 != 0);
-            out.push(Walked {
-                rel: text,
-                path,
-                exec,
-            });
-        } else {
-            return Err(refused(
-                "not a regular file or directory (symlinks and special files are never uploaded)"
-                    .into(),
-            ));
         }
     }
     Ok(())
 }
 
-/// A file hashed by [`hash_all`]: its position in `files`, sha256 and size.
-type Hashed = (usize, [u8; 32], u64);
-
-/// The sha256 and size of each of `entries[files[k]]`, in order, hashed by one thread per core.
-fn hash_all(files: &[usize], entries: &[Walked]) -> io::Result<Vec<([u8; 32], u64)>> {
+/// Hashes `entries[files[k]]` for every `k` on one thread per core (at most 8) and hands each
+/// to `emit` on the calling thread in order of `k`, as soon as those before it are done; then
+/// calls `emit(files.len(), None)` once. The first error (a file, or `emit`'s) stops the
+/// hashing and is returned.
+fn hash_in_order(
+    files: &[usize],
+    entries: &[Walked],
+    mut emit: impl FnMut(usize, Option<ListedFile>) -> io::Result<()>,
+) -> io::Result<()> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let next = AtomicUsize::new(0);
-    let results: Vec<io::Result<Vec<Hashed>>> = std::thread::scope(|s| {
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<io::Result<(usize, ListedFile)>>();
+    std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                s.spawn(|| {
+                let tx = tx.clone();
+                let (next, stop) = (&next, &stop);
+                s.spawn(move || {
                     let mut buf = vec![0u8; 256 * 1024];
-                    let mut done = Vec::new();
-                    loop {
+                    while !stop.load(Ordering::Relaxed) {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&i) = files.get(k) else {
-                            return Ok(done);
-                        };
-                        let (sha, size) = hash_file(&entries[i].path, &mut buf)?;
-                        done.push((k, sha, size));
+                        let Some(&i) = files.get(k) else { return };
+                        let hashed = hash_file(&entries[i].path, &mut buf).map(|f| (k, f));
+                        let failed = hashed.is_err();
+                        if tx.send(hashed).is_err() || failed {
+                            return;
+                        }
                     }
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("a hashing thread panicked")))
-            })
-            .collect()
-    });
-    let mut out = vec![([0u8; 32], 0u64); files.len()];
-    for done in results {
-        for (k, sha, size) in done? {
-            out[k] = (sha, size);
+        drop(tx);
+        let mut done: Vec<Option<ListedFile>> = vec![None; files.len()];
+        let mut k = 0;
+        let emitted: io::Result<()> = rx.iter().try_for_each(|hashed| {
+            let (at, file) = hashed?;
+            done[at] = Some(file);
+            while let Some(file) = done.get_mut(k).and_then(Option::take) {
+                emit(k, Some(file))?;
+                k += 1;
+            }
+            Ok(())
+        });
+        stop.store(true, Ordering::Relaxed);
+        drop(rx);
+        let panicked = workers.into_iter().any(|w| w.join().is_err());
+        emitted?;
+        if panicked || k < files.len() {
+            return Err(io::Error::other("a hashing thread stopped"));
         }
-    }
-    Ok(out)
+        emit(k, None)
+    })
 }
 
-fn hash_file(path: &Path, buf: &mut [u8]) -> io::Result<([u8; 32], u64)> {
-    let mut f = fs::File::open(path).map_err(at(path, "open"))?;
+fn hash_file(path: &Path, buf: &mut [u8]) -> io::Result<ListedFile> {
+    let (mut f, meta) = open_listed(path)?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     loop {
         let n = f.read(buf).map_err(at(path, "read"))?;
         if n == 0 {
-            return Ok((hasher.finalize().into(), size));
+            return Ok(ListedFile {
+                sha256: hasher.finalize().into(),
+                size,
+                exec: meta.permissions().mode() & 0o100 != 0,
+            });
         }
         hasher.update(&buf[..n]);
         size += n as u64;
@@ -200,7 +236,7 @@ pub fn write_needed(w: &mut dyn Write, offered: &Offered, bitmap: &[u8]) -> io::
         if !needed(bitmap, n) {
             continue;
         }
-        let mut f = fs::File::open(path).map_err(at(path, "open"))?;
+        let (mut f, _) = open_listed(path)?;
         b.append_file(rel, &mut f)
             .map_err(at(path, "adding to the tar stream"))?;
     }
@@ -253,3 +289,6 @@ pub fn tree_size(dir: &Path, stop_at: u64) -> TreeSize {
     }
     size
 }
+
+#[cfg(test)]
+mod tests;
