@@ -174,6 +174,10 @@ pub struct Client<R: Read, W: Write> {
     next_id: Arc<AtomicU64>,
     /// The zstd level upload tar streams are compressed at (`None`: sent as they are).
     zstd_level: Option<i32>,
+    /// An upload whose tar stream failed on this side and was left unended: the supervisor
+    /// would take the next upload's frames for its own, so no other upload goes on this
+    /// connection.
+    unended: Option<String>,
 }
 
 /// What arrived for the current request.
@@ -191,6 +195,7 @@ impl<R: Read, W: Write> Client<R, W> {
             writer: Arc::new(Mutex::new(writer)),
             next_id: Arc::new(AtomicU64::new(1)),
             zstd_level: None,
+            unended: None,
         }
     }
 
@@ -382,8 +387,17 @@ impl<R: Read, W: Write> Client<R, W> {
         owner: Option<Owner>,
         offer: bool,
     ) -> Result<(u64, String), ClientError> {
-        let id = self.id();
         let name = format!("upload {dest}");
+        if let Some(unended) = &self.unended {
+            return Err(ClientError::Local {
+                request: name,
+                source: anyhow::anyhow!(
+                    "{unended} failed on this side and its stream was left unended: a new \
+                     connection is needed to upload again"
+                ),
+            });
+        }
+        let id = self.id();
         let request = Request::Upload {
             id,
             dest: dest.to_string(),
@@ -430,6 +444,8 @@ impl<R: Read, W: Write> Client<R, W> {
                 if let Err(answer @ ClientError::Refused { .. }) = self.expect_ok(id, &name) {
                     return Err(answer);
                 }
+            } else {
+                self.unended = Some(name.clone());
             }
             return Err(ClientError::Local {
                 request: name,

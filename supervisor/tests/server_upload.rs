@@ -330,7 +330,7 @@ fn an_offered_tree_sends_only_what_the_sandbox_lacks_and_a_lying_one_keeps_the_o
     let abandoned = [first, pitcrew_core::unpack::offer::ABORT_LINE].concat();
     let (answer, done) = c.upload_offered(&dest, None, &abandoned, |_| Vec::new());
     assert_eq!(
-        answer["message"], "listing line 2: the host abandoned the listing",
+        answer["message"], "listing line 3: the host abandoned the listing",
         "{answer}"
     );
     assert!(done.is_null());
@@ -462,6 +462,13 @@ fn an_upload_cut_off_between_entries_is_abandoned_and_the_old_tree_stays() {
         );
         assert!(settled, "plain {plain}: left {:?}", listing(&area));
         assert_eq!(listing(&dest), ["old"], "plain {plain}");
+        // Nor is the listing the offered upload staged for later uploads kept.
+        let held = server.records.join("held");
+        let staged = common::busy_wait(
+            || !listing(&held).iter().any(|f| f.ends_with(".pending")),
+            std::time::Duration::from_secs(10),
+        );
+        assert!(staged, "plain {plain}: held {:?}", listing(&held));
     }
     // The server goes on serving.
     let r = c.upload(&dest, None, &tar_of(&[(b"new", T::Regular, b"new")]));

@@ -405,6 +405,13 @@ impl Server {
             if !keep {
                 tracing::debug!("conn {}: closed", c.id);
                 closed.push(c.id);
+                // An offered upload cut off in its tar stream: its staged listing goes too.
+                if let conn::Upload::Receiving {
+                    held: Some(staged), ..
+                } = &c.upload
+                {
+                    held::HeldTrees::discard(Some(staged.clone()));
+                }
             }
             keep
         });

@@ -57,8 +57,10 @@ use std::path::{Path, PathBuf};
 pub const MAX_LINE: usize = MAX_PATH_LEN + 128;
 
 /// The line a host ends a listing with when it cannot finish it: refused like any line that is
-/// neither `d ` nor `f `, by every supervisor, so nothing of the upload is written.
-pub const ABORT_LINE: &[u8] = b"! the host could not finish this listing\n";
+/// neither `d ` nor `f `, by every supervisor, so nothing of the upload is written. It starts
+/// with a newline, so a line the host was cut off in the middle of cannot take it in and pass
+/// for a whole one (an empty line is skipped).
+pub const ABORT_LINE: &[u8] = b"\n! the host could not finish this listing\n";
 
 /// What a listed file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! `throttle BYTES_PER_SECOND`: copies stdin to stdout no faster than the rate, as a network
 //! link of that bandwidth would, with a send buffer of [`BUFFER`] like a TCP socket's: what is
 //! written waits there (the writer blocks once it is full), and each chunk (at most 16 KiB)
-//! comes out once the time to carry it has passed, counted from when it was read or from when
-//! the chunk before it was out, whichever is later. A pause earns no credit beyond [`SLACK`]
+//! comes out once the time to carry it has passed, counted from when the link took it up
+//! (when it was read, or when the chunk before it was out, whichever is later; a reader
+//! downstream that stopped taking bytes earns nothing either). A pause earns no credit beyond [`SLACK`]
 //! (which only makes up for sleeping longer than asked). `pv -L` does not work that way: after
 //! a pause it lets up to five seconds' worth of bytes through at once, so a transfer of a few
 //! megabytes that follows any work (an upload's listing after the host hashed its tree)
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (tx, rx) = mpsc::sync_channel::<(Vec<u8>, Instant)>(BUFFER);
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(BUFFER);
     let reader = std::thread::spawn(move || -> std::io::Result<()> {
         let mut input = std::io::stdin().lock();
         loop {
@@ -44,15 +45,16 @@ fn main() -> ExitCode {
                 Err(e) => return Err(e),
             };
             buf.truncate(n);
-            if tx.send((buf, Instant::now())).is_err() {
+            if tx.send(buf).is_err() {
                 return Ok(());
             }
         }
     });
     let mut output = std::io::stdout().lock();
     let mut free_at = Instant::now();
-    for (chunk, read_at) in rx {
-        let earliest = read_at.checked_sub(SLACK).unwrap_or(read_at);
+    for chunk in rx {
+        let now = Instant::now();
+        let earliest = now.checked_sub(SLACK).unwrap_or(now);
         free_at = free_at.max(earliest) + Duration::from_secs_f64(chunk.len() as f64 / rate);
         std::thread::sleep(free_at.saturating_duration_since(Instant::now()));
         if let Err(e) = output.write_all(&chunk).and_then(|()| output.flush()) {

@@ -54,7 +54,7 @@ const NOT_FILE_OR_DIR: &str =
 pub fn open_listed(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
     let f = fs::OpenOptions::new()
         .read(true)
-        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
         .open(path)
         .map_err(at(path, "open"))?;
     let meta = f.metadata().map_err(at(path, "stat"))?;
@@ -198,7 +198,11 @@ fn hash_in_order(
         });
         stop.store(true, Ordering::Relaxed);
         drop(rx);
-        let panicked = workers.into_iter().any(|w| w.join().is_err());
+        // Every worker joined (a panicked one left to the scope would panic it).
+        let mut panicked = false;
+        for w in workers {
+            panicked |= w.join().is_err();
+        }
         emitted?;
         if panicked || k < files.len() {
             return Err(io::Error::other("a hashing thread stopped"));
