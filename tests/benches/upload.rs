@@ -28,8 +28,8 @@
 //! its phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
 //! `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one goes through the same transport
 //! (`TRANSPORT=pipe` or `throttled` for one): a plain pipe, and a pipe limited to 20 MiB/s by
-//! `throttle` (`src/bin/throttle.rs`, a stand-in for `kubectl exec` over a network: a 1 MiB
-//! send buffer and, unlike `pv -L`, no burst after a pause). Bytes sent are counted on the
+//! `throttle` (`src/bin/throttle.rs`, a stand-in for `kubectl exec` over a network: send and
+//! receive buffers of 1 MiB and, unlike `pv -L`, no burst after a pause). Bytes sent are counted on the
 //! wire (pitcrew: frame payloads; tar: the stream after compression).
 //!
 //! Every destination is written on a fresh ext4 filesystem (a sparse 8 GiB image on a loop
@@ -103,7 +103,7 @@ impl Transport {
     fn name(self) -> &'static str {
         match self {
             Transport::Pipe => "local pipe",
-            Transport::Throttled => "pipe at 20 MiB/s (throttle: 1 MiB buffer, no burst)",
+            Transport::Throttled => "pipe at 20 MiB/s (throttle: 1 MiB buffers, no burst)",
         }
     }
 }

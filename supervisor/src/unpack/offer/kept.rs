@@ -26,10 +26,11 @@ pub(super) struct Verdict {
     pub verified: Vec<Option<(u64, u64)>>,
 }
 
-/// Whether `dest` holds exactly the tree `items` lists, owned by `owner`: the structure and
-/// metadata are checked first (cheap), then the files' content on every core (each thread
-/// takes a contiguous share of the listing, so it opens few directories), all stopping once one
-/// file differs. Every thread is joined before this returns.
+/// Whether `dest` holds exactly the tree `items` lists, owned by `owner`: the directories are
+/// checked first (cheap: owner, mode, and every name they hold listed), then the files on every
+/// core (each thread takes a contiguous share of the listing, so it opens few directories):
+/// each opened, its metadata read from the open descriptor and its content hashed, all
+/// stopping once one file differs. Every thread is joined before this returns.
 pub(super) fn holds_exactly(
     dest: &Path,
     items: &[Item],
@@ -73,7 +74,7 @@ pub(super) fn holds_exactly(
                         let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
                         let id = item.file.as_ref().and_then(|file| {
                             let dir = cached_dir(root, &mut cursor, parent)?;
-                            content_ok(dir, name, file, &mut buf)
+                            file_ok(dir, name, file, limits, owner, &mut buf)
                         });
                         match id {
                             Some(id) => found.push((i, id)),
@@ -121,8 +122,9 @@ fn cached_dir<'a>(
     cursor.as_ref().map(|(_, fd)| fd.as_fd())
 }
 
-/// Every listed directory and file is where the listing puts it with the listed metadata, and
-/// no directory holds anything else.
+/// Every listed directory is where the listing puts it, a real directory with the listed owner
+/// and mode, and no directory holds a name the listing does not give it (each listed file is
+/// then checked by [`file_ok`]).
 fn structure_ok(
     root: BorrowedFd<'_>,
     items: &[Item],
@@ -157,16 +159,13 @@ fn structure_ok(
         return false;
     }
     let mut cursor: Option<(String, OwnedFd)> = None;
-    for item in items {
+    for item in items.iter().filter(|i| i.file.is_none()) {
         let (parent, name) = item.path.rsplit_once('/').unwrap_or(("", &item.path));
         let Some(dir) = cached_dir(root, &mut cursor, parent) else {
             return false;
         };
-        let ok = match &item.file {
-            None => bounded_tree::open_dir_at(dir, name.as_ref())
-                .is_ok_and(|fd| dir_ok(fd.as_fd(), &item.path)),
-            Some(file) => metadata_ok(dir, name, file, limits, owner),
-        };
+        let ok = bounded_tree::open_dir_at(dir, name.as_ref())
+            .is_ok_and(|fd| dir_ok(fd.as_fd(), &item.path));
         if !ok {
             return false;
         }
@@ -230,35 +229,25 @@ fn open_file(dir: BorrowedFd<'_>, name: &str) -> Option<OwnedFd> {
     .ok()
 }
 
-/// Whether `name` in `dir` is a regular file with one link and the listed owner, mode and
-/// size.
-fn metadata_ok(
+/// The `(st_dev, st_ino)` of `name` in `dir` when it is a regular file with one link, the
+/// listed owner, mode and size (read from the descriptor that is hashed), and the listed
+/// content.
+fn file_ok(
     dir: BorrowedFd<'_>,
     name: &str,
     file: &ListedFile,
     limits: &UnpackLimits,
     owner: (u32, u32),
-) -> bool {
-    let Ok(st) = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else {
-        return false;
-    };
-    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-        && st.st_nlink == 1
-        && (st.st_uid, st.st_gid) == owner
-        && st.st_mode & 0o7777 == limits.file_mode(file.exec)
-        && u64::try_from(st.st_size).ok() == Some(file.size)
-}
-
-/// The `(st_dev, st_ino)` of `name` in `dir` when it is a regular file with the listed content.
-fn content_ok(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    file: &ListedFile,
     buf: &mut [u8],
 ) -> Option<(u64, u64)> {
     let fd = open_file(dir, name)?;
     let st = rustix::fs::fstat(&fd).ok()?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+    let listed = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        && st.st_nlink == 1
+        && (st.st_uid, st.st_gid) == owner
+        && st.st_mode & 0o7777 == limits.file_mode(file.exec)
+        && u64::try_from(st.st_size).ok() == Some(file.size);
+    if !listed {
         return None;
     }
     let digest = moving::hash(&File::from(fd), file.size, buf).ok()??;

@@ -107,6 +107,53 @@ fn a_first_offer_asks_for_each_content_once_and_builds_the_tree() {
 }
 
 #[test]
+fn a_tree_is_kept_only_while_each_file_has_its_listed_type_mode_owner_and_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("tree");
+    let tree = sample();
+    offer(&dest, &tree);
+    assert!(offer(&dest, &tree).0.kept);
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap()
+    }
+    /// What is changed, and how, in the destination.
+    type Change = (&'static str, Box<dyn Fn(&Path)>);
+    let mut changes: Vec<Change> = vec![
+        ("mode", Box::new(|d| chmod(&d.join("a/one"), 0o600))),
+        ("execute bit", Box::new(|d| chmod(&d.join("top"), 0o755))),
+        (
+            "size",
+            Box::new(|d| {
+                let mut f = fs::OpenOptions::new()
+                    .append(true)
+                    .open(d.join("a/b/three"))
+                    .unwrap();
+                f.write_all(b"!").unwrap();
+            }),
+        ),
+        (
+            "a directory in a file's place",
+            Box::new(|d| {
+                fs::remove_file(d.join("top")).unwrap();
+                fs::create_dir(d.join("top")).unwrap();
+            }),
+        ),
+    ];
+    if rustix::process::geteuid().is_root() {
+        changes.push((
+            "owner",
+            Box::new(|d| std::os::unix::fs::chown(d.join("a/one"), Some(1), Some(1)).unwrap()),
+        ));
+    }
+    for (what, change) in changes {
+        change(&dest);
+        let (report, _) = offer(&dest, &tree);
+        assert!(!report.kept, "{what}: {report:?}");
+        assert!(offer(&dest, &tree).0.kept, "{what}: once assembled again");
+    }
+}
+
+#[test]
 fn an_unchanged_tree_is_asked_for_nothing_and_three_changed_files_for_three() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("tree");
