@@ -146,7 +146,11 @@ fn structure_ok(
         }
         *children.entry(parent).or_default() += 1;
     }
-    let paths: HashSet<&str> = items.iter().map(|i| i.path.as_str()).collect();
+    // Every listed path, and whether it is listed as a file.
+    let paths: HashMap<&str, bool> = items
+        .iter()
+        .map(|i| (i.path.as_str(), i.file.is_some()))
+        .collect();
     let dir_ok = |fd: BorrowedFd<'_>, path: &str| {
         let Ok(st) = rustix::fs::fstat(fd) else {
             return false;
@@ -174,9 +178,17 @@ fn structure_ok(
 }
 
 /// Whether the directory `dir` (at `path`) holds exactly `expected` entries, each of a name the
-/// listing gives (`paths`). Names are compared as read from the directory, so two listed names a
-/// case-folding directory takes for one do not pass; reading stops at the first name too many.
-fn names_listed(dir: BorrowedFd<'_>, path: &str, paths: &HashSet<&str>, expected: u64) -> bool {
+/// listing gives (`paths`), and each listed as a file a regular file by the directory's own
+/// account (its entry type, or `statat` where the file system gives none): a device or fifo in
+/// a file's place is never opened by [`file_ok`], whose `fstat` decides for what is. Names are
+/// compared as read from the directory, so two listed names a case-folding directory takes for
+/// one do not pass; reading stops at the first name too many.
+fn names_listed(
+    dir: BorrowedFd<'_>,
+    path: &str,
+    paths: &HashMap<&str, bool>,
+    expected: u64,
+) -> bool {
     let Ok(own) = bounded_tree::open_dir_at(dir, ".".as_ref()) else {
         return false;
     };
@@ -201,8 +213,25 @@ fn names_listed(dir: BorrowedFd<'_>, path: &str, paths: &HashSet<&str>, expected
         } else {
             format!("{path}/{name}")
         };
-        if seen > expected || !paths.contains(full.as_str()) {
+        let Some(&listed_file) = paths.get(full.as_str()) else {
             return false;
+        };
+        if seen > expected {
+            return false;
+        }
+        if listed_file {
+            let kind = match entry.file_type() {
+                FileType::Unknown => {
+                    match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => FileType::from_raw_mode(st.st_mode),
+                        Err(_) => return false,
+                    }
+                }
+                known => known,
+            };
+            if kind != FileType::RegularFile {
+                return false;
+            }
         }
     }
     seen == expected

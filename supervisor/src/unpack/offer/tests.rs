@@ -1,7 +1,7 @@
 //! Unit tests of offered uploads: what is reused, what is asked for, and what is refused.
 
 use super::*;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 /// A tree to offer: directories and `(path, content, exec)` files, in listing order.
 struct Tree {
@@ -108,6 +108,9 @@ fn a_first_offer_asks_for_each_content_once_and_builds_the_tree() {
 
 #[test]
 fn a_tree_is_kept_only_while_each_file_has_its_listed_type_mode_owner_and_size() {
+    // Each change below, made to a destination that holds the tree exactly, must make the next
+    // offer assemble it again (the type: a fifo is refused by its directory entry, before any
+    // open; a directory by the fstat of what was opened).
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("tree");
     let tree = sample();
@@ -132,6 +135,20 @@ fn a_tree_is_kept_only_while_each_file_has_its_listed_type_mode_owner_and_size()
             }),
         ),
         (
+            "a fifo in a file's place",
+            Box::new(|d| {
+                fs::remove_file(d.join("a/one")).unwrap();
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    d.join("a/one"),
+                    rustix::fs::FileType::Fifo,
+                    rustix::fs::Mode::from_raw_mode(0o644),
+                    0,
+                )
+                .unwrap();
+            }),
+        ),
+        (
             "a directory in a file's place",
             Box::new(|d| {
                 fs::remove_file(d.join("top")).unwrap();
@@ -151,6 +168,46 @@ fn a_tree_is_kept_only_while_each_file_has_its_listed_type_mode_owner_and_size()
         assert!(!report.kept, "{what}: {report:?}");
         assert!(offer(&dest, &tree).0.kept, "{what}: once assembled again");
     }
+}
+
+#[test]
+fn the_kept_check_never_opens_a_fifo_left_in_a_files_place() {
+    // A writer blocked opening the fifo would be let through by any reader's open.
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("tree");
+    let tree = sample();
+    offer(&dest, &tree);
+    let fifo = dest.join("a/one");
+    fs::remove_file(&fifo).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let (opened, writer_in) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let _f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let _ = opened.send(());
+    });
+    let limits = UnpackLimits::default();
+    let items = parse(&tree.listing(), &limits).unwrap();
+    let verdict = kept::holds_exactly(&dest, &items, &limits, moving::own_ids().unwrap(), 4096);
+    assert!(!verdict.exact);
+    let was_opened = writer_in
+        .recv_timeout(std::time::Duration::from_millis(300))
+        .is_ok();
+    // Let the writer go.
+    let _reader = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    writer.join().unwrap();
+    assert!(!was_opened, "the kept check opened the fifo");
 }
 
 #[test]
