@@ -67,6 +67,18 @@ fn offer(dest: &Path, tree: &Tree) -> (OfferReport, Vec<u8>) {
     (a.finish().unwrap(), bitmap)
 }
 
+/// A fifo at `path` (what the agent may leave where a file was).
+pub(super) fn make_fifo(path: impl AsRef<Path>) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path.as_ref(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 fn names(parent: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(parent)
         .unwrap()
@@ -138,14 +150,7 @@ fn a_tree_is_kept_only_while_each_file_has_its_listed_type_mode_owner_and_size()
             "a fifo in a file's place",
             Box::new(|d| {
                 fs::remove_file(d.join("a/one")).unwrap();
-                rustix::fs::mknodat(
-                    rustix::fs::CWD,
-                    d.join("a/one"),
-                    rustix::fs::FileType::Fifo,
-                    rustix::fs::Mode::from_raw_mode(0o644),
-                    0,
-                )
-                .unwrap();
+                make_fifo(d.join("a/one"));
             }),
         ),
         (
@@ -179,14 +184,7 @@ fn the_kept_check_never_opens_a_fifo_left_in_a_files_place() {
     offer(&dest, &tree);
     let fifo = dest.join("a/one");
     fs::remove_file(&fifo).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    make_fifo(&fifo);
     let (opened, writer_in) = std::sync::mpsc::channel();
     let path = fifo.clone();
     let writer = std::thread::spawn(move || {

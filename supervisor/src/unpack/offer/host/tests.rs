@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::unpack::offer::parse;
+use crate::unpack::offer::tests::make_fifo;
 use crate::unpack::UnpackLimits;
 use std::os::unix::fs::PermissionsExt;
 
@@ -107,14 +108,7 @@ fn links_and_special_files_are_refused_before_a_line_is_written() {
     );
     assert!(out.is_empty());
     fs::remove_file(dir.path().join("z-link")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        dir.path().join("z-fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    make_fifo(dir.path().join("z-fifo"));
     let err = list_tree_to(dir.path(), &mut out).unwrap_err();
     assert!(
         err.to_string().contains("z-fifo: cannot be uploaded"),
@@ -130,14 +124,7 @@ fn a_file_swapped_for_a_link_or_a_fifo_is_not_opened_through_it() {
     let err = open_listed(&dir.path().join("link")).unwrap_err();
     assert!(err.to_string().contains("link: open"), "{err}");
     let fifo = dir.path().join("fifo");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    make_fifo(&fifo);
     // Opened without blocking (no writer will ever come), then refused.
     let err = open_listed(&fifo).unwrap_err();
     assert!(
