@@ -153,7 +153,7 @@ fn a_file_gone_after_the_walk_stops_the_listing_after_what_came_before() {
 }
 
 #[test]
-fn a_writer_that_fails_stops_the_hashing() {
+fn a_writer_that_fails_fails_the_listing_with_its_error() {
     struct Broken;
     impl Write for Broken {
         fn write(&mut self, _: &[u8]) -> io::Result<usize> {
