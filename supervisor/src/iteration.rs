@@ -153,6 +153,7 @@ fn reap_before(
         "finished",
         json!({"killed": outcome.killed, "remaining": outcome.remaining}),
     );
+    restore_own_state(ctx, manifest, record, observer)?;
     if outcome.remaining > 0 {
         return Err(Stop::supervisor(format!(
             "reap-incomplete: {} process(es) survived {} ms of TERM/KILL",
@@ -482,6 +483,61 @@ fn final_reap(
         "finished",
         json!({"killed": outcome.killed, "remaining": outcome.remaining}),
     );
+    // The record is written next: with the limits and directory modes it needs.
+    if let Err(stop) = restore_own_state(ctx, manifest, record, observer) {
+        tracing::warn!("{}", stop.reason);
+    }
+}
+
+/// After a reap, once nothing of an agent runs: the supervisor's own limits and the modes of
+/// the directories of its uid on its paths set back (in the record's `supervisor_restored` when
+/// anything had changed), and, in the unprivileged mode, the manifest's paths held too.
+fn restore_own_state(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    let Some(found) = ctx.restore_own_state() else {
+        return hold_manifest_paths(ctx, manifest);
+    };
+    observer.step("own-state", "restored", json!(found));
+    let all = record
+        .supervisor_restored
+        .get_or_insert_with(Default::default);
+    all.limits.extend(found.limits);
+    all.limits_lowered.extend(found.limits_lowered);
+    all.modes.extend(found.modes);
+    all.modes_failed.extend(found.modes_failed);
+    hold_manifest_paths(ctx, manifest)
+}
+
+/// Holds (unprivileged mode) the directories of the supervisor's uid on the way to every path
+/// the manifest names for the agent or verifies (up to their parents); one it cannot hold stops
+/// the iteration (125).
+fn hold_manifest_paths(ctx: &mut Supervisor, manifest: &Manifest) -> Result<(), Stop> {
+    if !ctx.owned_dirs.enabled() {
+        return Ok(());
+    }
+    // The parents of what the agent writes and of what is verified; not what lies inside the
+    // agent's own directories, which it may change at will (and `agent_dirs` repairs).
+    let dirs = manifest.runtime_dirs();
+    let mut agent: Vec<&str> = vec![&manifest.workdir];
+    agent.extend(dirs.agent_dirs());
+    let named = agent
+        .iter()
+        .copied()
+        .chain(manifest.trees.iter().map(|t| t.path.as_str()))
+        .chain(manifest.files.iter().map(|f| f.path.as_str()));
+    for path in named.filter_map(|p| Path::new(p).parent()) {
+        if agent.iter().any(|a| path.starts_with(a)) {
+            continue;
+        }
+        ctx.owned_dirs
+            .guard(path)
+            .map_err(|why| Stop::supervisor(format!("owned-dirs: {why}")))?;
+    }
+    Ok(())
 }
 
 /// Step 7: reap again, then judge. Nothing of the agent runs while the verdict is formed, and

@@ -60,6 +60,10 @@ pub struct IterationResult {
     /// when nothing was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipc_sweep: Option<IpcSweepRecord>,
+    /// What the supervisor set back of its own state after a reap of this iteration: limits
+    /// and directory modes some process of its uid had changed (absent when nothing was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor_restored: Option<SupervisorRestored>,
     /// Runtime configuration files in the workspace that the runtime reads unverified and no
     /// flag switches off (`.pi/settings.json` for pi), found before launch; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -160,6 +164,26 @@ pub struct ReapCounts {
     /// Processes still present when the final reap's budget ran out (normally 0).
     #[serde(default)]
     pub remaining_after: u64,
+}
+
+/// What the supervisor found changed of its own state after a reap and set back: its
+/// resource limits (which any process of its uid may set, in the unprivileged mode the agent's
+/// too, were it not for the seccomp filter) and the modes of the directories of its uid on its
+/// paths (which Landlock does not keep the agent from changing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorRestored {
+    /// `NAME soft/hard -> soft/hard` of each resource limit set back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
+    /// Limits whose hard value was lowered and cannot be raised again, as they now are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits_lowered: Vec<String>,
+    /// `PATH OLD -> NEW` (octal) of each directory given its mode back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modes: Vec<String>,
+    /// Directories that could not be given their mode back, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modes_failed: Vec<String>,
 }
 
 /// What a reset before the iteration removed from a directory of the agent: the config
@@ -319,6 +343,11 @@ pub struct SeccompRecord {
     /// The system calls refused with `EPERM`.
     #[serde(default)]
     pub denied_syscalls: Vec<String>,
+    /// The system calls the tree may make on itself only (a process id of 0; for
+    /// `setpriority` and `ioprio_set` not a whole user): refused with `EPERM` on any other
+    /// process, the supervisor included, which in the unprivileged mode shares the agent's uid.
+    #[serde(default)]
+    pub self_only_syscalls: Vec<String>,
     /// Signals no process of the tree may send (`SIGUSR1`: it opens Node's inspector).
     #[serde(default)]
     pub denied_signals: Vec<String>,
@@ -483,6 +512,7 @@ impl IterationResult {
             tmp_reset: None,
             output_reset: None,
             ipc_sweep: None,
+            supervisor_restored: None,
             workspace_config: Vec::new(),
             verification: None,
             env: EnvRecord::default(),

@@ -334,3 +334,207 @@ fn attack_confinement__a_seccomp_filter_that_refuses_landlock_stops_the_unprivil
     );
     assert!(record["agent"].is_null(), "{record:#}");
 }
+
+/// The agent, as the supervisor's own uid: finds the supervisor in `/proc` and tries every call
+/// that acts on another process by id and that the kernel allows the same uid (util-linux's
+/// `prlimit`, `renice`, `ionice`, `taskset`, `chrt`), then the same calls on itself, which
+/// still work; it says what the supervisor's limits are afterwards and leaves a file in
+/// `output/` for the record.
+const LIMITS: &str = r#"sup=""
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "pitcrew-init serve"*) sup=${p#/proc/};; esac
+done
+echo "supervisor $sup"
+try() { if (eval "$2") > /dev/null 2>&1; then echo "$1 allowed"; else echo "$1 refused"; fi; }
+try fsize "prlimit --pid $sup --fsize=0"
+try nofile "prlimit --pid $sup --nofile=4"
+try cpu "prlimit --pid $sup --cpu=1"
+try renice "renice -n 19 -p $sup"
+try renice_user "renice -n 19 -u $(id -u)"
+try ionice "ionice -c 3 -p $sup"
+try affinity "taskset -p 1 $sup"
+try idle "chrt -i -p 0 $sup"
+try own_limit "prlimit --nofile=64 true"
+try own_nice "nice -n 5 true"
+try own_ionice "ionice -c 3 true"
+try own_affinity "taskset 1 true"
+grep -E '^Max (file size|open files|cpu time)' /proc/$sup/limits
+mkdir -p output && echo kept > output/x
+exit 0"#;
+
+/// Under `serve --stdio --unprivileged` the agent shares the supervisor's uid, which is all
+/// `prlimit64`, `setpriority`, `ioprio_set` and `sched_set*` on another process ask for; the
+/// seccomp filter refuses them on any process but the caller's own. Before, `prlimit
+/// --fsize=0` of the supervisor lost the iteration's record (its `output/` arrived empty) and
+/// killed the next agent with SIGXFSZ.
+#[test]
+fn attack_limits__the_agent_cannot_lower_the_unprivileged_supervisors_limits_or_priority() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "unpriv-limits", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, doc) = run_script(&engine, &sandbox, dir.path(), "timeout 600", LIMITS, 2);
+    assert_eq!(code, Some(0), "{doc:#}");
+    for n in 1..=2 {
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
+        let seen = read_text(&it.join("output.jsonl"));
+        assert!(
+            !seen.contains("supervisor \n"),
+            "no supervisor found: {seen}"
+        );
+        for refused in [
+            "fsize",
+            "nofile",
+            "cpu",
+            "renice",
+            "renice_user",
+            "ionice",
+            "affinity",
+            "idle",
+        ] {
+            assert!(
+                seen.contains(&format!("{refused} refused")),
+                "iteration {n}: {refused}\n{seen}"
+            );
+        }
+        for allowed in ["own_limit", "own_nice", "own_ionice", "own_affinity"] {
+            assert!(
+                seen.contains(&format!("{allowed} allowed")),
+                "iteration {n}: {allowed}\n{seen}"
+            );
+        }
+        assert!(seen.contains("Max file size") && !seen.contains("Max file size            0"));
+        // The record is whole: what the agent left in output/ arrived.
+        assert_eq!(read_text(&it.join("output/x")), "kept\n");
+        let seccomp = &record["confinement"]["seccomp"];
+        assert_eq!(seccomp["installed"], true, "{record:#}");
+        for call in [
+            "prlimit64",
+            "setpriority",
+            "ioprio_set",
+            "sched_setscheduler",
+        ] {
+            assert!(
+                seccomp["self_only_syscalls"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|c| c == call)),
+                "{call}: {record:#}"
+            );
+        }
+        assert!(record["supervisor_restored"].is_null(), "{record:#}");
+    }
+}
+
+/// The agent makes every directory of its uid on the supervisor's paths unusable (`chmod
+/// 000`): the sandbox's top directory, the uploads root and the records directory.
+const CHMOD: &str = r#"mkdir -p output && echo kept > output/x
+for d in TARGETS; do chmod 000 "$d" && echo "chmod $d"; done
+exit 0"#;
+
+/// The exec engine's arguments for a layout (the uploads root and the records directory), as
+/// `inspect` and `collect` take them; `pitcrew run` adds `--sandbox NAME`.
+fn layout_args(root: &str, records: &str) -> Vec<String> {
+    let template = format!(
+        "podman exec -i --user {UID}:{UID} {{sandbox}} pitcrew-init serve --stdio --unprivileged --records {records}"
+    );
+    [
+        "--engine",
+        "exec",
+        "--exec-template",
+        &template,
+        "--sandbox-root",
+        root,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Landlock does not cover `chmod`, and in the unprivileged mode the agent owns the uploads
+/// root, the records directory and (in OpenShell's layout) their parent `/sandbox`. Before,
+/// `chmod 000` of them lost the iteration's record, failed the next iteration with 125 and every
+/// later `run`, `collect` and `inspect`. The supervisor holds them by descriptor and gives them
+/// their modes back after every reap and before each request: in both documented layouts the
+/// record arrives whole, the next iteration runs, and a later run, collect and inspect work.
+#[test]
+fn attack_record__chmod_of_the_sandbox_directories_locks_nothing_in_the_unprivileged_mode() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    // The tests' layout (uploads in /sandbox, records beside it) and OpenShell's (both below
+    // /sandbox, which the sandbox user owns).
+    for (tag, root, records, targets) in [
+        ("chmod-a", "/sandbox", RECORDS, "/sandbox RECORDS"),
+        (
+            "chmod-b",
+            "/sandbox/.pitcrew",
+            "/sandbox/.pitcrew-records",
+            "/sandbox/.pitcrew-records /sandbox/.pitcrew /sandbox",
+        ),
+    ] {
+        let sandbox = ForeignInit::start(&engine, &image, tag, &[]);
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let script = CHMOD.replace("TARGETS", &targets.replace("RECORDS", RECORDS));
+        let harness = write_command_harness(dir.path(), &script, 2, "60s", false, "");
+        let over = layout_args(root, records);
+        let mut args: Vec<&str> = over.iter().map(String::as_str).collect();
+        args.extend(["--sandbox", &sandbox.name]);
+        let env = engine.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        for run in 1..=2 {
+            let state = dir.path().join(format!("state-{run}"));
+            fs::create_dir(&state).unwrap();
+            let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+            assert_eq!(out.status.code(), Some(0), "{tag} run {run}: {doc:#}");
+            // A run on a kept sandbox goes on numbering its iterations (3 and 4 in the second).
+            let done = doc["iterations"].as_array().cloned().unwrap_or_default();
+            assert_eq!(done.len(), 2, "{tag} run {run}: {doc:#}");
+            for (n, iteration) in done.iter().enumerate() {
+                let it = std::path::PathBuf::from(iteration["record_dir"].as_str().unwrap());
+                let record = read_json(&it.join("result.json"));
+                assert_eq!(record["exit_code"], 0, "{tag} run {run}: {record:#}");
+                assert_eq!(read_text(&it.join("output/x")), "kept\n", "{tag} {n}");
+                // The agent's chmod, set back after the final reap and named in the record.
+                let restored = record["supervisor_restored"]["modes"].to_string();
+                assert!(restored.contains("/sandbox 0 -> 755"), "{tag}: {record:#}");
+            }
+        }
+        let pitcrew = |cmd: &[&str]| {
+            std::process::Command::new(binary("pitcrew"))
+                .args(cmd)
+                .args(&over)
+                .envs(engine.env())
+                .output()
+                .unwrap()
+        };
+        let inspect = pitcrew(&["inspect", &sandbox.name, "--json"]);
+        assert!(inspect.status.success(), "{tag}: {inspect:?}");
+        let fetched = dir.path().join("fetched");
+        let collect = pitcrew(&[
+            "collect",
+            &sandbox.name,
+            "--iteration",
+            "4",
+            "--out",
+            fetched.to_str().unwrap(),
+        ]);
+        assert!(collect.status.success(), "{tag}: {collect:?}");
+        assert_eq!(read_text(&fetched.join("iteration-4/output/x")), "kept\n");
+        // The last iteration's chmod, set back after its final reap: nothing stays locked.
+        let modes = sandbox.exec(None, &["stat", "-c", "%a %n", "/sandbox", records, root]);
+        let modes = String::from_utf8_lossy(&modes.stdout);
+        assert!(
+            !modes.lines().any(|l| l.starts_with("0 ")),
+            "{tag}: {modes}"
+        );
+    }
+}

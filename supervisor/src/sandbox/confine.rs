@@ -322,6 +322,9 @@ impl ConfinePlan {
                     installed: false,
                     unavailable: None,
                     denied_syscalls: super::seccomp::DENIED_SYSCALLS.map(String::from).to_vec(),
+                    self_only_syscalls: super::seccomp::SELF_ONLY_SYSCALLS
+                        .map(String::from)
+                        .to_vec(),
                     denied_signals: super::seccomp::DENIED_SIGNALS.map(String::from).to_vec(),
                     denied_fcntl: super::seccomp::DENIED_FCNTL.map(String::from).to_vec(),
                     unsupported_syscalls: if disk_budget {

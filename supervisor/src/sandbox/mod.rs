@@ -11,6 +11,9 @@
 //!   confirmed).
 //! - [`nofollow`]: directories reached without following a symlink in any component (the
 //!   Landlock writable roots, the agent's directories in long-lived mode).
+//! - [`own_limits`]: the supervisor's own resource limits, set back after every reap.
+//! - [`owned_dirs`]: the directories of the unprivileged supervisor's uid on its paths, held by
+//!   descriptor and given their modes back after every reap and before uploads and collects.
 //! - [`seccomp`]: the filter that keeps the agent's tools from rewriting their runtime.
 //! - [`capture`]: the agent's stdout/stderr through sockets only the supervisor reads.
 //! - [`cgroup`]: the agent tree's own cgroup, bounding its memory and process count.
@@ -34,6 +37,8 @@ pub mod landlock;
 pub mod launch;
 pub mod nofollow;
 pub mod observer;
+pub mod own_limits;
+pub mod owned_dirs;
 pub mod private_ipc;
 pub mod reap;
 pub mod reaper;

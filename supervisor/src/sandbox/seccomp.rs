@@ -15,11 +15,25 @@
 //! sandbox, a channel to later iterations and to other sandboxes of the same uid. (Writing `/proc/<pid>/mem` is an `open`, which seccomp cannot tell apart; it
 //! needs write access below `/proc`, which the Landlock ruleset does not grant.)
 //!
+//! Some system calls act on another process by its id and need only the same uid, no ptrace
+//! access check: `prlimit64` (the unprivileged mode's agent shares the supervisor's uid and could
+//! set the supervisor's `RLIMIT_FSIZE` to 0, losing every later record), `setpriority`,
+//! `ioprio_set`, the `sched_set*` calls (`SCHED_IDLE` starves a process), `migrate_pages` and
+//! `move_pages`. The agent's tree may make them on itself only: the id must be 0 (the calling
+//! thread, process or group), and `setpriority`/`ioprio_set` may not name a whole user
+//! ([`SELF_ONLY_SYSCALLS`]). A process naming itself or one of its threads by number is refused
+//! too; glibc's `setrlimit`, `nice`, `sched_setaffinity(0, …)` and `ionice`/`taskset`/`prlimit`
+//! running a command all pass 0. The other calls that take a process id (`kcmp`,
+//! `get_robust_list`, `process_madvise`, `perf_event_open`, `pidfd_getfd`, `process_vm_*`, the
+//! `/proc/<pid>` files) pass the kernel's ptrace access check, which Landlock's domain and a
+//! different uid both fail for the supervisor; reading another process's priority or affinity
+//! stays allowed (glibc's `pthread_getattr_np` reads its own thread's affinity by id).
+//!
 //! With a disk budget ([`super::disk_budget`]) `fallocate` fails with `EOPNOTSUPP`: it
 //! allocates gigabytes in microseconds, far inside one sample of the budget's watch, while
 //! written bytes come at the disk's pace. (glibc's `posix_fallocate` then writes the range.)
 //!
-//! The program is a dozen classic BPF instructions built here by hand rather than with a crate:
+//! The program is a few dozen classic BPF instructions built here by hand rather than with a crate:
 //! it is small enough to read whole, and the supervisor stays free of a filter compiler. It
 //! checks the architecture first: a system call of another ABI of the same machine (i386 or x32
 //! on x86-64, arm32 on arm64) could otherwise reach the same kernel function under a number
@@ -34,6 +48,20 @@ pub const DENIED_SYSCALLS: [&str; 7] = [
     "add_key",
     "request_key",
     "keyctl",
+];
+
+/// System calls the agent's tree may make on itself only (id 0; for `setpriority` and
+/// `ioprio_set` not a whole user), by name (for the record).
+pub const SELF_ONLY_SYSCALLS: [&str; 9] = [
+    "prlimit64",
+    "setpriority",
+    "ioprio_set",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+    "migrate_pages",
+    "move_pages",
 ];
 
 /// `fcntl` commands the agent's tree may not use, by name (for the record).
@@ -146,6 +174,43 @@ fn denied_numbers() -> [libc::c_long; 7] {
     ]
 }
 
+/// A call that acts on a process by id: the argument holding the id, and where the call also
+/// says what kind of id it is, that argument and the first kind refused (a user).
+#[derive(Debug, Clone, Copy)]
+struct SelfOnly {
+    nr: libc::c_long,
+    id_arg: u32,
+    kind: Option<(u32, u32)>,
+}
+
+/// The calls of [`SELF_ONLY_SYSCALLS`], in its order.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn self_only_syscalls() -> [SelfOnly; 9] {
+    let id0 = |nr| SelfOnly {
+        nr,
+        id_arg: 0,
+        kind: None,
+    };
+    // setpriority(which, who, prio): PRIO_USER (2) names every process of a uid.
+    // ioprio_set(which, who, ioprio): IOPRIO_WHO_USER (3) likewise.
+    let by_kind = |nr, user| SelfOnly {
+        nr,
+        id_arg: 1,
+        kind: Some((0, user)),
+    };
+    [
+        id0(libc::SYS_prlimit64),
+        by_kind(libc::SYS_setpriority, 2),
+        by_kind(libc::SYS_ioprio_set, 3),
+        id0(libc::SYS_sched_setaffinity),
+        id0(libc::SYS_sched_setscheduler),
+        id0(libc::SYS_sched_setparam),
+        id0(libc::SYS_sched_setattr),
+        id0(libc::SYS_migrate_pages),
+        id0(libc::SYS_move_pages),
+    ]
+}
+
 fn nr(n: libc::c_long) -> u32 {
     // System call numbers are small non-negative integers.
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -180,6 +245,18 @@ impl Filter {
             insns.push(jump(BPF_JEQ_K, nr(libc::SYS_fcntl), To::Next, To::Skip(2)));
             insns.push(load(data_arg_low(1)));
             insns.push(jump(BPF_JEQ_K, F_SETSIG, To::Deny, To::Allow));
+            for call in self_only_syscalls() {
+                // Not this call: skip its argument checks (A still holds nr).
+                let checks: u8 = if call.kind.is_some() { 4 } else { 2 };
+                insns.push(jump(BPF_JEQ_K, nr(call.nr), To::Next, To::Skip(checks)));
+                if let Some((arg, user)) = call.kind {
+                    insns.push(load(data_arg_low(arg)));
+                    insns.push(jump(BPF_JGE_K, user, To::Deny, To::Next));
+                }
+                // The kernel reads every id as an `int`: its low half decides.
+                insns.push(load(data_arg_low(call.id_arg)));
+                insns.push(jump(BPF_JEQ_K, 0, To::Allow, To::Deny));
+            }
             let usr1 = u32::try_from(libc::SIGUSR1).unwrap_or(10);
             for (n, arg) in signal_syscalls() {
                 // Not this call: skip its two-instruction argument check (A still holds nr).
@@ -188,7 +265,7 @@ impl Filter {
                 insns.push(jump(BPF_JEQ_K, usr1, To::Deny, To::Allow));
             }
             Ok(Filter {
-                program: resolve(&insns),
+                program: resolve(&insns)?,
             })
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -236,13 +313,14 @@ impl Filter {
     }
 }
 
-/// Places the return instructions after `insns` and turns jump targets into offsets.
-fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
+/// Places the return instructions after `insns` and turns jump targets into offsets; `Err`
+/// when a jump would not fit classic BPF's 8-bit offset.
+fn resolve(insns: &[Insn]) -> Result<Vec<libc::sock_filter>, String> {
     let allow = insns.len();
     let deny = allow + 1;
     let foreign = allow + 2;
     let unsupported = allow + 3;
-    let offset = |at: usize, to: To| -> u8 {
+    let offset = |at: usize, to: To| -> Result<u8, String> {
         let target = match to {
             To::Next => at + 1,
             To::Skip(n) => at + 1 + usize::from(n),
@@ -251,19 +329,18 @@ fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
             To::Foreign => foreign,
             To::Unsupported => unsupported,
         };
-        // The program is a few dozen instructions: every offset fits.
-        u8::try_from(target - at - 1).unwrap_or(u8::MAX)
+        u8::try_from(target - at - 1)
+            .map_err(|_| format!("seccomp: a jump of {} instructions", target - at - 1))
     };
-    let mut program: Vec<libc::sock_filter> = insns
-        .iter()
-        .enumerate()
-        .map(|(at, insn)| libc::sock_filter {
+    let mut program = Vec::with_capacity(insns.len() + 4);
+    for (at, insn) in insns.iter().enumerate() {
+        program.push(libc::sock_filter {
             code: insn.code,
-            jt: offset(at, insn.jt),
-            jf: offset(at, insn.jf),
+            jt: offset(at, insn.jt)?,
+            jf: offset(at, insn.jf)?,
             k: insn.k,
-        })
-        .collect();
+        });
+    }
     let errno = |e: i32| SECCOMP_RET_ERRNO | u32::try_from(e).unwrap_or(1);
     for k in [
         SECCOMP_RET_ALLOW,
@@ -278,7 +355,7 @@ fn resolve(insns: &[Insn]) -> Vec<libc::sock_filter> {
             k,
         });
     }
-    program
+    Ok(program)
 }
 
 #[cfg(test)]
@@ -324,7 +401,7 @@ mod tests {
         for disk_budget in [false, true] {
             let filter = Filter::build(disk_budget).unwrap();
             let n = filter.program.len();
-            assert!(n < 64, "{n}");
+            assert!(n < 128, "{n}");
             for (at, insn) in filter.program.iter().enumerate() {
                 if insn.code == BPF_JEQ_K || insn.code == BPF_JGE_K {
                     assert!(at + 1 + usize::from(insn.jt) < n);
@@ -406,6 +483,182 @@ mod tests {
             }
         }
         assert_eq!(in_filtered_child(probe), 0);
+    }
+
+    /// From a filtered child, every call of [`SELF_ONLY_SYSCALLS`] on its parent (a process of
+    /// the same uid, as the supervisor is in the unprivileged mode) fails with `EPERM` and
+    /// changes nothing, `setpriority` and `ioprio_set` on the whole user too, while the same
+    /// calls on the child itself (id 0) and the read-only calls on the parent work.
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_limits__calls_that_act_on_another_process_of_the_uid_are_refused_on_all_but_itself() {
+        fn probe() -> i32 {
+            // SAFETY: raw system calls on the parent and on ourselves, with pointers to stack
+            // values that live for each call; nothing allocates.
+            unsafe {
+                let ppid = libc::getppid();
+                let denied = |rc: libc::c_long| rc == -1 && errno() == libc::EPERM;
+                let zero = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                let mut old = zero;
+                if !denied(libc::syscall(
+                    libc::SYS_prlimit64,
+                    ppid,
+                    libc::RLIMIT_FSIZE,
+                    &zero as *const libc::rlimit,
+                    std::ptr::null_mut::<libc::rlimit>(),
+                )) {
+                    return 1;
+                }
+                if libc::syscall(
+                    libc::SYS_prlimit64,
+                    0,
+                    libc::RLIMIT_FSIZE,
+                    std::ptr::null::<libc::rlimit>(),
+                    &mut old as *mut libc::rlimit,
+                ) != 0
+                {
+                    return 2;
+                }
+                // PRIO_PROCESS of the parent, PRIO_USER of our own uid (which holds the parent).
+                if !denied(libc::syscall(libc::SYS_setpriority, 0, ppid, 19))
+                    || !denied(libc::syscall(libc::SYS_setpriority, 2, 0, 19))
+                {
+                    return 3;
+                }
+                if libc::syscall(libc::SYS_setpriority, 0, 0, 1) != 0 {
+                    return 4;
+                }
+                // IOPRIO_WHO_PROCESS of the parent, IOPRIO_WHO_USER; the idle class (3 << 13).
+                if !denied(libc::syscall(libc::SYS_ioprio_set, 1, ppid, 3 << 13))
+                    || !denied(libc::syscall(libc::SYS_ioprio_set, 3, 0, 3 << 13))
+                {
+                    return 5;
+                }
+                if libc::syscall(libc::SYS_ioprio_set, 1, 0, 3 << 13) != 0 {
+                    return 6;
+                }
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                if libc::sched_getaffinity(ppid, size, &mut set) != 0 {
+                    return 7;
+                }
+                if !denied(libc::syscall(
+                    libc::SYS_sched_setaffinity,
+                    ppid,
+                    size,
+                    &set as *const libc::cpu_set_t,
+                )) {
+                    return 8;
+                }
+                if libc::sched_setaffinity(0, size, &set) != 0 {
+                    return 9;
+                }
+                let param = libc::sched_param { sched_priority: 0 };
+                if !denied(libc::syscall(
+                    libc::SYS_sched_setscheduler,
+                    ppid,
+                    libc::SCHED_IDLE,
+                    &param as *const libc::sched_param,
+                )) || !denied(libc::syscall(
+                    libc::SYS_sched_setparam,
+                    ppid,
+                    &param as *const libc::sched_param,
+                )) {
+                    return 10;
+                }
+                // struct sched_attr's first field is its size; 48 bytes is SCHED_ATTR_SIZE_VER0.
+                let attr = [48u32, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                if !denied(libc::syscall(
+                    libc::SYS_sched_setattr,
+                    ppid,
+                    attr.as_ptr(),
+                    0,
+                )) {
+                    return 11;
+                }
+                let nodes: libc::c_ulong = 1;
+                if !denied(libc::syscall(
+                    libc::SYS_migrate_pages,
+                    ppid,
+                    64,
+                    &nodes as *const libc::c_ulong,
+                    &nodes as *const libc::c_ulong,
+                )) || !denied(libc::syscall(
+                    libc::SYS_move_pages,
+                    ppid,
+                    0,
+                    std::ptr::null::<u8>(),
+                    std::ptr::null::<u8>(),
+                    std::ptr::null::<u8>(),
+                    0,
+                )) {
+                    return 12;
+                }
+                if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+                    return 13;
+                }
+                0
+            }
+        }
+        // SAFETY: reads our own limit and priority.
+        let (before, nice) = unsafe {
+            let mut limit = std::mem::zeroed::<libc::rlimit>();
+            libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit);
+            (limit.rlim_cur, libc::getpriority(libc::PRIO_PROCESS, 0))
+        };
+        assert_eq!(in_filtered_child(probe), 0);
+        // SAFETY: as above.
+        let (after, nice_after, policy) = unsafe {
+            let mut limit = std::mem::zeroed::<libc::rlimit>();
+            libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit);
+            (
+                limit.rlim_cur,
+                libc::getpriority(libc::PRIO_PROCESS, 0),
+                libc::sched_getscheduler(0),
+            )
+        };
+        assert_eq!((after, nice_after), (before, nice));
+        assert_ne!(policy, libc::SCHED_IDLE);
+    }
+
+    /// Without the filter, the same uid may lower another process's limits: what the filter
+    /// closes (this fails if the kernel ever adds a check of its own, which would make the
+    /// attack test above prove nothing).
+    #[test]
+    fn without_the_filter_prlimit64_reaches_another_process_of_the_uid() {
+        // SAFETY: a forked child that only makes a raw prlimit64 call on a sibling and exits.
+        unsafe {
+            let target = libc::fork();
+            assert!(target >= 0);
+            if target == 0 {
+                libc::pause();
+                libc::_exit(0);
+            }
+            let prober = libc::fork();
+            assert!(prober >= 0);
+            if prober == 0 {
+                let limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                let rc = libc::syscall(
+                    libc::SYS_prlimit64,
+                    target,
+                    libc::RLIMIT_CORE,
+                    &limit as *const libc::rlimit,
+                    std::ptr::null_mut::<libc::rlimit>(),
+                );
+                libc::_exit(if rc == 0 { 0 } else { 1 });
+            }
+            let mut status = 0;
+            libc::waitpid(prober, &mut status, 0);
+            libc::kill(target, libc::SIGKILL);
+            libc::waitpid(target, std::ptr::null_mut(), 0);
+            assert_eq!(libc::WEXITSTATUS(status), 0);
+        }
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub struct Supervisor {
     /// unprivileged mode the agent's uid owns them, and a launch whose writable directories
     /// overlap one is refused ([`super::confine::landlock_plan`]).
     pub supervisor_paths: Vec<std::path::PathBuf>,
+    /// The resource limits the supervisor started with, set back after every reap.
+    pub own_limits: super::own_limits::OwnLimits,
+    /// In the unprivileged mode, the directories of its uid on its paths (held by descriptor,
+    /// their modes given back after every reap and before uploads and collects).
+    pub owned_dirs: super::owned_dirs::OwnedDirs,
 }
 
 impl Supervisor {
@@ -117,11 +122,28 @@ impl Supervisor {
             ipc_reset: super::private_ipc::IpcReset::None,
             agent_cgroups: AgentCgroups::discover(cgroups),
             supervisor_paths: Vec::new(),
+            own_limits: super::own_limits::OwnLimits::capture(),
+            owned_dirs: super::owned_dirs::OwnedDirs::off(),
         }
     }
 }
 
 impl Supervisor {
+    /// Sets back what any process of the supervisor's uid could have changed of its own state:
+    /// its resource limits ([`super::own_limits`]) and the modes of the directories it holds
+    /// ([`super::owned_dirs`]). Called after every reap, and before uploads and collects.
+    pub fn restore_own_state(&self) -> Option<crate::result::SupervisorRestored> {
+        let limits = self.own_limits.restore();
+        let modes = self.owned_dirs.restore();
+        let restored = crate::result::SupervisorRestored {
+            limits: limits.restored,
+            limits_lowered: limits.lowered,
+            modes: modes.modes,
+            modes_failed: modes.failed,
+        };
+        (restored != crate::result::SupervisorRestored::default()).then_some(restored)
+    }
+
     /// Takes the unprivileged mode (`--unprivileged`): under someone else's init, as the
     /// sandbox's own non-root user, the reap takes every process of this uid but the
     /// supervisor's ancestors, whoever its parent is ([`super::reap`]). Refused as PID 1 (that
@@ -159,6 +181,8 @@ impl Supervisor {
         }
         // What the agent's uid left in /dev/shm, /dev/mqueue and System V IPC goes with it.
         self.ipc_reset = super::private_ipc::IpcReset::Sweep;
+        // It owns the directories on our paths too, and may `chmod` them.
+        self.owned_dirs = super::owned_dirs::OwnedDirs::of_uid(uid.as_raw());
         tracing::warn!("supervisor: unprivileged mode: uid {uid}");
         Ok(())
     }

@@ -98,6 +98,12 @@ impl Server {
         }
         let running = self.current.is_some();
         let conn_id = self.conns[i].id;
+        // A directory of the supervisor's uid on its paths given a mode that locks it out
+        // (unprivileged mode: the agent owns them) gets its mode back before any request uses
+        // it; after every reap the iteration does the same and records it.
+        if let Some(found) = ctx.restore_own_state() {
+            tracing::warn!("own state set back before a request: {found:?}");
+        }
         match request {
             Request::Hello { versions, .. } => {
                 if !versions.contains(&PROTOCOL_VERSION) {
@@ -120,7 +126,16 @@ impl Server {
                 offer,
                 compression,
                 ..
-            } => self.start_upload(i, id, &dest, owner, offer, compression.as_deref())?,
+            } => {
+                // The uploads root and its parents: held before the first upload writes there.
+                if let Some(parent) = std::path::Path::new(&dest).parent() {
+                    if let Err(why) = ctx.owned_dirs.guard(parent) {
+                        self.conns[i].upload = super::conn::Upload::Draining;
+                        return Err(RequestError::Refused(format!("dest {dest}: {why}")));
+                    }
+                }
+                self.start_upload(i, id, &dest, owner, offer, compression.as_deref())?
+            }
             Request::SetManifest {
                 mut manifest,
                 listings_follow,

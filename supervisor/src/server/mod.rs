@@ -67,7 +67,7 @@ use status::HistoryEntry;
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Default control socket.
@@ -199,7 +199,26 @@ struct Server {
 /// Serves until `shutdown` (or, with `stdio`, until the connection closes); then cancels and
 /// reaps everything. Returns the process exit code.
 pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
+    // Unprivileged: the parents of the records directory of our uid, held by descriptor (and
+    // given the owner's rights back if an earlier agent took them) before anything uses them;
+    // the directory itself once it has its own mode (0700).
+    let parent = opts.records.parent().unwrap_or(Path::new("/"));
+    if let Err(err) = ctx.owned_dirs.guard(parent) {
+        crate::say!(
+            "records directory {}: {err}: a layout the supervisor cannot protect from the \
+             agent's uid",
+            opts.records.display()
+        );
+        return exit_code::SUPERVISOR_FAILED;
+    }
+    if let Some(found) = ctx.restore_own_state() {
+        tracing::warn!("own state set back at start: {found:?}");
+    }
     if let Err(err) = records::create_private_dir(&opts.records) {
+        crate::say!("records directory {}: {err}", opts.records.display());
+        return exit_code::SUPERVISOR_FAILED;
+    }
+    if let Err(err) = ctx.owned_dirs.guard(&opts.records) {
         crate::say!("records directory {}: {err}", opts.records.display());
         return exit_code::SUPERVISOR_FAILED;
     }

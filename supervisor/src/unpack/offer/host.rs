@@ -164,7 +164,8 @@ fn hash_in_order(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<io::Result<(usize, ListedFile)>>();
+    // A failure carries its place: what came before it is still emitted, in order.
+    let (tx, rx) = mpsc::channel::<Result<(usize, ListedFile), (usize, io::Error)>>();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -175,7 +176,9 @@ fn hash_in_order(
                     while !stop.load(Ordering::Relaxed) {
                         let k = next.fetch_add(1, Ordering::Relaxed);
                         let Some(&i) = files.get(k) else { return };
-                        let hashed = hash_file(&entries[i].path, &mut buf).map(|f| (k, f));
+                        let hashed = hash_file(&entries[i].path, &mut buf)
+                            .map(|f| (k, f))
+                            .map_err(|e| (k, e));
                         let failed = hashed.is_err();
                         if tx.send(hashed).is_err() || failed {
                             return;
@@ -187,15 +190,34 @@ fn hash_in_order(
         drop(tx);
         let mut done: Vec<Option<ListedFile>> = vec![None; files.len()];
         let mut k = 0;
-        let emitted: io::Result<()> = rx.iter().try_for_each(|hashed| {
-            let (at, file) = hashed?;
-            done[at] = Some(file);
+        // The first file (in listing order) that failed: files are taken in that order, so
+        // every one before it was taken already and still arrives.
+        let mut failed: Option<(usize, io::Error)> = None;
+        let mut emitted: io::Result<()> = Ok(());
+        for hashed in rx.iter() {
+            match hashed {
+                Ok((at, file)) => done[at] = Some(file),
+                Err((at, e)) => {
+                    stop.store(true, Ordering::Relaxed);
+                    if failed.as_ref().is_none_or(|(first, _)| at < *first) {
+                        failed = Some((at, e));
+                    }
+                }
+            }
             while let Some(file) = done.get_mut(k).and_then(Option::take) {
-                emit(k, Some(file))?;
+                if let Err(e) = emit(k, Some(file)) {
+                    emitted = Err(e);
+                    break;
+                }
                 k += 1;
             }
-            Ok(())
-        });
+            if emitted.is_err() || failed.as_ref().is_some_and(|(first, _)| k >= *first) {
+                break;
+            }
+        }
+        if let (Ok(()), Some((_, e))) = (&emitted, failed) {
+            emitted = Err(e);
+        }
         stop.store(true, Ordering::Relaxed);
         drop(rx);
         // Every worker joined (a panicked one left to the scope would panic it).
