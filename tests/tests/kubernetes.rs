@@ -4,7 +4,8 @@
 //! … pitcrew-init attach`, collects and deletes it; a kept Pod is listed, inspected, driven
 //! again, collected from, sent a cancel and brought down by its id; the Pod document
 //! round-trips unchanged through the Kubernetes API's Pod type (`k8s-openapi`); a Pod whose
-//! image cannot be pulled is one line naming why, and is deleted.
+//! image cannot be pulled is one line naming why, and is deleted; a template that smuggles a
+//! sidecar or a node path is refused before the cluster is asked for anything.
 //!
 //! Needs root, podman and python3 (the stand-in); skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
@@ -259,9 +260,93 @@ fn a_pod_that_never_starts_is_one_line_naming_why_and_is_deleted() {
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("shareProcessNamespace would make pitcrew-init not PID 1"),
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "pod template {}: spec.shareProcessNamespace: true would make pitcrew-init not PID 1",
+            template.display()
+        )),
         "{out:?}"
+    );
+    assert_eq!(pods(&kube), Vec::<String>::new());
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_template_smuggling_a_sidecar_or_a_node_path_never_reaches_the_cluster(
+) {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let kube = dir.path().join("kube");
+    fs::create_dir(&kube).unwrap();
+    let _cleanup = RemovePods(&engine, &kube);
+    let env = standin_env(&engine, &kube);
+    let harness = write_command_harness(dir.path(), "true", 1, "60s", false, "");
+    let run = |template: &Path, more: &[&str]| {
+        let mut args = vec![
+            "run",
+            harness.to_str().unwrap(),
+            "--engine",
+            "kubernetes",
+            "--image",
+            "localhost/pitcrew-no-such-image:1",
+            "--pod-template",
+            template.to_str().unwrap(),
+        ];
+        args.extend(more);
+        pitcrew(&env, &args)
+    };
+
+    // A native sidecar, privileged, on the node's root and pitcrew's uploads: refused before
+    // kubectl is asked for anything, naming the file and the field.
+    let sidecar = dir.path().join("sidecar.yaml");
+    fs::write(
+        &sidecar,
+        "apiVersion: v1\nkind: Pod\nspec:\n  volumes: [{name: node, hostPath: {path: /}}]\n  \
+         initContainers:\n  - name: side\n    image: busybox\n    restartPolicy: Always\n    \
+         securityContext: {privileged: true}\n    volumeMounts: [{name: node, mountPath: /node}, \
+         {name: x, mountPath: //pitcrew/plugins}]\n  containers: [{name: sandbox}]\n",
+    )
+    .unwrap();
+    let out = run(&sidecar, &["--allow-host-path", "/"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "pod template {}: spec.initContainers[0].restartPolicy: \"Always\" is refused",
+            sidecar.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(pods(&kube), Vec::<String>::new());
+
+    // A node path: refused unless the command line names it; named, the Pod document carries
+    // it to kubectl (which the stand-in refuses: it runs emptyDir volumes only).
+    let node = dir.path().join("node.yaml");
+    fs::write(
+        &node,
+        "apiVersion: v1\nkind: Pod\nspec:\n  volumes: [{name: models, hostPath: {path: /srv/models}}]\n  \
+         containers: [{name: sandbox, volumeMounts: [{name: models, mountPath: /models}]}]\n",
+    )
+    .unwrap();
+    let out = run(&node, &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "pod template {}: spec.volumes[0].hostPath: the node's \"/srv/models\" in the sandbox's Pod is refused unless the command line allows it (--allow-host-path /srv/models)",
+            node.display()
+        )),
+        "{stderr}"
+    );
+    let out = run(&node, &["--allow-host-path", "/srv/models/"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kubectl stand-in: volume models: only emptyDir is supported"),
+        "{stderr}"
     );
     assert_eq!(pods(&kube), Vec::<String>::new());
 }

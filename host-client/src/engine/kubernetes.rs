@@ -47,22 +47,27 @@ pub struct KubernetesEngine {
     namespace: Option<String>,
     image: Option<String>,
     template: Option<std::path::PathBuf>,
+    allow_host_paths: Vec<String>,
 }
 
 impl KubernetesEngine {
     /// An engine for the kubeconfig's `context` (or its current one) and `namespace` (or the
-    /// context's), creating Pods of `image` from `template` (or the built-in one).
+    /// context's), creating Pods of `image` from `template` (or the built-in one), whose
+    /// `hostPath` volumes may name the node paths `allow_host_paths` only (normal, as
+    /// [`pod::normal_path`] gives them).
     pub fn new(
         context: Option<String>,
         namespace: Option<String>,
         image: Option<String>,
         template: Option<std::path::PathBuf>,
+        allow_host_paths: Vec<String>,
     ) -> KubernetesEngine {
         KubernetesEngine {
             context,
             namespace,
             image,
             template,
+            allow_host_paths,
         }
     }
 
@@ -145,6 +150,7 @@ impl KubernetesEngine {
                 image,
                 memory_bytes: spec.memory_bytes.saturating_add(SUPERVISOR_MEMORY),
                 serve_args: spec.serve_args(),
+                allow_host_paths: &self.allow_host_paths,
             },
         )
         .map_err(anyhow::Error::msg)

@@ -451,6 +451,10 @@ pub struct EngineArgs {
     /// built-in `images/kubernetes/pod.yaml`].
     #[arg(long, value_name = "FILE")]
     pub pod_template: Option<PathBuf>,
+    /// Kubernetes engine: a node path the Pod template may mount as a `hostPath` volume
+    /// (repeatable; a `hostPath` volume whose path is none of these is refused) [default: none].
+    #[arg(long, value_name = "PATH")]
+    pub allow_host_path: Vec<String>,
 }
 
 /// The engines this build has.
@@ -540,6 +544,7 @@ impl EngineArgs {
                 ("--context", self.context.is_some()),
                 ("--namespace", self.namespace.is_some()),
                 ("--pod-template", self.pod_template.is_some()),
+                ("--allow-host-path", !self.allow_host_path.is_empty()),
             ] {
                 if given {
                     bail!("{flag} is for the kubernetes engine");
@@ -578,6 +583,11 @@ impl EngineArgs {
                 self.namespace.clone(),
                 image.clone(),
                 self.pod_template.clone(),
+                self.allow_host_path
+                    .iter()
+                    .map(|p| kubernetes::pod::normal_path(p))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("--allow-host-path {e}"))?,
             )),
         })
     }

@@ -35,6 +35,18 @@ fn an_option_the_chosen_engine_ignores_is_an_error() {
             &["--engine", "exec", "--namespace", "n"][..],
             "--namespace is for the kubernetes engine",
         ),
+        (
+            &["--engine", "podman", "--allow-host-path", "/srv"][..],
+            "--allow-host-path is for the kubernetes engine",
+        ),
+        (
+            &["--engine", "kubernetes", "--allow-host-path", "/srv/../etc"][..],
+            "--allow-host-path \"/srv/../etc\" has a `..` component",
+        ),
+        (
+            &["--engine", "kubernetes", "--allow-host-path", "srv"][..],
+            "--allow-host-path \"srv\" is not an absolute path",
+        ),
     ] {
         let err = parsed(args)
             .engine()
@@ -45,6 +57,16 @@ fn an_option_the_chosen_engine_ignores_is_an_error() {
     }
     let exec = parsed(&["--engine", "exec", "--exec-template", "ssh h {sandbox}"]);
     assert!(exec.engine().is_ok());
+    let kube = parsed(&[
+        "--engine",
+        "kubernetes",
+        "--allow-host-path",
+        "/srv/models",
+        "--allow-host-path",
+        "//data/./x/",
+    ]);
+    assert_eq!(kube.allow_host_path, ["/srv/models", "//data/./x/"]);
+    assert!(kube.engine().is_ok());
 }
 
 #[test]

@@ -461,6 +461,9 @@ fn engine_cli(e: &EngineArgs, kind: EngineKind) -> Vec<std::ffi::OsString> {
     flag("--context", e.context.clone().map(Into::into));
     flag("--namespace", e.namespace.clone().map(Into::into));
     flag("--pod-template", e.pod_template.clone().map(Into::into));
+    for path in &e.allow_host_path {
+        out.extend(["--allow-host-path".into(), path.into()]);
+    }
     out
 }
 

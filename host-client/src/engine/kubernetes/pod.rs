@@ -1,5 +1,8 @@
 //! The Pod document of a sandbox: the template (`images/kubernetes/pod.yaml`, or the user's)
-//! with what pitcrew owns filled in and enforced; everything else of the template kept.
+//! with what pitcrew owns filled in and enforced; everything else of the template kept, once
+//! [`check`] found nothing in it that would run or mount something beside the sandbox.
+
+mod check;
 
 use super::super::container::{
     CAPABILITIES, LABEL_ENGINE, LABEL_SANDBOX, LABEL_VERSION, ROOT, STATE,
@@ -29,85 +32,114 @@ pub struct PodSpec<'a> {
     pub memory_bytes: u64,
     /// `pitcrew-init serve` options beyond its defaults (the container's `args` after `serve`).
     pub serve_args: Vec<String>,
+    /// The node paths the template may mount as `hostPath` volumes (`--allow-host-path`), each
+    /// as [`normal_path`] gives it.
+    pub allow_host_paths: &'a [String],
+}
+
+/// A Pod template and the name its errors carry (the file, or the built-in one's path).
+#[derive(Debug)]
+pub struct Template {
+    name: String,
+    doc: Value,
 }
 
 /// Parses a template (YAML or JSON), naming `what` in errors.
-pub fn parse_template(text: &str, what: &str) -> Result<Value, String> {
+pub fn parse_template(text: &str, what: &str) -> Result<Template, String> {
     let v: Value = serde_norway::from_str(text).map_err(|e| format!("{what}: {e}"))?;
     if v["apiVersion"] != "v1" || v["kind"] != "Pod" {
         return Err(format!("{what}: not a Pod (apiVersion v1, kind Pod)"));
     }
-    Ok(v)
+    Ok(Template {
+        name: what.to_string(),
+        doc: v,
+    })
 }
 
-/// A mapping at `v[key]`, made when absent; an error naming `at` when it is something else.
+/// `path` as pitcrew compares mount and node paths: `//`, `.` components and a trailing `/`
+/// taken out; a relative path, or one with a `..` component, is an error.
+pub fn normal_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!("{path:?} is not an absolute path"));
+    }
+    let mut normal = String::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(format!("{path:?} has a `..` component")),
+            part => {
+                normal.push('/');
+                normal.push_str(part);
+            }
+        }
+    }
+    if normal.is_empty() {
+        normal.push('/');
+    }
+    Ok(normal)
+}
+
+/// A mapping at `v[key]`, made when absent; an error naming its field `at` when it is
+/// something else.
 fn object<'v>(v: &'v mut Value, key: &str, at: &str) -> Result<&'v mut Map<String, Value>, String> {
     let obj = v
         .as_object_mut()
-        .ok_or_else(|| format!("pod template: {at} is not a mapping"))?;
+        .ok_or_else(|| format!("{at}: not inside a mapping"))?;
     let entry = obj.entry(key).or_insert_with(|| json!({}));
     if entry.is_null() {
         *entry = json!({});
     }
     entry
         .as_object_mut()
-        .ok_or_else(|| format!("pod template: {at}.{key} is not a mapping"))
+        .ok_or_else(|| format!("{at}: not a mapping"))
+}
+
+/// A list at `v[key]`, made when absent; an error naming its field `at` when it is something
+/// else.
+fn list<'v>(
+    v: &'v mut Map<String, Value>,
+    key: &str,
+    at: &str,
+) -> Result<&'v mut Vec<Value>, String> {
+    let entry = v.entry(key).or_insert_with(|| json!([]));
+    if entry.is_null() {
+        *entry = json!([]);
+    }
+    entry
+        .as_array_mut()
+        .ok_or_else(|| format!("{at}: not a list"))
 }
 
 /// The Pod for `spec` from `template`: refuses a template that asks for what would undo the
-/// sandbox (privileged, host namespaces, process namespace sharing, an unconfined seccomp
-/// profile, a volume or mount that claims pitcrew's paths), then sets what pitcrew owns.
-pub fn pod(template: &Value, spec: &PodSpec) -> Result<Value, String> {
-    let mut pod = template.clone();
-    let refuse = |what: &str| Err(format!("pod template: {what}"));
-    for (key, why) in [
-        (
-            "hostPID",
-            "hostPID would show the node's processes to the agent",
-        ),
-        (
-            "hostIPC",
-            "hostIPC would share the node's IPC with the agent",
-        ),
-        (
-            "hostNetwork",
-            "hostNetwork would put the agent on the node's network",
-        ),
-        (
-            "shareProcessNamespace",
-            "shareProcessNamespace would make pitcrew-init not PID 1",
-        ),
-    ] {
-        if pod["spec"][key] == true {
-            return refuse(why);
-        }
-    }
-    let meta = object(&mut pod, "metadata", "the Pod")?;
+/// sandbox ([`check`]: host namespaces, another container, a privileged or lasting init
+/// container, a mount on or around pitcrew's paths, a node path not allowed, an unconfined
+/// seccomp profile), then sets what pitcrew owns. An error names the template and the field.
+pub fn pod(template: &Template, spec: &PodSpec) -> Result<Value, String> {
+    check::check(&template.doc, spec.allow_host_paths)
+        .and_then(|()| fill(&template.doc, spec))
+        .map_err(|e| format!("pod template {}: {e}", template.name))
+}
+
+/// The checked template `doc` with what pitcrew owns set.
+fn fill(doc: &Value, spec: &PodSpec) -> Result<Value, String> {
+    let mut pod = doc.clone();
+    let meta = object(&mut pod, "metadata", "metadata")?;
     meta.insert("name".into(), json!(spec.id));
     meta.remove("generateName");
-    let labels = object(&mut pod["metadata"], "labels", "metadata")?;
+    let labels = object(&mut pod["metadata"], "labels", "metadata.labels")?;
     labels.insert(LABEL_SANDBOX.into(), json!(spec.id));
     labels.insert(LABEL_ENGINE.into(), json!("kubernetes"));
     labels.insert(LABEL_VERSION.into(), json!(env!("CARGO_PKG_VERSION")));
 
-    let s = object(&mut pod, "spec", "the Pod")?;
+    let s = object(&mut pod, "spec", "spec")?;
     s.insert("restartPolicy".into(), json!("Never"));
     s.insert("automountServiceAccountToken".into(), json!(false));
     s.insert("enableServiceLinks".into(), json!(false));
     for key in ["hostPID", "hostIPC", "hostNetwork", "shareProcessNamespace"] {
         s.insert(key.into(), json!(false));
     }
-    // Volumes: pitcrew's four, and the template's others (never one of pitcrew's names).
-    let volumes = s.entry("volumes").or_insert_with(|| json!([]));
-    let volumes = volumes
-        .as_array_mut()
-        .ok_or("pod template: spec.volumes is not a list")?;
-    if let Some(v) = volumes
-        .iter()
-        .find(|v| VOLUMES.iter().any(|(n, _, _)| v["name"] == *n))
-    {
-        return refuse(&format!("volume {} is pitcrew's", v["name"]));
-    }
+    // Volumes: the template's others (checked: never one of pitcrew's names), and pitcrew's.
+    let volumes = list(s, "volumes", "spec.volumes")?;
     for (name, _, memory) in VOLUMES {
         let empty = if memory {
             json!({"medium": "Memory"})
@@ -117,21 +149,13 @@ pub fn pod(template: &Value, spec: &PodSpec) -> Result<Value, String> {
         volumes.push(json!({"name": name, "emptyDir": empty}));
     }
 
-    let containers = s.entry("containers").or_insert_with(|| json!([]));
-    let containers = containers
-        .as_array_mut()
-        .ok_or("pod template: spec.containers is not a list")?;
-    if containers.len() > 1 || containers.iter().any(|c| c["name"] != CONTAINER) {
-        return refuse(&format!(
-            "exactly one container, named {CONTAINER:?} (another container would share the Pod's network and volumes with the agent unseen)"
-        ));
-    }
+    let containers = list(s, "containers", "spec.containers")?;
     if containers.is_empty() {
         containers.push(json!({"name": CONTAINER}));
     }
     let c = containers[0]
         .as_object_mut()
-        .ok_or("pod template: the container is not a mapping")?;
+        .ok_or("spec.containers[0]: not a mapping")?;
     c.insert("image".into(), json!(spec.image));
     // The image's entrypoint is pitcrew-init: PID 1 of the container, serving (its default
     // command) with the options the harness asks for.
@@ -148,35 +172,25 @@ pub fn pod(template: &Value, spec: &PodSpec) -> Result<Value, String> {
     if c.get("imagePullPolicy").is_none() {
         c.insert("imagePullPolicy".into(), json!("IfNotPresent"));
     }
-    let mounts = c.entry("volumeMounts").or_insert_with(|| json!([]));
-    let mounts = mounts
-        .as_array_mut()
-        .ok_or("pod template: volumeMounts is not a list")?;
-    if let Some(m) = mounts.iter().find(|m| {
-        VOLUMES
-            .iter()
-            .any(|(n, path, _)| m["name"] == *n || m["mountPath"] == *path)
-    }) {
-        return refuse(&format!(
-            "the mount {} at {} is pitcrew's",
-            m["name"], m["mountPath"]
-        ));
-    }
+    // The template's mounts (checked: none on, inside or above pitcrew's paths), and pitcrew's.
+    let mounts = list(c, "volumeMounts", "spec.containers[0].volumeMounts")?;
     for (name, path, _) in VOLUMES {
         mounts.push(json!({"name": name, "mountPath": path}));
     }
 
+    let at = "spec.containers[0].securityContext";
     let sc = c.entry("securityContext").or_insert_with(|| json!({}));
-    let sc = sc
-        .as_object_mut()
-        .ok_or("pod template: securityContext is not a mapping")?;
+    if sc.is_null() {
+        *sc = json!({});
+    }
+    let sc = sc.as_object_mut().ok_or(format!("{at}: not a mapping"))?;
     let profile = sc.get("seccompProfile").cloned().unwrap_or(Value::Null);
     let seccomp = match profile["type"].as_str() {
         None | Some("RuntimeDefault") => json!({"type": "RuntimeDefault"}),
         Some("Localhost") => profile,
         Some(other) => {
-            return refuse(&format!(
-                "seccompProfile {other} (RuntimeDefault or Localhost)"
+            return Err(format!(
+                "{at}.seccompProfile.type: seccompProfile {other} is refused (RuntimeDefault or Localhost)"
             ))
         }
     };
@@ -198,12 +212,12 @@ pub fn pod(template: &Value, spec: &PodSpec) -> Result<Value, String> {
     let res = c.entry("resources").or_insert_with(|| json!({}));
     let res = res
         .as_object_mut()
-        .ok_or("pod template: resources is not a mapping")?;
+        .ok_or("spec.containers[0].resources: not a mapping")?;
     for part in ["requests", "limits"] {
         let m = res.entry(part).or_insert_with(|| json!({}));
         let m = m
             .as_object_mut()
-            .ok_or_else(|| format!("pod template: resources.{part} is not a mapping"))?;
+            .ok_or_else(|| format!("spec.containers[0].resources.{part}: not a mapping"))?;
         m.insert("memory".into(), memory.clone());
     }
     // A pod-level securityContext of the template stays, but never a user other than root for

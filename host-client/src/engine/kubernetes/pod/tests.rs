@@ -8,6 +8,23 @@ fn spec() -> PodSpec<'static> {
         image: "registry.example/pitcrew-pi:1",
         memory_bytes: 1 << 30,
         serve_args: Vec::new(),
+        allow_host_paths: &[],
+    }
+}
+
+/// A template of `doc`, named `t.yaml` in errors.
+fn template(doc: Value) -> Template {
+    Template {
+        name: "t.yaml".into(),
+        doc,
+    }
+}
+
+/// The error of the Pod from the template `doc`, which must be refused.
+fn refused(doc: Value) -> String {
+    match pod(&template(doc.clone()), &spec()) {
+        Ok(p) => panic!("not refused: {doc:#}\nbecame {p:#}"),
+        Err(e) => e,
     }
 }
 
@@ -148,9 +165,10 @@ fn templates_that_would_undo_the_sandbox_are_refused() {
         ),
     ];
     for (path, value, says) in cases {
-        let mut t = base.clone();
+        let mut t = template(base.doc.clone());
         let (parent, key) = path.rsplit_once('/').unwrap();
-        t.pointer_mut(parent)
+        t.doc
+            .pointer_mut(parent)
             .unwrap()
             .as_object_mut()
             .unwrap()
@@ -166,4 +184,373 @@ fn templates_that_would_undo_the_sandbox_are_refused() {
     assert!(parse_template("kind: [", "bad.yaml")
         .unwrap_err()
         .starts_with("bad.yaml: "));
+}
+
+/// The default template with `key` of its spec set to `value`.
+fn with_spec(key: &str, value: Value) -> Value {
+    let mut doc = parse_template(DEFAULT_TEMPLATE, "default").unwrap().doc;
+    doc["spec"][key] = value;
+    doc
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_native_sidecar_init_container_is_refused() {
+    // A sidecar that keeps running beside the agent, privileged, on the node's root.
+    let err = refused(with_spec(
+        "initContainers",
+        json!([{"name": "side", "image": "busybox", "restartPolicy": "Always",
+                "command": ["sleep", "inf"], "volumeMounts": [{"name": "node", "mountPath": "/node"}]}]),
+    ));
+    assert!(
+        err.starts_with("pod template t.yaml: spec.initContainers[0].restartPolicy: \"Always\""),
+        "{err}"
+    );
+    assert!(err.contains("native sidecar"), "{err}");
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__an_init_container_mounting_pitcrews_volumes_is_refused() {
+    for (j, name) in [
+        "pitcrew-uploads",
+        "pitcrew-records",
+        "pitcrew-run",
+        "pitcrew-tmp",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut mounts = vec![json!({"name": "cache", "mountPath": "/cache"}); j];
+        mounts.push(json!({"name": name, "mountPath": "/x"}));
+        let err = refused(with_spec(
+            "initContainers",
+            json!([{"name": "seed", "image": "busybox"},
+                   {"name": "plant", "image": "busybox", "volumeMounts": mounts}]),
+        ));
+        assert_eq!(
+            err,
+            format!("pod template t.yaml: spec.initContainers[1].volumeMounts[{j}].name: the volume {name} is pitcrew's")
+        );
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_privileged_init_container_is_refused() {
+    for (context, field) in [
+        (json!({"privileged": true}), "securityContext.privileged"),
+        (
+            json!({"allowPrivilegeEscalation": true}),
+            "securityContext.allowPrivilegeEscalation",
+        ),
+        (
+            json!({"capabilities": {"add": ["SYS_ADMIN"]}}),
+            "securityContext.capabilities.add",
+        ),
+    ] {
+        let err = refused(with_spec(
+            "initContainers",
+            json!([{"name": "init", "image": "busybox", "securityContext": context}]),
+        ));
+        assert!(
+            err.starts_with(&format!(
+                "pod template t.yaml: spec.initContainers[0].{field}: "
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__ephemeral_containers_are_refused() {
+    let err = refused(with_spec(
+        "ephemeralContainers",
+        json!([{"name": "debug", "image": "busybox", "targetContainerName": "sandbox"}]),
+    ));
+    assert!(
+        err.starts_with("pod template t.yaml: spec.ephemeralContainers: "),
+        "{err}"
+    );
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__mounts_spelled_around_pitcrews_paths_are_refused() {
+    // What follows the quoted path in the refusal.
+    for (path, says) in [
+        ("/pitcrew/plugins", "is inside pitcrew's /pitcrew"),
+        ("/pitcrew/", "is pitcrew's /pitcrew"),
+        ("//var/lib/pitcrew", "is pitcrew's /var/lib/pitcrew"),
+        (
+            "/var/lib/./pitcrew/records",
+            "is inside pitcrew's /var/lib/pitcrew",
+        ),
+        ("/./run//pitcrew", "is inside pitcrew's /run"),
+        ("/tmp/", "is pitcrew's /tmp"),
+        ("/var/lib", "holds pitcrew's /var/lib/pitcrew"),
+        ("/", "holds pitcrew's /pitcrew"),
+        (
+            "/var/run/pitcrew",
+            "is inside pitcrew's /var/run (a link to /run in the image)",
+        ),
+        (
+            "/var/lock",
+            "is pitcrew's /var/lock (a link to /run/lock in the image)",
+        ),
+        ("/cache/../pitcrew", "has a `..` component"),
+        ("pitcrew", "is not an absolute path"),
+    ] {
+        let mount = json!({"name": "cache", "mountPath": path});
+        let volumes = json!([{"name": "cache", "emptyDir": {}}]);
+        // In the sandbox container, after a mount that is fine.
+        let mut doc = with_spec("volumes", volumes.clone());
+        doc["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "cache", "mountPath": "/cache"}, mount]);
+        assert_eq!(
+            refused(doc),
+            format!("pod template t.yaml: spec.containers[0].volumeMounts[1].mountPath: {path:?} {says}")
+        );
+        // In an init container.
+        let mut doc = with_spec("volumes", volumes);
+        doc["spec"]["initContainers"] = json!([{"name": "init", "volumeMounts": [mount]}]);
+        assert_eq!(
+            refused(doc),
+            format!("pod template t.yaml: spec.initContainers[0].volumeMounts[0].mountPath: {path:?} {says}")
+        );
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_host_path_volume_is_refused_unless_the_command_line_allows_it() {
+    let volumes = json!([
+        {"name": "cache", "emptyDir": {}},
+        {"name": "models", "hostPath": {"path": "/srv/models", "type": "Directory"}},
+        {"name": "node", "hostPath": {"path": "/"}},
+    ]);
+    let doc = with_spec("volumes", volumes);
+    let err = refused(doc.clone());
+    assert_eq!(
+        err,
+        "pod template t.yaml: spec.volumes[1].hostPath: the node's \"/srv/models\" in the sandbox's Pod is refused unless the command line allows it (--allow-host-path /srv/models)"
+    );
+    // Allowing one node path allows that one only, however it is spelled in the template.
+    let allowed = ["/srv/models".to_string()];
+    let only = PodSpec {
+        allow_host_paths: &allowed,
+        ..spec()
+    };
+    let err = pod(&template(doc.clone()), &only).unwrap_err();
+    assert!(
+        err.starts_with("pod template t.yaml: spec.volumes[2].hostPath: the node's \"/\""),
+        "{err}"
+    );
+    let mut spelled = doc;
+    spelled["spec"]["volumes"][1]["hostPath"]["path"] = json!("//srv/./models/");
+    spelled["spec"]["volumes"][2]["hostPath"]["path"] = json!("/srv/models/../..");
+    let err = pod(&template(spelled), &only).unwrap_err();
+    assert_eq!(
+        err,
+        "pod template t.yaml: spec.volumes[2].hostPath.path: \"/srv/models/../..\" has a `..` component"
+    );
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__commands_the_kubelet_runs_in_the_sandbox_container_are_refused() {
+    let exec = json!({"exec": {"command": ["sh", "-c", "echo x >> /pitcrew/plugins/p/index.js"]}});
+    for (key, value, field) in [
+        (
+            "lifecycle",
+            json!({"postStart": exec}),
+            "lifecycle.postStart.exec",
+        ),
+        (
+            "lifecycle",
+            json!({"preStop": exec}),
+            "lifecycle.preStop.exec",
+        ),
+        ("livenessProbe", exec.clone(), "livenessProbe.exec"),
+        ("readinessProbe", exec.clone(), "readinessProbe.exec"),
+        ("startupProbe", exec.clone(), "startupProbe.exec"),
+    ] {
+        let mut doc = with_spec("volumes", json!([]));
+        doc["spec"]["containers"][0][key] = value;
+        let err = refused(doc);
+        assert!(
+            err.starts_with(&format!(
+                "pod template t.yaml: spec.containers[0].{field}: "
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn host_namespaces_and_the_seccomp_profile_are_refused_naming_the_field() {
+    for key in ["hostPID", "hostIPC", "hostNetwork", "shareProcessNamespace"] {
+        let err = refused(with_spec(key, json!(true)));
+        assert!(
+            err.starts_with(&format!("pod template t.yaml: spec.{key}: true would ")),
+            "{err}"
+        );
+    }
+    let mut doc = with_spec("volumes", json!([]));
+    doc["spec"]["containers"][0]["securityContext"] =
+        json!({"seccompProfile": {"type": "Unconfined"}});
+    assert!(refused(doc).starts_with(
+        "pod template t.yaml: spec.containers[0].securityContext.seccompProfile.type: "
+    ));
+    for (key, value, says) in [
+        (
+            "initContainers",
+            json!({}),
+            "spec.initContainers: not a list",
+        ),
+        (
+            "volumes",
+            json!([{"name": "n", "hostPath": {}}]),
+            "spec.volumes[0].hostPath.path: missing or not a string",
+        ),
+        (
+            "initContainers",
+            json!(["x"]),
+            "spec.initContainers[0]: not a mapping",
+        ),
+    ] {
+        assert_eq!(
+            refused(with_spec(key, value)),
+            format!("pod template t.yaml: {says}")
+        );
+    }
+}
+
+#[test]
+fn a_benign_template_with_an_init_container_and_an_allowed_host_path_becomes_the_expected_pod() {
+    let t = parse_template(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {labels: {team: agents}}
+spec:
+  runtimeClassName: gvisor
+  volumes:
+    - {name: cache, emptyDir: {}}
+    - {name: models, hostPath: {path: /srv/models/, type: Directory}}
+  initContainers:
+    - name: warm
+      image: busybox
+      command: [cp, -r, /models/., /cache/]
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {add: [], drop: [ALL]}}
+      volumeMounts:
+        - {name: models, mountPath: /models, readOnly: true}
+        - {name: cache, mountPath: /cache}
+  containers:
+    - name: sandbox
+      readinessProbe: {tcpSocket: {port: 8080}}
+      volumeMounts:
+        - {name: cache, mountPath: /var/cache/agent}
+        - {name: models, mountPath: /opt/models/, readOnly: true}
+"#,
+        "benign.yaml",
+    )
+    .unwrap();
+    let allowed = ["/srv/models".to_string()];
+    let p = pod(
+        &t,
+        &PodSpec {
+            allow_host_paths: &allowed,
+            ..spec()
+        },
+    )
+    .unwrap();
+    let caps = json!(CAPABILITIES);
+    let expected = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "pk-1a2b3c4d",
+            "labels": {
+                "team": "agents",
+                "pitcrew.sandbox": "pk-1a2b3c4d",
+                "pitcrew.engine": "kubernetes",
+                "pitcrew.version": env!("CARGO_PKG_VERSION"),
+            },
+        },
+        "spec": {
+            "runtimeClassName": "gvisor",
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "hostPID": false,
+            "hostIPC": false,
+            "hostNetwork": false,
+            "shareProcessNamespace": false,
+            "volumes": [
+                {"name": "cache", "emptyDir": {}},
+                {"name": "models", "hostPath": {"path": "/srv/models/", "type": "Directory"}},
+                {"name": "pitcrew-uploads", "emptyDir": {}},
+                {"name": "pitcrew-records", "emptyDir": {}},
+                {"name": "pitcrew-run", "emptyDir": {"medium": "Memory"}},
+                {"name": "pitcrew-tmp", "emptyDir": {"medium": "Memory"}},
+            ],
+            "initContainers": [{
+                "name": "warm",
+                "image": "busybox",
+                "command": ["cp", "-r", "/models/.", "/cache/"],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"add": [], "drop": ["ALL"]}},
+                "volumeMounts": [
+                    {"name": "models", "mountPath": "/models", "readOnly": true},
+                    {"name": "cache", "mountPath": "/cache"},
+                ],
+            }],
+            "containers": [{
+                "name": "sandbox",
+                "image": "registry.example/pitcrew-pi:1",
+                "imagePullPolicy": "IfNotPresent",
+                "stdin": false,
+                "tty": false,
+                "readinessProbe": {"tcpSocket": {"port": 8080}},
+                "volumeMounts": [
+                    {"name": "cache", "mountPath": "/var/cache/agent"},
+                    {"name": "models", "mountPath": "/opt/models/", "readOnly": true},
+                    {"name": "pitcrew-uploads", "mountPath": "/pitcrew"},
+                    {"name": "pitcrew-records", "mountPath": "/var/lib/pitcrew"},
+                    {"name": "pitcrew-run", "mountPath": "/run"},
+                    {"name": "pitcrew-tmp", "mountPath": "/tmp"},
+                ],
+                "securityContext": {
+                    "privileged": false,
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"], "add": caps},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "resources": {
+                    "requests": {"memory": "1073741824"},
+                    "limits": {"memory": "1073741824"},
+                },
+            }],
+        },
+    });
+    assert_eq!(p, expected, "{p:#}");
+}
+
+#[test]
+fn normal_paths_lose_doubled_slashes_dots_and_a_trailing_slash_and_refuse_dot_dot() {
+    for (path, normal) in [
+        ("/", "/"),
+        ("//", "/"),
+        ("/./", "/"),
+        ("/pitcrew/", "/pitcrew"),
+        ("//var//lib/./pitcrew/.", "/var/lib/pitcrew"),
+        ("/a..b/.c", "/a..b/.c"),
+    ] {
+        assert_eq!(normal_path(path).as_deref(), Ok(normal), "{path}");
+    }
+    for path in ["", "pitcrew", "./pitcrew", "/a/../b", "/.."] {
+        assert!(normal_path(path).is_err(), "{path}");
+    }
 }
