@@ -1,11 +1,14 @@
 //! `pitcrew`: the host CLI. Validates harnesses, computes expected hashes from the host's own
 //! copies, and drives sandboxed agent iterations.
+// Every write to stdout and stderr goes through `output`, which never panics on a closed one.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod client;
 mod commands;
 mod engine;
 mod failure_hint;
 mod hash_progress;
+mod output;
 mod records;
 mod remote;
 mod report;
@@ -97,11 +100,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    pitcrew_core::logging::restore_default_sigpipe();
-    let cli = Cli::parse();
-    pitcrew_core::logging::init(cli.verbose, cli.quiet);
+    // A write to a closed pipe comes back as EPIPE, handled where it happens: `output` for
+    // stdout and stderr, the transport's context for a sandbox's.
+    engine::ignore_sigpipe();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(output::clap_exit(&e)),
+    };
+    pitcrew_core::logging::init_to(cli.verbose, cli.quiet, || output::Stderr);
     let result = match cli.command {
-        Command::Hash(args) => pitcrew_core::hash_command::run(&args),
+        Command::Hash(args) => pitcrew_core::hash_command::run(&args, &mut output::Stdout),
         Command::Classify(args) => commands::classify::run(&args),
         Command::Validate(args) => commands::validate::run(&args, cli.quiet),
         Command::Lock(args) => commands::lock::run(&args, cli.quiet),
@@ -117,12 +125,22 @@ fn main() -> ExitCode {
         Command::Completions(args) => commands::docs::completions::<Cli>(&args),
         Command::Man(args) => commands::docs::man::<Cli>(&args),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(err) => {
-            // Errors quote paths, names and messages from the sandbox: escaped for the terminal.
-            eprintln!("pitcrew: {}", report::escape_controls(&format!("{err:#}")));
+            // A command that stopped because its stdout closed has nothing to report.
+            if !output::is_gone(&err) {
+                // Errors quote paths, names and messages from the sandbox: escaped for the
+                // terminal.
+                output::errln!("pitcrew: {}", report::escape_controls(&format!("{err:#}")));
+            }
             ExitCode::FAILURE
         }
+    };
+    // Whatever else happened, a closed output says so (docs/troubleshooting.md).
+    if output::gone() {
+        ExitCode::from(output::GONE_EXIT)
+    } else {
+        code
     }
 }

@@ -46,8 +46,9 @@ struct FileJson<'a> {
     size: u64,
 }
 
-/// Runs the `hash` subcommand, printing to stdout.
-pub fn run(args: &HashArgs) -> anyhow::Result<ExitCode> {
+/// Runs the `hash` subcommand, printing to `stdout` (the process's, or the host's writer that
+/// notes a closed one).
+pub fn run(args: &HashArgs, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let is_file = std::fs::symlink_metadata(&args.dir).is_ok_and(|m| m.file_type().is_file());
     let out = if is_file {
         let record = tree_hash::sha256_file(&args.dir).context("cannot hash the file")?;
@@ -78,7 +79,6 @@ pub fn run(args: &HashArgs) -> anyhow::Result<ExitCode> {
             format!("{}  {}\n", digest.sha256, args.dir.display())
         }
     };
-    let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(out.as_bytes())
         .and_then(|()| stdout.flush())

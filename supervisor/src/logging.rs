@@ -29,6 +29,15 @@ macro_rules! say {
 /// `Targets`, not the regex-based `EnvFilter`, whose regex engine would be in every sandbox's
 /// `pitcrew-init`.
 pub fn init(verbosity: u8, quiet: bool) {
+    init_to(verbosity, quiet, std::io::stderr);
+}
+
+/// [`init`] with the log's lines written through `writer` (the host's, which notes a closed
+/// stderr) instead of straight to stderr.
+pub fn init_to<W>(verbosity: u8, quiet: bool, writer: W)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let default = match verbosity {
         _ if quiet => "error",
         0 => "warn",
@@ -48,15 +57,16 @@ pub fn init(verbosity: u8, quiet: bool) {
         .with(
             tracing_subscriber::fmt::layer()
                 .log_internal_errors(false)
-                .with_writer(std::io::stderr)
+                .with_writer(writer)
                 .with_target(false),
         )
         .with(filter)
         .try_init();
 }
 
-/// Restores the default `SIGPIPE` disposition for a command-line tool, so `pitcrew … | head`
-/// ends quietly instead of failing on a broken pipe. Not for PID 1 duties (the supervisor's
+/// Restores the default `SIGPIPE` disposition for a command-line tool, so `pitcrew-init hash … |
+/// head` ends quietly instead of failing on a broken pipe (the host's `pitcrew` handles `EPIPE`
+/// itself instead). Not for PID 1 duties (the supervisor's
 /// signal handling owns every disposition there).
 pub fn restore_default_sigpipe() {
     #[cfg(unix)]

@@ -153,7 +153,7 @@ fn main() -> ExitCode {
             // A command-line tool here, not PID 1 duties: `pitcrew-init hash … | head` ends quietly.
             pitcrew_core::logging::restore_default_sigpipe();
             pitcrew_core::logging::init(cli.verbose, false);
-            match pitcrew_core::hash_command::run(&args) {
+            match pitcrew_core::hash_command::run(&args, &mut std::io::stdout().lock()) {
                 Ok(code) => code,
                 Err(err) => {
                     pitcrew_core::say!("{err:#}");

@@ -2,7 +2,8 @@
 //! after the grace); whoever runs it still gets the result record. With `--signal`, send that
 //! signal to the agent's process group instead.
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::engine::{EngineArgs, SandboxId};
+use crate::output::{errln, outln};
 use crate::report::escape_controls;
 use pitcrew_core::protocol::AgentSignal;
 use std::process::ExitCode;
@@ -29,7 +30,6 @@ pub struct CancelArgs {
 
 /// Runs `pitcrew cancel`.
 pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     let id = SandboxId(args.sandbox.clone());
     let engine = args.engine.engine_for(&id)?;
     let mut conn = engine.connect(&id)?;
@@ -53,12 +53,12 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     let run_stopped = detail["run_stopped"] == true;
     let idle = args.signal.is_none() && detail["cancelled"] == false && !run_stopped;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"sandbox": id.0, "sent": what, "detail": detail})
-        );
+        )?;
     } else if idle {
-        eprintln!(
+        errln!(
             "sandbox {}: nothing to cancel: no iteration is running{}",
             escape_controls(&id.0),
             if args.all {
@@ -68,7 +68,7 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
             }
         );
     } else if run_stopped {
-        println!(
+        outln!(
             "sandbox {}: the run that drives it is stopped: {}no further iteration starts, and \
              its `pitcrew run` collects what there is and ends",
             escape_controls(&id.0),
@@ -77,16 +77,16 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
             } else {
                 ""
             }
-        );
+        )?;
     } else if args.signal.is_none() {
-        println!(
+        outln!(
             "sandbox {}: cancel sent: the running iteration ends (TERM to the agent's group, KILL \
              after its grace) and is recorded; a `pitcrew run` driving it goes on to its next \
              iteration (Ctrl-C or SIGTERM to that `pitcrew run` ends the whole run)",
             escape_controls(&id.0)
-        );
+        )?;
     } else {
-        println!("sandbox {}: {what} sent", escape_controls(&id.0));
+        outln!("sandbox {}: {what} sent", escape_controls(&id.0))?;
     }
     Ok(if idle {
         ExitCode::FAILURE

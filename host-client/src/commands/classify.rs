@@ -1,6 +1,7 @@
 //! `pitcrew classify DIR [--json]`: which runtime would load a plugin directory and, for pi,
 //! which entry files and flags.
 
+use crate::output::{out, outln};
 use crate::report::escape_controls;
 use pitcrew_core::plugin_format::{classify, PluginClass};
 use std::path::PathBuf;
@@ -27,9 +28,9 @@ pub fn run(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
                 args.dir.to_string_lossy().into_owned().into(),
             );
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?)?;
     } else {
-        print!("{}", render(&class));
+        out!("{}", render(&class))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,8 @@
 //! the sandbox's supervisor is gone, the record is read from the sandbox's storage (the local
 //! engine's state directory) instead, and `collect` says so.
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::engine::{EngineArgs, SandboxId};
+use crate::output::{errln, outln};
 use crate::records;
 use crate::report;
 use anyhow::Context as _;
@@ -44,7 +45,6 @@ fn acknowledge(conn: &mut crate::engine::Connection, iteration: u32) -> anyhow::
 
 /// Runs `pitcrew collect`.
 pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     let id = SandboxId(args.sandbox.clone());
     if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
         anyhow::bail!("--out {}: not a directory", out.display());
@@ -78,7 +78,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             let Some((_, mut tar)) = engine.stored_record(&id, args.iteration)? else {
                 return Err(engine.explain_lost(&id, err));
             };
-            eprintln!(
+            errln!(
                 "pitcrew: sandbox {}: {}; reading its record from its storage",
                 report::escape_controls(&id.0),
                 report::escape_controls(&gone.map_or_else(
@@ -147,7 +147,7 @@ fn report_collected(
     let mut summary = report::summarize(record, 0, Vec::new());
     summary.record_dir = Some(dest.display().to_string());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
         let line = format!(
             "iteration {n}: exit {} ({}), {} → {}",
@@ -156,7 +156,7 @@ fn report_collected(
             summary.verification,
             dest.display()
         );
-        println!("{}", report::escape_controls(&line));
+        outln!("{}", report::escape_controls(&line))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@
 //! entry that would enable it explicitly. Candidates are read, never loaded or executed.
 
 use crate::hash_progress;
+use crate::output::outln;
 use crate::report::escape_controls;
 use pitcrew_core::plugin_format::{self, PluginClass};
 use pitcrew_core::tree_hash::{self, HashProgress, TreeFormat};
@@ -88,40 +89,40 @@ pub fn run(args: &DiscoverArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     })?;
     if args.json {
         let out = serde_json::json!({"scanned": scanned, "candidates": candidates});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     // Candidate names, entries and problems come from the scanned directories (the project is
     // the untrusted repository): every line is escaped for the terminal.
-    let line = |text: String| println!("{}", escape_controls(&text));
+    let line = |text: String| outln!("{}", escape_controls(&text));
     for (scope, dir) in &places {
         let state = if dir.is_dir() { "" } else { " (absent)" };
-        line(format!("scanned {scope}: {}{state}", dir.display()));
+        line(format!("scanned {scope}: {}{state}", dir.display()))?;
     }
     if candidates.is_empty() {
-        println!("no candidates: pi would auto-discover nothing here");
+        outln!("no candidates: pi would auto-discover nothing here")?;
     }
     for c in &candidates {
-        line(format!("{} {} ({})", c.scope, c.path.display(), c.shape));
+        line(format!("{} {} ({})", c.scope, c.path.display(), c.shape))?;
         match &c.class {
             Some(PluginClass::Pi(pi)) => line(format!(
                 "  pi extension ({}): {}",
                 pi.rule,
                 pi.entries.join(", ")
-            )),
-            Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name)),
+            ))?,
+            Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name))?,
             None => {}
         }
         if let Some(sha) = &c.sha256 {
-            line(format!("  sha256 {sha}"));
+            line(format!("  sha256 {sha}"))?;
         }
         if let Some(p) = &c.problem {
-            line(format!("  not enabled as is: {p}"));
+            line(format!("  not enabled as is: {p}"))?;
         }
         if let Some(e) = &c.harness_entry {
-            println!("  enable by vendoring it next to your harness and adding:");
-            println!("    plugins:");
-            line(format!("      - {e}"));
+            outln!("  enable by vendoring it next to your harness and adding:")?;
+            outln!("    plugins:")?;
+            line(format!("      - {e}"))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -3,6 +3,7 @@
 
 use anyhow::Context as _;
 use clap::CommandFactory;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,7 +27,11 @@ pub struct ManArgs {
 pub fn completions<C: CommandFactory>(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
     let mut cmd = C::command();
     let name = cmd.get_name().to_string();
-    clap_complete::generate(args.shell, &mut cmd, name, &mut std::io::stdout());
+    // Generated in memory: clap_complete panics on a write that fails.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, name, &mut script);
+    crate::output::Stdout.write_all(&script)?;
+    crate::output::Stdout.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -52,7 +57,7 @@ pub fn man<C: CommandFactory>(args: &ManArgs) -> anyhow::Result<ExitCode> {
             .render(&mut text)
             .with_context(|| format!("{name}: render the man page"))?;
         std::fs::write(&path, text).with_context(|| format!("{}: write", path.display()))?;
-        println!("{}", path.display());
+        crate::output::outln!("{}", path.display())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,8 @@
 //! container without pitcrew's label) is left alone, and `down` says so and fails, unless
 //! `--force`: then its supervisor is stopped and the container is left for its owner to remove.
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::engine::{EngineArgs, SandboxId};
+use crate::output::{errln, outln};
 use crate::report::escape_controls;
 use anyhow::bail;
 use std::process::ExitCode;
@@ -34,7 +35,6 @@ pub struct DownArgs {
 
 /// Runs `pitcrew down`.
 pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     let id = SandboxId(args.sandbox.clone());
     let engine = args.engine.engine_for(&id)?;
     if !args.force && !engine.owns(&id)? {
@@ -45,23 +45,23 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
     }
     let outcome = crate::engine::stop_keeping_records(&*engine, &id, args.keep, args.force)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "sandbox": id.0, "stopped": !outcome.left_alone, "state_kept": args.keep,
                 "warning": outcome.warning,
             })
-        );
+        )?;
     } else {
         let id = escape_controls(&id.0);
         if let Some(why) = &outcome.warning {
-            eprintln!("pitcrew: sandbox {id}: {}", escape_controls(why));
+            errln!("pitcrew: sandbox {id}: {}", escape_controls(why));
         }
         if outcome.left_alone {
             let state = if args.keep { "kept" } else { "removed" };
-            println!("sandbox {id}: not running; its state {state}");
+            outln!("sandbox {id}: not running; its state {state}")?;
         } else {
-            println!("sandbox {id}: stopped");
+            outln!("sandbox {id}: stopped")?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,8 @@
 //! `pitcrew inspect SANDBOX [--json]`: state, iteration history, a live re-verification with
 //! drift, the processes running now and the confinement status, from `status{verify: true}`.
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId};
+use crate::engine::{EngineArgs, SandboxId};
+use crate::output::{out, outln};
 use crate::report::{escape_controls, verification_summary};
 use anyhow::Context as _;
 use serde_json::Value;
@@ -26,7 +27,6 @@ pub struct InspectArgs {
 /// Runs `pitcrew inspect`: exit 0 when the live verification is clean (or skipped), 1 when
 /// something drifted.
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     let id = SandboxId(args.sandbox.clone());
     let engine = args.engine.engine_for(&id)?;
     let sandbox = engine.describe(&id)?;
@@ -64,9 +64,9 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
             "capabilities": hello.capabilities,
             "status": status,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        print!("{}", render(&id, &sandbox, &hello, &status, &summary));
+        out!("{}", render(&id, &sandbox, &hello, &status, &summary))?;
     }
     Ok(if ok {
         ExitCode::SUCCESS

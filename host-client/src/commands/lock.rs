@@ -4,6 +4,7 @@
 
 use crate::commands::validate::print_problems;
 use crate::hash_progress;
+use crate::output::{errln, outln};
 use crate::remote::{self, FetchingSources, Settings};
 use crate::report::escape_controls;
 use std::path::PathBuf;
@@ -29,9 +30,10 @@ pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         pitcrew_core::harness::validate_with(&args.harness, p, &mut sources)
     })?;
     let file = args.harness.display().to_string();
+    // What was done, said on stdout: a closed stdout does not stop the lock file's write.
     let say = |text: String| {
         if !quiet {
-            println!("{}", escape_controls(&text));
+            let _ = outln!("{}", escape_controls(&text));
         }
     };
     for fetched in &sources.fetched {
@@ -58,7 +60,7 @@ pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     } else {
         print_problems(&file, &validated);
         if sources.failures > 0 {
-            eprintln!(
+            errln!(
                 "{}: {} not written: {} remote source{} not resolved",
                 escape_controls(&file),
                 escape_controls(&lock_path.display().to_string()),

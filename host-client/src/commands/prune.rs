@@ -7,7 +7,8 @@
 //! them and changes nothing.
 
 use super::ps::list_sandboxes;
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxEntry, SandboxId};
+use crate::engine::{EngineArgs, SandboxEntry, SandboxId};
+use crate::output::{errln, outln};
 use crate::report::escape_controls;
 use std::process::ExitCode;
 
@@ -40,7 +41,6 @@ pub fn prunable(s: &SandboxEntry) -> Option<&'static str> {
 /// Runs `pitcrew prune`: exit 0 when every pruned sandbox was taken down (or none was found),
 /// 1 when one could not be.
 pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     let (list, _) = list_sandboxes(&args.engine)?;
     let mut failed = false;
     let mut pruned = 0;
@@ -50,33 +50,36 @@ pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
         let id = SandboxId(s.id.clone());
         let shown = escape_controls(&s.id);
         if args.dry_run {
-            println!("would prune {shown} ({}, {}: {why})", s.engine, s.state);
+            outln!("would prune {shown} ({}, {}: {why})", s.engine, s.state)?;
             continue;
         }
         let taken = args.engine.engine_for(&id).and_then(|engine| {
             crate::engine::stop_keeping_records(&*engine, &id, false, args.force)
         });
-        match taken {
+        // Said on stdout; a closed stdout does not stop the pruning (pitcrew exits 141 at
+        // its end).
+        let _ = match taken {
             Ok(outcome) => match &outcome.warning {
-                Some(warning) => println!(
+                Some(warning) => outln!(
                     "pruned {shown} ({}, {}: {why}); {}",
                     s.engine,
                     s.state,
                     escape_controls(warning)
                 ),
-                None => println!("pruned {shown} ({}, {}: {why})", s.engine, s.state),
+                None => outln!("pruned {shown} ({}, {}: {why})", s.engine, s.state),
             },
             Err(err) => {
                 failed = true;
-                eprintln!(
+                errln!(
                     "pitcrew: prune {shown}: {}",
                     escape_controls(&format!("{err:#}"))
                 );
+                Ok(())
             }
-        }
+        };
     }
     if pruned == 0 {
-        println!("nothing to prune");
+        outln!("nothing to prune")?;
     }
     Ok(if failed {
         ExitCode::FAILURE

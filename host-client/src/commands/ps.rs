@@ -6,6 +6,7 @@
 //! sandbox) and NOTE; `-q` prints the ids alone, `--json` everything.
 
 use crate::engine::{status_of, Engine, EngineArgs, SandboxEntry, SandboxId};
+use crate::output::{out, outln};
 use crate::report::escape_controls;
 use std::process::ExitCode;
 
@@ -164,20 +165,20 @@ pub fn list_sandboxes(
 pub fn run(args: &PsArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let (list, names) = list_sandboxes(&args.engine)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     if quiet && !args.json {
         for s in &list {
-            println!("{}", escape_controls(&s.id));
+            outln!("{}", escape_controls(&s.id))?;
         }
         return Ok(ExitCode::SUCCESS);
     }
     if list.is_empty() {
-        println!("no sandboxes ({})", names.join(", "));
+        outln!("no sandboxes ({})", names.join(", "))?;
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", table(&list));
+    out!("{}", table(&list))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,7 @@
 //! `pitcrew validate HARNESS [--json] [--emit-manifest]`.
 
 use crate::hash_progress;
+use crate::output::{errln, outln};
 use crate::remote;
 use crate::report::escape_controls;
 use anyhow::Context as _;
@@ -37,19 +38,19 @@ pub fn run(args: &ValidateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             manifest
                 .validate()
                 .context("the manifest built from this harness is invalid")?;
-            println!("{}", manifest.to_json_pretty());
+            outln!("{}", manifest.to_json_pretty())?;
             return Ok(ExitCode::SUCCESS);
         }
         print_problems(&file, &validated);
         return Ok(ExitCode::FAILURE);
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json_report(&file, &validated))?
-        );
+        )?;
     } else {
-        print_report(&file, &validated);
+        print_report(&file, &validated)?;
     }
     Ok(if validated.is_ok() {
         ExitCode::SUCCESS
@@ -62,9 +63,9 @@ pub fn run(args: &ValidateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 /// names from the harness directory.
 pub(crate) fn print_problems(file: &str, v: &Validated) {
     for p in &v.problems {
-        eprintln!("{}", escape_controls(&format!("{file}:{p}")));
+        errln!("{}", escape_controls(&format!("{file}:{p}")));
     }
-    eprintln!(
+    errln!(
         "{}: {} problem{}",
         escape_controls(file),
         v.problems.len(),
@@ -73,19 +74,20 @@ pub(crate) fn print_problems(file: &str, v: &Validated) {
 }
 
 /// Prints one line of the text report, escaped for the terminal.
-fn line(text: &str) {
-    println!("{}", escape_controls(text));
+fn line(text: &str) -> std::io::Result<()> {
+    outln!("{}", escape_controls(text))
 }
 
-fn print_report(file: &str, v: &Validated) {
+/// Prints the text report: notes, then the problems (on stderr) or what the harness holds.
+fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
     for n in &v.notes {
-        line(&format!("{file}:{n} (note)"));
+        line(&format!("{file}:{n} (note)"))?;
     }
     if !v.is_ok() {
         print_problems(file, v);
-        return;
+        return Ok(());
     }
-    let Some(h) = &v.harness else { return };
+    let Some(h) = &v.harness else { return Ok(()) };
     line(&format!(
         "{file}: ok: runtime {}, {} plugin(s), {} skills dir(s), {} adapter(s), {} iteration(s), timeout {}s",
         h.runtime.as_str(),
@@ -94,7 +96,7 @@ fn print_report(file: &str, v: &Validated) {
         v.adapters.len(),
         h.iterations,
         h.timeout.as_secs()
-    ));
+    ))?;
     for p in &v.plugins {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
@@ -105,18 +107,18 @@ fn print_report(file: &str, v: &Validated) {
         } else {
             " [skipped by this runtime]"
         };
-        line(&format!("  plugin {}: {what}{skipped}", p.spec.name));
+        line(&format!("  plugin {}: {what}{skipped}", p.spec.name))?;
         line(&format!(
             "    pi-tree-v1 {} ({} files)",
             p.digest.sha256,
             p.digest.listing.files.len()
-        ));
+        ))?;
     }
     for s in &v.skills {
         line(&format!(
             "  skills {}: pi-tree-v1 {}",
             s.spec.name, s.digest.sha256
-        ));
+        ))?;
     }
     for a in &v.adapters {
         let to = a
@@ -128,8 +130,9 @@ fn print_report(file: &str, v: &Validated) {
         line(&format!(
             "  adapter {} ({}){to}: sha256 {}",
             a.spec.path, a.spec.role, a.sha256
-        ));
+        ))?;
     }
+    Ok(())
 }
 
 fn json_report(file: &str, v: &Validated) -> serde_json::Value {

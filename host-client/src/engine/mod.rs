@@ -734,11 +734,13 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Makes writes to a dead transport fail with `EPIPE` (reported with context) instead of
-/// killing pitcrew with SIGPIPE.
+/// Makes writes to a closed pipe fail with `EPIPE` instead of killing pitcrew with SIGPIPE:
+/// a dead transport's (reported with context) and a closed stdout's or stderr's
+/// ([`crate::output`]). Called first thing in `main`, for every command; the children pitcrew
+/// starts get the default disposition back (`std::process::Command` restores it).
 pub fn ignore_sigpipe() {
-    // SAFETY: changes only this process's SIGPIPE disposition; called before any protocol
-    // thread exists.
+    // SAFETY: changes only this process's SIGPIPE disposition; called at the start of `main`,
+    // before any thread exists.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }

@@ -20,6 +20,7 @@ mod jobs;
 mod pool;
 
 use crate::engine::{EngineArgs, EngineKind};
+use crate::output::{errln, out, outln};
 use crate::report::escape_controls;
 use anyhow::{bail, Context as _};
 use jobs::Job;
@@ -115,7 +116,6 @@ pub struct JobRecord {
 
 /// Runs `pitcrew batch`.
 pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
-    crate::engine::ignore_sigpipe();
     let kind = args.engine.named()?.unwrap_or(EngineKind::Local);
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
@@ -267,11 +267,12 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
     let text = serde_json::to_string_pretty(&doc)?;
     std::fs::write(out.join("batch.json"), &text)
         .with_context(|| format!("{}/batch.json", out.display()))?;
+    // `batch.json` holds everything: a closed stdout only ends the printing.
     if args.json {
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        print!("{}", table(&records));
-        println!(
+        out!("{}", table(&records))?;
+        outln!(
             "{} job(s): {} succeeded, {} failed, {} infrastructure, {} cancelled, {} invalid ({} skipped as complete); batch: {}",
             total,
             count(Status::Succeeded),
@@ -281,7 +282,7 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
             count(Status::Invalid),
             records.iter().filter(|r| r.skipped).count(),
             escape_controls(&out.display().to_string()),
-        );
+        )?;
     }
     Ok(if pool::interrupted() {
         ExitCode::from(130)
@@ -552,7 +553,7 @@ impl Display {
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) => b.println(format!("pitcrew: {msg}")),
-            None => eprintln!("pitcrew: {msg}"),
+            None => errln!("pitcrew: {msg}"),
         }
     }
 

@@ -4,9 +4,11 @@
 //! sandbox did not start, the connection was lost, the child was killed) is an infrastructure
 //! failure, retried. SIGINT, SIGTERM or SIGHUP to the batch stops new attempts and forwards one
 //! SIGTERM per signal to every running child (through a pidfd), which cancels, collects and
-//! tears down as `pitcrew run` does.
+//! tears down as `pitcrew run` does. A closed stdout or stderr of the batch ([`crate::output`])
+//! does the same once.
 
 use super::jobs::Job;
+use crate::output::errln;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,18 +33,24 @@ pub(super) fn interrupted() -> bool {
 }
 
 /// Installs the handler of SIGINT, SIGTERM and SIGHUP: every signal stops new attempts and
-/// sends SIGTERM to each running child (a second one makes them quit without collecting).
+/// sends SIGTERM to each running child (a second one makes them quit without collecting). A
+/// closed stdout or stderr, watched from now on, does what one signal does.
 pub(super) fn install_signals() {
-    let res = ctrlc::set_handler(|| {
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        eprintln!("pitcrew: batch interrupted: starting no more jobs, cancelling the running ones");
-        let children = CHILDREN.lock().unwrap_or_else(PoisonError::into_inner);
-        for fd in children.iter().flat_map(|c| c.values()) {
-            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::TERM);
-        }
-    });
+    crate::output::on_gone(|| interrupt("stdout or stderr closed"));
+    crate::output::watch();
+    let res = ctrlc::set_handler(|| interrupt("batch interrupted"));
     if let Err(e) = res {
         tracing::warn!("cannot install the signal handler: {e}");
+    }
+}
+
+/// Stops new attempts and sends SIGTERM to each running child, saying `why` (what happened).
+fn interrupt(why: &str) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    errln!("pitcrew: {why}: starting no more jobs, cancelling the running ones");
+    let children = CHILDREN.lock().unwrap_or_else(PoisonError::into_inner);
+    for fd in children.iter().flat_map(|c| c.values()) {
+        let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::TERM);
     }
 }
 

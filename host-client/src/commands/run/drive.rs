@@ -4,7 +4,7 @@
 //! validation passed or Ctrl-C cancelled.
 
 use super::progress::Progress;
-use super::signals::{interrupted, CancelSlot};
+use super::signals::{interrupted, interrupted_code, CancelSlot};
 use super::upload::upload_all;
 use super::validation;
 use super::RunArgs;
@@ -26,7 +26,7 @@ pub(super) enum Stopped {
     Iterations,
     /// The validation command exited 0.
     Validation,
-    /// Ctrl-C.
+    /// Ctrl-C (SIGTERM, SIGHUP, a closed stdout or stderr), or `pitcrew cancel --all`.
     Cancelled,
     /// An iteration failed in a way every further one would repeat
     /// ([`failure_that_repeats`]).
@@ -367,7 +367,7 @@ pub(super) fn drive(
             .last()
             .map_or(if resumed.is_some() { 0 } else { 125 }, |r| r.exit_code);
         let exit_code = match stopped {
-            Stopped::Cancelled => 130,
+            Stopped::Cancelled => interrupted_code(),
             _ if validation_passed || last == 0 => 0,
             _ => u8::try_from(last.clamp(1, 255)).unwrap_or(1),
         };

@@ -6,7 +6,8 @@
 //! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
 //! set the manifest, then run iterations: up to N, stopping early when the harness's
 //! `validation` command exits 0 after one. Each iteration is collected into
-//! `<output>/<run id>/iteration-N/`. Ctrl-C sends `cancel`, collects what there is and exits 130.
+//! `<output>/<run id>/iteration-N/`. Ctrl-C sends `cancel`, collects what there is and exits 130;
+//! a closed stdout or stderr does the same and exits 141.
 //! A sandbox this run started is stopped and removed at the end unless `--keep`; one it was
 //! given with `--sandbox` (kept by an earlier run, or made by someone else) is left running.
 //!
@@ -17,7 +18,7 @@
 //! - `upload`: the harness's uploads put in place before the manifest is set.
 //! - `progress`: what people see on stderr while it runs.
 //! - `resume`: `--resume`, taking back a run whose host went away.
-//! - `signals`: Ctrl-C, which cancels the running iteration.
+//! - `signals`: Ctrl-C (or a closed stdout or stderr), which cancels the running iteration.
 
 mod drive;
 mod lease;
@@ -27,8 +28,9 @@ mod signals;
 mod upload;
 mod validation;
 
-use crate::engine::{ignore_sigpipe, EngineArgs, SandboxId, SandboxSpec};
+use crate::engine::{EngineArgs, SandboxId, SandboxSpec};
 use crate::hash_progress;
+use crate::output::{errln, out, outln};
 use crate::records;
 use crate::report::{self, escape_controls};
 use anyhow::{bail, Context as _};
@@ -112,7 +114,6 @@ pub fn parse_assignment(text: &str) -> Result<(String, String), String> {
 
 /// Runs `pitcrew run`; `quiet` (the global `-q`) prints the records directory alone.
 pub fn run(args: &RunArgs, verbose: u8, quiet: bool) -> anyhow::Result<ExitCode> {
-    ignore_sigpipe();
     match &args.resume {
         Some(id) => {
             let (args, resumed, keep) = resume::take_back(args, id)?;
@@ -138,7 +139,7 @@ fn run_harness(
     let file = path.display().to_string();
     if !validated.is_ok() {
         for p in &validated.problems {
-            eprintln!("{}", escape_controls(&format!("{file}:{p}")));
+            errln!("{}", escape_controls(&format!("{file}:{p}")));
         }
         bail!(
             "{file}: {} problem(s); nothing was started",
@@ -247,14 +248,14 @@ fn run_harness(
     match stop {
         Ok(outcome) => {
             if let Some(why) = outcome.warning {
-                eprintln!(
+                errln!(
                     "pitcrew: sandbox {}: {}",
                     escape_controls(&id.0),
                     escape_controls(&why)
                 );
             }
         }
-        Err(e) => eprintln!("pitcrew: {}", escape_controls(&format!("{e:#}"))),
+        Err(e) => errln!("pitcrew: {}", escape_controls(&format!("{e:#}"))),
     }
     let report = outcome?;
     let code = report.exit_code;
@@ -275,19 +276,20 @@ fn run_harness(
     if let Err(e) = written {
         progress.warn(&format!("{}/run.json: {e:#}", report.run_dir));
     }
+    // Everything is done and recorded: a closed stdout only ends the printing.
     if args.json {
-        println!("{doc_text}");
+        outln!("{doc_text}")?;
     } else if quiet {
-        println!("{}", escape_controls(&report.run_dir));
+        outln!("{}", escape_controls(&report.run_dir))?;
         if kept {
-            println!("{}", escape_controls(&id.0));
+            outln!("{}", escape_controls(&id.0))?;
         }
     } else {
-        print!("{}", report::table(&report.rows, report::colour_wanted()));
-        println!("records: {}", escape_controls(&report.run_dir));
+        out!("{}", report::table(&report.rows, report::colour_wanted()))?;
+        outln!("records: {}", escape_controls(&report.run_dir))?;
         if kept {
             let id = escape_controls(&id.0);
-            println!("sandbox kept: {id} (pitcrew inspect {id}; pitcrew down {id})");
+            outln!("sandbox kept: {id} (pitcrew inspect {id}; pitcrew down {id})")?;
         }
     }
     Ok(ExitCode::from(code))

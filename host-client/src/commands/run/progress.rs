@@ -2,9 +2,10 @@
 //! otherwise, the transient ones only with `-v`), lines that stay for what happened, and with
 //! `-v` the agent's own output, everything escaped for the terminal.
 
+use crate::output::errln;
 use crate::report::{escape_controls, EscapedStream};
 use pitcrew_core::protocol::Channel;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::sync::Mutex;
 
 /// Progress for people: a status line on a terminal, plain lines otherwise. Everything it
@@ -44,7 +45,7 @@ impl Progress {
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) if !b.is_finished() => b.println(format!("pitcrew: {msg}")),
-            _ => eprintln!("pitcrew: {msg}"),
+            _ => errln!("pitcrew: {msg}"),
         }
     }
 
@@ -53,7 +54,7 @@ impl Progress {
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) if !b.is_finished() => b.println(format!("pitcrew: {msg}")),
-            _ => eprintln!("pitcrew: {msg}"),
+            _ => errln!("pitcrew: {msg}"),
         }
     }
 
@@ -63,7 +64,7 @@ impl Progress {
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) => b.set_message(msg.into_owned()),
-            None if self.verbose => eprintln!("pitcrew: {msg}"),
+            None if self.verbose => errln!("pitcrew: {msg}"),
             None => {}
         }
     }
@@ -86,11 +87,7 @@ impl Progress {
         if text.is_empty() {
             return;
         }
-        let write = || {
-            let mut e = std::io::stderr().lock();
-            let _ = e.write_all(text.as_bytes());
-            let _ = e.flush();
-        };
+        let write = || crate::output::write_stderr(format_args!("{text}"));
         match &self.bar {
             Some(b) => b.suspend(write),
             None => write(),
@@ -108,7 +105,7 @@ impl Progress {
             .filter(|t| !t.is_empty())
             .collect();
         for t in tails {
-            eprintln!("{t}");
+            errln!("{t}");
         }
         if let Some(b) = &self.bar {
             b.finish_and_clear();

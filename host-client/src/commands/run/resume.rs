@@ -6,6 +6,7 @@
 use super::drive::Resumed;
 use super::RunArgs;
 use crate::engine::{iterations_in, SandboxId};
+use crate::output::errln;
 use anyhow::{bail, Context as _};
 use std::path::PathBuf;
 
@@ -31,7 +32,7 @@ pub(super) fn take_back(args: &RunArgs, id: &str) -> anyhow::Result<(RunArgs, Re
             break status;
         }
         if !waited {
-            eprintln!(
+            errln!(
                 "pitcrew: sandbox {id}: waiting for iteration {} to end",
                 status["iteration"]
             );

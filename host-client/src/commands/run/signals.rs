@@ -2,8 +2,13 @@
 //! iteration (the drive loop then collects what there is, stops the sandbox it started and
 //! exits 130); the second exits at once, naming the sandbox it leaves running. The handler
 //! reaches the connection through a [`CancelSlot`], armed while a connection is open.
+//!
+//! A closed stdout or stderr ([`crate::output`]) is the first signal's path too: the iteration
+//! is cancelled, collected, the sandbox stopped, and the run exits 141 instead. It is not a
+//! signal: a signal after it is still the first.
 
 use crate::client::Canceller;
+use crate::output::{self, errln};
 use crate::report::escape_controls;
 use std::process::ChildStdin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +17,19 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// Set by the Ctrl-C handler.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Whether Ctrl-C was pressed.
+/// Whether Ctrl-C was pressed, or an output of pitcrew's found closed: the run ends.
 pub(super) fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    INTERRUPTED.load(Ordering::SeqCst) || output::gone()
+}
+
+/// The exit code of a run that ended so: [`output::GONE_EXIT`] when an output was found closed,
+/// else 130.
+pub(super) fn interrupted_code() -> u8 {
+    if output::gone() {
+        output::GONE_EXIT
+    } else {
+        130
+    }
 }
 
 /// Where the Ctrl-C handler finds the canceller of the open connection, if any, and the
@@ -49,29 +64,39 @@ impl CancelSlot {
     pub(super) fn disarm(&self) {
         self.lock().take();
     }
+
+    /// Cancels the running iteration through the armed connection, if any.
+    fn cancel(&self) {
+        let sent = self.lock().as_ref().map(Canceller::cancel);
+        if let Some(Err(e)) = sent {
+            errln!("pitcrew: cancel: {}", escape_controls(&e.to_string()));
+        }
+    }
 }
 
 /// Installs the handler of Ctrl-C, SIGTERM and SIGHUP (a warning, not an error, when it cannot
-/// be installed).
+/// be installed), and the same cancel when stdout or stderr is found closed, watched from now
+/// on.
 pub(super) fn install_ctrlc(slot: CancelSlot) {
+    let on_gone = slot.clone();
+    output::on_gone(move || {
+        errln!("pitcrew: stdout or stderr closed; cancelling the iteration");
+        on_gone.cancel();
+    });
+    output::watch();
     let res = ctrlc::set_handler(move || {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            eprintln!("pitcrew: interrupted again; exiting without collecting");
+            errln!("pitcrew: interrupted again; exiting without collecting");
             if let Some(id) = slot.left().as_deref() {
                 let id = escape_controls(id);
-                eprintln!(
+                errln!(
                     "pitcrew: sandbox {id} is left running (pitcrew collect {id}; pitcrew down {id})"
                 );
             }
-            std::process::exit(130);
+            std::process::exit(i32::from(interrupted_code()));
         }
-        eprintln!("pitcrew: interrupted; cancelling the iteration (Ctrl-C again to quit now)");
-        let guard = slot.lock();
-        if let Some(c) = guard.as_ref() {
-            if let Err(e) = c.cancel() {
-                eprintln!("pitcrew: cancel: {}", escape_controls(&e.to_string()));
-            }
-        }
+        errln!("pitcrew: interrupted; cancelling the iteration (Ctrl-C again to quit now)");
+        slot.cancel();
     });
     if let Err(e) = res {
         tracing::warn!("cannot install the Ctrl-C handler: {e}");

@@ -5,7 +5,7 @@ use crate::engine::{Engine, SandboxId};
 use crate::report::EscapedStream;
 use anyhow::Context as _;
 use pitcrew_core::harness::Harness;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -93,7 +93,7 @@ pub(super) fn run(
     let mut tail = Tail::new(keep);
     let mut escaped = EscapedStream::default();
     let mut show = |chunk: Vec<u8>| {
-        let _ = std::io::stderr().write_all(escaped.push(&chunk).as_bytes());
+        crate::output::write_stderr(format_args!("{}", escaped.push(&chunk)));
         tail.push(&chunk);
     };
     // The command's exit is checked after every chunk too: a background process that keeps
@@ -113,7 +113,7 @@ pub(super) fn run(
     while let Ok(chunk) = received.recv_timeout(until.saturating_duration_since(Instant::now())) {
         show(chunk);
     }
-    let _ = std::io::stderr().write_all(escaped.finish().as_bytes());
+    crate::output::write_stderr(format_args!("{}", escaped.finish()));
     let (tail, cut) = (tail.bytes, tail.cut);
     Ok(Validation {
         code: status
