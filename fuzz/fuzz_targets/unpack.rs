@@ -14,7 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pitcrew_core::unpack::{check_entry_path, unpack_tar, UnpackLimits, UnpackReport};
+use pitcrew_core::unpack::{check_entry_path, unpack_tar, PartLimit, UnpackLimits, UnpackReport};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -25,6 +25,7 @@ const LIMITS: UnpackLimits = UnpackLimits {
     max_entries: 64,
     max_bytes: 256 * 1024,
     private: false,
+    part: None,
 };
 
 /// The scratch root of this process: `<tmp>/run` is unpacked into, `<tmp>/outside` must stay
@@ -128,6 +129,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let limits = UnpackLimits {
         private: data.len() % 4 >= 2,
+        // A record's bound on what the agent left, as the host unpacks a record.
+        part: (data.len() % 8 >= 4).then_some(PartLimit {
+            dirs: &["output", "workspace"],
+            max_bytes: 1024,
+        }),
         ..LIMITS
     };
 
@@ -151,6 +157,18 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(totals, report, "the report does not match what is on disk");
             assert!(report.files + report.dirs <= limits.max_entries);
             assert!(report.bytes <= limits.max_bytes);
+            if let Some(part) = limits.part {
+                let mut below = UnpackReport::default();
+                for dir in part
+                    .dirs
+                    .iter()
+                    .map(|d| dest.join(d))
+                    .filter(|d| d.is_dir())
+                {
+                    walk(&dir, &limits, &mut below);
+                }
+                assert!(below.bytes <= part.max_bytes, "past the part limit");
+            }
             contents_match(data, &dest);
         }
         Err(_) if existing => {

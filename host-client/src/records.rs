@@ -8,6 +8,7 @@
 
 use crate::engine::Connection;
 use anyhow::{bail, Context as _};
+use pitcrew_core::server::copies_limit;
 use pitcrew_core::unpack::{unpack_tar, UnpackLimits};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -15,28 +16,51 @@ use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
-/// How a collected record is unpacked: the default limits, owner-only modes.
-fn record_limits() -> UnpackLimits {
+/// How a collected record is unpacked: the default limits, owner-only modes, and its copies of
+/// what the agent left (`output/`, `transcripts/`, `workspace/`) within the supervisor's budget
+/// for them under the disk budget `disk_bytes` (defence in depth: the supervisor never copies
+/// more, so a record over it is refused, not cut).
+fn record_limits(disk_bytes: Option<u64>) -> UnpackLimits {
     UnpackLimits {
         private: true,
+        part: Some(copies_limit(disk_bytes)),
         ..UnpackLimits::default()
     }
 }
 
-/// Collects `iteration` (default: the latest) into `dest` (created; must not exist).
+/// Collects `iteration` (default: the latest) into `dest` (created; must not exist). `disk_bytes`
+/// is the harness's disk budget, when the caller knows it: with a supervisor that bounds a
+/// record's copies by it (feature `record.disk_budget`), the unpack is bounded by it too.
 pub fn collect_into(
     conn: &mut Connection,
     iteration: Option<u32>,
     dest: &Path,
+    disk_bytes: Option<u64>,
 ) -> anyhow::Result<()> {
-    let res = conn.client().collect(iteration, |r| unpack_record(r, dest));
+    // An older supervisor bounds the copies by their fixed budget alone.
+    let disk_bytes =
+        disk_bytes.filter(|_| conn.hello().capabilities.has_feature("record.disk_budget"));
+    let limits = record_limits(disk_bytes);
+    let res = conn
+        .client()
+        .collect(iteration, |r| unpack_with(r, dest, &limits));
     res.map_err(|e| conn.explain(e))
 }
 
 /// Unpacks a record's tar stream `tar` (as `collect` sends it, or read from the sandbox's
-/// storage) into `dest` (created; must not exist), with the same rule as [`collect_into`].
+/// storage) into `dest` (created; must not exist), with the same rule as [`collect_into`]
+/// without a disk budget.
 pub fn unpack_record(tar: &mut dyn std::io::Read, dest: &Path) -> anyhow::Result<()> {
-    unpack_tar(tar, dest, &record_limits(), None)
+    unpack_with(tar, dest, &record_limits(None))
+}
+
+/// Unpacks the record `tar` into `dest` within `limits`.
+fn unpack_with(
+    tar: &mut dyn std::io::Read,
+    dest: &Path,
+    limits: &UnpackLimits,
+) -> anyhow::Result<()> {
+    unpack_tar(tar, dest, limits, None)
         .with_context(|| format!("{}: unpacking the record", dest.display()))?;
     Ok(())
 }
@@ -213,12 +237,54 @@ mod tests {
         let bytes = b.into_inner().unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().join("iteration-1");
-        unpack_tar(&bytes[..], &d, &record_limits(), None).unwrap();
+        unpack_tar(&bytes[..], &d, &record_limits(None), None).unwrap();
         let mode = |p: &str| fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(""), 0o700);
         assert_eq!(mode("result.json"), 0o600);
         assert_eq!(mode("output/sub"), 0o700);
         assert_eq!(mode("output/sub/tool"), 0o700);
+    }
+
+    #[test]
+    fn the_copies_of_a_record_past_its_disk_budget_are_refused() {
+        // Under a 1 MiB disk budget the supervisor copies at most 1 MiB into `output/`,
+        // `transcripts/` and `workspace/` together; the captured streams are bounded apart.
+        let tar_of = |entries: &[(&str, usize)]| {
+            let mut b = tar::Builder::new(Vec::new());
+            for (path, len) in entries {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(*len as u64);
+                h.set_mode(0o644);
+                h.set_entry_type(tar::EntryType::Regular);
+                b.append_data(&mut h, path, &vec![b'z'; *len][..]).unwrap();
+            }
+            b.into_inner().unwrap()
+        };
+        let mut entries = vec![
+            ("result.json", 2),
+            ("output.jsonl", 1536 << 10),
+            ("output/a", 600 << 10),
+            ("workspace/b", 424 << 10),
+        ];
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("iteration-1");
+        let bytes = tar_of(&entries);
+        unpack_tar(&bytes[..], &dest, &record_limits(Some(1 << 20)), None).unwrap();
+        entries.push(("transcripts/c.jsonl", 1));
+        let bytes = tar_of(&entries);
+        let other = tmp.path().join("iteration-2");
+        let err = unpack_with(&mut &bytes[..], &other, &record_limits(Some(1 << 20))).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains(
+                "\"transcripts/c.jsonl\" refused: more than 1048576 bytes of file content below \
+                 output/, transcripts/, workspace/"
+            ),
+            "{err}"
+        );
+        assert!(!other.exists());
+        // Without a disk budget the fixed 1 GiB holds.
+        unpack_with(&mut &bytes[..], &other, &record_limits(None)).unwrap();
     }
 
     #[test]
@@ -245,7 +311,7 @@ mod tests {
         }
         let bytes = b.into_inner().unwrap();
         let dest = run_dir.join("iteration-1");
-        unpack_tar(&bytes[..], &dest, &record_limits(), None).unwrap();
+        unpack_tar(&bytes[..], &dest, &record_limits(None), None).unwrap();
         assert_eq!(std::fs::read(dest.join("result.json")).unwrap(), b"{}");
         let mut dir = pitcrew_core::bounded_tree::open_dir(&dest.join("output")).unwrap();
         for _ in 0..15 {

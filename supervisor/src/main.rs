@@ -411,6 +411,7 @@ mod linux {
                 max_entries: args.upload_max_entries,
                 max_bytes: args.upload_max_bytes,
                 private: false,
+                part: None,
             },
         };
         // Signals first: no thread may ever see an unblocked signal.

@@ -593,7 +593,9 @@ impl Default for UploadLimits {
 /// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
 /// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
 /// `compression: zstd`), `manifest.listings` (`set_manifest` with `listings_follow`, then
-/// `add_listing`).
+/// `add_listing`), `record.disk_budget` (a record's copies of what the agent left are bounded by
+/// `limits.disk_bytes` too, [`crate::server::copy_budget_bytes`]: the host may bound its unpack
+/// by it).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -606,6 +608,7 @@ pub const FEATURES: &[&str] = &[
     "upload.offer",
     "upload.zstd",
     "manifest.listings",
+    "record.disk_budget",
 ];
 
 /// A message from the supervisor.

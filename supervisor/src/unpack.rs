@@ -8,7 +8,9 @@
 //!   devices, fifos and every other entry type are refused.
 //! - Paths must be relative, UTF-8, without `..` components, without `\n`, `\r` or `\` (the
 //!   names the tree hash refuses), and at most [`MAX_PATH_LEN`] bytes.
-//! - At most `max_entries` entries and `max_bytes` bytes of file content.
+//! - At most `max_entries` entries and `max_bytes` bytes of file content (the sizes the
+//!   headers give: a tar carries no holes, sparse entries are refused), and with
+//!   [`UnpackLimits::part`] at most its bytes below the directories it names.
 //!
 //! The tree is unpacked into a fresh sibling `<dest>.<random>.staging` (mode 0700 while
 //! unpacking), then `dest` is replaced atomically: the old one is renamed aside, the staging
@@ -51,6 +53,27 @@ pub struct UnpackLimits {
     /// Owner-only modes (directories 0700, files 0600, 0700 when executable) instead of
     /// 0755/0644: for collected records on the host, which hold what the agent saw and wrote.
     pub private: bool,
+    /// A tighter bound on the file content below some top-level directories (a collected
+    /// record's copies of what the agent left); `None`: only `max_bytes`.
+    pub part: Option<PartLimit>,
+}
+
+/// Most bytes of file content below some of an archive's top-level directories together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartLimit {
+    /// The top-level directories counted (`output`, `workspace`, …).
+    pub dirs: &'static [&'static str],
+    /// Most bytes of file content below them together.
+    pub max_bytes: u64,
+}
+
+impl PartLimit {
+    /// Whether a file whose parent directories are `parents` is below one of [`Self::dirs`].
+    fn holds(&self, parents: &[String]) -> bool {
+        parents
+            .first()
+            .is_some_and(|top| self.dirs.contains(&top.as_str()))
+    }
 }
 
 impl UnpackLimits {
@@ -80,6 +103,7 @@ impl Default for UnpackLimits {
             max_entries: 100_000,
             max_bytes: 4 << 30,
             private: false,
+            part: None,
         }
     }
 }
@@ -407,6 +431,8 @@ fn unpack_into(
         .map_err(|e| UnpackError::Format(e.to_string()))?;
     let mut report = UnpackReport::default();
     let mut count: u64 = 0;
+    // File content below `limits.part`'s directories.
+    let mut part_bytes: u64 = 0;
     let root = bounded_tree::open_dir(staging).map_err(io_err(staging))?;
     let mut dirs = Dirs {
         stack: DirStack::new(root).map_err(io_err(staging))?,
@@ -473,6 +499,19 @@ fn unpack_into(
                 format!("more than {} bytes of file content", limits.max_bytes),
             ));
         }
+        let part = limits.part.filter(|p| p.holds(parents));
+        if let Some(part) = part {
+            if part_bytes.saturating_add(size) > part.max_bytes {
+                return Err(UnpackError::refused(
+                    &raw,
+                    format!(
+                        "more than {} bytes of file content below {}/",
+                        part.max_bytes,
+                        part.dirs.join("/, ")
+                    ),
+                ));
+            }
+        }
         let exec = entry
             .header()
             .mode()
@@ -503,6 +542,9 @@ fn unpack_into(
         drop(file);
         report.bytes += written;
         report.files += 1;
+        if part.is_some() {
+            part_bytes += written;
+        }
     }
     report.dirs = dirs.created;
     Ok(report)

@@ -2,7 +2,7 @@
 //! records fills up, the supervisor is killed, the host's `pitcrew run` is killed, two runs
 //! reach for one sandbox, and a shell hands `pitcrew run --keep` a descriptor it waits on. In
 //! each case no record is lost and nothing runs on unnoticed. And where no engine bounds the
-//! agent's disk, its budget (`disk:`) stops it.
+//! agent's disk, its budget (`disk:`) stops it and bounds what its record costs the host.
 //!
 //! Needs root and PID namespaces (and, for the full disk, a tmpfs mount); skipped otherwise, or
 //! a failure with `PITCREW_REQUIRE_E2E=1`.
@@ -530,6 +530,105 @@ esac"#,
     let id = doc["sandbox"].as_str().unwrap();
     let out = fx.output(&["down", id, "--force"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The bytes the files below `dir` hold: their apparent sizes (`st_size`) and the blocks
+/// allocated to them and to the directories (`st_blocks`), summed.
+fn tree_cost(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    let (mut apparent, mut allocated) = (0, 0);
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        allocated += meta.blocks() * 512;
+        if meta.is_dir() {
+            let (a, b) = tree_cost(&entry.path());
+            apparent += a;
+            allocated += b;
+        } else {
+            apparent += meta.len();
+        }
+    }
+    (apparent, allocated)
+}
+
+#[test]
+fn attack_limits__sparse_files_cost_the_host_no_more_than_the_disk_budget() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // Twenty 15 MiB sparse files in `output/` and twenty in the workspace take a few KiB in
+    // the sandbox (holes), well within its 16 MiB disk budget; copied into the record and
+    // collected they would cost the host 600 MB. The record's copies are bounded by the disk
+    // budget, counted in apparent size: one file arrives, the others are named as cut.
+    let script = r#"mkdir -p output
+i=0
+while [ $i -lt 20 ]; do
+  i=$((i + 1)); truncate -s 15M output/sparse-$i ws-sparse-$i || exit 9
+done
+exit 5"#;
+    let fx = fixture(script, 1);
+    let harness = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(&fx.harness, format!("{harness}disk: 16MiB\n")).unwrap();
+    // The budget watches the workspace's filesystem: a tmpfs of its own, which no other writer
+    // of the machine grows. Room for what the record's copy took before (600 MB).
+    let Some(_tmpfs) = Tmpfs::mount(&fx.state, "1g") else {
+        pitcrew_e2e::skip("needs a tmpfs mount (mount -t tmpfs, as root) for the state directory");
+        return;
+    };
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--collect-workspace"], &[]);
+    let stderr = text(&out.stderr);
+    // The agent's own exit code, and its record on the host.
+    assert_eq!(out.status.code(), Some(5), "{doc:#}\n{stderr}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 5, "{record:#}");
+    assert_eq!(
+        record["confinement"]["limits"]["disk"]["exceeded"], false,
+        "{record:#}"
+    );
+    // The whole record, collected workspace included, costs the host about the budget.
+    let budget: u64 = 16 << 20;
+    let (apparent, allocated) = tree_cost(&it);
+    assert!(
+        apparent <= budget + (1 << 20),
+        "{apparent} bytes of files in {}",
+        it.display()
+    );
+    assert!(
+        allocated <= budget + (2 << 20),
+        "{allocated} bytes on disk in {}",
+        it.display()
+    );
+    // The record event names what was cut and the budget it was cut at.
+    let events = fs::read_to_string(it.join("events.jsonl")).unwrap();
+    let event = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["step"] == "record")
+        .unwrap_or_else(|| panic!("no record event: {events}"));
+    let detail = &event["detail"];
+    assert_eq!(detail["copy_budget_bytes"], budget, "{detail:#}");
+    assert_eq!(detail["output"]["files"], 1, "{detail:#}");
+    assert_eq!(detail["output"]["bytes"], 15 << 20, "{detail:#}");
+    let cut = |part: &str, prefix: &str| {
+        detail[part]["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|s| s.starts_with(prefix) && s.contains("(byte budget"))
+            .count()
+    };
+    assert_eq!(cut("output", "sparse-"), 19, "{detail:#}");
+    assert_eq!(cut("workspace", "ws-sparse-"), 20, "{detail:#}");
+    let copied: Vec<_> = fs::read_dir(it.join("output")).unwrap().collect();
+    assert_eq!(copied.len(), 1, "{copied:?}");
+    assert!(!fs::read_dir(it.join("workspace")).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("ws-sparse-")));
 }
 
 /// The `iteration-N` directories in `records`, and the bytes allocated to the whole directory

@@ -60,7 +60,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     let staging = out.join(format!(".collect-{}", std::process::id()));
     match engine.connect(&id) {
         Ok(mut conn) => {
-            let res = records::collect_into(&mut conn, args.iteration, &staging)
+            let res = records::collect_into(&mut conn, args.iteration, &staging, None)
                 .and_then(|()| place(&staging, &out));
             // Only once the record is in its place does the sandbox hear that the host holds it.
             let res = res.and_then(|(record, dest)| {

@@ -50,6 +50,7 @@ mod upload_stream;
 pub use claim::COLLECTED_FILE;
 pub use error::RequestError;
 pub use records::tar_dir as tar_record_dir;
+pub use records::{copies_limit, copy_budget_bytes, COPIED_PARTS};
 pub use socket::{peer_allowed, prepare_socket_dir};
 
 use crate::exit_code;

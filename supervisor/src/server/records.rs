@@ -11,12 +11,32 @@ use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// Most bytes copied into `output/` and `transcripts/` of one record together
-/// (agent-controlled data).
+/// Most bytes copied into `output/`, `transcripts/` and `workspace/` of one record together
+/// (agent-controlled data), whatever the disk budget ([`copy_budget_bytes`]).
 const COPY_BUDGET_BYTES: u64 = 1 << 30;
-/// Most entries copied into `output/` and `transcripts/` of one record together: half of what
-/// the host accepts in one collected archive ([`crate::unpack::UnpackLimits`]).
+/// Most entries copied into `output/`, `transcripts/` and `workspace/` of one record together:
+/// half of what the host accepts in one collected archive ([`crate::unpack::UnpackLimits`]).
 const COPY_BUDGET_ENTRIES: u64 = 50_000;
+/// The directories of a record the agent's files are copied into, which share one budget.
+pub const COPIED_PARTS: &[&str] = &["output", "transcripts", "workspace"];
+
+/// Most bytes the copies of one record ([`COPIED_PARTS`]) hold together: 1 GiB, or the
+/// harness's disk budget (`limits.disk_bytes`) when it is smaller. Files count their apparent
+/// size (`st_size`), which is what the copy writes and the host unpacks: a sparse file the agent
+/// made in a few KiB costs its full length. The host bounds its unpack of a record by the same
+/// number.
+pub fn copy_budget_bytes(disk_bytes: Option<u64>) -> u64 {
+    disk_bytes.map_or(COPY_BUDGET_BYTES, |disk| disk.min(COPY_BUDGET_BYTES))
+}
+
+/// The host's bound on the copies of a collected record ([`COPIED_PARTS`]) under the disk
+/// budget `disk_bytes`: what the supervisor copies never exceeds it.
+pub fn copies_limit(disk_bytes: Option<u64>) -> crate::unpack::PartLimit {
+    crate::unpack::PartLimit {
+        dirs: COPIED_PARTS,
+        max_bytes: copy_budget_bytes(disk_bytes),
+    }
+}
 /// Most bytes of `output.jsonl` and of `stderr.log` kept in a record (each): the capture's own
 /// cap, never written past. With the copy budget, a whole record stays under the host's 4 GiB
 /// unpack limit.
@@ -37,14 +57,25 @@ impl CopyBudget {
             entries: 0,
         }
     }
+
+    /// The budget of one record's copies under the disk budget `disk_bytes`
+    /// ([`copy_budget_bytes`]).
+    pub(super) fn for_record(disk_bytes: Option<u64>) -> Self {
+        CopyBudget {
+            bytes: copy_budget_bytes(disk_bytes),
+            entries: COPY_BUDGET_ENTRIES,
+        }
+    }
+
+    /// The bytes still free.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
 }
 
 impl Default for CopyBudget {
     fn default() -> Self {
-        CopyBudget {
-            bytes: COPY_BUDGET_BYTES,
-            entries: COPY_BUDGET_ENTRIES,
-        }
+        CopyBudget::for_record(None)
     }
 }
 
@@ -214,13 +245,14 @@ impl Target<'_> {
 }
 
 /// Copies the tree `src` into `dst` (whose path in the record is `in_record`: `output`,
-/// `transcripts`) without following symlinks, keeping files whose relative path `keep`
+/// `transcripts`, `workspace`) without following symlinks, keeping files whose relative path `keep`
 /// accepts, within `budget` (shared by the copies of one record). Skipped, each named in the
 /// report: symlinks, special files, hard links (a link the agent made to a file it cannot read
 /// must not be read by root), names the host's unpack would refuse (`in_record/<path>` over
 /// 4096 bytes included: a directory that long is not walked into, so the walk's depth stays
-/// bounded), whatever exceeds the budget (every entry, skipped ones too, takes one from the
-/// entry budget). Walked and written relative to directory descriptors
+/// bounded), whatever exceeds the budget (a file takes its apparent size from the byte budget,
+/// holes included, and is copied whole or not at all; every entry, skipped ones too, takes one
+/// from the entry budget). Walked and written relative to directory descriptors
 /// ([`crate::bounded_tree`]), never through full paths, so a path longer than `PATH_MAX` on
 /// either side is copied as well. Run only after the final reap, when nothing but the supervisor
 /// runs, so the tree cannot change underneath.
@@ -295,9 +327,17 @@ pub(super) fn copy_tree(
         if !keep(rel) {
             continue;
         }
+        // The apparent size, holes included: the copy writes every byte of it, and the host
+        // unpacks every byte.
         let size = u64::try_from(entry.stat.st_size).unwrap_or(u64::MAX);
         if size > budget.bytes {
-            report.skip(|| format!("{} (byte budget)", rel.display()));
+            report.skip(|| {
+                format!(
+                    "{} (byte budget: {size} bytes, {} left)",
+                    rel.display(),
+                    budget.bytes
+                )
+            });
             continue;
         }
         let copied = target.truncate(entry.depth).and_then(|()| {
@@ -485,7 +525,7 @@ mod tests {
         for expected in [
             "a\\b (name contains a backslash",
             "line\nbreak (name contains a newline",
-            "big.bin (byte budget)",
+            "big.bin (byte budget: 4096 bytes, ",
             "h1 (a hard link)",
             "h2 (a hard link)",
         ] {
@@ -518,6 +558,91 @@ mod tests {
         );
         assert!(first.skipped.iter().any(|s| s.ends_with("(entry budget)")));
         assert_eq!(second.files, 0);
+    }
+
+    #[test]
+    fn the_disk_budget_bounds_the_copies_when_smaller() {
+        assert_eq!(copy_budget_bytes(None), COPY_BUDGET_BYTES);
+        assert_eq!(copy_budget_bytes(Some(16 << 20)), 16 << 20);
+        assert_eq!(copy_budget_bytes(Some(8 << 30)), COPY_BUDGET_BYTES);
+        assert_eq!(CopyBudget::for_record(Some(1 << 20)).bytes(), 1 << 20);
+        assert_eq!(CopyBudget::default().bytes(), COPY_BUDGET_BYTES);
+        assert_eq!(copies_limit(Some(1 << 20)).max_bytes, 1 << 20);
+        assert_eq!(copies_limit(None).dirs, COPIED_PARTS);
+    }
+
+    #[test]
+    fn sparse_files_take_their_apparent_size_from_the_budget_and_the_host_agrees() {
+        use std::os::unix::fs::MetadataExt as _;
+        const K: u64 = 1024;
+        // Three 300 KiB files that are holes only (a few blocks on disk, if any), copied into
+        // `output/` under a 700 KiB disk budget: two fit, the third is named.
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("output");
+        fs::create_dir_all(&out).unwrap();
+        for name in ["s1", "s2", "s3"] {
+            File::create(out.join(name))
+                .unwrap()
+                .set_len(300 * K)
+                .unwrap();
+        }
+        let record = tmp.path().join("record");
+        let mut budget = CopyBudget::for_record(Some(700 * K));
+        let report = copy_tree(
+            &out,
+            &record.join("output"),
+            "output",
+            &|_| true,
+            &mut budget,
+        );
+        assert_eq!((report.files, report.bytes), (2, 600 * K), "{report:?}");
+        assert_eq!(report.skipped_count, 1, "{report:?}");
+        assert!(
+            report.skipped[0].ends_with(" (byte budget: 307200 bytes, 102400 left)"),
+            "{report:?}"
+        );
+        assert_eq!(budget.bytes(), 100 * K);
+        // The copies are whole files, each its full length.
+        for entry in fs::read_dir(record.join("output")).unwrap() {
+            assert_eq!(entry.unwrap().metadata().unwrap().len(), 300 * K);
+        }
+        // The workspace shares what is left: a 200 KiB hole is cut, 50 KiB of data is not.
+        let ws = tmp.path().join("ws");
+        fs::create_dir_all(&ws).unwrap();
+        File::create(ws.join("hole"))
+            .unwrap()
+            .set_len(200 * K)
+            .unwrap();
+        fs::write(ws.join("data"), vec![1u8; 50 * 1024]).unwrap();
+        assert!(fs::metadata(ws.join("hole")).unwrap().blocks() * 512 < 200 * K);
+        let report = copy_tree(
+            &ws,
+            &record.join("workspace"),
+            "workspace",
+            &|_| true,
+            &mut budget,
+        );
+        assert_eq!((report.files, report.bytes), (1, 50 * K), "{report:?}");
+        assert_eq!(report.skipped_count, 1, "{report:?}");
+        // 100 or 50 KiB left, as the walk reached it before or after `data`.
+        assert!(
+            report.skipped[0].starts_with("hole (byte budget: 204800 bytes, "),
+            "{report:?}"
+        );
+        // The host unpacks the record within the same bound, and refuses one tighter.
+        let mut bytes = Vec::new();
+        tar_dir(&record, &mut bytes).unwrap();
+        let limits = |disk| crate::unpack::UnpackLimits {
+            part: Some(copies_limit(Some(disk))),
+            ..Default::default()
+        };
+        let host = tmp.path().join("host");
+        let unpacked = crate::unpack::unpack_tar(&bytes[..], &host, &limits(700 * K), None);
+        assert_eq!(unpacked.unwrap().bytes, 650 * K);
+        let refused = crate::unpack::unpack_tar(&bytes[..], &host, &limits(600 * K), None);
+        assert!(refused.unwrap_err().to_string().contains(
+            "more than 614400 bytes of file content below output/, transcripts/, workspace/"
+        ),);
     }
 
     #[test]

@@ -157,8 +157,9 @@ impl Server {
     }
 
     /// Finishes the record of an iteration that has ended: copies what the agent left
-    /// (`output/`, `transcripts/`) within the record's budget, reports it as the `record` step
-    /// and writes `result.json`.
+    /// (`output/`, `transcripts/`, `workspace/`) within the record's budget (bounded by the disk
+    /// budget, [`records::copy_budget_bytes`]), reports it as the `record` step and writes
+    /// `result.json`.
     fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &mut IterationResult) {
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
@@ -166,11 +167,14 @@ impl Server {
         // Processes that survived the final reap could swap paths under the copy (it runs as
         // root): then nothing the agent left is copied.
         records::restore_modes(&self.records, dir);
+        // Bounded by the disk budget too: a sparse file costs the sandbox a few KiB, but its
+        // copy and the host's unpack write every byte of it.
         let mut budget = if record.reaped.remaining_after > 0 {
             records::CopyBudget::none()
         } else {
-            records::CopyBudget::default()
+            records::CopyBudget::for_record(manifest.limits.disk_bytes)
         };
+        let budget_bytes = budget.bytes();
         let output = records::copy_tree(
             &Path::new(&manifest.workdir).join("output"),
             &dir.join("output"),
@@ -241,6 +245,7 @@ impl Server {
                 "output": output,
                 "transcripts": transcripts,
                 "workspace": workspace,
+                "copy_budget_bytes": budget_bytes,
                 "truncated_bytes": truncated,
                 "not_copied": (record.reaped.remaining_after > 0)
                     .then_some("processes survived the final reap"),

@@ -86,6 +86,7 @@ fn limits_are_enforced() {
         max_entries: 1,
         max_bytes: 100,
         private: false,
+        part: None,
     };
     let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
     assert!(err.to_string().contains("more than 1 entries"), "{err}");
@@ -93,10 +94,61 @@ fn limits_are_enforced() {
         max_entries: 10,
         max_bytes: 1,
         private: false,
+        part: None,
     };
     let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
     assert!(err.to_string().contains("bytes"), "{err}");
     assert!(leftovers(tmp.path()).is_empty());
+}
+
+#[test]
+fn a_part_limit_bounds_the_files_below_its_directories_together() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("record");
+    let limits = UnpackLimits {
+        part: Some(PartLimit {
+            dirs: &["output", "workspace"],
+            max_bytes: 8,
+        }),
+        ..UnpackLimits::default()
+    };
+    // Files at the top, or below a directory not named (`outputs/`), do not count.
+    let mut entries: Vec<(&[u8], tar::EntryType, &[u8])> = vec![
+        (b"output/a", tar::EntryType::Regular, b"1234"),
+        (b"output.jsonl", tar::EntryType::Regular, b"12345678"),
+        (b"outputs/x", tar::EntryType::Regular, b"12345678"),
+        (b"workspace/sub/b", tar::EntryType::Regular, b"1234"),
+    ];
+    let report = unpack_tar(&tar_of(&entries)[..], &dest, &limits, None).unwrap();
+    assert_eq!(report.bytes, 24);
+    // One byte more below them is refused, naming the entry and the limit.
+    entries.push((b"workspace/c", tar::EntryType::Regular, b"1"));
+    let err = unpack_tar(&tar_of(&entries)[..], &dest, &limits, None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tar entry \"workspace/c\" refused: more than 8 bytes of file content below output/, \
+         workspace/"
+    );
+    // The earlier unpack stays as it was.
+    assert_eq!(fs::read(dest.join("workspace/sub/b")).unwrap(), b"1234");
+    assert_eq!(leftovers(tmp.path()), ["record"]);
+    // A GNU sparse file (1 GiB of holes in a few header bytes) is refused: an archive carries
+    // no holes, and every file is counted at the size it writes.
+    let mut h = header(b"output/s", tar::EntryType::GNUSparse, 1);
+    let gnu = h.as_gnu_mut().unwrap();
+    gnu.set_real_size(1 << 30);
+    gnu.sparse[0].set_offset((1 << 30) - 1);
+    gnu.sparse[0].set_length(1);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, &b"x"[..]).unwrap();
+    let bytes = b.into_inner().unwrap();
+    let err = unpack_tar(&bytes[..], &dest, &limits, None).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("refused: entry type 'S' is refused"),
+        "{err}"
+    );
 }
 
 #[test]

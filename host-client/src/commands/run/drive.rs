@@ -163,6 +163,11 @@ pub(super) fn drive(
             .map_err(|e| conn.explain(e))
             .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
+    // The disk budget of the manifest this run sent bounds the unpack of each record it
+    // collects; a resumed run's manifest is the orphaned run's, not known here.
+    let disk_bytes = prepared
+        .as_ref()
+        .and_then(|(manifest, _)| manifest.limits.disk_bytes);
     let heartbeat =
         claims.then(|| super::lease::Heartbeat::start(conn.client().canceller(), args.lease));
     slot.arm(conn.client().canceller());
@@ -200,7 +205,7 @@ pub(super) fn drive(
                     Ok(())
                 } else {
                     records::open_run_dir(args.records_base(h), &h.output, &run_id)
-                        .and_then(|_| records::collect_into(conn, Some(n), &dest))
+                        .and_then(|_| records::collect_into(conn, Some(n), &dest, disk_bytes))
                 };
                 let record = collected.and_then(|()| {
                     let bytes = std::fs::read(dest.join("result.json"))?;
@@ -295,7 +300,9 @@ pub(super) fn drive(
             // Checked again before every collect: the validation command runs on the host between
             // iterations and may have swapped the run directory for a link.
             let collected = records::open_run_dir(args.records_base(h), &h.output, &run_id)
-                .and_then(|_| records::collect_into(conn, Some(outcome.iteration), &dest));
+                .and_then(|_| {
+                    records::collect_into(conn, Some(outcome.iteration), &dest, disk_bytes)
+                });
             match collected {
                 Ok(()) => {
                     row.record_dir = Some(dest.display().to_string());

@@ -389,6 +389,7 @@ fn listings_are_checked_before_anything_is_written() {
         max_entries: 2,
         max_bytes: 10,
         private: false,
+        part: None,
     };
     for (listing, want) in cases {
         let err = Assembly::prepare(&dest, listing.as_bytes(), &limits, None).unwrap_err();
