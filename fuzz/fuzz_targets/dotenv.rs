@@ -1,5 +1,5 @@
 //! The sandbox `.env` parser (`pitcrew_core::dotenv::parse`) on arbitrary bytes, under the
-//! environment step's rules (its deny rule and size limits) and under the same deny rule with
+//! environment step's rules (its deny rules, a name a trusted layer sets, and size limits) and under the same deny rule with
 //! tiny limits (so that small inputs reach the limit checks).
 //!
 //! Invariants: every line is accepted, refused or ignored at most once, in file order; accepted
@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pitcrew_core::dotenv::{self, Parsed, Rules};
+use pitcrew_core::dotenv::{self, Denial, Parsed, Rules};
 use pitcrew_core::env_policy;
 use pitcrew_core::environment::{DOTENV_MAX_ENTRY_BYTES, DOTENV_MAX_TOTAL_BYTES};
 
@@ -124,8 +124,17 @@ fn round(data: &[u8], rules: &Rules<'_>) {
     );
 }
 
+/// The environment step's refusals: the trusted-only names, and one name a trusted layer of
+/// the operator's sets (`--pass-env`).
+fn deny(name: &str) -> Option<Denial> {
+    if name.eq_ignore_ascii_case("FOO_SETTING") {
+        return Some(Denial::SetByTrustedLayer("pass-env"));
+    }
+    env_policy::untrusted_denial(name).map(Denial::TrustedOnly)
+}
+
 fuzz_target!(|data: &[u8]| {
-    let deny = &env_policy::untrusted_denial;
+    let deny = &deny;
     let production = Rules {
         max_entry_bytes: DOTENV_MAX_ENTRY_BYTES,
         max_total_bytes: DOTENV_MAX_TOTAL_BYTES,

@@ -36,7 +36,8 @@
 //! refused too, so no part of a refused value is ever read as an assignment of its own.
 //!
 //! Refused by the caller's rules ([`Rules`]): a name the caller denies (the environment step
-//! denies the names only a trusted layer may set, `HTTPS_PROXY`, `SHELL`, …), an assignment
+//! denies the names only a trusted layer may set, `HTTPS_PROXY`, `SHELL`, …, and every name a
+//! trusted layer of the operator's sets, naming that layer: [`Denial`]), an assignment
 //! whose `NAME=value` is longer than [`Rules::max_entry_bytes`] (checked while the value is
 //! built, so an expansion never grows past it), and any assignment once the file's accepted
 //! assignments (every one, also those a later line replaces) would total more than
@@ -60,6 +61,15 @@ pub struct DotenvRefusal {
     pub reason: String,
 }
 
+/// Why the caller refuses a name (see [`Rules::deny_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// Only a trusted layer may set a name this rule matches.
+    TrustedOnly(&'static DenyRule),
+    /// A trusted layer (its name: `pass-env`, `harness`) sets this name: its value stays.
+    SetByTrustedLayer(&'static str),
+}
+
 /// What the caller refuses beyond the grammar.
 #[derive(Clone, Copy)]
 pub struct Rules<'a> {
@@ -68,8 +78,8 @@ pub struct Rules<'a> {
     /// The most bytes all accepted assignments together may take (`NAME=value` and a NUL
     /// each, every assignment counted, also one a later line replaces).
     pub max_total_bytes: usize,
-    /// The rule that refuses a name, if any.
-    pub deny_name: &'a dyn Fn(&str) -> Option<&'static DenyRule>,
+    /// Why a name is refused, if it is.
+    pub deny_name: &'a dyn Fn(&str) -> Option<Denial>,
 }
 
 impl fmt::Debug for Rules<'_> {
@@ -173,6 +183,8 @@ enum Refused {
     InsideRefusedValue,
     #[error("only a trusted layer (the image's environment, the harness env:, --pass-env) may set it: matches {0}")]
     DeniedName(&'static DenyRule),
+    #[error("the trusted layer {0} sets it: a .env line never replaces what the operator set")]
+    SetByTrustedLayer(&'static str),
     #[error("NAME=value is longer than {0} bytes, the limit per .env variable (execve refuses a string over 131072 bytes)")]
     EntryTooLong(usize),
     #[error("the .env's assignments would total more than {0} bytes, the limit for the whole file (expansions included)")]
@@ -246,8 +258,12 @@ pub fn parse(input: &[u8], lookup: impl Fn(&str) -> Option<String>, rules: &Rule
         match parse_line(line, &resolve, rules.max_entry_bytes) {
             Ok(None) => {}
             Ok(Some((key, value))) => {
-                if let Some(rule) = (rules.deny_name)(&key) {
-                    refuse(Refused::DeniedName(rule), Some(key));
+                if let Some(denial) = (rules.deny_name)(&key) {
+                    let why = match denial {
+                        Denial::TrustedOnly(rule) => Refused::DeniedName(rule),
+                        Denial::SetByTrustedLayer(layer) => Refused::SetByTrustedLayer(layer),
+                    };
+                    refuse(why, Some(key));
                     continue;
                 }
                 let cost = key.len() + value.len() + 2;

@@ -120,6 +120,14 @@ pub const LOADER_RULES: &[DenyRule] = &[
         "Bun-compiled binaries (Claude Code) honour --preload from it",
     ),
     rule(Prefix("BUN_CONFIG_"), "Bun reads configuration from it"),
+    rule(
+        Prefix("BUN_INSPECT"),
+        "Bun-compiled binaries (Claude Code) run the file BUN_INSPECT_PRELOAD names before their own code, and open a debugger or connect to one for the others",
+    ),
+    rule(
+        Exact("NAPI_RS_NATIVE_LIBRARY_PATH"),
+        "napi-rs packages (pi's clipboard module) require() the file it names in place of their own native module",
+    ),
     rule(Prefix("LD_"), LINKER),
     rule(Prefix("DYLD_"), LINKER),
     rule(Exact("GCONV_PATH"), LINKER),
@@ -181,6 +189,11 @@ const GIT_PROGRAM: &str = "git runs the program it names";
 /// Google's credentials file can name an executable.
 const PROVIDER: &str =
     "a model provider's endpoint, credentials or configuration file: the runtime sends its key where it says";
+
+/// The reason of Claude Code's tracing names in [`TRUSTED_ONLY_RULES`] (Claude Code refuses
+/// them from a project's own settings for the same reason).
+const TRACING: &str =
+    "Claude Code's tracing: where its traces go and whether they carry prompts and tool content";
 
 /// Names only a trusted layer (the image's environment, the harness `env:`, `--pass-env`) may
 /// set: they route network traffic, change TLS trust, choose a program the runtime or its tools
@@ -315,7 +328,44 @@ pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
     rule(Prefix("CLOUDFLARE_"), PROVIDER),
     rule(Prefix("COPILOT_"), PROVIDER),
     rule(Exact("CLOUD_ML_REGION"), PROVIDER),
+    rule(Exact("METADATA_SERVER_DETECTION"), PROVIDER),
     rule(Exact("HF_TOKEN"), PROVIDER),
+    rule(
+        Exact("SESSION_INGRESS_URL"),
+        "Claude Code sends its session traffic to it in place of ANTHROPIC_BASE_URL",
+    ),
+    rule(
+        Prefix("GH_"),
+        "the GitHub CLI's and Claude Code's host, tokens and configuration: Claude Code sends GH_ENTERPRISE_TOKEN to the host GH_HOST names",
+    ),
+    // Telemetry and debug output.
+    rule(
+        Prefix("OTEL_"),
+        "OpenTelemetry (Claude Code's telemetry): the exporters' endpoint, their headers (a bearer token), TLS trust and client key, and whether prompts, tool content and API bodies go out",
+    ),
+    rule(
+        Prefix("ANT_OTEL_"),
+        "Claude Code reads it in place of the OTEL_ name that follows ANT_",
+    ),
+    rule(Exact("BETA_TRACING_ENDPOINT"), TRACING),
+    rule(Exact("ENABLE_BETA_TRACING_DETAILED"), TRACING),
+    rule(Exact("ENABLE_ENHANCED_TELEMETRY_BETA"), TRACING),
+    rule(
+        Prefix("GRPC_"),
+        "gRPC (the OTLP gRPC exporter) reads its TLS roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), ciphers, resolver and traces from it",
+    ),
+    rule(
+        Prefix("NODE_DEBUG"),
+        "makes Node's core modules (http, net, tls, fetch) print what they do, hosts and URLs included, into the runtime's stderr, which the record keeps",
+    ),
+    rule(
+        Prefix("DEBUG"),
+        "makes the debug module (proxy agents and SDKs in pi and Claude Code) and google-auth print what they do, a proxy URL's credentials included, into the runtime's stderr, which the record keeps",
+    ),
+    rule(
+        Prefix("BUN_"),
+        "Bun-compiled binaries (Claude Code) read their runtime controls from it: JavaScriptCore options, crash-report URL, feature flags",
+    ),
     // Programs the runtime or its tools run.
     rule(Exact("SHELL"), CLAUDE_SHELL),
     rule(Exact("CLAUDE_CODE_SHELL"), CLAUDE_SHELL),

@@ -6,17 +6,20 @@
 //! 2. the sandbox **`.env`** (untrusted: an earlier iteration or the repository writes it,
 //!    `manifest.env.dotenv`), parsed as data by [`crate::dotenv`] (a missing file adds nothing;
 //!    a symlink, a non-regular file or an unreadable one is an error; refused lines are reported
-//!    by number, key and reason). Refused besides the grammar: a name only a trusted layer may
-//!    set ([`env_policy::untrusted_denial`]: proxies, TLS trust, programs the runtime runs), a
-//!    `NAME=value` over [`DOTENV_MAX_ENTRY_BYTES`], and assignments past
-//!    [`DOTENV_MAX_TOTAL_BYTES`] for the whole file;
+//!    by number, key and reason). Refused besides the grammar: a name `--pass-env` passed or
+//!    the harness `env:` sets (the reason names that layer: `operator_names`), a name only
+//!    a trusted layer may set ([`env_policy::untrusted_denial`]: proxies, TLS trust, telemetry,
+//!    debug output, programs the runtime runs), a `NAME=value` over
+//!    [`DOTENV_MAX_ENTRY_BYTES`], and assignments past [`DOTENV_MAX_TOTAL_BYTES`] for the whole
+//!    file;
 //! 3. the harness **`env.set`** (trusted);
 //! 4. the **deny rules**: [`env_policy::loader_denial`] removes every loader/interpreter control
 //!    set by any layer so far; each removed name is reported once, with the layer that set the
 //!    value that was removed and the rule that matched;
 //! 5. the **runner pins** (see [`common_pins`], [`pi_pins`], [`claude_pins`]);
 //! 6. each tree's plugin **`env`** (untrusted), in manifest order, validated again with
-//!    [`env_policy::plugin_env_problems`] (a problem, or a pinned name, is an error).
+//!    [`env_policy::plugin_env_problems`] (a problem, a pinned name, or a name `--pass-env`
+//!    passed or the harness `env:` sets, is an error).
 //!
 //! The result must fit `execve`: a `NAME=value` over [`ENV_MAX_ENTRY_BYTES`] or an environment
 //! over [`ENV_MAX_TOTAL_BYTES`] is an error naming the variables and their layers (exit 125),
@@ -31,7 +34,7 @@
 //! config dir = `BASE/pi-config` (pi), `BASE/claude-config` (claude) or `BASE/config`
 //! (command), sessions = `<config>/sessions`. See [`Manifest::runtime_dirs`].
 
-use crate::dotenv::{self, DotenvRefusal};
+use crate::dotenv::{self, Denial, DotenvRefusal};
 use crate::env_policy::{self, DenyRule, EnvProblem};
 use crate::manifest::{Manifest, Runtime};
 use serde::{Deserialize, Serialize};
@@ -194,6 +197,16 @@ pub enum EnvError {
         /// The pinned name.
         name: String,
     },
+    /// A plugin's `env` sets a variable a trusted layer of the operator's sets.
+    #[error("plugin tree {tree:?} env sets {name}, which the trusted layer {layer} sets: a plugin never replaces what the operator set")]
+    PluginReplacesTrusted {
+        /// The tree's name.
+        tree: String,
+        /// The name as the plugin wrote it.
+        name: String,
+        /// The trusted layer (`pass-env`, `harness`).
+        layer: &'static str,
+    },
     /// One variable is longer than `execve` takes.
     #[error("environment: {name} (set by {layer}) is {bytes} bytes as NAME=value, over the limit of {limit} per variable")]
     EntryTooLong {
@@ -337,12 +350,19 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         vars.insert(name.clone(), (value.clone(), source));
     }
 
+    let operator = operator_names(manifest, &vars);
+    let operator_layer = |name: &str| operator.get(&name.to_ascii_uppercase()).copied();
+
     if let Some(path) = &manifest.env.dotenv {
         if let Some(bytes) = read_dotenv(path)? {
+            let deny = |name: &str| match operator_layer(name) {
+                Some(layer) => Some(Denial::SetByTrustedLayer(layer)),
+                None => env_policy::untrusted_denial(name).map(Denial::TrustedOnly),
+            };
             let rules = dotenv::Rules {
                 max_entry_bytes: DOTENV_MAX_ENTRY_BYTES,
                 max_total_bytes: DOTENV_MAX_TOTAL_BYTES,
-                deny_name: &env_policy::untrusted_denial,
+                deny_name: &deny,
             };
             let parsed = dotenv::parse(
                 &bytes,
@@ -402,6 +422,13 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
                     name: name.clone(),
                 });
             }
+            if let Some(layer) = operator_layer(name) {
+                return Err(EnvError::PluginReplacesTrusted {
+                    tree: tree.name.clone(),
+                    name: name.clone(),
+                    layer,
+                });
+            }
             let source = EnvSource::Plugin(tree.path.clone());
             vars.insert(name.clone(), (value.clone(), source));
         }
@@ -413,6 +440,33 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         outcome.env.push((name, value));
     }
     Ok(outcome)
+}
+
+/// The names a trusted layer of the operator's sets (what `--pass-env` passed, the harness
+/// `env:`), ASCII upper case, each with that layer's name (a name both set: `harness`, whose
+/// value wins). An untrusted layer never replaces them: a `.env` line setting one (in any case)
+/// is refused naming the layer, a plugin's `env:` entry is an error.
+///
+/// The image's own environment (`baseline`) is not among them: it holds defaults a `.env` is
+/// expected to change (`PATH`, the locale, `NODE_ENV`), and whatever in it routes traffic,
+/// changes trust or carries credentials is trusted-only by name whatever the layer
+/// ([`env_policy::untrusted_denial`]). The pinned names are not either: the pins decide them,
+/// and a `PATH` the local engine passed stays the one a `.env` prepends a workspace `bin/` to.
+fn operator_names(
+    manifest: &Manifest,
+    vars: &BTreeMap<String, (String, EnvSource)>,
+) -> BTreeMap<String, &'static str> {
+    let pinned = pinned_names();
+    let passed = vars
+        .iter()
+        .filter(|(_, (_, source))| *source == EnvSource::PassEnv)
+        .map(|(name, _)| (name, "pass-env"));
+    let harness = manifest.env.set.keys().map(|name| (name, "harness"));
+    passed
+        .chain(harness)
+        .filter(|(name, _)| !pinned.iter().any(|p| p.eq_ignore_ascii_case(name)))
+        .map(|(name, layer)| (name.to_ascii_uppercase(), layer))
+        .collect()
 }
 
 /// The size of `NAME=value` as `execve` counts it in the total: the string, its NUL and its
@@ -507,7 +561,9 @@ pub fn policy_doc() -> String {
              (`env.dotenv_refused`), a plugin's `env:` entry is an error. \
              Only `CLAUDE_CONFIG_DIR` and `PI_CODING_AGENT_DIR` are pinned (in their runtime): when no \
              trusted layer sets one of the others, it is absent and programs use their default \
-             (under the pinned `HOME`).",
+             (under the pinned `HOME`). Beyond this list, whatever name `--pass-env` passed or \
+             the harness `env:` sets (pinned names aside), the `.env` and a plugin's `env:` never \
+             replace: the `.env` line is refused naming the layer, the plugin's entry is an error.",
             env_policy::TRUSTED_ONLY_RULES,
         ),
         (

@@ -474,6 +474,175 @@ fn attack_env__dotenv_provider_config_files_and_endpoints_are_refused() {
 }
 
 #[test]
+fn attack_env__dotenv_telemetry_debug_and_github_names_are_refused() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The repository's `.env` points the runtime's telemetry (and the operator's bearer header
+    // that goes with it) at itself, makes gRPC trust its CA, turns on debug output that prints
+    // requests into the runtime's stderr (the record keeps it), and names its own GitHub host
+    // for the operator's enterprise token.
+    assert_dotenv_names_refused(&[
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:9/planted-otel",
+        ),
+        ("OTEL_LOG_USER_PROMPTS", "planted-1"),
+        (
+            "BETA_TRACING_ENDPOINT",
+            "http://127.0.0.1:9/planted-tracing",
+        ),
+        ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "/tmp/planted-roots.pem"),
+        ("DEBUG", "planted-*"),
+        ("NODE_DEBUG", "planted-http"),
+        ("GH_HOST", "planted.example"),
+    ]);
+}
+
+#[test]
+fn attack_env__dotenv_and_plugin_env_cannot_replace_what_pass_env_or_the_harness_sets() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The operator passes its telemetry endpoint, the bearer token for it and a setting of its
+    // own (`--pass-env`: the manifest's `env.passed`, the values in pitcrew-init's environment)
+    // and sets another in the harness `env:`; the repository's `.env` replaces each.
+    let mut sandbox = env_printing_sandbox(
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9/planted\n\
+         FOO_SETTING=planted\n\
+         BAR_SETTING=planted\n\
+         GREETING=kept\n",
+    );
+    sandbox.manifest["env"]["passed"] = json!([
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "FOO_SETTING"
+    ]);
+    sandbox.manifest["env"]["set"] = json!({"BAR_SETTING": "harness"});
+    let passed = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "https://otel.operator.example",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "Authorization=Bearer op-token",
+        ),
+        ("FOO_SETTING", "operator"),
+    ];
+    let run = sandbox.run_pid1_with_env(&passed);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    let layers = &run.record["env"]["layers"];
+    for (name, value) in passed {
+        assert_eq!(value_of(&env, name), Some(value), "{name}: {env:?}");
+        assert_eq!(layers[name], "pass-env", "{name}: {layers}");
+    }
+    assert_eq!(value_of(&env, "BAR_SETTING"), Some("harness"), "{env:?}");
+    assert_eq!(layers["BAR_SETTING"], "harness", "{layers}");
+    assert_eq!(value_of(&env, "GREETING"), Some("kept"), "{env:?}");
+    let refused = dotenv_refusals(&run.record);
+    let named: Vec<(u64, &str, bool)> = refused
+        .iter()
+        .map(|(line, name, reason)| {
+            let layer = if *line == 3 { "harness" } else { "pass-env" };
+            (*line, name.as_str(), reason.contains(layer))
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (1, "OTEL_EXPORTER_OTLP_ENDPOINT", true),
+            (2, "FOO_SETTING", true),
+            (3, "BAR_SETTING", true)
+        ],
+        "{}",
+        run.record
+    );
+    let text = run.record.to_string();
+    assert!(
+        !text.contains("planted") && !text.contains("op-token"),
+        "{text}"
+    );
+
+    // A plugin's `env:` may not replace them either: the iteration stops before launch.
+    for (name, layer) in [("FOO_SETTING", "pass-env"), ("BAR_SETTING", "harness")] {
+        let mut sandbox = Sandbox::sh(MARK_LAUNCH);
+        let tree = plugin_tree(&sandbox);
+        let mut pin = tree_pin("hello", &tree);
+        pin["env"] = json!({name: "planted"});
+        sandbox.manifest["trees"] = json!([pin]);
+        sandbox.manifest["env"] =
+            json!({"passed": ["FOO_SETTING"], "set": {"BAR_SETTING": "harness"}});
+        let run = sandbox.run_pid1_with_env(&[("FOO_SETTING", "operator")]);
+        assert_eq!(run.code, 125, "{name}: {}\n{}", run.record, run.stderr);
+        let reason = run.record["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(name) && reason.contains(layer) && !reason.contains("planted"),
+            "{name}: {reason}"
+        );
+        assert!(
+            !sandbox.workdir.join("launched").exists(),
+            "{name}: the agent ran"
+        );
+    }
+}
+
+#[test]
+fn attack_env__bun_inspector_preload_and_napi_rs_library_path_never_reach_the_agent() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // Claude Code (a Bun binary) runs the file BUN_INSPECT_PRELOAD names before its own code;
+    // pi 0.73.1 require()s the file NAPI_RS_NATIVE_LIBRARY_PATH names (with DISPLAY set). The
+    // image's environment and the `.env` both try.
+    let sandbox = env_printing_sandbox(
+        "BUN_INSPECT_PRELOAD=/tmp/planted-preload.js\n\
+         NAPI_RS_NATIVE_LIBRARY_PATH=/tmp/planted-native.js\n\
+         DISPLAY=:0\n",
+    );
+    let run = sandbox.run_pid1_with_env(&[
+        ("BUN_INSPECT", "127.0.0.1:9/planted"),
+        ("NAPI_RS_NATIVE_LIBRARY_PATH", "/tmp/planted-image.js"),
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.record, run.stderr);
+    let env = agent_env(&sandbox);
+    for name in [
+        "BUN_INSPECT",
+        "BUN_INSPECT_PRELOAD",
+        "NAPI_RS_NATIVE_LIBRARY_PATH",
+    ] {
+        assert_eq!(value_of(&env, name), None, "{name} reached the agent");
+    }
+    assert_eq!(value_of(&env, "DISPLAY"), Some(":0"), "{env:?}");
+    // The image's values are stripped and recorded; the `.env`'s Bun line is refused by name
+    // (Bun's controls are the operator's), its napi-rs line stripped like the image's.
+    let removed = run.record["env"]["removed"].to_string();
+    for name in ["BUN_INSPECT", "NAPI_RS_NATIVE_LIBRARY_PATH"] {
+        assert!(
+            removed.contains(&format!("\"{name}\"")),
+            "{name}: {removed}"
+        );
+    }
+    let refused: Vec<(u64, String)> = dotenv_refusals(&run.record)
+        .into_iter()
+        .map(|(line, name, _)| (line, name))
+        .collect();
+    assert_eq!(
+        refused,
+        [(1, "BUN_INSPECT_PRELOAD".to_string())],
+        "{}",
+        run.record
+    );
+    assert!(!env.iter().any(|(_, v)| v.contains("planted")), "{env:?}");
+    assert!(
+        !run.record.to_string().contains("planted"),
+        "{}",
+        run.record
+    );
+}
+
+#[test]
 fn attack_env__dotenv_cannot_replace_the_images_proxy() {
     if !require_root_and_namespaces() {
         return;

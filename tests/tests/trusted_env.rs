@@ -2,7 +2,8 @@
 //! local engine: what `--pass-env` passes (the supervisor's baseline, where a container's image
 //! environment would be) and what the harness `env:` sets reach a `command` agent and the
 //! record names their layer; a workspace `.env` (untrusted: the repository or an earlier
-//! iteration writes it) replaces none of them, each of its lines refused by name; pi's
+//! iteration writes it) replaces none of them (proxies and CA, the telemetry endpoint and a
+//! setting of the operator's own), each of its lines refused by name naming the layer; pi's
 //! self-update, managed-install and terminal-log variables are refused by `--pass-env` before a
 //! sandbox starts.
 //!
@@ -109,6 +110,88 @@ fn attack_env__a_workspace_dotenv_cannot_replace_the_ca_and_proxy_passed_with_pa
         "{record:#}"
     );
     assert!(!record.to_string().contains("planted"), "{record:#}");
+}
+
+#[test]
+fn attack_env__a_workspace_dotenv_cannot_redirect_the_telemetry_passed_with_pass_env() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new(
+        "mkdir -p output\nenv > output/env",
+        1,
+        "dotenv: .env\n",
+        false,
+    );
+    // The operator sends the runtime's telemetry to its collector with a bearer token, and
+    // passes a setting of its own; the repository's `.env` points the telemetry at itself (the
+    // operator's token would follow) and swaps the setting.
+    std::fs::write(
+        fx.root.join("workspace/.env"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9/planted\n\
+         FOO_SETTING=planted\n\
+         GREETING=kept\n",
+    )
+    .unwrap();
+    let passed = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "https://otel.operator.example:4318",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "Authorization=Bearer operator-token",
+        ),
+        ("FOO_SETTING", "operator"),
+    ];
+    let mut args = Vec::new();
+    for (name, _) in passed {
+        args.extend(["--pass-env", name]);
+    }
+    let doc = pitcrew_run(&fx.harness, &fx.state, &args, &passed);
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    let text = read_text(&it.join("output/env"));
+    let env = agent_env(&text);
+    let value_of = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let layers = &record["env"]["layers"];
+    for (name, value) in passed {
+        assert_eq!(value_of(name), Some(value), "{name}:\n{text}");
+        assert_eq!(layers[name], "pass-env", "{name}: {layers}");
+    }
+    assert_eq!(value_of("GREETING"), Some("kept"), "{text}");
+    assert_eq!(layers["GREETING"], "dotenv", "{layers}");
+    assert!(!text.contains("planted"), "{text}");
+    // The record names each refused line, its name and the layer whose value stayed.
+    let refused: Vec<(u64, &str, bool)> = record["env"]["dotenv_refused"]
+        .as_array()
+        .expect("dotenv_refused")
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap_or(0),
+                r["name"].as_str().unwrap_or_default(),
+                r["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("pass-env"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (1, "OTEL_EXPORTER_OTLP_ENDPOINT", true),
+            (2, "FOO_SETTING", true)
+        ],
+        "{record:#}"
+    );
+    let json = record.to_string();
+    assert!(
+        !json.contains("planted") && !json.contains("operator-token"),
+        "{record:#}"
+    );
 }
 
 #[test]

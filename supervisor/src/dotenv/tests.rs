@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn allow_all(_: &str) -> Option<&'static DenyRule> {
+fn allow_all(_: &str) -> Option<Denial> {
     None
 }
 
@@ -209,8 +209,11 @@ const PROXY_RULE: DenyRule = DenyRule {
     reason: "routes traffic",
 };
 
-fn deny_proxy(name: &str) -> Option<&'static DenyRule> {
-    PROXY_RULE.pattern.matches(name).then_some(&PROXY_RULE)
+fn deny_proxy(name: &str) -> Option<Denial> {
+    PROXY_RULE
+        .pattern
+        .matches(name)
+        .then_some(Denial::TrustedOnly(&PROXY_RULE))
 }
 
 fn refusals(parsed: &Parsed) -> Vec<(usize, Option<&str>, &str)> {
@@ -247,6 +250,37 @@ fn a_denied_name_is_refused_by_name_and_never_expanded() {
         "{refused:?}"
     );
     assert!(!format!("{refused:?}").contains("evil"));
+}
+
+#[test]
+fn a_name_a_trusted_layer_sets_is_refused_naming_the_layer() {
+    let trusted = |name: &str| (name == "FOO").then_some(Denial::SetByTrustedLayer("pass-env"));
+    let rules = Rules {
+        deny_name: &trusted,
+        ..OPEN
+    };
+    let lookup = |name: &str| (name == "FOO").then(|| "operator".to_string());
+    let parsed = parse(
+        b"FOO=planted
+B=[$FOO]
+",
+        lookup,
+        &rules,
+    );
+    let got: Vec<(&str, &str)> = parsed
+        .assignments
+        .iter()
+        .map(|a| (a.key.as_str(), a.value.as_str()))
+        .collect();
+    // The refused line changes nothing: a later `$FOO` still reads the trusted value.
+    assert_eq!(got, [("B", "[operator]")]);
+    let refused = refusals(&parsed);
+    assert_eq!((refused[0].0, refused[0].1), (1, Some("FOO")));
+    assert!(
+        refused[0].2.contains("trusted layer pass-env"),
+        "{refused:?}"
+    );
+    assert!(!format!("{refused:?}").contains("planted"));
 }
 
 #[test]

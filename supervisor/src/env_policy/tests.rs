@@ -555,3 +555,94 @@ fn pi_update_install_and_tui_log_names_are_stripped_from_every_layer() {
         assert!(untrusted_denial(name).is_some(), "{name}");
     }
 }
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__telemetry_debug_and_github_names_are_for_trusted_layers_only() {
+    // What the runtimes read that sends their traffic (and the credentials that go with it)
+    // somewhere, changes the TLS trust of that traffic, or prints it where the agent reads it.
+    for name in [
+        // Claude Code's OpenTelemetry exporters: endpoint, bearer headers, TLS trust, client
+        // key, and the switches that export prompts, tool content and API bodies.
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        "OTEL_LOG_USER_PROMPTS",
+        "OTEL_LOG_RAW_API_BODIES",
+        "otel_exporter_otlp_endpoint",
+        "ANT_OTEL_EXPORTER_OTLP_ENDPOINT",
+        "BETA_TRACING_ENDPOINT",
+        "ENABLE_BETA_TRACING_DETAILED",
+        "ENABLE_ENHANCED_TELEMETRY_BETA",
+        // gRPC (the OTLP gRPC exporter): TLS roots, ciphers, traces.
+        "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+        "GRPC_SSL_CIPHER_SUITES",
+        "GRPC_TRACE",
+        "GRPC_VERBOSITY",
+        // Debug output into stderr.log.
+        "DEBUG",
+        "DEBUG_AUTH",
+        "NODE_DEBUG",
+        "NODE_DEBUG_NATIVE",
+        // Claude Code sends GH_ENTERPRISE_TOKEN to the host GH_HOST names.
+        "GH_HOST",
+        "GH_TOKEN",
+        "GH_ENTERPRISE_TOKEN",
+        "GH_CONFIG_DIR",
+        // Claude Code's session endpoint, the metadata server choice, Bun's runtime controls.
+        "SESSION_INGRESS_URL",
+        "METADATA_SERVER_DETECTION",
+        "BUN_JSC_useDollarVM",
+        "BUN_CRASH_REPORT_URL",
+    ] {
+        assert!(untrusted_denial(name).is_some(), "{name}: .env may set it");
+        assert!(
+            plugin_env_denial(name).is_some(),
+            "{name}: a plugin may set it"
+        );
+        assert!(loader_denial(name).is_none(), "{name}: stripped");
+        if is_valid_name(name) {
+            assert!(
+                sandbox_env_problems(name, "v").is_empty(),
+                "{name}: the harness may not set it"
+            );
+        }
+    }
+    // What stays: identity, display and locale; switches that only turn traffic off.
+    for name in [
+        "USER",
+        "LOGNAME",
+        "TERM",
+        "LANG",
+        "TZ",
+        "NODE_ENV",
+        "FORCE_COLOR",
+        "NO_COLOR",
+        "DISABLE_TELEMETRY",
+        "DO_NOT_TRACK",
+        "DATABASE_URL",
+        "PATH",
+    ] {
+        assert!(untrusted_denial(name).is_none(), "{name} must pass");
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__bun_inspector_and_napi_rs_library_path_are_stripped_from_every_layer() {
+    // Claude Code (a Bun binary) runs the file BUN_INSPECT_PRELOAD names before its own code;
+    // pi 0.73.1 require()s the file NAPI_RS_NATIVE_LIBRARY_PATH names when DISPLAY is set.
+    for name in [
+        "BUN_INSPECT",
+        "BUN_INSPECT_PRELOAD",
+        "BUN_INSPECT_CONNECT_TO",
+        "bun_inspect_preload",
+        "NAPI_RS_NATIVE_LIBRARY_PATH",
+    ] {
+        assert!(loader_denial(name).is_some(), "{name} must be stripped");
+        assert!(sandbox_env_reserved(name).is_some(), "{name}");
+        assert!(plugin_env_denial(name).is_some(), "{name}");
+    }
+}

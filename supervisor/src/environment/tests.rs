@@ -167,17 +167,21 @@ fn dotenv_path_prepend_works_and_output_is_sorted_unique() {
 
 #[test]
 fn plugin_env_comes_last() {
+    // Over the image's environment and the `.env`; what the operator set (the harness `env:`,
+    // `--pass-env`) a plugin may not replace (attack test below).
     let (_t, dir) = tmp();
     let dotenv = dir.join(".env");
     std::fs::write(&dotenv, "GREETING=dotenv\n").unwrap();
     let mut m = manifest("pi", Some(&dotenv));
-    m.env.set.insert("GREETING".into(), "harness".into());
+    m.env.set.insert("MOOD".into(), "harness".into());
     m.trees
         .push(tree_with_env("a", &[("GREETING", "plugin-a")]));
     m.trees.push(tree_with_env("b", &[("LEVEL", "3")]));
     let o = build(&m, &base(&[("GREETING", "baseline")])).unwrap();
     assert_eq!(o.get("GREETING"), Some("plugin-a"));
+    assert_eq!(o.layers["GREETING"], EnvSource::Plugin("/t/a".into()));
     assert_eq!(o.get("LEVEL"), Some("3"));
+    assert_eq!(o.get("MOOD"), Some("harness"));
 }
 
 #[test]
@@ -705,4 +709,149 @@ fn what_the_host_passed_by_name_is_named_pass_env() {
         Ok(EnvSource::PassEnv)
     );
     assert_eq!(String::from(EnvSource::PassEnv), "pass-env");
+}
+
+/// The `.env` refusals of `o` as (line, name, reason).
+fn refusals(o: &EnvOutcome) -> Vec<(usize, &str, &str)> {
+    o.dotenv_refused
+        .iter()
+        .map(|r| (r.line, r.name.as_deref().unwrap_or(""), r.reason.as_str()))
+        .collect()
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_cannot_replace_the_telemetry_or_a_setting_passed_with_pass_env() {
+    // The operator passes its OpenTelemetry endpoint with the bearer token for it, and a
+    // setting of its own, with `--pass-env`; the repository's `.env` points the endpoint at
+    // itself (the token would follow) and swaps the setting, in both spellings.
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9/planted\n\
+         FOO_SETTING=planted\n\
+         foo_setting=planted-lower\n\
+         GREETING=kept\n",
+    )
+    .unwrap();
+    let mut m = manifest("claude", Some(&dotenv));
+    m.env.passed = vec![
+        "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+        "OTEL_EXPORTER_OTLP_HEADERS".into(),
+        "FOO_SETTING".into(),
+    ];
+    let operator = [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "https://otel.operator.example",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "Authorization=Bearer op-token",
+        ),
+        ("FOO_SETTING", "operator"),
+    ];
+    let o = build(&m, &base(&operator)).unwrap();
+    for (name, value) in operator {
+        assert_eq!(o.get(name), Some(value), "{name}");
+        assert_eq!(o.layers[name], EnvSource::PassEnv, "{name}");
+    }
+    assert_eq!(o.get("foo_setting"), None);
+    assert_eq!(o.get("GREETING"), Some("kept"));
+    let refused = refusals(&o);
+    let named: Vec<(usize, &str)> = refused.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        named,
+        [
+            (1, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            (2, "FOO_SETTING"),
+            (3, "foo_setting")
+        ]
+    );
+    for (_, name, reason) in &refused {
+        assert!(reason.contains("pass-env"), "{name}: {reason}");
+    }
+    let json = serde_json::to_string(&o).unwrap();
+    assert!(
+        !json.contains("planted") && !json.contains("op-token"),
+        "{json}"
+    );
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_cannot_replace_what_the_harness_sets_and_says_so() {
+    // The harness applies after the `.env`, so its value would win anyway; the `.env` line is
+    // still refused by name, naming the layer, so the record shows the attempt.
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "FOO_SETTING=planted\nOTEL_EXPORTER_OTLP_HEADERS=planted\nOK=1\n",
+    )
+    .unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    m.env.set.insert("FOO_SETTING".into(), "harness".into());
+    m.env
+        .set
+        .insert("OTEL_EXPORTER_OTLP_HEADERS".into(), "x-key=harness".into());
+    let o = build(&m, &[]).unwrap();
+    assert_eq!(o.get("FOO_SETTING"), Some("harness"));
+    assert_eq!(o.layers["FOO_SETTING"], EnvSource::Harness);
+    assert_eq!(o.get("OTEL_EXPORTER_OTLP_HEADERS"), Some("x-key=harness"));
+    assert_eq!(o.get("OK"), Some("1"));
+    let refused = refusals(&o);
+    let named: Vec<(usize, &str)> = refused.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        named,
+        [(1, "FOO_SETTING"), (2, "OTEL_EXPORTER_OTLP_HEADERS")]
+    );
+    for (_, name, reason) in &refused {
+        assert!(reason.contains("harness"), "{name}: {reason}");
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__plugin_env_cannot_replace_what_pass_env_or_the_harness_sets() {
+    for (layer, name) in [("pass-env", "FOO_SETTING"), ("harness", "BAR_SETTING")] {
+        let mut m = manifest("pi", None);
+        m.env.passed = vec!["FOO_SETTING".into()];
+        m.env.set.insert("BAR_SETTING".into(), "harness".into());
+        m.trees.push(tree_with_env("p", &[(name, "planted")]));
+        let err = build(&m, &base(&[("FOO_SETTING", "operator")])).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(name) && text.contains(layer) && text.contains("\"p\""),
+            "{text}"
+        );
+        assert!(!text.contains("planted"), "{text}");
+    }
+}
+
+#[test]
+fn the_dotenv_may_replace_the_images_own_values_and_prepend_to_a_passed_path() {
+    // The image's environment is defaults (PATH, the locale, NODE_ENV); only its trusted-only
+    // families (proxies, TLS trust, telemetry, …) are kept from the `.env`. A `PATH` the local
+    // engine passed with `--pass-env` stays the one the `.env` prepends a workspace `bin/` to:
+    // the pin decides `PATH`.
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "PATH=/sandbox/workspace/bin:$PATH\nNODE_ENV=development\n",
+    )
+    .unwrap();
+    let mut m = manifest("command", Some(&dotenv));
+    m.env.passed = vec!["PATH".into()];
+    let o = build(
+        &m,
+        &base(&[("PATH", "/usr/bin:/bin"), ("NODE_ENV", "production")]),
+    )
+    .unwrap();
+    assert_eq!(o.get("PATH"), Some("/sandbox/workspace/bin:/usr/bin:/bin"));
+    assert_eq!(o.layers["PATH"], EnvSource::Dotenv);
+    assert_eq!(o.get("NODE_ENV"), Some("development"));
+    assert!(o.dotenv_refused.is_empty(), "{:?}", o.dotenv_refused);
 }

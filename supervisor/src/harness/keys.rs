@@ -271,6 +271,21 @@ impl Checker<'_> {
                 env.insert(k, v);
             }
         }
+        // A plugin's `env:` applies after this one and may not replace it (the supervisor
+        // would stop the iteration with 125).
+        for (i, p) in plugins.iter().enumerate() {
+            for name in p.env.keys() {
+                if let Some(set) = env.keys().find(|k| k.eq_ignore_ascii_case(name)) {
+                    self.problem(
+                        top.get_node("plugins").and_then(location),
+                        format!("plugins[{i}].env.{name}"),
+                        format!(
+                            "the harness `env:` sets {set}: a plugin never replaces what the operator set; keep one"
+                        ),
+                    );
+                }
+            }
+        }
 
         let iterations = match top.get_node("iterations") {
             None => 1,

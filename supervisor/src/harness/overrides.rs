@@ -54,6 +54,16 @@ impl Harness {
                 h.env.insert(name.clone(), value.clone());
             }
             problems.extend(found.into_iter().map(|p| format!("env {name}: {p}")));
+            let plugin = h
+                .plugins
+                .iter()
+                .find(|p| p.env.keys().any(|k| k.eq_ignore_ascii_case(name)));
+            if let Some(plugin) = plugin {
+                problems.push(format!(
+                    "env {name}: plugin {} sets it in its `env:`, and a plugin never replaces what the operator set; keep one",
+                    plugin.name
+                ));
+            }
         }
         if problems.is_empty() {
             Ok(h)
@@ -133,5 +143,33 @@ mod tests {
             })
             .unwrap();
         assert_eq!((h.env["A"].as_str(), h.env["B"].as_str()), ("1", "2"));
+    }
+
+    #[test]
+    fn a_replacement_a_plugin_sets_is_refused() {
+        // The plugin's `env:` applies last and may not replace what the operator set.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("w")).unwrap();
+        std::fs::create_dir_all(dir.path().join("p")).unwrap();
+        std::fs::write(dir.path().join("p/index.js"), "x\n").unwrap();
+        std::fs::write(
+            dir.path().join("h.yaml"),
+            "runtime: pi\nprompt: hi\nworkdir: w\nplugins:\n  - path: p\n    env: {LEVEL: \"3\"}\n",
+        )
+        .unwrap();
+        let h = crate::harness::validate(&dir.path().join("h.yaml"))
+            .unwrap()
+            .harness
+            .unwrap();
+        let problems = h
+            .with_overrides(&Overrides {
+                env: vec![("LEVEL".into(), "9".into())],
+                ..Overrides::default()
+            })
+            .unwrap_err();
+        assert_eq!(
+            problems,
+            ["env LEVEL: plugin p sets it in its `env:`, and a plugin never replaces what the operator set; keep one"]
+        );
     }
 }

@@ -469,6 +469,34 @@ fn a_misspelt_key_gets_a_suggestion_and_a_null_env_value_is_refused() {
 }
 
 #[test]
+fn a_plugin_env_name_the_harness_env_sets_is_refused() {
+    // The plugin's `env:` applies last; the supervisor stops an iteration where it would
+    // replace the operator's value (125), so validation says so first.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("p")).unwrap();
+    std::fs::write(dir.path().join("p/index.js"), "x\n").unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        "runtime: pi\nprompt: hi\nenv:\n  FOO_SETTING: operator\n  BAR: b\n\
+         plugins:\n  - path: p\n    env: {FOO_SETTING: plugin, OTHER: o}\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    let refused: Vec<(&str, &str)> = v
+        .problems
+        .iter()
+        .map(|p| (p.field.as_str(), p.message.as_str()))
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, "plugins[0].env.FOO_SETTING");
+    assert!(
+        refused[0].1.contains("the harness `env:` sets FOO_SETTING"),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn keys_the_runtime_ignores_are_noted() {
     let v = check("runtime: command\ncommand: [/bin/true]\nprompt: fix it\n");
     assert!(v.is_ok(), "{:?}", v.problems);
