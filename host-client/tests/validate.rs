@@ -492,6 +492,30 @@ fn attack_harness__a_duplicate_env_name_is_refused_with_both_locations() {
 }
 
 #[test]
+fn attack_harness__a_timeout_past_its_maximum_is_refused_naming_file_line_and_maximum() {
+    // 2^64-1 ms (584 million years) was taken as a timeout.
+    let dir = fixture();
+    let file = dir.path().join("harness.yaml");
+    let (code, stderr) = validate_text(
+        dir.path(),
+        "runtime: command\ncommand: [/bin/true]\ntimeout: 18446744073709551615ms\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:3:10: timeout: \"18446744073709551615ms\" is more than 168h, the most it may be",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    let (code, stderr) = validate_text(
+        dir.path(),
+        "runtime: command\ncommand: [/bin/true]\ntimeout: 168h\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
 fn attack_output_path__an_output_symlinked_outside_the_harness_is_refused() {
     let dir = fixture();
     let elsewhere = tempfile::tempdir().unwrap();

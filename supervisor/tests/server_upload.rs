@@ -624,3 +624,150 @@ fn attack_tar__content_from_another_tree_is_copied_and_hashed_never_taken_throug
         .file_type()
         .is_symlink());
 }
+
+/// A POSIX access or default ACL (version 2, as `setfacl -m u:<user>:rw` writes it) giving the
+/// uid `user` read and write beside the owner's `rw-`, the group's and others' `r--`.
+fn acl_granting(user: u32) -> Vec<u8> {
+    let undefined = u32::MAX;
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    // user::rw-, user:<user>:rw-, group::r--, mask::rw-, other::r--
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, undefined),
+        (0x02, 6, user),
+        (0x04, 4, undefined),
+        (0x10, 6, undefined),
+        (0x20, 4, undefined),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    acl
+}
+
+/// Sets extended attributes `(path, name, value)` as the agent's uid (65534), as `setfattr` and
+/// `setfacl` would (neither need be installed); `Err` is the first refusal's errno.
+fn set_xattrs_as_agent(attrs: &[(&Path, &str, Vec<u8>)]) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let attrs: Vec<(CString, CString, Vec<u8>)> = attrs
+        .iter()
+        .map(|(path, name, value)| {
+            (
+                CString::new(path.as_os_str().as_bytes()).unwrap(),
+                CString::new(*name).unwrap(),
+                value.clone(),
+            )
+        })
+        .collect();
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.uid(65534).gid(65534);
+    // SAFETY: the closure runs in the forked child before exec, after the uid and gid change,
+    // and only makes setxattr system calls on memory prepared before the fork: it allocates
+    // nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (path, name, value) in &attrs {
+                rustix::fs::setxattr(
+                    path.as_c_str(),
+                    name.as_c_str(),
+                    value,
+                    rustix::fs::XattrFlags::empty(),
+                )?;
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status()?;
+    assert!(status.success(), "/bin/true as the agent: {status}");
+    Ok(())
+}
+
+/// The extended attributes of `path` an owner can set (an LSM's `security.*` aside).
+fn owner_xattrs(path: &Path) -> Vec<String> {
+    let mut list = vec![0u8; 4096];
+    let len = rustix::fs::llistxattr(path, &mut list[..]).unwrap();
+    list[..len]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty() && !n.starts_with(b"security."))
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+#[test]
+fn attack_tar__a_workspace_file_reused_by_an_offered_upload_keeps_none_of_the_agents_xattrs_or_acls(
+) {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let dest = server.path("work/repo");
+    let tree = sample_offer();
+    let mut c = server.connect();
+    let agent = Some((65534, 65534));
+    let (_, done) = c.upload_offered(&dest, agent, &tree.listing(), |b| tree.tar_needed(b, false));
+    assert_eq!(done["type"], "ok", "{done}");
+    // The agent, owner of the workspace, marks files and a directory: an attribute of its own on
+    // f8, one and an ACL granting another uid access on f6, a default ACL (what new files in it
+    // inherit) and an attribute on src/deep.
+    let (f6, f8, deep) = (
+        dest.join("src/f6"),
+        dest.join("src/f8"),
+        dest.join("src/deep"),
+    );
+    let acl = acl_granting(12345);
+    let planted = set_xattrs_as_agent(&[(&f8, "user.x", b"planted".to_vec())]);
+    if !user_xattrs_supported(&planted, &dest) {
+        return;
+    }
+    set_xattrs_as_agent(&[
+        (&f6, "user.x", b"planted".to_vec()),
+        (&f6, "system.posix_acl_access", acl.clone()),
+        (&deep, "system.posix_acl_default", acl),
+        (&deep, "user.y", b"planted".to_vec()),
+    ])
+    .unwrap();
+    assert_eq!(owner_xattrs(&f6), ["user.x", "system.posix_acl_access"]);
+    let f8_inode = std::fs::metadata(&f8).unwrap().ino();
+
+    // The same tree offered again: nothing is sent, the files are reused (moved: f8 keeps its
+    // inode), and none carries what the agent set.
+    let (need, done) =
+        c.upload_offered(&dest, agent, &tree.listing(), |b| tree.tar_needed(b, false));
+    assert_eq!(needed_count(&need["need"], 20), 0, "{need}");
+    assert_eq!(done["type"], "ok", "{done}");
+    assert_ne!(done["detail"]["kept"], true, "{done}");
+    assert!(done["detail"]["moved_files"].as_u64() > Some(0), "{done}");
+    assert_eq!(std::fs::metadata(&f8).unwrap().ino(), f8_inode);
+    for path in [dest.clone(), dest.join("src"), deep]
+        .into_iter()
+        .chain(tree.files.iter().map(|(p, _)| dest.join(p)))
+    {
+        assert_eq!(
+            owner_xattrs(&path),
+            Vec::<String>::new(),
+            "{}",
+            path.display()
+        );
+    }
+    let meta = std::fs::metadata(&f6).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o7777),
+        (65534, 0o644),
+        "the listed owner and mode"
+    );
+    assert_eq!(std::fs::read(&f6).unwrap(), tree.files[6].1);
+}
+
+/// Whether the agent could set a `user.*` attribute in the workspace at all: a file system
+/// without them (tmpfs before Linux 6.6) is a recorded skip.
+fn user_xattrs_supported(planted: &std::io::Result<()>, dest: &Path) -> bool {
+    pitcrew_test_support::prerequisite(
+        planted.is_ok(),
+        &format!(
+            "user extended attributes on the file system of {}: {planted:?}",
+            dest.display()
+        ),
+    )
+}

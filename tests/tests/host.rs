@@ -701,11 +701,12 @@ fn attack_control_socket__a_non_root_user_cannot_reach_a_root_sandbox() {
             .unwrap()
     };
     let state = fx.state.to_str().unwrap();
+    // The sandbox's state is root's alone: `inspect` stops at its engine.json.
     let out = as_nobody(&binary("pitcrew"), &["inspect", &id, "--state-dir", state]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains(&format!("cannot reach the control socket of sandbox {id}"))
+        err.contains(&format!("cannot read the state of sandbox {id}"))
             && err.contains("permission denied"),
         "{err}"
     );
@@ -1206,4 +1207,57 @@ fn a_kept_local_sandbox_is_driven_again_with_sandbox_and_left_running() {
         stderr.contains("no sandbox pc-00000000: looked in"),
         "{stderr}"
     );
+}
+
+#[test]
+fn attack_host_state__the_agent_cannot_read_its_sandboxs_engine_json_or_supervisor_log() {
+    if !gate() {
+        return;
+    }
+    // The local engine's sandbox shares the host's filesystem: the agent's workspace is
+    // <state>/sandboxes/<id>/root/workspace, so its sandbox's host-side state is two directories
+    // up from where it starts, and the other sandboxes' one more.
+    let script = r#"D=$(cd ../.. && pwd -P)
+echo "state $D"
+for f in "$D/engine.json" "$D/supervisor.log"; do
+  if err=$(cat "$f" 2>&1 >/dev/null); then echo "READ $f"; else echo "denied $f: $err"; fi
+done
+for d in "$D" "$(dirname "$D")"; do
+  if ls "$d" >/dev/null 2>&1; then echo "LISTED $d"; else echo "denied listing $d"; fi
+done"#;
+    let fx = fixture(script, 1, "");
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--keep"], &[("RUST_LOG", "info")]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let output = read_text(&iteration_dir(&doc, 1).join("output.jsonl"));
+    let dir = fs::canonicalize(fx.state.join("sandboxes").join(&id)).unwrap();
+    let engine = dir.join("engine.json");
+    let log = dir.join("supervisor.log");
+    // The agent found the very files (they exist, and the log says something).
+    assert!(
+        output.contains(&format!("state {}\n", dir.display())),
+        "{output}"
+    );
+    assert!(engine.is_file() && !read_text(&log).is_empty(), "{output}");
+    for f in [&engine, &log] {
+        assert!(
+            output.contains(&format!("denied {}: ", f.display())),
+            "{output}"
+        );
+    }
+    assert_eq!(
+        output.matches("Permission denied").count(),
+        2,
+        "EACCES for both: {output}"
+    );
+    for d in [&dir, &dir.parent().unwrap().to_path_buf()] {
+        assert!(
+            output.contains(&format!("denied listing {}\n", d.display())),
+            "{output}"
+        );
+    }
+    // The operator still reads them: ps, inspect and down work.
+    assert_eq!(fx.sandboxes(), std::slice::from_ref(&id));
+    assert_eq!(fx.status(&id)["iteration"], 1);
+    fx.down(&id);
+    assert!(fx.sandboxes().is_empty());
 }

@@ -631,3 +631,73 @@ fn attack_remote_source__a_redirect_an_ambiguous_or_unlisted_ref_or_another_url_
     let out = fx.pitcrew(&["validate"], &[]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+#[test]
+fn attack_remote_source__a_symlinked_cache_root_or_one_below_a_directory_others_may_write_is_refused(
+) {
+    if !gate() {
+        return;
+    }
+    let forge = GitServer::start();
+    let base = forge.base_url();
+    forge.publish("acme", "skills", &[("p/SKILL.md", "# P\n")], &[], &[]);
+    let checkout = hand_checkout(&forge, "acme", "skills");
+    let pin = content_v1(&checkout.path().join("c/p"));
+    let fx = Fixture::new(&forge, &format!("{base}/acme/skills"));
+    fx.write(&format!(
+        "runtime: pi\nprompt: hi\nskills:\n  - {base}/acme/skills/tree/main/p#sha256={pin}\n"
+    ));
+    let out = fx.pitcrew(&["lock"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let cache = fx.root().join("cache");
+    let refused = |env: &[(&str, &str)], needles: &[&str]| {
+        for command in ["validate", "lock"] {
+            let out = fx.pitcrew(&[command], env);
+            assert_eq!(out.status.code(), Some(1), "{command}: {}", text(&out));
+            for needle in needles {
+                assert!(
+                    text(&out).contains(needle),
+                    "{command}: {needle:?} not said:\n{}",
+                    text(&out)
+                );
+            }
+            assert!(
+                !text(&out).contains("changed on disk"),
+                "{command}: a refused cache is not a changed entry:\n{}",
+                text(&out)
+            );
+        }
+    };
+
+    // The cache's root a link to a good copy: whoever can swap the link chooses what is used.
+    let elsewhere = fx.root().join("elsewhere");
+    fs::rename(&cache, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &cache).unwrap();
+    refused(
+        &[],
+        &[
+            &format!("the cache {} is not used", cache.display()),
+            &format!("{} is a symlink", cache.display()),
+        ],
+    );
+    fs::remove_file(&cache).unwrap();
+
+    // The cache below a directory every user may write (no sticky bit): another user could
+    // rename the cache away and put their own in its place.
+    let shared = fx.root().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::rename(&elsewhere, shared.join("cache")).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+    let below = shared.join("cache").display().to_string();
+    refused(
+        &[("PITCREW_CACHE_DIR", &below)],
+        &[&format!(
+            "{} (above the cache) is mode 777, writable by others and without the sticky bit",
+            shared.display()
+        )],
+    );
+    // The same cache is used once the directory is the user's alone again.
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = fx.pitcrew(&["validate"], &[("PITCREW_CACHE_DIR", &below)]);
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -2,8 +2,8 @@
 //! `scripts/setup-rootless-user`, `$PITCREW_ROOTLESS_USER`, default `pitcrew-rootless`) starts
 //! its sandbox in a user namespace whose uid 0 is that user and whose other ids are the user's
 //! subordinate ids. The claims are checked from the agent's side: it is neither root nor the
-//! user, so it cannot touch the verified trees, the control socket, the supervisor or the user's
-//! files.
+//! user, so it cannot touch the verified trees, the control socket, the supervisor, the user's
+//! files or its sandbox's host-side state (`engine.json`, `supervisor.log`).
 //!
 //! Needs root (to switch to the test user), PID namespaces, `newuidmap`/`newgidmap` and the test
 //! user with ranges in `/etc/subuid` and `/etc/subgid`; skipped otherwise, or a failure with
@@ -177,7 +177,8 @@ fn rootless_sandbox_confines_the_agent_to_a_uid_of_its_own() {
 
     let init = binary("pitcrew-init");
     // Each line says what one attack did. The socket is <sandbox>/run/control.sock, two levels
-    // above the workspace (<sandbox>/root/workspace).
+    // above the workspace (<sandbox>/root/workspace), beside the sandbox's engine.json and
+    // supervisor.log (the user's, not the agent's).
     let script = format!(
         r#"if [ -f attacked ]; then echo second; exit 0; fi
 touch attacked
@@ -188,6 +189,9 @@ if {init} attach --socket ../../run/control.sock </dev/null >/dev/null 2>&1; the
 if kill -TERM 1 2>/dev/null; then echo "signal SENT"; else echo "signal denied"; fi
 if cat {secret} >/dev/null 2>&1; then echo "secret READ"; else echo "secret denied"; fi
 if touch {pwned} 2>/dev/null; then echo "home WRITTEN"; else echo "home denied"; fi
+for f in engine.json supervisor.log; do
+  if cat ../../$f >/dev/null 2>&1; then echo "$f READ"; else echo "$f denied"; fi
+done
 setsid sleep 987654 </dev/null >/dev/null 2>&1 &"#,
         init = init.display(),
         secret = secret.display(),
@@ -242,6 +246,8 @@ setsid sleep 987654 </dev/null >/dev/null 2>&1 &"#,
             "signal denied",
             "secret denied",
             "home denied",
+            "engine.json denied",
+            "supervisor.log denied",
         ],
         "{first}"
     );

@@ -7,12 +7,18 @@
 //! attach --socket …`. State lives in `<state dir>/sandboxes/<id>/`:
 //!
 //! ```text
-//! engine.json       engine, id, pid and its start time, paths, creation time
+//! engine.json       0600: engine, id, pid and its start time, paths, creation time
 //! run/              0700: the control socket (root only)
-//! records/          the supervisor's iteration records
-//! root/             uploads: plugins/, skills/, adapters/, config/, workspace/, home/, tmp/
-//! supervisor.log    the supervisor's own output
+//! records/          0700: the supervisor's iteration records
+//! root/             0755: uploads: plugins/, skills/, adapters/, config/, workspace/, home/, tmp/
+//! supervisor.log    0600: the supervisor's own output
 //! ```
+//!
+//! The agent's uid must reach `root/`, so `<state dir>`, `sandboxes/` and `<id>/` are searchable
+//! by others, but `sandboxes/` and `<id>/` are `0711`: the agent can neither list them (the other
+//! sandboxes' ids) nor read what is not its own. Only the operator reads the rest (`ps`,
+//! `inspect`, `down`, `collect`); the supervisor writes its log through the descriptor it was
+//! started with and opens nothing of it by name.
 //!
 //! As root, `unshare` creates the PID, mount and IPC namespaces (with `--private-ipc` the
 //! supervisor renews its IPC namespace and a tmpfs on `/dev/shm` before every iteration)
@@ -38,7 +44,7 @@ use pitcrew_core::harness::SandboxLayout;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -120,6 +126,12 @@ impl LocalEngine {
                 self.sandboxes().display(),
                 self.state.display()
             ),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "cannot read the state of sandbox {id} ({}): permission denied: a sandbox's \
+                 state and control channel are for the user who started it (root, or the \
+                 rootless user) alone",
+                path.display()
+            ),
             Err(e) => return Err(e).with_context(|| format!("{}: read", path.display())),
         };
         serde_json::from_slice(&bytes).with_context(|| format!("{}: not valid", path.display()))
@@ -162,8 +174,7 @@ impl LocalEngine {
         mkdir(&root, 0o755)?;
         let socket = run.join("control.sock");
         let log_path = dir.join("supervisor.log");
-        let log = fs::File::create(&log_path)
-            .with_context(|| format!("{}: create", log_path.display()))?;
+        let log = private_file(&log_path)?;
         let mut cmd = Command::new("unshare");
         if let Some(plan) = &rootless {
             cmd.args(plan.unshare_args());
@@ -226,8 +237,9 @@ impl LocalEngine {
             rootless: rootless.clone(),
         };
         let json = serde_json::to_vec_pretty(&record)?;
-        fs::write(dir.join("engine.json"), json)
-            .with_context(|| format!("{}: write", dir.join("engine.json").display()))?;
+        let engine_json = dir.join("engine.json");
+        std::io::Write::write_all(&mut private_file(&engine_json)?, &json)
+            .with_context(|| format!("{}: write", engine_json.display()))?;
         let start = Instant::now();
         // Listening, not just bound: a connection must be accepted.
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
@@ -327,6 +339,17 @@ fn remove_rootless(dir: &Path, plan: &RootlessPlan) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Creates the file `path` (it must not exist) readable and writable by its owner alone: the
+/// sandbox's host-side state is not the agent's to read.
+fn private_file(path: &Path) -> anyhow::Result<fs::File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("{}: create", path.display()))
 }
 
 fn mkdir(path: &Path, mode: u32) -> anyhow::Result<()> {
@@ -443,16 +466,17 @@ impl Engine for LocalEngine {
         let id = SandboxId(super::random_id()?);
         let dir = self.dir(&id);
         // The agent's uid must reach <sandboxes>/<id>/root: refuse before creating anything
-        // (directories that do not exist yet are created 0755).
+        // (directories that do not exist yet are created searchable by others, 0711: the agent
+        // may pass through them, not list them).
         check_searchable(&self.sandboxes())?;
         if !self.state.exists() {
-            mkdir(&self.state, 0o755)?;
+            mkdir(&self.state, 0o711)?;
         }
-        mkdir(&self.sandboxes(), 0o755)?;
+        mkdir(&self.sandboxes(), 0o711)?;
         if dir.exists() {
             bail!("{}: already exists", dir.display());
         }
-        mkdir(&dir, 0o755)?;
+        mkdir(&dir, 0o711)?;
         // A sandbox that does not come up leaves nothing behind: no directory, no process.
         match self.launch(&id, &dir, supervisor, rootless, &env, &spec.serve_args()) {
             Ok(()) => Ok(id),

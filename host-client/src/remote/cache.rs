@@ -14,12 +14,20 @@
 //! content is shared by every URL that holds it; each URL has an origin of its own, so two
 //! harnesses pinning the same content from two places never displace each other's record.
 //!
-//! The cache must be the user's own (owned by them, writable by nobody else), and nothing below
-//! its root is followed through a symlink: a link where a directory, the content or an origin
-//! belongs is refused by a lookup and removed (never followed) by a store. An entry is
-//! re-hashed on every use ([`Cache::lookup`]): a copy changed on disk is never used, only
-//! reported (and replaced by the next fetch). A store never replaces content that verifies, so
-//! a lookup running beside a store sees either nothing or a verified copy.
+//! The cache must be the user's own, and so must the way to it ([`trusted_root`]): its root a
+//! directory (not a link) owned by the user and writable by nobody else, and every directory
+//! from `/` down to it owned by root or the user and writable by nobody else, unless it has the
+//! sticky bit (`/tmp`: others may add names there, but not replace the user's). A link above
+//! the root is followed when it is root's or the user's (it sits in a directory already found
+//! trustworthy, so only they could have put it there) and the path it names is checked the same
+//! way; `/var/cache -> /data/cache` works, a cache reached through another user's directory or
+//! link does not. A refused root is never used, and said as such, naming the component and what
+//! is wrong with it ([`Lookup::Untrusted`]). Nothing below the root is followed through a
+//! symlink: a link where a directory, the content or an origin belongs is refused by a lookup
+//! and removed (never followed) by a store. An entry is re-hashed on every use
+//! ([`Cache::lookup`]): a copy changed on disk is never used, only reported (and replaced by the
+//! next fetch). A store never replaces content that verifies, so a lookup running beside a
+//! store sees either nothing or a verified copy.
 
 use pitcrew_core::harness::{RemoteKind, RemoteSource};
 use pitcrew_core::tree_hash::{self, TreeFormat, TreeListing};
@@ -29,7 +37,7 @@ use std::io::Read as _;
 use std::os::unix::fs::{
     DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
 };
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// Where a copy came from and what it held: a cache entry's origin for one URL, and an entry
 /// of the lock file.
@@ -76,6 +84,8 @@ pub enum Lookup {
     Missing,
     /// A copy or origin that is not what it must be (changed on disk, a link, unreadable).
     Tampered(String),
+    /// The cache's root cannot be trusted ([`trusted_root`]): nothing in it is used.
+    Untrusted(String),
 }
 
 /// The cache rooted at a directory.
@@ -118,30 +128,33 @@ impl Cache {
         ))
     }
 
-    /// Refuses a root that is not a directory of this user's, or that others may write.
-    fn check_root(&self) -> Result<(), String> {
-        let meta = std::fs::metadata(&self.root)
-            .map_err(|e| format!("the cache {}: {e}", self.root.display()))?;
+    /// Whether the root exists, refusing it ([`trusted_root`]) with the cache named and what to
+    /// do.
+    fn root_exists(&self) -> Result<bool, String> {
         let uid = rustix::process::geteuid().as_raw();
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-            return Err(format!(
-                "the cache {} must be a directory of uid {uid} that nobody else may write \
-                 (it is uid {}, mode {:o})",
-                self.root.display(),
-                meta.uid(),
-                meta.mode() & 0o7777
-            ));
+        trusted_root(&self.root, uid).map_err(|why| {
+            format!(
+                "the cache {} is not used: {why}; fix that, or set PITCREW_CACHE_DIR to a \
+                 directory of your own",
+                self.root.display()
+            )
+        })
+    }
+
+    /// Refuses a root that is missing or cannot be trusted ([`Cache::root_exists`]).
+    fn check_root(&self) -> Result<(), String> {
+        match self.root_exists()? {
+            true => Ok(()),
+            false => Err(format!("the cache {}: not found", self.root.display())),
         }
-        Ok(())
     }
 
     /// The verified copy of `source` fetched for its URL, re-hashed now.
     pub fn lookup(&self, source: &RemoteSource) -> Lookup {
-        if !self.root.exists() {
-            return Lookup::Missing;
-        }
-        if let Err(why) = self.check_root() {
-            return Lookup::Tampered(why);
+        match self.root_exists() {
+            Ok(true) => {}
+            Ok(false) => return Lookup::Missing,
+            Err(why) => return Lookup::Untrusted(why),
         }
         let dir = self.entry_dir(&source.sha256, source.kind);
         match no_links(&self.root, &dir) {
@@ -183,6 +196,8 @@ impl Cache {
     /// root created, owner-only, if it does not exist yet).
     pub fn staging(&self) -> Result<tempfile::TempDir, String> {
         let at = |e: std::io::Error| format!("{}: {e}", self.root.display());
+        // What exists of the way is checked before anything is created along it.
+        self.root_exists()?;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -265,6 +280,152 @@ impl Cache {
             }
         }
     }
+}
+
+/// The most links followed on the way to the cache's root (the kernel's own bound).
+const MAX_LINKS: usize = 40;
+
+/// Whether the cache's root `root` exists (`false`: some component of it is missing), every
+/// component of the way from `/` to it checked as it is reached, without following anything
+/// not yet checked: each one must belong to root or to `uid`; a directory above the root must
+/// be writable by nobody else unless it has the sticky bit (whose other users may add names but
+/// not replace the next component, which is root's or `uid`'s); a link above the root is
+/// followed (it sits in a directory only root or `uid` may change), and the path it names is
+/// checked the same way; the root itself must be a directory of `uid` writable by nobody else,
+/// never a link. `Err` names the component and what is wrong with it.
+pub(super) fn trusted_root(root: &Path, uid: u32) -> Result<bool, String> {
+    let absolute = if root.is_absolute() {
+        root.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("the current directory: {e}"))?
+            .join(root)
+    };
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = absolute
+        .components()
+        .filter(|c| !matches!(c, Component::RootDir | Component::CurDir))
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
+    let mut at = PathBuf::from("/");
+    let top = lstat(&at)?.ok_or("/ is missing")?;
+    check_owner(&at, &top, uid)?;
+    if todo.is_empty() {
+        check_root_dir(&at, &top, uid)?;
+        return Ok(true);
+    }
+    check_above(&at, &top)?;
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        if name == ".." {
+            if todo.is_empty() {
+                return Err(format!(
+                    "{} ends in '..': name the cache's directory itself",
+                    root.display()
+                ));
+            }
+            // `at` holds no link: its parent is the real one.
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let Some(meta) = lstat(&next)? else {
+            return Ok(false);
+        };
+        let last = todo.is_empty();
+        check_owner(&next, &meta, uid)?;
+        if meta.file_type().is_symlink() {
+            let target =
+                std::fs::read_link(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+            if last {
+                return Err(format!(
+                    "{} is a symlink (to {}): the cache's root must be the directory itself",
+                    next.display(),
+                    target.display()
+                ));
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(format!(
+                    "{}: more than {MAX_LINKS} links on the way",
+                    next.display()
+                ));
+            }
+            for component in target.components().rev() {
+                match component {
+                    Component::RootDir => at = PathBuf::from("/"),
+                    Component::CurDir => {}
+                    other => todo.push_front(other.as_os_str().to_os_string()),
+                }
+            }
+            continue;
+        }
+        if last {
+            check_root_dir(&next, &meta, uid)?;
+        } else {
+            check_above(&next, &meta)?;
+        }
+        at = next;
+    }
+    Ok(true)
+}
+
+/// What is at `path`, not following a link (`None`: nothing).
+fn lstat(path: &Path) -> Result<Option<std::fs::Metadata>, String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => Ok(Some(meta)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Refuses a component of the way to the cache that belongs to neither root nor `uid`.
+fn check_owner(path: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
+    if meta.uid() != 0 && meta.uid() != uid {
+        return Err(format!(
+            "{} belongs to uid {}: the cache and every directory and link on the way to it must \
+             belong to root or to uid {uid}",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// A directory on the way to the cache's root (already known to be root's or `uid`'s): others
+/// may not write it, unless it has the sticky bit.
+fn check_above(dir: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "{} (above the cache) is mode {mode:o}, writable by others and without the sticky \
+             bit: they could replace the cache below it (chmod go-w it, or give it the sticky \
+             bit /tmp has)",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The cache's root itself: a directory of `uid` that nobody else may write.
+fn check_root_dir(root: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} must be a directory of uid {uid} that nobody else may write (it is {}uid {}, \
+             mode {:o})",
+            root.display(),
+            if meta.is_dir() {
+                ""
+            } else {
+                "not a directory, "
+            },
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `dir` (below `root`) exists, every component from `root` down a real directory:

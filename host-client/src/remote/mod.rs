@@ -249,6 +249,7 @@ impl RemoteSources for CacheSources {
                     source.url
                 ))
             }
+            Lookup::Untrusted(why) => return Err(format!("{}: {why}", source.url)),
         };
         // Where the URL resolved is what the cache recorded when it fetched it, not what the
         // lock file claims: the lock must agree, and the allowlist judges the cache's record.
@@ -401,6 +402,8 @@ impl FetchingSources {
                     );
                     None
                 }
+                // Nothing is fetched into a cache that cannot be trusted either.
+                Lookup::Untrusted(why) => return Err(format!("{}: {why}", source.url)),
             }
         };
         let (path, origin, listing) = match cached {

@@ -235,13 +235,159 @@ fn attack_remote_source__links_in_the_cache_are_never_followed_and_a_shared_root
     )
     .unwrap();
     match cache.lookup(&src) {
-        Lookup::Tampered(why) => assert!(why.contains("nobody else may write"), "{why}"),
+        Lookup::Untrusted(why) => assert!(why.contains("nobody else may write"), "{why}"),
         other => panic!("{other:?}"),
     }
     assert!(cache
         .staging()
         .unwrap_err()
         .contains("nobody else may write"));
+}
+
+/// A cache with one stored tree at `root` (created 0700): its source.
+fn stored_cache(root: &std::path::Path) -> RemoteSource {
+    let cache = Cache::new(root.to_path_buf());
+    let (staging, _, src) = staged_tree_source(&cache);
+    cache
+        .store(staging, RemoteKind::Tree, &origin(&src))
+        .unwrap();
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(..)));
+    src
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_remote_source__a_symlinked_cache_root_is_refused_as_such_not_as_a_changed_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    let src = stored_cache(&real);
+    // The root a link to a good cache (whoever swaps the link chooses what is used).
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let cache = Cache::new(link.clone());
+    match cache.lookup(&src) {
+        Lookup::Untrusted(why) => {
+            assert!(
+                why.contains(&format!("{} is a symlink", link.display())),
+                "{why}"
+            );
+            assert!(why.contains("PITCREW_CACHE_DIR"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = cache.staging().unwrap_err();
+    assert!(err.contains("is a symlink"), "{err}");
+    // A dangling link is refused too, not taken for a missing cache (a store would create the
+    // cache where it points).
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let cache = Cache::new(dangling);
+    assert!(matches!(cache.lookup(&src), Lookup::Untrusted(_)));
+    assert!(cache.staging().is_err());
+    assert!(!dir.path().join("nowhere").exists());
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_remote_source__a_cache_below_a_directory_others_may_write_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let src = stored_cache(&shared.join("cache"));
+    let cache = Cache::new(shared.join("cache"));
+    for mode in [0o777, 0o775, 0o757] {
+        chmod(&shared, mode);
+        match cache.lookup(&src) {
+            Lookup::Untrusted(why) => assert!(
+                why.contains(&format!(
+                    "{} (above the cache) is mode {mode:o}, writable by others and without the \
+                     sticky bit",
+                    shared.display()
+                )),
+                "{why}"
+            ),
+            other => panic!("{mode:o}: {other:?}"),
+        }
+        assert!(cache.staging().unwrap_err().contains("above the cache"));
+    }
+    // Sticky, like /tmp: others cannot replace the user's cache in it.
+    chmod(&shared, 0o1777);
+    assert!(matches!(cache.lookup(&src), Lookup::Hit(..)));
+    // Nothing is created below a directory others may write.
+    chmod(&shared, 0o777);
+    let fresh = Cache::new(shared.join("new/cache"));
+    assert!(matches!(fresh.lookup(&src), Lookup::Untrusted(_)));
+    assert!(fresh.staging().is_err());
+    assert!(!shared.join("new").exists());
+    // A link above the root is followed when it is trusted, and where it points is checked the
+    // same way.
+    chmod(&shared, 0o700);
+    let via = dir.path().join("via");
+    std::os::unix::fs::symlink("shared", &via).unwrap();
+    let linked = Cache::new(via.join("cache"));
+    assert!(matches!(linked.lookup(&src), Lookup::Hit(..)));
+    chmod(&shared, 0o777);
+    match linked.lookup(&src) {
+        Lookup::Untrusted(why) => assert!(why.contains(&shared.display().to_string()), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_way_to_the_cache_is_checked_from_the_root_directory_down() {
+    use super::cache::trusted_root;
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("a/b/cache");
+    assert_eq!(trusted_root(&root, uid), Ok(false), "missing");
+    std::fs::create_dir_all(&root).unwrap();
+    chmod(&root, 0o700);
+    assert_eq!(trusted_root(&root, uid), Ok(true));
+    // `..` and `.` are walked as they come; a root that ends in `..` is refused.
+    assert_eq!(
+        trusted_root(&dir.path().join("a/./b/../b/cache"), uid),
+        Ok(true)
+    );
+    let err = trusted_root(&dir.path().join("a/b/cache/.."), uid).unwrap_err();
+    assert!(err.contains("ends in '..'"), "{err}");
+    // A file where a directory belongs, and a root others may write.
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let err = trusted_root(&dir.path().join("file/cache"), uid).unwrap_err();
+    assert!(err.contains("is not a directory"), "{err}");
+    chmod(&root, 0o770);
+    let err = trusted_root(&root, uid).unwrap_err();
+    assert!(err.contains("nobody else may write"), "{err}");
+    chmod(&root, 0o700);
+    // A loop of links ends.
+    std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+    let err = trusted_root(&dir.path().join("loop/cache"), uid).unwrap_err();
+    assert!(err.contains("links on the way"), "{err}");
+    // As root: a directory or a link of another uid on the way is refused, even in a sticky
+    // directory (whose owner of the link chooses where it leads).
+    if uid == 0 {
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(other.join("cache")).unwrap();
+        chmod(&other.join("cache"), 0o700);
+        std::os::unix::fs::chown(&other, Some(65534), None).unwrap();
+        let err = trusted_root(&other.join("cache"), uid).unwrap_err();
+        assert!(
+            err.contains(&format!("{} belongs to uid 65534", other.display())),
+            "{err}"
+        );
+        let sticky = dir.path().join("sticky");
+        std::fs::create_dir(&sticky).unwrap();
+        chmod(&sticky, 0o1777);
+        let planted = sticky.join("planted");
+        std::os::unix::fs::symlink(dir.path().join("a/b"), &planted).unwrap();
+        assert_eq!(trusted_root(&planted.join("cache"), uid), Ok(true));
+        std::os::unix::fs::lchown(&planted, Some(65534), None).unwrap();
+        let err = trusted_root(&planted.join("cache"), uid).unwrap_err();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use super::fs_checks::{check_output_dir, find_program};
 use super::model::{AgentSection, Harness, Location};
-use super::units::{parse_duration, parse_size, parse_size_at_least};
+use super::units::{parse_duration_at_most, parse_size, parse_size_within};
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
 use crate::manifest::{Retention, Runtime};
@@ -43,11 +43,39 @@ const TOP_KEYS: &[&str] = &[
 
 /// What `feedback: true` keeps of the validation's output.
 const DEFAULT_FEEDBACK: u64 = 16 * 1024;
-/// The most `feedback:` may keep (the prompt travels in one argv element, at most 128 KiB).
-const MAX_FEEDBACK: u64 = 32 * 1024;
+
+// Every number a harness gives has a maximum (docs/manifest.md names each): past it, a value is
+// refused at its line and column, naming the maximum, before anything is computed from it.
+
+/// The most `iterations:` a harness may ask for.
+pub const MAX_ITERATIONS: u32 = 1000;
+
+/// The longest `timeout:` an iteration may be given: 168h (a week).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The largest `processes:` a harness may ask for (the kernel's own `pid_max` limit).
-const MAX_PROCESSES: u64 = 4_194_304;
+pub const MAX_PROCESSES: u64 = 4_194_304;
+
+/// The most `memory:` may be: 1024 TiB, past any machine's, short of overflow.
+pub const MAX_MEMORY_BYTES: u64 = 1 << 50;
+
+/// The most `disk:` may be: 1024 TiB.
+pub const MAX_DISK_BYTES: u64 = 1 << 50;
+
+/// The most collected records `retention.records` may ask the sandbox to keep.
+pub const MAX_RETAINED_RECORDS: u32 = 1_000_000;
+
+/// The most `retention.size` may keep: 1024 TiB.
+pub const MAX_RETAINED_BYTES: u64 = 1 << 50;
+
+/// The most entries `upload_limits.entries` may allow in one upload.
+pub const MAX_UPLOAD_ENTRIES: u64 = 100_000_000;
+
+/// The most `upload_limits.size` may allow one upload: 1024 TiB.
+pub const MAX_UPLOAD_BYTES: u64 = 1 << 50;
+
+/// The most `feedback:` may keep (the prompt travels in one argv element, at most 128 KiB).
+pub const MAX_FEEDBACK: u64 = 32 * 1024;
 
 impl Checker<'_> {
     /// Checks the program the agent runs as (`agent.binary`, `command[0]`) by the manifest's
@@ -290,12 +318,14 @@ impl Checker<'_> {
         let iterations = match top.get_node("iterations") {
             None => 1,
             Some(n) => match integer(n) {
-                Some(i) if (1..=1000).contains(&i) => u32::try_from(i).unwrap_or(1),
+                Some(i) if (1..=u64::from(MAX_ITERATIONS)).contains(&i) => {
+                    u32::try_from(i).unwrap_or(1)
+                }
                 _ => {
                     self.problem(
                         location(n),
                         "iterations",
-                        "expected an integer from 1 to 1000",
+                        format!("expected an integer from 1 to {MAX_ITERATIONS}"),
                     );
                     1
                 }
@@ -329,7 +359,12 @@ impl Checker<'_> {
         let disk = match top.get_node("disk") {
             None => None,
             Some(n) => match self.string(n, "disk").as_deref().map(|s| {
-                parse_size_at_least(s, crate::manifest::MIN_DISK_BYTES, "too small a budget")
+                parse_size_within(
+                    s,
+                    crate::manifest::MIN_DISK_BYTES,
+                    MAX_DISK_BYTES,
+                    "too small a budget",
+                )
             }) {
                 Some(Ok(bytes)) => Some(bytes),
                 Some(Err(e)) => {
@@ -391,7 +426,11 @@ impl Checker<'_> {
             .unwrap_or_default();
         let timeout = match top.get_node("timeout") {
             None => Duration::from_secs(30 * 60),
-            Some(n) => match self.string(n, "timeout").as_deref().map(parse_duration) {
+            Some(n) => match self
+                .string(n, "timeout")
+                .as_deref()
+                .map(|s| parse_duration_at_most(s, MAX_TIMEOUT))
+            {
                 Some(Ok(d)) => d,
                 Some(Err(e)) => {
                     self.problem(location(n), "timeout", e);
@@ -472,16 +511,8 @@ impl Checker<'_> {
             let keep = match text.as_str() {
                 "false" => return None,
                 "true" => DEFAULT_FEEDBACK,
-                size => match parse_size_at_least(size, 1, "") {
-                    Ok(bytes) if bytes <= MAX_FEEDBACK => bytes,
-                    Ok(_) => {
-                        self.problem(
-                            at,
-                            "feedback",
-                            format!("at most {MAX_FEEDBACK} bytes (32KiB)"),
-                        );
-                        return None;
-                    }
+                size => match parse_size_within(size, 1, MAX_FEEDBACK, "") {
+                    Ok(bytes) => bytes,
                     Err(e) => {
                         self.problem(at, "feedback", format!("true, false or a size: {e}"));
                         return None;
@@ -631,7 +662,7 @@ impl Checker<'_> {
             match self
                 .string(n, "retention.size")
                 .as_deref()
-                .map(|s| parse_size_at_least(s, 0, ""))
+                .map(|s| parse_size_within(s, 0, MAX_RETAINED_BYTES, ""))
             {
                 Some(Ok(bytes)) => retention.bytes = bytes,
                 Some(Err(e)) => self.problem(location(n), "retention.size", e),
@@ -663,11 +694,14 @@ impl Checker<'_> {
             }
         }
         if let Some(n) = m.get_node("size") {
-            match self
-                .string(n, "upload_limits.size")
-                .as_deref()
-                .map(|s| parse_size_at_least(s, 1 << 20, "the least an upload may be given"))
-            {
+            match self.string(n, "upload_limits.size").as_deref().map(|s| {
+                parse_size_within(
+                    s,
+                    1 << 20,
+                    MAX_UPLOAD_BYTES,
+                    "the least an upload may be given",
+                )
+            }) {
                 Some(Ok(bytes)) => limits.max_bytes = bytes,
                 Some(Err(e)) => self.problem(location(n), "upload_limits.size", e),
                 None => {}
@@ -676,12 +710,6 @@ impl Checker<'_> {
         limits
     }
 }
-
-/// The most entries `upload_limits.entries` may allow in one upload.
-const MAX_UPLOAD_ENTRIES: u64 = 100_000_000;
-
-/// The most collected records a harness may ask the sandbox to keep.
-const MAX_RETAINED_RECORDS: u32 = 1_000_000;
 
 /// A scalar as a non-negative integer, written plainly or quoted (`3`, `"3"`: a templating tool
 /// may quote every value; the YAML loader keeps quoted scalars as text).

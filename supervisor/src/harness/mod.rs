@@ -13,11 +13,12 @@
 //!
 //! - `model`: the types: [`Harness`] and its entries, [`Problem`]s, [`Validated`].
 //! - `yaml`: the YAML loader, node locations and the checker's typed accessors.
-//! - `keys`: the top-level keys checked into a [`Harness`].
+//! - `keys`: the top-level keys checked into a [`Harness`], every number within its maximum
+//!   ([`MAX_TIMEOUT`] and the others).
 //! - `entries`: the `plugins`, `adapters` and `skills` lists.
 //! - `remote`: pinned remote entries (forge URLs with `#sha256=`) and who resolves them
 //!   ([`RemoteSources`]).
-//! - `units`: sizes and durations ([`parse_size`], [`parse_duration`]).
+//! - `units`: sizes and durations ([`parse_size`], [`parse_duration_at_most`]).
 //! - `fs_checks`: what needs the file system: local paths, the records directory
 //!   ([`check_output_dir`]), plugin formats, digests.
 //! - `layout`: where things go inside the sandbox ([`SandboxLayout`]).
@@ -41,6 +42,10 @@ mod tests;
 
 pub use self::compile::{too_big_to_send, Compiled, Upload, UploadKind};
 pub use self::fs_checks::{check_output_dir, find_program};
+pub use self::keys::{
+    MAX_DISK_BYTES, MAX_FEEDBACK, MAX_ITERATIONS, MAX_MEMORY_BYTES, MAX_PROCESSES,
+    MAX_RETAINED_BYTES, MAX_RETAINED_RECORDS, MAX_TIMEOUT, MAX_UPLOAD_BYTES, MAX_UPLOAD_ENTRIES,
+};
 pub use self::layout::SandboxLayout;
 pub use self::model::{
     AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, HarnessError,
@@ -50,7 +55,7 @@ pub use self::overrides::Overrides;
 pub use self::remote::{
     NoRemoteSources, RemoteKind, RemoteSource, RemoteSources, Resolved, REMOTE_FORM,
 };
-pub use self::units::{parse_duration, parse_size};
+pub use self::units::{parse_duration_at_most, parse_size};
 pub use crate::manifest::Runtime;
 
 use self::yaml::{parse_yaml, Checker};

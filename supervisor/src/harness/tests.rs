@@ -576,6 +576,115 @@ fn numbers_may_be_quoted_as_templating_tools_write_them() {
     );
 }
 
+/// Every number a harness gives has a maximum, and one past it is refused at its line and
+/// column with the maximum named: `timeout: 18446744073709551615ms` (584 million years) was
+/// taken, and a number with more digits than 64 bits hold was "not a size" or "not a duration"
+/// without saying what the most is.
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_harness__a_number_past_its_maximum_is_refused_where_it_is_naming_the_maximum() {
+    let cases = [
+        (
+            "timeout: 18446744073709551615ms",
+            "timeout",
+            (3, 10),
+            "more than 168h",
+        ),
+        (
+            "timeout: 18446744073709551615h",
+            "timeout",
+            (3, 10),
+            "more than 168h",
+        ),
+        (
+            "timeout: 99999999999999999999",
+            "timeout",
+            (3, 10),
+            "more than 168h",
+        ),
+        ("timeout: 169h", "timeout", (3, 10), "more than 168h"),
+        (
+            "iterations: 18446744073709551616",
+            "iterations",
+            (3, 13),
+            "from 1 to 1000",
+        ),
+        (
+            "processes: 18446744073709551615",
+            "processes",
+            (3, 12),
+            "from 1 to 4194304",
+        ),
+        (
+            "memory: 99999999999999999999",
+            "memory",
+            (3, 9),
+            "more than 1024TiB",
+        ),
+        (
+            "memory: 18446744073709551615TiB",
+            "memory",
+            (3, 9),
+            "more than 1024TiB",
+        ),
+        (
+            "disk: 99999999999999999999KiB",
+            "disk",
+            (3, 7),
+            "more than 1024TiB",
+        ),
+        (
+            "retention:\n  records: 18446744073709551615",
+            "retention.records",
+            (4, 12),
+            "from 0 to 1000000",
+        ),
+        (
+            "retention:\n  size: 99999999999999999999",
+            "retention.size",
+            (4, 9),
+            "more than 1024TiB",
+        ),
+        (
+            "upload_limits:\n  entries: 18446744073709551615",
+            "upload_limits.entries",
+            (4, 12),
+            "from 1 to 100000000",
+        ),
+        (
+            "upload_limits:\n  size: 99999999999999999999",
+            "upload_limits.size",
+            (4, 9),
+            "more than 1024TiB",
+        ),
+        (
+            "validation: [/bin/true]\nfeedback: 99999999999999999999",
+            "feedback",
+            (4, 11),
+            "more than 32KiB",
+        ),
+    ];
+    for (yaml, field, (line, column), needle) in cases {
+        let v = check(&format!("runtime: command\ncommand: [/bin/true]\n{yaml}\n"));
+        assert!(
+            v.problems.iter().any(|p| p.field == field
+                && p.location == Some(Location { line, column })
+                && p.message.contains(needle)),
+            "{yaml}: {:?}",
+            v.problems
+        );
+        assert!(v.manifest(&SandboxLayout::default()).is_none(), "{yaml}");
+    }
+    // Each maximum itself is taken.
+    let v = check(
+        "runtime: command\ncommand: [/bin/true]\ntimeout: 168h\niterations: 1000\nmemory: 1024TiB\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let m = v.manifest(&SandboxLayout::default()).unwrap();
+    assert_eq!(m.limits.timeout_ms, 7 * 24 * 3600 * 1000);
+    assert_eq!(m.limits.memory_bytes, 1 << 50);
+}
+
 #[test]
 fn an_agent_script_whose_env_interpreter_is_missing_is_noted_as_the_supervisor_would_fail_it() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -685,7 +794,10 @@ fn feedback_and_keep_output_are_checked() {
     assert!(!v.harness.as_ref().unwrap().keep_output);
     for (yaml, wanted) in [
         ("feedback: true\n", "set validation"),
-        ("validation: [/bin/true]\nfeedback: 1MiB\n", "at most"),
+        (
+            "validation: [/bin/true]\nfeedback: 1MiB\n",
+            "\"1MiB\" is more than 32KiB, the most it may be",
+        ),
         (
             "validation: [/bin/true]\nfeedback: lots\n",
             "true, false or a size",

@@ -12,17 +12,18 @@
 //! A listing is refused whole, before anything is written, when a line breaks a rule, a path
 //! is listed twice, or it exceeds the limits. A host that cannot finish a listing it has begun
 //! to send (a file vanished while it was being hashed) ends it with [`ABORT_LINE`], which no
-//! supervisor accepts. When `dest` already holds exactly the listed tree
-//! (`kept`), nothing is needed and it stays as it is. Otherwise [`Assembly::prepare`] creates a
-//! fresh staging directory (as [`super::unpack_tar`] does) with every listed directory, then
-//! looks for each file's content where it already is:
+//! supervisor accepts. When `dest` already holds exactly the listed tree (`kept`: with no
+//! extended attribute an owner sets), nothing is needed and it stays as it is. Otherwise
+//! [`Assembly::prepare`] creates a fresh staging directory (as [`super::unpack_tar`] does) with
+//! every listed directory, then looks for each file's content where it already is:
 //!
 //! - an earlier file of this listing with the same sha256 and size: copied once that one is in
 //!   staging;
 //! - the same path in the tree being replaced, when it is a regular file of the listed size
-//!   whose content hashes to the listed sha256: moved into staging when it has one link and
-//!   already belongs to the tree's owner (`moving`), else copied into a new file (a reflink
-//!   where the file system offers one) and the copy hashed. A copy is created by the supervisor
+//!   whose content hashes to the listed sha256: moved into staging when it has one link,
+//!   already belongs to the tree's owner and every extended attribute its owner could have set
+//!   (`user.*`, POSIX ACLs) could be removed (`moving`, `xattrs`), else copied into a new file
+//!   (a reflink where the file system offers one) and the copy hashed. A copy is created by the supervisor
 //!   in a directory no one else can enter: never a hard link to what was there, and nothing
 //!   written to the old file afterwards reaches it.
 //!
@@ -749,6 +750,7 @@ pub mod elsewhere;
 pub mod host;
 mod kept;
 mod moving;
+mod xattrs;
 
 use moving::Move;
 

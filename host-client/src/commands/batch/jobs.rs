@@ -89,9 +89,10 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Job>> {
             ));
             continue;
         }
-        if parsed.iterations.is_some_and(|n| !(1..=1000).contains(&n)) {
+        let most = pitcrew_core::harness::MAX_ITERATIONS;
+        if parsed.iterations.is_some_and(|n| !(1..=most).contains(&n)) {
             problems.push(format!(
-                "{file}:{line}: iterations: expected an integer from 1 to 1000"
+                "{file}:{line}: iterations: expected an integer from 1 to {most}"
             ));
             continue;
         }

@@ -13,10 +13,13 @@ use std::time::Duration;
 /// How many renewals are sent per lease.
 const RENEWALS_PER_LEASE: u32 = 4;
 
+/// The longest `--lease`.
+const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+
 /// Parses `--lease`: a duration from 1 s to 24 h (`90`, `90s`, `15m`, `2h`).
 pub(super) fn parse_lease(s: &str) -> Result<Duration, String> {
-    let lease = pitcrew_core::harness::parse_duration(s)?;
-    if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600)).contains(&lease) {
+    let lease = pitcrew_core::harness::parse_duration_at_most(s, MAX_LEASE)?;
+    if lease < Duration::from_secs(1) {
         return Err(format!("{s:?}: a lease is from 1s to 24h"));
     }
     Ok(lease)

@@ -66,7 +66,7 @@ pub struct RunArgs {
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
     /// Run at most N iterations (overrides the harness's `iterations`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(pitcrew_core::harness::MAX_ITERATIONS)))]
     pub iterations: Option<u32>,
     /// Keep the sandbox running at the end (its id is printed) for `inspect`, `collect`, `down`.
     #[arg(long)]

@@ -2,11 +2,12 @@
 //! copies, no swap. "Exactly" is checked, never assumed: `dest` and every listed directory is a
 //! real directory (opened without following links) of the tree's owner and mode holding as
 //! many entries as the listing gives it, and every listed file is a regular file of the owner,
-//! mode and size listed, with one link, whose content hashes to the listed sha256. Anything
-//! else (an extra entry, a file the agent linked elsewhere, a changed mode) falls back to the
-//! assembly in staging.
+//! mode and size listed, with one link, whose content hashes to the listed sha256; none of them
+//! carries an extended attribute its owner could have set (`user.*`, a POSIX ACL: see
+//! [`xattrs`]). Anything else (an extra entry, a file the agent linked elsewhere, a changed
+//! mode, an ACL) falls back to the assembly in staging.
 
-use super::{moving, Item, ListedFile};
+use super::{moving, xattrs, Item, ListedFile};
 use crate::bounded_tree;
 use crate::unpack::UnpackLimits;
 use rustix::fs::{FileType, Mode, OFlags};
@@ -157,6 +158,7 @@ fn structure_ok(
         };
         (st.st_uid, st.st_gid) == owner
             && st.st_mode & 0o7777 == limits.dir_mode()
+            && !xattrs::carries_any(fd)
             && names_listed(fd, path, &paths, children.get(path).copied().unwrap_or(0))
     };
     if !dir_ok(root, "") {
@@ -275,7 +277,8 @@ fn file_ok(
         && st.st_nlink == 1
         && (st.st_uid, st.st_gid) == owner
         && st.st_mode & 0o7777 == limits.file_mode(file.exec)
-        && u64::try_from(st.st_size).ok() == Some(file.size);
+        && u64::try_from(st.st_size).ok() == Some(file.size)
+        && !xattrs::carries_any(fd.as_fd());
     if !listed {
         return None;
     }

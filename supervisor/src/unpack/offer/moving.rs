@@ -4,15 +4,18 @@
 //! A file is moved only when no other name can reach it and nobody but its final owner could
 //! have written it: one link (`st_nlink == 1`), already owned by the owner the new tree gives it
 //! (root's tree: root's file; the workspace: the agent's, who may write it anyway). Its content
-//! is hashed through the descriptor first; the rename is refused if the name no longer holds
-//! that file. Nothing runs between the hash and the rename (uploads are refused while an
-//! iteration runs, and every process of the last one was reaped). Everything else is copied.
+//! is hashed through the descriptor first, then every extended attribute its owner could have
+//! set (`user.*`, POSIX ACLs) is removed ([`xattrs::strip`]): a moved file carries its content
+//! and the listed mode, nothing else; one whose attributes cannot all be removed is copied. The
+//! rename is refused if the name no longer holds that file. Nothing runs between the hash and
+//! the rename (uploads are refused while an iteration runs, and every process of the last one
+//! was reaped). Everything else is copied.
 //!
 //! A moved file leaves a hole in the replaced tree until the new tree is swapped in; an assembly
-//! that does not finish moves every file back (with its old mode) before removing staging, so a
-//! refusal still leaves `dest` as it was.
+//! that does not finish moves every file back (with its old mode; its extended attributes are
+//! gone) before removing staging, so a refusal still leaves `dest` with the content it had.
 
-use super::{Assembly, ListedFile};
+use super::{xattrs, Assembly, ListedFile};
 use crate::bounded_tree;
 use crate::unpack::UnpackError;
 use rustix::fs::{AtFlags, Mode};
@@ -60,6 +63,10 @@ impl Assembly {
                 Ok(_) => return Move::Differs,
                 Err(_) => return Move::NotMovable,
             }
+        }
+        if let Err(e) = xattrs::strip(old.as_fd()) {
+            tracing::debug!("upload: {} is copied, not moved: {e}", self.items[i].path);
+            return Move::NotMovable;
         }
         let path = self.items[i].path.clone();
         let (name, parents) = self.items[i].name_and_parents();

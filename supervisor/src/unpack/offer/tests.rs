@@ -507,3 +507,90 @@ fn content_another_tree_holds_is_copied_hashed_never_linked_and_a_changed_one_is
     // The first tree is left as it was.
     assert_eq!(fs::read(first.join("a/b/two")).unwrap(), vec![7u8; 300_000]);
 }
+
+/// A POSIX access ACL (`system.posix_acl_access`, version 2) giving the uid `user` read and
+/// write beside `mode`'s owner, group and others, as `setfacl -m u:<user>:rw` writes it.
+fn acl_granting(user: u32, mode: u32) -> Vec<u8> {
+    let undefined = u32::MAX;
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, (mode >> 6) & 7, undefined),
+        (0x02, 6, user),
+        (0x04, (mode >> 3) & 7, undefined),
+        (0x10, 6 | ((mode >> 3) & 7), undefined),
+        (0x20, mode & 7, undefined),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend((perm as u16).to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    acl
+}
+
+/// The extended attributes of `path` its owner could have set (an LSM's `security.*` aside).
+fn owner_xattrs(path: &Path) -> Vec<String> {
+    let mut list = vec![0u8; 4096];
+    let len = rustix::fs::llistxattr(path, &mut list[..]).unwrap();
+    list[..len]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty() && !n.starts_with(b"security."))
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+#[test]
+fn a_reused_file_carries_no_extended_attribute_or_acl_and_a_tree_with_one_is_not_kept() {
+    use rustix::fs::XattrFlags;
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("tree");
+    let tree = sample();
+    offer(&dest, &tree);
+    let one = dest.join("a/one");
+    let set = rustix::fs::setxattr(&one, "user.x", b"planted", XattrFlags::empty());
+    if !pitcrew_test_support::prerequisite(
+        set.is_ok(),
+        &format!(
+            "user extended attributes on the file system of {}: {set:?}",
+            tmp.path().display()
+        ),
+    ) {
+        return;
+    }
+    // Only an attribute was added: the tree is not kept but assembled, the file moved (the
+    // same inode, nothing sent) without it.
+    let before = fs::metadata(&one).unwrap().ino();
+    let (report, _) = offer(&dest, &tree);
+    assert_eq!((report.kept, report.sent_files), (false, 0), "{report:?}");
+    assert!(report.moved_files >= 1, "{report:?}");
+    assert_eq!(fs::metadata(&one).unwrap().ino(), before);
+    assert_eq!(owner_xattrs(&one), Vec::<String>::new());
+    assert!(offer(&dest, &tree).0.kept, "once stripped, kept again");
+
+    // An access ACL on a file (which the owner may set) and a default ACL and an attribute on a
+    // directory: gone too, the file's mode the listed one.
+    let top = dest.join("top");
+    let acl = acl_granting(12345, 0o644);
+    let set = rustix::fs::setxattr(&top, "system.posix_acl_access", &acl, XattrFlags::empty());
+    if !pitcrew_test_support::prerequisite(
+        set.is_ok(),
+        &format!("POSIX ACLs on {}: {set:?}", tmp.path().display()),
+    ) {
+        return;
+    }
+    let dir = dest.join("a/b");
+    rustix::fs::setxattr(&dir, "system.posix_acl_default", &acl, XattrFlags::empty()).unwrap();
+    rustix::fs::setxattr(&dir, "user.y", b"planted", XattrFlags::empty()).unwrap();
+    let (report, _) = offer(&dest, &tree);
+    assert_eq!((report.kept, report.sent_files), (false, 0), "{report:?}");
+    for path in [&top, &dir, &one, &dest.join("a/b/two")] {
+        assert_eq!(
+            owner_xattrs(path),
+            Vec::<String>::new(),
+            "{}",
+            path.display()
+        );
+    }
+    assert_eq!(fs::metadata(&top).unwrap().mode() & 0o7777, 0o644);
+    assert_eq!(fs::read(&top).unwrap(), b"one");
+    assert!(offer(&dest, &tree).0.kept);
+}
