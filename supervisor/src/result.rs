@@ -354,9 +354,14 @@ pub struct SeccompRecord {
     /// `fcntl` commands refused (`F_SETSIG`: it would let the kernel send `SIGUSR1` for us).
     #[serde(default)]
     pub denied_fcntl: Vec<String>,
-    /// The system calls that fail with `EOPNOTSUPP` (`fallocate`, with a disk budget).
+    /// The system calls that fail with `EOPNOTSUPP`: setting extended attributes (ACLs
+    /// included), and `fallocate` with a disk budget.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported_syscalls: Vec<String>,
+    /// The system calls that fail with `ENOSYS`, as on a kernel without them (`io_uring_*`: a
+    /// ring's operations would pass this filter unseen).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent_syscalls: Vec<String>,
 }
 
 /// What Landlock enforced.

@@ -538,3 +538,123 @@ fn attack_record__chmod_of_the_sandbox_directories_locks_nothing_in_the_unprivil
         );
     }
 }
+
+/// The agent, each iteration: leaves a nested file in `output/` and gives the sandbox's top
+/// directory and the records directory (both its uid's) a default POSIX ACL granting nobody
+/// anything (`u::---,g::---,o::---`, written as the `system.posix_acl_default` xattr with perl's
+/// raw `setxattr`). Neither Landlock nor `chmod` covers it: every entry created below them later
+/// (by the supervisor, whatever mode it asks for) starts with mode 000.
+const DEFAULT_ACL: &str = r#"mkdir -p output/sub && echo kept > output/sub/y && echo kept > output/x
+perl -MConfig -e '$nr = $Config{archname} =~ /aarch64/ ? 5 : 188; $name = "system.posix_acl_default"; $acl = pack("V" . "vvV" x 3, 2, 1, 0, 4294967295, 4, 0, 4294967295, 32, 0, 4294967295); for (@ARGV) { $p = $_; print syscall($nr, $p, $name, $acl, length($acl), 0) == 0 ? "acl $p\n" : "acl $p: $!\n" }' /sandbox RECORDS
+exit 0"#;
+
+/// A default ACL is not a mode: before, the supervisor gave its directories their modes back,
+/// but the ACL stayed, and every directory and file it created below them afterwards started
+/// with mode 000. The next iteration's copy of `output/sub/y` failed (the record arrived
+/// without it), every later run failed its first upload (its staging directory was unusable)
+/// and the next session could not read `.collected`, so every collected record counted as
+/// uncollected and retention never deleted one. Now the agent's `setxattr` fails as on a file
+/// system without ACLs (the seccomp filter), and the supervisor removes any ACL of a directory
+/// it holds.
+#[test]
+fn attack_record__a_default_acl_on_the_sandbox_directories_locks_nothing_in_the_unprivileged_mode()
+{
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "default-acl", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let script = DEFAULT_ACL.replace("RECORDS", RECORDS);
+    let harness = write_command_harness(dir.path(), &script, 2, "60s", false, "");
+    let over = layout_args("/sandbox", RECORDS);
+    let mut args: Vec<&str> = over.iter().map(String::as_str).collect();
+    args.extend(["--sandbox", &sandbox.name]);
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut broken = Vec::new();
+
+    let state = dir.path().join("state-1");
+    fs::create_dir(&state).unwrap();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    assert_eq!(out.status.code(), Some(0), "run 1: {doc:#}");
+    let first = read_text(&iteration_dir(&doc, 1).join("output.jsonl"));
+    assert!(
+        first.contains(&format!("acl {RECORDS}: Operation not supported\n")),
+        "{first}"
+    );
+    for n in 1..=2 {
+        let it = iteration_dir(&doc, n);
+        if !it.join("output/sub/y").is_file() {
+            broken.push(format!("iteration {n}: output/sub/y lost from the record"));
+        }
+    }
+
+    // A later run in a new session: its uploads must not be refused.
+    let state = dir.path().join("state-2");
+    fs::create_dir(&state).unwrap();
+    let out = std::process::Command::new(binary("pitcrew"))
+        .arg("run")
+        .arg(&harness)
+        .arg("--json")
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    if out.status.code() != Some(0) {
+        broken.push(format!(
+            "run 2: exit {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+
+    // Every record was collected by its run: a new session must know it.
+    let inspect = std::process::Command::new(binary("pitcrew"))
+        .args(["inspect", &sandbox.name, "--json"])
+        .args(&over)
+        .envs(engine.env())
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{inspect:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let uncollected = &shown["status"]["uncollected"];
+    if uncollected["count"] != 0 {
+        broken.push(format!(
+            "inspect: collected records listed as uncollected: {uncollected}"
+        ));
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// The agent makes the records directory's `.collected` (the records the host said it holds)
+/// unreadable to its owner, the supervisor. Nothing gives a file there its mode back: the next
+/// session reads no collected record, lists every one as uncollected, and retention (which
+/// deletes collected records only) never deletes one again.
+#[test]
+fn attack_record__an_unreadable_collected_file_forgets_nothing_in_the_unprivileged_mode() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "collected", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!("chmod 000 {RECORDS}/.collected 2>/dev/null; exit 0");
+    let (code, doc) = run_script(&engine, &sandbox, dir.path(), "", &script, 3);
+    assert_eq!(code, Some(0), "{doc:#}");
+    // The run collected all three records; a new session must still know it.
+    let inspect = std::process::Command::new(binary("pitcrew"))
+        .args(["inspect", &sandbox.name, "--json"])
+        .args(layout_args("/sandbox", RECORDS))
+        .envs(engine.env())
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{inspect:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let uncollected = &shown["status"]["uncollected"];
+    assert_eq!(uncollected["count"], 0, "{uncollected}");
+}

@@ -327,13 +327,16 @@ impl ConfinePlan {
                         .to_vec(),
                     denied_signals: super::seccomp::DENIED_SIGNALS.map(String::from).to_vec(),
                     denied_fcntl: super::seccomp::DENIED_FCNTL.map(String::from).to_vec(),
-                    unsupported_syscalls: if disk_budget {
-                        super::seccomp::UNSUPPORTED_WITH_DISK_BUDGET
-                            .map(String::from)
-                            .to_vec()
-                    } else {
-                        Vec::new()
-                    },
+                    unsupported_syscalls: super::seccomp::UNSUPPORTED_SYSCALLS
+                        .iter()
+                        .chain(if disk_budget {
+                            &super::seccomp::UNSUPPORTED_WITH_DISK_BUDGET[..]
+                        } else {
+                            &[]
+                        })
+                        .map(|s| s.to_string())
+                        .collect(),
+                    absent_syscalls: super::seccomp::ABSENT_SYSCALLS.map(String::from).to_vec(),
                 },
             ),
             Err(why) => {

@@ -33,6 +33,9 @@ struct Held {
     fd: OwnedFd,
     /// The mode to give back (permission bits, setgid and sticky included).
     mode: u32,
+    /// Only the supervisor creates entries here (the records directory): each entry of the uid
+    /// gets its owner's rights back too.
+    own_entries: bool,
 }
 
 /// The directories of the supervisor's uid on its paths (see the module documentation).
@@ -164,11 +167,26 @@ impl OwnedDirs {
             path,
             fd,
             mode: (st_mode & 0o7777) | 0o700,
+            own_entries: false,
         };
         if st_mode & 0o700 != 0o700 {
             chmod_held(&held).map_err(|e| format!("{}: chmod: {e}", held.path.display()))?;
         }
+        strip_acls(&held).map_err(|e| format!("{}: {e}", held.path.display()))?;
         self.held.push(held);
+        Ok(())
+    }
+
+    /// [`OwnedDirs::guard`], and the directory `path` itself is one only the supervisor
+    /// creates entries in (its records directory): [`OwnedDirs::restore`] gives each entry of
+    /// the uid there its owner's rights back as well (`.collected`, which the supervisor reads
+    /// at start, included).
+    pub fn guard_own(&mut self, path: &Path) -> Result<(), String> {
+        self.guard(path)?;
+        let canonical = canonical_prefix(path);
+        if let Some(held) = self.held.iter_mut().find(|h| h.path == canonical) {
+            held.own_entries = true;
+        }
         Ok(())
     }
 
@@ -186,19 +204,35 @@ impl OwnedDirs {
                     continue;
                 }
             };
-            if now == held.mode {
-                continue;
+            if now != held.mode {
+                match chmod_held(held) {
+                    Ok(()) => restored.modes.push(format!(
+                        "{} {:o} -> {:o}",
+                        held.path.display(),
+                        now,
+                        held.mode
+                    )),
+                    Err(e) => restored
+                        .failed
+                        .push(format!("{}: chmod: {e}", held.path.display())),
+                }
             }
-            match chmod_held(held) {
-                Ok(()) => restored.modes.push(format!(
-                    "{} {:o} -> {:o}",
-                    held.path.display(),
-                    now,
-                    held.mode
-                )),
+            match strip_acls(held) {
+                Ok(names) => restored.modes.extend(
+                    names
+                        .into_iter()
+                        .map(|n| format!("{}: {n} removed", held.path.display())),
+                ),
                 Err(e) => restored
                     .failed
-                    .push(format!("{}: chmod: {e}", held.path.display())),
+                    .push(format!("{}: {e}", held.path.display())),
+            }
+            if held.own_entries {
+                if let Err(e) = restore_entries(held, self.uid, &mut restored) {
+                    restored
+                        .failed
+                        .push(format!("{}: entries: {e}", held.path.display()));
+                }
             }
         }
         for failed in &restored.failed {
@@ -230,6 +264,83 @@ pub struct Restored {
     pub modes: Vec<String>,
     /// Directories that could not be given their mode back, and why.
     pub failed: Vec<String>,
+}
+
+/// The POSIX ACLs of a directory: a default ACL decides the modes of every entry made in it
+/// later, whatever mode its creator asks for.
+const ACLS: [&str; 2] = ["system.posix_acl_default", "system.posix_acl_access"];
+
+/// Removes the POSIX ACLs of a held directory (the agent's tree cannot set them: the seccomp
+/// filter refuses `setxattr`; another process of the uid could); the names it removed. A file
+/// system without ACLs has none to remove.
+fn strip_acls(held: &Held) -> Result<Vec<&'static str>, String> {
+    let link = format!("/proc/self/fd/{}", held.fd.as_fd().as_raw_fd());
+    let mut removed = Vec::new();
+    for name in ACLS {
+        // Removing an ACL that is not there succeeds too: ask first.
+        let mut none = [0u8; 0];
+        match rustix::fs::getxattr(link.as_str(), name, &mut none[..]) {
+            Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::NOTSUP) => continue,
+            Ok(_) | Err(_) => {}
+        }
+        match rustix::fs::removexattr(link.as_str(), name) {
+            Ok(()) => removed.push(name),
+            Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::NOTSUP) => {}
+            Err(e) => return Err(format!("remove {name}: {e}")),
+        }
+    }
+    Ok(removed)
+}
+
+/// Gives each entry of `uid` in a held directory of the supervisor's own its owner's rights
+/// back (files read and write, directories all three), recording each it changed.
+fn restore_entries(held: &Held, uid: Option<u32>, restored: &mut Restored) -> Result<(), String> {
+    let dir = rustix::fs::openat(
+        &held.fd,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| e.to_string())?;
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| e.to_string())?;
+    for entry in entries {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let Ok(st) = rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        let rights = match kind {
+            rustix::fs::FileType::Directory => 0o700,
+            rustix::fs::FileType::RegularFile => 0o600,
+            _ => continue,
+        };
+        let now = st.st_mode & 0o7777;
+        if Some(st.st_uid) != uid || now & rights == rights {
+            continue;
+        }
+        let shown = held.path.join(OsStr::from_bytes(name.to_bytes()));
+        match rustix::fs::chmodat(
+            &dir,
+            name,
+            Mode::from_raw_mode(now | rights),
+            rustix::fs::AtFlags::empty(),
+        ) {
+            Ok(()) => restored.modes.push(format!(
+                "{} {:o} -> {:o}",
+                shown.display(),
+                now,
+                now | rights
+            )),
+            Err(e) => restored
+                .failed
+                .push(format!("{}: chmod: {e}", shown.display())),
+        }
+    }
+    Ok(())
 }
 
 /// `path` with its longest prefix that resolves made canonical, the rest appended as given.
@@ -353,6 +464,78 @@ mod tests {
         assert!(dirs
             .not_a_directory(&dir, OsStr::new("link"), &at, own_uid() + 1)
             .is_ok());
+    }
+
+    #[test]
+    fn entries_of_the_supervisors_own_directory_get_their_owners_rights_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let records = tmp.path().join("records");
+        fs::create_dir_all(records.join("iteration-1")).unwrap();
+        fs::write(records.join(".collected"), "1\n").unwrap();
+        let mut dirs = OwnedDirs::of_uid(own_uid());
+        dirs.guard_own(&records).unwrap();
+        fs::set_permissions(
+            records.join(".collected"),
+            fs::Permissions::from_mode(0o000),
+        )
+        .unwrap();
+        fs::set_permissions(
+            records.join("iteration-1"),
+            fs::Permissions::from_mode(0o055),
+        )
+        .unwrap();
+        let restored = dirs.restore();
+        assert_eq!(mode(&records.join(".collected")), 0o600);
+        assert_eq!(mode(&records.join("iteration-1")), 0o755);
+        assert_eq!(restored.modes.len(), 2, "{restored:?}");
+        // Entries of a directory that is not the supervisor's own are left as they are.
+        let other = tmp.path().join("other");
+        fs::create_dir(&other).unwrap();
+        fs::write(other.join("f"), "").unwrap();
+        dirs.guard(&other).unwrap();
+        fs::set_permissions(other.join("f"), fs::Permissions::from_mode(0o000)).unwrap();
+        dirs.restore();
+        assert_eq!(mode(&other.join("f")), 0);
+    }
+
+    #[test]
+    fn a_default_acl_on_a_held_directory_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sandbox");
+        fs::create_dir(&dir).unwrap();
+        let mut dirs = OwnedDirs::of_uid(own_uid());
+        dirs.guard(&dir.join("x")).unwrap();
+        // u::---,g::---,o::--- as the kernel's xattr format (version 2, three entries).
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for tag in [1u16, 4, 32] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(0u16.to_le_bytes());
+            acl.extend(u32::MAX.to_le_bytes());
+        }
+        let set = rustix::fs::setxattr(
+            &dir,
+            "system.posix_acl_default",
+            &acl,
+            rustix::fs::XattrFlags::empty(),
+        );
+        if set == Err(rustix::io::Errno::NOTSUP) {
+            pitcrew_test_support::skip("the temporary directory's file system has no POSIX ACLs");
+            return;
+        }
+        set.unwrap();
+        let restored = dirs.restore();
+        assert!(
+            restored
+                .modes
+                .iter()
+                .any(|m| m.ends_with("system.posix_acl_default removed")),
+            "{restored:?}"
+        );
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            rustix::fs::getxattr(&dir, "system.posix_acl_default", &mut buf[..]),
+            Err(rustix::io::Errno::NODATA)
+        );
     }
 
     #[test]

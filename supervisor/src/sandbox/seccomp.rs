@@ -29,6 +29,13 @@
 //! different uid both fail for the supervisor; reading another process's priority or affinity
 //! stays allowed (glibc's `pthread_getattr_np` reads its own thread's affinity by id).
 //!
+//! Setting an extended attribute fails with `EOPNOTSUPP` ([`UNSUPPORTED_SYSCALLS`]): a default
+//! POSIX ACL on a directory the agent owns (in the unprivileged mode the supervisor's records
+//! and upload directories) would make every entry the supervisor creates there later start
+//! with mode 000, and a `user.*` attribute would travel with a file into the next upload. The
+//! `io_uring` calls fail with `ENOSYS` ([`ABSENT_SYSCALLS`]): a ring makes `setxattr` and
+//! `fallocate` without a system call this filter sees.
+//!
 //! With a disk budget ([`super::disk_budget`]) `fallocate` fails with `EOPNOTSUPP`: it
 //! allocates gigabytes in microseconds, far inside one sample of the budget's watch, while
 //! written bytes come at the disk's pace. (glibc's `posix_fallocate` then writes the range.)
@@ -66,6 +73,17 @@ pub const SELF_ONLY_SYSCALLS: [&str; 9] = [
 
 /// `fcntl` commands the agent's tree may not use, by name (for the record).
 pub const DENIED_FCNTL: [&str; 1] = ["F_SETSIG"];
+
+/// System calls that fail with `EOPNOTSUPP` in every iteration, as on a file system without
+/// extended attributes: with them the agent would give the directories it owns a default POSIX
+/// ACL, which Landlock does not cover and `chmod` does not undo, and every entry the supervisor
+/// creates below them later would start with mode 000 (its records, its upload staging).
+pub const UNSUPPORTED_SYSCALLS: [&str; 4] = ["setxattr", "lsetxattr", "fsetxattr", "setxattrat"];
+
+/// System calls that fail with `ENOSYS`, as on a kernel without them: an `io_uring` ring makes
+/// system calls (`setxattr`, `fallocate`) that no seccomp filter sees. Runtimes fall back
+/// (libuv, Node).
+pub const ABSENT_SYSCALLS: [&str; 3] = ["io_uring_setup", "io_uring_enter", "io_uring_register"];
 
 /// System calls that fail with `EOPNOTSUPP` when the manifest sets a disk budget.
 pub const UNSUPPORTED_WITH_DISK_BUDGET: [&str; 1] = ["fallocate"];
@@ -117,7 +135,7 @@ enum To {
     Skip(u8),
     Allow,
     Deny,
-    Foreign,
+    NoSys,
     Unsupported,
 }
 
@@ -211,6 +229,28 @@ fn self_only_syscalls() -> [SelfOnly; 9] {
     ]
 }
 
+/// `setxattrat` (Linux 6.13; one number on every architecture since 5.1's common table), which
+/// the `libc` crate does not name yet.
+const SYS_SETXATTRAT: libc::c_long = 463;
+
+/// The calls of [`UNSUPPORTED_SYSCALLS`] and [`ABSENT_SYSCALLS`], in their order.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn unsupported_and_absent_numbers() -> ([libc::c_long; 4], [libc::c_long; 3]) {
+    (
+        [
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_fsetxattr,
+            SYS_SETXATTRAT,
+        ],
+        [
+            libc::SYS_io_uring_setup,
+            libc::SYS_io_uring_enter,
+            libc::SYS_io_uring_register,
+        ],
+    )
+}
+
 fn nr(n: libc::c_long) -> u32 {
     // System call numbers are small non-negative integers.
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -224,14 +264,21 @@ impl Filter {
         {
             let mut insns = vec![
                 load(DATA_ARCH),
-                jump(BPF_JEQ_K, arch::AUDIT_ARCH, To::Next, To::Foreign),
+                jump(BPF_JEQ_K, arch::AUDIT_ARCH, To::Next, To::NoSys),
                 load(DATA_NR),
             ];
             if let Some(bit) = arch::FOREIGN_NR_BIT {
-                insns.push(jump(BPF_JGE_K, bit, To::Foreign, To::Next));
+                insns.push(jump(BPF_JGE_K, bit, To::NoSys, To::Next));
             }
             for n in denied_numbers() {
                 insns.push(jump(BPF_JEQ_K, nr(n), To::Deny, To::Next));
+            }
+            let (unsupported, absent) = unsupported_and_absent_numbers();
+            for n in unsupported {
+                insns.push(jump(BPF_JEQ_K, nr(n), To::Unsupported, To::Next));
+            }
+            for n in absent {
+                insns.push(jump(BPF_JEQ_K, nr(n), To::NoSys, To::Next));
             }
             if disk_budget {
                 insns.push(jump(
@@ -326,7 +373,7 @@ fn resolve(insns: &[Insn]) -> Result<Vec<libc::sock_filter>, String> {
             To::Skip(n) => at + 1 + usize::from(n),
             To::Allow => allow,
             To::Deny => deny,
-            To::Foreign => foreign,
+            To::NoSys => foreign,
             To::Unsupported => unsupported,
         };
         u8::try_from(target - at - 1)
@@ -659,6 +706,74 @@ mod tests {
             libc::waitpid(target, std::ptr::null_mut(), 0);
             assert_eq!(libc::WEXITSTATUS(status), 0);
         }
+    }
+
+    /// Setting an extended attribute (an ACL, `user.*`) fails as on a file system without
+    /// them, through every call, and `io_uring` (whose ring would set one unseen) as on a
+    /// kernel without it; reading attributes still works.
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_record__setting_an_acl_or_xattr_is_not_supported_and_io_uring_is_absent() {
+        fn probe() -> i32 {
+            // SAFETY: raw calls on a memfd of the child's own and on /tmp with C strings and
+            // stack buffers that live for each call.
+            unsafe {
+                let fd = libc::syscall(libc::SYS_memfd_create, c"probe".as_ptr(), 0) as i32;
+                let unsupported = |rc: libc::c_long| rc == -1 && errno() == libc::EOPNOTSUPP;
+                let value = b"x";
+                let ptr = value.as_ptr().cast::<libc::c_void>();
+                if !unsupported(libc::syscall(
+                    libc::SYS_fsetxattr,
+                    fd,
+                    c"user.x".as_ptr(),
+                    ptr,
+                    1,
+                    0,
+                )) || !unsupported(libc::syscall(
+                    libc::SYS_setxattr,
+                    c"/tmp".as_ptr(),
+                    c"system.posix_acl_default".as_ptr(),
+                    ptr,
+                    1,
+                    0,
+                )) || !unsupported(libc::syscall(
+                    libc::SYS_lsetxattr,
+                    c"/tmp".as_ptr(),
+                    c"user.x".as_ptr(),
+                    ptr,
+                    1,
+                    0,
+                )) || !unsupported(libc::syscall(
+                    SYS_SETXATTRAT,
+                    -100,
+                    c"/tmp".as_ptr(),
+                    0,
+                    0,
+                    0,
+                    0,
+                )) {
+                    return 1;
+                }
+                let mut params = [0u8; 120];
+                if libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) != -1
+                    || errno() != libc::ENOSYS
+                {
+                    return 2;
+                }
+                let mut buf = [0u8; 256];
+                let listed = libc::syscall(
+                    libc::SYS_flistxattr,
+                    fd,
+                    buf.as_mut_ptr().cast::<libc::c_char>(),
+                    buf.len(),
+                );
+                if listed < 0 {
+                    return 3;
+                }
+                0
+            }
+        }
+        assert_eq!(in_filtered_child(probe), 0);
     }
 
     #[test]

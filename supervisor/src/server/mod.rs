@@ -219,9 +219,13 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         crate::say!("records directory {}: {err}", opts.records.display());
         return exit_code::SUPERVISOR_FAILED;
     }
-    if let Err(err) = ctx.owned_dirs.guard(&opts.records) {
+    if let Err(err) = ctx.owned_dirs.guard_own(&opts.records) {
         crate::say!("records directory {}: {err}", opts.records.display());
         return exit_code::SUPERVISOR_FAILED;
+    }
+    // Its entries too (`.collected`, read below), before anything reads them.
+    if let Some(found) = ctx.restore_own_state() {
+        tracing::warn!("own state set back at start: {found:?}");
     }
     // Canonical, to be compared with the agent's writable directories (opened without a link).
     match fs::canonicalize(&opts.records) {
