@@ -456,6 +456,25 @@ fn layout_args(root: &str, records: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// `pitcrew CMD… OVER…` as the operator runs it over the exec transport (`OVER`: the engine's
+/// arguments, [`layout_args`]), with the engine's environment.
+fn operator(engine: &Engine, over: &[String], cmd: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary("pitcrew"))
+        .args(cmd)
+        .args(over)
+        .envs(engine.env())
+        .output()
+        .unwrap()
+}
+
+/// How many records a new session's `inspect` lists as not collected.
+fn uncollected(engine: &Engine, sandbox: &ForeignInit, over: &[String]) -> serde_json::Value {
+    let inspect = operator(engine, over, &["inspect", &sandbox.name, "--json"]);
+    assert!(inspect.status.success(), "{inspect:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    shown["status"]["uncollected"].clone()
+}
+
 /// Landlock does not cover `chmod`, and in the unprivileged mode the agent owns the uploads
 /// root, the records directory and (in OpenShell's layout) their parent `/sandbox`. Before,
 /// `chmod 000` of them lost the iteration's record, failed the next iteration with 125 and every
@@ -508,14 +527,7 @@ fn attack_record__chmod_of_the_sandbox_directories_locks_nothing_in_the_unprivil
                 assert!(restored.contains("/sandbox 0 -> 755"), "{tag}: {record:#}");
             }
         }
-        let pitcrew = |cmd: &[&str]| {
-            std::process::Command::new(binary("pitcrew"))
-                .args(cmd)
-                .args(&over)
-                .envs(engine.env())
-                .output()
-                .unwrap()
-        };
+        let pitcrew = |cmd: &[&str]| operator(&engine, &over, cmd);
         let inspect = pitcrew(&["inspect", &sandbox.name, "--json"]);
         assert!(inspect.status.success(), "{tag}: {inspect:?}");
         let fetched = dir.path().join("fetched");
@@ -593,16 +605,9 @@ fn attack_record__a_default_acl_on_the_sandbox_directories_locks_nothing_in_the_
     }
 
     // A later run in a new session: its uploads must not be refused.
-    let state = dir.path().join("state-2");
-    fs::create_dir(&state).unwrap();
-    let out = std::process::Command::new(binary("pitcrew"))
-        .arg("run")
-        .arg(&harness)
-        .arg("--json")
-        .args(&args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let harness_arg = harness.to_str().unwrap();
+    let run = ["run", harness_arg, "--json", "--sandbox", &sandbox.name];
+    let out = operator(&engine, &over, &run);
     if out.status.code() != Some(0) {
         broken.push(format!(
             "run 2: exit {:?}: {}",
@@ -612,15 +617,7 @@ fn attack_record__a_default_acl_on_the_sandbox_directories_locks_nothing_in_the_
     }
 
     // Every record was collected by its run: a new session must know it.
-    let inspect = std::process::Command::new(binary("pitcrew"))
-        .args(["inspect", &sandbox.name, "--json"])
-        .args(&over)
-        .envs(engine.env())
-        .output()
-        .unwrap();
-    assert!(inspect.status.success(), "{inspect:?}");
-    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-    let uncollected = &shown["status"]["uncollected"];
+    let uncollected = uncollected(&engine, &sandbox, &over);
     if uncollected["count"] != 0 {
         broken.push(format!(
             "inspect: collected records listed as uncollected: {uncollected}"
@@ -647,14 +644,6 @@ fn attack_record__an_unreadable_collected_file_forgets_nothing_in_the_unprivileg
     let (code, doc) = run_script(&engine, &sandbox, dir.path(), "", &script, 3);
     assert_eq!(code, Some(0), "{doc:#}");
     // The run collected all three records; a new session must still know it.
-    let inspect = std::process::Command::new(binary("pitcrew"))
-        .args(["inspect", &sandbox.name, "--json"])
-        .args(layout_args("/sandbox", RECORDS))
-        .envs(engine.env())
-        .output()
-        .unwrap();
-    assert!(inspect.status.success(), "{inspect:?}");
-    let shown: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-    let uncollected = &shown["status"]["uncollected"];
+    let uncollected = uncollected(&engine, &sandbox, &layout_args("/sandbox", RECORDS));
     assert_eq!(uncollected["count"], 0, "{uncollected}");
 }
