@@ -299,6 +299,10 @@ pub(super) fn drive(
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let mut row = report::summarize(&outcome.record, duration_ms, events);
+            // What was stripped from the workspace is the host's word alone, said once the
+            // record is collected: never the supervisor's.
+            row.workspace_stripped.clear();
+            row.workspace_flagged.clear();
             let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
             progress.status(&format!("iteration {}: collecting", outcome.iteration));
             // Checked again before every collect: the validation command runs on the host between
