@@ -4,6 +4,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod client;
+mod collected_workspace;
 mod commands;
 mod engine;
 mod failure_hint;

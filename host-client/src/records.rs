@@ -6,6 +6,7 @@
 //! paths reach the 4096 bytes the supervisor lets through unpacks below a run directory of any
 //! depth (the full path may exceed `PATH_MAX`).
 
+use crate::collected_workspace::{self, WorkspaceReport};
 use crate::engine::Connection;
 use anyhow::{bail, Context as _};
 use pitcrew_core::server::copies_limit;
@@ -31,12 +32,13 @@ fn record_limits(disk_bytes: Option<u64>) -> UnpackLimits {
 /// Collects `iteration` (default: the latest) into `dest` (created; must not exist). `disk_bytes`
 /// is the harness's disk budget, when the caller knows it: with a supervisor that bounds a
 /// record's copies by it (feature `record.disk_budget`), the unpack is bounded by it too.
+/// Returns what was stripped from the record's `workspace/` ([`unpack_with`]).
 pub fn collect_into(
     conn: &mut Connection,
     iteration: Option<u32>,
     dest: &Path,
     disk_bytes: Option<u64>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<WorkspaceReport> {
     // An older supervisor bounds the copies by their fixed budget alone.
     let disk_bytes =
         disk_bytes.filter(|_| conn.hello().capabilities.has_feature("record.disk_budget"));
@@ -50,19 +52,88 @@ pub fn collect_into(
 /// Unpacks a record's tar stream `tar` (as `collect` sends it, or read from the sandbox's
 /// storage) into `dest` (created; must not exist), with the same rule as [`collect_into`]
 /// without a disk budget.
-pub fn unpack_record(tar: &mut dyn std::io::Read, dest: &Path) -> anyhow::Result<()> {
+pub fn unpack_record(tar: &mut dyn std::io::Read, dest: &Path) -> anyhow::Result<WorkspaceReport> {
     unpack_with(tar, dest, &record_limits(None))
 }
 
-/// Unpacks the record `tar` into `dest` within `limits`.
+/// Unpacks the record `tar` into `dest` within `limits`, then strips its `workspace/` of what
+/// git would run on the host ([`collected_workspace::strip`]) and notes what was stripped in
+/// its `result.json`. A record whose workspace could be neither checked nor removed is removed
+/// whole.
 fn unpack_with(
     tar: &mut dyn std::io::Read,
     dest: &Path,
     limits: &UnpackLimits,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<WorkspaceReport> {
     unpack_tar(tar, dest, limits, None)
         .with_context(|| format!("{}: unpacking the record", dest.display()))?;
-    Ok(())
+    let stripped = collected_workspace::strip(&dest.join("workspace")).and_then(|report| {
+        note_in_record(dest, &report)?;
+        Ok(report)
+    });
+    if stripped.is_err() {
+        if let Err(e) = pitcrew_core::bounded_tree::remove_path(dest) {
+            tracing::error!("{}: remove the unchecked record: {e}", dest.display());
+        }
+    }
+    stripped
+}
+
+/// Writes what [`collected_workspace::strip`] removed and flagged into the record's
+/// `result.json` in `dest` (`workspace_stripped`, `workspace_flagged`): appended before its
+/// closing brace, so the supervisor's order of fields stays; whatever the supervisor wrote
+/// under those names is replaced. A record without a readable `result.json` is left alone (its
+/// reader says so).
+fn note_in_record(dest: &Path, report: &WorkspaceReport) -> anyhow::Result<()> {
+    const STRIPPED: &str = "workspace_stripped";
+    const FLAGGED: &str = "workspace_flagged";
+    let path = dest.join("result.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(());
+    };
+    let Ok(serde_json::Value::Object(mut doc)) = serde_json::from_slice(&bytes) else {
+        return Ok(());
+    };
+    let mut notes = serde_json::Map::new();
+    for (key, list) in [(STRIPPED, &report.stripped), (FLAGGED, &report.flagged)] {
+        if !list.is_empty() {
+            notes.insert(key.into(), list.clone().into());
+        }
+    }
+    let said = doc.contains_key(STRIPPED) || doc.contains_key(FLAGGED);
+    let text = if said {
+        doc.remove(STRIPPED);
+        doc.remove(FLAGGED);
+        doc.extend(notes);
+        let mut text = serde_json::to_vec(&doc)?;
+        text.push(b'\n');
+        text
+    } else if notes.is_empty() {
+        return Ok(());
+    } else {
+        let end = bytes
+            .iter()
+            .rposition(|&b| b == b'}')
+            .context("result.json: not an object")?;
+        let notes = serde_json::to_vec(&serde_json::Value::Object(notes))?;
+        let mut text = bytes[..end].to_vec();
+        if !doc.is_empty() {
+            text.push(b',');
+        }
+        // `{"workspace_stripped":…}` without its opening brace.
+        text.extend_from_slice(&notes[1..]);
+        text.push(b'\n');
+        text
+    };
+    let fd = rustix::fs::open(
+        &path,
+        OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("{}: open", path.display()))?;
+    std::fs::File::from(fd)
+        .write_all(&text)
+        .with_context(|| format!("{}: write", path.display()))
 }
 
 /// How many times one component of the records directory is created before giving up.
@@ -243,6 +314,60 @@ mod tests {
         assert_eq!(mode("result.json"), 0o600);
         assert_eq!(mode("output/sub"), 0o700);
         assert_eq!(mode("output/sub/tool"), 0o700);
+    }
+
+    #[test]
+    fn a_collected_workspace_is_stripped_and_the_record_says_so_whatever_the_supervisor_said() {
+        use std::fs;
+        // A record as a hostile supervisor could stream it: a hook given the execute bit, a
+        // configuration that runs a command, and its own claim that nothing was stripped.
+        let record = |result: &str| {
+            let mut b = tar::Builder::new(Vec::new());
+            for (path, mode, data) in [
+                ("result.json", 0o644, result.as_bytes()),
+                ("workspace/.git/HEAD", 0o644, b"ref: refs/heads/main\n"),
+                ("workspace/.git/hooks/post-checkout", 0o755, b"#!/bin/sh\n"),
+                (
+                    "workspace/.git/config",
+                    0o644,
+                    b"[core]\n\tfsmonitor = x\n\tbare = false\n",
+                ),
+            ] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(data.len() as u64);
+                h.set_mode(mode);
+                h.set_entry_type(tar::EntryType::Regular);
+                b.append_data(&mut h, path, data).unwrap();
+            }
+            b.into_inner().unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let stripped = [".git/hooks/post-checkout", ".git/config: core.fsmonitor"];
+        // The supervisor's order of fields stays; the host's notes come last.
+        let d = tmp.path().join("iteration-1");
+        let report =
+            unpack_record(&mut &record("{\"iteration\":1,\"exit_code\":0}\n")[..], &d).unwrap();
+        assert_eq!(report.stripped, stripped);
+        assert_eq!(
+            fs::read_to_string(d.join("result.json")).unwrap(),
+            "{\"iteration\":1,\"exit_code\":0,\"workspace_stripped\":[\".git/hooks/post-checkout\",\
+             \".git/config: core.fsmonitor\"]}\n"
+        );
+        assert!(!d.join("workspace/.git/hooks/post-checkout").exists());
+        assert_eq!(
+            fs::read_to_string(d.join("workspace/.git/config")).unwrap(),
+            "[core]\n\tbare = \"false\"\n"
+        );
+        // What the supervisor claims is replaced.
+        let d = tmp.path().join("iteration-2");
+        let claim = "{\"iteration\":2,\"workspace_stripped\":[],\"workspace_flagged\":[\"x\"]}";
+        unpack_record(&mut &record(claim)[..], &d).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&fs::read(d.join("result.json")).unwrap()).unwrap();
+        assert_eq!(
+            doc,
+            serde_json::json!({"iteration": 2, "workspace_stripped": stripped})
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
+//! - [`git_config`]: a git configuration file read as data and written back with only the keys
+//!   that run nothing (a collected workspace's repositories).
 //! - [`protocol`]: framing and messages between the host and the supervisor.
 //! - [`result`]: the result record of an iteration.
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
@@ -41,6 +43,7 @@ pub mod dotenv;
 pub mod env_policy;
 pub mod environment;
 pub mod exit_code;
+pub mod git_config;
 #[cfg(feature = "harness")]
 pub mod harness;
 pub mod hash_command;

@@ -88,6 +88,19 @@ pub struct IterationResult {
     /// was not, or when the supervisor does not keep records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_full: Option<DiskFull>,
+    /// What the host removed from the collected workspace (`workspace/`) because git would run
+    /// it, or read it as configuration, at the operator's next git command there: hooks, keys
+    /// of a repository's configuration outside the allowlist, `info/attributes`, a `.git` file
+    /// naming a directory outside the workspace. Written by the host into its copy of the
+    /// record when it unpacks it; the supervisor never sets it (what one says is replaced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspace_stripped: Vec<String>,
+    /// What the host kept in the collected workspace but names: `.gitattributes` lines that
+    /// set a filter, or a diff or merge driver git does not define itself (they run only a
+    /// command the operator's own git configuration defines). Written by the host, like
+    /// `workspace_stripped`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspace_flagged: Vec<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.
@@ -525,6 +538,8 @@ impl IterationResult {
             agent: None,
             usage: None,
             disk_full: None,
+            workspace_stripped: Vec::new(),
+            workspace_flagged: Vec::new(),
         }
     }
 

@@ -202,6 +202,172 @@ fn collect_workspace_brings_back_what_the_agent_changed() {
     assert!(!it.join("workspace").exists());
 }
 
+/// `git ARGS` in `dir` on the host, with no global or system configuration (only what the
+/// repository itself says counts).
+fn host_git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn attack_plants__collected_workspace_git_hooks_and_config_never_run_on_the_host() {
+    if !gate() || Command::new("git").arg("--version").output().is_err() {
+        return;
+    }
+    // What the host's git would run, each writing to `marker` (a host path the agent names
+    // but cannot write): a hook, a hooks directory of the host's (as `core.hooksPath`),
+    // `core.fsmonitor`, a clean/smudge filter activated by `.gitattributes` and
+    // `.git/info/attributes`, configuration included from a workspace file and from `/tmp`,
+    // the same in a nested repository, and a `.git` file naming a git directory elsewhere.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("marker");
+    let host_hooks = dir.path().join("hooks");
+    fs::create_dir(&host_hooks).unwrap();
+    let hook = host_hooks.join("post-checkout");
+    fs::write(
+        &hook,
+        format!("#!/bin/sh\necho hooks-path >> {}\n", marker.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    let m = marker.display();
+    let script = format!(
+        r#"set -e
+g() {{ git -c user.name=agent -c user.email=agent@example.invalid "$@"; }}
+g init -q .
+g add README.md
+g commit -qm base
+g remote add origin https://example.invalid/repo.git
+printf '#!/bin/sh\necho hook >> {m}\n' > .git/hooks/post-checkout
+chmod +x .git/hooks/post-checkout
+printf '* filter=x\n' > .git/info/attributes
+printf 'README.md filter=x\n' > .gitattributes
+printf '[core]\n\tfsmonitor = echo included >> {m}; false\n' > evil.config
+mkdir nested
+(cd nested && g init -q . && printf '#!/bin/sh\necho nested >> {m}\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && g config core.fsmonitor 'echo nested-fsmonitor >> {m}; false')
+mkdir linked
+printf 'gitdir: {hooks}/../elsewhere/.git\n' > linked/.git
+g config core.fsmonitor 'echo fsmonitor >> {m}; false'
+g config core.hooksPath {hooks}
+g config filter.x.clean 'echo clean >> {m}; cat'
+g config filter.x.smudge 'echo smudge >> {m}; cat'
+g config --add include.path ../evil.config
+g config --add include.path /tmp/x
+echo planted"#,
+        hooks = host_hooks.display()
+    );
+    let fx = fixture(&script, 1, "");
+    let (out, doc) = fx.run(&["--collect-workspace", "--keep"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{doc:#}\n{stderr}");
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let it = iteration_dir(&doc, 1);
+    let ws = it.join("workspace");
+    assert!(ws.join(".git/HEAD").is_file(), "no repository came back");
+
+    // Nothing that runs by being present came back; the rest of the repository did.
+    for gone in [
+        ".git/hooks/post-checkout",
+        ".git/info/attributes",
+        "nested/.git/hooks/pre-commit",
+        "linked/.git",
+    ] {
+        assert!(!ws.join(gone).exists(), "{gone} came back");
+    }
+    let config = read_text(&ws.join(".git/config"));
+    for key in [
+        "fsmonitor",
+        "hooksPath",
+        "filter",
+        "include",
+        "clean",
+        "smudge",
+    ] {
+        assert!(
+            !config.to_lowercase().contains(&key.to_lowercase()),
+            "{key}: {config}"
+        );
+    }
+    assert!(
+        config.contains("https://example.invalid/repo.git"),
+        "{config}"
+    );
+    assert!(!read_text(&ws.join("nested/.git/config")).contains("fsmonitor"));
+
+    // The host's git runs none of it.
+    let status = host_git(&ws, &["status", "--porcelain"]);
+    assert!(status.status.success(), "{status:?}");
+    fs::write(ws.join("README.md"), "work\nmore\n").unwrap();
+    assert!(host_git(&ws, &["add", "README.md"]).status.success());
+    assert!(host_git(&ws, &["checkout", "-q", "-b", "other"])
+        .status
+        .success());
+    assert!(host_git(&ws.join("nested"), &["status"]).status.success());
+    assert!(
+        !marker.exists(),
+        "the host's git ran what the agent planted: {}",
+        read_text(&marker)
+    );
+
+    // The record, the run's summary and its output name what was removed.
+    let record = read_json(&it.join("result.json"));
+    let stripped = record["workspace_stripped"].to_string();
+    for name in [
+        ".git/hooks/post-checkout",
+        ".git/config: core.fsmonitor",
+        ".git/config: core.hooksPath",
+        ".git/config: filter.x.clean",
+        ".git/config: filter.x.smudge",
+        ".git/config: include.path",
+        ".git/info/attributes",
+        "nested/.git/hooks/pre-commit",
+        "nested/.git/config: core.fsmonitor",
+        "linked/.git",
+    ] {
+        assert!(stripped.contains(name), "{name}: {stripped}");
+    }
+    assert!(!stripped.contains("remote.origin.url"), "{stripped}");
+    assert!(
+        record["workspace_flagged"]
+            .to_string()
+            .contains(".gitattributes:1: filter=x"),
+        "{record:#}"
+    );
+    assert_eq!(
+        doc["iterations"][0]["workspace_stripped"].to_string(),
+        stripped
+    );
+    assert!(
+        stderr.contains("removed from the collected workspace")
+            && stderr.contains(".git/config: core.fsmonitor"),
+        "{stderr}"
+    );
+
+    // `pitcrew collect` strips the same and says so.
+    let again = dir.path().join("again");
+    let out = fx.output(&["collect", &id, "--out", again.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.contains("removed from the collected workspace")
+            && said.contains(".git/hooks/post-checkout"),
+        "{said}"
+    );
+    let ws = again.join("iteration-1/workspace");
+    assert!(!ws.join(".git/hooks/post-checkout").exists());
+    assert!(!read_text(&ws.join(".git/config")).contains("fsmonitor"));
+    assert!(host_git(&ws, &["status"]).status.success());
+    assert!(!marker.exists(), "{}", read_text(&marker));
+    fx.down(&id);
+}
+
 /// The validation command prints what the workspace (the agent's) holds: its output reaches
 /// the operator's terminal escaped, with or without `feedback:`.
 #[test]

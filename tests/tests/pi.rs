@@ -421,6 +421,65 @@ fn planted_extensions(pi: Pi) {
     assert_eq!(argv.contains("\"--no-approve\""), pi.prefixed, "{argv}");
 }
 
+/// pi's `bash` tool plants a git hook and `core.fsmonitor` in the workspace's repository:
+/// `pitcrew run --collect-workspace` brings the repository back without them, and the host's
+/// git runs neither (the host strips the record, whatever runtime wrote it).
+#[test]
+fn attack_plants__collected_workspace_git_hook_and_fsmonitor_planted_through_pi_never_run() {
+    let pi = PI_0_73;
+    if !pi.gate()
+        || std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        return;
+    }
+    let marks = tempfile::tempdir().unwrap();
+    let marker = marks.path().join("marker");
+    let m = marker.display();
+    let plant: &'static str = Box::leak(
+        format!(
+            "set -e; g() {{ git -c user.name=pi -c user.email=pi@example.invalid \"$@\"; }}; \
+             g init -q .; g add README.md; g commit -qm base; \
+             printf '#!/bin/sh\\necho hook >> {m}\\n' > .git/hooks/post-checkout; \
+             chmod +x .git/hooks/post-checkout; \
+             g config core.fsmonitor 'echo fsmonitor >> {m}; false'; echo planted"
+        )
+        .into_boxed_str(),
+    );
+    let commands: &'static [&'static str] = Box::leak(vec![plant].into_boxed_slice());
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        commands,
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&["--collect-workspace"], &[]);
+    let results = server.tool_results();
+    assert!(results.iter().any(|r| r.contains("planted")), "{results:?}");
+    let ws = iteration_dir(&doc, 1).join("workspace");
+    assert!(ws.join(".git/HEAD").is_file(), "{doc:#}");
+    assert!(!ws.join(".git/hooks/post-checkout").exists());
+    assert!(!read_text(&ws.join(".git/config")).contains("fsmonitor"));
+    for args in [&["status"][..], &["checkout", "-q", "-b", "other"]] {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    assert!(!marker.exists(), "{}", read_text(&marker));
+    let stripped = doc["iterations"][0]["workspace_stripped"].to_string();
+    for name in [".git/hooks/post-checkout", ".git/config: core.fsmonitor"] {
+        assert!(stripped.contains(name), "{name}: {doc:#}");
+    }
+}
+
 /// The control for the test above: the same planted extensions, pi started by hand in the same
 /// kind of workspace without pitcrew's `--no-extensions`, are loaded, so the test above can fail.
 #[test]

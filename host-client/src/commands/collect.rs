@@ -1,7 +1,8 @@
 //! `pitcrew collect SANDBOX [--iteration N] [--out DIR]`: fetch an iteration's record (the
 //! latest by default) into `DIR/iteration-N/`, with the same safe unpack as `pitcrew run`. When
 //! the sandbox's supervisor is gone, the record is read from the sandbox's storage (the local
-//! engine's state directory) instead, and `collect` says so.
+//! engine's state directory) instead, and `collect` says so. A record's `workspace/` arrives
+//! stripped of what git would run on the host, and `collect` names what was removed.
 
 use crate::engine::{EngineArgs, SandboxId};
 use crate::output::{errln, outln};
@@ -61,7 +62,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     match engine.connect(&id) {
         Ok(mut conn) => {
             let res = records::collect_into(&mut conn, args.iteration, &staging, None)
-                .and_then(|()| place(&staging, &out));
+                .and_then(|_| place(&staging, &out));
             // Only once the record is in its place does the sandbox hear that the host holds it.
             let res = res.and_then(|(record, dest)| {
                 acknowledge(&mut conn, record.iteration)?;
@@ -157,6 +158,9 @@ fn report_collected(
             dest.display()
         );
         outln!("{}", report::escape_controls(&line))?;
+        for line in summary.workspace_lines() {
+            outln!("{}", report::escape_controls(&line))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

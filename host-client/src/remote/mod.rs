@@ -153,10 +153,7 @@ impl Settings {
         path: PathBuf,
         listing: Option<TreeListing>,
     ) -> Resolved {
-        let findings: Vec<String> = scan::scan(&path, source.name())
-            .into_iter()
-            .map(|f| format!("content scan: {f}"))
-            .collect();
+        let findings = scan_notes(&path, source.name());
         let (notes, problems) = if self.refuse_findings {
             (Vec::new(), findings)
         } else {
@@ -171,8 +168,18 @@ impl Settings {
     }
 }
 
-/// Validates `file` with its remote entries resolved offline from the cache, as `validate`,
-/// `run` and `batch` do.
+/// The content scan's findings for the copy at `path` (uploaded as `name`), each said as
+/// `content scan: …`: the same for a remote copy and a local tree.
+fn scan_notes(path: &Path, name: &str) -> Vec<String> {
+    scan::scan(path, name)
+        .into_iter()
+        .map(|f| format!("content scan: {f}"))
+        .collect()
+}
+
+/// Validates `file` with its remote entries resolved offline from the cache, and its local
+/// plugins, skills and adapters scanned as a remote copy is, as `validate`, `run` and `batch`
+/// do.
 pub fn validate(file: &Path, progress: Option<&HashProgress>) -> Result<Validated, HarnessError> {
     let mut sources = CacheSources::new(file);
     harness::validate_with(file, progress, &mut sources)
@@ -196,6 +203,12 @@ impl CacheSources {
 }
 
 impl RemoteSources for CacheSources {
+    /// A local tree's findings are notes, whatever `PITCREW_REMOTE_SCAN` says (it is about
+    /// remote sources, and the harness's directory is the operator's).
+    fn scan_local(&mut self, path: &Path, name: &str) -> Vec<String> {
+        scan_notes(path, name)
+    }
+
     fn resolve(&mut self, source: &RemoteSource, _field: &str) -> Result<Resolved, String> {
         let harness = self.harness.clone();
         let lock_path = lock_path(&harness);

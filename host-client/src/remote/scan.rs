@@ -1,5 +1,6 @@
-//! The content scan of fetched sources, before they are uploaded: a bounded look for what a
-//! runtime would take as instructions or as code to load, in a tree somebody else wrote.
+//! The content scan of the trees a harness uploads, fetched or local: a bounded look for what a
+//! runtime would take as instructions or as code to load, in a tree somebody else may have
+//! written.
 //!
 //! What it reports (each a finding, `path:line: what`):
 //!
@@ -13,9 +14,13 @@
 //!   `SYSTEM.md`, `APPEND_SYSTEM.md`), runtime settings directories (`.pi/`, `.claude/`), a
 //!   Claude plugin's command-running parts (`hooks/hooks.json`, `.mcp.json`), `.npmrc`, `.env`.
 //!
+//! The same scan runs over the local plugins, skills and adapters a harness names, at
+//! `validate` and `run` (`pitcrew run` prints its findings on stderr), with the same findings.
+//!
 //! Bounds: files over 1 MiB are not read (each is named as not scanned), nor files with a NUL
-//! byte in their first 8 KiB (binary); at most 64 MiB is read per source; at most 50 findings are listed per source (then
-//! how many more). The scan reads; it never runs anything.
+//! byte in their first 8 KiB (binary); at most 64 MiB is read per source; at most 100000 files
+//! are listed per source, walked without recursion; at most 50 findings are listed per source
+//! (then how many more). The scan reads; it never runs anything.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -26,6 +31,9 @@ const MAX_FILE: u64 = 1 << 20;
 const MAX_TOTAL: u64 = 64 << 20;
 /// At most this many findings are listed per source.
 const MAX_FINDINGS: usize = 50;
+/// At most this many files are listed per source (a fetched one has at most
+/// `PITCREW_REMOTE_MAX_FILES`; a local tree is not capped before).
+const MAX_FILES: usize = 100_000;
 
 /// Phrases that address the model rather than describe a tool (lowercase).
 const PHRASES: &[&str] = &[
@@ -71,7 +79,11 @@ pub fn scan(root: &Path, name: &str) -> Vec<String> {
     let mut budget = MAX_TOTAL;
     let mut files = Vec::new();
     if root.is_dir() {
-        collect(root, "", &mut files);
+        if !collect(root, "", &mut files) {
+            findings.push(format!(
+                "not scanned past {MAX_FILES} files (the first {MAX_FILES} found are)"
+            ));
+        }
     } else {
         files.push((root.to_path_buf(), name.to_string()));
     }
@@ -113,24 +125,34 @@ pub fn scan(root: &Path, name: &str) -> Vec<String> {
     findings
 }
 
-/// Every regular file below `dir`, with its path relative to the source (links not followed).
-fn collect(dir: &Path, prefix: &str, out: &mut Vec<(std::path::PathBuf, String)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let rel = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
+/// Every regular file below `dir`, with its path relative to the source (links not followed),
+/// walked without recursion; at most [`MAX_FILES`] (`false` when there were more).
+fn collect(dir: &Path, prefix: &str, out: &mut Vec<(std::path::PathBuf, String)>) -> bool {
+    let mut pending = vec![(dir.to_path_buf(), prefix.to_string())];
+    while let Some((dir, prefix)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
         };
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => collect(&entry.path(), &rel, out),
-            Ok(t) if t.is_file() => out.push((entry.path(), rel)),
-            _ => {}
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => pending.push((entry.path(), rel)),
+                Ok(t) if t.is_file() => {
+                    if out.len() == MAX_FILES {
+                        return false;
+                    }
+                    out.push((entry.path(), rel));
+                }
+                _ => {}
+            }
         }
     }
+    true
 }
 
 /// Findings from a file's path alone: names a runtime loads without being told.

@@ -170,6 +170,14 @@ pub struct IterationSummary {
     /// Workspace files the runtime read as configuration, unverified (`workspace_config`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workspace_config: Vec<String>,
+    /// What the host removed from the collected workspace because git would run it there
+    /// (the record's `workspace_stripped`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workspace_stripped: Vec<String>,
+    /// What the host kept in the collected workspace but names (the record's
+    /// `workspace_flagged`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workspace_flagged: Vec<String>,
     /// Tokens and cost the runtime reported (the record's `usage`); absent for `command` and
     /// when the runtime's stream said nothing of them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -290,11 +298,37 @@ pub fn summarize(
         drift,
         env_removed,
         workspace_config: record.workspace_config.clone(),
+        workspace_stripped: record.workspace_stripped.clone(),
+        workspace_flagged: record.workspace_flagged.clone(),
         usage: record.usage.clone(),
         steps: serde_json::to_value(&record.steps).unwrap_or(Value::Null),
         events,
         record_dir: None,
         validation_exit: None,
+    }
+}
+
+impl IterationSummary {
+    /// The lines that say what the host stripped from, and flagged in, the collected
+    /// workspace (none when nothing was), unescaped.
+    pub fn workspace_lines(&self) -> Vec<String> {
+        let n = self.iteration;
+        let mut lines = Vec::new();
+        if !self.workspace_stripped.is_empty() {
+            lines.push(format!(
+                "iteration {n}: removed from the collected workspace what git would run on the \
+                 host: {}",
+                self.workspace_stripped.join(", ")
+            ));
+        }
+        if !self.workspace_flagged.is_empty() {
+            lines.push(format!(
+                "iteration {n}: kept in the collected workspace, naming git drivers that run \
+                 only if your own git configuration defines them: {}",
+                self.workspace_flagged.join(", ")
+            ));
+        }
+        lines
     }
 }
 

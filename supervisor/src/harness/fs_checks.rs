@@ -107,7 +107,8 @@ pub(super) fn file_name(path: &Path) -> String {
 impl Checker<'_> {
     /// What a `plugins:`, `skills:` or `adapters:` entry names, with the name it uploads under
     /// and, for a remote source, its pin:
-    /// a local path (resolved by [`Checker::local_path`]) or a pinned remote source of kind
+    /// a local path (resolved by [`Checker::local_path`], its content scan's findings noted:
+    /// [`RemoteSources::scan_local`](super::remote::RemoteSources::scan_local)) or a pinned remote source of kind
     /// `want`, resolved to its verified local copy by the checker's
     /// [`RemoteSources`](super::remote::RemoteSources). One URL has one pin in a harness.
     pub(super) fn source_path(
@@ -121,6 +122,9 @@ impl Checker<'_> {
             Ok(None) => {
                 let path = self.local_path(at, field, raw)?;
                 let name = file_name(&path);
+                for note in self.remotes.scan_local(&path, &name) {
+                    self.note(at, field, note);
+                }
                 return Some((path, name, None));
             }
             Ok(Some(source)) => source,

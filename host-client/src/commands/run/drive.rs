@@ -206,6 +206,7 @@ pub(super) fn drive(
                 } else {
                     records::open_run_dir(args.records_base(h), &h.output, &run_id)
                         .and_then(|_| records::collect_into(conn, Some(n), &dest, disk_bytes))
+                        .map(|_| ())
                 };
                 let record = collected.and_then(|()| {
                     let bytes = std::fs::read(dest.join("result.json"))?;
@@ -222,6 +223,9 @@ pub(super) fn drive(
                             "iteration {n}: exit {} ({}), {} (run {run_id}, collected now)",
                             row.exit_code, row.meaning, row.verification
                         ));
+                        for line in row.workspace_lines() {
+                            progress.warn(&line);
+                        }
                         rows.push(row);
                     }
                     Err(e) => progress.warn(&format!("iteration {n}: {e:#}")),
@@ -295,6 +299,10 @@ pub(super) fn drive(
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let mut row = report::summarize(&outcome.record, duration_ms, events);
+            // What was stripped from the workspace is the host's word alone, said once the
+            // record is collected: never the supervisor's.
+            row.workspace_stripped.clear();
+            row.workspace_flagged.clear();
             let dest = run_dir.join(format!("iteration-{}", outcome.iteration));
             progress.status(&format!("iteration {}: collecting", outcome.iteration));
             // Checked again before every collect: the validation command runs on the host between
@@ -304,8 +312,10 @@ pub(super) fn drive(
                     records::collect_into(conn, Some(outcome.iteration), &dest, disk_bytes)
                 });
             match collected {
-                Ok(()) => {
+                Ok(workspace) => {
                     row.record_dir = Some(dest.display().to_string());
+                    row.workspace_stripped = workspace.stripped;
+                    row.workspace_flagged = workspace.flagged;
                     if row.exit_code != 0 && row.reason.is_none() {
                         row.error = crate::failure_hint::failure_hint(h.runtime, &dest);
                     }
@@ -327,6 +337,9 @@ pub(super) fn drive(
                     .map(|e| format!("; it said: {e}"))
                     .unwrap_or_default()
             ));
+            for line in row.workspace_lines() {
+                progress.warn(&line);
+            }
             if !row.workspace_config.is_empty() {
                 progress.warn(&format!(
                     "iteration {}: the agent's runtime read unverified configuration from the workspace: {}",

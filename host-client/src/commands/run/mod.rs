@@ -146,6 +146,15 @@ fn run_harness(
             validated.problems.len()
         );
     }
+    // What the content scan found in the trees this run uploads, local and remote alike, as
+    // `validate` says it.
+    for note in validated
+        .notes
+        .iter()
+        .filter(|n| n.message.starts_with("content scan: "))
+    {
+        errln!("{}", escape_controls(&format!("{file}:{note} (note)")));
+    }
     let Some(mut h) = validated.harness.clone() else {
         bail!("{file}: not a harness");
     };

@@ -308,7 +308,7 @@ impl ContainerEngine {
         let copy_dir = scratch.0.join("copy");
         let copied = self
             .read_copy(id, &format!("{RECORDS}/iteration-{n}"), |tar| {
-                crate::records::unpack_record(tar, &copy_dir)
+                crate::records::unpack_record(tar, &copy_dir).map(|_| ())
             })
             .with_context(|| format!("sandbox {id}: copying the record of iteration {n}"))?;
         if copied.is_none() {

@@ -16,7 +16,7 @@
 //! escapes, backslashes or empty, `.` and `..` segments, so one string names one thing.
 
 use crate::tree_hash::TreeListing;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Whether a remote source is a directory (`/tree/`, pinned with `content-v1`) or one file
 /// (`/blob/`, pinned with the SHA-256 of its bytes).
@@ -223,6 +223,14 @@ pub trait RemoteSources {
     /// The verified local copy of `source`, or why there is none (not admitted, not in the
     /// cache, fetch failed, …): the message is reported as a problem of the entry.
     fn resolve(&mut self, source: &RemoteSource, field: &str) -> Result<Resolved, String>;
+
+    /// What the content scan finds in the local tree or file `path` an entry names (uploaded
+    /// as `name`), reported as notes of the entry the way a remote copy's findings are: a
+    /// local plugin, skill or adapter is scanned like a fetched one. None by default.
+    fn scan_local(&mut self, path: &Path, name: &str) -> Vec<String> {
+        let _ = (path, name);
+        Vec::new()
+    }
 }
 
 /// The [`RemoteSources`] of a caller that has none: every remote entry is refused.
