@@ -21,6 +21,10 @@
 //! refused like the upper-case one, so nobody has to reason about which programs read which
 //! spelling. The tables of `docs/manifest.md` are generated from these lists
 //! ([`crate::environment::policy_doc`]).
+//!
+//! The argument policy: what a plugin's `pi.args` may give ([`pi_args_problems`]) and what
+//! `agent.args` may give ([`agent_args`]), both from the runtimes' own option tables, generated
+//! from each release's `--help` ([`pi_options`], [`claude_options`]).
 
 use std::fmt;
 
@@ -589,7 +593,11 @@ fn entry_problems(
     problems
 }
 
+pub mod agent_args;
+pub mod claude_options;
 pub mod pi_options;
+
+pub use agent_args::{agent_args_problems, Against, AgentArgProblem};
 
 /// The supported pi releases (of [`pi_options::PI_RELEASES`]) of which `name` (`--model`, `-e`,
 /// `--`) is an own option, oldest first; empty when it is an option of none.
@@ -601,7 +609,7 @@ pub mod pi_options;
 pub fn pi_own_option_releases(name: &str) -> Vec<&'static str> {
     pi_options::PI_RELEASES
         .iter()
-        .filter(|(_, options)| options.binary_search(&name).is_ok())
+        .filter(|(_, options)| agent_args::find(options, name).is_some())
         .map(|(version, _)| *version)
         .collect()
 }

@@ -21,11 +21,18 @@
 //!   `agent.args`, `--dangerously-skip-permissions`, the prompt last.
 //! - **command**: the binary and `agent.args`.
 //!
+//! `agent.args` of pi and claude is checked first against the release found in the sandbox
+//! ([`crate::env_policy::agent_args`]): an option that loads code, skills, prompts, settings or
+//! MCP servers, grants project trust or sets what pitcrew sets is refused by name, and nothing
+//! is launched (the host's `validate` refused it already; this holds for a manifest that did not
+//! come through it).
+//!
 //! Each runtime skips the trees and files of the other's kind. A prompt starting with `-` is
 //! refused for pi and claude (pi 0.73 has no `--` terminator, so it would be read as an
 //! option); for pi a prompt starting with `@` is refused too (pi reads `@path` as a file to
 //! attach). An element containing NUL is refused (exec could not pass it).
 
+use crate::env_policy::agent_args::{agent_args_problems, Against, AgentArgProblem};
 use crate::exit_code::PinRole;
 use crate::manifest::{FileUse, Manifest, Runtime, TreeKind, TreePin};
 use crate::result::PromptRecord;
@@ -58,6 +65,10 @@ pub enum ArgvError {
         /// The second such file.
         second: String,
     },
+    /// `agent.args` gives options the runtime release refuses there, or words it would read as
+    /// the prompt (`(index, problem)`).
+    #[error("{}", agent_args_text(.0))]
+    AgentArgs(Vec<(usize, AgentArgProblem)>),
     /// An argv element contains a NUL byte.
     #[error("argv element {index} contains a NUL byte")]
     Nul {
@@ -74,16 +85,34 @@ pub enum ArgvError {
     },
 }
 
+/// The problems of `agent.args`, each with its index, joined.
+fn agent_args_text(problems: &[(usize, AgentArgProblem)]) -> String {
+    problems
+        .iter()
+        .map(|(i, p)| format!("agent.args[{i}]: {p}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The longest argv element `execve` takes (Linux `MAX_ARG_STRLEN`, 32 pages, less its NUL).
 pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 
 /// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime, whose
-/// release is `version` when known ([`crate::runtime_version::detect`]).
+/// release is `version` when known ([`crate::runtime_version::detect`]); `agent.args` checked
+/// against that release first (against every supported one when it is unknown).
 pub fn argv(
     manifest: &Manifest,
     binary: &Path,
     version: Option<&str>,
 ) -> Result<Vec<String>, ArgvError> {
+    let refused = agent_args_problems(
+        manifest.runtime,
+        Against::Found(version),
+        &manifest.agent.args,
+    );
+    if !refused.is_empty() {
+        return Err(ArgvError::AgentArgs(refused));
+    }
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
         Runtime::Pi => pi_args(manifest, PiFeatures::of(version), &mut v)?,
@@ -516,6 +545,59 @@ mod tests {
         let off = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap();
         let at = off.iter().position(|a| a == "--no-context-files").unwrap();
         assert_eq!(off[at - 1], "--no-approve", "{off:?}");
+    }
+
+    /// A manifest that did not come through the host's `validate` still cannot make the runtime
+    /// load an unverified extension or take trust: the argv is refused against the release found.
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_harness__refused_agent_args_give_no_argv_for_the_release_found() {
+        let mut v = pi_manifest();
+        v["agent"]["args"] = json!(["--approve", "-e", "./unverified_ext.ts"]);
+        let m = manifest(v.clone());
+        let err = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "agent.args[0]: --approve is an option of pi 1.6.0 that changes project trust"
+            ) && text.contains("; agent.args[1]: -e is an option of pi 1.6.0 that loads code"),
+            "{text}"
+        );
+        // pi 0.73.1 has no --approve (an extension flag there); its -e is refused all the same.
+        let text = argv(&m, Path::new("/p"), Some("0.73.1"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.starts_with("agent.args[1]: -e is an option of pi 0.73.1 that"),
+            "{text}"
+        );
+        // An unknown release: every supported release's rules.
+        let text = argv(&m, Path::new("/p"), None).unwrap_err().to_string();
+        assert!(
+            text.contains("--approve is an option of pi 0.87.1, 1.6.0"),
+            "{text}"
+        );
+
+        v["runtime"] = "claude".into();
+        v["agent"]["args"] = json!([
+            "--setting-sources",
+            "user,project",
+            "--mcp-config",
+            "x.json"
+        ]);
+        let text = argv(&manifest(v.clone()), Path::new("/c"), Some("2.1.332"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.starts_with(
+                "agent.args[0]: --setting-sources is an option of Claude Code 2.1.332"
+            ) && text.contains("agent.args[2]: --mcp-config is an option of Claude Code 2.1.332"),
+            "{text}"
+        );
+        // `runtime: command` takes any argv.
+        v["runtime"] = "command".into();
+        v["agent"]["args"] = json!(["--approve", "-e", "x"]);
+        assert!(argv(&manifest(v), Path::new("/bin/x"), None).is_ok());
     }
 
     #[test]

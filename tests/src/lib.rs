@@ -257,6 +257,66 @@ pub fn pitcrew_run(
     doc
 }
 
+/// What `pitcrew-init run` did with a manifest handed to it directly.
+#[derive(Debug)]
+pub struct InitRun {
+    /// Its exit code.
+    pub code: Option<i32>,
+    /// The result record it wrote.
+    pub record: serde_json::Value,
+    /// Its stderr (for assertion messages).
+    pub stderr: String,
+}
+
+/// `unshare --pid --fork --mount-proc pitcrew-init run --manifest M --result R`, with `manifest`
+/// written into `dir` and `env` added to pitcrew-init's own (baseline) environment: a manifest
+/// that never went through the host's `validate`, as a host other than `pitcrew` could send it.
+pub fn pitcrew_init_run(manifest: &serde_json::Value, dir: &Path, env: &[(&str, &str)]) -> InitRun {
+    let path = dir.join("manifest.json");
+    std::fs::write(&path, manifest.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let result = dir.join("result.json");
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(binary("pitcrew-init"))
+        .arg("run")
+        .arg("--manifest")
+        .arg(&path)
+        .arg("--result")
+        .arg(&result)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("unshare pitcrew-init run: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let record = std::fs::read(&result)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_else(|| panic!("pitcrew-init run wrote no record: {stderr}"));
+    InitRun {
+        code: out.status.code(),
+        record,
+        stderr,
+    }
+}
+
+/// `pitcrew ARGS` with `env` added to its environment: its exit code, stdout and stderr.
+pub fn pitcrew_output(
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(binary("pitcrew"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("pitcrew: {e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The collected record directory of iteration `n` of a `pitcrew run --json` document.
 pub fn iteration_dir(doc: &serde_json::Value, n: usize) -> PathBuf {
     Path::new(doc["run_dir"].as_str().unwrap_or_default()).join(format!("iteration-{n}"))

@@ -14,8 +14,8 @@ use pitcrew_e2e::model_server::{
     CACHE_WRITE_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS,
 };
 use pitcrew_e2e::{
-    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
-    read_text, require_pid_namespaces,
+    agent_version, iteration_dir, pitcrew_init_run, pitcrew_output, pitcrew_run,
+    pitcrew_run_status, prerequisite, read_json, read_text, require_pid_namespaces,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -679,4 +679,119 @@ fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
     assert!(result.contains("blocked by the verified hook"), "{result}");
     let it = iteration_dir(&doc, 1);
     assert!(!it.join("output/proof").exists(), "the blocked command ran");
+}
+
+/// What a repository could hold for the options below: a project hook that runs before every
+/// Bash call and an MCP server config, each writing a marker into the workspace when it runs.
+fn plant_project_config(ws: &std::path::Path) {
+    fs::create_dir_all(ws.join(".claude")).unwrap();
+    let hook = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "touch \"$PWD/HOOK_RAN\""},
+    ]}]}});
+    fs::write(ws.join(".claude/settings.json"), hook.to_string()).unwrap();
+    let mcp = json!({"mcpServers": {"planted": {"command": "/bin/sh", "args": [
+        "-c", "touch \"$PWD/MCP_RAN\"; sleep 5",
+    ]}}});
+    fs::write(ws.join("x.json"), mcp.to_string()).unwrap();
+}
+
+/// `agent.args: [--setting-sources, user,project, --mcp-config, x.json]` would make Claude Code
+/// read the repository's settings (its hooks included) over pitcrew's `--setting-sources user`
+/// and start an MCP server of the workspace: `pitcrew validate` refuses both at their line and
+/// column naming the release and what to use instead, `pitcrew run` starts nothing, and a
+/// manifest with those args handed straight to `pitcrew-init` fails with 125 before launch,
+/// naming both options of the release it found; neither the hook nor the server runs.
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_harness__agent_args_never_read_project_settings_or_start_an_mcp_server() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("Bash", &["echo probe"], bash));
+    let fx = fixture(&server, 1);
+    plant_project_config(&fx.harness.with_file_name("workspace"));
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "agent:\n",
+        "agent:\n  args: [\"--setting-sources\", \"user,project\", \"--mcp-config\", \"x.json\"]\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let file = fx.harness.display();
+    for line in [
+        format!("{file}:4:10: agent.args[0]: --setting-sources is an option of Claude Code {CLAUDE_VERSION} that changes project trust"),
+        format!("{file}:4:47: agent.args[2]: --mcp-config is an option of Claude Code {CLAUDE_VERSION} that loads code pitcrew did not verify"),
+    ] {
+        assert!(stderr.contains(&line), "{line}\n{stderr}");
+    }
+    assert!(
+        stderr.contains("use plugins: (a claude-plugin tree with its .mcp.json)"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = pitcrew_output(
+        &[
+            "run".as_ref(),
+            fx.harness.as_os_str(),
+            "--state-dir".as_ref(),
+            fx.state.as_os_str(),
+            "--pass-env".as_ref(),
+            "ANTHROPIC_API_KEY".as_ref(),
+        ],
+        &[("ANTHROPIC_API_KEY", "dummy-key")],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("2 problem(s); nothing was started"),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+    assert_eq!(
+        fs::read_dir(&fx.state).unwrap().count(),
+        0,
+        "a sandbox was made"
+    );
+
+    // Straight to the supervisor, past the host's validate.
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    plant_project_config(&ws);
+    for path in [&ws, &ws.join(".claude")] {
+        std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    }
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {
+            "binary": "claude",
+            "model": "claude-sonnet-4-5",
+            "args": ["--setting-sources", "user,project", "--mcp-config", "x.json"],
+        },
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "env": {"set": {"ANTHROPIC_BASE_URL": server.origin()}, "passed": ["ANTHROPIC_API_KEY"]},
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(&manifest, dir.path(), &[("ANTHROPIC_API_KEY", "dummy-key")]);
+    assert_eq!(run.code, Some(125), "{:#}\n{}", run.record, run.stderr);
+    let reason = run.record["reason"].as_str().unwrap_or_default();
+    for part in [
+        format!("argv: agent.args[0]: --setting-sources is an option of Claude Code {CLAUDE_VERSION} that changes project trust"),
+        format!("; agent.args[2]: --mcp-config is an option of Claude Code {CLAUDE_VERSION} that loads code"),
+    ] {
+        assert!(reason.contains(&part), "{part}\n{reason}");
+    }
+    assert_eq!(
+        run.record["verification"]["agent"]["version"], CLAUDE_VERSION,
+        "{:#}",
+        run.record
+    );
+    assert!(run.record["agent"].is_null(), "launched: {:#}", run.record);
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+    for marker in ["HOOK_RAN", "MCP_RAN"] {
+        assert!(!ws.join(marker).exists(), "{marker}: the plant ran");
+    }
 }

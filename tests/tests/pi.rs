@@ -12,8 +12,8 @@ use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::foreign_init::ForeignInit;
 use pitcrew_e2e::model_server::{last_tool_result, one_command_per_iteration, ModelServer, Reply};
 use pitcrew_e2e::{
-    iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json, read_text,
-    require_pid_namespaces,
+    iteration_dir, pitcrew_init_run, pitcrew_output, pitcrew_run, pitcrew_run_status, prerequisite,
+    read_json, read_text, require_pid_namespaces,
 };
 use serde_json::{json, Value};
 use std::fs;
@@ -1095,4 +1095,144 @@ fn a_flag_left_without_its_value_never_swallows_the_prompt() {
         .collect();
     let at = argv.iter().position(|a| *a == "--greeting").unwrap();
     assert_eq!(argv[at + 1], "--session-dir", "{argv:?}");
+}
+
+each_pi!(
+    attack_harness__agent_args_never_load_an_unverified_extension_or_take_trust,
+    agent_args_refused
+);
+
+/// An extension the repository could hold: writes `UNVERIFIED_LOADED` into pi's working
+/// directory the moment pi loads it.
+const UNVERIFIED_EXTENSION: &str = r#"import { writeFileSync } from "node:fs";
+
+export default function () {
+	writeFileSync(process.cwd() + "/UNVERIFIED_LOADED", "loaded\n");
+}
+"#;
+
+/// The args of the issue: trust for the run (pi 0.87.1 on; it came after pitcrew's
+/// `--no-approve` and won) and an extension file of the workspace, which the agent can rewrite
+/// for the next iteration.
+const REFUSED_ARGS: &str = r#"args: ["--approve", "-e", "./unverified_ext.ts"]"#;
+
+/// `agent.args: [--approve, -e, ./unverified_ext.ts]` (pi 1.6.0 loaded the file and trusted the
+/// project: a planted `.pi/SYSTEM.md` reached the system prompt) is refused by `pitcrew
+/// validate` at its line and column naming the option, the releases and what to use instead;
+/// `pitcrew run` starts nothing; a manifest with those args handed straight to `pitcrew-init`
+/// fails with 125 before launch, naming the option of the release it found, and the extension
+/// never runs. Options that tune the run pass and are in the record's `agent.argv`.
+fn agent_args_refused(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::write(
+        root.join("workspace/unverified_ext.ts"),
+        UNVERIFIED_EXTENSION,
+    )
+    .unwrap();
+    let clean = fs::read_to_string(&fx.harness).unwrap();
+    fx.agent_option(REFUSED_ARGS);
+
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let file = fx.harness.display();
+    for line in [
+        format!("{file}:4:10: agent.args[0]: --approve is an option of pi 0.87.1, 1.6.0 that changes project trust"),
+        format!("{file}:4:23: agent.args[1]: -e is an option of pi 0.73.1, 0.87.1, 1.6.0 that loads code pitcrew did not verify"),
+    ] {
+        assert!(stderr.contains(&line), "{line}\n{stderr}");
+    }
+    assert!(
+        stderr.contains("use plugins: (a pi-extension tree) or adapters: with use: pi-extension"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = pitcrew_output(
+        &[
+            "run".as_ref(),
+            fx.harness.as_os_str(),
+            "--state-dir".as_ref(),
+            fx.state.as_os_str(),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("2 problem(s); nothing was started"),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "pi was launched");
+    assert_eq!(
+        fs::read_dir(&fx.state).unwrap().count(),
+        0,
+        "a sandbox was made"
+    );
+    // Straight to the supervisor, past the host's validate.
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir(&ws).unwrap();
+    fs::write(ws.join("unverified_ext.ts"), UNVERIFIED_EXTENSION).unwrap();
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "pi",
+        "agent": {
+            "binary": pi.binary(),
+            "model": "mock/mock-model",
+            "args": ["--approve", "-e", "./unverified_ext.ts"],
+        },
+        "prompt": "please call hello_tool",
+        "workdir": ws,
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let path = pi.path();
+    let env: Vec<(&str, &str)> = path.iter().map(|p| ("PATH", p.as_str())).collect();
+    let run = pitcrew_init_run(&manifest, dir.path(), &env);
+    assert_eq!(run.code, Some(125), "{:#}\n{}", run.record, run.stderr);
+    let reason = run.record["reason"].as_str().unwrap_or_default();
+    let version = pi.version;
+    assert!(
+        reason.starts_with("argv: agent.args[")
+            && reason.contains(&format!(
+                "agent.args[1]: -e is an option of pi {version} that loads code"
+            )),
+        "{reason}"
+    );
+    // pi 0.73.1 has no --approve (it would be an extension flag there); the later ones refuse it.
+    assert_eq!(
+        reason.contains(&format!("--approve is an option of pi {version}")),
+        version != "0.73.1",
+        "{reason}"
+    );
+    assert_eq!(
+        run.record["verification"]["agent"]["version"], version,
+        "{:#}",
+        run.record
+    );
+    assert!(run.record["agent"].is_null(), "launched: {:#}", run.record);
+    assert!(!ws.join("UNVERIFIED_LOADED").exists(), "the extension ran");
+
+    // What tunes the run passes, and the record shows what pi was given.
+    fs::write(&fx.harness, clean).unwrap();
+    fx.agent_option(r#"args: ["--thinking", "low"]"#);
+    let doc = fx.run(&[], &[]);
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let argv: Vec<&str> = record["agent"]["argv"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agent.argv: {record:#}"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(server.requests().len(), 2, "the model was not asked");
+    let at = argv
+        .iter()
+        .position(|a| *a == "--thinking")
+        .expect("--thinking");
+    assert_eq!(argv[at + 1..at + 3], ["low", "--session-dir"], "{argv:?}");
 }

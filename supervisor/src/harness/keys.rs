@@ -96,6 +96,24 @@ impl Checker<'_> {
         }
     }
 
+    /// Checks `agent.args` (the strings of `node`) against every supported release of `runtime`
+    /// ([`env_policy::agent_args`]): each refused option or stray word is a problem at its own
+    /// line and column, naming the releases and what to use instead.
+    fn agent_args(&mut self, runtime: Runtime, node: &Node, args: &[String]) {
+        let items = node.as_sequence();
+        // Element i of `args` is item i when every item was a string (otherwise the list has a
+        // problem already, and the list's own place is given).
+        let aligned = items.filter(|s| s.len() == args.len());
+        for (i, p) in env_policy::agent_args_problems(runtime, env_policy::Against::Supported, args)
+        {
+            let at = aligned
+                .and_then(|s| s.get(i))
+                .and_then(location)
+                .or_else(|| location(node));
+            self.problem(at, format!("agent.args[{i}]"), p.to_string());
+        }
+    }
+
     /// Checks the whole harness for shapes and rules; `None` when it is not a mapping or has
     /// no runtime (the problems say why).
     pub(super) fn harness(&mut self, file: &Path, node: &Node) -> Option<Harness> {
@@ -147,6 +165,9 @@ impl Checker<'_> {
                 }
                 if let Some(n) = m.get_node("args") {
                     agent.args = self.string_list(n, "agent.args");
+                    if let Some(rt) = runtime {
+                        self.agent_args(rt, n, &agent.args);
+                    }
                 }
                 agent.model = m
                     .get_node("model")

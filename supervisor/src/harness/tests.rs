@@ -981,3 +981,97 @@ fn a_manifest_over_one_control_frame_is_named_only_when_its_listings_travel_insi
     // A supervisor that takes the listings in add_listing requests takes this manifest.
     assert_eq!(too_big_to_send(&m, false), None);
 }
+
+/// `agent.args` may carry no option that loads code, skills, prompts, settings or MCP servers,
+/// grants project trust or overrides what pitcrew sets, in any supported release: each is a
+/// problem at its own line and column naming the option, the releases and what to use instead
+/// (pi 1.6.0 loaded `-e ./unverified_ext.ts` and took `--approve` over pitcrew's `--no-approve`;
+/// both passed validation without a note).
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_harness__agent_args_that_load_grant_trust_or_override_are_refused_where_they_are() {
+    let v = check(
+        "runtime: pi\nprompt: hi\nagent:\n  args:\n    - --thinking\n    - high\n    - --approve\n    - -e\n    - ./unverified_ext.ts\n    - --extension=npm:evil\n    - --skill\n    - ./skills/x\n",
+    );
+    let got: Vec<_> = v
+        .problems
+        .iter()
+        .map(|p| {
+            (
+                p.field.clone(),
+                p.location.map(|l| (l.line, l.column)),
+                p.message.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert_eq!(
+        (got[0].0.as_str(), got[0].1),
+        ("agent.args[2]", Some((7, 7)))
+    );
+    assert!(
+        got[0]
+            .2
+            .starts_with("--approve is an option of pi 0.87.1, 1.6.0 that changes project trust"),
+        "{got:#?}"
+    );
+    assert_eq!(
+        (got[1].0.as_str(), got[1].1),
+        ("agent.args[3]", Some((8, 7)))
+    );
+    assert!(
+        got[1]
+            .2
+            .starts_with("-e is an option of pi 0.73.1, 0.87.1, 1.6.0 that loads code")
+            && got[1].2.ends_with(
+                "use plugins: (a pi-extension tree) or adapters: with use: pi-extension"
+            ),
+        "{got:#?}"
+    );
+    assert_eq!(
+        (got[2].0.as_str(), got[2].1),
+        ("agent.args[5]", Some((10, 7)))
+    );
+    assert!(got[2].2.starts_with("--extension is an option"), "{got:#?}");
+    assert_eq!(
+        (got[3].0.as_str(), got[3].1),
+        ("agent.args[6]", Some((11, 7)))
+    );
+    assert!(got[3].2.ends_with("use skills:"), "{got:#?}");
+    assert!(v.manifest(&SandboxLayout::default()).is_none());
+
+    // Flow style, Claude Code.
+    let v = check(
+        "runtime: claude\nprompt: hi\nagent:\n  args: [--max-turns, \"5\", --setting-sources, \"user,project\", --mcp-config, x.json]\n",
+    );
+    let got: Vec<(&str, Option<(usize, usize)>)> = v
+        .problems
+        .iter()
+        .map(|p| (p.field.as_str(), p.location.map(|l| (l.line, l.column))))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("agent.args[2]", Some((4, 28))),
+            ("agent.args[4]", Some((4, 63)))
+        ],
+        "{:?}",
+        v.problems
+    );
+    assert!(v.problems[0]
+        .message
+        .contains("of Claude Code 2.1.332 that changes project trust"));
+    assert!(v.problems[1]
+        .message
+        .ends_with("use plugins: (a claude-plugin tree with its .mcp.json)"));
+
+    // What tunes the run passes; `runtime: command` takes any argv (from `command:`).
+    for text in [
+        "runtime: pi\nprompt: hi\nagent:\n  args: [--thinking, high, --greeting=Hello]\n",
+        "runtime: claude\nprompt: hi\nagent:\n  args: [--max-turns, \"5\", --effort, high]\n",
+        "runtime: command\ncommand: [/bin/sh, -e, -c, \"true\", --approve]\n",
+    ] {
+        let v = check(text);
+        assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
+    }
+}
