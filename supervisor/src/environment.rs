@@ -331,22 +331,40 @@ pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> 
     pins
 }
 
+/// The variable in which the host tells a sandbox's supervisor, when it starts it, which names
+/// of its environment the operator passed with `--pass-env` (comma-separated). It never
+/// reaches the agent.
+pub const PASSED_AT_START: &str = "PITCREW_PASSED_ENV";
+
 /// Builds the environment: baseline, `.env` as data, harness `env.set`, deny rules, runner
 /// pins, plugin env, then the size check (see the module doc).
 pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
 
+    // The names the host passed when it started this sandbox: a later run's manifest cannot
+    // name them (`--pass-env` is refused on an existing sandbox), and they stay the operator's.
+    let passed_at_start: Vec<&str> = baseline
+        .iter()
+        .find(|(name, _)| name == PASSED_AT_START)
+        .map(|(_, names)| names.split(',').filter(|n| !n.is_empty()).collect())
+        .unwrap_or_default();
     for (name, value) in baseline {
-        // A name exec cannot pass on is dropped (the baseline comes from our own environ).
-        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+        // A name exec cannot pass on is dropped (the baseline comes from our own environ), and
+        // so is the host's word on what it passed.
+        if name.is_empty()
+            || name.contains(['=', '\0'])
+            || value.contains('\0')
+            || name == PASSED_AT_START
+        {
             continue;
         }
-        let source = if manifest.env.passed.contains(name) {
-            EnvSource::PassEnv
-        } else {
-            EnvSource::Baseline
-        };
+        let source =
+            if manifest.env.passed.contains(name) || passed_at_start.contains(&name.as_str()) {
+                EnvSource::PassEnv
+            } else {
+                EnvSource::Baseline
+            };
         vars.insert(name.clone(), (value.clone(), source));
     }
 

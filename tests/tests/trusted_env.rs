@@ -223,3 +223,46 @@ fn pass_env_refuses_pis_update_install_and_terminal_log_variables() {
     }
     assert!(fx.sandboxes().is_empty(), "a sandbox was started");
 }
+
+#[test]
+fn attack_env__a_workspace_dotenv_cannot_replace_what_pass_env_passed_when_the_sandbox_is_run_again(
+) {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new(
+        "mkdir -p output\nenv > output/env",
+        1,
+        "dotenv: .env\n",
+        false,
+    );
+    // The repository's `.env` swaps a setting the operator passes.
+    std::fs::write(fx.root.join("workspace/.env"), "FOO_SETTING=planted\n").unwrap();
+    let passed = [("FOO_SETTING", "operator")];
+    // The operator starts a sandbox with `--pass-env` and keeps it: the value stays.
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--keep", "--pass-env", "FOO_SETTING"],
+        &passed,
+    );
+    let it = iteration_dir(&doc, 1);
+    let text = read_text(&it.join("output/env"));
+    assert!(
+        text.contains("FOO_SETTING=operator\n"),
+        "first run:\n{text}"
+    );
+    // The next run in the same sandbox (`--pass-env` is refused there: "its environment was
+    // set when it was started"); the passed value is still the supervisor's, from the operator.
+    let id = doc["sandbox"].as_str().expect("sandbox id").to_string();
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--sandbox", &id], &[]);
+    // The sandbox numbers its iterations across runs: this one is its second.
+    let it = std::path::PathBuf::from(doc["iterations"][0]["record_dir"].as_str().unwrap());
+    let record = read_json(&it.join("result.json"));
+    let text = read_text(&it.join("output/env"));
+    assert!(
+        text.contains("FOO_SETTING=operator\n"),
+        "second run: the .env replaced what --pass-env passed (layer {}):\n{text}",
+        record["env"]["layers"]["FOO_SETTING"]
+    );
+}

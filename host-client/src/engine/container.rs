@@ -274,6 +274,15 @@ impl ContainerEngine {
             a.push("--env".into());
             a.push(name.clone());
         }
+        if !spec.pass_env.is_empty() {
+            // Which they are, for every later run of this sandbox (whose manifest cannot say).
+            a.push("--env".into());
+            a.push(format!(
+                "{}={}",
+                pitcrew_core::environment::PASSED_AT_START,
+                spec.pass_env.join(",")
+            ));
+        }
         a.push(image.to_string());
         let serve = spec.serve_args();
         if !serve.is_empty() {

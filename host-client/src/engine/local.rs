@@ -427,12 +427,19 @@ fn baseline_env(
             bail!("--pass-env {name}: not set in pitcrew's environment");
         }
     }
+    let named = (!pass.is_empty()).then(|| {
+        (
+            OsString::from(pitcrew_core::environment::PASSED_AT_START),
+            OsString::from(pass.join(",")),
+        )
+    });
     Ok(own
         .into_iter()
         .filter(|(k, _)| {
             let k = k.to_string_lossy();
             KEPT_ENV.contains(&k.as_ref()) || pass.iter().any(|p| *p == k)
         })
+        .chain(named)
         .collect())
 }
 

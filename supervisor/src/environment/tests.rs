@@ -711,6 +711,22 @@ fn what_the_host_passed_by_name_is_named_pass_env() {
     assert_eq!(String::from(EnvSource::PassEnv), "pass-env");
 }
 
+#[test]
+fn names_the_host_passed_when_it_started_the_sandbox_stay_pass_env_in_later_manifests() {
+    // A later run's manifest names nothing (`--pass-env` is refused on an existing sandbox).
+    let m = manifest("command", None);
+    let baseline = base(&[
+        ("API_KEY", "k"),
+        ("IMAGE_VAR", "i"),
+        (PASSED_AT_START, "API_KEY,ABSENT"),
+    ]);
+    let o = build(&m, &baseline).unwrap();
+    assert_eq!(o.layers["API_KEY"], EnvSource::PassEnv);
+    assert_eq!(o.layers["IMAGE_VAR"], EnvSource::Baseline);
+    // The list itself is the supervisor's, never the agent's.
+    assert_eq!(o.get(PASSED_AT_START), None);
+}
+
 /// The `.env` refusals of `o` as (line, name, reason).
 fn refusals(o: &EnvOutcome) -> Vec<(usize, &str, &str)> {
     o.dotenv_refused
