@@ -116,6 +116,8 @@ fn run_steps(
     prepare(ctx, manifest, record, observer)?;
     // 2. Verify.
     let verified = verify_step(ctx, manifest, record, observer)?;
+    // 2b. Claude Code's skill plugins, from the verified skills trees.
+    claude_skills_step(manifest, observer)?;
     // 3. Environment.
     let env = environment_step(ctx, manifest, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
@@ -301,6 +303,26 @@ fn verify_step(
         interpreter,
         version,
     })
+}
+
+/// Step 2b, for Claude Code: the plugin directory of each skills tree, holding only the skill's
+/// `SKILL.md` derived from the verified bytes (`crate::claude_skills`), made again from scratch.
+fn claude_skills_step(
+    manifest: &Manifest,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    match crate::claude_skills::prepare(manifest) {
+        Ok(plugins) if plugins.is_empty() => Ok(()),
+        Ok(plugins) => {
+            observer.step("claude-skills", "finished", json!({"plugins": plugins}));
+            Ok(())
+        }
+        Err(err) => {
+            let reason = format!("claude-skills: {err}");
+            observer.step("claude-skills", "finished", json!({"error": reason}));
+            Err(Stop::supervisor(reason))
+        }
+    }
 }
 
 /// Step 3: the agent's environment, built from scratch.

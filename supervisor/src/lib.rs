@@ -8,6 +8,8 @@
 //!   for `pi.args`.
 //! - `bounded_tree` (Unix): walks and removals of agent-written trees in bounded descriptors
 //!   and memory at any depth, never following a link or leaving the tree.
+//! - `claude_skills` (Linux): before each launch of Claude Code, the plugin directory of each
+//!   skills tree, holding only the skill's derived `SKILL.md`.
 //! - `dir_reset` (Unix): before each iteration, the runtime's config directory brought back to
 //!   the pinned files, `HOME`, `TMPDIR` and the workspace's `output/` emptied.
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
@@ -23,6 +25,8 @@
 //! - [`usage`]: the tokens and cost the runtime reported in its JSON stream.
 //! - [`runtime_version`]: which pi or Claude Code release the agent binary is (its npm
 //!   package), and what that release does.
+//! - [`skill_md`]: what a skills tree may hold, and the `SKILL.md` Claude Code is given (a
+//!   skill is text: nothing of its tree runs).
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
 //!   off (reported per iteration).
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
@@ -36,6 +40,8 @@
 pub mod agent_dirs;
 #[cfg(unix)]
 pub mod bounded_tree;
+#[cfg(target_os = "linux")]
+pub mod claude_skills;
 pub mod clock;
 #[cfg(unix)]
 pub mod dir_reset;
@@ -61,6 +67,7 @@ pub mod runtime_version;
 pub mod sandbox;
 #[cfg(target_os = "linux")]
 pub mod server;
+pub mod skill_md;
 pub mod tree_hash;
 #[cfg(unix)]
 pub mod unpack;

@@ -460,6 +460,14 @@ fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
 }
 
 impl Manifest {
+    /// The skills trees (role `skill`, kind `data`), in manifest order: what the runtime is
+    /// given as skills.
+    pub fn skill_trees(&self) -> impl Iterator<Item = &TreePin> {
+        self.trees
+            .iter()
+            .filter(|t| t.role == PinRole::Skill && t.kind == TreeKind::Data)
+    }
+
     /// The runtime directories with defaults applied (see [`RuntimeDirPaths`]).
     pub fn runtime_dirs(&self) -> RuntimeDirPaths {
         let base = std::path::Path::new(&self.workdir)
@@ -572,6 +580,14 @@ impl Manifest {
                         format!("{entry:?} is not a relative path inside the tree"),
                     ));
                 }
+            }
+            // A skill is text: never handed to a runtime as a plugin or extension to load.
+            if tree.role == PinRole::Skill && tree.kind != TreeKind::Data {
+                return Err(field(
+                    at("kind"),
+                    "a skill tree is data (a skill is text: the runtime is given its SKILL.md, \
+                     never the tree as a plugin or extension)",
+                ));
             }
             if tree.kind == TreeKind::PiExtension && tree.entries.is_empty() {
                 return Err(field(

@@ -16,8 +16,10 @@
 //! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`, the tools
 //!   (`--tools a,b`, `--tools ""` for none; followed by an option, since Claude's `--tools`
 //!   takes several values), `--settings <file>` (the one `use: claude-settings` file),
-//!   `--plugin-dir <path>` per `claude-plugin` tree and per skill tree (a directory with a
-//!   `SKILL.md` at its root is a single-skill plugin to Claude Code), `--agent`, `--model`,
+//!   `--plugin-dir <path>` per `claude-plugin` tree, then per skill tree the plugin directory
+//!   the supervisor made for it (`<parent>/.pitcrew-claude-skills/<name>`, holding only
+//!   `skills/<name>/` with a `SKILL.md` derived from the verified one: nothing of the skills
+//!   tree runs), `--agent`, `--model`,
 //!   `agent.args`, `--dangerously-skip-permissions`, the prompt last.
 //! - **command**: the binary and `agent.args`.
 //!
@@ -33,8 +35,8 @@
 //! attach). An element containing NUL is refused (exec could not pass it).
 
 use crate::env_policy::agent_args::{agent_args_problems, Against, AgentArgProblem};
-use crate::exit_code::PinRole;
-use crate::manifest::{FileUse, Manifest, Runtime, TreeKind, TreePin};
+
+use crate::manifest::{FileUse, Manifest, Runtime, TreeKind};
 use crate::result::PromptRecord;
 use crate::runtime_version::PiFeatures;
 use std::path::Path;
@@ -174,13 +176,6 @@ fn push(v: &mut Vec<String>, args: &[&str]) {
     v.extend(args.iter().map(|a| (*a).to_string()));
 }
 
-/// The skill trees, in manifest order.
-fn skills(m: &Manifest) -> impl Iterator<Item = &TreePin> {
-    m.trees
-        .iter()
-        .filter(|t| t.role == PinRole::Skill && t.kind == TreeKind::Data)
-}
-
 fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
     let sessions = m.runtime_dirs().sessions;
@@ -212,7 +207,7 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
         }
         v.extend(tree.pi_args.iter().cloned());
     }
-    for tree in skills(m) {
+    for tree in m.skill_trees() {
         push(v, &["--skill", &tree.path]);
     }
     match &m.agent.tools {
@@ -261,8 +256,12 @@ fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
     for tree in m.trees.iter().filter(|t| t.kind == TreeKind::ClaudePlugin) {
         push(v, &["--plugin-dir", &tree.path]);
     }
-    for tree in skills(m) {
-        push(v, &["--plugin-dir", &tree.path]);
+    // Never the skills tree itself: the supervisor's plugin directory holding its SKILL.md
+    // (`crate::claude_skills`), made before the launch.
+    for tree in m.skill_trees() {
+        if let Some(dir) = crate::skill_md::claude_plugin_dir(&tree.path) {
+            push(v, &["--plugin-dir", &dir]);
+        }
     }
     if let Some(agent) = &m.agent.claude_agent {
         push(v, &["--agent", agent]);
@@ -418,8 +417,9 @@ mod tests {
             "/sandbox/claude-config/hooks.json",
             "--plugin-dir",
             "/sandbox/plugins/claudy",
+            // The supervisor's plugin holding the skill's SKILL.md, never the skills tree.
             "--plugin-dir",
-            "/sandbox/skills/review",
+            "/sandbox/skills/.pitcrew-claude-skills/review",
             "--agent",
             "reviewer",
             "--model",

@@ -244,7 +244,7 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
                     (_, Api::Anthropic) => http_response(
                         "200 OK",
                         "application/json",
-                        &anthropic_message(&reply).to_string(),
+                        &anthropic_message(&reply, &tool_use_id()).to_string(),
                     ),
                 }
             }
@@ -335,11 +335,19 @@ fn chat_completion_events(reply: &Reply) -> String {
     events
 }
 
-/// An Anthropic Messages API message (the non-streamed answer) carrying `reply`.
-fn anthropic_message(reply: &Reply) -> Value {
+/// A tool-use id of its own for each tool call answered: Claude Code keeps one call of an id in
+/// its history, so a second call under the same id would lose its result.
+fn tool_use_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("toolu_pitcrew_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// An Anthropic Messages API message (the non-streamed answer) carrying `reply`, its tool call
+/// (if any) under the id `id`.
+fn anthropic_message(reply: &Reply, id: &str) -> Value {
     let (content, stop) = match reply {
         Reply::ToolCall { name, arguments } => (
-            json!([{"type": "tool_use", "id": "toolu_pitcrew_1", "name": name, "input": arguments}]),
+            json!([{"type": "tool_use", "id": id, "name": name, "input": arguments}]),
             "tool_use",
         ),
         Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
@@ -358,13 +366,14 @@ fn anthropic_message(reply: &Reply) -> Value {
 
 /// The server-sent events of a streamed Anthropic message carrying `reply`.
 fn message_events(reply: &Reply) -> String {
-    let message = anthropic_message(reply);
+    let id = tool_use_id();
+    let message = anthropic_message(reply, &id);
     let mut start = message.clone();
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     let (block, delta) = match reply {
         Reply::ToolCall { name, arguments } => (
-            json!({"type": "tool_use", "id": "toolu_pitcrew_1", "name": name, "input": {}}),
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
             json!({"type": "input_json_delta", "partial_json": arguments.to_string()}),
         ),
         Reply::Text(text) | Reply::Error { message: text, .. } => (

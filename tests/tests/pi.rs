@@ -899,6 +899,108 @@ fn verified_skills(pi: Pi) {
     assert_eq!(agent["prompt"]["index"], argv.len() - 1, "{agent:#}");
 }
 
+each_pi!(
+    attack_harness__a_skills_directory_without_skill_md_is_refused_by_validate,
+    skills_without_skill_md
+);
+
+/// A skills entry is one skill, the directory of its `SKILL.md`, for pi too: a directory
+/// without one, which pi given it (`--no-skills --skill <dir>`, as pitcrew passes it) offers
+/// nothing from, is refused by `pitcrew validate` and `pitcrew run` before anything starts. The
+/// same pi, started by hand with the same options, offers the directory's skill once it has a
+/// `SKILL.md` and nothing before: what the refusal names is a skill that would not be there.
+fn skills_without_skill_md(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("done".into()));
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let notes = root.join("skills/notes");
+    fs::create_dir_all(notes.join("guide")).unwrap();
+    fs::write(
+        notes.join("instructions.md"),
+        "Follow NOTES_SKILL_MARKER.\n",
+    )
+    .unwrap();
+    fs::write(notes.join("guide/steps.md"), "1. NOTES_SKILL_MARKER\n").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "skills:\n  - skills/notes\n";
+    fs::write(&fx.harness, yaml).unwrap();
+
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("skills[0]: skills/notes has no SKILL.md at its root"),
+        "{err}"
+    );
+    let mut run = std::process::Command::new(pitcrew_e2e::binary("pitcrew"));
+    run.arg("run")
+        .arg(&fx.harness)
+        .arg("--state-dir")
+        .arg(&fx.state);
+    if let Some(path) = &fx.path {
+        run.env("PATH", path);
+    }
+    let out = run.output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no SKILL.md at its root"),
+        "{out:?}"
+    );
+    assert!(server.requests().is_empty(), "a run started");
+
+    // pi by hand, given the directory as pitcrew's argv gave it: nothing, then the skill.
+    let offered = |server: &ModelServer| -> bool {
+        let agent = root.join("agent-by-hand");
+        fs::create_dir_all(&agent).unwrap();
+        fs::write(agent.join("models.json"), models_json(server)).unwrap();
+        let mut cmd = std::process::Command::new(pi.binary());
+        if let Some(path) = pi.path() {
+            cmd.env("PATH", path);
+        }
+        let out = cmd
+            .current_dir(root.join("workspace"))
+            .env("HOME", root.join("home-by-hand"))
+            .env("PI_CODING_AGENT_DIR", &agent)
+            .env("PI_OFFLINE", "1")
+            .args([
+                "--print",
+                "--mode",
+                "json",
+                "--no-extensions",
+                "--no-skills",
+            ])
+            .arg("--skill")
+            .arg(&notes)
+            .args([
+                "--tools",
+                "read",
+                "--model",
+                "mock/mock-model",
+                "--no-session",
+                "hi",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let system = server.requests().last().unwrap()["messages"][0].to_string();
+        system.contains("NOTES_SKILL_MARKER")
+    };
+    let by_hand = ModelServer::start(|_| Reply::Text("done".into()));
+    assert!(!offered(&by_hand), "pi offered a skill from the directory");
+    fs::write(
+        notes.join("SKILL.md"),
+        skill_md("notes", "NOTES_SKILL_MARKER"),
+    )
+    .unwrap();
+    assert!(offered(&by_hand), "the control does not see skills");
+}
+
 /// `agent.context_files: false` keeps every context file of the repository out
 /// (`--no-context-files`).
 #[test]

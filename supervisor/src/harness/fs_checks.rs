@@ -5,6 +5,7 @@
 
 use super::model::{CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, Location, Validated};
 use super::remote::{RemoteKind, RemoteSource};
+use super::skill_checks;
 use super::yaml::{location, Checker};
 use crate::env_policy;
 use crate::exit_code::PinRole;
@@ -382,21 +383,23 @@ impl Checker<'_> {
                     format!("a second skills directory named {:?}", spec.name),
                 );
             }
-            if h.runtime == Runtime::Claude && !spec.host_path.join("SKILL.md").is_file() {
-                self.problem(
-                    at,
-                    format!("skills[{i}]"),
-                    format!(
-                        "{} has no SKILL.md at its root: Claude Code loads each skills entry as a \
-                         single-skill plugin (list each skill's own directory)",
-                        spec.path
-                    ),
-                );
-            }
             match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
                     if let Some(why) = over_upload_limits(&digest.listing, &h.upload_limits) {
                         self.problem(at, format!("skills[{i}]"), format!("{}: {why}", spec.path));
+                    }
+                    // What the tree may hold: one skill, text only.
+                    let found = skill_checks::check(
+                        &spec.host_path,
+                        &spec.path,
+                        &digest.listing,
+                        h.runtime,
+                    );
+                    for problem in found.problems {
+                        self.problem(at, format!("skills[{i}]"), problem);
+                    }
+                    for note in found.notes {
+                        self.note(at, format!("skills[{i}]"), note);
                     }
                     let found = digest.listing.digest(TreeFormat::ContentV1);
                     if let Some(why) = pin_mismatch(spec.pin.as_deref(), &found) {

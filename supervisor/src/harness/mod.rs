@@ -21,6 +21,7 @@
 //! - `units`: sizes and durations ([`parse_size`], [`parse_duration_at_most`]).
 //! - `fs_checks`: what needs the file system: local paths, the records directory
 //!   ([`check_output_dir`]), plugin formats, digests.
+//! - `skill_checks`: what a `skills:` entry may hold (one skill, text only).
 //! - `layout`: where things go inside the sandbox ([`SandboxLayout`]).
 //! - `compile`: the manifest and the uploads ([`Compiled`], [`Upload`]).
 //! - `overrides`: what varies per task ([`Overrides`]: workspace, prompt, env), checked like
@@ -34,6 +35,7 @@ mod layout;
 mod model;
 mod overrides;
 mod remote;
+mod skill_checks;
 mod units;
 mod yaml;
 

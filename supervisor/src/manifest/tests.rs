@@ -107,3 +107,24 @@ fn refuses_duplicate_tree_names_and_escaping_entries() {
     let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
     assert!(err.to_string().contains("entries[0]"), "{err}");
 }
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_harness__a_skill_tree_sent_as_a_plugin_is_refused() {
+    // A manifest sent straight to the supervisor cannot have a skill loaded as a plugin or an
+    // extension: a skill is text.
+    for kind in ["claude-plugin", "pi-extension"] {
+        let tree = serde_json::json!({
+            "name": "skill:s", "path": "/t/s", "role": "skill", "kind": kind,
+            "format": "pi-tree-v1", "sha256": "0".repeat(64), "entries": ["index.ts"],
+        });
+        let mut v = minimal();
+        v["trees"] = serde_json::json!([tree]);
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("trees[0].kind: a skill tree is data"),
+            "{err}"
+        );
+    }
+}
