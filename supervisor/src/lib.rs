@@ -23,6 +23,9 @@
 //!   package), and what that release does.
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
 //!   off (reported per iteration).
+//! - `context_files` (Linux): the context files the runtime reads (`AGENTS.md`, `CLAUDE.md`),
+//!   named per iteration and, for `agent.context_files: uploaded`, set back to the run's
+//!   baseline before launch.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `agent_dirs` (Linux): the agent's directories, made present and agent-owned before each
 //!   iteration without following a symlink.
@@ -35,6 +38,8 @@ pub mod agent_dirs;
 #[cfg(unix)]
 pub mod bounded_tree;
 pub mod clock;
+#[cfg(target_os = "linux")]
+pub mod context_files;
 #[cfg(unix)]
 pub mod dir_reset;
 pub mod dotenv;
