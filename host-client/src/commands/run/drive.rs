@@ -335,6 +335,14 @@ pub(super) fn drive(
                     row.workspace_config.join(", ")
                 ));
             }
+            if !row.context_reset.is_empty() {
+                progress.warn(&format!(
+                    "iteration {}: context files an earlier iteration changed were set back to \
+                     the run's baseline before launch: {}",
+                    row.iteration,
+                    row.context_reset.join(", ")
+                ));
+            }
             // Ctrl-C, or `pitcrew cancel --all`: the run ends with this iteration, unvalidated.
             let cancelled = interrupted() || outcome.run_stopped;
             if outcome.run_stopped {
