@@ -493,6 +493,13 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     rule(Exact("NODE_DISABLE_COMPILE_CACHE"), PINNED),
     rule(Exact("DISABLE_AUTOUPDATER"), PINNED),
     rule(Exact("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), PINNED),
+    rule(Exact("CLAUDE_CODE_DISABLE_BUNDLED_SKILLS"), PINNED),
+    rule(Exact("CLAUDE_CODE_DISABLE_AUTO_MEMORY"), PINNED),
+    rule(
+        Exact("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL"),
+        PINNED,
+    ),
+    rule(Exact("CLAUDE_CODE_DISABLE_CLAUDE_MDS"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),

@@ -16,7 +16,8 @@
 //! 4. the **deny rules**: [`env_policy::loader_denial`] removes every loader/interpreter control
 //!    set by any layer so far; each removed name is reported once, with the layer that set the
 //!    value that was removed and the rule that matched;
-//! 5. the **runner pins** (see [`common_pins`], [`pi_pins`], [`claude_pins`]);
+//! 5. the **runner pins** (see [`common_pins`], [`pi_pins`], [`claude_pins`],
+//!    [`claude_context_pins`]);
 //! 6. each tree's plugin **`env`** (untrusted), in manifest order, validated again with
 //!    [`env_policy::plugin_env_problems`] (a problem, a pinned name, or a name `--pass-env`
 //!    passed or the harness `env:` sets, is an error).
@@ -36,7 +37,7 @@
 
 use crate::dotenv::{self, Denial, DotenvRefusal};
 use crate::env_policy::{self, DenyRule, EnvProblem};
-use crate::manifest::{Manifest, Runtime};
+use crate::manifest::{ContextFiles, Manifest, Runtime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -296,7 +297,28 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
         // CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1: no updates, telemetry, error reports or
         // feature-flag fetches (any non-empty value works).
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+        // CLAUDE_CODE_DISABLE_BUNDLED_SKILLS=1: none of the skills built into Claude Code is
+        // offered to the model beside the verified ones.
+        ("CLAUDE_CODE_DISABLE_BUNDLED_SKILLS", "1".to_string()),
+        // CLAUDE_CODE_DISABLE_AUTO_MEMORY=1: no memory directory the model is told to read and
+        // write from one session to the next (and no instructions for it in the system prompt).
+        ("CLAUDE_CODE_DISABLE_AUTO_MEMORY", "1".to_string()),
+        // CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1: the official plugin
+        // marketplace is never installed (fetched) into the config dir.
+        (
+            "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL",
+            "1".to_string(),
+        ),
     ]
+}
+
+/// The pin for Claude Code under `agent.context_files: none`: no `CLAUDE.md` at all, not even
+/// the pinned ones of its config dir (as pi's `--no-context-files` drops its agent dir's).
+pub fn claude_context_pins(context: ContextFiles) -> Vec<Pin> {
+    match context {
+        ContextFiles::None => vec![("CLAUDE_CODE_DISABLE_CLAUDE_MDS", "1".to_string())],
+        ContextFiles::AsIs | ContextFiles::Uploaded => Vec::new(),
+    }
 }
 
 /// The names pinned for some runtime: whatever an earlier layer sets for them is replaced.
@@ -312,6 +334,7 @@ pub fn pinned_names() -> Vec<&'static str> {
         .into_iter()
         .chain(pi_pins(&dirs))
         .chain(claude_pins(&dirs))
+        .chain(claude_context_pins(ContextFiles::None))
         .map(|(name, _)| name)
         .collect();
     names.sort_unstable();
@@ -325,7 +348,10 @@ pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> 
     let mut pins = common_pins(&dirs, current_path);
     match manifest.runtime {
         Runtime::Pi => pins.extend(pi_pins(&dirs)),
-        Runtime::Claude => pins.extend(claude_pins(&dirs)),
+        Runtime::Claude => {
+            pins.extend(claude_pins(&dirs));
+            pins.extend(claude_context_pins(manifest.agent.context_files));
+        }
         Runtime::Command => {}
     }
     pins
@@ -554,6 +580,10 @@ pub fn policy_doc() -> String {
         ("all", common_pins(&dirs, None)),
         ("pi", pi_pins(&dirs)),
         ("claude", claude_pins(&dirs)),
+        (
+            "claude, `agent.context_files: none`",
+            claude_context_pins(ContextFiles::None),
+        ),
     ] {
         for (name, value) in pins {
             let value = if name == "PATH" {

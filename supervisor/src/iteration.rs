@@ -1,5 +1,5 @@
-//! One iteration, in order: reap → prepare → verify → environment → confine and launch →
-//! supervise → reap again and judge, producing the result record.
+//! One iteration, in order: reap → prepare → verify → context files → environment → confine
+//! and launch → supervise → reap again and judge, producing the result record.
 //!
 //! This is the only place that knows the order, and [`run_steps`] is nothing but the steps:
 //! each is a function of its own that either hands the next one what it needs or stops the
@@ -62,6 +62,8 @@ struct Verified {
     interpreter: Option<PathBuf>,
     /// The runtime's release, when its package says.
     version: Option<String>,
+    /// Claude Code: the workdir's `CLAUDE.md` to give it (the context step).
+    claude_md: Option<String>,
 }
 
 /// The agent while it runs, and what must outlive it until the verdict.
@@ -115,9 +117,11 @@ fn run_steps(
     // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
     prepare(ctx, manifest, record, observer)?;
     // 2. Verify.
-    let verified = verify_step(ctx, manifest, record, observer)?;
+    let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
     claude_skills_step(manifest, observer)?;
+    // 2c. The context files: set back to the run's baseline where asked, and named.
+    verified.claude_md = context_step(manifest, &verified, iteration, record, observer)?;
     // 3. Environment.
     let env = environment_step(ctx, manifest, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
@@ -302,6 +306,7 @@ fn verify_step(
         binary,
         interpreter,
         version,
+        claude_md: None,
     })
 }
 
@@ -320,6 +325,35 @@ fn claude_skills_step(
         Err(err) => {
             let reason = format!("claude-skills: {err}");
             observer.step("claude-skills", "finished", json!({"error": reason}));
+            Err(Stop::supervisor(reason))
+        }
+    }
+}
+
+/// Step 2c, with nothing but the supervisor running: the context files the runtime will read
+/// (`agent.context_files`), for `uploaded` first set back to the run's baseline (kept by the
+/// observer, or taken now), named in the record. Returns the workdir's `CLAUDE.md` to give
+/// Claude Code.
+fn context_step(
+    manifest: &Manifest,
+    verified: &Verified,
+    iteration: u32,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<Option<String>, Stop> {
+    let version = verified.version.as_deref();
+    let prepared =
+        crate::context_files::prepare(manifest, version, iteration, observer.context_baseline());
+    match prepared {
+        Ok(None) => Ok(None),
+        Ok(Some(prepared)) => {
+            observer.step("context-files", "finished", json!(prepared.record));
+            record.context_files = Some(prepared.record);
+            Ok(prepared.claude_md)
+        }
+        Err(err) => {
+            let reason = format!("context-files: {err}");
+            observer.step("context-files", "finished", json!({"error": reason}));
             Err(Stop::supervisor(reason))
         }
     }
@@ -391,8 +425,13 @@ fn launch_step(
         observer.step("launch", "finished", json!({"error": reason}));
         Stop::supervisor(reason)
     };
-    let argv = runtime_argv::argv(manifest, &verified.binary, verified.version.as_deref())
-        .map_err(|err| refused(observer, format!("argv: {err}")))?;
+    let argv = runtime_argv::argv(
+        manifest,
+        &verified.binary,
+        verified.version.as_deref(),
+        verified.claude_md.as_deref(),
+    )
+    .map_err(|err| refused(observer, format!("argv: {err}")))?;
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
         .agent_cgroups

@@ -29,6 +29,9 @@
 //!   skill is text: nothing of its tree runs).
 //! - [`workspace_config`]: runtime configuration read from the workspace that no flag switches
 //!   off (reported per iteration).
+//! - `context_files` (Linux): the context files the runtime reads (`AGENTS.md`, `CLAUDE.md`),
+//!   named per iteration and, for `agent.context_files: uploaded`, set back to the run's
+//!   baseline before launch.
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `agent_dirs` (Linux): the agent's directories, made present and agent-owned before each
 //!   iteration without following a symlink.
@@ -43,6 +46,8 @@ pub mod bounded_tree;
 #[cfg(target_os = "linux")]
 pub mod claude_skills;
 pub mod clock;
+#[cfg(target_os = "linux")]
+pub mod context_files;
 #[cfg(unix)]
 pub mod dir_reset;
 pub mod dotenv;

@@ -119,18 +119,86 @@ pub struct Agent {
     /// `<prompt>` and `agent.prompt` gives its length and SHA-256.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub record_prompt: bool,
-    /// Whether pi loads the repository's context files (`AGENTS.md`, `CLAUDE.md`,
-    /// `AGENTS.override.md`); `false` passes `--no-context-files`.
-    #[serde(default = "yes", skip_serializing_if = "is_yes")]
-    pub context_files: bool,
+    /// Which of the repository's context files (`AGENTS.md`, `CLAUDE.md`, …) the runtime
+    /// reads ([`ContextFiles`]); absent, as they are (what `true` meant before the choice).
+    #[serde(default, skip_serializing_if = "ContextFiles::is_as_is")]
+    pub context_files: ContextFiles,
 }
 
-fn yes() -> bool {
-    true
+/// Which context files (the repository's own instructions to the agent: `AGENTS.md`,
+/// `AGENTS.override.md`, `CLAUDE.md`) the runtime reads (`agent.context_files`).
+///
+/// In a manifest `true` is [`ContextFiles::AsIs`] and `false` [`ContextFiles::None`] (the
+/// forms a supervisor without the choice reads), and each is also taken by its name; only
+/// `"uploaded"` is written as a name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ContextFiles {
+    /// The workspace's context files as they are when the iteration starts: what an earlier
+    /// iteration's agent wrote into them included.
+    #[default]
+    AsIs,
+    /// Only those the workspace held when the run began (its upload): one the agent created or
+    /// changed since is removed or restored before launch, and the record says so.
+    Uploaded,
+    /// None: pi `--no-context-files`; Claude Code is given no `CLAUDE.md`.
+    None,
 }
 
-fn is_yes(b: &bool) -> bool {
-    *b
+impl ContextFiles {
+    /// The harness name (`as-is`, `uploaded`, `none`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextFiles::AsIs => "as-is",
+            ContextFiles::Uploaded => "uploaded",
+            ContextFiles::None => "none",
+        }
+    }
+
+    /// The choice named `name` (`as-is`, `uploaded`, `none`).
+    pub fn from_name(name: &str) -> Option<ContextFiles> {
+        [
+            ContextFiles::AsIs,
+            ContextFiles::Uploaded,
+            ContextFiles::None,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == name)
+    }
+
+    /// Whether it is [`ContextFiles::AsIs`] (left out of a manifest).
+    pub fn is_as_is(&self) -> bool {
+        *self == ContextFiles::AsIs
+    }
+}
+
+impl Serialize for ContextFiles {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ContextFiles::AsIs => s.serialize_bool(true),
+            ContextFiles::None => s.serialize_bool(false),
+            ContextFiles::Uploaded => s.serialize_str(self.as_str()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContextFiles {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ContextFiles, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Bool(bool),
+            Name(String),
+        }
+        match Form::deserialize(d)? {
+            Form::Bool(true) => Ok(ContextFiles::AsIs),
+            Form::Bool(false) => Ok(ContextFiles::None),
+            Form::Name(name) => ContextFiles::from_name(&name).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "agent.context_files: {name:?} is not as-is, uploaded, none, true or false"
+                ))
+            }),
+        }
+    }
 }
 
 /// What kind of thing a verified tree is, which decides how the runtime is told about it.

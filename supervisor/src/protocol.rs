@@ -588,7 +588,9 @@ impl Default for UploadLimits {
 }
 
 /// What [`Capabilities::features`] lists: `agent.tools-empty` (`agent.tools: []` gives no
-/// built-in tools), `agent.record_prompt`, `agent.context_files`, `dirs.home_keep` (and `HOME`,
+/// built-in tools), `agent.record_prompt`, `agent.context_files` (`false`: none),
+/// `agent.context_files.uploaded` (the choice of `uploaded`, the context files named in the
+/// record, Claude Code given the workdir's `CLAUDE.md`), `dirs.home_keep` (and `HOME`,
 /// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
 /// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
 /// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
@@ -600,6 +602,7 @@ pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
     "agent.context_files",
+    "agent.context_files.uploaded",
     "dirs.home_keep",
     "output.keep_output",
     "env.passed",

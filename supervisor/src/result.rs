@@ -68,6 +68,11 @@ pub struct IterationResult {
     /// flag switches off (`.pi/settings.json` for pi), found before launch; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspace_config: Vec<String>,
+    /// The context files the runtime reads (`agent.context_files`), found after the reap and
+    /// before launch, and what was reset of them (absent for `command`, and when the iteration
+    /// stopped before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_files: Option<ContextFilesRecord>,
     /// The verification report (absent when the iteration failed before verifying).
     #[serde(default)]
     pub verification: Option<VerifyReport>,
@@ -209,6 +214,55 @@ pub struct ResetRecord {
     /// The first 100 of them, relative to the directory.
     #[serde(default)]
     pub paths: Vec<String>,
+}
+
+/// The context files of an iteration (`context_files`): the choice, what the runtime reads,
+/// and what was reset to the run's baseline before launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextFilesRecord {
+    /// `as-is`, `uploaded` or `none` (`agent.context_files`).
+    pub mode: String,
+    /// `uploaded`: the iteration whose reap was followed by taking the baseline (the first
+    /// after the workspace was uploaded or the manifest set; in `pitcrew-init run`, this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_iteration: Option<u32>,
+    /// The files the runtime reads, in the order it reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<ContextFileRecord>,
+    /// `uploaded`: what differed from the baseline and was set back before launch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reset: Vec<ContextResetRecord>,
+}
+
+/// A context file the runtime reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextFileRecord {
+    /// Its absolute path.
+    pub path: String,
+    /// `config` (the runtime's config dir: pinned files only), `workdir`, or `parent` (a
+    /// directory above the workdir).
+    pub scope: String,
+    /// SHA-256 of its content (a regular file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Its size in bytes (a regular file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// What a symlink points to: the runtime follows it, the supervisor does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+/// A context file set back to the run's baseline before launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextResetRecord {
+    /// Its absolute path.
+    pub path: String,
+    /// `removed` (not in the baseline) or `restored` (the baseline's content, mode and owner
+    /// written back).
+    pub action: String,
+    /// What was there before (`regular file`, `symlink`, `directory`, `fifo`, …; `missing`).
+    pub was: String,
 }
 
 /// What the IPC sweep removed (`ipc_sweep`).
@@ -532,6 +586,7 @@ impl IterationResult {
             ipc_sweep: None,
             supervisor_restored: None,
             workspace_config: Vec::new(),
+            context_files: None,
             verification: None,
             env: EnvRecord::default(),
             confinement: None,

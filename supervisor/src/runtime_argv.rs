@@ -15,12 +15,14 @@
 //!   (pi then says the flag needs a value).
 //! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`, the tools
 //!   (`--tools a,b`, `--tools ""` for none; followed by an option, since Claude's `--tools`
-//!   takes several values), `--settings <file>` (the one `use: claude-settings` file),
-//!   `--plugin-dir <path>` per `claude-plugin` tree, then per skill tree the plugin directory
-//!   the supervisor made for it (`<parent>/.pitcrew-claude-skills/<name>`, holding only
-//!   `skills/<name>/` with a `SKILL.md` derived from the verified one: nothing of the skills
-//!   tree runs), `--agent`, `--model`,
-//!   `agent.args`, `--dangerously-skip-permissions`, the prompt last.
+//!   takes several values), `--settings <file>` (the one `use: claude-settings` file; without
+//!   one, settings that turn off Claude Code's built-in plugins), `--append-system-prompt-file
+//!   <workdir>/CLAUDE.md` (when the context step found one to give it: Claude Code reads no
+//!   project file with `--setting-sources user`), `--plugin-dir <path>` per `claude-plugin`
+//!   tree, then per skill tree the plugin directory the supervisor made for it
+//!   (`<parent>/.pitcrew-claude-skills/<name>`, holding only `skills/<name>/` with a
+//!   `SKILL.md` derived from the verified one: nothing of the skills tree runs), `--agent`,
+//!   `--model`, `agent.args`, `--dangerously-skip-permissions`, the prompt last.
 //! - **command**: the binary and `agent.args`.
 //!
 //! `agent.args` of pi and claude is checked first against the release found in the sandbox
@@ -35,8 +37,7 @@
 //! attach). An element containing NUL is refused (exec could not pass it).
 
 use crate::env_policy::agent_args::{agent_args_problems, Against, AgentArgProblem};
-
-use crate::manifest::{FileUse, Manifest, Runtime, TreeKind};
+use crate::manifest::{ContextFiles, FileUse, Manifest, Runtime, TreeKind};
 use crate::result::PromptRecord;
 use crate::runtime_version::PiFeatures;
 use std::path::Path;
@@ -102,10 +103,13 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 /// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime, whose
 /// release is `version` when known ([`crate::runtime_version::detect`]); `agent.args` checked
 /// against that release first (against every supported one when it is unknown).
+/// `claude_md` is the workdir's `CLAUDE.md` the context step found for Claude Code
+/// ([`crate::context_files`]).
 pub fn argv(
     manifest: &Manifest,
     binary: &Path,
     version: Option<&str>,
+    claude_md: Option<&str>,
 ) -> Result<Vec<String>, ArgvError> {
     let refused = agent_args_problems(
         manifest.runtime,
@@ -118,7 +122,7 @@ pub fn argv(
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
         Runtime::Pi => pi_args(manifest, PiFeatures::of(version), &mut v)?,
-        Runtime::Claude => claude_args(manifest, &mut v)?,
+        Runtime::Claude => claude_args(manifest, claude_md, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
     if let Some(index) = v.iter().position(|a| a.contains('\0')) {
@@ -194,7 +198,7 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
     if features.no_approve {
         push(v, &["--no-approve"]);
     }
-    if !m.agent.context_files {
+    if m.agent.context_files == ContextFiles::None {
         push(v, &["--no-context-files"]);
     }
     for file in m.files.iter().filter(|f| f.usage == FileUse::PiExtension) {
@@ -223,7 +227,43 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
     Ok(())
 }
 
-fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
+/// Claude Code's built-in plugins (its own list, 2.1.332), each turned off by
+/// [`claude_builtins_off`]: `cc-plugin-plugin-authoring` offers the model a skill, the others
+/// hooks or instructions (`cc-plugin-agents-md` loads the project's `AGENTS.md`), none of them
+/// verified.
+pub const CLAUDE_BUILTIN_PLUGINS: &[&str] = &[
+    "cc-plugin-sec-default",
+    "cc-plugin-agents-md",
+    "cc-plugin-telemetry",
+    "cc-plugin-privacy",
+    "cc-plugin-hipaa-default",
+    "cc-plugin-plugin-authoring",
+    "cc-plugin-mods-guide",
+    "cc-plugin-tips",
+    "cc-plugin-mermaid",
+    "cc-plugin-responsive-mode",
+    "cc-plugin-diff",
+    "cc-plugin-promos",
+    "cc-plugin-you-should-know",
+    "cc-plugin-easel",
+    "claude-platform",
+];
+
+/// The settings (JSON) pitcrew gives Claude Code with `--settings` when the harness pins no
+/// settings file of its own: every built-in plugin disabled (`enabledPlugins`).
+pub fn claude_builtins_off() -> String {
+    let off: serde_json::Map<String, serde_json::Value> = CLAUDE_BUILTIN_PLUGINS
+        .iter()
+        .map(|name| (format!("{name}@builtin"), serde_json::Value::Bool(false)))
+        .collect();
+    serde_json::json!({ "enabledPlugins": off }).to_string()
+}
+
+fn claude_args(
+    m: &Manifest,
+    claude_md: Option<&str>,
+    v: &mut Vec<String>,
+) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
     push(
         v,
@@ -252,6 +292,12 @@ fn claude_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
             });
         }
         push(v, &["--settings", &first.path]);
+    } else {
+        // Claude Code takes one `--settings`: a pinned file's own `enabledPlugins` decides.
+        push(v, &["--settings", &claude_builtins_off()]);
+    }
+    if let Some(path) = claude_md {
+        push(v, &["--append-system-prompt-file", path]);
     }
     for tree in m.trees.iter().filter(|t| t.kind == TreeKind::ClaudePlugin) {
         push(v, &["--plugin-dir", &tree.path]);
@@ -333,7 +379,7 @@ mod tests {
     #[test]
     fn pi_argv_exact() {
         let m = manifest(pi_manifest());
-        let got = argv(&m, Path::new("/usr/local/bin/pi"), Some("0.73.1")).unwrap();
+        let got = argv(&m, Path::new("/usr/local/bin/pi"), Some("0.73.1"), None).unwrap();
         let want = [
             "/usr/local/bin/pi",
             "--print",
@@ -376,7 +422,7 @@ mod tests {
             "version": 1, "runtime": "pi", "agent": {"binary": "pi"},
             "prompt": "hi", "workdir": "/sandbox/workspace",
         }));
-        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1")).unwrap();
+        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1"), None).unwrap();
         let want = [
             "/usr/bin/pi",
             "--print",
@@ -402,7 +448,7 @@ mod tests {
             "args": ["--max-turns", "5"], "tools": ["Read", "Bash"],
         });
         let m = manifest(v);
-        let got = argv(&m, Path::new("/usr/local/bin/claude"), Some("0.73.1")).unwrap();
+        let got = argv(&m, Path::new("/usr/local/bin/claude"), Some("0.73.1"), None).unwrap();
         let want = [
             "/usr/local/bin/claude",
             "-p",
@@ -438,7 +484,8 @@ mod tests {
             "version": 1, "runtime": "claude", "agent": {"binary": "claude"},
             "prompt": "hi", "workdir": "/w",
         }));
-        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1")).unwrap();
+        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1"), None).unwrap();
+        let builtins_off = claude_builtins_off();
         let want = [
             "/bin/claude",
             "-p",
@@ -447,10 +494,29 @@ mod tests {
             "--verbose",
             "--setting-sources",
             "user",
+            "--settings",
+            &builtins_off,
             "--dangerously-skip-permissions",
             "hi",
         ];
         assert_eq!(got, want);
+        let settings: serde_json::Value = serde_json::from_str(&builtins_off).unwrap();
+        assert_eq!(
+            settings["enabledPlugins"]["cc-plugin-plugin-authoring@builtin"],
+            false
+        );
+        assert_eq!(
+            settings["enabledPlugins"].as_object().unwrap().len(),
+            CLAUDE_BUILTIN_PLUGINS.len()
+        );
+        // The workdir's CLAUDE.md the context step found follows the settings.
+        let got = argv(&m, Path::new("/bin/claude"), None, Some("/w/CLAUDE.md")).unwrap();
+        let at = got
+            .iter()
+            .position(|a| a == "--append-system-prompt-file")
+            .unwrap();
+        assert_eq!(got[at - 2], "--settings");
+        assert_eq!(got[at + 1], "/w/CLAUDE.md");
 
         let mut v = pi_manifest();
         v["runtime"] = "claude".into();
@@ -458,7 +524,7 @@ mod tests {
             file("/a.json", "hook-adapter", "claude-settings"),
             file("/b.json", "config", "claude-settings"),
         ]);
-        let err = argv(&manifest(v), Path::new("/bin/claude"), Some("0.73.1")).unwrap_err();
+        let err = argv(&manifest(v), Path::new("/bin/claude"), Some("0.73.1"), None).unwrap_err();
         assert_eq!(
             err,
             ArgvError::SeveralClaudeSettings {
@@ -472,21 +538,21 @@ mod tests {
     fn an_empty_tool_list_gives_no_built_in_tools_and_an_absent_one_the_default() {
         let mut v = pi_manifest();
         v["agent"]["tools"] = json!([]);
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
         assert!(got.contains(&"--no-builtin-tools".to_string()), "{got:?}");
         assert!(!got.contains(&"--tools".to_string()), "{got:?}");
         v["agent"].as_object_mut().unwrap().remove("tools");
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
         assert!(!got.iter().any(|a| a.contains("tools")), "{got:?}");
 
         v["runtime"] = "claude".into();
         v["agent"]["tools"] = json!([]);
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap();
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
         let at = got.iter().position(|a| a == "--tools").unwrap();
         assert_eq!(got[at + 1], "");
         assert!(got[at + 2].starts_with("--"), "{got:?}");
         v["agent"].as_object_mut().unwrap().remove("tools");
-        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1")).unwrap();
+        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1"), None).unwrap();
         assert!(!got.contains(&"--tools".to_string()), "{got:?}");
     }
 
@@ -503,7 +569,7 @@ mod tests {
     #[test]
     fn the_record_shows_the_prompt_by_its_length_and_digest_unless_asked() {
         let mut m = manifest(pi_manifest());
-        let full = argv(&m, Path::new("/p"), Some("0.73.1")).unwrap();
+        let full = argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap();
         let (shown, prompt) = recorded(&m, &full);
         assert_eq!(shown.last().unwrap(), "<prompt>");
         assert_eq!(shown[..shown.len() - 1], full[..full.len() - 1]);
@@ -523,26 +589,26 @@ mod tests {
             "version": 1, "runtime": "command", "agent": {"binary": "/bin/sh", "args": ["-c", "x"]},
             "workdir": "/w", "prompt": "ignored",
         }));
-        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1")).unwrap();
+        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1"), None).unwrap();
         assert_eq!(recorded(&c, &a), (a.clone(), None));
     }
 
     #[test]
     fn trust_gated_pi_releases_get_no_approve_and_context_files_can_be_turned_off() {
         let mut m = manifest(pi_manifest());
-        let old = argv(&m, Path::new("/p"), Some("0.73.1")).unwrap();
+        let old = argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap();
         assert!(!old.contains(&"--no-approve".to_string()), "{old:?}");
         assert!(!old.contains(&"--no-context-files".to_string()), "{old:?}");
         // An unknown release is taken for the oldest (it would refuse --no-approve).
-        assert_eq!(argv(&m, Path::new("/p"), None).unwrap(), old);
+        assert_eq!(argv(&m, Path::new("/p"), None, None).unwrap(), old);
         for version in ["0.87.1", "1.6.0"] {
-            let new = argv(&m, Path::new("/p"), Some(version)).unwrap();
+            let new = argv(&m, Path::new("/p"), Some(version), None).unwrap();
             let at = new.iter().position(|a| a == "--no-approve").unwrap();
             assert_eq!(new[at - 1], "--no-themes", "{new:?}");
             assert_eq!(new.len(), old.len() + 1);
         }
-        m.agent.context_files = false;
-        let off = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap();
+        m.agent.context_files = ContextFiles::None;
+        let off = argv(&m, Path::new("/p"), Some("1.6.0"), None).unwrap();
         let at = off.iter().position(|a| a == "--no-context-files").unwrap();
         assert_eq!(off[at - 1], "--no-approve", "{off:?}");
     }
@@ -555,7 +621,7 @@ mod tests {
         let mut v = pi_manifest();
         v["agent"]["args"] = json!(["--approve", "-e", "./unverified_ext.ts"]);
         let m = manifest(v.clone());
-        let err = argv(&m, Path::new("/p"), Some("1.6.0")).unwrap_err();
+        let err = argv(&m, Path::new("/p"), Some("1.6.0"), None).unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with(
@@ -564,7 +630,7 @@ mod tests {
             "{text}"
         );
         // pi 0.73.1 has no --approve (an extension flag there); its -e is refused all the same.
-        let text = argv(&m, Path::new("/p"), Some("0.73.1"))
+        let text = argv(&m, Path::new("/p"), Some("0.73.1"), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -572,7 +638,9 @@ mod tests {
             "{text}"
         );
         // An unknown release: every supported release's rules.
-        let text = argv(&m, Path::new("/p"), None).unwrap_err().to_string();
+        let text = argv(&m, Path::new("/p"), None, None)
+            .unwrap_err()
+            .to_string();
         assert!(
             text.contains("--approve is an option of pi 0.87.1, 1.6.0"),
             "{text}"
@@ -585,7 +653,7 @@ mod tests {
             "--mcp-config",
             "x.json"
         ]);
-        let text = argv(&manifest(v.clone()), Path::new("/c"), Some("2.1.332"))
+        let text = argv(&manifest(v.clone()), Path::new("/c"), Some("2.1.332"), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -597,16 +665,16 @@ mod tests {
         // `runtime: command` takes any argv.
         v["runtime"] = "command".into();
         v["agent"]["args"] = json!(["--approve", "-e", "x"]);
-        assert!(argv(&manifest(v), Path::new("/bin/x"), None).is_ok());
+        assert!(argv(&manifest(v), Path::new("/bin/x"), None, None).is_ok());
     }
 
     #[test]
     fn an_argument_longer_than_exec_takes_is_refused_by_name() {
         let mut m = manifest(pi_manifest());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES));
-        assert!(argv(&m, Path::new("/p"), None).is_ok());
+        assert!(argv(&m, Path::new("/p"), None, None).is_ok());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES + 1));
-        let err = argv(&m, Path::new("/p"), None).unwrap_err();
+        let err = argv(&m, Path::new("/p"), None, None).unwrap_err();
         assert!(matches!(err, ArgvError::TooLong { bytes, .. } if bytes == MAX_ARG_BYTES + 1));
     }
 
@@ -618,7 +686,7 @@ mod tests {
             "workdir": "/w",
         }));
         assert_eq!(
-            argv(&m, Path::new("/bin/sh"), Some("0.73.1")).unwrap(),
+            argv(&m, Path::new("/bin/sh"), Some("0.73.1"), None).unwrap(),
             ["/bin/sh", "-c", "echo hi", "--", "-x"]
         );
     }
@@ -628,34 +696,34 @@ mod tests {
         let mut v = pi_manifest();
         v["prompt"] = "--help".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "pi" }
         );
         v["prompt"] = "@/etc/shadow".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
             ArgvError::PromptLooksLikeFile
         );
         v["runtime"] = "claude".into();
         v["prompt"] = "-x".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).unwrap_err(),
+            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "claude" }
         );
         // `@` means nothing special to Claude Code's argv.
         v["prompt"] = "@file".into();
-        assert!(argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1")).is_ok());
+        assert!(argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).is_ok());
 
         let mut m = manifest(pi_manifest());
         m.prompt = None;
         assert_eq!(
-            argv(&m, Path::new("/p"), Some("0.73.1")).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
             ArgvError::MissingPrompt { runtime: "pi" }
         );
         let mut m = manifest(pi_manifest());
         m.prompt = Some("a\0b".into());
         assert!(matches!(
-            argv(&m, Path::new("/p"), Some("0.73.1")).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
             ArgvError::Nul { .. }
         ));
     }

@@ -76,6 +76,10 @@ fn at_least(version: &str, min: (u64, u64, u64)) -> Option<bool> {
 /// (0.73.1 has neither; 0.87.1 and 1.6.0 have both).
 const PI_TRUST: (u64, u64, u64) = (0, 87, 1);
 
+/// The first pi release that reads a directory's `AGENTS.override.md` in place of its
+/// `AGENTS.md` (its changelog, 0.84.0; 0.73.1 does not, 0.87.1 and 1.6.0 do).
+const PI_AGENTS_OVERRIDE: (u64, u64, u64) = (0, 84, 0);
+
 /// What a pi release does that the argv and the report depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PiFeatures {
@@ -84,17 +88,23 @@ pub struct PiFeatures {
     /// It reads the workspace's `.pi/settings.json`, `.pi/SYSTEM.md` and
     /// `.pi/APPEND_SYSTEM.md` whatever its flags (no project trust).
     pub reads_project_files: bool,
+    /// It reads `AGENTS.override.md` first among a directory's context files.
+    pub agents_override: bool,
 }
 
 impl PiFeatures {
     /// The features of pi `version`; an unknown or unreadable version is taken for the oldest
     /// supported release (0.73.1): no `--no-approve` (it would refuse the option), and its
-    /// project files reported.
+    /// project files reported; but for the context files it may read, for any release: with
+    /// `AGENTS.override.md` (what pitcrew names and resets is then never short of them).
     pub fn of(version: Option<&str>) -> PiFeatures {
         let trust = version.and_then(|v| at_least(v, PI_TRUST)).unwrap_or(false);
         PiFeatures {
             no_approve: trust,
             reads_project_files: !trust,
+            agents_override: version
+                .and_then(|v| at_least(v, PI_AGENTS_OVERRIDE))
+                .unwrap_or(true),
         }
     }
 }
@@ -144,13 +154,14 @@ mod tests {
         let old = PiFeatures {
             no_approve: false,
             reads_project_files: true,
+            agents_override: true,
         };
         let new = PiFeatures {
             no_approve: true,
             reads_project_files: false,
+            agents_override: true,
         };
         for (version, want) in [
-            (Some("0.73.1"), old),
             (Some("0.87.0"), old),
             (Some("0.87.1"), new),
             (Some("1.6.0"), new),
@@ -161,6 +172,22 @@ mod tests {
             (None, old),
         ] {
             assert_eq!(PiFeatures::of(version), want, "{version:?}");
+        }
+    }
+
+    #[test]
+    fn agents_override_md_is_read_from_0_84_0_and_by_an_unknown_release() {
+        for (version, want) in [
+            (Some("0.73.1"), false),
+            (Some("0.83.9"), false),
+            (Some("0.84.0-rc.1"), false),
+            (Some("0.84.0"), true),
+            (Some("0.87.1"), true),
+            (Some("1.6.0"), true),
+            (Some("garbage"), true),
+            (None, true),
+        ] {
+            assert_eq!(PiFeatures::of(version).agents_override, want, "{version:?}");
         }
     }
 }

@@ -996,3 +996,244 @@ fn attack_harness__agent_args_never_read_project_settings_or_start_an_mcp_server
         assert!(!ws.join(marker).exists(), "{marker}: the plant ran");
     }
 }
+
+/// The repository's `CLAUDE.md`, as uploaded.
+const REPO_CLAUDE_MD: &str = "REPO_CLAUDE_MD: follow the repository's rules\n";
+
+/// What the agent does to the workspace's `CLAUDE.md` in the first iteration, and what the
+/// second looks at.
+const PLANT_CLAUDE_MD: &str = "printf 'PLANTED_CLAUDE_MD\\n' > CLAUDE.md && echo planted";
+const LOOK_CLAUDE_MD: &str = "cat CLAUDE.md";
+
+/// A `CLAUDE.md` the harness pins in Claude Code's config dir (its user-level one).
+const PINNED_USER_CLAUDE_MD: &str = "PINNED_USER_CLAUDE_MD: the operator's own\n";
+
+/// The SHA-256 (lowercase hex) of `text`, as the record gives a file's.
+fn sha256_of(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, text).unwrap();
+    pitcrew_core::tree_hash::sha256_file(&file).unwrap().sha256
+}
+
+/// Two iterations of Claude Code with `context_files` (the harness default when `None`) over a
+/// workspace whose `CLAUDE.md` is [`REPO_CLAUDE_MD`], with [`PINNED_USER_CLAUDE_MD`] pinned in
+/// its config dir when `user_md`: the first iteration rewrites `CLAUDE.md`, the second prints
+/// it. Returns the model's requests (two per iteration), the tool results and the second
+/// iteration's record.
+fn claude_md_run(context_files: Option<&str>, user_md: bool) -> (Vec<Value>, Vec<String>, Value) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_CLAUDE_MD, LOOK_CLAUDE_MD],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::write(root.join("workspace/CLAUDE.md"), REPO_CLAUDE_MD).unwrap();
+    let mut yaml = fs::read_to_string(&fx.harness).unwrap();
+    if let Some(value) = context_files {
+        yaml = yaml.replace("agent:\n", &format!("agent:\n  context_files: {value}\n"));
+    }
+    if user_md {
+        fs::create_dir_all(root.join("user")).unwrap();
+        fs::write(root.join("user/CLAUDE.md"), PINNED_USER_CLAUDE_MD).unwrap();
+        yaml += "adapters:\n  - path: user/CLAUDE.md\n    role: config\n";
+    }
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    (requests, results, second)
+}
+
+/// The context files a record names, as (scope, file name, sha256).
+fn named_context(record: &Value) -> Vec<(String, String, String)> {
+    record["context_files"]["read"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let path = r["path"].as_str().unwrap_or_default();
+            (
+                r["scope"].as_str().unwrap_or_default().to_string(),
+                path.rsplit('/').next().unwrap_or_default().to_string(),
+                r["sha256"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// By default (`agent.context_files: uploaded`) the workdir's `CLAUDE.md` reaches the model
+/// (`--setting-sources user` alone reads no project file: pitcrew passes it with
+/// `--append-system-prompt-file`), and what the first iteration's agent writes into it never
+/// reaches the second's: it is written back as uploaded before launch, and the record names
+/// the file with the uploaded digest and the reset.
+#[test]
+fn attack_leftovers__a_claude_md_an_iteration_writes_is_not_the_next_ones_instructions() {
+    if !gate() {
+        return;
+    }
+    let (requests, results, second) = claude_md_run(None, false);
+    for (i, request) in requests.iter().enumerate() {
+        let system = request["system"].to_string();
+        assert!(system.contains("REPO_CLAUDE_MD"), "request {i}: {system}");
+    }
+    let text = requests[2].to_string();
+    assert!(!text.contains("PLANTED_CLAUDE_MD"), "{text}");
+    assert!(results[1].contains("REPO_CLAUDE_MD"), "{results:?}");
+    let context = &second["context_files"];
+    assert_eq!(context["mode"], "uploaded", "{second:#}");
+    assert_eq!(
+        named_context(&second),
+        [(
+            "workdir".to_string(),
+            "CLAUDE.md".to_string(),
+            sha256_of(REPO_CLAUDE_MD)
+        )],
+        "{second:#}"
+    );
+    assert_eq!(context["reset"][0]["action"], "restored", "{second:#}");
+    assert_eq!(context["reset"][0]["was"], "regular file", "{second:#}");
+    assert!(
+        context["reset"][0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/CLAUDE.md")),
+        "{second:#}"
+    );
+    let argv = second["agent"]["argv"].to_string();
+    assert!(argv.contains("\"--append-system-prompt-file\""), "{argv}");
+}
+
+/// `as-is`: the second iteration's model reads the `CLAUDE.md` the first one's agent wrote, and
+/// the record names it with the config dir's pinned one. `none`: no `CLAUDE.md` reaches the
+/// model, not even the pinned one (`CLAUDE_CODE_DISABLE_CLAUDE_MDS=1`), and the record names
+/// none.
+#[test]
+fn claude_context_files_as_is_and_none() {
+    if !gate() {
+        return;
+    }
+    let (requests, _, second) = claude_md_run(Some("as-is"), true);
+    let text = requests[2].to_string();
+    assert!(text.contains("PLANTED_CLAUDE_MD"), "{text}");
+    assert!(text.contains("PINNED_USER_CLAUDE_MD"), "{text}");
+    assert!(!text.contains("REPO_CLAUDE_MD"), "{text}");
+    assert_eq!(second["context_files"]["mode"], "as-is", "{second:#}");
+    assert_eq!(
+        named_context(&second),
+        [
+            (
+                "config".to_string(),
+                "CLAUDE.md".to_string(),
+                sha256_of(PINNED_USER_CLAUDE_MD)
+            ),
+            (
+                "workdir".to_string(),
+                "CLAUDE.md".to_string(),
+                sha256_of("PLANTED_CLAUDE_MD\n")
+            ),
+        ],
+        "{second:#}"
+    );
+
+    let (requests, _, second) = claude_md_run(Some("none"), true);
+    for i in [0, 2] {
+        let text = requests[i].to_string();
+        for marker in [
+            "REPO_CLAUDE_MD",
+            "PLANTED_CLAUDE_MD",
+            "PINNED_USER_CLAUDE_MD",
+        ] {
+            assert!(!text.contains(marker), "{marker}, request {i}: {text}");
+        }
+    }
+    assert_eq!(
+        second["context_files"],
+        json!({"mode": "none"}),
+        "{second:#}"
+    );
+    let argv = second["agent"]["argv"].to_string();
+    assert!(!argv.contains("--append-system-prompt-file"), "{argv}");
+}
+
+/// The skills Claude Code 2.1.332 has built in (its init event without pitcrew's switches).
+const BUILT_IN_SKILLS: &[&str] = &[
+    "deep-research",
+    "dataviz",
+    "update-config",
+    "verify",
+    "debug",
+    "code-review",
+    "simplify",
+    "batch",
+    "fewer-permission-prompts",
+    "loop",
+    "claude-api",
+    "workflow-authoring",
+    "run-skill-generator",
+    "plugin-authoring",
+];
+
+/// Beside the verified plugin and skill, Claude Code offers the model none of its built-in
+/// skills (`CLAUDE_CODE_DISABLE_BUNDLED_SKILLS=1`) and loads none of its built-in plugins
+/// (`enabledPlugins` off in the settings pitcrew passes), and keeps no auto memory
+/// (`CLAUDE_CODE_DISABLE_AUTO_MEMORY=1`): its init event and the model's request say so.
+#[test]
+fn claude_offers_the_model_nothing_built_in_beside_the_verified_set() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("done".into()));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("skills/review")).unwrap();
+    fs::write(
+        root.join("skills/review/SKILL.md"),
+        "---\nname: review\ndescription: VERIFIED_SKILL_review\n---\nReview.\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill]\n")
+        + "skills:\n  - skills/review\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let output = read_text(&iteration_dir(&doc, 1).join("output.jsonl"));
+    let init: Value = output
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "system" && e["subtype"] == "init")
+        .unwrap_or_else(|| panic!("no init event: {output}"));
+    let plugins: Vec<&str> = init["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["source"].as_str())
+        .collect();
+    assert!(
+        !plugins.is_empty() && plugins.iter().all(|s| s.ends_with("@inline")),
+        "{init:#}"
+    );
+    let skills = init["skills"].to_string();
+    assert!(skills.contains("review"), "{init:#}");
+    for skill in BUILT_IN_SKILLS {
+        assert!(
+            !skills.contains(&format!("\"{skill}\"")),
+            "{skill}: {init:#}"
+        );
+    }
+    assert!(init.get("memory_paths").is_none(), "{init:#}");
+    let request = server.requests()[0].to_string();
+    assert!(request.contains("VERIFIED_SKILL_review"), "{request}");
+    for skill in BUILT_IN_SKILLS {
+        assert!(
+            !request.contains(&format!("- {skill}:")),
+            "{skill}: {request}"
+        );
+    }
+}

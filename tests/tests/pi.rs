@@ -1022,6 +1022,203 @@ fn context_files_can_be_turned_off() {
     assert!(!prompt.contains("REPO_"), "{prompt}");
 }
 
+/// The repository's `AGENTS.md`, as uploaded.
+const REPO_AGENTS: &str = "REPO_AGENTS_MD: follow the repository's rules\n";
+
+/// What the agent does to the workspace's context files in the first iteration: rewrites
+/// `AGENTS.md`, and writes an `AGENTS.override.md`, which pi reads in its place from 0.84 on.
+const PLANT_CONTEXT: &str = "printf 'PLANTED_AGENTS_MD\\n' > AGENTS.md && \
+printf 'PLANTED_OVERRIDE\\n' > AGENTS.override.md && echo planted";
+
+/// What the second iteration looks at: the context files the workspace holds when it runs.
+const LOOK_CONTEXT: &str = "cat AGENTS.md; cat AGENTS.override.md 2>/dev/null || echo NO_OVERRIDE";
+
+/// The SHA-256 (lowercase hex) of `text`, as the record gives a file's.
+fn sha256_of(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, text).unwrap();
+    pitcrew_core::tree_hash::sha256_file(&file).unwrap().sha256
+}
+
+/// Runs two iterations of pi `pi` with `context_files` (the harness default when `None`) over a
+/// workspace whose `AGENTS.md` is [`REPO_AGENTS`]: the first plants [`PLANT_CONTEXT`], the
+/// second looks at the files. Returns the model's requests (two per iteration), the tool
+/// results and the second iteration's record.
+fn context_run(pi: Pi, context_files: Option<&str>) -> (Vec<Value>, Vec<String>, Value) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_CONTEXT, LOOK_CONTEXT],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 2);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    fs::write(ws.join("AGENTS.md"), REPO_AGENTS).unwrap();
+    fx.agent_option("tools: [bash]");
+    if let Some(value) = context_files {
+        fx.agent_option(&format!("context_files: {value}"));
+    }
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    (requests, results, second)
+}
+
+/// The paths of the context files a record names in the workspace, with their digests.
+fn workspace_context(record: &Value) -> Vec<(String, String)> {
+    record["context_files"]["read"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["scope"] == "workdir")
+        .map(|r| {
+            let path = r["path"].as_str().unwrap_or_default();
+            let name = path.rsplit('/').next().unwrap_or_default().to_string();
+            (name, r["sha256"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// What the record says was set back: (file name, action).
+fn context_reset(record: &Value) -> Vec<(String, String)> {
+    record["context_files"]["reset"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let path = r["path"].as_str().unwrap_or_default();
+            let name = path.rsplit('/').next().unwrap_or_default().to_string();
+            (name, r["action"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// Per release, as `each_pi!`, for the attack tests: each test's own name carries the attack
+/// class (the security report reads the last segment of a test's path).
+macro_rules! each_pi_named {
+    ($body:ident: $a:ident, $b:ident, $c:ident) => {
+        #[test]
+        fn $a() {
+            $body(PI_0_73)
+        }
+        #[test]
+        fn $b() {
+            $body(PI_0_87)
+        }
+        #[test]
+        fn $c() {
+            $body(PI_1_6)
+        }
+    };
+}
+
+each_pi_named!(context_uploaded:
+    attack_leftovers__context_files_an_iteration_writes_are_not_the_next_ones_instructions_pi_0_73_1,
+    attack_leftovers__context_files_an_iteration_writes_are_not_the_next_ones_instructions_pi_0_87_1,
+    attack_leftovers__context_files_an_iteration_writes_are_not_the_next_ones_instructions_pi_1_6_0
+);
+
+/// By default (`agent.context_files: uploaded`) what the first iteration's agent writes into
+/// the workspace's context files never reaches the second's model: before launch `AGENTS.md`
+/// is written back as uploaded and the `AGENTS.override.md` it created (read from 0.84 on) is
+/// removed; the record names the file pi reads, with the uploaded digest, and what was reset.
+fn context_uploaded(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let (requests, results, second) = context_run(pi, None);
+    for (i, request) in requests.iter().enumerate() {
+        let text = request["messages"][0].to_string();
+        assert!(text.contains("REPO_AGENTS_MD"), "request {i}: {text}");
+    }
+    // The second iteration's first request: the system prompt and the prompt, nothing quoted.
+    let text = requests[2]["messages"].to_string();
+    assert!(!text.contains("PLANTED_"), "{text}");
+    // The workspace holds the uploaded file again, and no override where pi would read one
+    // (0.73.1 does not: it is left alone).
+    assert!(results[1].contains("REPO_AGENTS_MD"), "{results:?}");
+    assert_eq!(
+        results[1].contains("NO_OVERRIDE"),
+        pi.prefixed,
+        "{results:?}"
+    );
+    let context = &second["context_files"];
+    assert_eq!(context["mode"], "uploaded", "{second:#}");
+    assert_eq!(context["baseline_iteration"], 1, "{second:#}");
+    assert_eq!(
+        workspace_context(&second),
+        [("AGENTS.md".to_string(), sha256_of(REPO_AGENTS))],
+        "{second:#}"
+    );
+    let mut reset = vec![("AGENTS.md".to_string(), "restored".to_string())];
+    if pi.prefixed {
+        reset.insert(0, ("AGENTS.override.md".to_string(), "removed".to_string()));
+    }
+    assert_eq!(context_reset(&second), reset, "{second:#}");
+}
+
+each_pi!(
+    context_files_as_is_are_what_the_last_iteration_left,
+    context_as_is
+);
+
+/// `agent.context_files: as-is`: the second iteration's pi reads what the first one's agent
+/// wrote (0.73.1 its `AGENTS.md`; later releases the `AGENTS.override.md` in its place), and the
+/// record names that file with its digest.
+fn context_as_is(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let (requests, _, second) = context_run(pi, Some("as-is"));
+    let (marker, file, content) = if pi.prefixed {
+        (
+            "PLANTED_OVERRIDE",
+            "AGENTS.override.md",
+            "PLANTED_OVERRIDE\n",
+        )
+    } else {
+        ("PLANTED_AGENTS_MD", "AGENTS.md", "PLANTED_AGENTS_MD\n")
+    };
+    let text = requests[2]["messages"][0].to_string();
+    assert!(text.contains(marker), "{text}");
+    assert!(!text.contains("REPO_AGENTS_MD"), "{text}");
+    assert_eq!(second["context_files"]["mode"], "as-is", "{second:#}");
+    assert_eq!(
+        workspace_context(&second),
+        [(file.to_string(), sha256_of(content))],
+        "{second:#}"
+    );
+    assert!(context_reset(&second).is_empty(), "{second:#}");
+}
+
+each_pi!(context_files_none_gives_pi_none, context_none);
+
+/// `agent.context_files: none`: no request carries a context file (`--no-context-files`), and
+/// the record names none.
+fn context_none(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let (requests, _, second) = context_run(pi, Some("none"));
+    for i in [0, 2] {
+        let text = requests[i]["messages"][0].to_string();
+        assert!(!text.contains("REPO_AGENTS_MD"), "request {i}: {text}");
+        assert!(!text.contains("PLANTED_"), "request {i}: {text}");
+    }
+    assert_eq!(
+        second["context_files"],
+        json!({"mode": "none"}),
+        "{second:#}"
+    );
+    assert!(second["agent"]["argv"]
+        .to_string()
+        .contains("\"--no-context-files\""));
+}
+
 each_pi!(an_empty_tool_list_gives_pi_no_built_in_tools, no_tools);
 
 /// `tools: []` gives pi none of its built-in tools (`--no-builtin-tools`); the extension's own

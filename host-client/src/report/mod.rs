@@ -178,6 +178,10 @@ pub struct IterationSummary {
     /// `workspace_flagged`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workspace_flagged: Vec<String>,
+    /// Context files set back to the run's baseline before launch (`context_files.reset`):
+    /// `PATH (removed)` or `PATH (restored)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub context_reset: Vec<String>,
     /// Tokens and cost the runtime reported (the record's `usage`); absent for `command` and
     /// when the runtime's stream said nothing of them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,6 +304,12 @@ pub fn summarize(
         workspace_config: record.workspace_config.clone(),
         workspace_stripped: record.workspace_stripped.clone(),
         workspace_flagged: record.workspace_flagged.clone(),
+        context_reset: record
+            .context_files
+            .iter()
+            .flat_map(|c| &c.reset)
+            .map(|r| format!("{} ({})", r.path, r.action))
+            .collect(),
         usage: record.usage.clone(),
         steps: serde_json::to_value(&record.steps).unwrap_or(Value::Null),
         events,

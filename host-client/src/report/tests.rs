@@ -89,6 +89,16 @@ fn drift_and_env_names_are_summarised() {
     r.reaped.before = 1;
     r.env.removed = vec![removed("NODE_OPTIONS")];
     r.workspace_config = vec![".pi/settings.json".into()];
+    r.context_files = Some(pitcrew_core::result::ContextFilesRecord {
+        mode: "uploaded".into(),
+        baseline_iteration: Some(1),
+        read: Vec::new(),
+        reset: vec![pitcrew_core::result::ContextResetRecord {
+            path: "/w/AGENTS.md".into(),
+            action: "restored".into(),
+            was: "regular file".into(),
+        }],
+    });
     // What the host receives is what the supervisor serialized.
     let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
     let s = summarize(&r, 1500, Vec::new());
@@ -100,6 +110,7 @@ fn drift_and_env_names_are_summarised() {
     assert_eq!(s.verification, "hello drifted: changed index.ts");
     assert_eq!(s.env_removed, ["NODE_OPTIONS"]);
     assert_eq!(s.workspace_config, [".pi/settings.json"]);
+    assert_eq!(s.context_reset, ["/w/AGENTS.md (restored)"]);
     let t = table(&[s], false);
     assert!(
         t.contains("96 a plugin or skills tree is missing or its hash differs"),

@@ -7,8 +7,8 @@ use super::layout::SandboxLayout;
 use super::model::Validated;
 use crate::exit_code::PinRole;
 use crate::manifest::{
-    Agent, EnvSpec, FileListing, FilePin, Limits, Manifest, Runtime, RuntimeDirs, TreeKind,
-    TreePin, MANIFEST_VERSION,
+    Agent, ContextFiles, EnvSpec, FileListing, FilePin, Limits, Manifest, Runtime, RuntimeDirs,
+    TreeKind, TreePin, MANIFEST_VERSION,
 };
 use crate::plugin_format::PluginClass;
 use crate::protocol::Owner;
@@ -153,7 +153,13 @@ impl Validated {
                 tools: h.agent.tools.clone(),
                 claude_agent: h.agent.claude_agent.clone(),
                 record_prompt: h.agent.record_prompt,
-                context_files: h.agent.context_files,
+                // The harness's default: the context files the run's workspace began with.
+                context_files: match h.runtime {
+                    Runtime::Command => ContextFiles::AsIs,
+                    Runtime::Pi | Runtime::Claude => {
+                        h.agent.context_files.unwrap_or(ContextFiles::Uploaded)
+                    }
+                },
             },
             prompt: h.prompt.clone(),
             trees,

@@ -8,7 +8,7 @@ use super::model::{AgentSection, Harness, Location};
 use super::units::{parse_duration_at_most, parse_size, parse_size_within};
 use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
-use crate::manifest::{Retention, Runtime};
+use crate::manifest::{ContextFiles, Retention, Runtime};
 use crate::protocol::UploadLimits;
 use marked_yaml::Node;
 use std::collections::BTreeMap;
@@ -137,10 +137,7 @@ impl Checker<'_> {
             }),
         };
 
-        let mut agent = AgentSection {
-            context_files: true,
-            ..AgentSection::default()
-        };
+        let mut agent = AgentSection::default();
         if let Some(n) = top.get_node("agent") {
             if let Some(m) = self.mapping(n, "agent") {
                 self.unknown_keys(
@@ -195,7 +192,7 @@ impl Checker<'_> {
                     agent.record_prompt = self.boolean(n, "agent.record_prompt").unwrap_or(false);
                 }
                 if let Some(n) = m.get_node("context_files") {
-                    agent.context_files = self.boolean(n, "agent.context_files").unwrap_or(true);
+                    agent.context_files = self.context_files(n);
                 }
             }
         }
@@ -257,10 +254,7 @@ impl Checker<'_> {
                 }
                 // Options only one runtime reads.
                 let agent = top.get_node("agent").and_then(Node::as_mapping);
-                for (key, reader) in [
-                    ("claude_agent", Runtime::Claude),
-                    ("context_files", Runtime::Pi),
-                ] {
+                for (key, reader) in [("claude_agent", Runtime::Claude)] {
                     if rt == reader {
                         continue;
                     }
@@ -632,6 +626,9 @@ impl Checker<'_> {
                 );
             }
         }
+        if harness.runtime == Runtime::Claude {
+            self.claude_context(top, &harness);
+        }
         // The local engine runs the agent from this host's filesystem and PATH.
         let program = harness.agent_program();
         // A relative path with a `/` is a problem of its own (not an absolute sandbox path).
@@ -655,6 +652,66 @@ impl Checker<'_> {
             }
         }
         Some(harness)
+    }
+}
+
+impl Checker<'_> {
+    /// What Claude Code is given beside the verified set: the workdir's `CLAUDE.md` goes with
+    /// `--append-system-prompt-file`, which Claude Code takes once (the last wins), so
+    /// `agent.args` may not give another unless `context_files: none`; and a `claude-settings`
+    /// file takes the place of the settings that turn off Claude Code's built-in plugins.
+    fn claude_context(&mut self, top: &marked_yaml::types::MarkedMappingNode, harness: &Harness) {
+        let agent = top.get_node("agent").and_then(Node::as_mapping);
+        let context = harness
+            .agent
+            .context_files
+            .unwrap_or(ContextFiles::Uploaded);
+        let own = harness.agent.args.iter().any(|a| {
+            a == "--append-system-prompt-file" || a.starts_with("--append-system-prompt-file=")
+        });
+        if own && context != ContextFiles::None {
+            self.problem(
+                agent.and_then(|m| m.get_node("args")).and_then(location),
+                "agent.args",
+                format!(
+                    "--append-system-prompt-file is how Claude Code is given the workdir's                      CLAUDE.md (agent.context_files: {}), and it takes only one: set                      context_files: none to give your own",
+                    context.as_str()
+                ),
+            );
+        }
+        if harness
+            .adapters
+            .iter()
+            .any(|a| a.usage == crate::manifest::FileUse::ClaudeSettings)
+        {
+            self.note(
+                top.get_node("adapters").and_then(location),
+                "adapters",
+                "Claude Code takes one --settings, this claude-settings file: its built-in                  plugins stay enabled unless the file's enabledPlugins turns them off                  (\"cc-plugin-plugin-authoring@builtin\": false, …; docs/agent-support.md)",
+            );
+        }
+    }
+
+    /// `agent.context_files`: `as-is`, `uploaded` or `none`, with `true` (`as-is`, what it
+    /// meant before there was a choice) and `false` (`none`) kept; anything else is a problem.
+    fn context_files(&mut self, node: &Node) -> Option<ContextFiles> {
+        let name = match node {
+            Node::Scalar(s) => s.as_str(),
+            _ => "",
+        };
+        let choice = match name {
+            "true" => Some(ContextFiles::AsIs),
+            "false" => Some(ContextFiles::None),
+            other => ContextFiles::from_name(other),
+        };
+        if choice.is_none() {
+            self.problem(
+                location(node),
+                "agent.context_files",
+                "expected uploaded, as-is or none (true is as-is, false is none)",
+            );
+        }
+        choice
     }
 }
 

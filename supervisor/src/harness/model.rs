@@ -152,8 +152,10 @@ pub struct AgentSection {
     pub claude_agent: Option<String>,
     /// Whether the record shows the prompt in `agent.argv` (default: its length and SHA-256).
     pub record_prompt: bool,
-    /// Whether pi loads the repository's context files (`AGENTS.md`, …); default true.
-    pub context_files: bool,
+    /// Which of the repository's context files (`AGENTS.md`, `CLAUDE.md`, …) the runtime
+    /// reads; unset, [`crate::manifest::ContextFiles::Uploaded`] (kept apart so that a
+    /// sandbox too old for it can be told from a harness that asks for it).
+    pub context_files: Option<crate::manifest::ContextFiles>,
 }
 
 /// A harness whose fields have the right shapes (checks that need the file system are in

@@ -1075,3 +1075,96 @@ fn attack_harness__agent_args_that_load_grant_trust_or_override_are_refused_wher
         assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
     }
 }
+
+#[test]
+fn context_files_is_a_choice_with_true_and_false_kept_and_uploaded_by_default() {
+    use crate::manifest::ContextFiles;
+    let manifest_of = |text: &str| {
+        let v = check(text);
+        assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
+        v.manifest(&SandboxLayout::default()).unwrap()
+    };
+    for (value, want) in [
+        ("", ContextFiles::Uploaded),
+        ("\n  context_files: uploaded", ContextFiles::Uploaded),
+        ("\n  context_files: as-is", ContextFiles::AsIs),
+        ("\n  context_files: true", ContextFiles::AsIs),
+        ("\n  context_files: none", ContextFiles::None),
+        ("\n  context_files: false", ContextFiles::None),
+    ] {
+        for runtime in ["pi", "claude"] {
+            let m = manifest_of(&format!(
+                "runtime: {runtime}\nprompt: hi\nagent:\n  model: m{value}\n"
+            ));
+            assert_eq!(m.agent.context_files, want, "{runtime}{value}");
+            // The manifest says it the way a supervisor without the choice reads as-is and none.
+            let json = serde_json::to_value(&m).unwrap();
+            let written = &json["agent"]["context_files"];
+            match want {
+                ContextFiles::AsIs => assert!(written.is_null(), "{json}"),
+                ContextFiles::None => assert_eq!(written, false),
+                ContextFiles::Uploaded => assert_eq!(written, "uploaded"),
+            }
+            let back = crate::manifest::Manifest::from_json(json.to_string().as_bytes()).unwrap();
+            assert_eq!(back.agent.context_files, want);
+        }
+    }
+    let m = manifest_of("runtime: command\ncommand: [/bin/true]\n");
+    assert_eq!(m.agent.context_files, ContextFiles::AsIs);
+    let v = check("runtime: pi\nprompt: hi\nagent:\n  context_files: sometimes\n");
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.field == "agent.context_files" && p.message.contains("uploaded, as-is")),
+        "{:?}",
+        v.problems
+    );
+    // A manifest names them too, and refuses anything else.
+    let manifest = |value: &str| {
+        crate::manifest::Manifest::from_json(
+            format!(
+                r#"{{"version":1,"runtime":"pi","agent":{{"binary":"pi","context_files":{value}}},"workdir":"/w","prompt":"hi"}}"#
+            )
+            .as_bytes(),
+        )
+    };
+    assert_eq!(
+        manifest("\"none\"").unwrap().agent.context_files,
+        ContextFiles::None
+    );
+    assert_eq!(
+        manifest("\"as-is\"").unwrap().agent.context_files,
+        ContextFiles::AsIs
+    );
+    let err = manifest("\"sometimes\"").unwrap_err().to_string();
+    assert!(err.contains("agent.context_files"), "{err}");
+}
+
+#[test]
+fn claude_takes_one_append_system_prompt_file_and_one_settings() {
+    let v = check(
+        "runtime: claude\nprompt: hi\nagent:\n  args: [--append-system-prompt-file, /x.md]\n",
+    );
+    assert!(
+        v.problems.iter().any(|p| p.field == "agent.args"
+            && p.message.contains("context_files: none")
+            && p.message.contains("uploaded")),
+        "{:?}",
+        v.problems
+    );
+    let v = check(
+        "runtime: claude\nprompt: hi\nagent:\n  context_files: none\n  args: [\"--append-system-prompt-file=/x.md\"]\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let v = check_adapters(
+        "claude",
+        "  - path: config/models.json\n    role: config\n    use: claude-settings\n",
+    );
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.field == "adapters" && n.message.contains("enabledPlugins")),
+        "{:?}",
+        v.notes
+    );
+}

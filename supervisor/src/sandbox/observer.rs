@@ -42,6 +42,12 @@ pub trait IterationObserver {
     fn max_wait(&self) -> Duration {
         Duration::from_secs(1)
     }
+    /// Where the run's context-file baseline is kept from one iteration to the next
+    /// ([`crate::context_files::Baseline`]: emptied when the workspace is uploaded or the
+    /// manifest set); `None` for an observer that keeps none (each iteration takes its own).
+    fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {
+        None
+    }
 }
 
 /// An observer that does nothing (the one-shot `pitcrew-init run`).

@@ -159,7 +159,9 @@ impl Server {
                     }
                 }
                 // The earlier manifest's listings are replaced: it is gone even if this fails.
+                // So is the context-file baseline: the next iteration takes the new run's.
                 self.manifest = None;
+                self.context_baseline = None;
                 self.store_listings(&mut manifest, listings_follow)?;
                 self.conns[i].send(&Response::Ok {
                     id,

@@ -165,6 +165,9 @@ struct Server {
     pending_listings: listings::PendingListings,
     /// The trees offered uploads put in place, with their listings.
     held: held::HeldTrees,
+    /// The context files the run's workspace began with (`agent.context_files: uploaded`),
+    /// taken after the first reap following the workspace's upload or the manifest.
+    context_baseline: Option<crate::context_files::Baseline>,
     /// The iterations finished since the server started.
     history: Vec<HistoryEntry>,
     /// No connection and no iteration when `service` last looked.
@@ -266,6 +269,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         manifest: None,
         pending_listings: Default::default(),
         held: held::HeldTrees::new(&opts.records),
+        context_baseline: None,
         // Its whole capacity at once: entries never move, and what they hold is not scattered
         // over the heap among what each iteration frees (which would keep those pages).
         history: Vec::with_capacity(run::HISTORY_KEPT),

@@ -355,6 +355,10 @@ impl IterationObserver for Server {
         self.fds()
     }
 
+    fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {
+        Some(&mut self.context_baseline)
+    }
+
     fn on_ready(&mut self, ctx: &mut Supervisor) -> Vec<ObserverAction> {
         self.service(ctx);
         std::mem::take(&mut self.actions)

@@ -232,6 +232,12 @@ impl Server {
                         let offered = held.is_some();
                         if finish_stream(c, id, &dest, stream, started) {
                             self.held.put(&dest, held);
+                            // A new workspace (or a tree holding it): the context files the
+                            // run begins with are taken again after the next reap.
+                            let workdir = self.manifest.as_ref().map(|m| Path::new(&m.workdir));
+                            if workdir.is_none_or(|w| w.starts_with(&dest)) {
+                                self.context_baseline = None;
+                            }
                         } else if offered {
                             super::held::HeldTrees::discard(held);
                         }

@@ -14,6 +14,7 @@ use crate::records;
 use crate::report::{self, IterationSummary};
 use anyhow::Context as _;
 use pitcrew_core::harness::{Compiled, Harness, Validated};
+use pitcrew_core::manifest::ContextFiles;
 use pitcrew_core::protocol::{Channel, Owner};
 use pitcrew_core::result::IterationResult;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -347,6 +348,14 @@ pub(super) fn drive(
                     row.workspace_config.join(", ")
                 ));
             }
+            if !row.context_reset.is_empty() {
+                progress.warn(&format!(
+                    "iteration {}: context files an earlier iteration changed were set back to \
+                     the run's baseline before launch: {}",
+                    row.iteration,
+                    row.context_reset.join(", ")
+                ));
+            }
             // Ctrl-C, or `pitcrew cancel --all`: the run ends with this iteration, unvalidated.
             let cancelled = interrupted() || outcome.run_stopped;
             if outcome.run_stopped {
@@ -439,6 +448,16 @@ pub(super) fn older_supervisor(
     if !has("env.passed") {
         manifest.env.passed.clear();
     }
+    // The default the harness left unset: what such a supervisor does (as-is), said once.
+    if manifest.agent.context_files == ContextFiles::Uploaded
+        && h.agent.context_files.is_none()
+        && !has("agent.context_files.uploaded")
+    {
+        manifest.agent.context_files = ContextFiles::AsIs;
+        progress.warn(
+            "the sandbox's pitcrew-init is older than this pitcrew: the runtime reads the              workspace's context files (AGENTS.md, CLAUDE.md) as an earlier iteration left them              (agent.context_files: as-is), and the record does not name them",
+        );
+    }
     let asked = [
         (
             "agent.tools-empty",
@@ -452,8 +471,13 @@ pub(super) fn older_supervisor(
         ),
         (
             "agent.context_files",
-            !manifest.agent.context_files,
-            "agent.context_files: false",
+            manifest.agent.context_files == ContextFiles::None,
+            "agent.context_files: none",
+        ),
+        (
+            "agent.context_files.uploaded",
+            h.agent.context_files == Some(ContextFiles::Uploaded),
+            "agent.context_files: uploaded",
         ),
         (
             "dirs.home_keep",

@@ -380,5 +380,27 @@ mod tests {
         manifest.env.passed = vec!["KEY".into()];
         older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
         assert_eq!(manifest.env.passed, ["KEY"]);
+
+        // The default `uploaded` becomes what an older supervisor does; asked for, it is refused.
+        use pitcrew_core::manifest::ContextFiles;
+        let mut manifest = validated.manifest(&layout).unwrap();
+        assert_eq!(manifest.agent.context_files, ContextFiles::Uploaded);
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+        assert_eq!(manifest.agent.context_files, ContextFiles::Uploaded);
+        let older: Vec<String> = all
+            .iter()
+            .filter(|f| *f != "agent.context_files.uploaded")
+            .cloned()
+            .collect();
+        older_supervisor(&mut manifest, &h, &older, &quiet).unwrap();
+        assert_eq!(manifest.agent.context_files, ContextFiles::AsIs);
+        let mut asked = h.clone();
+        asked.agent.context_files = Some(ContextFiles::Uploaded);
+        let mut manifest = validated.manifest(&layout).unwrap();
+        let err = older_supervisor(&mut manifest, &asked, &older, &quiet).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("agent.context_files: uploaded"),
+            "{err:#}"
+        );
     }
 }

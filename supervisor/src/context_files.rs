@@ -1,0 +1,636 @@
+//! Context files: the repository's own instructions to the agent (`AGENTS.md`,
+//! `AGENTS.override.md`, `CLAUDE.md`), which the runtime puts into the model's context. The
+//! workspace persists from one iteration to the next, so what one iteration's agent writes
+//! into them would be the next one's instructions; `agent.context_files` chooses which the
+//! runtime reads, and every iteration's record names them ([`ContextFilesRecord`]).
+//!
+//! What each release reads, from its installed sources:
+//!
+//! - **pi 0.73.1**: in its agent dir (the config dir, `PI_CODING_AGENT_DIR`), then in each
+//!   directory from `/` down to the workdir, the first of `AGENTS.md`, `AGENTS.MD`,
+//!   `CLAUDE.md`, `CLAUDE.MD` that exists (a symlink followed); `--no-context-files` drops
+//!   them all.
+//! - **pi from 0.84** (0.87.1, 1.6.0): the same with `AGENTS.override.md` first, a regular file
+//!   only (a linked worktree's copy of the main repository's file aside).
+//! - **Claude Code** (`--setting-sources user`: no project memory, so no `CLAUDE.md`,
+//!   `.claude/CLAUDE.md`, `CLAUDE.local.md` or `.claude/rules/` of the repository, and no
+//!   `AGENTS.md`): its config dir's `CLAUDE.md` and `rules/**/*.md` (pinned files only after
+//!   the config reset), and the workdir's `CLAUDE.md` when it is a regular file, which pitcrew
+//!   passes with `--append-system-prompt-file` (appended to the system prompt as it is: no
+//!   `@import` in it is followed). `none` passes no file and sets
+//!   `CLAUDE_CODE_DISABLE_CLAUDE_MDS=1`.
+//!
+//! The choices ([`ContextFiles`]): `as-is` reads what is there; `none` reads nothing;
+//! `uploaded` sets the workspace's context files back to the run's [`Baseline`] before launch.
+//! The baseline is taken after the reap of the first iteration after the workspace was
+//! uploaded (or the manifest set), before any agent ran: in a `pitcrew run`, exactly what was
+//! uploaded. Then, before each launch, in the directories the runtime reads from the workdir
+//! up (the config dir is the config reset's), a context file the agent created is removed,
+//! and one it changed, removed, or replaced (content, mode, owner, type) is written back from
+//! the baseline; the record names each. A directory by such a name is left alone: no release
+//! reads one. Nothing is followed or read through a link.
+
+use crate::manifest::{ContextFiles, Manifest, Runtime};
+use crate::result::{ContextFileRecord, ContextFilesRecord, ContextResetRecord};
+use crate::runtime_version::PiFeatures;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+/// The names pi 0.73.1 tries in each directory, in order.
+const PI_NAMES: &[&str] = &["AGENTS.md", "AGENTS.MD", "CLAUDE.md", "CLAUDE.MD"];
+
+/// The names pi tries from 0.84 on, in order.
+const PI_OVERRIDE_NAMES: &[&str] = &[
+    "AGENTS.override.md",
+    "AGENTS.md",
+    "AGENTS.MD",
+    "CLAUDE.md",
+    "CLAUDE.MD",
+];
+
+/// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
+const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
+
+/// The most content of one context file the baseline keeps to write back (a larger one is
+/// kept by digest: if it changes, the iteration stops rather than launch with it).
+pub const MAX_KEPT_BYTES: u64 = 4 << 20;
+
+/// The most content the baseline keeps in all.
+const MAX_KEPT_TOTAL: u64 = 16 << 20;
+
+/// The most `rules/` entries of Claude Code's config dir named in a record, and how deep.
+const MAX_RULES: usize = 1024;
+const MAX_RULES_DEPTH: usize = 16;
+
+/// Why the context files could not be named or set back (the iteration stops with 125).
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// A system call failed on `path`.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory the runtime reads from could not be reached without following a link.
+    #[error("{0}")]
+    Dir(String),
+    /// A file changed since the baseline, which kept only its digest.
+    #[error(
+        "{path} changed since the run began, and at {bytes} bytes it is larger than the \
+         {MAX_KEPT_BYTES} bytes kept to write it back (agent.context_files: as-is or none \
+         runs with it)"
+    )]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size in the baseline.
+        bytes: u64,
+    },
+}
+
+fn io_err(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> ContextError {
+    ContextError::Io {
+        path: path.display().to_string(),
+        op,
+        source: err.into(),
+    }
+}
+
+/// The names `runtime` (release `version`) reads context files by, in each directory, in the
+/// order it tries them; none for `command`.
+pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str] {
+    match runtime {
+        Runtime::Pi if PiFeatures::of(version).agents_override => PI_OVERRIDE_NAMES,
+        Runtime::Pi => PI_NAMES,
+        Runtime::Claude => CLAUDE_NAMES,
+        Runtime::Command => &[],
+    }
+}
+
+/// The directories the runtime reads the repository's context files from, with their scope:
+/// pi each from `/` down to the workdir, Claude Code the workdir alone.
+fn project_dirs(manifest: &Manifest) -> Vec<(PathBuf, &'static str)> {
+    let workdir = Path::new(&manifest.workdir);
+    match manifest.runtime {
+        Runtime::Pi => {
+            let mut dirs: Vec<(PathBuf, &'static str)> = workdir
+                .ancestors()
+                .skip(1)
+                .map(|d| (d.to_path_buf(), "parent"))
+                .collect();
+            dirs.reverse();
+            dirs.push((workdir.to_path_buf(), "workdir"));
+            dirs
+        }
+        Runtime::Claude => vec![(workdir.to_path_buf(), "workdir")],
+        Runtime::Command => Vec::new(),
+    }
+}
+
+/// What a directory entry is, looked at without following it.
+enum Found {
+    Missing,
+    File(rustix::fs::Stat),
+    Symlink(OsString, rustix::fs::Stat),
+    Dir,
+    Other(FileType),
+}
+
+impl Found {
+    /// Its kind in records.
+    fn kind(&self) -> &'static str {
+        match self {
+            Found::Missing => "missing",
+            Found::File(_) => "regular file",
+            Found::Symlink(..) => "symlink",
+            Found::Dir => "directory",
+            Found::Other(FileType::Fifo) => "fifo",
+            Found::Other(FileType::Socket) => "socket",
+            Found::Other(FileType::CharacterDevice) => "character device",
+            Found::Other(FileType::BlockDevice) => "block device",
+            Found::Other(_) => "file of unknown type",
+        }
+    }
+}
+
+fn look(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<Found, ContextError> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(Found::Missing),
+        Err(err) => return Err(io_err(path, "stat", err)),
+    };
+    Ok(match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => Found::File(st),
+        FileType::Directory => Found::Dir,
+        FileType::Symlink => {
+            let target = rustix::fs::readlinkat(dir, name, Vec::new())
+                .map_err(|e| io_err(path, "readlink", e))?;
+            Found::Symlink(OsStr::from_bytes(target.as_bytes()).to_os_string(), st)
+        }
+        other => Found::Other(other),
+    })
+}
+
+/// A regular file's digest and size, read without following a link or blocking on a fifo put
+/// in its place, and its content when it is at most `keep` bytes.
+struct Hashed {
+    sha256: [u8; 32],
+    size: u64,
+    content: Option<Vec<u8>>,
+}
+
+fn hash_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    keep: u64,
+) -> Result<Hashed, ContextError> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let fd = rustix::fs::openat(dir, name, flags | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| io_err(path, "open", e))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(io_err(path, "open", Errno::INVAL));
+    }
+    let mut file = std::fs::File::from(fd);
+    let mut hasher = Sha256::new();
+    let mut content = Vec::new();
+    let mut size = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| io_err(path, "read", e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+        if size <= keep {
+            content.extend_from_slice(&buf[..n]);
+        }
+    }
+    Ok(Hashed {
+        sha256: hasher.finalize().into(),
+        size,
+        content: (size <= keep).then_some(content),
+    })
+}
+
+fn open_dir(path: &Path) -> Result<OwnedFd, ContextError> {
+    crate::sandbox::nofollow::open_dir(path).map_err(ContextError::Dir)
+}
+
+/// What the baseline holds of one context file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kept {
+    File {
+        sha256: [u8; 32],
+        size: u64,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        /// `None` past [`MAX_KEPT_BYTES`] (or [`MAX_KEPT_TOTAL`] in all).
+        content: Option<Vec<u8>>,
+    },
+    Symlink {
+        target: OsString,
+        uid: u32,
+        gid: u32,
+    },
+}
+
+/// The context files the run's workspace began with (`agent.context_files: uploaded`), by path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    /// The workdir and runtime it was taken for: another manifest takes its own.
+    workdir: String,
+    runtime: Runtime,
+    names: &'static [&'static str],
+    /// The iteration whose reap it followed.
+    iteration: u32,
+    kept: BTreeMap<PathBuf, Kept>,
+}
+
+impl Baseline {
+    /// Takes the baseline of `manifest`'s context files (release `version`), after the reap of
+    /// `iteration`: in each directory the runtime reads the repository's from, every file and
+    /// symlink by one of its names (a directory or a special file is not kept: it is not
+    /// restored, and one created since is removed).
+    pub fn take(
+        manifest: &Manifest,
+        version: Option<&str>,
+        iteration: u32,
+    ) -> Result<Baseline, ContextError> {
+        let names = names(manifest.runtime, version);
+        let mut kept = BTreeMap::new();
+        let mut total = 0u64;
+        for (dir_path, _) in project_dirs(manifest) {
+            let dir = open_dir(&dir_path)?;
+            for name in names {
+                let path = dir_path.join(name);
+                match look(dir.as_fd(), name, &path)? {
+                    Found::File(st) => {
+                        let keep = MAX_KEPT_BYTES.min(MAX_KEPT_TOTAL - total);
+                        let hashed = hash_at(dir.as_fd(), name, &path, keep)?;
+                        total += hashed.content.as_ref().map_or(0, |c| c.len() as u64);
+                        kept.insert(
+                            path,
+                            Kept::File {
+                                sha256: hashed.sha256,
+                                size: hashed.size,
+                                mode: st.st_mode & 0o7777,
+                                uid: st.st_uid,
+                                gid: st.st_gid,
+                                content: hashed.content,
+                            },
+                        );
+                    }
+                    Found::Symlink(target, st) => {
+                        kept.insert(
+                            path,
+                            Kept::Symlink {
+                                target,
+                                uid: st.st_uid,
+                                gid: st.st_gid,
+                            },
+                        );
+                    }
+                    Found::Missing | Found::Dir | Found::Other(_) => {}
+                }
+            }
+        }
+        Ok(Baseline {
+            workdir: manifest.workdir.clone(),
+            runtime: manifest.runtime,
+            names,
+            iteration,
+            kept,
+        })
+    }
+
+    /// Whether it was taken for `manifest` (release `version`).
+    pub fn fits(&self, manifest: &Manifest, version: Option<&str>) -> bool {
+        self.workdir == manifest.workdir
+            && self.runtime == manifest.runtime
+            && self.names == names(manifest.runtime, version)
+    }
+
+    /// The iteration whose reap it followed.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+
+    /// Sets `manifest`'s context files back to the baseline: removes what it does not hold (a
+    /// directory aside), writes back what differs from it. Returns what was done.
+    pub fn reset(&self, manifest: &Manifest) -> Result<Vec<ContextResetRecord>, ContextError> {
+        let mut done = Vec::new();
+        for (dir_path, _) in project_dirs(manifest) {
+            let dir = open_dir(&dir_path)?;
+            for name in self.names {
+                let path = dir_path.join(name);
+                let kept = self.kept.get(&path);
+                let found = look(dir.as_fd(), name, &path)?;
+                if same(dir.as_fd(), name, &path, kept, &found)? {
+                    continue;
+                }
+                if let Some(Kept::File {
+                    content: None,
+                    size,
+                    ..
+                }) = kept
+                {
+                    return Err(ContextError::TooLarge {
+                        path: path.display().to_string(),
+                        bytes: *size,
+                    });
+                }
+                if !matches!(found, Found::Missing) {
+                    crate::bounded_tree::remove_at(
+                        dir.as_fd(),
+                        OsStr::new(name),
+                        &dir_path.display().to_string(),
+                    )
+                    .map_err(|e| io_err(&path, "remove", std::io::Error::other(e.to_string())))?;
+                }
+                if let Some(kept) = kept {
+                    restore(dir.as_fd(), name, &path, kept)?;
+                }
+                done.push(ContextResetRecord {
+                    path: path.display().to_string(),
+                    action: if kept.is_some() {
+                        "restored"
+                    } else {
+                        "removed"
+                    }
+                    .to_string(),
+                    was: found.kind().to_string(),
+                });
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Whether `found` is what the baseline kept (`kept`), a missing entry or a directory where it
+/// kept nothing included.
+fn same(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    kept: Option<&Kept>,
+    found: &Found,
+) -> Result<bool, ContextError> {
+    Ok(match (kept, found) {
+        (None, Found::Missing | Found::Dir) => true,
+        (None, _) => false,
+        (
+            Some(Kept::File {
+                sha256,
+                size,
+                mode,
+                uid,
+                gid,
+                ..
+            }),
+            Found::File(st),
+        ) => {
+            st.st_mode & 0o7777 == *mode
+                && (st.st_uid, st.st_gid) == (*uid, *gid)
+                && st.st_size as u64 == *size
+                // One the supervisor cannot read (the unprivileged mode, mode 000) differs.
+                && hash_at(dir, name, path, 0).is_ok_and(|h| h.sha256 == *sha256)
+        }
+        (Some(Kept::Symlink { target, uid, gid }), Found::Symlink(now, st)) => {
+            now == target && (st.st_uid, st.st_gid) == (*uid, *gid)
+        }
+        (Some(_), _) => false,
+    })
+}
+
+/// Writes `kept` back as `name` of `dir` (where nothing is now): a new file with its content,
+/// owner and mode, or a symlink with its target and owner.
+fn restore(dir: BorrowedFd<'_>, name: &str, path: &Path, kept: &Kept) -> Result<(), ContextError> {
+    match kept {
+        Kept::File {
+            mode,
+            uid,
+            gid,
+            content,
+            ..
+        } => {
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                flags | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| io_err(path, "create", e))?;
+            rustix::fs::fchown(&fd, Some(uid_of(*uid)), Some(gid_of(*gid)))
+                .map_err(|e| io_err(path, "chown", e))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode))
+                .map_err(|e| io_err(path, "chmod", e))?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(content.as_deref().unwrap_or_default())
+                .map_err(|e| io_err(path, "write", e))?;
+        }
+        Kept::Symlink { target, uid, gid } => {
+            rustix::fs::symlinkat(target.as_os_str(), dir, name)
+                .map_err(|e| io_err(path, "symlink", e))?;
+            rustix::fs::chownat(
+                dir,
+                name,
+                Some(uid_of(*uid)),
+                Some(gid_of(*gid)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| io_err(path, "chown", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn uid_of(uid: u32) -> rustix::fs::Uid {
+    rustix::fs::Uid::from_raw_unchecked(uid)
+}
+
+fn gid_of(gid: u32) -> rustix::fs::Gid {
+    rustix::fs::Gid::from_raw_unchecked(gid)
+}
+
+/// The record entry of a context file the runtime reads: a regular file with its digest, a
+/// symlink with its target (the runtime follows it, the supervisor does not); `None` for
+/// anything the runtime passes over (nothing there, a directory, a special file).
+fn read_entry(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    scope: &str,
+) -> Result<Option<ContextFileRecord>, ContextError> {
+    let mut record = ContextFileRecord {
+        path: path.display().to_string(),
+        scope: scope.to_string(),
+        sha256: None,
+        bytes: None,
+        link: None,
+    };
+    match look(dir, name, path)? {
+        Found::File(_) => {
+            // One the supervisor cannot read (the unprivileged mode, mode 000) is named only.
+            if let Ok(hashed) = hash_at(dir, name, path, 0) {
+                record.sha256 = Some(hex::encode(hashed.sha256));
+                record.bytes = Some(hashed.size);
+            }
+        }
+        Found::Symlink(target, _) => record.link = Some(target.to_string_lossy().into_owned()),
+        Found::Missing | Found::Dir | Found::Other(_) => return Ok(None),
+    }
+    Ok(Some(record))
+}
+
+/// What the context step hands the launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// The record's `context_files`.
+    pub record: ContextFilesRecord,
+    /// Claude Code: the workdir's `CLAUDE.md`, passed with `--append-system-prompt-file`.
+    pub claude_md: Option<String>,
+}
+
+/// The context step, after the reap and verification, before launch: for `uploaded`, the
+/// workspace's context files set back to the run's baseline (`kept`, where the caller keeps it
+/// between iterations: taken now when it holds none for this manifest; `None` for a caller
+/// that keeps none, which takes one for this iteration alone), then every context file the
+/// runtime will read named. `None` for `command`.
+pub fn prepare(
+    manifest: &Manifest,
+    version: Option<&str>,
+    iteration: u32,
+    kept: Option<&mut Option<Baseline>>,
+) -> Result<Option<Prepared>, ContextError> {
+    if manifest.runtime == Runtime::Command {
+        return Ok(None);
+    }
+    let mode = manifest.agent.context_files;
+    let mut prepared = Prepared {
+        record: ContextFilesRecord {
+            mode: mode.as_str().to_string(),
+            ..ContextFilesRecord::default()
+        },
+        claude_md: None,
+    };
+    match mode {
+        ContextFiles::None => return Ok(Some(prepared)),
+        ContextFiles::AsIs => {}
+        ContextFiles::Uploaded => {
+            let mut own = None;
+            let slot = kept.unwrap_or(&mut own);
+            match slot.as_ref().filter(|b| b.fits(manifest, version)) {
+                Some(baseline) => prepared.record.reset = baseline.reset(manifest)?,
+                None => *slot = Some(Baseline::take(manifest, version, iteration)?),
+            }
+            prepared.record.baseline_iteration = slot.as_ref().map(Baseline::iteration);
+        }
+    }
+    let names = names(manifest.runtime, version);
+    let config = PathBuf::from(manifest.runtime_dirs().config);
+    let config_dir = open_dir(&config)?;
+    let read = &mut prepared.record.read;
+    match manifest.runtime {
+        Runtime::Pi => {
+            let mut dirs = vec![(config.clone(), "config")];
+            dirs.extend(project_dirs(manifest));
+            for (dir_path, scope) in dirs {
+                let dir = open_dir(&dir_path)?;
+                for name in names {
+                    let path = dir_path.join(name);
+                    if let Some(entry) = read_entry(dir.as_fd(), name, &path, scope)? {
+                        if !read.iter().any(|r| r.path == entry.path) {
+                            read.push(entry);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        Runtime::Claude => {
+            let user = config.join("CLAUDE.md");
+            read.extend(read_entry(
+                config_dir.as_fd(),
+                "CLAUDE.md",
+                &user,
+                "config",
+            )?);
+            claude_rules(config_dir.as_fd(), &config.join("rules"), 0, read)?;
+            let workdir = Path::new(&manifest.workdir);
+            let dir = open_dir(workdir)?;
+            let path = workdir.join("CLAUDE.md");
+            if let Some(entry) = read_entry(dir.as_fd(), "CLAUDE.md", &path, "workdir")? {
+                // Claude Code is given a regular file only.
+                if entry.link.is_none() {
+                    prepared.claude_md = Some(entry.path.clone());
+                    read.push(entry);
+                }
+            }
+        }
+        Runtime::Command => {}
+    }
+    Ok(Some(prepared))
+}
+
+/// Claude Code's user rules: every `*.md` below `rules/` of its config dir (`path`, in
+/// `parent`), sorted, at most [`MAX_RULES`] and [`MAX_RULES_DEPTH`] deep.
+fn claude_rules(
+    parent: BorrowedFd<'_>,
+    path: &Path,
+    depth: usize,
+    read: &mut Vec<ContextFileRecord>,
+) -> Result<(), ContextError> {
+    let name = path.file_name().unwrap_or_default();
+    let dir = match crate::bounded_tree::open_dir_at(parent, name) {
+        Ok(dir) => dir,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+            ) =>
+        {
+            return Ok(())
+        }
+        Err(e) => return Err(io_err(path, "open directory", e)),
+    };
+    let mut names = crate::bounded_tree::entry_names(dir.as_fd())
+        .map_err(|e| io_err(path, "read directory", e))?;
+    names.sort();
+    for entry in names {
+        if read.len() >= MAX_RULES {
+            break;
+        }
+        let child = path.join(&entry);
+        let Some(text) = entry.to_str() else { continue };
+        match look(dir.as_fd(), text, &child)? {
+            Found::Dir if depth < MAX_RULES_DEPTH => {
+                claude_rules(dir.as_fd(), &child, depth + 1, read)?;
+            }
+            Found::File(_) | Found::Symlink(..) if text.ends_with(".md") => {
+                read.extend(read_entry(dir.as_fd(), text, &child, "config")?);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
