@@ -112,8 +112,9 @@ fn list<'v>(
 
 /// The Pod for `spec` from `template`: refuses a template that asks for what would undo the
 /// sandbox ([`check`]: host namespaces, another container, a privileged or lasting init
-/// container, a mount on or around pitcrew's paths, a node path not allowed, an unconfined
-/// seccomp profile), then sets what pitcrew owns. An error names the template and the field.
+/// container, a mount on or around pitcrew's paths or the image's system directories, nested
+/// mounts, a loader variable in the sandbox container's environment, a node path not allowed,
+/// an unconfined seccomp profile), then sets what pitcrew owns. An error names the template and the field.
 pub fn pod(template: &Template, spec: &PodSpec) -> Result<Value, String> {
     check::check(&template.doc, spec.allow_host_paths)
         .and_then(|()| fill(&template.doc, spec))

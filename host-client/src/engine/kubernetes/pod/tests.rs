@@ -221,7 +221,9 @@ fn attack_container_engine__an_init_container_mounting_pitcrews_volumes_is_refus
     .into_iter()
     .enumerate()
     {
-        let mut mounts = vec![json!({"name": "cache", "mountPath": "/cache"}); j];
+        let mut mounts: Vec<Value> = (0..j)
+            .map(|k| json!({"name": "cache", "mountPath": format!("/cache/{k}")}))
+            .collect();
         mounts.push(json!({"name": name, "mountPath": "/x"}));
         let err = refused(with_spec(
             "initContainers",
@@ -553,4 +555,196 @@ fn normal_paths_lose_doubled_slashes_dots_and_a_trailing_slash_and_refuse_dot_do
     for path in ["", "pitcrew", "./pitcrew", "/a/../b", "/.."] {
         assert!(normal_path(path).is_err(), "{path}");
     }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_mount_through_a_symlink_an_init_container_planted_lands_on_pitcrews_paths(
+) {
+    // The init container (default privilege, no pitcrew volume) plants `a/x -> /var/lib/pitcrew`
+    // in an emptyDir; the sandbox container mounts that emptyDir at /opt/a and a volume of the
+    // template's (here a claim another Pod also mounts) at /opt/a/x. The runtime mounts by
+    // depth and resolves the destination inside the root filesystem, following the planted
+    // link (runc, seen under podman): the claim lands on /var/lib/pitcrew, over pitcrew's records
+    // volume, though no mountPath names a pitcrew path.
+    let mut doc = with_spec(
+        "volumes",
+        json!([{"name": "a", "emptyDir": {}},
+               {"name": "shared", "persistentVolumeClaim": {"claimName": "elsewhere"}}]),
+    );
+    doc["spec"]["initContainers"] = json!([{
+        "name": "plant", "image": "busybox",
+        "command": ["ln", "-s", "/var/lib/pitcrew", "/a/x"],
+        "volumeMounts": [{"name": "a", "mountPath": "/a"}]}]);
+    doc["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "a", "mountPath": "/opt/a"},
+        {"name": "shared", "mountPath": "/opt/a/x"}]);
+    let err = refused(doc);
+    assert!(err.contains("/opt/a/x"), "{err}");
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_container_engine__a_template_runs_its_own_code_as_pid_1_through_env_or_a_mount() {
+    // The init container writes a library (or a `pitcrew-init`) into an emptyDir.
+    let init = json!([{"name": "build", "image": "busybox",
+                       "command": ["sh", "-c", "cp /evil.so /lib-dir/"],
+                       "volumeMounts": [{"name": "libs", "mountPath": "/lib-dir"}]}]);
+    let volumes = json!([{"name": "libs", "emptyDir": {}}]);
+    // (1) The sandbox container's environment preloads it into PID 1 (and every
+    // `kubectl exec … pitcrew-init attach`): LD_PRELOAD, which `--pass-env` and every layer of
+    // the agent's environment refuse.
+    let mut doc = with_spec("volumes", volumes.clone());
+    doc["spec"]["initContainers"] = init.clone();
+    doc["spec"]["containers"][0]["env"] =
+        json!([{"name": "LD_PRELOAD", "value": "/opt/libs/evil.so"}]);
+    doc["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "libs", "mountPath": "/opt/libs"}]);
+    let err = refused(doc);
+    assert!(err.contains("LD_PRELOAD"), "{err}");
+    // (2) The volume is mounted over the directory of the image's entrypoint: the Pod's PID 1
+    // is the template's `pitcrew-init`, though `command` and `args` are removed.
+    let mut doc = with_spec("volumes", volumes);
+    doc["spec"]["initContainers"] = init;
+    doc["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "libs", "mountPath": "/usr/local/bin"}]);
+    let err = refused(doc);
+    assert!(err.contains("/usr/local/bin"), "{err}");
+}
+
+#[test]
+fn nested_mounts_are_refused_naming_both_fields_in_either_order_and_in_init_containers() {
+    let mounts =
+        |a: &str, b: &str| json!([{"name": "a", "mountPath": a}, {"name": "b", "mountPath": b}]);
+    for (a, b, inner, outer, how) in [
+        ("/opt/a", "/opt/a/x", "[1]", "[0]", "is inside"),
+        ("/opt/a/x/", "//opt/a", "[0]", "[1]", "is inside"),
+        ("/opt/a", "/opt/./a", "[1]", "[0]", "is also"),
+    ] {
+        for containers in ["containers", "initContainers"] {
+            let mut doc = with_spec(
+                "volumes",
+                json!([{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}]),
+            );
+            let c = if containers == "containers" {
+                &mut doc["spec"]["containers"][0]
+            } else {
+                doc["spec"]["initContainers"] = json!([{"name": "i", "image": "busybox"}]);
+                &mut doc["spec"]["initContainers"][0]
+            };
+            c["volumeMounts"] = mounts(a, b);
+            let err = refused(doc);
+            let field = format!("spec.{containers}[0].volumeMounts");
+            assert!(
+                err.contains(&format!("{field}{inner}.mountPath: "))
+                    && err.contains(how)
+                    && err.contains(&format!("the mountPath of {field}{outer}")),
+                "{err}"
+            );
+        }
+    }
+    // Siblings, and a prefix that is not a parent, stay.
+    let mut doc = with_spec(
+        "volumes",
+        json!([{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}]),
+    );
+    doc["spec"]["containers"][0]["volumeMounts"] = mounts("/opt/a", "/opt/ab");
+    pod(&template(doc), &spec()).unwrap();
+}
+
+#[test]
+fn sub_path_expr_is_refused_and_sub_path_stays() {
+    let mut doc = with_spec("volumes", json!([{"name": "a", "emptyDir": {}}]));
+    doc["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "a", "mountPath": "/data", "subPathExpr": "$(POD_NAME)"}]);
+    let err = refused(doc.clone());
+    assert!(
+        err.contains("spec.containers[0].volumeMounts[0].subPathExpr: refused"),
+        "{err}"
+    );
+    doc["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "a", "mountPath": "/data", "subPath": "models"}]);
+    let p = pod(&template(doc), &spec()).unwrap();
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"][0]["subPath"],
+        "models"
+    );
+}
+
+#[test]
+fn the_sandbox_containers_loader_variables_and_env_from_are_refused_and_other_env_stays() {
+    let refuse = |env: Value, field: &str| {
+        let mut doc = with_spec("volumes", json!([]));
+        doc["spec"]["containers"][0]["env"] = env;
+        let err = refused(doc);
+        assert!(
+            err.contains(&format!("spec.containers[0].{field}: ")),
+            "{err}"
+        );
+    };
+    refuse(
+        json!([{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                  {"name": "NODE_OPTIONS", "value": "--require /opt/libs/x.js"}]),
+        "env[1].name",
+    );
+    refuse(
+        json!([{"name": "ld_preload", "value": "/x.so"}]),
+        "env[0].name",
+    );
+    refuse(
+        json!([{"name": "GLIBC_TUNABLES",
+                "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+        "env[0].name",
+    );
+    refuse(json!([{"value": "x"}]), "env[0].name");
+    let mut doc = with_spec("volumes", json!([]));
+    doc["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "c"}}]);
+    let err = refused(doc);
+    assert!(err.contains("spec.containers[0].envFrom: refused"), "{err}");
+    // A proxy and its CA, and an init container's own loader variable, stay.
+    let mut doc = with_spec("volumes", json!([]));
+    let env = json!([{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                     {"name": "NODE_EXTRA_CA_CERTS", "value": "/certs/ca.pem"}]);
+    doc["spec"]["containers"][0]["env"] = env.clone();
+    doc["spec"]["initContainers"] = json!([{"name": "i", "image": "busybox",
+        "env": [{"name": "LD_LIBRARY_PATH", "value": "/x"}], "envFrom": [{"secretRef": {"name": "s"}}]}]);
+    let p = pod(&template(doc), &spec()).unwrap();
+    assert_eq!(p["spec"]["containers"][0]["env"], env);
+}
+
+#[test]
+fn sandbox_mounts_on_inside_or_above_the_images_system_directories_are_refused() {
+    for (path, how, dir) in [
+        ("/usr/local/bin", "is inside", "/usr"),
+        ("/usr/", "is", "/usr"),
+        ("/opt", "holds", "/opt/pitcrew"),
+        ("/opt/pitcrew/agent", "is inside", "/opt/pitcrew"),
+        ("/etc/ld.so.preload", "is inside", "/etc"),
+        ("//lib64", "is", "/lib64"),
+        ("/bin", "is", "/bin"),
+        ("/root/.gitconfig", "is inside", "/root"),
+        ("/proc/sys", "is inside", "/proc"),
+        ("/dev", "is", "/dev"),
+    ] {
+        let mut doc = with_spec("volumes", json!([{"name": "a", "emptyDir": {}}]));
+        doc["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "a", "mountPath": path}]);
+        let err = refused(doc);
+        assert!(
+            err.contains(&format!(
+                "spec.containers[0].volumeMounts[0].mountPath: {path:?} {how} the image's {dir}: "
+            )),
+            "{err}"
+        );
+    }
+    // An init container's own image is the template's: its mounts there stay; so do the
+    // sandbox's /dev/shm and paths beside the system directories.
+    let mut doc = with_spec(
+        "volumes",
+        json!([{"name": "a", "emptyDir": {"medium": "Memory"}}]),
+    );
+    doc["spec"]["initContainers"] = json!([{"name": "i", "image": "busybox",
+        "volumeMounts": [{"name": "a", "mountPath": "/usr/local/bin"}]}]);
+    doc["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "a", "mountPath": "/dev/shm"},
+        {"name": "a", "mountPath": "/opt/models"}, {"name": "a", "mountPath": "/usrx"}]);
+    pod(&template(doc), &spec()).unwrap();
 }
