@@ -132,7 +132,9 @@ fuzz_target!(|data: &[u8]| {
         // A record's bound on what the agent left, as the host unpacks a record.
         part: (data.len() % 8 >= 4).then_some(PartLimit {
             dirs: &["output", "workspace"],
-            max_bytes: 1024,
+            // Counting entries as a file system allocates them: room for a few.
+            max_bytes: if data.len() % 16 >= 8 { 32 << 10 } else { 1024 },
+            entry_cost: data.len() % 16 >= 8,
         }),
         ..LIMITS
     };

@@ -20,11 +20,17 @@ use std::path::{Component, Path, PathBuf};
 /// How a collected record is unpacked: the default limits, owner-only modes, and its copies of
 /// what the agent left (`output/`, `transcripts/`, `workspace/`) within the supervisor's budget
 /// for them under the disk budget `disk_bytes` (defence in depth: the supervisor never copies
-/// more, so a record over it is refused, not cut).
-fn record_limits(disk_bytes: Option<u64>) -> UnpackLimits {
+/// more, so a record over it is refused, not cut). With `entry_cost`, each file and directory
+/// there is counted as the supervisor counts it, at what the host's file system allocates for
+/// it (a supervisor that lists `record.entry_cost`); otherwise only the files' content counts,
+/// as an older supervisor counted it.
+fn record_limits(disk_bytes: Option<u64>, entry_cost: bool) -> UnpackLimits {
     UnpackLimits {
         private: true,
-        part: Some(copies_limit(disk_bytes)),
+        part: Some(pitcrew_core::unpack::PartLimit {
+            entry_cost,
+            ..copies_limit(disk_bytes)
+        }),
         ..UnpackLimits::default()
     }
 }
@@ -39,10 +45,11 @@ pub fn collect_into(
     dest: &Path,
     disk_bytes: Option<u64>,
 ) -> anyhow::Result<WorkspaceReport> {
-    // An older supervisor bounds the copies by their fixed budget alone.
-    let disk_bytes =
-        disk_bytes.filter(|_| conn.hello().capabilities.has_feature("record.disk_budget"));
-    let limits = record_limits(disk_bytes);
+    // An older supervisor bounds the copies by their fixed budget alone, or counts only their
+    // files' content.
+    let features = &conn.hello().capabilities;
+    let disk_bytes = disk_bytes.filter(|_| features.has_feature("record.disk_budget"));
+    let limits = record_limits(disk_bytes, features.has_feature("record.entry_cost"));
     let res = conn
         .client()
         .collect(iteration, |r| unpack_with(r, dest, &limits));
@@ -51,9 +58,10 @@ pub fn collect_into(
 
 /// Unpacks a record's tar stream `tar` (as `collect` sends it, or read from the sandbox's
 /// storage) into `dest` (created; must not exist), with the same rule as [`collect_into`]
-/// without a disk budget.
+/// without a disk budget, counting only the copies' file content: the supervisor that wrote a
+/// stored record, and how it counted, is not known.
 pub fn unpack_record(tar: &mut dyn std::io::Read, dest: &Path) -> anyhow::Result<WorkspaceReport> {
-    unpack_with(tar, dest, &record_limits(None))
+    unpack_with(tar, dest, &record_limits(None, false))
 }
 
 /// Unpacks the record `tar` into `dest` within `limits`, then strips its `workspace/` of what
@@ -308,7 +316,7 @@ mod tests {
         let bytes = b.into_inner().unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().join("iteration-1");
-        unpack_tar(&bytes[..], &d, &record_limits(None), None).unwrap();
+        unpack_tar(&bytes[..], &d, &record_limits(None, true), None).unwrap();
         let mode = |p: &str| fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(""), 0o700);
         assert_eq!(mode("result.json"), 0o600);
@@ -370,46 +378,85 @@ mod tests {
         );
     }
 
+    /// A tar of regular files (path, length), without directory entries: the unpack creates
+    /// the directories on the way, and charges them all the same.
+    fn files_tar(entries: &[(String, usize)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, len) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(*len as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            b.append_data(&mut h, path, &vec![b'z'; *len][..]).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
     #[test]
     fn the_copies_of_a_record_past_its_disk_budget_are_refused() {
         // Under a 1 MiB disk budget the supervisor copies at most 1 MiB into `output/`,
-        // `transcripts/` and `workspace/` together; the captured streams are bounded apart.
-        let tar_of = |entries: &[(&str, usize)]| {
-            let mut b = tar::Builder::new(Vec::new());
-            for (path, len) in entries {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(*len as u64);
-                h.set_mode(0o644);
-                h.set_entry_type(tar::EntryType::Regular);
-                b.append_data(&mut h, path, &vec![b'z'; *len][..]).unwrap();
-            }
-            b.into_inner().unwrap()
-        };
-        let mut entries = vec![
+        // `transcripts/` and `workspace/` together, each file in whole 4 KiB blocks and each
+        // directory 4 KiB; the captured streams are bounded apart.
+        let mut entries: Vec<(String, usize)> = [
             ("result.json", 2),
             ("output.jsonl", 1536 << 10),
             ("output/a", 600 << 10),
-            ("workspace/b", 424 << 10),
-        ];
+            ("workspace/b", (424 << 10) - 8192 - 100),
+        ]
+        .map(|(p, n)| (p.to_string(), n))
+        .to_vec();
         let tmp = tempfile::tempdir().unwrap();
         let dest = tmp.path().join("iteration-1");
-        let bytes = tar_of(&entries);
-        unpack_tar(&bytes[..], &dest, &record_limits(Some(1 << 20)), None).unwrap();
-        entries.push(("transcripts/c.jsonl", 1));
-        let bytes = tar_of(&entries);
+        let bytes = files_tar(&entries);
+        unpack_tar(&bytes[..], &dest, &record_limits(Some(1 << 20), true), None).unwrap();
+        entries.push(("transcripts/c.jsonl".into(), 1));
+        let bytes = files_tar(&entries);
         let other = tmp.path().join("iteration-2");
-        let err = unpack_with(&mut &bytes[..], &other, &record_limits(Some(1 << 20))).unwrap_err();
+        let limits = record_limits(Some(1 << 20), true);
+        let err = unpack_with(&mut &bytes[..], &other, &limits).unwrap_err();
         let err = format!("{err:#}");
         assert!(
             err.contains(
-                "\"transcripts/c.jsonl\" refused: more than 1048576 bytes of file content below \
-                 output/, transcripts/, workspace/"
+                "\"transcripts/c.jsonl\" refused: more than 1048576 bytes of files and \
+                 directories (each counted in whole 4096-byte blocks) below output/, \
+                 transcripts/, workspace/"
             ),
             "{err}"
         );
         assert!(!other.exists());
         // Without a disk budget the fixed 1 GiB holds.
-        unpack_with(&mut &bytes[..], &other, &record_limits(None)).unwrap();
+        unpack_with(&mut &bytes[..], &other, &record_limits(None, true)).unwrap();
+    }
+
+    #[test]
+    fn directories_of_empty_files_count_against_the_disk_budget_on_the_host() {
+        // 230 directories holding an empty file each below `workspace/`: no byte of file
+        // content, but 230 blocks and 230 inodes (1 MiB and more) on the host's file system.
+        let entries: Vec<(String, usize)> =
+            (0..230).map(|i| (format!("workspace/d{i}/f"), 0)).collect();
+        let bytes = files_tar(&entries);
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("iteration-1");
+        let err =
+            unpack_with(&mut &bytes[..], &dest, &record_limits(Some(1 << 20), true)).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("more than 1048576 bytes of files and directories"),
+            "{err:#}"
+        );
+        assert!(!dest.exists());
+        // 200 of them fit: 4096 for `workspace/`, 4096 + 512 for each.
+        let bytes = files_tar(&entries[..200]);
+        let report = unpack_tar(&bytes[..], &dest, &record_limits(Some(1 << 20), true), None);
+        assert_eq!(report.unwrap().dirs, 201);
+        // From a supervisor that does not list `record.entry_cost`, only content counts.
+        let bytes = files_tar(&entries);
+        let other = tmp.path().join("iteration-2");
+        unpack_with(
+            &mut &bytes[..],
+            &other,
+            &record_limits(Some(1 << 20), false),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -436,7 +483,7 @@ mod tests {
         }
         let bytes = b.into_inner().unwrap();
         let dest = run_dir.join("iteration-1");
-        unpack_tar(&bytes[..], &dest, &record_limits(None), None).unwrap();
+        unpack_tar(&bytes[..], &dest, &record_limits(None, true), None).unwrap();
         assert_eq!(std::fs::read(dest.join("result.json")).unwrap(), b"{}");
         let mut dir = pitcrew_core::bounded_tree::open_dir(&dest.join("output")).unwrap();
         for _ in 0..15 {

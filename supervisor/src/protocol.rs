@@ -597,7 +597,8 @@ impl Default for UploadLimits {
 /// `compression: zstd`), `manifest.listings` (`set_manifest` with `listings_follow`, then
 /// `add_listing`), `record.disk_budget` (a record's copies of what the agent left are bounded by
 /// `limits.disk_bytes` too, [`crate::server::copy_budget_bytes`]: the host may bound its unpack
-/// by it).
+/// by it), `record.entry_cost` (each file and directory of those copies counts what a file
+/// system allocates for it, [`crate::unpack::file_cost`]: the host may count them so too).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -612,6 +613,7 @@ pub const FEATURES: &[&str] = &[
     "upload.zstd",
     "manifest.listings",
     "record.disk_budget",
+    "record.entry_cost",
 ];
 
 /// A message from the supervisor.

@@ -10,7 +10,9 @@
 //!   names the tree hash refuses), and at most [`MAX_PATH_LEN`] bytes.
 //! - At most `max_entries` entries and `max_bytes` bytes of file content (the sizes the
 //!   headers give: a tar carries no holes, sparse entries are refused), and with
-//!   [`UnpackLimits::part`] at most its bytes below the directories it names.
+//!   [`UnpackLimits::part`] at most its bytes below the directories it names (with
+//!   [`PartLimit::entry_cost`], every file and directory there counted at what a file system
+//!   allocates for it: [`file_cost`], [`DIR_COST`]).
 //!
 //! The tree is unpacked into a fresh sibling `<dest>.<random>.staging` (mode 0700 while
 //! unpacking), then `dest` is replaced atomically: the old one is renamed aside, the staging
@@ -58,21 +60,78 @@ pub struct UnpackLimits {
     pub part: Option<PartLimit>,
 }
 
-/// Most bytes of file content below some of an archive's top-level directories together.
+/// The block a file system allocates in: ext4's and XFS's default block and the page a tmpfs
+/// allocates. A file's data takes whole blocks, and a directory at least one.
+pub const BLOCK_BYTES: u64 = 4096;
+/// The least any entry costs, its inode: 256 bytes on ext4 (from preallocated tables), 512 on
+/// XFS (allocated as files are made). An empty file takes no block, but is not free: a record
+/// of a million empty files would cost a host a million inodes.
+pub const INODE_BYTES: u64 = 512;
+/// What one directory costs a host's file system: one block (ext4 and XFS give every directory
+/// at least one, and one block holds about a hundred names).
+pub const DIR_COST: u64 = BLOCK_BYTES;
+
+/// What a regular file of `size` bytes costs a host's file system: its size rounded up to whole
+/// blocks ([`BLOCK_BYTES`]), and at least an inode ([`INODE_BYTES`]) when empty. The one
+/// accounting of a record's copies, by the supervisor that copies them and by the host that
+/// unpacks them: no other entry type is copied into a record or unpacked from one.
+pub fn file_cost(size: u64) -> u64 {
+    size.div_ceil(BLOCK_BYTES)
+        .saturating_mul(BLOCK_BYTES)
+        .max(INODE_BYTES)
+}
+
+/// Most bytes below some of an archive's top-level directories together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartLimit {
     /// The top-level directories counted (`output`, `workspace`, …).
     pub dirs: &'static [&'static str],
-    /// Most bytes of file content below them together.
+    /// Most bytes below them together.
     pub max_bytes: u64,
+    /// Whether every entry below them (they included) counts what a file system allocates for
+    /// it (a file [`file_cost`], a directory [`DIR_COST`]); otherwise only files count, by
+    /// their size.
+    pub entry_cost: bool,
 }
 
 impl PartLimit {
-    /// Whether a file whose parent directories are `parents` is below one of [`Self::dirs`].
-    fn holds(&self, parents: &[String]) -> bool {
-        parents
+    /// Whether an entry whose path components are `parts` (a file's parent directories, or a
+    /// directory's own path) is below one of [`Self::dirs`], or is one.
+    fn holds(&self, parts: &[String]) -> bool {
+        parts
             .first()
             .is_some_and(|top| self.dirs.contains(&top.as_str()))
+    }
+}
+
+/// What the entries below a [`PartLimit`]'s directories took so far.
+#[derive(Debug, Clone, Copy)]
+struct PartCharge {
+    limit: PartLimit,
+    used: u64,
+}
+
+impl PartCharge {
+    /// Charges `cost`, refusing the entry `raw` when it takes the total past the limit.
+    fn charge(&mut self, cost: u64, raw: &[u8]) -> Result<(), UnpackError> {
+        let used = self.used.saturating_add(cost);
+        if used > self.limit.max_bytes {
+            let what = if self.limit.entry_cost {
+                "of files and directories (each counted in whole 4096-byte blocks)"
+            } else {
+                "of file content"
+            };
+            return Err(UnpackError::refused(
+                raw,
+                format!(
+                    "more than {} bytes {what} below {}/",
+                    self.limit.max_bytes,
+                    self.limit.dirs.join("/, ")
+                ),
+            ));
+        }
+        self.used = used;
+        Ok(())
     }
 }
 
@@ -347,12 +406,18 @@ struct Dirs {
     owner: Option<(u32, u32)>,
     /// Directories created.
     created: u64,
+    /// What the entries below the part limit's directories took ([`UnpackLimits::part`]).
+    part: Option<PartCharge>,
 }
 
 impl Dirs {
     /// The directory `parts` below the root, each component created (mode, owner) when missing
-    /// and refused when it is a file this archive wrote.
+    /// and refused when it is a file this archive wrote. Each directory created below the part
+    /// limit's directories (or as one) is charged [`DIR_COST`] when the limit counts entries.
     fn dir(&mut self, parts: &[String], raw: &[u8]) -> Result<BorrowedFd<'_>, UnpackError> {
+        let charged = self
+            .part
+            .is_some_and(|p| p.limit.entry_cost && p.limit.holds(parts));
         let io = |e: io::Error| UnpackError::Io(String::from_utf8_lossy(raw).into_owned(), e);
         let common = self
             .names
@@ -363,6 +428,7 @@ impl Dirs {
         self.stack.truncate(common).map_err(io)?;
         self.names.truncate(common);
         for part in &parts[common..] {
+            let before = self.created;
             let fd = ensure_dir_at(
                 self.stack.dir(),
                 part,
@@ -371,6 +437,11 @@ impl Dirs {
                 self.owner,
                 &mut self.created,
             )?;
+            if let Some(charge) = self.part.as_mut().filter(|_| charged) {
+                if self.created > before {
+                    charge.charge(DIR_COST, raw)?;
+                }
+            }
             self.stack.push(fd).map_err(io)?;
             self.names.push(part.clone());
         }
@@ -431,8 +502,6 @@ fn unpack_into(
         .map_err(|e| UnpackError::Format(e.to_string()))?;
     let mut report = UnpackReport::default();
     let mut count: u64 = 0;
-    // File content below `limits.part`'s directories.
-    let mut part_bytes: u64 = 0;
     let root = bounded_tree::open_dir(staging).map_err(io_err(staging))?;
     let mut dirs = Dirs {
         stack: DirStack::new(root).map_err(io_err(staging))?,
@@ -440,6 +509,7 @@ fn unpack_into(
         mode: limits.dir_mode(),
         owner,
         created: 0,
+        part: limits.part.map(|limit| PartCharge { limit, used: 0 }),
     };
     // One copy buffer for every entry: `io::copy`'s 8 KiB stack buffer costs a write syscall per
     // 8 KiB, a third of the upload time for a 200 MB tree.
@@ -499,18 +569,15 @@ fn unpack_into(
                 format!("more than {} bytes of file content", limits.max_bytes),
             ));
         }
-        let part = limits.part.filter(|p| p.holds(parents));
-        if let Some(part) = part {
-            if part_bytes.saturating_add(size) > part.max_bytes {
-                return Err(UnpackError::refused(
-                    &raw,
-                    format!(
-                        "more than {} bytes of file content below {}/",
-                        part.max_bytes,
-                        part.dirs.join("/, ")
-                    ),
-                ));
-            }
+        // Charged before anything of it is written, at the size its header gives: the most it
+        // writes.
+        if let Some(charge) = dirs.part.as_mut().filter(|p| p.limit.holds(parents)) {
+            let cost = if charge.limit.entry_cost {
+                file_cost(size)
+            } else {
+                size
+            };
+            charge.charge(cost, &raw)?;
         }
         let exec = entry
             .header()
@@ -542,9 +609,6 @@ fn unpack_into(
         drop(file);
         report.bytes += written;
         report.files += 1;
-        if part.is_some() {
-            part_bytes += written;
-        }
     }
     report.dirs = dirs.created;
     Ok(report)

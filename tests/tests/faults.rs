@@ -785,3 +785,64 @@ fn prune_takes_down_an_orphan_and_leaves_a_kept_sandbox() {
     let out = fx.output(&["prune", "--engine", "local"]);
     assert_eq!(text(&out.stdout), "nothing to prune\n");
 }
+
+#[test]
+fn attack_limits__directories_the_workspace_gathers_cost_the_host_past_the_disk_budget() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // Six iterations each add 1800 directories holding one empty file each to the workspace:
+    // 3600 inodes, 14.4 MiB as the disk watcher counts them, within the 16 MiB budget of that
+    // iteration, and 0 bytes of file content. The workspace keeps them, and every record copies
+    // all it has up to the 50000-entry budget (the byte budget counts only file content): on
+    // the host each directory the copy makes for its file is a 4 KiB block, whatever the disk
+    // budget says.
+    let script = r#"n=$(cat .n 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .n
+mkdir -p d$n && cd d$n && seq 1800 | xargs mkdir && seq 1800 | sed 's|$|/f|' | xargs touch || exit 9"#;
+    let iterations = 6;
+    let fx = fixture(script, iterations);
+    let harness = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(&fx.harness, format!("{harness}disk: 16MiB\n")).unwrap();
+    let Some(_tmpfs) = Tmpfs::mount(&fx.state, "1g") else {
+        pitcrew_e2e::skip("needs a tmpfs mount (mount -t tmpfs, as root) for the state directory");
+        return;
+    };
+    let (out, doc) = pitcrew_run_output(&fx.harness, &fx.state, &["--collect-workspace"], &[]);
+    assert!(out.status.success(), "{doc:#}\n{}", text(&out.stderr));
+    let it = iteration_dir(&doc, iterations as usize);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    assert_eq!(
+        record["confinement"]["limits"]["disk"]["exceeded"], false,
+        "{record:#}"
+    );
+    // The last record, with the workspace it collected, costs the host about the budget.
+    let budget: u64 = 16 << 20;
+    let (_, allocated) = tree_cost(&it);
+    assert!(
+        allocated <= budget + (2 << 20),
+        "{allocated} bytes on disk in {} under a {budget}-byte disk budget",
+        it.display()
+    );
+    // What did not fit is named in the `record` event, as cut at the byte budget.
+    let events = fs::read_to_string(it.join("events.jsonl")).unwrap();
+    let event = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["step"] == "record")
+        .unwrap_or_else(|| panic!("no record event: {events}"));
+    let workspace = &event["detail"]["workspace"];
+    let cut = workspace["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|s| s.contains("/f (byte budget: 4608 bytes, "))
+        .count();
+    // 10800 empty files, each 4608 bytes with its directory: about 3600 fit in 16 MiB.
+    assert_eq!(cut, 100, "{workspace:#}");
+    assert!(
+        workspace["skipped_count"].as_u64().unwrap() > 7000,
+        "{workspace:#}"
+    );
+}

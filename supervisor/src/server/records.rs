@@ -20,11 +20,14 @@ const COPY_BUDGET_ENTRIES: u64 = 50_000;
 /// The directories of a record the agent's files are copied into, which share one budget.
 pub const COPIED_PARTS: &[&str] = &["output", "transcripts", "workspace"];
 
-/// Most bytes the copies of one record ([`COPIED_PARTS`]) hold together: 1 GiB, or the
-/// harness's disk budget (`limits.disk_bytes`) when it is smaller. Files count their apparent
-/// size (`st_size`), which is what the copy writes and the host unpacks: a sparse file the agent
-/// made in a few KiB costs its full length. The host bounds its unpack of a record by the same
-/// number.
+/// Most bytes the copies of one record ([`COPIED_PARTS`]) cost together: 1 GiB, or the
+/// harness's disk budget (`limits.disk_bytes`) when it is smaller. Every entry copied costs what
+/// the host's file system allocates for it ([`crate::unpack::file_cost`],
+/// [`crate::unpack::DIR_COST`]): a file its apparent size (`st_size`, which is what the copy
+/// writes and the host unpacks: a sparse file the agent made in a few KiB costs its full
+/// length) in whole 4 KiB blocks, at least 512 bytes; a directory the copy creates 4 KiB, so
+/// thousands of directories holding an empty file each cannot cost the host past the budget.
+/// The host bounds its unpack of a record by the same number, counted the same way.
 pub fn copy_budget_bytes(disk_bytes: Option<u64>) -> u64 {
     disk_bytes.map_or(COPY_BUDGET_BYTES, |disk| disk.min(COPY_BUDGET_BYTES))
 }
@@ -35,6 +38,7 @@ pub fn copies_limit(disk_bytes: Option<u64>) -> crate::unpack::PartLimit {
     crate::unpack::PartLimit {
         dirs: COPIED_PARTS,
         max_bytes: copy_budget_bytes(disk_bytes),
+        entry_cost: true,
     }
 }
 /// Most bytes of `output.jsonl` and of `stderr.log` kept in a record (each): the capture's own
@@ -212,9 +216,22 @@ fn name_problem(in_record: &Path) -> Option<String> {
 struct Target<'a> {
     root: &'a Path,
     dirs: Option<DirStack>,
+    /// Directories created and not charged to the budget yet.
+    created: u64,
 }
 
 impl Target<'_> {
+    /// The most directories [`Self::dir_for`] creates for `rel` (after [`Self::truncate`] to
+    /// its walk's depth): the root when not open yet, and each parent below the open depth.
+    fn dirs_needed(&self, rel: &Path) -> u64 {
+        let parents = rel.parent().map_or(0, |p| p.iter().count());
+        let needed = match &self.dirs {
+            None => parents + 1,
+            Some(dirs) => parents.saturating_sub(dirs.depth()),
+        };
+        u64::try_from(needed).unwrap_or(u64::MAX)
+    }
+
     /// Forgets directories below `depth` (the walk left them).
     fn truncate(&mut self, depth: usize) -> io::Result<()> {
         match self.dirs.as_mut() {
@@ -226,7 +243,10 @@ impl Target<'_> {
     /// The directory of the record that mirrors the parent of `rel` (created as needed).
     fn dir_for(&mut self, rel: &Path) -> io::Result<BorrowedFd<'_>> {
         if self.dirs.is_none() {
+            // Another copy into the same part (`transcripts/`) may have created it.
+            let existed = fs::symlink_metadata(self.root).is_ok();
             create_private_dir(self.root)?;
+            self.created += u64::from(!existed);
             self.dirs = Some(DirStack::new(bounded_tree::open_dir(self.root)?)?);
         }
         let Some(dirs) = self.dirs.as_mut() else {
@@ -235,7 +255,8 @@ impl Target<'_> {
         let parent = rel.parent().unwrap_or(Path::new(""));
         for name in parent.iter().skip(dirs.depth()) {
             match rustix::fs::mkdirat(dirs.dir(), name, Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => self.created += 1,
+                Err(Errno::EXIST) => {}
                 Err(err) => return Err(err.into()),
             }
             dirs.enter(name)?;
@@ -250,12 +271,13 @@ impl Target<'_> {
 /// report: symlinks, special files, hard links (a link the agent made to a file it cannot read
 /// must not be read by root), names the host's unpack would refuse (`in_record/<path>` over
 /// 4096 bytes included: a directory that long is not walked into, so the walk's depth stays
-/// bounded), whatever exceeds the budget (a file takes its apparent size from the byte budget,
-/// holes included, and is copied whole or not at all; every entry, skipped ones too, takes one
-/// from the entry budget). Walked and written relative to directory descriptors
-/// ([`crate::bounded_tree`]), never through full paths, so a path longer than `PATH_MAX` on
-/// either side is copied as well. Run only after the final reap, when nothing but the supervisor
-/// runs, so the tree cannot change underneath.
+/// bounded), whatever exceeds the budget (a file and the directories created for it take what
+/// they cost the host from the byte budget, [`copy_budget_bytes`]: its apparent size, holes
+/// included, and is copied whole or not at all; every entry, skipped ones too, takes one from
+/// the entry budget; a directory no file is copied into is not created). Walked and written
+/// relative to directory descriptors ([`crate::bounded_tree`]), never through full paths, so a
+/// path longer than `PATH_MAX` on either side is copied as well. Run only after the final
+/// reap, when nothing but the supervisor runs, so the tree cannot change underneath.
 pub(super) fn copy_tree(
     src: &Path,
     dst: &Path,
@@ -291,6 +313,7 @@ pub(super) fn copy_tree(
     let mut target = Target {
         root: dst,
         dirs: None,
+        created: 0,
     };
     while let Some(step) = walk.next() {
         let entry = match step {
@@ -327,28 +350,39 @@ pub(super) fn copy_tree(
         if !keep(rel) {
             continue;
         }
+        if let Err(err) = target.truncate(entry.depth) {
+            report.skip(|| format!("{} ({err})", rel.display()));
+            continue;
+        }
         // The apparent size, holes included: the copy writes every byte of it, and the host
-        // unpacks every byte.
+        // unpacks every byte, in whole blocks, below the directories created for it.
         let size = u64::try_from(entry.stat.st_size).unwrap_or(u64::MAX);
-        if size > budget.bytes {
+        let cost = crate::unpack::file_cost(size).saturating_add(
+            target
+                .dirs_needed(rel)
+                .saturating_mul(crate::unpack::DIR_COST),
+        );
+        if cost > budget.bytes {
             report.skip(|| {
                 format!(
-                    "{} (byte budget: {size} bytes, {} left)",
+                    "{} (byte budget: {cost} bytes, {} left)",
                     rel.display(),
                     budget.bytes
                 )
             });
             continue;
         }
-        let copied = target.truncate(entry.depth).and_then(|()| {
-            let to = target.dir_for(rel)?;
-            copy_file(walk.dir(), &entry.name, to, budget.bytes)
-        });
+        let copied = target
+            .dir_for(rel)
+            .and_then(|to| copy_file(walk.dir(), &entry.name, to, size));
+        // What was created is charged whether the file was copied or not.
+        let dirs = std::mem::take(&mut target.created).saturating_mul(crate::unpack::DIR_COST);
+        budget.bytes -= dirs.min(budget.bytes);
         match copied {
             Ok(n) => {
                 report.files += 1;
                 report.bytes += n;
-                budget.bytes -= n.min(budget.bytes);
+                budget.bytes -= crate::unpack::file_cost(n).min(budget.bytes);
             }
             Err(err) => report.skip(|| format!("{} ({err})", rel.display())),
         }
@@ -510,12 +544,14 @@ mod tests {
         fs::write(src.join("a\\b"), b"x").unwrap();
         fs::write(src.join("line\nbreak"), b"x").unwrap();
         fs::write(src.join("ok.txt"), b"fine").unwrap();
-        fs::write(src.join("big.bin"), vec![7u8; 4096]).unwrap();
+        fs::write(src.join("big.bin"), vec![7u8; 3 * 4096]).unwrap();
         fs::write(src.join("h1"), b"linked").unwrap();
         fs::hard_link(src.join("h1"), src.join("h2")).unwrap();
         let dst = tmp.path().join("dst");
+        // Room for `output/` and `ok.txt` (4 KiB each), and a block to spare: whichever order
+        // the walk takes, each hard link reaches the copy, which refuses it.
         let mut budget = CopyBudget {
-            bytes: 100,
+            bytes: 3 * 4096,
             entries: 10,
         };
         let report = copy_tree(&src, &dst, "output", &|_| true, &mut budget);
@@ -525,7 +561,7 @@ mod tests {
         for expected in [
             "a\\b (name contains a backslash",
             "line\nbreak (name contains a newline",
-            "big.bin (byte budget: 4096 bytes, ",
+            "big.bin (byte budget: ",
             "h1 (a hard link)",
             "h2 (a hard link)",
         ] {
@@ -569,6 +605,7 @@ mod tests {
         assert_eq!(CopyBudget::default().bytes(), COPY_BUDGET_BYTES);
         assert_eq!(copies_limit(Some(1 << 20)).max_bytes, 1 << 20);
         assert_eq!(copies_limit(None).dirs, COPIED_PARTS);
+        assert!(copies_limit(None).entry_cost);
     }
 
     #[test]
@@ -576,7 +613,8 @@ mod tests {
         use std::os::unix::fs::MetadataExt as _;
         const K: u64 = 1024;
         // Three 300 KiB files that are holes only (a few blocks on disk, if any), copied into
-        // `output/` under a 700 KiB disk budget: two fit, the third is named.
+        // `output/` under a 700 KiB disk budget: two fit (with `output/`'s 4 KiB), the third is
+        // named.
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("output");
         fs::create_dir_all(&out).unwrap();
@@ -598,10 +636,10 @@ mod tests {
         assert_eq!((report.files, report.bytes), (2, 600 * K), "{report:?}");
         assert_eq!(report.skipped_count, 1, "{report:?}");
         assert!(
-            report.skipped[0].ends_with(" (byte budget: 307200 bytes, 102400 left)"),
+            report.skipped[0].ends_with(" (byte budget: 307200 bytes, 98304 left)"),
             "{report:?}"
         );
-        assert_eq!(budget.bytes(), 100 * K);
+        assert_eq!(budget.bytes(), 96 * K);
         // The copies are whole files, each its full length.
         for entry in fs::read_dir(record.join("output")).unwrap() {
             assert_eq!(entry.unwrap().metadata().unwrap().len(), 300 * K);
@@ -624,9 +662,9 @@ mod tests {
         );
         assert_eq!((report.files, report.bytes), (1, 50 * K), "{report:?}");
         assert_eq!(report.skipped_count, 1, "{report:?}");
-        // 100 or 50 KiB left, as the walk reached it before or after `data`.
+        // With `workspace/` or without, as the walk reached it before or after `data`.
         assert!(
-            report.skipped[0].starts_with("hole (byte budget: 204800 bytes, "),
+            report.skipped[0].starts_with("hole (byte budget: 20"),
             "{report:?}"
         );
         // The host unpacks the record within the same bound, and refuses one tighter.
@@ -641,8 +679,56 @@ mod tests {
         assert_eq!(unpacked.unwrap().bytes, 650 * K);
         let refused = crate::unpack::unpack_tar(&bytes[..], &host, &limits(600 * K), None);
         assert!(refused.unwrap_err().to_string().contains(
-            "more than 614400 bytes of file content below output/, transcripts/, workspace/"
+            "more than 614400 bytes of files and directories (each counted in whole 4096-byte \
+             blocks) below output/, transcripts/, workspace/"
         ),);
+    }
+
+    #[test]
+    fn directories_and_empty_files_cost_what_the_host_allocates_and_the_host_agrees() {
+        // Thirty directories holding an empty file each, no byte of content, under a 100 KiB
+        // disk budget: `workspace/` takes 4 KiB, each directory 4 KiB and its file 512 bytes,
+        // so 21 are copied and 9 named; an empty directory is not copied at all.
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        for i in 0..30 {
+            fs::create_dir_all(ws.join(format!("d{i}"))).unwrap();
+            fs::write(ws.join(format!("d{i}/f")), b"").unwrap();
+        }
+        fs::create_dir_all(ws.join("empty/deeper")).unwrap();
+        let record = tmp.path().join("record");
+        let mut budget = CopyBudget::for_record(Some(100 << 10));
+        let report = copy_tree(
+            &ws,
+            &record.join("workspace"),
+            "workspace",
+            &|_| true,
+            &mut budget,
+        );
+        assert_eq!((report.files, report.bytes), (21, 0), "{report:?}");
+        assert_eq!(report.skipped_count, 9, "{report:?}");
+        assert!(report
+            .skipped
+            .iter()
+            .all(|s| s.ends_with("/f (byte budget: 4608 bytes, 1536 left)")));
+        assert_eq!(budget.bytes(), 1536);
+        assert!(!record.join("workspace/empty").exists());
+        // The host counts the same: the record unpacks at the budget, not a byte under it.
+        let mut bytes = Vec::new();
+        tar_dir(&record, &mut bytes).unwrap();
+        let limits = |max_bytes| crate::unpack::UnpackLimits {
+            part: Some(crate::unpack::PartLimit {
+                max_bytes,
+                ..copies_limit(None)
+            }),
+            ..Default::default()
+        };
+        let used = (100 << 10) - 1536;
+        let host = tmp.path().join("host");
+        let unpacked = crate::unpack::unpack_tar(&bytes[..], &host, &limits(used), None);
+        assert_eq!(unpacked.unwrap().dirs, 22);
+        let refused = crate::unpack::unpack_tar(&bytes[..], &host, &limits(used - 1), None);
+        assert!(refused.is_err());
     }
 
     #[test]

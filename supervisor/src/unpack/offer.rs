@@ -382,6 +382,8 @@ impl Assembly {
             mode: limits.dir_mode(),
             owner,
             created: 0,
+            // A part limit bounds collected records, which come as tar streams, not offers.
+            part: None,
         });
         assembly.gather(others)?;
         Ok(assembly)

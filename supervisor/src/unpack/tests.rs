@@ -109,6 +109,7 @@ fn a_part_limit_bounds_the_files_below_its_directories_together() {
         part: Some(PartLimit {
             dirs: &["output", "workspace"],
             max_bytes: 8,
+            entry_cost: false,
         }),
         ..UnpackLimits::default()
     };
@@ -149,6 +150,56 @@ fn a_part_limit_bounds_the_files_below_its_directories_together() {
             .ends_with("refused: entry type 'S' is refused"),
         "{err}"
     );
+}
+
+#[test]
+fn an_entry_cost_limit_counts_files_in_blocks_and_every_directory() {
+    assert_eq!(
+        [0, 1, 4096, 4097, u64::MAX].map(file_cost),
+        [INODE_BYTES, 4096, 4096, 8192, u64::MAX]
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("record");
+    let limits = |max_bytes| UnpackLimits {
+        part: Some(PartLimit {
+            dirs: &["output", "workspace"],
+            max_bytes,
+            entry_cost: true,
+        }),
+        ..UnpackLimits::default()
+    };
+    // `output/` listed and `workspace/sub/` created on the way count, `outputs/` does not:
+    // 3 directories, a 1-byte file (a block) and an empty one (an inode).
+    let entries: Vec<(&[u8], tar::EntryType, &[u8])> = vec![
+        (b"output/", tar::EntryType::Directory, b""),
+        (b"output/a", tar::EntryType::Regular, b"1"),
+        (b"outputs/x/y", tar::EntryType::Regular, b"12345678"),
+        (b"workspace/sub/e", tar::EntryType::Regular, b""),
+    ];
+    let cost = 3 * DIR_COST + BLOCK_BYTES + INODE_BYTES;
+    let report = unpack_tar(&tar_of(&entries)[..], &dest, &limits(cost), None).unwrap();
+    assert_eq!((report.dirs, report.bytes), (5, 9));
+    // A byte less refuses the last entry, and the earlier unpack stays.
+    let err = unpack_tar(&tar_of(&entries)[..], &dest, &limits(cost - 1), None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "tar entry \"workspace/sub/e\" refused: more than {} bytes of files and directories \
+             (each counted in whole 4096-byte blocks) below output/, workspace/",
+            cost - 1
+        )
+    );
+    assert!(dest.join("workspace/sub/e").exists());
+    assert_eq!(leftovers(tmp.path()), ["record"]);
+    // An empty directory costs its block too.
+    let dirs: Vec<(&[u8], tar::EntryType, &[u8])> = vec![
+        (b"workspace/", tar::EntryType::Directory, b""),
+        (b"workspace/d/", tar::EntryType::Directory, b""),
+    ];
+    let err = unpack_tar(&tar_of(&dirs)[..], &dest, &limits(DIR_COST), None).unwrap_err();
+    assert!(err
+        .to_string()
+        .starts_with("tar entry \"workspace/d/\" refused: more than 4096"));
 }
 
 #[test]
