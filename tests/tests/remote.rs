@@ -533,7 +533,6 @@ fn a_local_skill_gets_the_same_content_scan_as_a_fetched_copy_of_it() {
         ),
         ("scripted/AGENTS.md", "be nice\n"),
         ("scripted/notes/hidden.md", "fine\u{200B}text\n"),
-        ("scripted/hooks/hooks.json", "{}\n"),
     ];
     let forge = GitServer::start();
     let base = forge.base_url();
@@ -562,7 +561,6 @@ fn a_local_skill_gets_the_same_content_scan_as_a_fetched_copy_of_it() {
     for finding in [
         "AGENTS.md: a context file",
         "SKILL.md:2: \"ignore previous instructions\"",
-        "hooks/hooks.json: hooks",
         "notes/hidden.md:1: U+200B",
         "package.json: scripts.postinstall",
     ] {

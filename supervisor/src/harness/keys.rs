@@ -656,29 +656,11 @@ impl Checker<'_> {
 }
 
 impl Checker<'_> {
-    /// What Claude Code is given beside the verified set: the workdir's `CLAUDE.md` goes with
-    /// `--append-system-prompt-file`, which Claude Code takes once (the last wins), so
-    /// `agent.args` may not give another unless `context_files: none`; and a `claude-settings`
-    /// file takes the place of the settings that turn off Claude Code's built-in plugins.
+    /// What Claude Code is given beside the verified set: a `claude-settings` file takes the
+    /// place of the settings that turn off Claude Code's built-in plugins. (The workdir's
+    /// `CLAUDE.md` goes with `--append-system-prompt-file`, which `agent.args` may never give:
+    /// it reads a file pitcrew did not verify.)
     fn claude_context(&mut self, top: &marked_yaml::types::MarkedMappingNode, harness: &Harness) {
-        let agent = top.get_node("agent").and_then(Node::as_mapping);
-        let context = harness
-            .agent
-            .context_files
-            .unwrap_or(ContextFiles::Uploaded);
-        let own = harness.agent.args.iter().any(|a| {
-            a == "--append-system-prompt-file" || a.starts_with("--append-system-prompt-file=")
-        });
-        if own && context != ContextFiles::None {
-            self.problem(
-                agent.and_then(|m| m.get_node("args")).and_then(location),
-                "agent.args",
-                format!(
-                    "--append-system-prompt-file is how Claude Code is given the workdir's                      CLAUDE.md (agent.context_files: {}), and it takes only one: set                      context_files: none to give your own",
-                    context.as_str()
-                ),
-            );
-        }
         if harness
             .adapters
             .iter()
@@ -687,7 +669,9 @@ impl Checker<'_> {
             self.note(
                 top.get_node("adapters").and_then(location),
                 "adapters",
-                "Claude Code takes one --settings, this claude-settings file: its built-in                  plugins stay enabled unless the file's enabledPlugins turns them off                  (\"cc-plugin-plugin-authoring@builtin\": false, …; docs/agent-support.md)",
+                "Claude Code takes one --settings, this claude-settings file: its built-in \
+                 plugins stay enabled unless the file's enabledPlugins turns them off \
+                 (\"cc-plugin-plugin-authoring@builtin\": false, …; docs/agent-support.md)",
             );
         }
     }

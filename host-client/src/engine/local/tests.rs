@@ -28,7 +28,18 @@ fn only_path_the_locale_and_passed_names_reach_a_local_sandbox() {
     let env = baseline_env(own(), &[]).unwrap();
     assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
     let env = baseline_env(own(), &["MOCK_API_KEY".into()]).unwrap();
-    assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL", "MOCK_API_KEY"]);
+    // And which names were passed, for every later run of the sandbox.
+    assert_eq!(
+        names(&env),
+        [
+            "PATH",
+            "LANG",
+            "LC_ALL",
+            "MOCK_API_KEY",
+            "PITCREW_PASSED_ENV"
+        ]
+    );
+    assert_eq!(env.last().unwrap().1, "MOCK_API_KEY");
 }
 
 #[test]
@@ -76,7 +87,10 @@ fn passing_a_name_the_supervisor_sets_itself_is_refused() {
     assert!(err.to_string().contains("loader rule"), "{err}");
     // PATH and the locale are passed anyway.
     let env = baseline_env(own(), &["PATH".into(), "LC_ALL".into()]).unwrap();
-    assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
+    assert_eq!(
+        names(&env),
+        ["PATH", "LANG", "LC_ALL", "PITCREW_PASSED_ENV"]
+    );
 }
 
 #[test]
