@@ -5,7 +5,8 @@
 //! - **pi**: `--print --mode json --no-extensions --no-skills --no-prompt-templates
 //!   --no-themes` (and `--no-approve` from pi 0.87.1), then `-e <file>` per `files[]` entry with
 //!   `use: pi-extension` (manifest order: adapters first, since pi runs `tool_call` handlers in
-//!   `-e` order and the first block wins), then per `pi-extension` tree `-e <path>/<entry>` for
+//!   `-e` order and the first block wins; then single-file plugins, role `plugin`, each followed
+//!   by its `pi_args`), then per `pi-extension` tree `-e <path>/<entry>` for
 //!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
 //!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
 //!   tools (`--tools a,b`, or `--no-builtin-tools` for an empty list), `--model`, `agent.args`,
@@ -203,6 +204,7 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
     }
     for file in m.files.iter().filter(|f| f.usage == FileUse::PiExtension) {
         push(v, &["-e", &file.path]);
+        v.extend(file.pi_args.iter().cloned());
     }
     for tree in m.trees.iter().filter(|t| t.kind == TreeKind::PiExtension) {
         let root = tree.path.trim_end_matches('/');
