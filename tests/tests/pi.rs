@@ -1660,6 +1660,11 @@ fn single_file_imports_refused(pi: Pi) {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("nothing was started"), "{stderr}");
     assert!(server.requests().is_empty(), "pi was started");
+    // `pitcrew classify FILE` says the same.
+    let file = root.join("ext/hello.ts");
+    let (code, _, stderr) = pitcrew_output(&["classify".as_ref(), file.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("imports \"./helper\""), "{stderr}");
 
     fs::write(root.join("ext/hello.ts"), single_file_extension()).unwrap();
     let (code, stdout, stderr) =
@@ -1669,6 +1674,9 @@ fn single_file_imports_refused(pi: Pi) {
         stdout.contains("plugin hello.ts: single-file pi extension"),
         "{stdout}"
     );
+    let (code, stdout, stderr) = pitcrew_output(&["classify".as_ref(), file.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("registered flags: --greeting"), "{stdout}");
 }
 
 /// The examples pi ships that override a built-in tool (`read`, `bash`, …): pi refuses two
