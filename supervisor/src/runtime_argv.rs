@@ -537,6 +537,54 @@ mod tests {
     }
 
     #[test]
+    fn a_single_file_plugin_gets_its_pi_args_after_its_e_and_only_a_plugin_file_has_them() {
+        let mut v = pi_manifest();
+        let mut plugin = file("/sandbox/adapters/hello.ts", "plugin", "pi-extension");
+        plugin["pi_args"] = json!(["--greeting=Hi"]);
+        plugin["env"] = json!({"HELLO_LEVEL": "3"});
+        v["files"].as_array_mut().unwrap().push(plugin.clone());
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let at = got
+            .iter()
+            .position(|a| a == "/sandbox/adapters/hello.ts")
+            .unwrap();
+        assert_eq!(got[at - 1], "-e");
+        assert_eq!(got[at + 1], "--greeting=Hi");
+        // After the hook adapters, before the plugin trees.
+        let adapter = got.iter().position(|a| a.ends_with("hooks.js")).unwrap();
+        let tree = got
+            .iter()
+            .position(|a| a.ends_with("hello/index.ts"))
+            .unwrap();
+        assert!(adapter < at && at < tree, "{got:?}");
+        // Under Claude Code it is not passed.
+        let mut c = v.clone();
+        c["runtime"] = "claude".into();
+        c["files"] = json!([plugin.clone()]);
+        let got = argv(&manifest(c), Path::new("/bin/claude"), None, None).unwrap();
+        assert!(!got.iter().any(|a| a.contains("hello.ts")), "{got:?}");
+
+        for (key, value) in [
+            ("pi_args", json!(["--greeting=Hi"])),
+            ("env", json!({"A": "1"})),
+        ] {
+            let mut bad = pi_manifest();
+            let mut f = file("/sandbox/adapters/guard.ts", "hook-adapter", "pi-extension");
+            f[key] = value;
+            bad["files"] = json!([f]);
+            let err = Manifest::from_json(bad.to_string().as_bytes()).unwrap_err();
+            assert!(
+                err.to_string().contains("only a single-file plugin"),
+                "{err}"
+            );
+        }
+        let mut bad = pi_manifest();
+        plugin["pi_args"] = json!(["--model=x"]);
+        bad["files"] = json!([plugin]);
+        assert!(Manifest::from_json(bad.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
     fn an_empty_tool_list_gives_no_built_in_tools_and_an_absent_one_the_default() {
         let mut v = pi_manifest();
         v["agent"]["tools"] = json!([]);
