@@ -449,31 +449,37 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         vars.insert((*name).to_string(), (value.clone(), source));
     }
 
-    for tree in &manifest.trees {
-        for (name, value) in &tree.env {
+    // Plugin trees, then single-file plugins (named by their path).
+    let plugins = manifest
+        .trees
+        .iter()
+        .map(|t| (&t.name, &t.path, &t.env))
+        .chain(manifest.files.iter().map(|f| (&f.path, &f.path, &f.env)));
+    for (plugin, path, env) in plugins {
+        for (name, value) in env {
             if let Some(problem) = env_policy::plugin_env_problems(name, value)
                 .into_iter()
                 .next()
             {
                 return Err(EnvError::PluginEnv {
-                    tree: tree.name.clone(),
+                    tree: plugin.clone(),
                     problem,
                 });
             }
             if pins.iter().any(|(pin, _)| pin.eq_ignore_ascii_case(name)) {
                 return Err(EnvError::PluginSetsPin {
-                    tree: tree.name.clone(),
+                    tree: plugin.clone(),
                     name: name.clone(),
                 });
             }
             if let Some(layer) = operator_layer(name) {
                 return Err(EnvError::PluginReplacesTrusted {
-                    tree: tree.name.clone(),
+                    tree: plugin.clone(),
                     name: name.clone(),
                     layer,
                 });
             }
-            let source = EnvSource::Plugin(tree.path.clone());
+            let source = EnvSource::Plugin(path.clone());
             vars.insert(name.clone(), (value.clone(), source));
         }
     }

@@ -305,6 +305,12 @@ pub struct FilePin {
     /// How the runtime is told about it.
     #[serde(default, rename = "use")]
     pub usage: FileUse,
+    /// Validated plugin environment, exported last (a single-file plugin, role `plugin`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Validated extension flags passed after this file's `-e` (a single-file plugin, pi only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pi_args: Vec<String>,
 }
 
 /// Environment inputs, applied in this order: baseline, `.env`, deny rules, pins, plugin env.
@@ -683,6 +689,25 @@ impl Manifest {
                 return Err(field(
                     format!("files[{i}].sha256"),
                     "not a lowercase hex sha256",
+                ));
+            }
+            if file.role != PinRole::Plugin && (!file.env.is_empty() || !file.pi_args.is_empty()) {
+                return Err(field(
+                    format!("files[{i}]"),
+                    "only a single-file plugin (role plugin) takes env and pi_args",
+                ));
+            }
+            for (key, value) in &file.env {
+                if let Some(problem) = crate::env_policy::plugin_env_problems(key, value).first() {
+                    return Err(field(format!("files[{i}].env"), problem.to_string()));
+                }
+            }
+            if let Some((j, problem)) =
+                crate::env_policy::pi_args_problems(&file.pi_args, None).first()
+            {
+                return Err(field(
+                    format!("files[{i}].pi_args[{j}]"),
+                    problem.to_string(),
                 ));
             }
         }

@@ -5,7 +5,8 @@
 //! - **pi**: `--print --mode json --no-extensions --no-skills --no-prompt-templates
 //!   --no-themes` (and `--no-approve` from pi 0.87.1), then `-e <file>` per `files[]` entry with
 //!   `use: pi-extension` (manifest order: adapters first, since pi runs `tool_call` handlers in
-//!   `-e` order and the first block wins), then per `pi-extension` tree `-e <path>/<entry>` for
+//!   `-e` order and the first block wins; then single-file plugins, role `plugin`, each followed
+//!   by its `pi_args`), then per `pi-extension` tree `-e <path>/<entry>` for
 //!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
 //!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
 //!   tools (`--tools a,b`, or `--no-builtin-tools` for an empty list), `--model`, `agent.args`,
@@ -203,6 +204,7 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
     }
     for file in m.files.iter().filter(|f| f.usage == FileUse::PiExtension) {
         push(v, &["-e", &file.path]);
+        v.extend(file.pi_args.iter().cloned());
     }
     for tree in m.trees.iter().filter(|t| t.kind == TreeKind::PiExtension) {
         let root = tree.path.trim_end_matches('/');
@@ -532,6 +534,54 @@ mod tests {
                 second: "/b.json".into()
             }
         );
+    }
+
+    #[test]
+    fn a_single_file_plugin_gets_its_pi_args_after_its_e_and_only_a_plugin_file_has_them() {
+        let mut v = pi_manifest();
+        let mut plugin = file("/sandbox/adapters/hello.ts", "plugin", "pi-extension");
+        plugin["pi_args"] = json!(["--greeting=Hi"]);
+        plugin["env"] = json!({"HELLO_LEVEL": "3"});
+        v["files"].as_array_mut().unwrap().push(plugin.clone());
+        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let at = got
+            .iter()
+            .position(|a| a == "/sandbox/adapters/hello.ts")
+            .unwrap();
+        assert_eq!(got[at - 1], "-e");
+        assert_eq!(got[at + 1], "--greeting=Hi");
+        // After the hook adapters, before the plugin trees.
+        let adapter = got.iter().position(|a| a.ends_with("hooks.js")).unwrap();
+        let tree = got
+            .iter()
+            .position(|a| a.ends_with("hello/index.ts"))
+            .unwrap();
+        assert!(adapter < at && at < tree, "{got:?}");
+        // Under Claude Code it is not passed.
+        let mut c = v.clone();
+        c["runtime"] = "claude".into();
+        c["files"] = json!([plugin.clone()]);
+        let got = argv(&manifest(c), Path::new("/bin/claude"), None, None).unwrap();
+        assert!(!got.iter().any(|a| a.contains("hello.ts")), "{got:?}");
+
+        for (key, value) in [
+            ("pi_args", json!(["--greeting=Hi"])),
+            ("env", json!({"A": "1"})),
+        ] {
+            let mut bad = pi_manifest();
+            let mut f = file("/sandbox/adapters/guard.ts", "hook-adapter", "pi-extension");
+            f[key] = value;
+            bad["files"] = json!([f]);
+            let err = Manifest::from_json(bad.to_string().as_bytes()).unwrap_err();
+            assert!(
+                err.to_string().contains("only a single-file plugin"),
+                "{err}"
+            );
+        }
+        let mut bad = pi_manifest();
+        plugin["pi_args"] = json!(["--model=x"]);
+        bad["files"] = json!([plugin]);
+        assert!(Manifest::from_json(bad.to_string().as_bytes()).is_err());
     }
 
     #[test]

@@ -1237,3 +1237,56 @@ fn claude_offers_the_model_nothing_built_in_beside_the_verified_set() {
         );
     }
 }
+
+/// A single-file pi extension in `plugins:` (`ext/hello.ts`) under Claude Code: `validate` names
+/// it and says Claude Code skips it; it is uploaded and verified with the run (the record's
+/// verification lists it, role `plugin`) and nothing of it reaches Claude's argv.
+#[test]
+fn claude_names_and_skips_a_single_file_pi_extension() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("ext")).unwrap();
+    fs::write(
+        root.join("ext/hello.ts"),
+        "import type { ExtensionAPI } from \"@mariozechner/pi-coding-agent\";\nexport default function (pi: ExtensionAPI) {}\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("plugins:\n", "plugins:\n  - ext/hello.ts\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, stdout, stderr) =
+        pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "plugins[0]: hello.ts is a single-file pi extension: runtime claude names and skips it (note)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("plugin hello.ts: single-file pi extension [skipped by this runtime]"),
+        "{stdout}"
+    );
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let argv = record["agent"]["argv"].to_string();
+    assert!(!argv.contains("hello.ts"), "{argv}");
+    let files = record["verification"]["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        files.iter().any(|f| f["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/adapters/hello.ts"))
+            && f["role"] == "plugin"
+            && f["status"] == "ok"),
+        "{record:#}"
+    );
+}

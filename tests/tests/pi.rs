@@ -1535,3 +1535,246 @@ fn agent_args_refused(pi: Pi) {
         .expect("--thinking");
     assert_eq!(argv[at + 1..at + 3], ["low", "--session-dir"], "{argv:?}");
 }
+
+/// [`EXTENSION`] as a single file: its tool tries to rewrite the very file pi was told to load
+/// with `-e`.
+fn single_file_extension() -> String {
+    EXTENSION
+        .replace("a.endsWith(\"/hello/index.ts\")", "a.endsWith(\"/hello.ts\")")
+        .replace(
+            r#"writeFileSync(entry.replace(/index\.ts$/, "planted.ts"), "export default () => {};\n");"#,
+            r#"writeFileSync(entry, "export default () => {};\n");"#,
+        )
+}
+
+each_pi!(
+    attack_verified_trees__a_single_file_extension_runs_confined_and_drift_fails_with_96,
+    single_file_plugin
+);
+
+/// `plugins: [ext/hello.ts]`: the single file is pinned by its sha256 and uploaded with the
+/// adapters, pi loads it with `-e` followed by its `pi.args`, its `env:` reaches the tool, and
+/// the tool cannot write the file. Changed by root after the first iteration (the validation
+/// command, on the host, plays the attacker), the file drifts: the second iteration fails
+/// with 96 before anything is launched.
+fn single_file_plugin(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::remove_dir_all(root.join("plugins")).unwrap();
+    fs::create_dir_all(root.join("ext")).unwrap();
+    fs::write(root.join("ext/hello.ts"), single_file_extension()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("  - path: plugins/hello\n", "  - path: ext/hello.ts\n")
+        .replace(
+            "workdir: workspace\n",
+            "workdir: workspace\nvalidation:\n  - /bin/sh\n  - -c\n  - echo '// tampered' >> \"$PITCREW_SANDBOX_ROOT/adapters/hello.ts\"; exit 1\n",
+        );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status(&[], &[]);
+    assert_eq!(code, Some(96), "{doc:#}");
+
+    let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(first["exit_code"], 0, "{first:#}");
+    let argv: Vec<String> =
+        serde_json::from_value(first["agent"]["argv"].clone()).unwrap_or_default();
+    let at = argv
+        .iter()
+        .position(|a| a.ends_with("/adapters/hello.ts"))
+        .unwrap_or_else(|| panic!("no -e for the single file: {argv:?}"));
+    assert_eq!(argv[at - 1], "-e", "{argv:?}");
+    assert_eq!(argv[at + 1], "--greeting=Hello", "{argv:?}");
+    let seen = tool_result(&server, 1);
+    assert_eq!(seen["greeting"], "Hello, pitcrew!", "{seen}");
+    assert_eq!(seen["uid"], 65534, "{seen}");
+    assert_eq!(seen["hello_level"], "3", "{seen}");
+    // The agent cannot change the file it runs.
+    assert_eq!(seen["plugin_write"], "EACCES", "{seen}");
+
+    let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert_eq!(second["exit_code"], 96, "{second:#}");
+    let files = second["verification"]["files"].to_string();
+    assert!(files.contains("adapters/hello.ts"), "{second:#}");
+    assert!(files.contains("drifted"), "{second:#}");
+    // Nothing was launched in iteration 2.
+    assert!(second["agent"].is_null(), "{second:#}");
+    assert_eq!(server.requests().len(), 2);
+}
+
+each_pi!(
+    attack_harness__a_single_file_extension_importing_past_itself_is_refused,
+    single_file_imports_refused
+);
+
+/// A single file importing `./helper` (beside it on the host, but not pinned) or a package pi
+/// does not provide is refused by `pitcrew validate` and `pitcrew run`, naming each specifier;
+/// the same file with only what pi provides and node builtins validates.
+fn single_file_imports_refused(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("ext")).unwrap();
+    fs::write(root.join("ext/helper.ts"), "export const x = 1;\n").unwrap();
+    fs::write(
+        root.join("ext/hello.ts"),
+        single_file_extension().replace(
+            "import { writeFileSync } from \"node:fs\";\n",
+            "import { writeFileSync } from \"node:fs\";\nimport { x } from \"./helper\";\nimport pad from 'left-pad';\nconsole.log(x, pad);\n",
+        ),
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("  - path: plugins/hello\n", "  - path: ext/hello.ts\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("imports \"./helper\", which is not pinned"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("imports the package \"left-pad\", which pi does not provide"),
+        "{stderr}"
+    );
+    let path = fx
+        .path
+        .clone()
+        .unwrap_or_else(|| std::env::var("PATH").unwrap_or_default());
+    let (code, _, stderr) = pitcrew_output(
+        &[
+            "run".as_ref(),
+            fx.harness.as_os_str(),
+            "--state-dir".as_ref(),
+            fx.state.as_os_str(),
+        ],
+        &[("PATH", &path)],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was started"), "{stderr}");
+    assert!(server.requests().is_empty(), "pi was started");
+    // `pitcrew classify FILE` says the same.
+    let file = root.join("ext/hello.ts");
+    let (code, _, stderr) = pitcrew_output(&["classify".as_ref(), file.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("imports \"./helper\""), "{stderr}");
+
+    fs::write(root.join("ext/hello.ts"), single_file_extension()).unwrap();
+    let (code, stdout, stderr) =
+        pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("plugin hello.ts: single-file pi extension"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = pitcrew_output(&["classify".as_ref(), file.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("registered flags: --greeting"), "{stdout}");
+}
+
+/// The examples pi ships that override a built-in tool (`read`, `bash`, …): pi refuses two
+/// extensions that register the same tool, so each is loaded in a run of its own.
+const OVERRIDES_BUILT_IN_TOOLS: [&str; 3] =
+    ["built-in-tool-renderer.ts", "minimal-mode.ts", "ssh.ts"];
+
+/// The directory of the single-file examples that come with `pi`.
+fn shipped_examples(pi: Pi) -> PathBuf {
+    let package = if pi.prefixed {
+        format!(
+            "{}/pi-{}/lib/node_modules/@earendil-works/pi-coding-agent",
+            agents_dir(),
+            pi.version
+        )
+    } else {
+        let out = std::process::Command::new("npm")
+            .args(["root", "-g"])
+            .output()
+            .expect("npm root -g");
+        format!(
+            "{}/@mariozechner/pi-coding-agent",
+            String::from_utf8_lossy(&out.stdout).trim()
+        )
+    };
+    PathBuf::from(package).join("examples/extensions")
+}
+
+each_pi!(
+    pi_shipped_single_file_examples_validate_and_load,
+    shipped_single_files
+);
+
+/// Every single-file example extension pi ships (`examples/extensions/*.ts`: 64 in 0.73.1, 68
+/// in 0.87.1, 70 in 1.6.0) validates as `plugins: [ext/<file>]` and loads under pitcrew: pi
+/// starts with each one's `-e`, reports no extension that failed to load, asks the model and
+/// exits 0. The examples that override built-in tools run one per run, the rest together.
+fn shipped_single_files(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let examples = shipped_examples(pi);
+    let mut names: Vec<String> = fs::read_dir(&examples)
+        .unwrap_or_else(|e| panic!("{}: {e}", examples.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ts"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 60, "{names:?}");
+    let mut groups: Vec<Vec<String>> = vec![names
+        .iter()
+        .filter(|n| !OVERRIDES_BUILT_IN_TOOLS.contains(&n.as_str()))
+        .cloned()
+        .collect()];
+    groups.extend(
+        OVERRIDES_BUILT_IN_TOOLS
+            .iter()
+            .filter(|n| names.iter().any(|m| m == *n))
+            .map(|n| vec![n.to_string()]),
+    );
+    let mut loaded = 0;
+    for group in groups {
+        let server = ModelServer::start(|_| Reply::Text("done".into()));
+        let fx = fixture_for(pi, &server, 1);
+        let root = fx.harness.parent().unwrap().to_path_buf();
+        fs::remove_dir_all(root.join("plugins")).unwrap();
+        fs::create_dir_all(root.join("ext")).unwrap();
+        let mut list = String::new();
+        for name in &group {
+            fs::copy(examples.join(name), root.join("ext").join(name)).unwrap();
+            list.push_str(&format!("  - ext/{name}\n"));
+        }
+        let yaml = fs::read_to_string(&fx.harness).unwrap();
+        let start = yaml.find("plugins:\n").unwrap() + "plugins:\n".len();
+        let end = yaml.find("adapters:\n").unwrap();
+        let yaml = format!("{}{list}{}", &yaml[..start], &yaml[end..]);
+        fs::write(&fx.harness, yaml).unwrap();
+        let (code, stdout, stderr) =
+            pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+        assert_eq!(code, Some(0), "{group:?}: {stdout}{stderr}");
+        let (code, doc) = fx.run_status(&[], &[]);
+        let it = iteration_dir(&doc, 1);
+        let record = read_json(&it.join("result.json"));
+        let output = fs::read_to_string(it.join("output.jsonl")).unwrap_or_default();
+        let errors = fs::read_to_string(it.join("stderr.log")).unwrap_or_default();
+        assert_eq!(code, Some(0), "{group:?}: {record:#}\n{errors}");
+        assert!(!errors.contains("Failed to load extension"), "{errors}");
+        assert!(!output.contains("Failed to load extension"), "{output}");
+        assert_eq!(server.requests().len(), 1, "{group:?}: {record:#}");
+        let argv: Vec<String> = serde_json::from_value(record["agent"]["argv"].clone()).unwrap();
+        for name in &group {
+            let at = argv
+                .iter()
+                .position(|a| a.ends_with(&format!("/adapters/{name}")))
+                .unwrap_or_else(|| panic!("{name} not loaded: {argv:?}"));
+            assert_eq!(argv[at - 1], "-e", "{argv:?}");
+            loaded += 1;
+        }
+    }
+    assert_eq!(loaded, names.len());
+}

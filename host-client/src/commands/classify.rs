@@ -1,16 +1,16 @@
 //! `pitcrew classify DIR [--json]`: which runtime would load a plugin directory and, for pi,
-//! which entry files and flags.
+//! which entry files and flags; for a single file, whether pi can load it from its pin alone.
 
 use crate::output::{out, outln};
 use crate::report::escape_controls;
-use pitcrew_core::plugin_format::{classify, PluginClass};
+use pitcrew_core::plugin_format::{check_single_file, classify, PluginClass};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew classify`.
 #[derive(Debug, clap::Args)]
 pub struct ClassifyArgs {
-    /// The plugin directory.
+    /// The plugin directory (or a single pi extension file).
     pub dir: PathBuf,
     /// Print the classification as JSON (with the directory as "path").
     #[arg(long)]
@@ -19,6 +19,9 @@ pub struct ClassifyArgs {
 
 /// Runs `pitcrew classify`: prints the classification, or fails with the refusal.
 pub fn run(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
+    if args.dir.is_file() {
+        return single_file(args);
+    }
     let class = classify(&args.dir)?;
     if args.json {
         let mut value = serde_json::to_value(&class)?;
@@ -33,6 +36,45 @@ pub fn run(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
         out!("{}", render(&class))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `pitcrew classify FILE`: a single-file pi extension, its flags, and why it cannot be loaded
+/// from its pin alone (an import reaching past it), which fails the command.
+fn single_file(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
+    let scan = check_single_file(&args.dir)?;
+    let path = args.dir.to_string_lossy();
+    if args.json {
+        let value = serde_json::json!({
+            "kind": "pi-file",
+            "path": path,
+            "registered_flags": scan.registered_flags,
+            "problems": scan.problems,
+        });
+        outln!("{}", serde_json::to_string_pretty(&value)?)?;
+    } else {
+        let flags: Vec<String> = scan
+            .registered_flags
+            .iter()
+            .map(|f| format!("--{f}"))
+            .collect();
+        out!(
+            "single-file pi extension (Claude Code names and skips it)
+registered flags: {}
+",
+            escape_controls(&if flags.is_empty() {
+                "none".to_owned()
+            } else {
+                flags.join(", ")
+            })
+        )?;
+    }
+    if scan.problems.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    anyhow::bail!(
+        "{}",
+        escape_controls(&format!("{path}: {}", scan.problems.join("; ")))
+    )
 }
 
 /// The human-readable report, one fact per line; entries, flags and names come from the

@@ -91,7 +91,7 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
     line(&format!(
         "{file}: ok: runtime {}, {} plugin(s), {} skills dir(s), {} adapter(s), {} iteration(s), timeout {}s",
         h.runtime.as_str(),
-        v.plugins.len(),
+        v.plugins.len() + v.plugin_files.len(),
         v.skills.len(),
         v.adapters.len(),
         h.iterations,
@@ -112,6 +112,17 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
             "    pi-tree-v1 {} ({} files)",
             p.digest.sha256,
             p.digest.listing.files.len()
+        ))?;
+    }
+    for p in &v.plugin_files {
+        let skipped = if p.loaded {
+            ""
+        } else {
+            " [skipped by this runtime]"
+        };
+        line(&format!(
+            "  plugin {}: single-file pi extension{skipped}: sha256 {}",
+            p.spec.name, p.sha256
         ))?;
     }
     for s in &v.skills {
@@ -150,7 +161,15 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
             "format": "pi-tree-v1",
             "sha256": p.digest.sha256,
             "file_count": p.digest.listing.files.len(),
-        })).collect::<Vec<_>>(),
+        })).chain(v.plugin_files.iter().map(|p| serde_json::json!({
+            "name": p.spec.name,
+            "path": p.spec.path,
+            "class": {"kind": "pi-file"},
+            "loaded": p.loaded,
+            "format": "sha256",
+            "sha256": p.sha256,
+            "size": p.size,
+        }))).collect::<Vec<_>>(),
         "skills": v.skills.iter().map(|s| serde_json::json!({
             "name": s.spec.name, "path": s.spec.path, "sha256": s.digest.sha256,
         })).collect::<Vec<_>>(),

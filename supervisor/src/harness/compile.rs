@@ -7,8 +7,8 @@ use super::layout::SandboxLayout;
 use super::model::Validated;
 use crate::exit_code::PinRole;
 use crate::manifest::{
-    Agent, ContextFiles, EnvSpec, FileListing, FilePin, Limits, Manifest, Runtime, RuntimeDirs,
-    TreeKind, TreePin, MANIFEST_VERSION,
+    Agent, ContextFiles, EnvSpec, FileListing, FilePin, FileUse, Limits, Manifest, Runtime,
+    RuntimeDirs, TreeKind, TreePin, MANIFEST_VERSION,
 };
 use crate::plugin_format::PluginClass;
 use crate::protocol::Owner;
@@ -24,7 +24,8 @@ pub enum UploadKind {
     PluginTree,
     /// A skills directory, pinned as a tree.
     SkillTree,
-    /// An adapter, a single pinned file (its sandbox path names the file itself).
+    /// An adapter or a single-file plugin, a single pinned file (its sandbox path names the
+    /// file itself).
     AdapterFile,
     /// The agent's workspace directory (not pinned: the agent works in it).
     Workspace,
@@ -134,6 +135,36 @@ impl Validated {
                 sha256: a.sha256.clone(),
                 size: Some(a.size),
                 usage: a.spec.usage,
+                env: BTreeMap::new(),
+                pi_args: Vec::new(),
+            });
+        }
+        // Single-file plugins after the adapters (pi runs `tool_call` handlers in `-e` order:
+        // the hook adapters stay first), uploaded with them and pinned by their bytes. One the
+        // runtime does not load is still uploaded and verified, as data.
+        for p in &self.plugin_files {
+            let path = layout.adapter(PinRole::Plugin, &p.spec.name);
+            pinned(UploadKind::AdapterFile, &p.spec.host_path, &path);
+            files.push(FilePin {
+                path,
+                role: PinRole::Plugin,
+                sha256: p.sha256.clone(),
+                size: Some(p.size),
+                usage: if p.loaded {
+                    FileUse::PiExtension
+                } else {
+                    FileUse::Verify
+                },
+                env: if p.loaded {
+                    p.spec.env.clone()
+                } else {
+                    BTreeMap::new()
+                },
+                pi_args: if p.loaded {
+                    p.spec.pi_args.clone()
+                } else {
+                    Vec::new()
+                },
             });
         }
         let binary = h.agent_program();

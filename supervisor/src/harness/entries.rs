@@ -1,4 +1,5 @@
-//! The list entries of a harness: `plugins` (a path or `{path, env, pi}`), `adapters`
+//! The list entries of a harness: `plugins` (a directory or single pi extension file, or
+//! `{path, env, pi}`), `adapters`
 //! (`{path, role, use, to}`) and `skills` (paths), each checked for its shape, its rules and a local
 //! path, before the file-system checks hash them.
 
@@ -8,6 +9,7 @@ use super::yaml::{enum_name, location, Checker};
 use crate::env_policy;
 use crate::exit_code::PinRole;
 use crate::manifest::{FileUse, Runtime};
+use crate::plugin_format::SINGLE_FILE_EXTS;
 use marked_yaml::Node;
 use std::collections::BTreeMap;
 
@@ -66,13 +68,20 @@ impl Checker<'_> {
             else {
                 continue;
             };
-            if !host_path.is_dir() {
+            // A plugin is a directory, or a single pi extension file (`ext/hello.ts`).
+            let single_file = host_path.is_file()
+                && host_path
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| SINGLE_FILE_EXTS.contains(&e));
+            if !host_path.is_dir() && !single_file {
                 self.problem(
                     at,
                     format!("{field}.path"),
                     format!(
-                        "{} is not a directory (plugins are directories)",
-                        host_path.display()
+                        "{} is neither a directory nor a single pi extension file (.{})",
+                        host_path.display(),
+                        SINGLE_FILE_EXTS.join(", .")
                     ),
                 );
                 continue;
@@ -84,6 +93,7 @@ impl Checker<'_> {
                 env,
                 pi_args,
                 pin,
+                single_file,
             });
         }
         out

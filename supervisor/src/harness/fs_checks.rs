@@ -3,7 +3,10 @@
 //! registered flags, tree digests (which refuse symlinks and special files), adapter files and
 //! duplicate upload names.
 
-use super::model::{CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, Location, Validated};
+use super::model::{
+    CheckedAdapter, CheckedPlugin, CheckedPluginFile, CheckedSkill, Harness, Location, PluginSpec,
+    Validated,
+};
 use super::remote::{RemoteKind, RemoteSource};
 use super::skill_checks;
 use super::yaml::{location, Checker};
@@ -303,6 +306,10 @@ impl Checker<'_> {
                     ),
                 );
             }
+            if spec.single_file {
+                self.plugin_file(h, spec, at, &field, out, progress);
+                continue;
+            }
             let class = match plugin_format::classify(&spec.host_path) {
                 Ok(c) => c,
                 Err(e) => {
@@ -419,6 +426,20 @@ impl Checker<'_> {
             let at = item_loc("adapters", i);
             let config = spec.role == PinRole::Config;
             let dest = (config, spec.destination());
+            // Single-file plugins go into the adapters directory too.
+            if let Some(j) = h
+                .plugins
+                .iter()
+                .position(|p| p.single_file && p.name == dest.1)
+            {
+                if !config {
+                    self.problem(
+                        at,
+                        format!("adapters[{i}]"),
+                        format!("uploads under the same name {:?} as plugins[{j}]", dest.1),
+                    );
+                }
+            }
             if let Some(first) = adapter_names.insert(dest.clone(), i) {
                 self.problem(
                     at,
@@ -466,6 +487,59 @@ impl Checker<'_> {
                 let at = top.and_then(|m| m.get_node("workdir")).and_then(location);
                 self.problem(at, "workdir", format!("{}: {why}", work.display()));
             }
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// Checks a single-file plugin (`plugins: [ext/hello.ts]`): a pi extension file whose
+    /// imports stay inside itself, pinned by its bytes; Claude Code names and skips it.
+    fn plugin_file(
+        &mut self,
+        h: &Harness,
+        spec: &PluginSpec,
+        at: Option<Location>,
+        field: &str,
+        out: &mut Validated,
+        progress: Option<&HashProgress>,
+    ) {
+        let scan = match plugin_format::check_single_file(&spec.host_path) {
+            Ok(scan) => scan,
+            Err(e) => return self.problem(at, field, e.to_string()),
+        };
+        for why in scan.problems {
+            self.problem(at, field, format!("{}: {why}", spec.path));
+        }
+        let loaded = h.runtime == Runtime::Pi;
+        if loaded {
+            for (j, p) in env_policy::pi_args_problems(&spec.pi_args, Some(&scan.registered_flags))
+            {
+                if matches!(p, env_policy::PiArgProblem::Unregistered { .. }) {
+                    self.problem(at, format!("{field}.pi.args[{j}]"), p.to_string());
+                }
+            }
+        } else {
+            self.note(
+                at,
+                field,
+                format!(
+                    "{} is a single-file pi extension: runtime {} names and skips it",
+                    spec.name,
+                    h.runtime.as_str()
+                ),
+            );
+        }
+        match tree_hash::sha256_file_watched(&spec.host_path, progress) {
+            Ok(rec) => match pin_mismatch(spec.pin.as_deref(), &rec.sha256) {
+                Some(why) => self.problem(at, field, why),
+                None => out.plugin_files.push(CheckedPluginFile {
+                    spec: spec.clone(),
+                    sha256: rec.sha256,
+                    size: rec.size,
+                    loaded,
+                }),
+            },
+            Err(e) => self.problem(at, field, e.to_string()),
         }
     }
 }

@@ -50,8 +50,8 @@ pub use self::keys::{
 };
 pub use self::layout::SandboxLayout;
 pub use self::model::{
-    AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedSkill, Harness, HarnessError,
-    Location, PluginSpec, Problem, SkillSpec, Validated,
+    AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedPluginFile, CheckedSkill,
+    Harness, HarnessError, Location, PluginSpec, Problem, SkillSpec, Validated,
 };
 pub use self::overrides::Overrides;
 pub use self::remote::{
@@ -110,6 +110,7 @@ pub fn validate_with(
     let mut out = Validated {
         harness: None,
         plugins: Vec::new(),
+        plugin_files: Vec::new(),
         skills: Vec::new(),
         adapters: Vec::new(),
         problems: Vec::new(),

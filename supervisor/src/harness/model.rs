@@ -73,9 +73,9 @@ pub enum HarnessError {
 pub struct PluginSpec {
     /// The path as written.
     pub path: String,
-    /// Absolute host path of the directory.
+    /// Absolute host path of the directory (or of the single file).
     pub host_path: PathBuf,
-    /// The upload name (the directory's base name).
+    /// The upload name (the directory's or the file's base name).
     pub name: String,
     /// Plugin environment (`env:`).
     pub env: BTreeMap<String, String>,
@@ -85,6 +85,9 @@ pub struct PluginSpec {
     /// checked again against the very listing the manifest pins; `None` for a local path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin: Option<String>,
+    /// A single pi extension file rather than a directory: pinned and uploaded like an adapter.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub single_file: bool,
 }
 
 /// An adapter (a single pinned file) of the harness.
@@ -256,6 +259,19 @@ pub struct CheckedAdapter {
     pub size: u64,
 }
 
+/// A single-file plugin after validation: pinned by its bytes, like an adapter.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckedPluginFile {
+    /// The harness entry.
+    pub spec: PluginSpec,
+    /// sha256 of its bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Whether the harness's runtime loads it (pi); Claude Code names and skips it.
+    pub loaded: bool,
+}
+
 /// The result of [`validate`](super::validate): problems (errors), notes (things that load
 /// differently than a reader might assume but are not errors) and, when the shapes were right,
 /// what was checked.
@@ -265,6 +281,8 @@ pub struct Validated {
     pub harness: Option<Harness>,
     /// Plugins with class and digest (only those that passed their checks).
     pub plugins: Vec<CheckedPlugin>,
+    /// Single-file plugins with their sha256 (only those that passed their checks).
+    pub plugin_files: Vec<CheckedPluginFile>,
     /// Skills with digest.
     pub skills: Vec<CheckedSkill>,
     /// Adapters with digest.

@@ -2,6 +2,7 @@
 //! compiled from it.
 
 use super::*;
+use crate::exit_code::PinRole;
 use crate::manifest::FileUse;
 use crate::protocol::Owner;
 
@@ -1167,5 +1168,122 @@ fn claude_takes_no_append_system_prompt_file_from_agent_args_and_one_settings() 
             .any(|n| n.field == "adapters" && n.message.contains("enabledPlugins")),
         "{:?}",
         v.notes
+    );
+}
+
+/// Validates a harness for `runtime` with `plugins` (YAML list items) and a hook adapter
+/// `guard.ts`, in a directory holding `ext/hello.ts` (a flag and node builtins only),
+/// `ext/notes.txt` and `guard.ts`.
+fn check_single_files(runtime: &str, plugins: &str) -> Validated {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("ext")).unwrap();
+    std::fs::write(
+        dir.path().join("ext/hello.ts"),
+        "import { readFileSync } from \"node:fs\";\nimport type { ExtensionAPI } from \
+         \"@mariozechner/pi-coding-agent\";\nexport default function (pi: ExtensionAPI) { \
+         pi.registerFlag(\"greeting\", {}); }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("ext/notes.txt"), "notes\n").unwrap();
+    std::fs::write(dir.path().join("guard.ts"), "export default () => {};\n").unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "runtime: {runtime}\nprompt: hi\nadapters:\n  - path: guard.ts\n    role: hook-adapter\n{}plugins:\n{plugins}",
+            if runtime == "pi" { "    use: pi-extension\n" } else { "" }
+        ),
+    )
+    .unwrap();
+    validate(&file).unwrap()
+}
+
+#[test]
+fn a_single_file_plugin_is_pinned_like_an_adapter_after_the_adapters() {
+    let v = check_single_files(
+        "pi",
+        "  - path: ext/hello.ts\n    env:\n      HELLO_LEVEL: \"3\"\n    pi:\n      args: [\"--greeting=Hi\"]\n",
+    );
+    assert!(v.is_ok(), "{:?}", v.problems);
+    let c = v.compile(&SandboxLayout::default()).unwrap();
+    c.manifest.validate().unwrap();
+    assert!(c.manifest.trees.is_empty(), "{:?}", c.manifest.trees);
+    let files: Vec<_> = c
+        .manifest
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.role, f.usage))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            (
+                "/pitcrew/adapters/guard.ts",
+                PinRole::HookAdapter,
+                FileUse::PiExtension
+            ),
+            (
+                "/pitcrew/adapters/hello.ts",
+                PinRole::Plugin,
+                FileUse::PiExtension
+            ),
+        ]
+    );
+    let hello = &c.manifest.files[1];
+    assert_eq!(hello.env.get("HELLO_LEVEL").map(String::as_str), Some("3"));
+    assert_eq!(hello.pi_args, ["--greeting=Hi"]);
+    assert_eq!(hello.sha256, v.plugin_files[0].sha256);
+    let upload = c
+        .uploads
+        .iter()
+        .find(|u| u.sandbox_path == hello.path)
+        .unwrap();
+    assert_eq!(upload.kind, UploadKind::AdapterFile);
+    assert!(upload.host_path.ends_with("ext/hello.ts"));
+    assert_eq!(upload.owner, None);
+    // A flag the file does not register is refused, as for a directory.
+    let v = check_single_files(
+        "pi",
+        "  - path: ext/hello.ts\n    pi:\n      args: [\"--loud\"]\n",
+    );
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.field == "plugins[0].pi.args[0]"),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn claude_names_and_skips_a_single_file_plugin_and_other_files_are_refused() {
+    let v = check_single_files("claude", "  - ext/hello.ts\n");
+    assert!(v.is_ok(), "{:?}", v.problems);
+    assert!(
+        v.notes.iter().any(|n| n.message
+            == "hello.ts is a single-file pi extension: runtime claude names and skips it"),
+        "{:?}",
+        v.notes
+    );
+    let m = v.manifest(&SandboxLayout::default()).unwrap();
+    let hello = m.files.iter().find(|f| f.role == PinRole::Plugin).unwrap();
+    assert_eq!(hello.usage, FileUse::Verify);
+
+    let v = check_single_files("pi", "  - ext/notes.txt\n");
+    assert!(
+        v.problems.iter().any(|p| p
+            .message
+            .contains("neither a directory nor a single pi extension file")),
+        "{:?}",
+        v.problems
+    );
+    // The adapters directory holds both: one name each.
+    let v = check_single_files("pi", "  - guard.ts\n");
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.message.contains("same name \"guard.ts\" as plugins[0]")),
+        "{:?}",
+        v.problems
     );
 }

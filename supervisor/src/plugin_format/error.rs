@@ -23,7 +23,7 @@ pub enum ClassifyError {
     },
     /// The path is not a directory.
     #[error(
-        "{}: not a directory (a plugin is a directory; single-file pi entries are not supported)",
+        "{}: not a directory (a plugin directory; a single pi extension file is checked by its imports instead)",
         dir.display()
     )]
     NotADirectory {

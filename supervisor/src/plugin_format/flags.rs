@@ -64,7 +64,7 @@ fn is_source(path: &Path) -> bool {
 }
 
 /// The names of `registerFlag(<quote>name<quote>` calls in `src`.
-fn scan(src: &[u8]) -> Vec<String> {
+pub(super) fn scan(src: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(pos) = src[from..].windows(NEEDLE.len()).position(|w| w == NEEDLE) {

@@ -24,15 +24,25 @@
 //! `-e <dir>` would load. Since pitcrew passes the entry files themselves, what it lists is
 //! what runs.
 //!
-//! Nothing here imports or executes plugin code; [`registered_flags`] is a textual scan.
+//! A plugin may also be a single pi extension file (`ext/hello.ts`): pi loads it with `-e FILE`
+//! and Claude Code names and skips it; [`check_single_file`] refuses one whose imports reach
+//! past the file.
+//!
+//! Nothing here imports or executes plugin code; [`registered_flags`] and
+//! [`check_single_file`] are textual scans.
 
 mod claude;
 mod error;
 mod flags;
 mod pi;
+mod single_file;
 
 pub use error::{ClassifyError, EntryProblem, ManifestProblem};
 pub use flags::registered_flags;
+pub use single_file::{
+    check_single_file, import_specifiers, specifier_problem, SingleFile, PI_PROVIDED,
+    SINGLE_FILE_EXTS,
+};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

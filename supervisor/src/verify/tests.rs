@@ -50,6 +50,8 @@ fn pinned_file(path: &Path, bytes: &str, role: PinRole) -> FilePin {
         sha256: tree_hash::sha256_file(path).unwrap().sha256,
         size: None,
         usage: FileUse::Verify,
+        env: Default::default(),
+        pi_args: Vec::new(),
     }
 }
 
@@ -161,6 +163,8 @@ fn symlinked_roots_and_ancestors_are_refused_missing_is_missing() {
         sha256: "0".repeat(64),
         size: None,
         usage: FileUse::Verify,
+        env: Default::default(),
+        pi_args: Vec::new(),
     });
     let report = verify(&m, "");
     assert_eq!(report.trees[0].status, CheckStatus::Refused);
