@@ -539,6 +539,33 @@ pub fn sandbox_env_reserved(name: &str) -> Option<&'static DenyRule> {
         .or_else(|| loader_denial(name))
 }
 
+/// The runner namespaces: the prefixes of the names `pitcrew run --runner-env` may set (the
+/// manifest's `env.runner`). The runner that starts pitcrew hands its hook adapter per-run
+/// values under them (a manifest digest, a tool allowlist, a canary, an output dir). No other
+/// layer may set them: the `.env` and a plugin's `env:` are refused by
+/// [`TRUSTED_ONLY_RULES`], the harness `env:` by [`SANDBOX_ENV_RULES`].
+pub const RUNNER_PREFIXES: &[&str] = &["FULLSEND_"];
+
+/// Every problem with one `--runner-env` entry (the manifest's `env.runner`): a name that is
+/// not an upper-case environment name, one outside [`RUNNER_PREFIXES`], a loader control, or a value with a newline, carriage return
+/// or NUL.
+pub fn runner_env_problems(name: &str, value: &str) -> Vec<EnvProblem> {
+    let mut problems = Vec::new();
+    if !is_valid_name(name) {
+        problems.push(EnvProblem::BadName(name.to_string()));
+    } else if !RUNNER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        problems.push(EnvProblem::NotRunner(name.to_string()));
+    }
+    if let Some(rule) = loader_denial(name) {
+        problems.push(EnvProblem::Denied {
+            name: name.to_string(),
+            rule,
+        });
+    }
+    problems.extend(value_problem(name, value));
+    problems
+}
+
 /// What is wrong with an environment entry's name or value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvProblem {
@@ -553,9 +580,20 @@ pub enum EnvProblem {
         /// The rule that refused it.
         rule: &'static DenyRule,
     },
+    /// A `--runner-env` name outside the runner namespaces ([`RUNNER_PREFIXES`]).
+    #[error("name {0} is not in a runner namespace ({prefixes}): --runner-env sets only those", prefixes = runner_prefixes())]
+    NotRunner(String),
     /// The value contains a newline, carriage return or NUL.
     #[error("value of {0} contains a newline, carriage return or NUL")]
     BadValue(String),
+}
+
+fn runner_prefixes() -> String {
+    RUNNER_PREFIXES
+        .iter()
+        .map(|p| format!("{p}*"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether `name` is a valid environment name for a harness: `^[A-Z_][A-Z0-9_]*$`.

@@ -12,7 +12,9 @@
 //!    debug output, programs the runtime runs), a `NAME=value` over
 //!    [`DOTENV_MAX_ENTRY_BYTES`], and assignments past [`DOTENV_MAX_TOTAL_BYTES`] for the whole
 //!    file;
-//! 3. the harness **`env.set`** (trusted);
+//! 3. the harness **`env.set`** (trusted), then the **runner** values (`env.runner`, trusted:
+//!    `pitcrew run --runner-env`, names in a runner namespace only, which no `.env`, harness
+//!    `env:` or plugin `env:` may set);
 //! 4. the **deny rules**: [`env_policy::loader_denial`] removes every loader/interpreter control
 //!    set by any layer so far; each removed name is reported once, with the layer that set the
 //!    value that was removed and the rule that matched;
@@ -67,8 +69,8 @@ pub const ENV_MAX_TOTAL_BYTES: usize = 512 * 1024;
 /// `PATH` when no layer sets one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Which layer set a variable: serialized as `baseline`, `dotenv`, `harness`, `pin` or
-/// `plugin:<tree path>`.
+/// Which layer set a variable: serialized as `baseline`, `pass-env`, `dotenv`, `harness`,
+/// `runner`, `pin` or `plugin:<tree path>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum EnvSource {
@@ -83,6 +85,8 @@ pub enum EnvSource {
     Dotenv,
     /// The harness `env.set` block.
     Harness,
+    /// The manifest's `env.runner` (`pitcrew run --runner-env`): the runner's per-run values.
+    Runner,
     /// A runner pin.
     Pin,
     /// The `env` of the plugin tree at this path.
@@ -96,6 +100,7 @@ impl fmt::Display for EnvSource {
             EnvSource::PassEnv => f.write_str("pass-env"),
             EnvSource::Dotenv => f.write_str("dotenv"),
             EnvSource::Harness => f.write_str("harness"),
+            EnvSource::Runner => f.write_str("runner"),
             EnvSource::Pin => f.write_str("pin"),
             EnvSource::Plugin(path) => write!(f, "plugin:{path}"),
         }
@@ -117,6 +122,7 @@ impl TryFrom<String> for EnvSource {
             "pass-env" => EnvSource::PassEnv,
             "dotenv" => EnvSource::Dotenv,
             "harness" => EnvSource::Harness,
+            "runner" => EnvSource::Runner,
             "pin" => EnvSource::Pin,
             _ => match text.strip_prefix("plugin:") {
                 Some(path) => EnvSource::Plugin(path.to_string()),
@@ -205,7 +211,7 @@ pub enum EnvError {
         tree: String,
         /// The name as the plugin wrote it.
         name: String,
-        /// The trusted layer (`pass-env`, `harness`).
+        /// The trusted layer (`pass-env`, `harness`, `runner`).
         layer: &'static str,
     },
     /// One variable is longer than `execve` takes.
@@ -423,6 +429,9 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
     for (name, value) in &manifest.env.set {
         vars.insert(name.clone(), (value.clone(), EnvSource::Harness));
     }
+    for (name, value) in &manifest.env.runner {
+        vars.insert(name.clone(), (value.clone(), EnvSource::Runner));
+    }
 
     vars.retain(|name, (_, source)| match env_policy::loader_denial(name) {
         Some(rule) => {
@@ -493,7 +502,7 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
 }
 
 /// The names a trusted layer of the operator's sets (what `--pass-env` passed, the harness
-/// `env:`), ASCII upper case, each with that layer's name (a name both set: `harness`, whose
+/// `env:`, the runner's `--runner-env`), ASCII upper case, each with that layer's name (a name both set: `harness`, whose
 /// value wins). An untrusted layer never replaces them: a `.env` line setting one (in any case)
 /// is refused naming the layer, a plugin's `env:` entry is an error.
 ///
@@ -512,8 +521,10 @@ fn operator_names(
         .filter(|(_, (_, source))| *source == EnvSource::PassEnv)
         .map(|(name, _)| (name, "pass-env"));
     let harness = manifest.env.set.keys().map(|name| (name, "harness"));
+    let runner = manifest.env.runner.keys().map(|name| (name, "runner"));
     passed
         .chain(harness)
+        .chain(runner)
         .filter(|(name, _)| !pinned.iter().any(|p| p.eq_ignore_ascii_case(name)))
         .map(|(name, layer)| (name.to_ascii_uppercase(), layer))
         .collect()

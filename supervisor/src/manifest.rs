@@ -327,6 +327,12 @@ pub struct EnvSpec {
     /// in the supervisor's environment, and the record names their layer `pass-env`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed: Vec<String>,
+    /// Variables the runner that started the run gives its hook adapter and the runtime
+    /// (`pitcrew run --runner-env`): names in a runner namespace
+    /// ([`crate::env_policy::RUNNER_PREFIXES`]), set after the `.env` and the harness `env:`,
+    /// recorded by name as layer `runner`, values never.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub runner: BTreeMap<String, String>,
 }
 
 /// Directories the runtime uses. Unset ones get defaults under the workdir's parent.
@@ -717,6 +723,11 @@ impl Manifest {
         for (key, value) in &self.env.set {
             if let Some(problem) = crate::env_policy::sandbox_env_problems(key, value).first() {
                 return Err(field("env.set", problem.to_string()));
+            }
+        }
+        for (key, value) in &self.env.runner {
+            if let Some(problem) = crate::env_policy::runner_env_problems(key, value).first() {
+                return Err(field("env.runner", problem.to_string()));
             }
         }
         for (name, dir) in [

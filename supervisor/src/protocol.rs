@@ -592,7 +592,9 @@ impl Default for UploadLimits {
 /// `agent.context_files.uploaded` (the choice of `uploaded`, the context files named in the
 /// record, Claude Code given the workdir's `CLAUDE.md`), `dirs.home_keep` (and `HOME`,
 /// `TMPDIR` emptied before each iteration), `output.keep_output` (and `output/` emptied),
-/// `env.passed`, `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
+/// `env.passed`, `env.runner` (the runner's per-run variables, `pitcrew run --runner-env`:
+/// an older supervisor refuses the unknown field rather than dropping it, and the host refuses
+/// first, naming it), `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
 /// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
 /// `compression: zstd`), `manifest.listings` (`set_manifest` with `listings_follow`, then
 /// `add_listing`), `record.disk_budget` (a record's copies of what the agent left are bounded by
@@ -607,6 +609,7 @@ pub const FEATURES: &[&str] = &[
     "dirs.home_keep",
     "output.keep_output",
     "env.passed",
+    "env.runner",
     "run.feedback",
     "skills",
     "upload.offer",

@@ -1290,3 +1290,141 @@ fn claude_names_and_skips_a_single_file_pi_extension() {
         "{record:#}"
     );
 }
+
+/// A `PreToolUse` hook adapter written to the runner's contract: it hashes the manifest it is
+/// told (`FULLSEND_PI_MANIFEST`, else `fullsend-manifest.json` of Claude Code's config dir) and
+/// compares it with `FULLSEND_PI_MANIFEST_SHA256`; on a mismatch it blocks every tool call,
+/// saying why. Otherwise it blocks every tool `FULLSEND_TOOL_ALLOWLIST` (comma-separated)
+/// leaves out.
+const RUNNER_HOOK: &str = r#"m="${FULLSEND_PI_MANIFEST:-$CLAUDE_CONFIG_DIR/fullsend-manifest.json}"; d=$(sha256sum "$m" | cut -d ' ' -f 1); if [ "$d" != "$FULLSEND_PI_MANIFEST_SHA256" ]; then echo 'fullsend hook refused to load: the manifest digest does not match FULLSEND_PI_MANIFEST_SHA256' >&2; exit 2; fi; t=$(grep -o '"tool_name": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/'); case ",$FULLSEND_TOOL_ALLOWLIST," in *",$t,"*) exit 0;; esac; echo "fullsend: $t is not in FULLSEND_TOOL_ALLOWLIST" >&2; exit 2"#;
+
+/// The runner's manifest the hook re-checks.
+const RUNNER_MANIFEST: &str = "{\"hooks\": [\"PreToolUse\"], \"runtime\": \"claude\"}\n";
+
+/// One iteration of the real Claude Code with [`RUNNER_HOOK`] as a verified `PreToolUse` hook
+/// and `manifest/fullsend-manifest.json` (role config: the config dir), the model calling
+/// `Bash` to write `output/proof`; `runner_env` as `--runner-env`, `dotenv` (if any) as the
+/// workspace's `.env`. The result the model heard and the iteration's record.
+fn runner_channel_run(runner_env: &[String], dotenv: Option<&str>) -> (String, Value) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["mkdir -p output; echo RAN > output/proof"],
+        bash,
+    ));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{
+        "type": "command",
+        "command": RUNNER_HOOK,
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    fs::create_dir_all(root.join("manifest")).unwrap();
+    fs::write(
+        root.join("manifest/fullsend-manifest.json"),
+        RUNNER_MANIFEST,
+    )
+    .unwrap();
+    let mut yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n  - path: manifest/fullsend-manifest.json\n    role: config\n";
+    if let Some(text) = dotenv {
+        fs::write(root.join("workspace/.env"), text).unwrap();
+        yaml.push_str("dotenv: .env\n");
+    }
+    fs::write(&fx.harness, yaml).unwrap();
+    let mut extra: Vec<&str> = vec!["--pass-env", "ANTHROPIC_API_KEY"];
+    for assignment in runner_env {
+        extra.extend(["--runner-env", assignment]);
+    }
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &extra,
+        &[("ANTHROPIC_API_KEY", "dummy-key")],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    (result, read_json(&it.join("result.json")))
+}
+
+/// The `--runner-env` values of a run: the manifest's digest (`digest`, else the true one) and
+/// the allowlist `allow`.
+fn runner_values(digest: Option<&str>, allow: &str) -> Vec<String> {
+    let digest = digest.map_or_else(|| sha256_of(RUNNER_MANIFEST), str::to_string);
+    vec![
+        format!("FULLSEND_PI_MANIFEST_SHA256={digest}"),
+        format!("FULLSEND_TOOL_ALLOWLIST={allow}"),
+        "FULLSEND_CANARY=canary-7f3e9a".to_string(),
+    ]
+}
+
+/// The record names the runner's variables by layer `runner`, never their values.
+fn assert_runner_layers(record: &Value) {
+    let layers = &record["env"]["layers"];
+    for name in [
+        "FULLSEND_PI_MANIFEST_SHA256",
+        "FULLSEND_TOOL_ALLOWLIST",
+        "FULLSEND_CANARY",
+    ] {
+        assert_eq!(layers[name], "runner", "{name}: {layers}");
+    }
+    assert!(
+        !record.to_string().contains("canary-7f3e9a"),
+        "a runner value in the record: {record:#}"
+    );
+}
+
+/// The operator's runner values (`--runner-env`) reach Claude Code's `PreToolUse` hook: the
+/// manifest digest matches, and `Bash`, left out of the allowlist, is blocked with the hook's
+/// reason.
+#[test]
+fn the_runner_env_reaches_a_pre_tool_use_hook_which_blocks_a_tool_left_out() {
+    if !gate() {
+        return;
+    }
+    let (result, record) = runner_channel_run(&runner_values(None, "Read"), None);
+    assert!(
+        result.contains("fullsend: Bash is not in FULLSEND_TOOL_ALLOWLIST"),
+        "{result}"
+    );
+    assert_runner_layers(&record);
+}
+
+/// A workspace `.env` allowing every tool is refused by name; the operator's allowlist stays
+/// and Claude Code's `Bash` is blocked.
+#[test]
+fn attack_env__dotenv_cannot_widen_the_runners_tool_allowlist_under_claude() {
+    if !gate() {
+        return;
+    }
+    let dotenv = "FULLSEND_TOOL_ALLOWLIST=Bash,Read\nOK=1\n";
+    let (result, record) = runner_channel_run(&runner_values(None, "Read"), Some(dotenv));
+    assert!(
+        result.contains("fullsend: Bash is not in FULLSEND_TOOL_ALLOWLIST"),
+        "{result}"
+    );
+    assert_runner_layers(&record);
+    let refused = &record["env"]["dotenv_refused"];
+    assert_eq!(refused[0]["line"], 1, "{record:#}");
+    assert_eq!(refused[0]["name"], "FULLSEND_TOOL_ALLOWLIST", "{record:#}");
+    assert_eq!(record["env"]["layers"]["OK"], "dotenv", "{record:#}");
+}
+
+/// A digest that is not the manifest's: the hook refuses every tool call, even one the
+/// allowlist names.
+#[test]
+fn a_wrong_manifest_digest_makes_the_pre_tool_use_hook_refuse() {
+    if !gate() {
+        return;
+    }
+    let values = runner_values(Some(&"0".repeat(64)), "Bash,Read");
+    let (result, _) = runner_channel_run(&values, None);
+    assert!(
+        result.contains("fullsend hook refused to load: the manifest digest does not match"),
+        "{result}"
+    );
+}

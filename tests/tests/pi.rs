@@ -1778,3 +1778,189 @@ fn shipped_single_files(pi: Pi) {
     }
     assert_eq!(loaded, names.len());
 }
+
+/// A hook adapter written to the runner's contract (`use: pi-extension`, role hook-adapter):
+/// it hashes the manifest it is told (`FULLSEND_PI_MANIFEST`, else `fullsend-manifest.json` of
+/// pi's config dir) and compares it with `FULLSEND_PI_MANIFEST_SHA256`; on a mismatch it blocks
+/// every tool call, saying why. Otherwise it blocks every tool `FULLSEND_TOOL_ALLOWLIST`
+/// (comma-separated) leaves out.
+const RUNNER_ADAPTER: &str = r#"import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+
+export default function (pi: any) {
+	const path = process.env.FULLSEND_PI_MANIFEST ?? `${process.env.PI_CODING_AGENT_DIR}/fullsend-manifest.json`;
+	let refused: string | null = null;
+	try {
+		const digest = createHash("sha256").update(readFileSync(path)).digest("hex");
+		if (digest !== process.env.FULLSEND_PI_MANIFEST_SHA256) {
+			refused = "the manifest digest does not match FULLSEND_PI_MANIFEST_SHA256";
+		}
+	} catch (e: any) {
+		refused = `the manifest cannot be read (${e.code})`;
+	}
+	const allowed = (process.env.FULLSEND_TOOL_ALLOWLIST ?? "").split(",").filter((t) => t);
+	pi.on("tool_call", async (event: any) => {
+		if (refused !== null) {
+			return { block: true, reason: `fullsend hook refused to load: ${refused}` };
+		}
+		if (!allowed.includes(event.toolName)) {
+			return { block: true, reason: `fullsend: ${event.toolName} is not in FULLSEND_TOOL_ALLOWLIST` };
+		}
+	});
+}
+"#;
+
+/// The runner's manifest the adapter re-checks.
+const RUNNER_MANIFEST: &str = "{\"hooks\": [\"tool_call\"], \"runtime\": \"pi\"}\n";
+
+/// One iteration of the real pi with [`RUNNER_ADAPTER`] and `manifest/fullsend-manifest.json`
+/// (role config: pi's config dir), `bash` and `read` given to the agent, the model calling
+/// `bash` to write `output/proof`; `runner_env` as `--runner-env`, `dotenv` (if any) as the
+/// workspace's `.env`. The result the model heard and the iteration's record.
+fn runner_channel_run(pi: Pi, runner_env: &[String], dotenv: Option<&str>) -> (String, Value) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &["mkdir -p output; echo RAN > output/proof"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    fs::write(root.join("adapters/fullsend-hooks.ts"), RUNNER_ADAPTER).unwrap();
+    fs::create_dir_all(root.join("manifest")).unwrap();
+    fs::write(
+        root.join("manifest/fullsend-manifest.json"),
+        RUNNER_MANIFEST,
+    )
+    .unwrap();
+    let mut yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "adapters:\n",
+        "adapters:\n  - path: adapters/fullsend-hooks.ts\n    role: hook-adapter\n    use: pi-extension\n  - path: manifest/fullsend-manifest.json\n    role: config\n",
+    );
+    if let Some(text) = dotenv {
+        fs::write(root.join("workspace/.env"), text).unwrap();
+        yaml.push_str("dotenv: .env\n");
+    }
+    fs::write(&fx.harness, yaml).unwrap();
+    fx.agent_option("tools: [bash, read]");
+    let mut extra: Vec<&str> = Vec::new();
+    for assignment in runner_env {
+        extra.extend(["--runner-env", assignment]);
+    }
+    let doc = fx.run(&extra, &[]);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    (result, record)
+}
+
+/// The `--runner-env` values of a run: the manifest's true digest unless `digest` says
+/// otherwise, and the allowlist `read` (which leaves `bash` out).
+fn runner_values(digest: Option<&str>) -> Vec<String> {
+    let digest = digest.map_or_else(|| sha256_of(RUNNER_MANIFEST), str::to_string);
+    vec![
+        format!("FULLSEND_PI_MANIFEST_SHA256={digest}"),
+        "FULLSEND_TOOL_ALLOWLIST=read".to_string(),
+        "FULLSEND_CANARY=canary-7f3e9a".to_string(),
+    ]
+}
+
+/// The record names the runner's variables by layer `runner`, never their values.
+fn assert_runner_layers(record: &Value) {
+    let layers = &record["env"]["layers"];
+    for name in [
+        "FULLSEND_PI_MANIFEST_SHA256",
+        "FULLSEND_TOOL_ALLOWLIST",
+        "FULLSEND_CANARY",
+    ] {
+        assert_eq!(layers[name], "runner", "{name}: {layers}");
+    }
+    assert!(
+        !record.to_string().contains("canary-7f3e9a"),
+        "a runner value in the record: {record:#}"
+    );
+}
+
+each_pi!(
+    the_runner_env_reaches_the_hook_adapter_which_blocks_a_tool_left_out,
+    runner_allowlist
+);
+
+/// The operator's runner values (`--runner-env`) reach the hook adapter: the manifest digest
+/// matches, and `bash`, left out of the allowlist, is blocked with the adapter's reason.
+fn runner_allowlist(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let (result, record) = runner_channel_run(pi, &runner_values(None), None);
+    assert!(
+        result.contains("fullsend: bash is not in FULLSEND_TOOL_ALLOWLIST"),
+        "{result}"
+    );
+    assert_runner_layers(&record);
+}
+
+each_pi!(
+    attack_env__dotenv_cannot_widen_the_runners_tool_allowlist,
+    dotenv_widens_allowlist
+);
+
+/// A workspace `.env` allowing every tool (`FULLSEND_TOOL_ALLOWLIST=bash,read`) and naming a
+/// manifest of its own is refused line by line; the operator's allowlist stays and `bash` is
+/// blocked.
+fn dotenv_widens_allowlist(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let dotenv = "FULLSEND_TOOL_ALLOWLIST=bash,read\nFULLSEND_PI_MANIFEST=/tmp/forged.json\nOK=1\n";
+    let (result, record) = runner_channel_run(pi, &runner_values(None), Some(dotenv));
+    assert!(
+        result.contains("fullsend: bash is not in FULLSEND_TOOL_ALLOWLIST"),
+        "{result}"
+    );
+    assert_runner_layers(&record);
+    let refused: Vec<(u64, &str)> = record["env"]["dotenv_refused"]
+        .as_array()
+        .expect("dotenv_refused")
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap_or(0),
+                r["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [(1, "FULLSEND_TOOL_ALLOWLIST"), (2, "FULLSEND_PI_MANIFEST")],
+        "{record:#}"
+    );
+    assert_eq!(record["env"]["layers"]["OK"], "dotenv", "{record:#}");
+}
+
+each_pi!(
+    a_wrong_manifest_digest_makes_the_hook_adapter_refuse,
+    wrong_digest
+);
+
+/// A digest that is not the manifest's: the adapter refuses, blocking every tool call (even
+/// one the allowlist names).
+fn wrong_digest(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let mut values = runner_values(Some(&"0".repeat(64)));
+    values[1] = "FULLSEND_TOOL_ALLOWLIST=bash,read".to_string();
+    let (result, record) = runner_channel_run(pi, &values, None);
+    assert!(
+        result.contains("fullsend hook refused to load: the manifest digest does not match"),
+        "{result}"
+    );
+    assert_eq!(
+        record["env"]["layers"]["FULLSEND_PI_MANIFEST_SHA256"],
+        "runner"
+    );
+}

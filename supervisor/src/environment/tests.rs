@@ -871,3 +871,68 @@ fn the_dotenv_may_replace_the_images_own_values_and_prepend_to_a_passed_path() {
     assert_eq!(o.get("NODE_ENV"), Some("development"));
     assert!(o.dotenv_refused.is_empty(), "{:?}", o.dotenv_refused);
 }
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__dotenv_cannot_set_or_replace_the_runners_values() {
+    // The runner's values (`--runner-env`) apply after the `.env`; a `.env` line setting one,
+    // or another name of the runner's namespace, is refused by name, and the record names the
+    // runner's by layer `runner`.
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "FULLSEND_TOOL_ALLOWLIST=bash,read\nFULLSEND_PI_MANIFEST=/tmp/forged\nOK=1\n",
+    )
+    .unwrap();
+    let mut m = manifest("pi", Some(&dotenv));
+    m.env
+        .runner
+        .insert("FULLSEND_TOOL_ALLOWLIST".into(), "read".into());
+    let o = build(&m, &[]).unwrap();
+    assert_eq!(o.get("FULLSEND_TOOL_ALLOWLIST"), Some("read"));
+    assert_eq!(o.layers["FULLSEND_TOOL_ALLOWLIST"], EnvSource::Runner);
+    assert_eq!(o.get("FULLSEND_PI_MANIFEST"), None);
+    assert_eq!(o.get("OK"), Some("1"));
+    let refused = refusals(&o);
+    let named: Vec<(usize, &str)> = refused.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        named,
+        [(1, "FULLSEND_TOOL_ALLOWLIST"), (2, "FULLSEND_PI_MANIFEST")]
+    );
+    assert!(refused[0].2.contains("runner"), "{}", refused[0].2);
+    let json = serde_json::to_value(&o).unwrap();
+    assert_eq!(json["layers"]["FULLSEND_TOOL_ALLOWLIST"], "runner");
+    assert!(!json.to_string().contains("bash,read"), "{json}");
+}
+
+#[test]
+fn a_plugin_env_cannot_set_a_runner_value() {
+    let mut m = manifest("pi", None);
+    m.env.runner.insert("FULLSEND_CANARY".into(), "c".into());
+    m.trees
+        .push(tree_with_env("p", &[("FULLSEND_CANARY", "planted")]));
+    let text = build(&m, &[]).unwrap_err().to_string();
+    assert!(text.contains("FULLSEND_CANARY"), "{text}");
+    assert!(!text.contains("planted"), "{text}");
+}
+
+#[test]
+fn runner_values_are_only_runner_names_of_one_line() {
+    use crate::env_policy::runner_env_problems;
+    assert!(runner_env_problems("FULLSEND_TOOL_ALLOWLIST", "read,bash").is_empty());
+    for (name, value) in [
+        ("PATH", "/x"),
+        ("HOME", "/x"),
+        ("fullsend_x", "1"),
+        ("FULLSEND_X", "a\nb"),
+    ] {
+        assert!(!runner_env_problems(name, value).is_empty(), "{name}");
+    }
+    let text = runner_env_problems("PITCREW_X", "1")[0].to_string();
+    assert!(text.contains("FULLSEND_*"), "{text}");
+    let mut m = manifest("pi", None);
+    m.env.runner.insert("NODE_OPTIONS".into(), "x".into());
+    let err = m.validate().unwrap_err().to_string();
+    assert!(err.contains("env.runner"), "{err}");
+}

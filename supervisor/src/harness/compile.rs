@@ -205,6 +205,7 @@ impl Validated {
                 }),
                 set: h.env.clone(),
                 passed: Vec::new(),
+                runner: BTreeMap::new(),
             },
             workdir: layout.workdir(),
             dirs: RuntimeDirs {

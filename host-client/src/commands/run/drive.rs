@@ -140,6 +140,7 @@ pub(super) fn drive(
             }
             manifest.output.collect_workspace = args.collect_workspace;
             manifest.env.passed = args.pass_env.clone();
+            manifest.env.runner = super::runner_env(args)?;
             older_supervisor(
                 &mut manifest,
                 h,
@@ -490,6 +491,11 @@ pub(super) fn older_supervisor(
             "keep_output",
         ),
         ("run.feedback", h.feedback.is_some(), "feedback"),
+        (
+            "env.runner",
+            !manifest.env.runner.is_empty(),
+            "--runner-env",
+        ),
     ];
     let missing: Vec<&str> = asked
         .iter()

@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// Finish the run whose host went away in sandbox ID (`pitcrew ps` shows it `orphaned`):
     /// collect the records it left and run its remaining iterations, then stop the sandbox
     /// unless that run (or this one) keeps it.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "records", "collect_workspace"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "runner_env", "records", "collect_workspace"])]
     pub resume: Option<String>,
     /// Engine options.
     #[command(flatten)]
@@ -92,6 +92,12 @@ pub struct RunArgs {
     /// same rules as `env:`).
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_assignment)]
     pub env: Vec<(String, String)>,
+    /// Give the hook adapter and the runtime this runner variable (repeatable): names in a
+    /// runner namespace only (`FULLSEND_*`), which no `.env`, harness `env:` or plugin `env:`
+    /// may set. Set after the `.env` and the harness's `env:`; the record names the variable
+    /// (layer `runner`), never its value.
+    #[arg(long = "runner-env", value_name = "NAME=VALUE", value_parser = parse_runner_assignment)]
+    pub runner_env: Vec<(String, String)>,
     /// Write the run's records below DIR (created) instead of the harness's `output`.
     #[arg(long, value_name = "DIR")]
     pub records: Option<PathBuf>,
@@ -110,6 +116,28 @@ pub fn parse_assignment(text: &str) -> Result<(String, String), String> {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
         _ => Err(format!("{text:?}: expected NAME=VALUE")),
     }
+}
+
+/// `NAME=VALUE` of `--runner-env`: a runner name ([`pitcrew_core::env_policy::RUNNER_PREFIXES`])
+/// and a value of one line.
+pub fn parse_runner_assignment(text: &str) -> Result<(String, String), String> {
+    let (name, value) = parse_assignment(text)?;
+    match pitcrew_core::env_policy::runner_env_problems(&name, &value).first() {
+        Some(problem) => Err(problem.to_string()),
+        None => Ok((name, value)),
+    }
+}
+
+/// The runner variables of `--runner-env`, each name once (a name given twice is an error: one
+/// of the two would silently lose).
+fn runner_env(args: &RunArgs) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut runner = std::collections::BTreeMap::new();
+    for (name, value) in &args.runner_env {
+        if runner.insert(name.clone(), value.clone()).is_some() {
+            bail!("--runner-env {name}: given twice; keep one");
+        }
+    }
+    Ok(runner)
 }
 
 /// Runs `pitcrew run`; `quiet` (the global `-q`) prints the records directory alone.
@@ -186,6 +214,7 @@ fn run_harness(
     if let Some(problem) = pass_env_conflict(&args.pass_env, &h) {
         bail!("{problem}");
     }
+    runner_env(args)?;
     let slot = CancelSlot::default();
     install_ctrlc(slot.clone());
 
@@ -402,5 +431,44 @@ mod tests {
             format!("{err:#}").contains("agent.context_files: uploaded"),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn runner_env_is_refused_by_an_older_supervisor_and_checked_on_the_host() {
+        use super::drive::older_supervisor;
+        use super::progress::Progress;
+        use pitcrew_core::harness::SandboxLayout;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("h.yaml"), "runtime: pi\nprompt: hi\n").unwrap();
+        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let h = validated.harness.clone().expect("a valid harness");
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        let mut manifest = validated.manifest(&layout).unwrap();
+        manifest
+            .env
+            .runner
+            .insert("FULLSEND_TOOL_ALLOWLIST".into(), "read".into());
+        let quiet = Progress::new(false, true);
+        let older: Vec<String> = pitcrew_core::protocol::FEATURES
+            .iter()
+            .filter(|f| **f != "env.runner")
+            .map(|f| f.to_string())
+            .collect();
+        let err = older_supervisor(&mut manifest, &h, &older, &quiet).unwrap_err();
+        assert!(format!("{err:#}").contains("--runner-env"), "{err:#}");
+        let mut all = older;
+        all.push("env.runner".into());
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+        assert_eq!(manifest.env.runner.len(), 1);
+
+        assert_eq!(
+            super::parse_runner_assignment("FULLSEND_CANARY=a=b").unwrap(),
+            ("FULLSEND_CANARY".into(), "a=b".into())
+        );
+        for text in ["PATH=/x", "PITCREW_X=1", "FULLSEND_X"] {
+            assert!(super::parse_runner_assignment(text).is_err(), "{text}");
+        }
     }
 }
