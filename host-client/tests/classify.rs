@@ -85,6 +85,7 @@ fn json_output() {
             "rule": "index",
             "entries": ["index.ts"],
             "registered_flags": [],
+            "registered_tools": [],
             "path": d.path().to_str().unwrap(),
         })
     );

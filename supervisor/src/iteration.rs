@@ -425,11 +425,20 @@ fn launch_step(
         observer.step("launch", "finished", json!({"error": reason}));
         Stop::supervisor(reason)
     };
+    // Only a pi `--tools` list needs them (the scan reads the verified trees).
+    let extension_tools = match (manifest.runtime, &manifest.agent.tools) {
+        (crate::manifest::Runtime::Pi, Some(tools)) if !tools.is_empty() => {
+            runtime_argv::extension_tools(manifest)
+                .map_err(|reason| refused(observer, format!("argv: extension tools: {reason}")))?
+        }
+        _ => Vec::new(),
+    };
     let argv = runtime_argv::argv(
         manifest,
         &verified.binary,
         verified.version.as_deref(),
         verified.claude_md.as_deref(),
+        &extension_tools,
     )
     .map_err(|err| refused(observer, format!("argv: {err}")))?;
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).

@@ -9,7 +9,9 @@
 //!   by its `pi_args`), then per `pi-extension` tree `-e <path>/<entry>` for
 //!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
 //!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
-//!   tools (`--tools a,b`, or `--no-builtin-tools` for an empty list), `--model`, `agent.args`,
+//!   tools (`--tools a,b` followed by every tool the verified extensions register that the list
+//!   does not name, since pi's allowlist filters extension tools too; or `--no-builtin-tools`
+//!   for an empty list, which keeps them), `--model`, `agent.args`,
 //!   `--session-dir <sessions>`, the prompt last. pi gives an unknown `--flag` the next argument
 //!   as its value unless it starts with `-`: with pitcrew's own option right before it, the
 //!   prompt is never taken for the value of an extension flag the harness left without one
@@ -105,12 +107,14 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 /// release is `version` when known ([`crate::runtime_version::detect`]); `agent.args` checked
 /// against that release first (against every supported one when it is unknown).
 /// `claude_md` is the workdir's `CLAUDE.md` the context step found for Claude Code
-/// ([`crate::context_files`]).
+/// ([`crate::context_files`]); `extension_tools` the tools the verified pi extensions register
+/// ([`extension_tools`]), added to a non-empty `agent.tools` for pi.
 pub fn argv(
     manifest: &Manifest,
     binary: &Path,
     version: Option<&str>,
     claude_md: Option<&str>,
+    extension_tools: &[String],
 ) -> Result<Vec<String>, ArgvError> {
     let refused = agent_args_problems(
         manifest.runtime,
@@ -122,7 +126,7 @@ pub fn argv(
     }
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
-        Runtime::Pi => pi_args(manifest, PiFeatures::of(version), &mut v)?,
+        Runtime::Pi => pi_args(manifest, PiFeatures::of(version), extension_tools, &mut v)?,
         Runtime::Claude => claude_args(manifest, claude_md, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
@@ -181,7 +185,47 @@ fn push(v: &mut Vec<String>, args: &[&str]) {
     v.extend(args.iter().map(|a| (*a).to_string()));
 }
 
-fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<(), ArgvError> {
+/// The tools the manifest's pi extensions register (`registerTool({ name: "tool"`, found by a
+/// textual scan of each `pi-extension` tree and file, in manifest order, deduplicated): pi's
+/// `--tools` allowlist applies to extension tools too, so [`argv`] adds them to `agent.tools`.
+///
+/// # Errors
+/// A tree or file cannot be read (its path and why).
+pub fn extension_tools(m: &Manifest) -> Result<Vec<String>, String> {
+    let mut found = Vec::new();
+    let files = m.files.iter().filter(|f| f.usage == FileUse::PiExtension);
+    for file in files {
+        let tools = crate::plugin_format::registered_tools_in_file(Path::new(&file.path))
+            .map_err(|e| e.to_string())?;
+        found.extend(tools);
+    }
+    for tree in m.trees.iter().filter(|t| t.kind == TreeKind::PiExtension) {
+        let tools = crate::plugin_format::registered_tools(Path::new(&tree.path))
+            .map_err(|e| e.to_string())?;
+        found.extend(tools);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    found.retain(|t| seen.insert(t.clone()));
+    Ok(found)
+}
+
+/// `agent.tools` then each of `extension_tools` it does not name.
+fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
+    let mut all = tools.to_vec();
+    for tool in extension_tools {
+        if !all.contains(tool) {
+            all.push(tool.clone());
+        }
+    }
+    all
+}
+
+fn pi_args(
+    m: &Manifest,
+    features: PiFeatures,
+    extension_tools: &[String],
+    v: &mut Vec<String>,
+) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
     let sessions = m.runtime_dirs().sessions;
     push(
@@ -218,7 +262,11 @@ fn pi_args(m: &Manifest, features: PiFeatures, v: &mut Vec<String>) -> Result<()
     }
     match &m.agent.tools {
         Some(tools) if tools.is_empty() => push(v, &["--no-builtin-tools"]),
-        Some(tools) => push(v, &["--tools", &tools.join(",")]),
+        // pi's allowlist holds extension tools too: a verified extension's tool stays.
+        Some(tools) => push(
+            v,
+            &["--tools", &tools_union(tools, extension_tools).join(",")],
+        ),
         None => {}
     }
     if let Some(model) = &m.agent.model {
@@ -381,7 +429,14 @@ mod tests {
     #[test]
     fn pi_argv_exact() {
         let m = manifest(pi_manifest());
-        let got = argv(&m, Path::new("/usr/local/bin/pi"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &m,
+            Path::new("/usr/local/bin/pi"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         let want = [
             "/usr/local/bin/pi",
             "--print",
@@ -424,7 +479,7 @@ mod tests {
             "version": 1, "runtime": "pi", "agent": {"binary": "pi"},
             "prompt": "hi", "workdir": "/sandbox/workspace",
         }));
-        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1"), None).unwrap();
+        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1"), None, &[]).unwrap();
         let want = [
             "/usr/bin/pi",
             "--print",
@@ -450,7 +505,14 @@ mod tests {
             "args": ["--max-turns", "5"], "tools": ["Read", "Bash"],
         });
         let m = manifest(v);
-        let got = argv(&m, Path::new("/usr/local/bin/claude"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &m,
+            Path::new("/usr/local/bin/claude"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         let want = [
             "/usr/local/bin/claude",
             "-p",
@@ -486,7 +548,7 @@ mod tests {
             "version": 1, "runtime": "claude", "agent": {"binary": "claude"},
             "prompt": "hi", "workdir": "/w",
         }));
-        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1"), None).unwrap();
+        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1"), None, &[]).unwrap();
         let builtins_off = claude_builtins_off();
         let want = [
             "/bin/claude",
@@ -512,7 +574,14 @@ mod tests {
             CLAUDE_BUILTIN_PLUGINS.len()
         );
         // The workdir's CLAUDE.md the context step found follows the settings.
-        let got = argv(&m, Path::new("/bin/claude"), None, Some("/w/CLAUDE.md")).unwrap();
+        let got = argv(
+            &m,
+            Path::new("/bin/claude"),
+            None,
+            Some("/w/CLAUDE.md"),
+            &[],
+        )
+        .unwrap();
         let at = got
             .iter()
             .position(|a| a == "--append-system-prompt-file")
@@ -526,7 +595,14 @@ mod tests {
             file("/a.json", "hook-adapter", "claude-settings"),
             file("/b.json", "config", "claude-settings"),
         ]);
-        let err = argv(&manifest(v), Path::new("/bin/claude"), Some("0.73.1"), None).unwrap_err();
+        let err = argv(
+            &manifest(v),
+            Path::new("/bin/claude"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             ArgvError::SeveralClaudeSettings {
@@ -543,7 +619,14 @@ mod tests {
         plugin["pi_args"] = json!(["--greeting=Hi"]);
         plugin["env"] = json!({"HELLO_LEVEL": "3"});
         v["files"].as_array_mut().unwrap().push(plugin.clone());
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         let at = got
             .iter()
             .position(|a| a == "/sandbox/adapters/hello.ts")
@@ -561,7 +644,7 @@ mod tests {
         let mut c = v.clone();
         c["runtime"] = "claude".into();
         c["files"] = json!([plugin.clone()]);
-        let got = argv(&manifest(c), Path::new("/bin/claude"), None, None).unwrap();
+        let got = argv(&manifest(c), Path::new("/bin/claude"), None, None, &[]).unwrap();
         assert!(!got.iter().any(|a| a.contains("hello.ts")), "{got:?}");
 
         for (key, value) in [
@@ -585,24 +668,93 @@ mod tests {
     }
 
     #[test]
+    fn a_pi_tool_list_gets_the_extension_tools_it_does_not_name() {
+        let mut v = pi_manifest();
+        v["agent"]["tools"] = json!(["read", "hello_tool"]);
+        let ext = ["hello_tool".to_string(), "other".to_string()];
+        let got = argv(&manifest(v.clone()), Path::new("/p"), None, None, &ext).unwrap();
+        let at = got.iter().position(|a| a == "--tools").unwrap();
+        assert_eq!(got[at + 1], "read,hello_tool,other", "{got:?}");
+        // An empty list keeps extension tools already; an absent one too; Claude Code has none.
+        v["agent"]["tools"] = json!([]);
+        let got = argv(&manifest(v.clone()), Path::new("/p"), None, None, &ext).unwrap();
+        assert!(!got.iter().any(|a| a.contains("other")), "{got:?}");
+        v["runtime"] = "claude".into();
+        v["agent"]["tools"] = json!(["Read"]);
+        let got = argv(&manifest(v), Path::new("/c"), None, None, &ext).unwrap();
+        let at = got.iter().position(|a| a == "--tools").unwrap();
+        assert_eq!(got[at + 1], "Read", "{got:?}");
+    }
+
+    #[test]
+    fn extension_tools_are_scanned_from_the_pi_extension_trees_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let hello = dir.path().join("hello");
+        std::fs::create_dir(&hello).unwrap();
+        std::fs::write(
+            hello.join("index.ts"),
+            "pi.registerTool({ name: \"hello_tool\" });\n",
+        )
+        .unwrap();
+        let one = dir.path().join("one.ts");
+        std::fs::write(
+            &one,
+            "pi.registerTool({ name: 'one' }); registerTool({ name: 'hello_tool' })",
+        )
+        .unwrap();
+        let mut v = pi_manifest();
+        v["trees"] = json!([tree(
+            "hello",
+            "pi-extension",
+            json!({"path": hello.to_str().unwrap(), "entries": ["index.ts"]}),
+        )]);
+        v["files"] = json!([file(one.to_str().unwrap(), "plugin", "pi-extension")]);
+        assert_eq!(
+            extension_tools(&manifest(v)).unwrap(),
+            ["hello_tool", "one"]
+        );
+    }
+
+    #[test]
     fn an_empty_tool_list_gives_no_built_in_tools_and_an_absent_one_the_default() {
         let mut v = pi_manifest();
         v["agent"]["tools"] = json!([]);
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         assert!(got.contains(&"--no-builtin-tools".to_string()), "{got:?}");
         assert!(!got.contains(&"--tools".to_string()), "{got:?}");
         v["agent"].as_object_mut().unwrap().remove("tools");
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         assert!(!got.iter().any(|a| a.contains("tools")), "{got:?}");
 
         v["runtime"] = "claude".into();
         v["agent"]["tools"] = json!([]);
-        let got = argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            &[],
+        )
+        .unwrap();
         let at = got.iter().position(|a| a == "--tools").unwrap();
         assert_eq!(got[at + 1], "");
         assert!(got[at + 2].starts_with("--"), "{got:?}");
         v["agent"].as_object_mut().unwrap().remove("tools");
-        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
         assert!(!got.contains(&"--tools".to_string()), "{got:?}");
     }
 
@@ -619,7 +771,7 @@ mod tests {
     #[test]
     fn the_record_shows_the_prompt_by_its_length_and_digest_unless_asked() {
         let mut m = manifest(pi_manifest());
-        let full = argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let full = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
         let (shown, prompt) = recorded(&m, &full);
         assert_eq!(shown.last().unwrap(), "<prompt>");
         assert_eq!(shown[..shown.len() - 1], full[..full.len() - 1]);
@@ -639,26 +791,26 @@ mod tests {
             "version": 1, "runtime": "command", "agent": {"binary": "/bin/sh", "args": ["-c", "x"]},
             "workdir": "/w", "prompt": "ignored",
         }));
-        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1"), None).unwrap();
+        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1"), None, &[]).unwrap();
         assert_eq!(recorded(&c, &a), (a.clone(), None));
     }
 
     #[test]
     fn trust_gated_pi_releases_get_no_approve_and_context_files_can_be_turned_off() {
         let mut m = manifest(pi_manifest());
-        let old = argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap();
+        let old = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
         assert!(!old.contains(&"--no-approve".to_string()), "{old:?}");
         assert!(!old.contains(&"--no-context-files".to_string()), "{old:?}");
         // An unknown release is taken for the oldest (it would refuse --no-approve).
-        assert_eq!(argv(&m, Path::new("/p"), None, None).unwrap(), old);
+        assert_eq!(argv(&m, Path::new("/p"), None, None, &[]).unwrap(), old);
         for version in ["0.87.1", "1.6.0"] {
-            let new = argv(&m, Path::new("/p"), Some(version), None).unwrap();
+            let new = argv(&m, Path::new("/p"), Some(version), None, &[]).unwrap();
             let at = new.iter().position(|a| a == "--no-approve").unwrap();
             assert_eq!(new[at - 1], "--no-themes", "{new:?}");
             assert_eq!(new.len(), old.len() + 1);
         }
         m.agent.context_files = ContextFiles::None;
-        let off = argv(&m, Path::new("/p"), Some("1.6.0"), None).unwrap();
+        let off = argv(&m, Path::new("/p"), Some("1.6.0"), None, &[]).unwrap();
         let at = off.iter().position(|a| a == "--no-context-files").unwrap();
         assert_eq!(off[at - 1], "--no-approve", "{off:?}");
     }
@@ -671,7 +823,7 @@ mod tests {
         let mut v = pi_manifest();
         v["agent"]["args"] = json!(["--approve", "-e", "./unverified_ext.ts"]);
         let m = manifest(v.clone());
-        let err = argv(&m, Path::new("/p"), Some("1.6.0"), None).unwrap_err();
+        let err = argv(&m, Path::new("/p"), Some("1.6.0"), None, &[]).unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with(
@@ -680,7 +832,7 @@ mod tests {
             "{text}"
         );
         // pi 0.73.1 has no --approve (an extension flag there); its -e is refused all the same.
-        let text = argv(&m, Path::new("/p"), Some("0.73.1"), None)
+        let text = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[])
             .unwrap_err()
             .to_string();
         assert!(
@@ -688,7 +840,7 @@ mod tests {
             "{text}"
         );
         // An unknown release: every supported release's rules.
-        let text = argv(&m, Path::new("/p"), None, None)
+        let text = argv(&m, Path::new("/p"), None, None, &[])
             .unwrap_err()
             .to_string();
         assert!(
@@ -703,9 +855,15 @@ mod tests {
             "--mcp-config",
             "x.json"
         ]);
-        let text = argv(&manifest(v.clone()), Path::new("/c"), Some("2.1.332"), None)
-            .unwrap_err()
-            .to_string();
+        let text = argv(
+            &manifest(v.clone()),
+            Path::new("/c"),
+            Some("2.1.332"),
+            None,
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             text.starts_with(
                 "agent.args[0]: --setting-sources is an option of Claude Code 2.1.332"
@@ -715,16 +873,16 @@ mod tests {
         // `runtime: command` takes any argv.
         v["runtime"] = "command".into();
         v["agent"]["args"] = json!(["--approve", "-e", "x"]);
-        assert!(argv(&manifest(v), Path::new("/bin/x"), None, None).is_ok());
+        assert!(argv(&manifest(v), Path::new("/bin/x"), None, None, &[]).is_ok());
     }
 
     #[test]
     fn an_argument_longer_than_exec_takes_is_refused_by_name() {
         let mut m = manifest(pi_manifest());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES));
-        assert!(argv(&m, Path::new("/p"), None, None).is_ok());
+        assert!(argv(&m, Path::new("/p"), None, None, &[]).is_ok());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES + 1));
-        let err = argv(&m, Path::new("/p"), None, None).unwrap_err();
+        let err = argv(&m, Path::new("/p"), None, None, &[]).unwrap_err();
         assert!(matches!(err, ArgvError::TooLong { bytes, .. } if bytes == MAX_ARG_BYTES + 1));
     }
 
@@ -736,7 +894,7 @@ mod tests {
             "workdir": "/w",
         }));
         assert_eq!(
-            argv(&m, Path::new("/bin/sh"), Some("0.73.1"), None).unwrap(),
+            argv(&m, Path::new("/bin/sh"), Some("0.73.1"), None, &[]).unwrap(),
             ["/bin/sh", "-c", "echo hi", "--", "-x"]
         );
     }
@@ -746,34 +904,62 @@ mod tests {
         let mut v = pi_manifest();
         v["prompt"] = "--help".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
+            argv(
+                &manifest(v.clone()),
+                Path::new("/p"),
+                Some("0.73.1"),
+                None,
+                &[]
+            )
+            .unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "pi" }
         );
         v["prompt"] = "@/etc/shadow".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
+            argv(
+                &manifest(v.clone()),
+                Path::new("/p"),
+                Some("0.73.1"),
+                None,
+                &[]
+            )
+            .unwrap_err(),
             ArgvError::PromptLooksLikeFile
         );
         v["runtime"] = "claude".into();
         v["prompt"] = "-x".into();
         assert_eq!(
-            argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
+            argv(
+                &manifest(v.clone()),
+                Path::new("/p"),
+                Some("0.73.1"),
+                None,
+                &[]
+            )
+            .unwrap_err(),
             ArgvError::PromptLooksLikeOption { runtime: "claude" }
         );
         // `@` means nothing special to Claude Code's argv.
         v["prompt"] = "@file".into();
-        assert!(argv(&manifest(v.clone()), Path::new("/p"), Some("0.73.1"), None).is_ok());
+        assert!(argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            &[]
+        )
+        .is_ok());
 
         let mut m = manifest(pi_manifest());
         m.prompt = None;
         assert_eq!(
-            argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap_err(),
             ArgvError::MissingPrompt { runtime: "pi" }
         );
         let mut m = manifest(pi_manifest());
         m.prompt = Some("a\0b".into());
         assert!(matches!(
-            argv(&m, Path::new("/p"), Some("0.73.1"), None).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap_err(),
             ArgvError::Nul { .. }
         ));
     }

@@ -864,11 +864,14 @@ fn flags_of_missing_dir_is_an_error() {
 
 #[test]
 fn serialized_shape() {
-    let d = fixture(&[("index.ts", "pi.registerFlag('x')")]);
+    let d = fixture(&[(
+        "index.ts",
+        "pi.registerFlag('x'); pi.registerTool({ name: 't' })",
+    )]);
     let v = serde_json::to_value(classify(d.path()).unwrap()).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"kind":"pi","rule":"index","entries":["index.ts"],"registered_flags":["x"]})
+        serde_json::json!({"kind":"pi","rule":"index","entries":["index.ts"],"registered_flags":["x"],"registered_tools":["t"]})
     );
     let d = fixture(&[("extensions/a.ts", EXT)]);
     let v = serde_json::to_value(classify(d.path()).unwrap()).unwrap();

@@ -1245,6 +1245,99 @@ fn no_tools(pi: Pi) {
     assert_eq!(names, ["hello_tool"], "{:#}", requests[0]["tools"]);
 }
 
+/// The tool names of the request's `tools`, sorted.
+fn offered_tools(request: &Value) -> Vec<String> {
+    let mut names: Vec<String> = request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+each_pi!(
+    a_tool_list_keeps_the_tools_of_the_verified_extensions,
+    tool_list_union
+);
+
+/// `tools: [read]`: pi's `--tools` allowlist filters extension tools too, so pitcrew passes
+/// `read,hello_tool`; the model is offered `read` and the extension's `hello_tool` (which runs),
+/// not `bash`; `validate` names the tool it adds.
+fn tool_list_union(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: [read]");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(offered_tools(&requests[0]), ["hello_tool", "read"]);
+    assert_eq!(tool_result(&server, 1)["greeting"], "Hello, pitcrew!");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let argv: Vec<String> = serde_json::from_value(record["agent"]["argv"].clone()).unwrap();
+    let at = argv.iter().position(|a| a == "--tools").expect("--tools");
+    assert_eq!(argv[at + 1], "read,hello_tool", "{argv:?}");
+    // What pitcrew adds, named by `validate`.
+    let (code, stdout, stderr) = pitcrew_output(
+        &["validate".as_ref(), fx.harness.as_os_str()],
+        &fx.path
+            .as_deref()
+            .map(|p| vec![("PATH", p)])
+            .unwrap_or_default(),
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains(
+            "adds the tools the verified extensions register to it: hello_tool (plugins[0])"
+        ),
+        "{stdout}{stderr}"
+    );
+}
+
+each_pi!(
+    two_extensions_registering_one_tool_or_flag_are_refused_by_validate,
+    duplicate_registrations
+);
+
+/// Two plugins registering the same tool and flag: pi refuses to load the second
+/// (`Tool "hello_tool" conflicts with ...`, exit 1); `validate` refuses the harness first,
+/// naming both plugins, the tool and the flag.
+fn duplicate_registrations(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("plugins/twin")).unwrap();
+    fs::write(root.join("plugins/twin/index.ts"), EXTENSION).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("plugins:\n", "plugins:\n  - path: plugins/twin\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, stdout, stderr) = pitcrew_output(
+        &["validate".as_ref(), fx.harness.as_os_str()],
+        &fx.path
+            .as_deref()
+            .map(|p| vec![("PATH", p)])
+            .unwrap_or_default(),
+    );
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    for what in [
+        "plugins[1]: registers the tool \"hello_tool\" that plugins[0] registers too",
+        "plugins[1]: registers the flag \"greeting\" that plugins[0] registers too",
+    ] {
+        assert!(stderr.contains(what), "{what}\n{stderr}");
+    }
+}
+
 /// `feedback:` puts the end of what a failed `validation:` printed into the next iteration's
 /// prompt; the record gives its length and digest.
 #[test]

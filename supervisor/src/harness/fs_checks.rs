@@ -293,6 +293,7 @@ impl Checker<'_> {
                 .and_then(location)
         };
         let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        let mut registered = Vec::new();
         for (i, spec) in h.plugins.iter().enumerate() {
             let at = item_loc("plugins", i);
             let field = format!("plugins[{i}]");
@@ -307,7 +308,9 @@ impl Checker<'_> {
                 );
             }
             if spec.single_file {
-                self.plugin_file(h, spec, at, &field, out, progress);
+                if let Some(found) = self.plugin_file(h, spec, at, &field, out, progress) {
+                    registered.push(found);
+                }
                 continue;
             }
             let class = match plugin_format::classify(&spec.host_path) {
@@ -327,6 +330,14 @@ impl Checker<'_> {
                                 self.problem(at, format!("{field}.pi.args[{j}]"), p.to_string());
                             }
                         }
+                    }
+                    if h.runtime == Runtime::Pi {
+                        registered.push(Registered {
+                            at,
+                            field: field.clone(),
+                            flags: pi.registered_flags.clone(),
+                            tools: pi.registered_tools.clone(),
+                        });
                     }
                     h.runtime == Runtime::Pi
                 }
@@ -380,6 +391,7 @@ impl Checker<'_> {
                 Err(e) => self.problem(at, &field, e.to_string()),
             }
         }
+        self.registrations(h, node, &registered);
         let mut skill_names = BTreeSet::new();
         for (i, spec) in h.skills.iter().enumerate() {
             let at = item_loc("skills", i);
@@ -491,9 +503,81 @@ impl Checker<'_> {
     }
 }
 
+/// What a plugin pi loads registers (by the textual scan of its sources).
+struct Registered {
+    at: Option<Location>,
+    /// `plugins[i]`.
+    field: String,
+    flags: Vec<String>,
+    tools: Vec<String>,
+}
+
 impl Checker<'_> {
+    /// What the plugins pi loads register, checked together: a tool or flag two of them
+    /// register makes pi refuse to load the second (`Tool "x" conflicts with ...`, exit 1 in
+    /// every supported release), refused here naming both; and the tools `agent.tools` does not
+    /// name, which pitcrew adds to pi's `--tools` allowlist, named in a note.
+    fn registrations(&mut self, h: &Harness, node: &Node, registered: &[Registered]) {
+        let mut owners: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+        for reg in registered {
+            let flags = reg.flags.iter().map(|f| ("flag", f.as_str()));
+            let tools = reg.tools.iter().map(|t| ("tool", t.as_str()));
+            for (kind, name) in flags.chain(tools) {
+                match owners.get(&(kind, name)) {
+                    Some(first) => self.problem(
+                        reg.at,
+                        &reg.field,
+                        format!(
+                            "registers the {kind} {name:?} that {first} registers too: pi refuses \
+                             to load the second extension ({} {name:?} conflicts with ...) and \
+                             the iteration fails; keep it in one plugin",
+                            if kind == "tool" { "Tool" } else { "Flag" }
+                        ),
+                    ),
+                    None => {
+                        owners.insert((kind, name), &reg.field);
+                    }
+                }
+            }
+        }
+        let Some(list) = h.agent.tools.as_ref().filter(|t| !t.is_empty()) else {
+            return;
+        };
+        let mut added: Vec<String> = Vec::new();
+        for reg in registered {
+            let tools: Vec<&str> = reg
+                .tools
+                .iter()
+                .filter(|t| !list.contains(t))
+                .map(String::as_str)
+                .collect();
+            if !tools.is_empty() {
+                added.push(format!("{} ({})", tools.join(", "), reg.field));
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        let at = node
+            .as_mapping()
+            .and_then(|m| m.get_node("agent"))
+            .and_then(Node::as_mapping)
+            .and_then(|m| m.get_node("tools"))
+            .and_then(location);
+        self.note(
+            at,
+            "agent.tools",
+            format!(
+                "pi's --tools allowlist filters extension tools too: pitcrew adds the tools the \
+                 verified extensions register to it: {}",
+                added.join("; ")
+            ),
+        );
+    }
+
     /// Checks a single-file plugin (`plugins: [ext/hello.ts]`): a pi extension file whose
-    /// imports stay inside itself, pinned by its bytes; Claude Code names and skips it.
+    /// imports stay inside itself, pinned by its bytes; Claude Code names and skips it. What it
+    /// registers when pi loads it.
     fn plugin_file(
         &mut self,
         h: &Harness,
@@ -502,10 +586,13 @@ impl Checker<'_> {
         field: &str,
         out: &mut Validated,
         progress: Option<&HashProgress>,
-    ) {
+    ) -> Option<Registered> {
         let scan = match plugin_format::check_single_file(&spec.host_path) {
             Ok(scan) => scan,
-            Err(e) => return self.problem(at, field, e.to_string()),
+            Err(e) => {
+                self.problem(at, field, e.to_string());
+                return None;
+            }
         };
         for why in scan.problems {
             self.problem(at, field, format!("{}: {why}", spec.path));
@@ -541,6 +628,12 @@ impl Checker<'_> {
             },
             Err(e) => self.problem(at, field, e.to_string()),
         }
+        loaded.then(|| Registered {
+            at,
+            field: field.to_string(),
+            flags: scan.registered_flags,
+            tools: scan.registered_tools,
+        })
     }
 }
 

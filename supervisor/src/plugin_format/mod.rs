@@ -28,8 +28,8 @@
 //! and Claude Code names and skips it; [`check_single_file`] refuses one whose imports reach
 //! past the file.
 //!
-//! Nothing here imports or executes plugin code; [`registered_flags`] and
-//! [`check_single_file`] are textual scans.
+//! Nothing here imports or executes plugin code; [`registered_flags`], [`registered_tools`]
+//! and [`check_single_file`] are textual scans.
 
 mod claude;
 mod error;
@@ -38,7 +38,7 @@ mod pi;
 mod single_file;
 
 pub use error::{ClassifyError, EntryProblem, ManifestProblem};
-pub use flags::registered_flags;
+pub use flags::{registered_flags, registered_tools, registered_tools_in_file};
 pub use single_file::{
     check_single_file, import_specifiers, specifier_problem, SingleFile, PI_PROVIDED,
     SINGLE_FILE_EXTS,
@@ -101,6 +101,10 @@ pub struct PiExtension {
     pub entries: Vec<String>,
     /// Flag names the sources register (`registerFlag("name", …)`), sorted, deduplicated.
     pub registered_flags: Vec<String>,
+    /// Tool names the sources register (`registerTool({ name: "tool", …`), sorted,
+    /// deduplicated.
+    #[serde(default)]
+    pub registered_tools: Vec<String>,
 }
 
 impl PiExtension {
@@ -157,6 +161,7 @@ pub fn classify(dir: &Path) -> Result<PluginClass, ClassifyError> {
             rule,
             entries,
             registered_flags: registered_flags(dir)?,
+            registered_tools: registered_tools(dir)?,
         })),
         None => Err(ClassifyError::NotAPlugin {
             dir: dir.to_path_buf(),

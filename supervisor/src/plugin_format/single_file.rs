@@ -106,6 +106,8 @@ const NODE_BUILTINS: [&str; 45] = [
 pub struct SingleFile {
     /// Flags it registers (`registerFlag("name"`), as for a directory.
     pub registered_flags: Vec<String>,
+    /// Tools it registers (`registerTool({ name: "tool"`), as for a directory.
+    pub registered_tools: Vec<String>,
     /// Why it cannot be loaded from its pin alone: one sentence per refused specifier.
     pub problems: Vec<String>,
 }
@@ -127,6 +129,9 @@ pub fn check_single_file(path: &Path) -> Result<SingleFile, ClassifyError> {
     let mut flags = super::flags::scan(&buf);
     flags.sort();
     flags.dedup();
+    let mut tools = super::flags::scan_tools(&buf);
+    tools.sort();
+    tools.dedup();
     let mut problems = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for spec in import_specifiers(&buf) {
@@ -139,6 +144,7 @@ pub fn check_single_file(path: &Path) -> Result<SingleFile, ClassifyError> {
     }
     Ok(SingleFile {
         registered_flags: flags,
+        registered_tools: tools,
         problems,
     })
 }
