@@ -8,9 +8,10 @@
 use pitcrew_core::manifest::Manifest;
 use pitcrew_core::protocol::{
     read_frame, write_frame, AgentSignal, Capabilities, Channel, Frame, FrameError, FrameKind,
-    Owner, Request, Response, MAX_PAYLOAD, PROTOCOL_VERSION,
+    ListingDigest, Owner, Request, Response, MAX_PAYLOAD, PROTOCOL_VERSION,
 };
-use pitcrew_core::unpack::offer::ABORT_LINE;
+use pitcrew_core::unpack::offer::delta;
+use pitcrew_core::unpack::offer::host::OfferListing;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -178,6 +179,10 @@ pub struct Client<R: Read, W: Write> {
     /// would take the next upload's frames for its own, so no other upload goes on this
     /// connection.
     unended: Option<String>,
+    /// The listings this connection's offered uploads named by digest and put in place, by
+    /// destination: a manifest tree at one of them names the listing instead of sending it
+    /// (`add_listing` with `held_listing`).
+    held_listings: std::collections::HashMap<String, String>,
 }
 
 /// What arrived for the current request.
@@ -196,6 +201,7 @@ impl<R: Read, W: Write> Client<R, W> {
             next_id: Arc::new(AtomicU64::new(1)),
             zstd_level: None,
             unended: None,
+            held_listings: std::collections::HashMap::new(),
         }
     }
 
@@ -313,71 +319,84 @@ impl<R: Read, W: Write> Client<R, W> {
         owner: Option<Owner>,
         write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
     ) -> Result<serde_json::Value, ClientError> {
-        let (id, name) = self.start_upload(dest, owner, false)?;
+        let (id, name) = self.start_upload(dest, owner, false, None)?;
+        self.held_listings.retain(|d, _| !d.starts_with(dest));
         self.send_tar(id, &name, write_tar)
     }
 
-    /// Uploads a tree to `dest` by offering it first (the `upload.offer` feature): `list`
-    /// writes the listing (lines of `pitcrew_core::unpack::offer`), sent as it is written, and
-    /// returns what `write_tar` needs; once the supervisor said which files it lacks,
-    /// `write_tar` writes the tar stream of those (given the need bitmap). Returns the
-    /// supervisor's `ok` detail. When `list` fails after it began, the listing is ended with
-    /// the line every supervisor refuses (`ABORT_LINE`), so nothing is written in the sandbox
-    /// and the connection stays usable; the error is `list`'s.
-    pub fn upload_offered<T>(
+    /// Uploads a tree to `dest` by offering its listing first (the `upload.offer` feature):
+    /// once the supervisor said which files it lacks, `write_tar` writes the tar stream of those
+    /// (given the need bitmap). With `by_digest` (a supervisor with `upload.listing_digest`) the
+    /// `upload` names the listing by its SHA-256 and the listing is sent only when the
+    /// supervisor asks for it (`send_listing`), as a delta against the chunks it holds; else it
+    /// follows the `upload` whole. Returns the supervisor's `ok` detail.
+    pub fn upload_listed(
         &mut self,
         dest: &str,
         owner: Option<Owner>,
-        list: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>,
-        write_tar: impl FnOnce(&mut dyn Write, &T, &[u8]) -> anyhow::Result<()>,
+        listing: &OfferListing,
+        by_digest: bool,
+        write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
     ) -> Result<serde_json::Value, ClientError> {
-        let (id, name) = self.start_upload(dest, owner, true)?;
-        let mut frames = FrameWriter {
-            writer: &self.writer,
-            channel: Channel::Listing,
-            buf: Vec::with_capacity(DATA_FRAME),
-            failed: false,
-        };
-        let listed = list(&mut frames);
-        let sent = match &listed {
-            Ok(_) => frames.finish(),
-            Err(err) if frames.failed => Err(io::Error::other(format!("{err:#}"))),
-            Err(_) => frames.write_all(ABORT_LINE).and_then(|()| frames.finish()),
-        };
-        if let Err(source) = sent {
-            // A refusal (the listing was too long, say) says more than the broken pipe.
-            if let Err(answer @ ClientError::Refused { .. }) = self.next(id, &name) {
-                return Err(answer);
-            }
-            return Err(ClientError::Io {
-                request: name,
-                source,
-            });
-        }
-        let listed = match listed {
-            Ok(listed) => listed,
-            // The supervisor refuses the abandoned listing; what failed here is the news.
-            Err(source) => {
-                return Err(match self.next(id, &name) {
-                    Err(ClientError::Refused { .. }) => ClientError::Local {
+        let named = by_digest.then(|| listing.named());
+        let (id, name) = self.start_upload(dest, owner, true, named)?;
+        self.held_listings.retain(|d, _| !d.starts_with(dest));
+        // The chunks the supervisor holds, when the listing is to be sent (none: whole).
+        let mut asked = (!by_digest).then(Vec::new);
+        // At most: the delta, then the whole listing when the delta did not rebuild it.
+        let mut sent = 0;
+        let bitmap = loop {
+            if let Some(chunks) = asked.take() {
+                sent += 1;
+                let recipe;
+                let bytes = if chunks.is_empty() {
+                    &listing.bytes
+                } else {
+                    recipe = delta::recipe(&listing.bytes, &chunks);
+                    &recipe
+                };
+                let mut frames = FrameWriter {
+                    writer: &self.writer,
+                    channel: Channel::Listing,
+                    buf: Vec::with_capacity(DATA_FRAME),
+                    failed: false,
+                };
+                if let Err(source) = frames.write_all(bytes).and_then(|()| frames.finish()) {
+                    // A refusal (the listing was too long, say) says more than the broken pipe.
+                    if let Err(answer @ ClientError::Refused { .. }) = self.next(id, &name) {
+                        return Err(answer);
+                    }
+                    return Err(ClientError::Io {
                         request: name,
                         source,
-                    },
-                    Err(other) => other,
-                    Ok(other) => unexpected(&name, &other),
-                })
+                    });
+                }
+            }
+            match self.next(id, &name)? {
+                Incoming::Control(Response::Need { need, .. }) => {
+                    break hex::decode(&need).map_err(|e| ClientError::Unexpected {
+                        request: name.clone(),
+                        what: format!("a need bitmap that is not hex: {e}"),
+                    })?;
+                }
+                Incoming::Control(Response::SendListing { chunks, reason, .. })
+                    if by_digest && sent < 2 =>
+                {
+                    tracing::debug!(
+                        "{name}: listing asked for ({} chunks held): {reason}",
+                        chunks.len()
+                    );
+                    asked = Some(chunks);
+                }
+                other => return Err(unexpected(&name, &other)),
             }
         };
-        let bitmap = match self.next(id, &name)? {
-            Incoming::Control(Response::Need { need, .. }) => {
-                hex::decode(&need).map_err(|e| ClientError::Unexpected {
-                    request: name.clone(),
-                    what: format!("a need bitmap that is not hex: {e}"),
-                })?
-            }
-            other => return Err(unexpected(&name, &other)),
-        };
-        self.send_tar(id, &name, |w| write_tar(w, &listed, &bitmap))
+        let detail = self.send_tar(id, &name, |w| write_tar(w, &bitmap))?;
+        if by_digest {
+            self.held_listings
+                .insert(dest.to_string(), hex::encode(listing.sha256));
+        }
+        Ok(detail)
     }
 
     /// Sends an `upload` request; its id and the name errors give it.
@@ -386,6 +405,7 @@ impl<R: Read, W: Write> Client<R, W> {
         dest: &str,
         owner: Option<Owner>,
         offer: bool,
+        listing: Option<ListingDigest>,
     ) -> Result<(u64, String), ClientError> {
         let name = format!("upload {dest}");
         if let Some(unended) = &self.unended {
@@ -404,6 +424,7 @@ impl<R: Read, W: Write> Client<R, W> {
             owner,
             offer,
             compression: self.zstd_level.map(|_| "zstd".to_string()),
+            listing,
         };
         self.send(&request, &name)?;
         Ok((id, name))
@@ -482,10 +503,43 @@ impl<R: Read, W: Write> Client<R, W> {
         self.expect_ok(id, name)?;
         if listings_follow {
             for tree in &manifest.trees {
+                if let Some(digest) = self.held_listings.get(&tree.path).cloned() {
+                    match self.add_held_listing(tree, digest) {
+                        Ok(()) => continue,
+                        // Not taken (the supervisor's own check refused it): sent in parts.
+                        Err(ClientError::Refused { message, .. }) => {
+                            tracing::debug!("add_listing {}: {message}", tree.name)
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
                 self.add_listing(tree)?;
             }
         }
         Ok(())
+    }
+
+    /// Names the listing held for `tree`'s path as its listing (`add_listing` with
+    /// `held_listing`).
+    fn add_held_listing(
+        &mut self,
+        tree: &pitcrew_core::manifest::TreePin,
+        digest: String,
+    ) -> Result<(), ClientError> {
+        let name = "add_listing";
+        let id = self.id();
+        self.send(
+            &Request::AddListing {
+                id,
+                tree: tree.name.clone(),
+                files: Default::default(),
+                dirs: Vec::new(),
+                last: true,
+                held_listing: Some(digest),
+            },
+            name,
+        )?;
+        self.expect_ok(id, name).map(|_| ())
     }
 
     /// Sends `tree`'s listing in `add_listing` requests of at most [`LISTING_CHUNK_BYTES`].
@@ -524,6 +578,7 @@ impl<R: Read, W: Write> Client<R, W> {
                     files,
                     dirs: chunk_dirs,
                     last,
+                    held_listing: None,
                 },
                 name,
             )?;
@@ -703,6 +758,7 @@ fn response_id(r: &Response) -> u64 {
         Response::Hello { id, .. }
         | Response::Ok { id, .. }
         | Response::Need { id, .. }
+        | Response::SendListing { id, .. }
         | Response::Error { id, .. }
         | Response::Event { id, .. }
         | Response::Result { id, .. }

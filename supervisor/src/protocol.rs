@@ -393,6 +393,11 @@ pub enum Request {
         /// listing of an offered upload is not.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         compression: Option<String>,
+        /// The offered listing named by its digest first (feature `upload.listing_digest`): the
+        /// supervisor answers `need` at once when it holds exactly that listing for `dest`, else
+        /// `send_listing`, and only then does the listing (or its delta) follow on channel 4.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        listing: Option<ListingDigest>,
     },
     /// Set the manifest for the following iterations.
     SetManifest {
@@ -423,6 +428,12 @@ pub enum Request {
         /// This is the tree's last part.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         last: bool,
+        /// Instead of `files` and `dirs`: the tree's listing is the offered listing the
+        /// supervisor holds for the tree's `path`, whose SHA-256 is this (lowercase hex; feature
+        /// `upload.listing_digest`). Refused unless the supervisor holds exactly that listing and
+        /// it gives the tree's `sha256`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_listing: Option<String>,
     },
     /// Run one iteration with the current manifest; events, output and the result follow.
     Run {
@@ -528,6 +539,18 @@ impl Request {
     }
 }
 
+/// An offered listing named by its digest ([`Request::Upload`]'s `listing`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListingDigest {
+    /// SHA-256 of the whole listing (lowercase hex).
+    pub sha256: String,
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// Its number of lines (entries).
+    pub lines: u64,
+}
+
 /// What the supervisor can do (sent in reply to `hello`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
@@ -596,7 +619,9 @@ impl Default for UploadLimits {
 /// an older supervisor refuses the unknown field rather than dropping it, and the host refuses
 /// first, naming it), `run.feedback`, `skills` (verified skills given to the runtime), `upload.offer`
 /// (content-addressed uploads: `upload` with `offer`), `upload.zstd` (`upload` with
-/// `compression: zstd`), `manifest.listings` (`set_manifest` with `listings_follow`, then
+/// `compression: zstd`), `upload.listing_digest` (an offered upload names its listing by digest
+/// first and sends it only when asked, as a delta against the one held; `add_listing` with
+/// `held_listing`), `manifest.listings` (`set_manifest` with `listings_follow`, then
 /// `add_listing`), `record.disk_budget` (a record's copies of what the agent left are bounded by
 /// `limits.disk_bytes` too, [`crate::server::copy_budget_bytes`]: the host may bound its unpack
 /// by it), `record.entry_cost` (each file and directory of those copies counts what a file
@@ -614,6 +639,7 @@ pub const FEATURES: &[&str] = &[
     "skills",
     "upload.offer",
     "upload.zstd",
+    "upload.listing_digest",
     "manifest.listings",
     "record.disk_budget",
     "record.entry_cost",
@@ -646,6 +672,18 @@ pub enum Response {
         /// One bit per listed file, in listing order (bit `n % 8` of byte `n / 8`, least
         /// significant first), set when the file must be sent; hex.
         need: String,
+    },
+    /// The supervisor does not hold the listing an `upload` named by its digest: the host sends
+    /// it on channel 4, as a delta against `chunks` (the chunks of the listing the supervisor
+    /// holds for the destination, [`crate::unpack::offer::delta`]) or whole when they are empty.
+    SendListing {
+        /// Correlation id of the `upload` request.
+        id: u64,
+        /// The digest of each chunk of the listing held for the destination, in order (32 hex
+        /// digits each: the first 16 bytes of the chunk's SHA-256).
+        chunks: Vec<String>,
+        /// Why the named listing was not taken as held.
+        reason: String,
     },
     /// A request succeeded (with optional details).
     Ok {

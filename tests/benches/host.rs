@@ -256,6 +256,7 @@ fn upload_once(init: &Path, records: &Path, src: &Path, dest: &Path) -> Duration
             owner: None,
             offer: false,
             compression: None,
+            listing: None,
         },
     );
     {

@@ -5,7 +5,6 @@
 //! cargo build --release --workspace --bins
 //! cargo bench -p pitcrew-e2e --bench upload      # ROUNDS=3 by default
 //! CONTENT=text TRANSPORT=throttled cargo bench -p pitcrew-e2e --bench upload   # one of each
-//! LISTING=whole cargo bench -p pitcrew-e2e --bench upload   # the listing made, then sent
 //! ```
 //!
 //! Needs root and PID namespaces. A generated tree of 20,000 files and 200 MB (the generator of
@@ -23,9 +22,10 @@
 //!
 //! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello`, then
 //! `upload` with `offer` exactly as `pitcrew run` sends it (`pitcrew_core::unpack::offer::host`:
-//! the host hashes its tree and sends each listing line once it is known, then the tar stream
-//! of what `need` asks for), timed from before the host's listing to the `ok`, and split into
-//! its phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
+//! the host walks and hashes its tree once into its offer listing, names the listing by its
+//! SHA-256 in the `upload`, sends it when the supervisor asks, as a delta against the listing it
+//! holds for the destination, then the tar stream of what `need` asks for), timed from before
+//! the host's walk to the `ok`, and split into its phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
 //! `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one goes through the same transport
 //! (`TRANSPORT=pipe` or `throttled` for one): a plain pipe, and a pipe limited to 20 MiB/s by
 //! `throttle` (`src/bin/throttle.rs`, a stand-in for `kubectl exec` over a network: send and
@@ -45,7 +45,9 @@ mod frames;
 
 use frames::{FrameSink, DATA_FRAME};
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
-use pitcrew_core::unpack::offer::host::{list_tree_to, write_needed};
+use pitcrew_core::tree_hash::TreeFormat;
+use pitcrew_core::unpack::offer::delta;
+use pitcrew_core::unpack::offer::host::{write_needed, OfferListing};
 use pitcrew_e2e::{binary, generate_tree, median, target_profile_dir};
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -80,11 +82,6 @@ fn transports() -> Vec<Transport> {
     }
 }
 
-/// `LISTING=whole`: the host makes the whole listing before it sends a line (for comparison).
-fn whole_listing() -> bool {
-    std::env::var("LISTING").is_ok_and(|v| v == "whole")
-}
-
 fn rounds() -> usize {
     std::env::var("ROUNDS")
         .ok()
@@ -111,11 +108,11 @@ impl Transport {
 /// Where an offered upload's time went.
 #[derive(Clone, Copy)]
 struct Phases {
-    /// The host walking and hashing its tree for the listing, sending each line as soon as it
-    /// is known (the frames of a full buffer go out while the rest is hashed).
+    /// The host walking and hashing its tree for the listing.
     listing: Duration,
-    /// Sending the rest of the listing until the supervisor's `need` arrives (its parse, kept
-    /// check or assembly of what it holds).
+    /// The `upload` naming the listing, the listing (or its delta) when the supervisor asks for
+    /// it, until the supervisor's `need` arrives (its parse, kept check or assembly of what it
+    /// holds).
     need: Duration,
     /// The tar stream of what `need` asked for, until the `ok`.
     rest: Duration,
@@ -196,43 +193,45 @@ impl Session {
             .unwrap_or_else(|e| fail(&format!("answer: {e}")))
     }
 
-    /// One offered upload of `src` to `dest`: the time from before the host's listing to the
-    /// `ok` in its phases, and the bytes sent (listing and tar stream).
+    /// One offered upload of `src` to `dest`: the time from before the host's walk to the
+    /// `ok` in its phases, and the bytes sent (the listing or its delta, and the tar stream).
     fn offer(&mut self, src: &Path, dest: &Path, zstd: Option<i32>) -> (Phases, u64, u64) {
         self.next_id += 1;
         let id = self.next_id;
         let start = Instant::now();
+        let (_, listing) = OfferListing::of_tree(src, TreeFormat::PiTreeV1, None)
+            .unwrap_or_else(|e| fail(&e.to_string()));
+        let listed = start.elapsed();
         self.send(&Request::Upload {
             id,
             dest: dest.to_str().unwrap().into(),
             owner: None,
             offer: true,
             compression: zstd.map(|_| "zstd".into()),
+            listing: Some(listing.named()),
         });
-        let mut listing = FrameSink::new(&mut self.w, Channel::Listing);
-        let offered = if whole_listing() {
-            // The order before the listing streamed: all of it made, then sent.
-            let mut whole = Vec::new();
-            let offered = list_tree_to(src, &mut whole);
-            listing.write_all(&whole).unwrap();
-            offered
-        } else {
-            list_tree_to(src, &mut listing)
-        }
-        .unwrap_or_else(|e| fail(&e.to_string()));
-        let listed = start.elapsed();
-        let mut sent = listing.finish();
-        let bitmap = match self.answer() {
-            Response::Need { need, .. } => hex::decode(need).unwrap(),
-            other => fail(&format!("upload: {other:?}")),
+        let mut sent = 0;
+        let bitmap = loop {
+            match self.answer() {
+                Response::Need { need, .. } => break hex::decode(need).unwrap(),
+                Response::SendListing { chunks, .. } => {
+                    let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
+                    frames
+                        .write_all(&delta::recipe(&listing.bytes, &chunks))
+                        .unwrap();
+                    sent += frames.finish();
+                }
+                other => fail(&format!("upload: {other:?}")),
+            }
         };
         let needed = start.elapsed();
+        let offered = &listing.offered;
         let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
         match zstd {
-            None => write_needed(&mut tar, &offered, &bitmap).unwrap(),
+            None => write_needed(&mut tar, offered, &bitmap).unwrap(),
             Some(level) => {
                 let mut z = zstd::Encoder::new(&mut tar, level).unwrap();
-                write_needed(&mut z, &offered, &bitmap).unwrap();
+                write_needed(&mut z, offered, &bitmap).unwrap();
                 z.finish().unwrap();
             }
         }
@@ -595,7 +594,7 @@ fn bench(
             bytes[i] as f64 * 100.0 / tar_bytes as f64
         );
         println!(
-            "    phases (medians): host listing (hashed and sent) {:.1} ms, rest of the listing to need {:.1} ms, tar stream to ok {:.1} ms",
+            "    phases (medians): host listing (walked and hashed) {:.1} ms, upload and listing to need {:.1} ms, tar stream to ok {:.1} ms",
             phase(|p| p.listing),
             phase(|p| p.need),
             phase(|p| p.rest)

@@ -1,6 +1,7 @@
 //! Unit tests of `client`.
 
 use super::*;
+use sha2::Digest as _;
 
 /// Encodes the supervisor's side of a conversation.
 fn script(responses: &[Frame]) -> Vec<u8> {
@@ -151,8 +152,31 @@ fn collect_reads_the_tar_channel_until_the_empty_frame() {
     assert_eq!(got, "abcdef");
 }
 
+/// An offer listing of `lines` files (no files on disk: the tests write their own tar).
+fn offer_listing(lines: usize, changed: usize) -> OfferListing {
+    let mut bytes = Vec::new();
+    for i in 0..lines {
+        let sha = if i == changed { "11" } else { "00" }.repeat(32);
+        bytes.extend_from_slice(format!("f {sha} 3 - dir{}/file{i}\n", i / 40).as_bytes());
+    }
+    OfferListing {
+        sha256: sha2::Sha256::digest(&bytes).into(),
+        lines: lines as u64,
+        bytes,
+        offered: Default::default(),
+    }
+}
+
+fn data_frames(c: &Client<&[u8], Vec<u8>>) -> Vec<(Channel, Vec<u8>)> {
+    requests(&c.writer.lock().unwrap())
+        .into_iter()
+        .filter(|f| f.kind == FrameKind::Data)
+        .map(|f| (f.channel, f.payload))
+        .collect()
+}
+
 #[test]
-fn an_offered_listing_goes_out_as_it_is_written_then_the_tar_of_what_is_needed() {
+fn an_older_supervisor_gets_the_whole_listing_then_the_tar_of_what_is_needed() {
     let input = script(&[
         Frame::control(&Response::Need {
             id: 1,
@@ -166,83 +190,115 @@ fn an_offered_listing_goes_out_as_it_is_written_then_the_tar_of_what_is_needed()
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
-    let line = b"f 0000000000000000000000000000000000000000000000000000000000000000 3 - a\n";
+    let listing = offer_listing(1, 9);
     let detail = c
-        .upload_offered(
-            "/p/x",
-            None,
-            |w| {
-                w.write_all(line)?;
-                Ok("listed")
-            },
-            |w, listed, need| {
-                assert_eq!((*listed, need), ("listed", &[1u8][..]));
-                Ok(w.write_all(b"tar")?)
-            },
-        )
+        .upload_listed("/p/x", None, &listing, false, |w, need| {
+            assert_eq!(need, &[1u8][..]);
+            Ok(w.write_all(b"tar")?)
+        })
         .unwrap();
     assert_eq!(detail["sent_files"], 1);
     let frames = requests(&c.writer.lock().unwrap());
-    let data: Vec<_> = frames[1..]
-        .iter()
-        .map(|f| (f.channel, f.payload.as_slice()))
-        .collect();
+    let upload: serde_json::Value = frames[0].json().unwrap();
+    assert!(upload.get("listing").is_none(), "{upload}");
     assert_eq!(
-        data,
+        data_frames(&c),
         [
-            (Channel::Listing, &line[..]),
-            (Channel::Listing, &b""[..]),
-            (Channel::Tar, &b"tar"[..]),
-            (Channel::Tar, &b""[..]),
+            (Channel::Listing, listing.bytes.clone()),
+            (Channel::Listing, Vec::new()),
+            (Channel::Tar, b"tar".to_vec()),
+            (Channel::Tar, Vec::new()),
         ]
     );
 }
 
 #[test]
-fn a_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts() {
-    // The supervisor refuses the abandoned listing; the client reports its own failure and
-    // the connection is ready for the next request.
+fn a_listing_the_supervisor_holds_is_named_not_sent_and_names_the_manifest_listing() {
     let input = script(&[
-        Frame::control(&Response::Error {
+        Frame::control(&Response::Need {
             id: 1,
-            kind: "refused".into(),
-            message: "listing line 2: the host abandoned the listing".into(),
+            files: 0,
+            bytes: 0,
+            need: String::new(),
         }),
         Frame::control(&Response::Ok {
-            id: 2,
-            detail: serde_json::json!({"files": 0}),
+            id: 1,
+            detail: serde_json::json!({"kept": true}),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
-    let err = c
-        .upload_offered(
-            "/p/x",
-            None,
-            |w| -> anyhow::Result<()> {
-                w.write_all(b"d src\n")?;
-                anyhow::bail!("/host/src/a.txt: open: No such file or directory")
-            },
-            |_, _, _| panic!("no tar stream after an abandoned listing"),
-        )
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "upload /p/x: /host/src/a.txt: open: No such file or directory"
-    );
-    assert!(matches!(err, ClientError::Local { .. }), "{err:?}");
-    c.upload("/p/y", None, |_| Ok(())).unwrap();
+    let listing = offer_listing(500, 9);
+    c.upload_listed("/p/x", None, &listing, true, |w, need| {
+        assert!(need.is_empty());
+        Ok(w.write_all(b"")?)
+    })
+    .unwrap();
     let frames = requests(&c.writer.lock().unwrap());
+    let upload: serde_json::Value = frames[0].json().unwrap();
+    assert_eq!(upload["listing"]["sha256"], hex::encode(listing.sha256));
+    assert_eq!(upload["listing"]["bytes"], listing.bytes.len());
+    assert_eq!(upload["listing"]["lines"], 500);
+    // No listing frame at all: the tar stream's end only.
+    assert_eq!(data_frames(&c), [(Channel::Tar, Vec::new())]);
     assert_eq!(
-        frames[1].payload,
-        b"d src\n"
-            .iter()
-            .chain(ABORT_LINE)
-            .copied()
-            .collect::<Vec<_>>()
+        c.held_listings.get("/p/x"),
+        Some(&hex::encode(listing.sha256))
     );
-    assert!(frames[2].payload.is_empty() && frames[2].channel == Channel::Listing);
-    // The shared rule: a line of its own that every supervisor refuses.
-    assert!(ABORT_LINE.starts_with(b"\n!"));
+}
+
+#[test]
+fn a_listing_asked_for_goes_as_a_delta_against_the_held_chunks_then_whole_if_asked_again() {
+    let held = offer_listing(2000, 9);
+    let now = offer_listing(2000, 1500);
+    let input = script(&[
+        Frame::control(&Response::SendListing {
+            id: 1,
+            chunks: delta::chunk_digests(&held.bytes),
+            reason: "another listing".into(),
+        }),
+        Frame::control(&Response::SendListing {
+            id: 1,
+            chunks: Vec::new(),
+            reason: "the delta did not rebuild it".into(),
+        }),
+        Frame::control(&Response::Need {
+            id: 1,
+            files: 0,
+            bytes: 0,
+            need: String::new(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 1,
+            detail: serde_json::json!({}),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    c.upload_listed("/p/x", None, &now, true, |_, _| Ok(()))
+        .unwrap();
+    let data = data_frames(&c);
+    let recipe = delta::recipe(&now.bytes, &delta::chunk_digests(&held.bytes));
+    assert!(
+        recipe.len() < now.bytes.len() / 10,
+        "{} bytes",
+        recipe.len()
+    );
+    assert_eq!(data[0], (Channel::Listing, recipe.clone()));
+    assert_eq!(data[1], (Channel::Listing, Vec::new()));
+    // The whole listing, asked for again.
+    let whole: Vec<u8> = data[2..]
+        .iter()
+        .take_while(|(ch, b)| *ch == Channel::Listing && !b.is_empty())
+        .flat_map(|(_, b)| b.clone())
+        .collect();
+    assert_eq!(whole, now.bytes);
+    let rebuilt = delta::rebuild(
+        &recipe,
+        &held.bytes,
+        &delta::chunks(&held.bytes),
+        now.bytes.len() as u64,
+    )
+    .unwrap();
+    assert_eq!(rebuilt, now.bytes);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::manifest::{
 };
 use crate::plugin_format::PluginClass;
 use crate::protocol::Owner;
-use crate::tree_hash::TreeFormat;
+use crate::tree_hash::{TreeDigest, TreeFormat};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -43,6 +43,10 @@ pub struct Upload {
     /// Who owns it inside the sandbox: the agent's user for the workspace; `None` (the
     /// supervisor's own, not writable by the agent) for everything pinned.
     pub owner: Option<Owner>,
+    /// A pinned tree's digest with the listing validation walked it for: its upload's offer
+    /// listing is made from it, so the tree is read once per run (`None`: the workspace, walked
+    /// when it is uploaded, and adapter files).
+    pub digest: Option<std::sync::Arc<TreeDigest>>,
 }
 
 /// A harness compiled for one sandbox: what the supervisor verifies and what to upload first.
@@ -69,14 +73,16 @@ impl Validated {
         }
         let h = self.harness.as_ref()?;
         let mut uploads = Vec::new();
-        let mut pinned = |kind, host_path: &PathBuf, sandbox_path: &str| {
-            uploads.push(Upload {
-                kind,
-                host_path: host_path.clone(),
-                sandbox_path: sandbox_path.to_string(),
-                owner: None,
-            });
-        };
+        let mut pinned =
+            |kind, host_path: &PathBuf, sandbox_path: &str, digest: Option<&TreeDigest>| {
+                uploads.push(Upload {
+                    kind,
+                    host_path: host_path.clone(),
+                    sandbox_path: sandbox_path.to_string(),
+                    owner: None,
+                    digest: digest.map(|d| std::sync::Arc::new(d.clone())),
+                });
+            };
         let mut trees = Vec::new();
         for p in &self.plugins {
             let (kind, entries) = match &p.class {
@@ -87,7 +93,12 @@ impl Validated {
             // the harness), but it is data for this runtime.
             let kind = if p.loaded { kind } else { TreeKind::Data };
             let path = layout.plugin(&p.spec.name);
-            pinned(UploadKind::PluginTree, &p.spec.host_path, &path);
+            pinned(
+                UploadKind::PluginTree,
+                &p.spec.host_path,
+                &path,
+                Some(&p.digest),
+            );
             trees.push(TreePin {
                 name: p.spec.name.clone(),
                 path,
@@ -109,7 +120,12 @@ impl Validated {
         }
         for s in &self.skills {
             let path = layout.skill(&s.spec.name);
-            pinned(UploadKind::SkillTree, &s.spec.host_path, &path);
+            pinned(
+                UploadKind::SkillTree,
+                &s.spec.host_path,
+                &path,
+                Some(&s.digest),
+            );
             trees.push(TreePin {
                 name: format!("skill:{}", s.spec.name),
                 path,
@@ -128,7 +144,7 @@ impl Validated {
         let mut files = Vec::new();
         for a in &self.adapters {
             let path = layout.adapter(a.spec.role, &a.spec.destination());
-            pinned(UploadKind::AdapterFile, &a.spec.host_path, &path);
+            pinned(UploadKind::AdapterFile, &a.spec.host_path, &path, None);
             files.push(FilePin {
                 path,
                 role: a.spec.role,
@@ -144,7 +160,7 @@ impl Validated {
         // runtime does not load is still uploaded and verified, as data.
         for p in &self.plugin_files {
             let path = layout.adapter(PinRole::Plugin, &p.spec.name);
-            pinned(UploadKind::AdapterFile, &p.spec.host_path, &path);
+            pinned(UploadKind::AdapterFile, &p.spec.host_path, &path, None);
             files.push(FilePin {
                 path,
                 role: PinRole::Plugin,
@@ -240,6 +256,7 @@ impl Validated {
                     uid: manifest.user.uid,
                     gid: manifest.user.gid,
                 }),
+                digest: None,
             });
         }
         Some(Compiled { manifest, uploads })

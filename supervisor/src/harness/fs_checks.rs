@@ -272,6 +272,7 @@ impl Checker<'_> {
                 format: TreeFormat::PiTreeV1,
                 sha256: listing.digest(TreeFormat::PiTreeV1),
                 listing,
+                executables: None,
             }),
             None => tree_hash::hash_tree_watched(path, TreeFormat::PiTreeV1, progress),
         }

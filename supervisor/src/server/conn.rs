@@ -29,10 +29,16 @@ pub(super) enum Upload {
         owner: Option<(u32, u32)>,
         /// The tar stream that follows is zstd-compressed.
         zstd: bool,
-        /// The listing so far.
+        /// The listing so far (a recipe against `base` when the host named its listing).
         listing: Vec<u8>,
         /// Complete lines in it.
         lines: u64,
+        /// The listing's digest, length and lines as the `upload` named them
+        /// (`upload.listing_digest`): the listing rebuilt must be exactly that.
+        named: Option<crate::protocol::ListingDigest>,
+        /// The listing held for `dest` that `send_listing` offered as the base of a delta, and
+        /// its chunks; `None` when the whole listing was asked for.
+        base: Option<(Vec<u8>, Vec<std::ops::Range<usize>>)>,
     },
     /// Tar bytes are unpacked by a thread of the upload's own as they arrive.
     Receiving {
@@ -48,7 +54,7 @@ pub(super) enum Upload {
         started: std::time::Instant,
         /// An offered upload's listing, kept for later uploads once the tree is in place
         /// (`held`); None for a plain upload.
-        held: Option<std::path::PathBuf>,
+        held: Option<super::held::HeldFile>,
     },
     /// The upload was refused: discard tar frames up to the empty one.
     Draining,

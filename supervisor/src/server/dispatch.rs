@@ -125,6 +125,7 @@ impl Server {
                 owner,
                 offer,
                 compression,
+                listing,
                 ..
             } => {
                 // The uploads root and its parents: held before the first upload writes there.
@@ -134,7 +135,17 @@ impl Server {
                         return Err(RequestError::Refused(format!("dest {dest}: {why}")));
                     }
                 }
-                self.start_upload(i, id, &dest, owner, offer, compression.as_deref())?
+                self.start_upload(
+                    i,
+                    id,
+                    super::upload::UploadAsk {
+                        dest: &dest,
+                        owner,
+                        offer,
+                        compression: compression.as_deref(),
+                        named: listing,
+                    },
+                )?
             }
             Request::SetManifest {
                 mut manifest,
@@ -176,13 +187,26 @@ impl Server {
                 files,
                 dirs,
                 last,
+                held_listing,
                 ..
             } => {
                 self.check_claim(conn_id, "add_listing")?;
                 if running {
                     return Err(RequestError::Busy("an iteration is running".into()));
                 }
-                let detail = self.add_listing(&tree, &files, &dirs, last)?;
+                let detail = match held_listing {
+                    None => self.add_listing(&tree, &files, &dirs, last)?,
+                    Some(digest) => {
+                        if !files.is_empty() || !dirs.is_empty() || !last {
+                            return Err(RequestError::Malformed(
+                                "add_listing with held_listing carries no files or dirs and is \
+                                 the tree's last part"
+                                    .into(),
+                            ));
+                        }
+                        self.add_held_listing(&tree, &digest)?
+                    }
+                };
                 self.conns[i].send(&Response::Ok { id, detail });
             }
             Request::Run { feedback, .. } => {

@@ -109,6 +109,65 @@ impl Server {
         Ok(json!({"tree": name, "files": files, "dirs": dirs, "complete": last}))
     }
 
+    /// Completes tree `name`'s listing from the offered listing held for its `path`, which must
+    /// have SHA-256 `digest` (`add_listing` with `held_listing`): the held file is read back and
+    /// checked against its record, and the listing derived from it must give the tree's digest
+    /// in its format, so it is exactly the listing the host would have sent.
+    pub(super) fn add_held_listing(
+        &mut self,
+        name: &str,
+        digest: &str,
+    ) -> Result<Value, RequestError> {
+        let Some(manifest) = self.manifest.as_mut() else {
+            return Err(RequestError::Order(
+                "add_listing needs a set_manifest with listings_follow first".into(),
+            ));
+        };
+        let Some(index) = manifest.trees.iter().position(|t| t.name == name) else {
+            return Err(RequestError::Refused(format!(
+                "add_listing: the manifest has no tree {name:?}"
+            )));
+        };
+        let Some(writer) = self.pending_listings.get_mut(&index) else {
+            return Err(RequestError::Order(format!(
+                "add_listing: the listing of tree {name:?} is not awaited (complete, or given in \
+                 the manifest)"
+            )));
+        };
+        if writer.counts() != (0, 0) {
+            return Err(RequestError::Order(format!(
+                "add_listing: tree {name:?} already has parts: a held listing is the whole listing"
+            )));
+        }
+        let tree = &manifest.trees[index];
+        let refused = |why: String| {
+            RequestError::Refused(format!("add_listing: tree {name:?}: held_listing: {why}"))
+        };
+        let held = self
+            .held
+            .exactly(std::path::Path::new(&tree.path), digest)
+            .map_err(refused)?;
+        let listing = crate::unpack::offer::manifest_listing(&held, &self.limits)
+            .map_err(|e| refused(e.to_string()))?;
+        let got = listing.digest(tree.format);
+        if got != tree.sha256 {
+            return Err(refused(format!(
+                "the held listing gives {} {got}, not the tree's {}",
+                tree.format, tree.sha256
+            )));
+        }
+        let internal =
+            |e: std::io::Error| RequestError::Internal(format!("listing of tree {name:?}: {e}"));
+        writer
+            .append(listing.files, &listing.dirs)
+            .map_err(internal)?;
+        let (files, dirs) = writer.counts();
+        if let Some(writer) = self.pending_listings.remove(&index) {
+            manifest.trees[index].stored = Some(writer.finish().map_err(internal)?);
+        }
+        Ok(json!({"tree": name, "files": files, "dirs": dirs, "complete": true, "held": true}))
+    }
+
     /// Refuses a `run` while a tree's listing is still arriving: a drift would be explained
     /// against part of it.
     pub(super) fn check_listings_complete(&self) -> Result<(), RequestError> {

@@ -7,10 +7,11 @@ use super::error::RequestError;
 use super::upload_stream::UploadStream;
 use super::Server;
 use crate::clock::millis;
-use crate::protocol::{Channel, Frame, Owner, Response};
-use crate::unpack::offer::{Assembly, MAX_LINE};
+use crate::protocol::{Channel, Frame, ListingDigest, Owner, Response};
+use crate::unpack::offer::{delta, Assembly, MAX_LINE};
 use crate::unpack::unpack_tar;
 use serde_json::json;
+use sha2::Digest as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
@@ -35,6 +36,24 @@ fn check_dest(dest: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// An `upload` request's options.
+pub(super) struct UploadAsk<'a> {
+    /// Its destination, as sent.
+    pub dest: &'a str,
+    /// The tree's owner.
+    pub owner: Option<Owner>,
+    /// Offered: the listing first.
+    pub offer: bool,
+    /// The tar stream's compression.
+    pub compression: Option<&'a str>,
+    /// The listing named by digest (`upload.listing_digest`).
+    pub named: Option<ListingDigest>,
+}
+
+/// The `send_listing` an upload that named its listing is answered with: the chunks of the
+/// base, and why the named listing is not held.
+type ListingWanted = (Vec<String>, String);
+
 impl Server {
     /// Handles an `upload` request of connection `i`: checks the destination and gets ready for
     /// the frames that follow (the listing of an offered tree, or the tar stream). Once the
@@ -43,19 +62,33 @@ impl Server {
         &mut self,
         i: usize,
         id: u64,
-        dest: &str,
-        owner: Option<Owner>,
-        offer: bool,
-        compression: Option<&str>,
+        ask: UploadAsk<'_>,
     ) -> Result<(), RequestError> {
+        let dest = ask.dest;
         if !matches!(self.conns[i].upload, Upload::Idle) {
             return Err(RequestError::Order(
                 "an upload is already in progress on this connection".into(),
             ));
         }
-        match self.open_upload(self.conns[i].id, id, dest, owner, offer, compression) {
-            Ok(upload) => {
+        let conn_id = self.conns[i].id;
+        match self.open_upload(conn_id, id, ask) {
+            Ok((upload, ask)) => {
                 self.conns[i].upload = upload;
+                match ask {
+                    // The listing named is held: as if it had just arrived.
+                    None if matches!(
+                        &self.conns[i].upload,
+                        Upload::Offered { named: Some(_), .. }
+                    ) =>
+                    {
+                        self.offer_listed(i)
+                    }
+                    None => {}
+                    Some((chunks, reason)) => {
+                        tracing::info!("upload: {dest}: listing asked for: {reason}");
+                        self.conns[i].send(&Response::SendListing { id, chunks, reason });
+                    }
+                }
                 Ok(())
             }
             Err(err) => {
@@ -74,16 +107,23 @@ impl Server {
         Ok(())
     }
 
-    /// The receiving state of upload `id` of connection `conn_id`, or why it is refused.
+    /// The receiving state of upload `id` of connection `conn_id`, or why it is refused; with
+    /// it, for an upload that named its listing, the `send_listing` to answer (the chunks of
+    /// the base and why the named listing is not held), or `None` when the listing named is
+    /// held (then the state already holds it).
     fn open_upload(
         &self,
         conn_id: u64,
         id: u64,
-        dest: &str,
-        owner: Option<Owner>,
-        offer: bool,
-        compression: Option<&str>,
-    ) -> Result<Upload, RequestError> {
+        ask: UploadAsk<'_>,
+    ) -> Result<(Upload, Option<ListingWanted>), RequestError> {
+        let UploadAsk {
+            dest,
+            owner,
+            offer,
+            compression,
+            named,
+        } = ask;
         // Refused here, not before: a refused upload's frames are drained, never taken for
         // frames out of order.
         self.check_claim(conn_id, "upload")?;
@@ -112,15 +152,45 @@ impl Server {
             )));
         }
         let owner = owner.map(|o| (o.uid, o.gid));
+        if named.is_some() && !offer {
+            return Err(RequestError::Malformed(
+                "upload: a listing is named only with offer".into(),
+            ));
+        }
         if offer {
-            return Ok(Upload::Offered {
+            let mut upload = Upload::Offered {
                 id,
-                dest,
+                dest: dest.clone(),
                 owner,
                 zstd,
                 listing: Vec::new(),
                 lines: 0,
-            });
+                named: None,
+                base: None,
+            };
+            let Some(named) = named else {
+                return Ok((upload, None));
+            };
+            self.check_named(&named)?;
+            let (held, ask) = self.held_for(&dest, &named);
+            if let Upload::Offered {
+                listing,
+                named: n,
+                base,
+                ..
+            } = &mut upload
+            {
+                *n = Some(named);
+                match held {
+                    Held::Exactly(bytes) => *listing = bytes,
+                    Held::Base(bytes) => {
+                        let chunks = delta::chunks(&bytes);
+                        *base = Some((bytes, chunks));
+                    }
+                    Held::Nothing => {}
+                }
+            }
+            return Ok((upload, ask));
         }
         let limits = self.limits;
         let target = dest.clone();
@@ -129,14 +199,77 @@ impl Server {
             unpack_tar(reader, &target, &limits, owner)
                 .map(|r| json!({"files": r.files, "dirs": r.dirs, "bytes": r.bytes}))
         })?;
-        Ok(Upload::Receiving {
-            id,
-            dest,
-            stream,
-            bytes: 0,
-            started: Instant::now(),
-            held: None,
-        })
+        Ok((
+            Upload::Receiving {
+                id,
+                dest,
+                stream,
+                bytes: 0,
+                started: Instant::now(),
+                held: None,
+            },
+            None,
+        ))
+    }
+
+    /// The most bytes an offered listing may have: 512 a line on average for the entry limit.
+    fn max_listing(&self) -> u64 {
+        self.limits
+            .max_entries
+            .saturating_mul(512)
+            .saturating_add(1 << 20)
+    }
+
+    /// Refuses a named listing that could not be taken whatever the supervisor holds.
+    fn check_named(&self, named: &ListingDigest) -> Result<(), RequestError> {
+        if !crate::manifest::is_sha256_hex(&named.sha256) {
+            return Err(RequestError::Malformed(format!(
+                "upload: listing.sha256 {:?} is not 64 lowercase hex digits",
+                named.sha256
+            )));
+        }
+        let max = self.max_listing();
+        if named.bytes > max || named.lines > self.limits.max_entries {
+            return Err(RequestError::Refused(format!(
+                "listing of {} lines and {} bytes: more than {} entries or {max} bytes",
+                named.lines, named.bytes, self.limits.max_entries
+            )));
+        }
+        Ok(())
+    }
+
+    /// What the supervisor holds for `dest` against the listing `named`: exactly it (checked
+    /// against the record of the held file, never on the host's word), or a base for a delta
+    /// (another listing held there), or nothing; with the `send_listing` to answer unless it is
+    /// held exactly.
+    fn held_for(&self, dest: &Path, named: &ListingDigest) -> (Held, Option<ListingWanted>) {
+        match self.held.verified(dest) {
+            Ok(Some((bytes, sha256)))
+                if hex::encode(sha256) == named.sha256 && bytes.len() as u64 == named.bytes =>
+            {
+                (Held::Exactly(bytes), None)
+            }
+            Ok(Some((bytes, sha256))) => {
+                let chunks = delta::chunk_digests(&bytes);
+                let reason = format!(
+                    "the listing held for {} is another one (SHA-256 {})",
+                    dest.display(),
+                    hex::encode(sha256)
+                );
+                (Held::Base(bytes), Some((chunks, reason)))
+            }
+            Ok(None) => (
+                Held::Nothing,
+                Some((
+                    Vec::new(),
+                    format!("the supervisor holds no listing for {}", dest.display()),
+                )),
+            ),
+            Err(why) => {
+                tracing::warn!("upload: {why}");
+                (Held::Nothing, Some((Vec::new(), why)))
+            }
+        }
     }
 
     /// Handles a data frame of connection `i`: the listing of an offered upload (channel 4),
@@ -151,7 +284,7 @@ impl Server {
         let max_entries = self.limits.max_entries;
         // The listing is held in memory until it is complete: about 100 bytes a line in
         // practice, bounded at 512 a line on average (longer paths need a larger entry limit).
-        let max_listing = max_entries.saturating_mul(512).saturating_add(1 << 20);
+        let max_listing = self.max_listing();
         let c = &mut self.conns[i];
         let expected = match &c.upload {
             Upload::Offered { .. } => Some(Channel::Listing),
@@ -271,12 +404,49 @@ impl Server {
             owner,
             zstd,
             listing,
+            named,
+            base,
             ..
         } = std::mem::replace(&mut self.conns[i].upload, Upload::Idle)
         else {
             return;
         };
         let started = Instant::now();
+        let compact = named.is_some();
+        let listing = match named {
+            None => listing,
+            Some(named) => match rebuilt(listing, base.as_ref(), &named) {
+                Ok(listing) => listing,
+                Err(why) => {
+                    let c = &mut self.conns[i];
+                    if base.is_none() {
+                        c.error(id, RequestError::Refused(why));
+                        return;
+                    }
+                    // The delta did not give the listing named: the whole listing, once.
+                    tracing::info!(
+                        "upload: {}: {why}: the whole listing asked for",
+                        dest.display()
+                    );
+                    c.send(&Response::SendListing {
+                        id,
+                        chunks: Vec::new(),
+                        reason: why,
+                    });
+                    c.upload = Upload::Offered {
+                        id,
+                        dest,
+                        owner,
+                        zstd,
+                        listing: Vec::new(),
+                        lines: 0,
+                        named: Some(named),
+                        base: None,
+                    };
+                    return;
+                }
+            },
+        };
         if let Err(err) = self.check_no_iteration() {
             self.conns[i].error(id, err);
             return;
@@ -297,7 +467,13 @@ impl Server {
                     dest.display(),
                     millis(started.elapsed())
                 );
-                let need = hex::encode(assembly.need_bitmap());
+                let mut bitmap = assembly.need_bitmap();
+                if compact {
+                    // A host that named its listing takes missing bytes for zeros.
+                    let used = bitmap.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                    bitmap = &bitmap[..used];
+                }
+                let need = hex::encode(bitmap);
                 let mut assembly = assembly;
                 let stream = UploadStream::start(zstd, move |reader| {
                     let reader = std::io::BufReader::with_capacity(256 * 1024, reader);
@@ -331,6 +507,41 @@ impl Server {
             Err(err) => c.error(id, err.into()),
         }
     }
+}
+
+/// What the supervisor holds for an upload's destination against the listing it named.
+enum Held {
+    /// Exactly the listing named (its bytes).
+    Exactly(Vec<u8>),
+    /// Another listing: the base of a delta.
+    Base(Vec<u8>),
+    /// Nothing it can use.
+    Nothing,
+}
+
+/// The listing an upload named, from what came on channel 4 (a recipe against `base`, or the
+/// listing itself), or why it is not the one named.
+fn rebuilt(
+    received: Vec<u8>,
+    base: Option<&(Vec<u8>, Vec<std::ops::Range<usize>>)>,
+    named: &ListingDigest,
+) -> Result<Vec<u8>, String> {
+    let listing = match base {
+        None => received,
+        Some((held, chunks)) => delta::rebuild(&received, held, chunks, named.bytes)
+            .map_err(|e| format!("the listing's delta: {e}"))?,
+    };
+    let sha256 = hex::encode(sha2::Sha256::digest(&listing));
+    if listing.len() as u64 != named.bytes || sha256 != named.sha256 {
+        return Err(format!(
+            "the listing received ({} bytes, SHA-256 {sha256}) is not the one the upload named \
+             ({} bytes, SHA-256 {})",
+            listing.len(),
+            named.bytes,
+            named.sha256
+        ));
+    }
+    Ok(listing)
 }
 
 /// Ends the tar stream of upload `id` on connection `c`: waits for its unpacking thread (which

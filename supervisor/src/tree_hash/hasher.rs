@@ -1,7 +1,10 @@
 //! Hashing one file: opened relative to its directory without following links, `fstat`ed on the
 //! opened descriptor (anything not regular is refused) and read exactly once into SHA-256.
+//!
+//! [`read_hashed`] is the crate's one SHA-256 read loop: the tree walk, the host's offer of a
+//! file and the supervisor's check of a file it may move into an upload all read through it.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -20,8 +23,49 @@ fn file_flags() -> OFlags {
     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY
 }
 
-/// Digest and size of one file.
-pub(super) type Hashed = ([u8; 32], u64);
+/// Digest, size and owner-execute bit of one file.
+pub(super) type Hashed = ([u8; 32], u64, bool);
+
+/// Reads `fd` from its current offset into SHA-256 until its end, or until `limit` bytes were
+/// read, with `buf`; returns the digest and the bytes read. `expected` is the size `fstat`
+/// gave: a short read that reaches it ends the file without the extra `read(2)` that would
+/// return 0 (one syscall per small file). `on_read` sees each read's length.
+pub(crate) fn read_hashed(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    limit: Option<u64>,
+    expected: Option<u64>,
+    mut on_read: impl FnMut(usize),
+) -> Result<([u8; 32], u64), Errno> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    loop {
+        let want = match limit {
+            Some(limit) => {
+                let left = usize::try_from(limit - size).unwrap_or(usize::MAX);
+                if left == 0 {
+                    break;
+                }
+                left.min(buf.len())
+            }
+            None => buf.len(),
+        };
+        match rustix::io::read(fd, &mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                size += n as u64;
+                on_read(n);
+                if n < want && Some(size) == expected {
+                    break;
+                }
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((hasher.finalize().into(), size))
+}
 
 /// Why a file could not be hashed (turned into a [`TreeError`] by the caller).
 pub(super) enum FileFailure {
@@ -66,31 +110,16 @@ fn hash_fd(
         return Err(FileFailure::Refused(reason));
     }
     let expected = st.st_size as u64;
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    loop {
-        match rustix::io::read(fd, &mut *buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-                size += n as u64;
-                if let Some(p) = progress {
-                    p.read(n);
-                }
-                // A short read that reaches the size `fstat` reported is the end of a regular
-                // file: skip the extra read(2) that would return 0 (one syscall per small file).
-                if n < buf.len() && size == expected {
-                    break;
-                }
-            }
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(FileFailure::Io("read", e)),
+    let (digest, size) = read_hashed(fd.as_fd(), buf, None, Some(expected), |n| {
+        if let Some(p) = progress {
+            p.read(n);
         }
-    }
+    })
+    .map_err(|e| FileFailure::Io("read", e))?;
     if let Some(p) = progress {
         p.hashed();
     }
-    Ok((hasher.finalize().into(), size))
+    Ok((digest, size, st.st_mode & 0o100 != 0))
 }
 
 /// [`super::sha256_file`]: one regular file, no symlink following.
@@ -117,7 +146,7 @@ pub(super) fn hash_single_file(
         },
     })?;
     let mut buf = vec![0u8; BUFFER_SIZE];
-    let (digest, size) = hash_fd(&fd, &mut buf, progress).map_err(|f| match f {
+    let (digest, size, _) = hash_fd(&fd, &mut buf, progress).map_err(|f| match f {
         FileFailure::Refused(reason) => TreeError::FileRefused {
             path: path.to_path_buf(),
             reason,
@@ -138,6 +167,31 @@ pub(super) fn hash_single_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_read_loop_hashes_to_the_end_or_to_its_limit() {
+        use std::io::Write as _;
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        f.write_all(&data).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let at = |f: &std::fs::File| {
+            use std::io::Seek as _;
+            let mut f = f;
+            f.rewind().unwrap();
+        };
+        at(&f);
+        let mut reads = 0;
+        let (digest, n) = read_hashed(f.as_fd(), &mut buf, None, None, |_| reads += 1).unwrap();
+        assert_eq!(
+            (digest, n),
+            (Sha256::digest(&data).into(), data.len() as u64)
+        );
+        assert!(reads >= 49);
+        at(&f);
+        let (digest, n) = read_hashed(f.as_fd(), &mut buf, Some(1000), None, |_| {}).unwrap();
+        assert_eq!((digest, n), (Sha256::digest(&data[..1000]).into(), 1000));
+    }
 
     #[test]
     fn hex_digest_is_lowercase_hex() {

@@ -49,6 +49,8 @@ mod format;
 mod hasher;
 mod walk;
 
+pub(crate) use hasher::read_hashed;
+
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -152,6 +154,10 @@ pub struct TreeDigest {
     pub sha256: String,
     /// The files and directories that were hashed.
     pub listing: TreeListing,
+    /// The files of `listing` whose owner-execute bit was set, when the tree was walked (not
+    /// part of the digest: what an upload of the tree needs besides, so it is walked once).
+    #[serde(skip)]
+    pub executables: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Counters another thread can read while trees and files are hashed (a progress display):
@@ -195,7 +201,7 @@ impl HashProgress {
 
 /// Walks `root` without following symlinks and hashes every regular file in parallel.
 pub fn scan_tree(root: &Path) -> Result<TreeListing, TreeError> {
-    walk::scan(root, None)
+    walk::scan(root, None).map(|(listing, _)| listing)
 }
 
 /// Scans `root` ([`scan_tree`]) and computes its digest in `format`.
@@ -209,11 +215,12 @@ pub fn hash_tree_watched(
     format: TreeFormat,
     progress: Option<&HashProgress>,
 ) -> Result<TreeDigest, TreeError> {
-    let listing = walk::scan(root, progress)?;
+    let (listing, executables) = walk::scan(root, progress)?;
     Ok(TreeDigest {
         format,
         sha256: listing.digest(format),
         listing,
+        executables: Some(executables),
     })
 }
 

@@ -20,6 +20,7 @@
 //! does not depend on scheduling.
 
 use std::cmp::Ordering as CmpOrdering;
+use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,6 +153,7 @@ struct HashedFile {
     index: usize,
     digest: [u8; 32],
     size: u64,
+    exec: bool,
 }
 
 /// What one worker found.
@@ -163,8 +165,12 @@ struct Output {
 }
 
 /// Opens `root` (following a symlink at the root itself), walks everything below it without
-/// following symlinks and hashes every regular file; returns the sorted listing.
-pub(super) fn scan(root: &Path, progress: Option<&HashProgress>) -> Result<TreeListing, TreeError> {
+/// following symlinks and hashes every regular file; returns the sorted listing and the paths
+/// of the files whose owner-execute bit is set.
+pub(super) fn scan(
+    root: &Path,
+    progress: Option<&HashProgress>,
+) -> Result<(TreeListing, BTreeSet<String>), TreeError> {
     let root_fd = open_root(root)?;
     let shared = Shared {
         root,
@@ -214,14 +220,21 @@ pub(super) fn scan(root: &Path, progress: Option<&HashProgress>) -> Result<TreeL
     // Each worker's files, as records sorted by path, merged into one sorted run.
     let mut files = Vec::new();
     let mut dirs = Vec::new();
+    let mut executables = BTreeSet::new();
     for output in outputs {
         let mut records: Vec<FileRecord> = output
             .files
             .into_iter()
-            .map(|f| FileRecord {
-                path: f.dir.path(f.index),
-                sha256: hex_digest(&f.digest),
-                size: f.size,
+            .map(|f| {
+                let path = f.dir.path(f.index);
+                if f.exec {
+                    executables.insert(path.clone());
+                }
+                FileRecord {
+                    path,
+                    sha256: hex_digest(&f.digest),
+                    size: f.size,
+                }
             })
             .collect();
         // Stable sort: it merges the runs already sorted (the files of one directory).
@@ -230,7 +243,7 @@ pub(super) fn scan(root: &Path, progress: Option<&HashProgress>) -> Result<TreeL
         dirs.extend(output.dirs);
     }
     dirs.sort_unstable();
-    Ok(TreeListing { files, dirs })
+    Ok((TreeListing { files, dirs }, executables))
 }
 
 /// Merges two lists of files sorted by path.
@@ -375,12 +388,13 @@ fn hash_one(
 ) -> bool {
     let name = dir.names.name(index);
     match hash_entry(&dir.fd, name, buf, shared.progress) {
-        Ok((digest, size)) => {
+        Ok((digest, size, exec)) => {
             out.files.push(HashedFile {
                 dir: Arc::clone(&dir.names),
                 index,
                 digest,
                 size,
+                exec,
             });
             true
         }

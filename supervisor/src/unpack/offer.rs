@@ -233,6 +233,29 @@ fn parse(listing: &[u8], limits: &UnpackLimits) -> Result<Vec<Item>, UnpackError
     Ok(items)
 }
 
+/// The manifest listing of the tree an offered listing describes (every file's path, sha256
+/// and size, sorted by path; every directory, sorted): what a host computes for a manifest tree
+/// from the same walk. The listing is checked as an upload's is (`limits`).
+pub fn manifest_listing(
+    listing: &[u8],
+    limits: &UnpackLimits,
+) -> Result<crate::tree_hash::TreeListing, UnpackError> {
+    let mut out = crate::tree_hash::TreeListing::default();
+    for item in parse(listing, limits)? {
+        match item.file {
+            Some(f) => out.files.push(crate::tree_hash::FileRecord {
+                path: item.path,
+                sha256: hex::encode(f.sha256),
+                size: f.size,
+            }),
+            None => out.dirs.push(item.path),
+        }
+    }
+    out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.dirs.sort_unstable();
+    Ok(out)
+}
+
 /// What an offered upload did, sent in the `ok` of the `upload` request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OfferReport {
@@ -748,7 +771,9 @@ fn copy_hashed(
     Ok((n == size).then(|| hashing.hasher.finalize().into()))
 }
 
+pub mod delta;
 pub mod elsewhere;
+#[cfg(feature = "host")]
 pub mod host;
 mod kept;
 mod moving;

@@ -8,7 +8,8 @@ use crate::tarball;
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::{Upload, UploadKind};
 use pitcrew_core::protocol::UploadLimits;
-use pitcrew_core::unpack::offer::host as offer_host;
+use pitcrew_core::tree_hash::TreeFormat;
+use pitcrew_core::unpack::offer::host::{self as offer_host, OfferListing};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -24,7 +25,7 @@ pub(super) fn upload_all(
     for u in of_kind(|k| matches!(k, UploadKind::PluginTree | UploadKind::SkillTree)) {
         let (host, dest) = (&u.host_path, &u.sandbox_path);
         let what = format!("uploading {} → {dest}", host.display());
-        upload_tree(conn, progress, &what, host, dest, u.owner)?;
+        upload_tree(conn, progress, &what, u)?;
     }
     // Adapters: each destination directory receives one tar with its files (pinned files, like
     // pinned trees, are the supervisor's: no owner). A tar replaces its directory whole, and a
@@ -54,23 +55,26 @@ pub(super) fn upload_all(
     for u in of_kind(|k| k == UploadKind::Workspace) {
         let (work, dest) = (&u.host_path, &u.sandbox_path);
         let what = format!("uploading workspace {} → {dest}", work.display());
-        upload_tree(conn, progress, &what, work, dest, u.owner)?;
+        upload_tree(conn, progress, &what, u)?;
     }
     Ok(())
 }
 
-/// Uploads the tree `host` to `dest`; on a terminal the status line counts the bytes sent, of
-/// the tree's size (its regular files, walked first), and the rate once it runs a second.
+/// Uploads the tree of `u` to its sandbox path; on a terminal the status line counts the bytes
+/// sent, of the tree's size, and the rate once it runs a second. Offered, its listing comes from
+/// the walk that already hashed the tree for the manifest (a pinned tree), or from one walk now
+/// (the workspace): each tree is read once per run.
 fn upload_tree(
     conn: &mut Connection,
     progress: &Progress,
     what: &str,
-    host: &Path,
-    dest: &str,
-    owner: Option<pitcrew_core::protocol::Owner>,
+    u: &Upload,
 ) -> anyhow::Result<()> {
+    let (host, dest, owner) = (&u.host_path, &u.sandbox_path, u.owner);
     progress.status(what);
-    let offer = conn.hello().capabilities.has_feature("upload.offer");
+    let features = &conn.hello().capabilities;
+    let offer = features.has_feature("upload.offer");
+    let by_digest = features.has_feature("upload.listing_digest");
     if !offer {
         let total = if progress.live() { tree_bytes(host) } else { 0 };
         conn.client()
@@ -81,20 +85,22 @@ fn upload_tree(
             .map_err(|e| conn.explain(e))?;
         return Ok(());
     }
-    // Offered: the listing first (sent as the tree is hashed), then only what the sandbox
-    // lacks.
+    let listing = match &u.digest {
+        Some(digest) => OfferListing::from_digest(host, digest),
+        None => OfferListing::of_tree(host, TreeFormat::PiTreeV1, None).map(|(_, l)| l),
+    }
+    .with_context(|| format!("{}: listing the tree to upload", host.display()))?;
     let detail = conn
         .client()
-        .upload_offered(
-            dest,
-            owner,
-            |w| Ok(offer_host::list_tree_to(host, w)?),
-            |w, offered, need| {
-                let total = offered.needed_tar_bytes(need);
-                let mut counting = counting(w, progress, what, total);
-                Ok(offer_host::write_needed(&mut counting, offered, need)?)
-            },
-        )
+        .upload_listed(dest, owner, &listing, by_digest, |w, need| {
+            let total = listing.offered.needed_tar_bytes(need);
+            let mut counting = counting(w, progress, what, total);
+            Ok(offer_host::write_needed(
+                &mut counting,
+                &listing.offered,
+                need,
+            )?)
+        })
         .map_err(|e| conn.explain(e))?;
     tracing::debug!("{what}: {detail}");
     Ok(())
@@ -242,6 +248,7 @@ mod tests {
             host_path: dir.path().to_path_buf(),
             sandbox_path: "/pitcrew/workspace".into(),
             owner: None,
+            digest: None,
         };
         let limits = |max_entries, max_bytes| {
             Some(UploadLimits {

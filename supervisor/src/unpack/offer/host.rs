@@ -1,17 +1,18 @@
-//! The host's side of an offered upload: the listing of a tree (every file hashed), and the tar
-//! stream of the files a `need` bitmap asks for. In the core crate so the host and the upload
-//! benchmark send the very same bytes.
+//! The host's side of an offered upload: the listing of a tree, made from the one walk that
+//! hashed it ([`OfferListing`]), and the tar stream of the files a `need` bitmap asks for; the
+//! walker of plain tar uploads ([`walk`]). In the core crate, behind its `host` feature (never in
+//! `pitcrew-init`), so the host and the upload benchmarks send the very same bytes.
 
 use super::{dir_line, file_line, needed, ListedFile};
+use crate::protocol::ListingDigest;
+use crate::tree_hash::{FileRecord, HashProgress, TreeDigest, TreeFormat};
 use crate::unpack::check_entry_path;
 use rustix::fs::OFlags;
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 
 /// A tree being offered: each listed file in listing order, for the tar stream of those the
 /// sandbox lacks.
@@ -64,38 +65,97 @@ pub fn open_listed(path: &Path) -> io::Result<(fs::File, fs::Metadata)> {
     Ok((f, meta))
 }
 
-/// Lists the tree under `dir` (names sorted, a directory before what is in it; links never
-/// followed), hashing every file on every core, and writes the listing to `out` as it is made:
-/// each line as soon as every line before it is known, so sending the listing overlaps hashing
-/// the tree. Anything but regular files and directories, and names an upload refuses, are
-/// errors naming the path, found by the walk before a line is written; a file that cannot be
-/// read once the listing has begun (it vanished, say) is an error too, and `out` then holds
-/// part of a listing.
-pub fn list_tree_to(dir: &Path, out: &mut dyn Write) -> io::Result<Offered> {
-    let entries = walk(dir)?;
-    let files: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].dir).collect();
-    let mut offered = Offered {
-        files: Vec::with_capacity(files.len()),
-    };
-    let mut emitted = 0;
-    hash_in_order(&files, &entries, |k, file| {
-        // Directories up to the next file, then the file itself (`k` is the next in order).
-        let upto = files.get(k).copied().unwrap_or(entries.len());
-        while emitted < upto {
-            out.write_all(dir_line(&entries[emitted].rel).as_bytes())?;
-            emitted += 1;
+/// A tree's offered listing, made once from the walk that hashed the tree
+/// ([`crate::tree_hash`]): the listing's bytes, its SHA-256, and the files a tar stream of what
+/// the supervisor lacks reads.
+#[derive(Debug)]
+pub struct OfferListing {
+    /// The listing (lines of [`crate::unpack::offer`], in upload order).
+    pub bytes: Vec<u8>,
+    /// Its SHA-256.
+    pub sha256: [u8; 32],
+    /// Its lines (entries).
+    pub lines: u64,
+    /// The listed files, for [`write_needed`].
+    pub offered: Offered,
+}
+
+impl OfferListing {
+    /// Walks and hashes the tree under `root` once: its digest in `format` (what a manifest
+    /// pins) and its offer listing (what an upload sends). Errors name the path.
+    pub fn of_tree(
+        root: &Path,
+        format: TreeFormat,
+        progress: Option<&HashProgress>,
+    ) -> io::Result<(TreeDigest, OfferListing)> {
+        let digest = crate::tree_hash::hash_tree_watched(root, format, progress)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let listing = OfferListing::from_digest(root, &digest)?;
+        Ok((digest, listing))
+    }
+
+    /// The offer listing of the tree under `root` that `digest` was computed from: no file is
+    /// read again. A digest made from a listing rather than a walk (no `executables`) has each
+    /// file's execute bit looked up (`lstat`, never following a link).
+    pub fn from_digest(root: &Path, digest: &TreeDigest) -> io::Result<OfferListing> {
+        let listing = &digest.listing;
+        // Upload order: names sorted, a directory before what is in it (the order of the
+        // paths' component lists).
+        let mut entries: Vec<(&str, Option<&FileRecord>)> = listing
+            .dirs
+            .iter()
+            .map(|d| (d.as_str(), None))
+            .chain(listing.files.iter().map(|f| (f.path.as_str(), Some(f))))
+            .collect();
+        entries.sort_unstable_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
+        let mut bytes = Vec::with_capacity(listing.files.len() * 110 + listing.dirs.len() * 20);
+        let mut offered = Offered {
+            files: Vec::with_capacity(listing.files.len()),
+        };
+        for (rel, file) in &entries {
+            let path = root.join(rel);
+            check_entry_path(rel.as_bytes()).map_err(|e| cannot_upload(&path, &e.to_string()))?;
+            let Some(file) = file else {
+                bytes.extend_from_slice(dir_line(rel).as_bytes());
+                continue;
+            };
+            let mut sha256 = [0u8; 32];
+            hex::decode_to_slice(&file.sha256, &mut sha256)
+                .map_err(|_| cannot_upload(&path, "its listed sha256 is not hex"))?;
+            let exec = match &digest.executables {
+                Some(set) => set.contains(*rel),
+                None => {
+                    let meta = fs::symlink_metadata(&path).map_err(at(&path, "stat"))?;
+                    if !meta.is_file() {
+                        return Err(cannot_upload(&path, NOT_FILE_OR_DIR));
+                    }
+                    meta.permissions().mode() & 0o100 != 0
+                }
+            };
+            let listed = ListedFile {
+                sha256,
+                size: file.size,
+                exec,
+            };
+            bytes.extend_from_slice(file_line(rel, &listed).as_bytes());
+            offered.files.push((rel.to_string(), path, file.size));
         }
-        if let Some(file) = file {
-            let entry = &entries[emitted];
-            out.write_all(file_line(&entry.rel, &file).as_bytes())?;
-            offered
-                .files
-                .push((entry.rel.clone(), entry.path.clone(), file.size));
-            emitted += 1;
+        Ok(OfferListing {
+            sha256: Sha256::digest(&bytes).into(),
+            lines: entries.len() as u64,
+            bytes,
+            offered,
+        })
+    }
+
+    /// The listing named by its digest, as an `upload` carries it.
+    pub fn named(&self) -> ListingDigest {
+        ListingDigest {
+            sha256: hex::encode(self.sha256),
+            bytes: self.bytes.len() as u64,
+            lines: self.lines,
         }
-        Ok(())
-    })?;
-    Ok(offered)
+    }
 }
 
 /// One entry of [`walk`].
@@ -150,105 +210,6 @@ fn walk_below(out: &mut Vec<Walked>, dir: &Path, rel: &Path) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Hashes `entries[files[k]]` for every `k` on one thread per core (at most 8) and hands each
-/// to `emit` on the calling thread in order of `k`, as soon as those before it are done; then
-/// calls `emit(files.len(), None)` once. The first error (a file, or `emit`'s) stops the
-/// hashing and is returned.
-fn hash_in_order(
-    files: &[usize],
-    entries: &[Walked],
-    mut emit: impl FnMut(usize, Option<ListedFile>) -> io::Result<()>,
-) -> io::Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    // A failure carries its place: what came before it is still emitted, in order.
-    let (tx, rx) = mpsc::channel::<Result<(usize, ListedFile), (usize, io::Error)>>();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                let tx = tx.clone();
-                let (next, stop) = (&next, &stop);
-                s.spawn(move || {
-                    let mut buf = vec![0u8; 256 * 1024];
-                    while !stop.load(Ordering::Relaxed) {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&i) = files.get(k) else { return };
-                        let hashed = hash_file(&entries[i].path, &mut buf)
-                            .map(|f| (k, f))
-                            .map_err(|e| (k, e));
-                        let failed = hashed.is_err();
-                        if tx.send(hashed).is_err() || failed {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect();
-        drop(tx);
-        let mut done: Vec<Option<ListedFile>> = vec![None; files.len()];
-        let mut k = 0;
-        // The first file (in listing order) that failed: files are taken in that order, so
-        // every one before it was taken already and still arrives.
-        let mut failed: Option<(usize, io::Error)> = None;
-        let mut emitted: io::Result<()> = Ok(());
-        for hashed in rx.iter() {
-            match hashed {
-                Ok((at, file)) => done[at] = Some(file),
-                Err((at, e)) => {
-                    stop.store(true, Ordering::Relaxed);
-                    if failed.as_ref().is_none_or(|(first, _)| at < *first) {
-                        failed = Some((at, e));
-                    }
-                }
-            }
-            while let Some(file) = done.get_mut(k).and_then(Option::take) {
-                if let Err(e) = emit(k, Some(file)) {
-                    emitted = Err(e);
-                    break;
-                }
-                k += 1;
-            }
-            if emitted.is_err() || failed.as_ref().is_some_and(|(first, _)| k >= *first) {
-                break;
-            }
-        }
-        if let (Ok(()), Some((_, e))) = (&emitted, failed) {
-            emitted = Err(e);
-        }
-        stop.store(true, Ordering::Relaxed);
-        drop(rx);
-        // Every worker joined (a panicked one left to the scope would panic it).
-        let mut panicked = false;
-        for w in workers {
-            panicked |= w.join().is_err();
-        }
-        emitted?;
-        if panicked || k < files.len() {
-            return Err(io::Error::other("a hashing thread stopped"));
-        }
-        emit(k, None)
-    })
-}
-
-fn hash_file(path: &Path, buf: &mut [u8]) -> io::Result<ListedFile> {
-    let (mut f, meta) = open_listed(path)?;
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    loop {
-        let n = f.read(buf).map_err(at(path, "read"))?;
-        if n == 0 {
-            return Ok(ListedFile {
-                sha256: hasher.finalize().into(),
-                size,
-                exec: meta.permissions().mode() & 0o100 != 0,
-            });
-        }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
 }
 
 /// Writes the tar stream of the files of `offered` that `bitmap` asks for, in listing order

@@ -19,9 +19,8 @@ use super::{xattrs, Assembly, ListedFile};
 use crate::bounded_tree;
 use crate::unpack::UnpackError;
 use rustix::fs::{AtFlags, Mode};
-use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// What [`Assembly::move_in`] did.
@@ -185,20 +184,14 @@ fn rename(from: BorrowedFd<'_>, name: &str, to: BorrowedFd<'_>, to_name: &str) -
 }
 
 /// The sha256 of the `size` bytes `file` holds from its start, `None` when it holds another
-/// number of bytes.
+/// number of bytes (at most `size + 1` are read to tell).
 pub(super) fn hash(file: &File, size: u64, buf: &mut [u8]) -> io::Result<Option<[u8; 32]>> {
-    let mut hasher = Sha256::new();
-    let mut reader = file.take(size + 1);
-    let mut n = 0u64;
-    loop {
-        let got = match reader.read(buf) {
-            Ok(0) => break,
-            Ok(got) => got,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..got]);
-        n += got as u64;
-    }
-    Ok((n == size).then(|| hasher.finalize().into()))
+    let (digest, n) = crate::tree_hash::read_hashed(
+        file.as_fd(),
+        buf,
+        Some(size.saturating_add(1)),
+        None,
+        |_| {},
+    )?;
+    Ok((n == size).then_some(digest))
 }

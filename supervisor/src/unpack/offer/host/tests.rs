@@ -7,6 +7,16 @@ use crate::unpack::offer::tests::make_fifo;
 use crate::unpack::UnpackLimits;
 use std::os::unix::fs::PermissionsExt;
 
+/// The offer listing of the tree under `dir` and its files, from one walk.
+fn list(dir: &Path) -> io::Result<(Vec<u8>, Offered)> {
+    let (_, listing) = OfferListing::of_tree(dir, TreeFormat::PiTreeV1, None)?;
+    assert_eq!(
+        listing.sha256,
+        <[u8; 32]>::from(Sha256::digest(&listing.bytes))
+    );
+    Ok((listing.bytes, listing.offered))
+}
+
 fn sha(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
@@ -34,8 +44,7 @@ fn the_listing_is_the_tree_in_upload_order() {
         ],
     );
     fs::create_dir(dir.path().join("empty")).unwrap();
-    let mut out = Vec::new();
-    let offered = list_tree_to(dir.path(), &mut out).unwrap();
+    let (out, offered) = list(dir.path()).unwrap();
     let expected = format!(
         "f {} 5 - a.txt\nd b\nd b/c\nf {} 0 - b/c/deep\nf {} 10 x b/run.sh\nd empty\n",
         sha(b"hello"),
@@ -75,8 +84,7 @@ fn many_files_hashed_out_of_order_are_listed_in_order() {
         .map(|(p, d)| (p.as_str(), d.as_slice(), false))
         .collect();
     make(dir.path(), &files);
-    let mut out = Vec::new();
-    list_tree_to(dir.path(), &mut out).unwrap();
+    let (out, _) = list(dir.path()).unwrap();
     let mut expected = String::new();
     for d in 0..7 {
         expected.push_str(&format!("d d{d}\n"));
@@ -93,28 +101,16 @@ fn many_files_hashed_out_of_order_are_listed_in_order() {
 }
 
 #[test]
-fn links_and_special_files_are_refused_before_a_line_is_written() {
+fn links_and_special_files_are_refused_naming_them() {
     let dir = tempfile::tempdir().unwrap();
     make(dir.path(), &[("a.txt", b"a", false)]);
     std::os::unix::fs::symlink("/etc/passwd", dir.path().join("z-link")).unwrap();
-    let mut out = Vec::new();
-    let err = list_tree_to(dir.path(), &mut out).unwrap_err();
-    assert!(
-        err.to_string().ends_with(
-            "z-link: cannot be uploaded: not a regular file or directory (symlinks and special \
-             files are never uploaded)"
-        ),
-        "{err}"
-    );
-    assert!(out.is_empty());
+    let err = list(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("z-link is a symlink"), "{err}");
     fs::remove_file(dir.path().join("z-link")).unwrap();
     make_fifo(dir.path().join("z-fifo"));
-    let err = list_tree_to(dir.path(), &mut out).unwrap_err();
-    assert!(
-        err.to_string().contains("z-fifo: cannot be uploaded"),
-        "{err}"
-    );
-    assert!(out.is_empty());
+    let err = list(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("z-fifo is a fifo"), "{err}");
 }
 
 #[test]
@@ -134,42 +130,35 @@ fn a_file_swapped_for_a_link_or_a_fifo_is_not_opened_through_it() {
 }
 
 #[test]
-fn a_file_gone_after_the_walk_stops_the_listing_after_what_came_before() {
+fn a_listing_without_execute_bits_looks_them_up_and_gives_the_same_bytes() {
     let dir = tempfile::tempdir().unwrap();
     make(
         dir.path(),
-        &[("a", b"a", false), ("b", b"b", false), ("c", b"c", false)],
+        &[
+            ("bin/run", b"#!/bin/sh\n", true),
+            ("a.b", b"x", false),
+            ("a/b", b"y", false),
+        ],
     );
-    let entries = walk(dir.path()).unwrap();
-    fs::remove_file(dir.path().join("b")).unwrap();
-    let mut emitted = Vec::new();
-    let err = hash_in_order(&[0, 1, 2], &entries, |k, file| {
-        emitted.push((k, file.map(|f| f.size)));
-        Ok(())
-    })
-    .unwrap_err();
-    assert!(err.to_string().contains("/b: open"), "{err}");
-    assert_eq!(emitted, [(0, Some(1))]);
-}
-
-#[test]
-fn a_writer_that_fails_fails_the_listing_with_its_error() {
-    struct Broken;
-    impl Write for Broken {
-        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-            Err(io::Error::new(io::ErrorKind::BrokenPipe, "gone"))
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let files: Vec<(String, Vec<u8>)> = (0..200).map(|i| (format!("f{i}"), vec![1; 100])).collect();
-    let files: Vec<(&str, &[u8], bool)> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice(), false))
+    let (digest, walked) = OfferListing::of_tree(dir.path(), TreeFormat::PiTreeV1, None).unwrap();
+    let bare = TreeDigest {
+        executables: None,
+        ..digest.clone()
+    };
+    let looked_up = OfferListing::from_digest(dir.path(), &bare).unwrap();
+    assert_eq!(looked_up.bytes, walked.bytes);
+    // Upload order: `a` and what is in it before `a.b` (component order, not byte order).
+    let text = String::from_utf8(walked.bytes.clone()).unwrap();
+    let order: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap())
         .collect();
-    make(dir.path(), &files);
-    let err = list_tree_to(dir.path(), &mut Broken).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    assert_eq!(order, ["a", "a/b", "a.b", "bin", "bin/run"]);
+    assert!(text.contains(" x bin/run\n"), "{text}");
+    assert_eq!(walked.named().lines, 5);
+    // The manifest listing the supervisor derives from it is the walk's own.
+    let derived =
+        crate::unpack::offer::manifest_listing(&walked.bytes, &UnpackLimits::default()).unwrap();
+    assert_eq!(derived, digest.listing);
+    assert_eq!(derived.digest(TreeFormat::PiTreeV1), digest.sha256);
 }
