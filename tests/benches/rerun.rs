@@ -275,12 +275,27 @@ fn run(socket: &Path, trees: &[Tree], manifest: &mut Manifest) -> Cost {
     }
 }
 
-/// The supervisor of the benchmark's sandbox: ended when dropped (a failure included).
-struct Serve(Child);
+/// The supervisor of the benchmark's sandbox and its socket: ended when dropped (a failure
+/// included) by a `shutdown` request (`unshare --fork` ignores SIGTERM while it waits), else
+/// killed.
+struct Serve(Child, PathBuf);
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let shut = UnixStream::connect(&self.1).and_then(|mut s| {
+            let hello = Request::Hello {
+                id: 1,
+                versions: vec![1],
+                client: "bench".into(),
+            };
+            write_frame(&mut s, &Frame::control(&hello))?;
+            write_frame(&mut s, &Frame::control(&Request::Shutdown { id: 2 }))?;
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).map(|_| ())
+        });
+        if shut.is_err() {
+            let _ = self.0.kill();
+        }
         let _ = self.0.wait();
     }
 }
@@ -340,7 +355,7 @@ fn main() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| fail(&format!("unshare: {e}")));
-    let serve = Serve(serve);
+    let serve = Serve(serve, socket.clone());
     for _ in 0..500 {
         if socket.exists() {
             break;

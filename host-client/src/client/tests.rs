@@ -334,3 +334,57 @@ fn a_tar_stream_that_fails_on_this_side_is_left_unended_and_not_waited_on() {
         .count();
     assert_eq!(ends, 0, "the stream is left unended");
 }
+
+/// A manifest with one tree at `/p/x` whose listing is one file.
+fn manifest_with_tree() -> Manifest {
+    serde_json::from_value(serde_json::json!({
+        "version": 1,
+        "runtime": "command",
+        "agent": {"binary": "/bin/sh", "args": ["-c", "exit 0"]},
+        "workdir": "/work",
+        "trees": [{
+            "name": "x", "path": "/p/x", "role": "plugin", "kind": "data",
+            "format": "pi-tree-v1", "sha256": "0".repeat(64),
+            "files": [{"path": "a", "sha256": "1".repeat(64), "size": 3}],
+        }],
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_tree_uploaded_by_digest_names_its_held_listing_and_falls_back_to_parts_when_refused() {
+    let ok = |id| {
+        Frame::control(&Response::Ok {
+            id,
+            detail: serde_json::json!({}),
+        })
+    };
+    let input = script(&[
+        ok(1),
+        Frame::control(&Response::Error {
+            id: 2,
+            kind: "refused".into(),
+            message: "add_listing: tree \"x\": held_listing: the listing held for /p/x is not \
+                      what was written"
+                .into(),
+        }),
+        ok(3),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    c.held_listings.insert("/p/x".into(), "ab".repeat(32));
+    c.set_manifest(&manifest_with_tree(), true).unwrap();
+    let sent: Vec<serde_json::Value> = requests(&c.writer.lock().unwrap())
+        .iter()
+        .map(|f| f.json().unwrap())
+        .collect();
+    assert_eq!(sent[1]["type"], "add_listing");
+    assert_eq!(sent[1]["held_listing"], "ab".repeat(32));
+    assert!(sent[1]
+        .get("files")
+        .is_none_or(|f| f == &serde_json::json!([])));
+    // Refused: the listing in parts, as to a supervisor without the feature.
+    assert_eq!(sent[2]["type"], "add_listing");
+    assert!(sent[2].get("held_listing").is_none(), "{}", sent[2]);
+    assert_eq!(sent[2]["files"][0]["path"], "a", "{}", sent[2]);
+    assert_eq!(sent.len(), 3);
+}
