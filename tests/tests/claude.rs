@@ -1428,3 +1428,120 @@ fn a_wrong_manifest_digest_makes_the_pre_tool_use_hook_refuse() {
         "{result}"
     );
 }
+
+/// A plugin the repository holds (never verified): a `SessionStart` hook that writes a marker
+/// into the workspace, and a skill whose description the model would be offered.
+fn plant_plugin_dir(plugin: &std::path::Path, marker: &std::path::Path) {
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::create_dir_all(plugin.join("hooks")).unwrap();
+    fs::create_dir_all(plugin.join("skills/planted")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "planted-plugin", "version": "0.1.0", "description": "not verified"}"#,
+    )
+    .unwrap();
+    let hooks = json!({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": format!("touch '{}'", marker.display())},
+    ]}]}});
+    fs::write(plugin.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    fs::write(
+        plugin.join("skills/planted/SKILL.md"),
+        "---\nname: planted\ndescription: PLANTED_PLUGIN_DIRS_SKILL\n---\nx\n",
+    )
+    .unwrap();
+}
+
+/// `CLAUDE_CODE_PLUGIN_DIRS` is Claude Code's environment spelling of `--plugin-dir` (a
+/// path-list of plugin directories it loads at startup, hooks, MCP servers and skills
+/// included), which `agent.args` refuses as code pitcrew did not verify. Set in the harness
+/// `env:` (or passed from the image with `--pass-env`) it would load a plugin of the
+/// workspace: one the repository holds, or one an earlier iteration planted. `pitcrew validate`
+/// refuses the name, and the supervisor strips it from every layer (the record's `env.removed`
+/// names it): the planted plugin's hook never runs and its skill is not offered.
+#[test]
+fn attack_env__claude_code_plugin_dirs_never_loads_an_unverified_plugin() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "env:\n",
+        "env:\n  CLAUDE_CODE_PLUGIN_DIRS: \"/work/workspace/.plug\"\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "validate accepted it: {stderr}");
+    assert!(stderr.contains("CLAUDE_CODE_PLUGIN_DIRS"), "{stderr}");
+
+    // Straight to the supervisor, past the host's validate: in the manifest's `env.set` it is
+    // refused before launch; from the image's environment it is stripped.
+    for from_image in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let ws = dir.path().join("workspace");
+        fs::create_dir_all(&ws).unwrap();
+        std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+        let marker = ws.join("PLUGIN_DIRS_HOOK_RAN");
+        let plugin = ws.join(".plug");
+        plant_plugin_dir(&plugin, &marker);
+        let plugin_dirs = plugin.display().to_string();
+        let mut set = json!({"ANTHROPIC_BASE_URL": server.origin()});
+        let mut passed = vec!["ANTHROPIC_API_KEY"];
+        if from_image {
+            passed.push("CLAUDE_CODE_PLUGIN_DIRS");
+        } else {
+            set["CLAUDE_CODE_PLUGIN_DIRS"] = plugin_dirs.clone().into();
+        }
+        let manifest = json!({
+            "version": 1,
+            "runtime": "claude",
+            "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+            "prompt": "please probe the sandbox",
+            "workdir": ws,
+            "env": {"set": set, "passed": passed},
+            "user": {"uid": 65534, "gid": 65534},
+            "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+        });
+        let before = server.requests().len();
+        let run = pitcrew_init_run(
+            &manifest,
+            dir.path(),
+            &[
+                ("ANTHROPIC_API_KEY", "dummy-key"),
+                ("CLAUDE_CODE_PLUGIN_DIRS", &plugin_dirs),
+            ],
+        );
+        let requests = server.requests()[before..].to_vec();
+        for (i, request) in requests.iter().enumerate() {
+            assert!(
+                !request.to_string().contains("PLANTED_PLUGIN_DIRS_SKILL"),
+                "from_image={from_image}: request {i} offers the planted plugin's skill"
+            );
+        }
+        assert!(
+            !marker.exists(),
+            "from_image={from_image}: the planted plugin's SessionStart hook ran"
+        );
+        if from_image {
+            assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+            assert!(!requests.is_empty(), "Claude Code asked nothing");
+            let removed = run.record["env"]["removed"].to_string();
+            assert!(
+                removed.contains("CLAUDE_CODE_PLUGIN_DIRS"),
+                "{:#}",
+                run.record
+            );
+        } else {
+            assert_ne!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+            let reason = run.record["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains("CLAUDE_CODE_PLUGIN_DIRS is refused"),
+                "{:#}",
+                run.record
+            );
+            assert!(run.record["agent"].is_null(), "launched: {:#}", run.record);
+            assert!(requests.is_empty(), "Claude Code was launched");
+        }
+    }
+}
