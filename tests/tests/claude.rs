@@ -1602,3 +1602,73 @@ fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the
         "{results:?}"
     );
 }
+
+/// A harness whose verified `PreToolUse` hook adapter (`--settings`) blocks a `Bash` call
+/// carrying `FORBIDDEN`, and a model that makes that call: the tool results.
+fn forbidden_call_run(
+    harness_env: &str,
+    pass_env: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, Value, Vec<String>) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["mkdir -p output; echo FORBIDDEN > output/proof; echo ran"],
+        bash,
+    ));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("env:\n", &format!("env:\n{harness_env}"))
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let mut args = vec!["--pass-env", "ANTHROPIC_API_KEY"];
+    for name in pass_env {
+        args.extend(["--pass-env", name]);
+    }
+    let mut vars = vec![("ANTHROPIC_API_KEY", "dummy-key")];
+    vars.extend_from_slice(env);
+    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &args, &vars);
+    let proof = code == Some(0) && iteration_dir(&doc, 1).join("output/proof").exists();
+    let mut results = server.tool_results();
+    if proof {
+        results.push("PROOF_WRITTEN".into());
+    }
+    (code, doc, results)
+}
+
+/// Claude Code's `CLAUDE_CODE_SIMPLE=1` (what `--bare` sets) and `CLAUDE_CODE_SAFE_MODE=1` (what
+/// `--safe-mode` reads) turn off every hook of the `--settings` file and of the verified
+/// plugins, as the options do, which `agent.args` refuses as pitcrew's. Set in the harness
+/// `env:` they are refused by `validate`; passed from the image (`--pass-env`) they are pinned
+/// off, and the verified hook adapter still blocks the call.
+#[test]
+fn attack_env__claude_bare_and_safe_mode_variables_never_turn_off_the_verified_hooks() {
+    if !gate() {
+        return;
+    }
+    for name in ["CLAUDE_CODE_SIMPLE", "CLAUDE_CODE_SAFE_MODE"] {
+        let (code, doc, results) = forbidden_call_run(&format!("  {name}: \"1\"\n"), &[], &[]);
+        assert_eq!(
+            code,
+            Some(1),
+            "{name} in the harness env: accepted: {results:?}\n{doc:#}"
+        );
+        let (code, doc, results) = forbidden_call_run("", &[name], &[(name, "1")]);
+        assert_eq!(code, Some(0), "{doc:#}");
+        assert!(
+            !results.iter().any(|r| r == "PROOF_WRITTEN"),
+            "{name} from the image turned the verified hook off: {results:?}"
+        );
+        assert!(
+            results[0].contains("blocked by the verified hook"),
+            "{name}: {results:?}"
+        );
+    }
+}
