@@ -505,6 +505,8 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
         PINNED,
     ),
     rule(Exact("CLAUDE_CODE_DISABLE_CLAUDE_MDS"), PINNED),
+    rule(Exact("CLAUDE_CODE_SIMPLE"), PINNED),
+    rule(Exact("CLAUDE_CODE_SAFE_MODE"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),

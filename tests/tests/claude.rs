@@ -1604,18 +1604,9 @@ fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the
 }
 
 /// A harness whose verified `PreToolUse` hook adapter (`--settings`) blocks a `Bash` call
-/// carrying `FORBIDDEN`, and a model that makes that call: the tool results.
-fn forbidden_call_run(
-    harness_env: &str,
-    pass_env: &[&str],
-    env: &[(&str, &str)],
-) -> (Option<i32>, Value, Vec<String>) {
-    let server = ModelServer::start(one_command_per_iteration(
-        "Bash",
-        &["mkdir -p output; echo FORBIDDEN > output/proof; echo ran"],
-        bash,
-    ));
-    let fx = fixture(&server, 1);
+/// carrying `FORBIDDEN`, with `harness_env` added to its `env:`.
+fn forbidden_call_fixture(server: &ModelServer, harness_env: &str) -> Fixture {
+    let fx = fixture(server, 1);
     let root = fx.harness.parent().unwrap().to_path_buf();
     fs::create_dir_all(root.join("adapters")).unwrap();
     let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
@@ -1628,47 +1619,83 @@ fn forbidden_call_run(
         .replace("env:\n", &format!("env:\n{harness_env}"))
         + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
     fs::write(&fx.harness, yaml).unwrap();
-    let mut args = vec!["--pass-env", "ANTHROPIC_API_KEY"];
-    for name in pass_env {
-        args.extend(["--pass-env", name]);
-    }
-    let mut vars = vec![("ANTHROPIC_API_KEY", "dummy-key")];
-    vars.extend_from_slice(env);
-    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &args, &vars);
-    let proof = code == Some(0) && iteration_dir(&doc, 1).join("output/proof").exists();
-    let mut results = server.tool_results();
-    if proof {
-        results.push("PROOF_WRITTEN".into());
-    }
-    (code, doc, results)
+    fx
 }
 
 /// Claude Code's `CLAUDE_CODE_SIMPLE=1` (what `--bare` sets) and `CLAUDE_CODE_SAFE_MODE=1` (what
 /// `--safe-mode` reads) turn off every hook of the `--settings` file and of the verified
-/// plugins, as the options do, which `agent.args` refuses as pitcrew's. Set in the harness
-/// `env:` they are refused by `validate`; passed from the image (`--pass-env`) they are pinned
-/// off, and the verified hook adapter still blocks the call.
+/// plugins, as the options do (the verified hook adapter no longer blocks a call), which
+/// `agent.args` refuses as pitcrew's. In the harness `env:` they are refused by `validate`,
+/// `--pass-env` refuses them, and set in the image's environment the supervisor pins them off.
 #[test]
 fn attack_env__claude_bare_and_safe_mode_variables_never_turn_off_the_verified_hooks() {
     if !gate() {
         return;
     }
     for name in ["CLAUDE_CODE_SIMPLE", "CLAUDE_CODE_SAFE_MODE"] {
-        let (code, doc, results) = forbidden_call_run(&format!("  {name}: \"1\"\n"), &[], &[]);
+        let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+        let fx = forbidden_call_fixture(&server, &format!("  {name}: \"1\"\n"));
+        let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
         assert_eq!(
             code,
             Some(1),
-            "{name} in the harness env: accepted: {results:?}\n{doc:#}"
-        );
-        let (code, doc, results) = forbidden_call_run("", &[name], &[(name, "1")]);
-        assert_eq!(code, Some(0), "{doc:#}");
-        assert!(
-            !results.iter().any(|r| r == "PROOF_WRITTEN"),
-            "{name} from the image turned the verified hook off: {results:?}"
+            "{name} in the harness env: accepted: {stderr}"
         );
         assert!(
-            results[0].contains("blocked by the verified hook"),
-            "{name}: {results:?}"
+            stderr.contains(&format!("name {name} is refused")),
+            "{stderr}"
         );
+
+        let (code, _, stderr) = pitcrew_output(
+            &[
+                "run".as_ref(),
+                fx.harness.as_os_str(),
+                "--state-dir".as_ref(),
+                fx.state.as_os_str(),
+                "--pass-env".as_ref(),
+                name.as_ref(),
+            ],
+            &[(name, "1")],
+        );
+        assert_eq!(code, Some(1), "--pass-env {name} accepted: {stderr}");
+        assert!(server.requests().is_empty(), "Claude Code was launched");
     }
+
+    // The image's own environment (the supervisor's baseline) setting both: pinned off before
+    // Claude Code starts, which its Bash tool's environment shows.
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["echo \"SIMPLE=$CLAUDE_CODE_SIMPLE SAFE=$CLAUDE_CODE_SAFE_MODE\""],
+        bash,
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "env": {
+            "set": {"ANTHROPIC_BASE_URL": server.origin()},
+            "passed": ["ANTHROPIC_API_KEY", "CLAUDE_CODE_SIMPLE", "CLAUDE_CODE_SAFE_MODE"],
+        },
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(
+        &manifest,
+        dir.path(),
+        &[
+            ("ANTHROPIC_API_KEY", "dummy-key"),
+            ("CLAUDE_CODE_SIMPLE", "1"),
+            ("CLAUDE_CODE_SAFE_MODE", "1"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+    let results = server.tool_results();
+    assert!(results[0].contains("SIMPLE=0 SAFE=0"), "{results:?}");
 }
