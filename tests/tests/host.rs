@@ -254,6 +254,11 @@ echo planted"#
         "the host's git ran what the agent planted: {}",
         read_text(&marker)
     );
+    let stripped =
+        read_json(&iteration_dir(&doc, 1).join("result.json"))["workspace_stripped"].to_string();
+    for name in ["./hooks/post-checkout", "./config: core.fsmonitor"] {
+        assert!(stripped.contains(name), "{name}: {stripped}");
+    }
 }
 
 #[test]
