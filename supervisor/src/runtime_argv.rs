@@ -300,13 +300,17 @@ pub const CLAUDE_BUILTIN_PLUGINS: &[&str] = &[
 ];
 
 /// The settings (JSON) pitcrew gives Claude Code with `--settings` when the harness pins no
-/// settings file of its own: every built-in plugin disabled (`enabledPlugins`).
+/// settings file of its own: every built-in plugin disabled (`enabledPlugins`), and
+/// `disableAllHooks: false`. The config dir is the agent's to write during an iteration and
+/// Claude Code reloads its user settings there as they change: a `disableAllHooks: true` the
+/// agent writes would turn off the verified plugins' hooks in that same iteration, unless a
+/// source above the user's (this one) says `false`.
 pub fn claude_builtins_off() -> String {
     let off: serde_json::Map<String, serde_json::Value> = CLAUDE_BUILTIN_PLUGINS
         .iter()
         .map(|name| (format!("{name}@builtin"), serde_json::Value::Bool(false)))
         .collect();
-    serde_json::json!({ "enabledPlugins": off }).to_string()
+    serde_json::json!({ "enabledPlugins": off, "disableAllHooks": false }).to_string()
 }
 
 fn claude_args(

@@ -1551,17 +1551,20 @@ fn attack_env__claude_code_plugin_dirs_never_loads_an_unverified_plugin() {
 /// then a pause for Claude Code's settings watcher.
 const WRITE_DISABLE_ALL_HOOKS: &str = r#"printf '{"disableAllHooks": true}' > "$CLAUDE_CONFIG_DIR/settings.json"; sleep 3; echo wrote"#;
 
-/// A verified `PreToolUse` hook adapter (a `hook-adapter` file used as `--settings`, outside
-/// the config dir, as `docs/threat-model.md` recommends) blocks a `Bash` call carrying
-/// `FORBIDDEN`. The agent's first tool call writes `{"disableAllHooks": true}` into
-/// `$CLAUDE_CONFIG_DIR/settings.json`; Claude Code hot-reloads its user settings in that same
-/// iteration, and its next `Bash` call must still be blocked by the verified hook, the command
-/// not run.
-#[test]
-fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the_verified_hook() {
-    if !gate() {
-        return;
-    }
+/// The verified hook that blocks a `Bash` call carrying `FORBIDDEN`.
+fn forbidden_hook() -> Value {
+    json!({"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]})
+}
+
+/// One iteration in which the agent's first tool call writes [`WRITE_DISABLE_ALL_HOOKS`] and
+/// its second carries `FORBIDDEN`, with the verified hook given by `adapter_settings` (a
+/// `claude-settings` hook adapter of that content) or, when `None`, by the verified plugin's
+/// `hooks/hooks.json` (pitcrew then gives its own `--settings`). Returns the tool results and
+/// whether the `FORBIDDEN` command wrote its proof.
+fn disable_all_hooks_run(adapter_settings: Option<Value>) -> (Vec<String>, bool) {
     let step = std::sync::atomic::AtomicUsize::new(0);
     let server =
         ModelServer::start(
@@ -1579,28 +1582,54 @@ fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the
         );
     let fx = fixture(&server, 1);
     let root = fx.harness.parent().unwrap().to_path_buf();
-    fs::create_dir_all(root.join("adapters")).unwrap();
-    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
-        "type": "command",
-        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
-    }]}]}});
-    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap()
-        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
-    fs::write(&fx.harness, yaml).unwrap();
+    match adapter_settings {
+        Some(settings) => {
+            fs::create_dir_all(root.join("adapters")).unwrap();
+            fs::write(root.join("adapters/hooks.json"), settings.to_string()).unwrap();
+            let yaml = fs::read_to_string(&fx.harness).unwrap()
+                + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+            fs::write(&fx.harness, yaml).unwrap();
+        }
+        None => {
+            let hooks = root.join("plugins/hello-claude/hooks");
+            fs::create_dir_all(&hooks).unwrap();
+            let file = json!({"hooks": forbidden_hook()});
+            fs::write(hooks.join("hooks.json"), file.to_string()).unwrap();
+        }
+    }
     let (code, doc) = fx.run_status();
     let results = server.tool_results();
     assert_eq!(results.len(), 2, "{code:?} {results:?}\n{doc:#}");
     assert!(results[0].contains("wrote"), "{results:?}");
-    let it = iteration_dir(&doc, 1);
-    assert!(
-        !it.join("output/proof").exists(),
-        "the verified hook was turned off by the agent's settings.json: {results:?}"
-    );
-    assert!(
-        results[1].contains("blocked by the verified hook"),
-        "{results:?}"
-    );
+    let proof = iteration_dir(&doc, 1).join("output/proof").exists();
+    (results, proof)
+}
+
+/// The agent's first tool call writes `{"disableAllHooks": true}` into
+/// `$CLAUDE_CONFIG_DIR/settings.json` (the config dir is the agent's to write during an
+/// iteration), which Claude Code reloads as its user settings in that same iteration; its next
+/// `Bash` call must still be blocked by the verified hook, the command not run: a verified
+/// plugin's hook (pitcrew's own `--settings` says `disableAllHooks: false`, above the user's),
+/// and a `claude-settings` hook adapter saying `disableAllHooks: false` as `pitcrew validate`
+/// asks. An adapter that does not say it is turned off (the known gap of
+/// `docs/threat-model.md`).
+#[test]
+fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let adapter = json!({"hooks": forbidden_hook(), "disableAllHooks": false});
+    for settings in [None, Some(adapter)] {
+        let (results, proof) = disable_all_hooks_run(settings.clone());
+        assert!(
+            !proof,
+            "{settings:?}: the verified hook was turned off by the agent's settings.json: {results:?}"
+        );
+        assert!(
+            results[1].contains("blocked by the verified hook"),
+            "{settings:?}: {results:?}"
+        );
+    }
 }
 
 /// A harness whose verified `PreToolUse` hook adapter (`--settings`) blocks a `Bash` call
