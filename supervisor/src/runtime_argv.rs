@@ -209,11 +209,27 @@ pub fn extension_tools(m: &Manifest) -> Result<Vec<String>, String> {
     Ok(found)
 }
 
-/// `agent.tools` then each of `extension_tools` it does not name.
+/// The names of pi's built-in tools (every supported release's `--help`, "Built-in Tool
+/// Names"). pi's `--tools` allowlist covers them too: one of these names added for an extension
+/// would offer the model the built-in tool whenever the extension does not register it (the
+/// scan for registered tools is textual: a comment counts), so only `agent.tools` names them.
+pub const PI_BUILTIN_TOOLS: &[&str] = &[
+    "read",
+    "bash",
+    "powershell",
+    "edit",
+    "write",
+    "grep",
+    "find",
+    "ls",
+];
+
+/// `agent.tools` then each of `extension_tools` it does not name, but for pi's built-in tool
+/// names ([`PI_BUILTIN_TOOLS`]).
 fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
     let mut all = tools.to_vec();
     for tool in extension_tools {
-        if !all.contains(tool) {
+        if !all.contains(tool) && !PI_BUILTIN_TOOLS.contains(&tool.as_str()) {
             all.push(tool.clone());
         }
     }
