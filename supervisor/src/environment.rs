@@ -315,6 +315,11 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
             "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL",
             "1".to_string(),
         ),
+        // CLAUDE_CODE_SIMPLE=0, CLAUDE_CODE_SAFE_MODE=0: what `--bare` and `--safe-mode` (refused
+        // in agent.args) read; set, Claude Code runs none of the hooks of the verified
+        // `--settings` file and plugins, the hook adapter included.
+        ("CLAUDE_CODE_SIMPLE", "0".to_string()),
+        ("CLAUDE_CODE_SAFE_MODE", "0".to_string()),
     ]
 }
 

@@ -209,11 +209,27 @@ pub fn extension_tools(m: &Manifest) -> Result<Vec<String>, String> {
     Ok(found)
 }
 
-/// `agent.tools` then each of `extension_tools` it does not name.
+/// The names of pi's built-in tools (every supported release's `--help`, "Built-in Tool
+/// Names"). pi's `--tools` allowlist covers them too: one of these names added for an extension
+/// would offer the model the built-in tool whenever the extension does not register it (the
+/// scan for registered tools is textual: a comment counts), so only `agent.tools` names them.
+pub const PI_BUILTIN_TOOLS: &[&str] = &[
+    "read",
+    "bash",
+    "powershell",
+    "edit",
+    "write",
+    "grep",
+    "find",
+    "ls",
+];
+
+/// `agent.tools` then each of `extension_tools` it does not name, but for pi's built-in tool
+/// names ([`PI_BUILTIN_TOOLS`]).
 fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
     let mut all = tools.to_vec();
     for tool in extension_tools {
-        if !all.contains(tool) {
+        if !all.contains(tool) && !PI_BUILTIN_TOOLS.contains(&tool.as_str()) {
             all.push(tool.clone());
         }
     }
@@ -300,13 +316,17 @@ pub const CLAUDE_BUILTIN_PLUGINS: &[&str] = &[
 ];
 
 /// The settings (JSON) pitcrew gives Claude Code with `--settings` when the harness pins no
-/// settings file of its own: every built-in plugin disabled (`enabledPlugins`).
+/// settings file of its own: every built-in plugin disabled (`enabledPlugins`), and
+/// `disableAllHooks: false`. The config dir is the agent's to write during an iteration and
+/// Claude Code reloads its user settings there as they change: a `disableAllHooks: true` the
+/// agent writes would turn off the verified plugins' hooks in that same iteration, unless a
+/// source above the user's (this one) says `false`.
 pub fn claude_builtins_off() -> String {
     let off: serde_json::Map<String, serde_json::Value> = CLAUDE_BUILTIN_PLUGINS
         .iter()
         .map(|name| (format!("{name}@builtin"), serde_json::Value::Bool(false)))
         .collect();
-    serde_json::json!({ "enabledPlugins": off }).to_string()
+    serde_json::json!({ "enabledPlugins": off, "disableAllHooks": false }).to_string()
 }
 
 fn claude_args(

@@ -671,7 +671,10 @@ impl Checker<'_> {
                 "adapters",
                 "Claude Code takes one --settings, this claude-settings file: its built-in \
                  plugins stay enabled unless the file's enabledPlugins turns them off \
-                 (\"cc-plugin-plugin-authoring@builtin\": false, …; docs/agent-support.md)",
+                 (\"cc-plugin-plugin-authoring@builtin\": false, …), and a \
+                 \"disableAllHooks\": true the agent writes into its config dir turns off \
+                 its hooks in that iteration unless the file says \"disableAllHooks\": false \
+                 (docs/agent-support.md)",
             );
         }
     }
