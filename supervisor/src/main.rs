@@ -342,7 +342,13 @@ mod linux {
                 Manifest::from_json(&bytes).map_err(|e| format!("manifest-invalid: {e}"))
             });
         let record = match manifest {
-            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration, &mut NoopObserver),
+            Ok(manifest) => run_iteration(
+                &mut ctx,
+                &manifest,
+                &manifest.runtime_dirs(),
+                args.iteration,
+                &mut NoopObserver,
+            ),
             Err(reason) => {
                 tracing::error!("{reason}");
                 let mut record = IterationResult::new(args.iteration, ctx.info.clone());
