@@ -1,5 +1,5 @@
 //! One iteration, in order: reap → prepare → verify → context files → environment → confine
-//! and launch → supervise → reap again and judge, producing the result record.
+//! and launch → wait → reap again and judge, producing the result record.
 //!
 //! This is the only place that knows the order, and [`run_steps`] is nothing but the steps:
 //! each is a function of its own that either hands the next one what it needs or stops the
@@ -11,7 +11,7 @@ use crate::clock::millis;
 use crate::environment::EnvOutcome;
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
 use crate::result::{AgentRecord, IterationResult, OutputRecord};
 use crate::sandbox::capture::{OutputCapture, StreamName, StreamReport};
 use crate::sandbox::cgroup::IterationCgroups;
@@ -19,14 +19,14 @@ use crate::sandbox::confine::ConfinePlan;
 use crate::sandbox::disk_budget::DiskWatch;
 use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, reap_everything_unless, ReapOutcome};
-use crate::sandbox::supervise::{supervise, AgentOutcome};
+use crate::sandbox::wait::{wait_for_agent, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use crate::sandbox::observer::{IterationObserver, NoopObserver, ObserverAction};
-pub use crate::sandbox::supervisor::{BaselineEnv, Supervisor};
+pub use crate::sandbox::state::{BaselineEnv, Supervisor};
 
 /// Why an iteration ended at a step instead of with the agent's own verdict: the record's exit
 /// code and reason.
@@ -88,16 +88,19 @@ fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
 }
 
 /// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's),
-/// reporting each step to `observer`.
+/// reporting each step to `observer`. `dirs` is `manifest`'s [`Manifest::runtime_dirs`],
+/// resolved once by the caller for the whole iteration (the serve mode's record step copies
+/// the transcripts from them too).
 pub fn run_iteration(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     observer: &mut dyn IterationObserver,
 ) -> IterationResult {
     let mut record = IterationResult::new(iteration, ctx.info.clone());
     record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
-    match run_steps(ctx, manifest, iteration, observer, &mut record) {
+    match run_steps(ctx, manifest, dirs, iteration, observer, &mut record) {
         Ok(verdict) => record.finish(verdict.code, verdict.reason),
         Err(stop) => record.finish(stop.code, Some(stop.reason)),
     }
@@ -108,29 +111,32 @@ pub fn run_iteration(
 fn run_steps(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     observer: &mut dyn IterationObserver,
     record: &mut IterationResult,
 ) -> Result<Verdict, Stop> {
     // 1. Reap: nothing but the supervisor may run while we verify.
-    reap_before(ctx, manifest, record, observer)?;
+    reap_before(ctx, manifest, dirs, record, observer)?;
     // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
-    prepare(ctx, manifest, record, observer)?;
+    prepare(ctx, manifest, dirs, record, observer)?;
     // 2. Verify.
     let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
-    claude_skills_step(manifest, observer)?;
+    claude_skills_step(manifest, dirs, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
-    verified.claude_md = context_step(manifest, &verified, iteration, record, observer)?;
+    verified.claude_md = context_step(manifest, dirs, &verified, iteration, record, observer)?;
     // 3. Environment.
-    let env = environment_step(ctx, manifest, record, observer)?;
+    let env = environment_step(ctx, manifest, dirs, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
-    let mut running = launch_step(ctx, manifest, iteration, &verified, &env, record, observer)?;
+    let mut running = launch_step(
+        ctx, manifest, dirs, iteration, &verified, &env, record, observer,
+    )?;
     // 6. Supervise.
     observer.step("agent", "started", json!({"pid": running.pid}));
     let started = Instant::now();
-    let outcome = supervise(
+    let outcome = wait_for_agent(
         ctx,
         running.pid,
         &manifest.limits,
@@ -140,13 +146,16 @@ fn run_steps(
     );
     record.steps.agent_ms = millis(started.elapsed());
     // 7. Reap again, then judge.
-    Ok(conclude(ctx, manifest, running, &outcome, record, observer))
+    Ok(conclude(
+        ctx, manifest, dirs, running, &outcome, record, observer,
+    ))
 }
 
 /// Step 1: kill and reap every process but the supervisor.
 fn reap_before(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
@@ -159,7 +168,7 @@ fn reap_before(
         "finished",
         json!({"killed": outcome.killed, "remaining": outcome.remaining}),
     );
-    restore_own_state(ctx, manifest, record, observer)?;
+    restore_own_state(ctx, manifest, dirs, record, observer)?;
     if outcome.remaining > 0 {
         return Err(Stop::supervisor(format!(
             "reap-incomplete: {} process(es) survived {} ms of TERM/KILL",
@@ -175,6 +184,7 @@ fn reap_before(
 fn prepare(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
@@ -196,8 +206,8 @@ fn prepare(
     {
         return Err(Stop::supervisor(format!("confine: {reason}")));
     }
-    agent_dirs_step(manifest, observer)?;
-    let reset = crate::dir_reset::reset_config(manifest)
+    agent_dirs_step(manifest, dirs, observer)?;
+    let reset = crate::dir_reset::reset_config(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
         observer.step(
@@ -210,7 +220,7 @@ fn prepare(
             paths: reset.removed,
         });
     }
-    let scratch = crate::dir_reset::reset_home_and_tmp(manifest, &ctx.supervisor_paths)
+    let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
@@ -236,9 +246,13 @@ fn prepare(
 
 /// The agent's directories, made (or a non-directory in their place replaced) without
 /// following a link, once nothing of an earlier agent runs.
-fn agent_dirs_step(manifest: &Manifest, observer: &mut dyn IterationObserver) -> Result<(), Stop> {
+fn agent_dirs_step(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
     observer.step("agent-dirs", "started", json!({}));
-    match crate::agent_dirs::prepare(manifest) {
+    match crate::agent_dirs::prepare(manifest, dirs) {
         Ok(replaced) => {
             for r in &replaced {
                 tracing::warn!(
@@ -314,9 +328,10 @@ fn verify_step(
 /// `SKILL.md` derived from the verified bytes (`crate::claude_skills`), made again from scratch.
 fn claude_skills_step(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    match crate::claude_skills::prepare(manifest) {
+    match crate::claude_skills::prepare(manifest, dirs) {
         Ok(plugins) if plugins.is_empty() => Ok(()),
         Ok(plugins) => {
             observer.step("claude-skills", "finished", json!({"plugins": plugins}));
@@ -336,14 +351,20 @@ fn claude_skills_step(
 /// Claude Code.
 fn context_step(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     verified: &Verified,
     iteration: u32,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Option<String>, Stop> {
     let version = verified.version.as_deref();
-    let prepared =
-        crate::context_files::prepare(manifest, version, iteration, observer.context_baseline());
+    let prepared = crate::context_files::prepare(
+        manifest,
+        dirs,
+        version,
+        iteration,
+        observer.context_baseline(),
+    );
     match prepared {
         Ok(None) => Ok(None),
         Ok(Some(prepared)) => {
@@ -363,12 +384,13 @@ fn context_step(
 fn environment_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
     observer.step("environment", "started", json!({}));
     let started = Instant::now();
-    let env = environment::build(manifest, &ctx.baseline.vars);
+    let env = environment::build(manifest, dirs, &ctx.baseline.vars);
     record.steps.env_ms = millis(started.elapsed());
     let env = env.map_err(|err| {
         observer.step("environment", "finished", json!({"error": err.to_string()}));
@@ -409,9 +431,11 @@ fn refuse_if_cancelled(
 /// Steps 4 and 5: the agent's cgroups, confinement, argv and streams prepared in the
 /// supervisor, then fork, confine and exec. A failed launch is reaped before it stops the
 /// iteration.
+#[allow(clippy::too_many_arguments)]
 fn launch_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     verified: &Verified,
     env: &EnvOutcome,
@@ -435,6 +459,7 @@ fn launch_step(
     };
     let argv = runtime_argv::argv(
         manifest,
+        dirs,
         &verified.binary,
         verified.version.as_deref(),
         verified.claude_md.as_deref(),
@@ -450,11 +475,16 @@ fn launch_step(
             manifest.limits.processes,
         )
         .map_err(|reason| refused(observer, format!("limits: {reason}")))?;
-    let landlock =
-        crate::sandbox::confine::landlock_plan(manifest, ctx.info.mode, &ctx.supervisor_paths)
-            .map_err(|reason| refused(observer, reason))?;
+    let landlock = crate::sandbox::confine::landlock_plan(
+        manifest,
+        dirs,
+        ctx.info.mode,
+        &ctx.supervisor_paths,
+    )
+    .map_err(|reason| refused(observer, reason))?;
     let mut plan = ConfinePlan::prepare(
         manifest,
+        dirs,
         &landlock,
         *ctx.signals.original_mask(),
         &ctx.agent_cgroups,
@@ -481,8 +511,11 @@ fn launch_step(
     }
     let disk = match manifest.limits.disk_bytes {
         Some(limit) => Some(
-            DiskWatch::start(limit, &crate::sandbox::confine::writable_roots(manifest))
-                .map_err(|reason| refused(observer, reason))?,
+            DiskWatch::start(
+                limit,
+                &crate::sandbox::confine::writable_roots(manifest, dirs),
+            )
+            .map_err(|reason| refused(observer, reason))?,
         ),
         None => None,
     };
@@ -501,7 +534,7 @@ fn launch_step(
             );
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
-            final_reap(ctx, manifest, record, observer, None);
+            final_reap(ctx, manifest, dirs, record, observer, None);
             capture.finish();
             return Err(Stop {
                 code: err.exit_code(),
@@ -531,6 +564,7 @@ fn launch_step(
 fn final_reap(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
     disk: Option<&mut DiskWatch>,
@@ -554,7 +588,7 @@ fn final_reap(
         json!({"killed": outcome.killed, "remaining": outcome.remaining}),
     );
     // The record is written next: with the limits and directory modes it needs.
-    if let Err(stop) = restore_own_state(ctx, manifest, record, observer) {
+    if let Err(stop) = restore_own_state(ctx, manifest, dirs, record, observer) {
         tracing::warn!("{}", stop.reason);
     }
 }
@@ -565,11 +599,12 @@ fn final_reap(
 fn restore_own_state(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
     let Some(found) = ctx.restore_own_state() else {
-        return hold_manifest_paths(ctx, manifest);
+        return hold_manifest_paths(ctx, manifest, dirs);
     };
     observer.step("own-state", "restored", json!(found));
     let all = record
@@ -579,19 +614,22 @@ fn restore_own_state(
     all.limits_lowered.extend(found.limits_lowered);
     all.modes.extend(found.modes);
     all.modes_failed.extend(found.modes_failed);
-    hold_manifest_paths(ctx, manifest)
+    hold_manifest_paths(ctx, manifest, dirs)
 }
 
 /// Holds (unprivileged mode) the directories of the supervisor's uid on the way to every path
 /// the manifest names for the agent or verifies (up to their parents); one it cannot hold stops
 /// the iteration (125).
-fn hold_manifest_paths(ctx: &mut Supervisor, manifest: &Manifest) -> Result<(), Stop> {
+fn hold_manifest_paths(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+) -> Result<(), Stop> {
     if !ctx.owned_dirs.enabled() {
         return Ok(());
     }
     // The parents of what the agent writes and of what is verified; not what lies inside the
     // agent's own directories, which it may change at will (and `agent_dirs` repairs).
-    let dirs = manifest.runtime_dirs();
     let mut agent: Vec<&str> = vec![&manifest.workdir];
     agent.extend(dirs.agent_dirs());
     let named = agent
@@ -615,6 +653,7 @@ fn hold_manifest_paths(ctx: &mut Supervisor, manifest: &Manifest) -> Result<(), 
 fn conclude(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     running: Running,
     outcome: &AgentOutcome,
     record: &mut IterationResult,
@@ -654,7 +693,7 @@ fn conclude(
     );
 
     record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, record, observer, disk.as_mut());
+    final_reap(ctx, manifest, dirs, record, observer, disk.as_mut());
     let usage = cgroups.usage();
     drop(cgroups);
     if let Some(confinement) = &mut record.confinement {

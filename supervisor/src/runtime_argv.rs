@@ -40,7 +40,7 @@
 //! attach). An element containing NUL is refused (exec could not pass it).
 
 use crate::env_policy::agent_args::{agent_args_problems, Against, AgentArgProblem};
-use crate::manifest::{ContextFiles, FileUse, Manifest, Runtime, TreeKind};
+use crate::manifest::{ContextFiles, FileUse, Manifest, Runtime, RuntimeDirPaths, TreeKind};
 use crate::result::PromptRecord;
 use crate::runtime_version::PiFeatures;
 use std::path::Path;
@@ -111,6 +111,7 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 /// ([`extension_tools`]), added to a non-empty `agent.tools` for pi.
 pub fn argv(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     binary: &Path,
     version: Option<&str>,
     claude_md: Option<&str>,
@@ -126,7 +127,13 @@ pub fn argv(
     }
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
-        Runtime::Pi => pi_args(manifest, PiFeatures::of(version), extension_tools, &mut v)?,
+        Runtime::Pi => pi_args(
+            manifest,
+            dirs,
+            PiFeatures::of(version),
+            extension_tools,
+            &mut v,
+        )?,
         Runtime::Claude => claude_args(manifest, claude_md, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
@@ -238,12 +245,13 @@ fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
 
 fn pi_args(
     m: &Manifest,
+    dirs: &RuntimeDirPaths,
     features: PiFeatures,
     extension_tools: &[String],
     v: &mut Vec<String>,
 ) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
-    let sessions = m.runtime_dirs().sessions;
+    let sessions = dirs.sessions.clone();
     push(
         v,
         &[
@@ -394,6 +402,24 @@ fn claude_args(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// [`super::argv`] with the manifest's own runtime directories.
+    fn argv(
+        m: &Manifest,
+        binary: &Path,
+        version: Option<&str>,
+        claude_md: Option<&str>,
+        extension_tools: &[String],
+    ) -> Result<Vec<String>, ArgvError> {
+        super::argv(
+            m,
+            &m.runtime_dirs(),
+            binary,
+            version,
+            claude_md,
+            extension_tools,
+        )
+    }
 
     fn manifest(v: serde_json::Value) -> Manifest {
         Manifest::from_json(v.to_string().as_bytes()).unwrap()

@@ -730,8 +730,7 @@ pub fn state_dir(flag: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
 
 /// Whether this process runs with effective uid 0.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Makes writes to a closed pipe fail with `EPIPE` instead of killing pitcrew with SIGPIPE:
@@ -739,6 +738,8 @@ pub fn is_root() -> bool {
 /// ([`crate::output`]). Called first thing in `main`, for every command; the children pitcrew
 /// starts get the default disposition back (`std::process::Command` restores it).
 pub fn ignore_sigpipe() {
+    // libc, not rustix: rustix has no safe call that sets a signal's disposition (its
+    // `runtime` sigaction is for implementing a libc, not for use beside one).
     // SAFETY: changes only this process's SIGPIPE disposition; called at the start of `main`,
     // before any thread exists.
     unsafe {

@@ -21,6 +21,7 @@
 use super::error::RequestError;
 use super::Server;
 use crate::clock::now_secs;
+use crate::record_names::{self, COLLECTED_FILE};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
@@ -37,9 +38,6 @@ pub const DEFAULT_LEASE_MS: u64 = 60_000;
 const LEASE_MS: std::ops::RangeInclusive<u64> = 1_000..=86_400_000;
 /// Most uncollected iterations `status` names (the count is always exact).
 const UNCOLLECTED_NAMED: usize = 1000;
-/// The file of collected iterations in the records directory (the host reads it too, from a
-/// sandbox's storage).
-pub const COLLECTED_FILE: &str = ".collected";
 
 /// The run a sandbox serves.
 #[derive(Debug, Clone)]
@@ -104,11 +102,7 @@ impl Claim {
 /// The collected iterations listed in `records` (empty when none are).
 pub(super) fn read_collected(records: &Path) -> BTreeSet<u32> {
     fs::read_to_string(records.join(COLLECTED_FILE))
-        .map(|text| {
-            text.lines()
-                .filter_map(|l| l.trim().parse::<u32>().ok())
-                .collect()
-        })
+        .map(|text| record_names::parse_collected(&text))
         .unwrap_or_default()
 }
 
@@ -344,10 +338,7 @@ impl Server {
         if new.is_empty() {
             return;
         }
-        let mut text = String::new();
-        for n in &new {
-            text.push_str(&format!("{n}\n"));
-        }
+        let text = record_names::collected_lines(new.iter().copied());
         // Known in memory even when the file cannot take it (a full disk): only a reader of the
         // storage after the supervisor is gone misses it, and keeps the records then.
         let written = OpenOptions::new()
@@ -372,7 +363,7 @@ impl Server {
             .into_iter()
             .filter(|n| {
                 super::records::iteration_dir(&self.records, *n)
-                    .join("result.json")
+                    .join(record_names::RESULT_FILE)
                     .is_file()
             })
             .chain(self.unwritten.iterations())

@@ -47,7 +47,6 @@ mod tail;
 mod upload;
 mod upload_stream;
 
-pub use claim::COLLECTED_FILE;
 pub use error::RequestError;
 pub use records::tar_dir as tar_record_dir;
 pub use records::{copies_limit, copy_budget_bytes, COPIED_PARTS};

@@ -10,7 +10,7 @@ use super::{PendingRun, Server};
 use crate::clock::{millis, now_secs};
 use crate::exit_code;
 use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
 use crate::protocol::{Channel, Response};
 use crate::result::{DiskFull, IterationResult};
 use serde_json::{json, Value};
@@ -104,8 +104,10 @@ impl Server {
         });
         // The agent's directories are prepared in `after_reap`, once nothing of an earlier
         // agent runs any more.
+        // The runtime directories, resolved once for the whole iteration and its record.
+        let dirs = manifest.runtime_dirs();
         let mut record = match events.map(drop) {
-            Ok(()) => run_iteration(ctx, &manifest, n, self),
+            Ok(()) => run_iteration(ctx, &manifest, &dirs, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
                 record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
@@ -121,7 +123,7 @@ impl Server {
             });
         }
         self.pump_tails(STREAM_CAP);
-        self.finalise_record(&manifest, &dir, &mut record);
+        self.finalise_record(&manifest, &dirs, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
         self.claim_ran(conn_id, n);
         if self.history.len() >= HISTORY_KEPT {
@@ -160,7 +162,13 @@ impl Server {
     /// (`output/`, `transcripts/`, `workspace/`) within the record's budget (bounded by the disk
     /// budget, [`records::copy_budget_bytes`]), reports it as the `record` step and writes
     /// `result.json`.
-    fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &mut IterationResult) {
+    fn finalise_record(
+        &mut self,
+        manifest: &Manifest,
+        runtime_dirs: &RuntimeDirPaths,
+        dir: &Path,
+        record: &mut IterationResult,
+    ) {
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
         // over the host's limits would lose all of it).
@@ -185,7 +193,6 @@ impl Server {
         // The runtime's transcripts, before the next iteration's config reset removes them:
         // pi's session files (`dirs.sessions`), Claude Code's `<config>/projects/<cwd>/<session
         // id>.jsonl` (and its sub-agents' below them).
-        let runtime_dirs = manifest.runtime_dirs();
         let mut transcript_dirs = Vec::new();
         if runtime_dirs.uses_sessions {
             transcript_dirs.push(PathBuf::from(&runtime_dirs.sessions));

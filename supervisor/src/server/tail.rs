@@ -14,7 +14,7 @@ use std::path::PathBuf;
 const TAIL_CHUNK: usize = 64 * 1024;
 /// Most bytes of one output stream sent per wake-up while the agent runs. Output that grows
 /// faster is sent over the next wake-ups, which come without waiting,
-/// so the supervise loop keeps enforcing the timeout and serving `cancel`, signals and
+/// so the wait loop keeps enforcing the timeout and serving `cancel`, signals and
 /// connections in between.
 pub(super) const TAIL_BUDGET: u64 = 1 << 20;
 /// Most bytes of one output stream sent to the host per iteration: the same 1 GiB the record
