@@ -20,6 +20,16 @@ use crate::manifest::Manifest;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
+pub mod detail;
+mod error_kind;
+pub mod events;
+pub mod status;
+
+pub use detail::{OkDetail, OkReply};
+pub use error_kind::ErrorKind;
+pub use events::{EventDetail, Step, StepDetail, StepState};
+pub use status::{ClaimPlan, StatusDoc};
+
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The most bytes of `feedback` a `run` request may carry (an argv element may hold 128 KiB).
@@ -480,7 +490,7 @@ pub enum Request {
         run: String,
         /// The host's plan for the run, kept and shown by `status` (JSON, at most 64 KiB).
         #[serde(default)]
-        plan: serde_json::Value,
+        plan: Option<ClaimPlan>,
         /// How long the claim holds without a word from its connection, in milliseconds
         /// (default 60 s): past it the run counts as orphaned even if the connection stays open.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -651,17 +661,16 @@ pub enum Response {
     Ok {
         /// Correlation id.
         id: u64,
-        /// Details (e.g. upload counts).
+        /// Details: the request's [`OkReply`] type (e.g. [`detail::Uploaded`]).
         #[serde(default)]
-        detail: serde_json::Value,
+        detail: OkDetail,
     },
     /// A request failed.
     Error {
         /// Correlation id (0 when the request could not be parsed).
         id: u64,
-        /// Machine-readable kind: `malformed`, `version`, `order`, `busy`, `refused`, `not-found`,
-        /// `internal`.
-        kind: String,
+        /// Machine-readable kind.
+        kind: ErrorKind,
         /// What went wrong, naming the field, entry or path.
         message: String,
     },
@@ -671,13 +680,13 @@ pub enum Response {
         id: u64,
         /// Iteration number.
         iteration: u32,
-        /// Step name (`reap`, `verify`, `environment`, `launch`, `agent`, `final-reap`).
-        step: String,
-        /// `started` or `finished`.
-        state: String,
-        /// Step details.
+        /// The step.
+        step: Step,
+        /// Where it is (`started`, `finished`, ...).
+        state: StepState,
+        /// Step details (one [`StepDetail`] type per step and state).
         #[serde(default)]
-        detail: serde_json::Value,
+        detail: EventDetail,
     },
     /// The iteration's result record (the last message of a `run`).
     Result {
@@ -696,9 +705,40 @@ pub enum Response {
     Status {
         /// Correlation id.
         id: u64,
-        /// The status document (`docs/protocol.md`).
-        status: serde_json::Value,
+        /// The status document (`docs/protocol.md`; boxed, as large as `hello`'s).
+        status: Box<StatusDoc>,
     },
+}
+
+impl Response {
+    /// The correlation id: the request's it answers (0 for an error about a request that could
+    /// not be parsed).
+    pub fn id(&self) -> u64 {
+        match self {
+            Response::Hello { id, .. }
+            | Response::Ok { id, .. }
+            | Response::Need { id, .. }
+            | Response::Error { id, .. }
+            | Response::Event { id, .. }
+            | Response::Result { id, .. }
+            | Response::Status { id, .. } => *id,
+        }
+    }
+
+    /// Whether this response answers request `id`: it carries `id`, or it is an error about a
+    /// request the supervisor could not parse (id 0), which is the one this peer sent last.
+    pub fn answers(&self, id: u64) -> bool {
+        let rid = self.id();
+        rid == id || (rid == 0 && matches!(self, Response::Error { .. }))
+    }
+
+    /// The `ok` answering request `id` with `reply` as its detail.
+    pub fn ok<T: OkReply>(id: u64, reply: &T) -> Response {
+        Response::Ok {
+            id,
+            detail: OkDetail::of(reply),
+        }
+    }
 }
 
 #[cfg(test)]
