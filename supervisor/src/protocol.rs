@@ -15,6 +15,53 @@
 //! responses repeat. The first request on a connection must be `hello`. Anything malformed gets
 //! an `error` response (and the connection is closed when the stream itself can no longer be
 //! trusted: a bad header or an oversized frame). Reference: `docs/protocol.md`.
+//!
+//! # One type on both sides
+//!
+//! Every reply is a type of this module, which the supervisor writes and the host reads:
+//! [`Response`], the `ok` details of [`detail`] (one per request), the `status` document of
+//! [`status`], the event steps, states and details of [`events`], the error kinds of
+//! [`ErrorKind`]. A field renamed on one side therefore does not compile on the other. The
+//! supervisor answers `cancel` so, and the host reads the answer so:
+//!
+//! ```
+//! use pitcrew_core::protocol::{detail::Cancelled, Response};
+//! // The supervisor's side.
+//! let sent = Response::ok(6, &Cancelled { cancelled: true, run_stopped: false });
+//! // The host's side.
+//! let Response::Ok { detail, .. } = sent else { unreachable!() };
+//! let read: Cancelled = detail.read().unwrap();
+//! assert!(read.cancelled && !read.run_stopped);
+//! ```
+//!
+//! Had the field been renamed (here `was_cancelled`), the host's read would not compile (each
+//! `compile_fail` example is the passing one above with a name changed, so the name is what
+//! fails):
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::{detail::Cancelled, OkDetail};
+//! fn host_reads(detail: &OkDetail) -> bool {
+//!     let read: Cancelled = detail.read().unwrap();
+//!     read.was_cancelled
+//! }
+//! ```
+//!
+//! nor would a supervisor that writes the old name:
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::{detail::Cancelled, Response};
+//! let sent = Response::ok(6, &Cancelled { was_cancelled: true, run_stopped: false });
+//! ```
+//!
+//! The same holds for the `status` document the host reads (`pitcrew inspect`, `ps`, `run
+//! --resume`):
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::StatusDoc;
+//! fn host_reads(status: &StatusDoc) -> bool {
+//!     status.manifest_is_loaded
+//! }
+//! ```
 
 use crate::manifest::Manifest;
 use serde::{Deserialize, Serialize};
@@ -705,9 +752,22 @@ pub enum Response {
     Status {
         /// Correlation id.
         id: u64,
-        /// The status document (`docs/protocol.md`; boxed, as large as `hello`'s).
+        /// The status document (`docs/protocol.md`; boxed, as large as `hello`'s). Written
+        /// through a JSON value, so its keys come in sorted order at every depth, as they did
+        /// when the supervisor built it as one.
+        #[serde(serialize_with = "as_json_value")]
         status: Box<StatusDoc>,
     },
+}
+
+/// Serializes `value` through a [`serde_json::Value`]: every object's keys sorted.
+fn as_json_value<T: Serialize, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(serializer)
 }
 
 impl Response {

@@ -2,8 +2,9 @@
 //! the host. The host knows which request an `ok` answers, so it reads the detail as that
 //! request's type ([`OkDetail::read`]); the wire carries the type's fields and nothing else.
 //!
-//! The fields of each struct are declared in alphabetical order: the order the supervisor wrote
-//! them in before they were typed, so the bytes on the wire did not change.
+//! A detail is written through a JSON value ([`OkDetail::of`]), so its keys come in sorted order,
+//! as they did when the supervisor built details as JSON values; the fields are declared in that
+//! order too.
 
 use super::status::ClaimStatus;
 use serde::de::DeserializeOwned;

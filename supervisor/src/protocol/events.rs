@@ -2,9 +2,9 @@
 //! iteration runs (and writes to the record's `events.jsonl`), what the host shows.
 //!
 //! A step or state this build does not know (from a newer supervisor) parses as `Other`, so an
-//! older host still reads the event. A detail is made only from a [`StepDetail`] type; the
-//! fields of each are declared in alphabetical order, the order the supervisor wrote them in
-//! before they were typed, so the bytes on the wire did not change.
+//! older host still reads the event. A detail is made only from a [`StepDetail`] type, written
+//! through a JSON value ([`EventDetail::of`]): its keys come in sorted order, as they did when
+//! the supervisor built details as JSON values.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;

@@ -1,10 +1,10 @@
 //! The `status` reply's document and the claim it shows: written by the supervisor, read by the
 //! host (`pitcrew inspect`, `ps`, `run --resume`, `down`), one type for both sides.
 //!
-//! The fields of each struct are declared in alphabetical order: the order the supervisor wrote
-//! them in before they were typed, so the bytes on the wire did not change. Every field an older
-//! supervisor may lack has a default, and keys a newer one adds are kept in
-//! [`StatusDoc::other`] (`pitcrew inspect` shows them as they come).
+//! On the wire the document's keys come in sorted order at every depth (it is written through a
+//! JSON value, as it was when the supervisor built it as one); the fields are declared in that
+//! order too. Every field an older supervisor may lack has a default, and keys a newer one adds
+//! are kept in [`StatusDoc::other`] (`pitcrew inspect` shows them as they come).
 
 use super::Capabilities;
 use crate::result::ConfinementRecord;
@@ -135,12 +135,12 @@ pub struct ClaimStatus {
     pub ready: bool,
     /// The host's run id.
     pub run: String,
-    /// When it was claimed or taken back (seconds since the epoch).
-    #[serde(default)]
-    pub since: u64,
     /// How long its holder has been silent, in milliseconds (none once orphaned).
     #[serde(default)]
     pub silent_ms: Option<u64>,
+    /// When it was claimed or taken back (seconds since the epoch).
+    #[serde(default)]
+    pub since: u64,
     /// `held` or `orphaned`.
     pub state: ClaimState,
     /// The host ended the run (`cancel` with `run`): its next `run` is refused.
