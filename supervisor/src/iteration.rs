@@ -12,6 +12,7 @@ use crate::environment::EnvOutcome;
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
 use crate::manifest::{Manifest, RuntimeDirPaths};
+use crate::protocol::events::{self as ev, EventDetail, Step, StepState};
 use crate::result::{AgentRecord, IterationResult, OutputRecord};
 use crate::sandbox::capture::{OutputCapture, StreamName, StreamReport};
 use crate::sandbox::cgroup::IterationCgroups;
@@ -21,9 +22,9 @@ use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, reap_everything_unless, ReapOutcome};
 use crate::sandbox::wait::{wait_for_agent, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use StepState::{Finished, Started};
 
 pub use crate::sandbox::observer::{IterationObserver, NoopObserver, ObserverAction};
 pub use crate::sandbox::state::{BaselineEnv, Supervisor};
@@ -77,6 +78,22 @@ struct Running {
     cgroups: IterationCgroups,
     /// The disk budget, when the manifest sets one.
     disk: Option<DiskWatch>,
+}
+
+/// The detail of a step that failed for `reason`.
+fn failed(reason: &str) -> EventDetail {
+    EventDetail::of(&ev::Failed {
+        error: reason.to_string(),
+        exit_code: None,
+    })
+}
+
+/// The detail of a reap that ended with `outcome`.
+fn reaped(outcome: &ReapOutcome) -> EventDetail {
+    EventDetail::of(&ev::Reaped {
+        killed: outcome.killed,
+        remaining: outcome.remaining,
+    })
 }
 
 fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
@@ -134,7 +151,11 @@ fn run_steps(
         ctx, manifest, dirs, iteration, &verified, &env, record, observer,
     )?;
     // 6. Supervise.
-    observer.step("agent", "started", json!({"pid": running.pid}));
+    observer.step(
+        Step::Agent,
+        Started,
+        EventDetail::of(&ev::Pid { pid: running.pid }),
+    );
     let started = Instant::now();
     let outcome = wait_for_agent(
         ctx,
@@ -159,15 +180,11 @@ fn reap_before(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    observer.step("reap", "started", json!({}));
+    observer.step(Step::Reap, Started, EventDetail::empty());
     let outcome = reap(ctx, manifest);
     record.steps.reap_ms = millis(outcome.elapsed);
     record.reaped.before = outcome.killed;
-    observer.step(
-        "reap",
-        "finished",
-        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
-    );
+    observer.step(Step::Reap, Finished, reaped(&outcome));
     restore_own_state(ctx, manifest, dirs, record, observer)?;
     if outcome.remaining > 0 {
         return Err(Stop::supervisor(format!(
@@ -195,7 +212,7 @@ fn prepare(
         IpcReset::Sweep => {
             let swept = private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
             if swept != crate::result::IpcSweepRecord::default() {
-                observer.step("ipc-sweep", "finished", json!(swept));
+                observer.step(Step::IpcSweep, Finished, EventDetail::of(&swept));
                 record.ipc_sweep = Some(swept);
             }
         }
@@ -210,35 +227,29 @@ fn prepare(
     let reset = crate::dir_reset::reset_config(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
-        observer.step(
-            "config-reset",
-            "finished",
-            json!({"removed": reset.count, "paths": reset.removed}),
-        );
-        record.config_reset = Some(crate::result::ResetRecord {
+        let reset = crate::result::ResetRecord {
             removed: reset.count,
             paths: reset.removed,
-        });
+        };
+        observer.step(Step::ConfigReset, Finished, EventDetail::of(&reset));
+        record.config_reset = Some(reset);
     }
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
-        ("home-reset", scratch.home, &mut record.home_reset),
-        ("tmp-reset", scratch.tmp, &mut record.tmp_reset),
-        ("output-reset", output, &mut record.output_reset),
+        (Step::HomeReset, scratch.home, &mut record.home_reset),
+        (Step::TmpReset, scratch.tmp, &mut record.tmp_reset),
+        (Step::OutputReset, output, &mut record.output_reset),
     ] {
         if report.count > 0 {
-            observer.step(
-                step,
-                "finished",
-                json!({"removed": report.count, "paths": report.removed}),
-            );
-            *field = Some(crate::result::ResetRecord {
+            let reset = crate::result::ResetRecord {
                 removed: report.count,
                 paths: report.removed,
-            });
+            };
+            observer.step(step, Finished, EventDetail::of(&reset));
+            *field = Some(reset);
         }
     }
     Ok(())
@@ -251,7 +262,7 @@ fn agent_dirs_step(
     dirs: &RuntimeDirPaths,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    observer.step("agent-dirs", "started", json!({}));
+    observer.step(Step::AgentDirs, Started, EventDetail::empty());
     match crate::agent_dirs::prepare(manifest, dirs) {
         Ok(replaced) => {
             for r in &replaced {
@@ -261,12 +272,16 @@ fn agent_dirs_step(
                     r.was
                 );
             }
-            observer.step("agent-dirs", "finished", json!({"replaced": replaced}));
+            observer.step(
+                Step::AgentDirs,
+                Finished,
+                EventDetail::of(&ev::AgentDirs { replaced }),
+            );
             Ok(())
         }
         Err(err) => {
             let reason = format!("agent-dirs: {err}");
-            observer.step("agent-dirs", "finished", json!({"error": reason}));
+            observer.step(Step::AgentDirs, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -279,7 +294,7 @@ fn verify_step(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Verified, Stop> {
-    observer.step("verify", "started", json!({}));
+    observer.step(Step::Verify, Started, EventDetail::empty());
     let started = Instant::now();
     let report = verify::verify(manifest, ctx.baseline.path());
     record.steps.verify_ms = millis(started.elapsed());
@@ -288,14 +303,12 @@ fn verify_step(
     let interpreter = report.agent.interpreter.clone().map(PathBuf::from);
     let version = report.agent.version.clone();
     record.verification = Some(report);
-    observer.step(
-        "verify",
-        "finished",
-        match &failure {
-            None => json!({"ok": true}),
-            Some(f) => json!({"ok": false, "exit_code": f.exit_code, "reason": f.reason}),
-        },
-    );
+    let verified = ev::Verified {
+        exit_code: failure.as_ref().map(|f| f.exit_code),
+        ok: failure.is_none(),
+        reason: failure.as_ref().map(|f| f.reason.clone()),
+    };
+    observer.step(Step::Verify, Finished, EventDetail::of(&verified));
     if let Some(failure) = failure {
         return Err(Stop {
             code: failure.exit_code,
@@ -310,10 +323,11 @@ fn verify_step(
     // What the runtime will read from the workspace unverified, with no flag to stop it.
     record.workspace_config = crate::workspace_config::present(manifest, version.as_deref());
     if !record.workspace_config.is_empty() {
+        let unverified = record.workspace_config.clone();
         observer.step(
-            "workspace-config",
-            "finished",
-            json!({"unverified": record.workspace_config}),
+            Step::WorkspaceConfig,
+            Finished,
+            EventDetail::of(&ev::WorkspaceConfig { unverified }),
         );
     }
     Ok(Verified {
@@ -334,12 +348,16 @@ fn claude_skills_step(
     match crate::claude_skills::prepare(manifest, dirs) {
         Ok(plugins) if plugins.is_empty() => Ok(()),
         Ok(plugins) => {
-            observer.step("claude-skills", "finished", json!({"plugins": plugins}));
+            observer.step(
+                Step::ClaudeSkills,
+                Finished,
+                EventDetail::of(&ev::ClaudeSkills { plugins }),
+            );
             Ok(())
         }
         Err(err) => {
             let reason = format!("claude-skills: {err}");
-            observer.step("claude-skills", "finished", json!({"error": reason}));
+            observer.step(Step::ClaudeSkills, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -368,13 +386,17 @@ fn context_step(
     match prepared {
         Ok(None) => Ok(None),
         Ok(Some(prepared)) => {
-            observer.step("context-files", "finished", json!(prepared.record));
+            observer.step(
+                Step::ContextFiles,
+                Finished,
+                EventDetail::of(&prepared.record),
+            );
             record.context_files = Some(prepared.record);
             Ok(prepared.claude_md)
         }
         Err(err) => {
             let reason = format!("context-files: {err}");
-            observer.step("context-files", "finished", json!({"error": reason}));
+            observer.step(Step::ContextFiles, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -388,12 +410,12 @@ fn environment_step(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
-    observer.step("environment", "started", json!({}));
+    observer.step(Step::Environment, Started, EventDetail::empty());
     let started = Instant::now();
     let env = environment::build(manifest, dirs, &ctx.baseline.vars);
     record.steps.env_ms = millis(started.elapsed());
     let env = env.map_err(|err| {
-        observer.step("environment", "finished", json!({"error": err.to_string()}));
+        observer.step(Step::Environment, Finished, failed(&err.to_string()));
         Stop::supervisor(err.to_string())
     })?;
     record.env.removed = env.removed.clone();
@@ -403,11 +425,11 @@ fn environment_step(
         .iter()
         .map(|(name, layer)| (name.clone(), layer.to_string()))
         .collect();
-    observer.step(
-        "environment",
-        "finished",
-        json!({"removed": record.env.removed.len(), "dotenv_refused": record.env.dotenv_refused.len()}),
-    );
+    let counts = ev::Environment {
+        dotenv_refused: record.env.dotenv_refused.len() as u64,
+        removed: record.env.removed.len() as u64,
+    };
+    observer.step(Step::Environment, Finished, EventDetail::of(&counts));
     Ok(env)
 }
 
@@ -442,11 +464,11 @@ fn launch_step(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Running, Stop> {
-    observer.step("launch", "started", json!({}));
+    observer.step(Step::Launch, Started, EventDetail::empty());
     crate::sandbox::heap::release_freed_memory();
     let started = Instant::now();
     let refused = |observer: &mut dyn IterationObserver, reason: String| {
-        observer.step("launch", "finished", json!({"error": reason}));
+        observer.step(Step::Launch, Finished, failed(&reason));
         Stop::supervisor(reason)
     };
     // Only a pi `--tools` list needs them (the scan reads the verified trees).
@@ -527,11 +549,11 @@ fn launch_step(
         Ok(launched) => launched,
         Err(err) => {
             tracing::warn!("launch: {}", err.reason());
-            observer.step(
-                "launch",
-                "finished",
-                json!({"error": err.reason(), "exit_code": err.exit_code()}),
-            );
+            let failure = ev::Failed {
+                error: err.reason().to_string(),
+                exit_code: Some(err.exit_code()),
+            };
+            observer.step(Step::Launch, Finished, EventDetail::of(&failure));
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
             final_reap(ctx, manifest, dirs, record, observer, None);
@@ -547,7 +569,11 @@ fn launch_step(
     confinement.landlock.status = launched.report.landlock;
     confinement.seccomp.installed = launched.report.seccomp;
     record.confinement = Some(confinement);
-    observer.step("launch", "finished", json!({"pid": launched.pid}));
+    observer.step(
+        Step::Launch,
+        Finished,
+        EventDetail::of(&ev::Pid { pid: launched.pid }),
+    );
     Ok(Running {
         pid: launched.pid,
         spec,
@@ -569,7 +595,7 @@ fn final_reap(
     observer: &mut dyn IterationObserver,
     disk: Option<&mut DiskWatch>,
 ) {
-    observer.step("final-reap", "started", json!({}));
+    observer.step(Step::FinalReap, Started, EventDetail::empty());
     let outcome = match disk {
         Some(watch) => reap_everything_unless(
             ctx,
@@ -582,11 +608,7 @@ fn final_reap(
     record.steps.final_reap_ms = millis(outcome.elapsed);
     record.reaped.after = outcome.killed;
     record.reaped.remaining_after = outcome.remaining;
-    observer.step(
-        "final-reap",
-        "finished",
-        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
-    );
+    observer.step(Step::FinalReap, Finished, reaped(&outcome));
     // The record is written next: with the limits and directory modes it needs.
     if let Err(stop) = restore_own_state(ctx, manifest, dirs, record, observer) {
         tracing::warn!("{}", stop.reason);
@@ -606,7 +628,7 @@ fn restore_own_state(
     let Some(found) = ctx.restore_own_state() else {
         return hold_manifest_paths(ctx, manifest, dirs);
     };
-    observer.step("own-state", "restored", json!(found));
+    observer.step(Step::OwnState, StepState::Restored, EventDetail::of(&found));
     let all = record
         .supervisor_restored
         .get_or_insert_with(Default::default);
@@ -681,16 +703,13 @@ fn conclude(
             code = 128 + libc::SIGTERM;
         }
     }
-    observer.step(
-        "agent",
-        "finished",
-        json!({
-            "exit_code": outcome.exit.code(),
-            "signal": outcome.exit.signal().map(signal_name),
-            "timed_out": outcome.timed_out,
-            "cancelled": outcome.cancelled.is_some(),
-        }),
-    );
+    let ended = ev::AgentEnded {
+        cancelled: outcome.cancelled.is_some(),
+        exit_code: outcome.exit.code(),
+        signal: outcome.exit.signal().map(signal_name),
+        timed_out: outcome.timed_out,
+    };
+    observer.step(Step::Agent, Finished, EventDetail::of(&ended));
 
     record.signal = outcome.exit.signal().map(signal_name);
     final_reap(ctx, manifest, dirs, record, observer, disk.as_mut());

@@ -51,14 +51,14 @@ fn run_streams_events_and_output_and_skips_other_ids() {
     let input = script(&[
         Frame::control(&Response::Ok {
             id: 99,
-            detail: serde_json::Value::Null,
+            detail: OkDetail::none(),
         }),
         Frame::control(&Response::Event {
             id: 1,
             iteration: 1,
-            step: "reap".into(),
-            state: "started".into(),
-            detail: serde_json::Value::Null,
+            step: Step::Reap,
+            state: StepState::Started,
+            detail: EventDetail::empty(),
         }),
         Frame::data(Channel::Stdout, b"hi\n".to_vec()),
         Frame::control(&Response::Result {
@@ -96,7 +96,7 @@ fn run_streams_events_and_output_and_skips_other_ids() {
 fn errors_name_the_request() {
     let input = script(&[Frame::control(&Response::Error {
         id: 1,
-        kind: "not-found".into(),
+        kind: ErrorKind::NotFound,
         message: "no iteration 7".into(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -116,7 +116,7 @@ fn errors_name_the_request() {
 fn upload_sends_frames_and_an_end_frame() {
     let input = script(&[Frame::control(&Response::Ok {
         id: 1,
-        detail: serde_json::json!({"files": 1}),
+        detail: serde_json::from_value(serde_json::json!({"files": 1})).unwrap(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
     let big = vec![7u8; DATA_FRAME + 10];
@@ -137,7 +137,7 @@ fn collect_reads_the_tar_channel_until_the_empty_frame() {
         Frame::data(Channel::Tar, Vec::new()),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::Value::Null,
+            detail: OkDetail::none(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -162,7 +162,7 @@ fn an_offered_listing_goes_out_as_it_is_written_then_the_tar_of_what_is_needed()
         }),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::json!({"sent_files": 1}),
+            detail: serde_json::from_value(serde_json::json!({"sent_files": 1})).unwrap(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -181,7 +181,7 @@ fn an_offered_listing_goes_out_as_it_is_written_then_the_tar_of_what_is_needed()
             },
         )
         .unwrap();
-    assert_eq!(detail["sent_files"], 1);
+    assert_eq!(detail.counts.get("sent_files"), Some(&serde_json::json!(1)));
     let frames = requests(&c.writer.lock().unwrap());
     let data: Vec<_> = frames[1..]
         .iter()
@@ -205,12 +205,12 @@ fn a_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts
     let input = script(&[
         Frame::control(&Response::Error {
             id: 1,
-            kind: "refused".into(),
+            kind: ErrorKind::Refused,
             message: "listing line 2: the host abandoned the listing".into(),
         }),
         Frame::control(&Response::Ok {
             id: 2,
-            detail: serde_json::json!({"files": 0}),
+            detail: serde_json::from_value(serde_json::json!({"files": 0})).unwrap(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -249,7 +249,7 @@ fn a_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts
 fn a_tar_stream_that_fails_on_this_side_is_left_unended_and_not_waited_on() {
     let input = script(&[Frame::control(&Response::Ok {
         id: 2,
-        detail: serde_json::json!({"files": 0}),
+        detail: serde_json::from_value(serde_json::json!({"files": 0})).unwrap(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
     let err = c

@@ -6,6 +6,7 @@
 //! depends on the other for it.
 
 use super::state::Supervisor;
+use crate::protocol::events::{EventDetail, Step, StepState};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ pub enum ObserverAction {
 /// the same code path.
 pub trait IterationObserver {
     /// A step `started` or `finished`, with details.
-    fn step(&mut self, _step: &str, _state: &str, _detail: serde_json::Value) {}
+    fn step(&mut self, _step: Step, _state: StepState, _detail: EventDetail) {}
     /// Descriptors to wait on (readable) while the agent runs.
     fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         Vec::new()

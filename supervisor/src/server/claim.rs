@@ -21,8 +21,8 @@
 use super::error::RequestError;
 use super::Server;
 use crate::clock::now_secs;
+use crate::protocol::status::{ClaimPlan, ClaimState, ClaimStatus, Uncollected};
 use crate::record_names::{self, COLLECTED_FILE};
-use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
@@ -44,8 +44,8 @@ const UNCOLLECTED_NAMED: usize = 1000;
 pub(super) struct Claim {
     /// The host's run id.
     run: String,
-    /// The host's plan for the run (opaque JSON).
-    plan: Value,
+    /// The host's plan for the run (kept as it came).
+    plan: Option<ClaimPlan>,
     /// The connection holding it; `None` once that connection closed without `release`.
     holder: Option<u64>,
     /// The connection that holds it or held it last (a `run` it sent just before it closed
@@ -80,22 +80,26 @@ impl Claim {
     }
 
     /// The claim as `status` and the `claim` answer show it.
-    pub(super) fn to_json(&self) -> Value {
-        json!({
-            "run": self.run,
-            "plan": self.plan,
-            "state": if self.holder.is_some() { "held" } else { "orphaned" },
-            "since": self.since,
-            "orphaned_at": self.orphaned_at,
-            "orphaned_because": self.orphaned_because,
-            "lease_ms": u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
-            "silent_ms": self
+    pub(super) fn to_status(&self) -> ClaimStatus {
+        ClaimStatus {
+            iterations: self.iterations.clone(),
+            lease_ms: u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+            orphaned_at: self.orphaned_at,
+            orphaned_because: self.orphaned_because.clone(),
+            plan: self.plan.clone(),
+            ready: self.ready,
+            run: self.run.clone(),
+            since: self.since,
+            silent_ms: self
                 .holder
                 .map(|_| u64::try_from(self.renewed.elapsed().as_millis()).unwrap_or(u64::MAX)),
-            "iterations": self.iterations,
-            "ready": self.ready,
-            "stopped": self.stopped,
-        })
+            state: if self.holder.is_some() {
+                ClaimState::Held
+            } else {
+                ClaimState::Orphaned
+            },
+            stopped: self.stopped,
+        }
     }
 }
 
@@ -112,9 +116,9 @@ impl Server {
         &mut self,
         conn: u64,
         run: String,
-        plan: Value,
+        plan: Option<ClaimPlan>,
         lease_ms: Option<u64>,
-    ) -> Result<Value, RequestError> {
+    ) -> Result<ClaimStatus, RequestError> {
         let lease_ms = lease_ms.unwrap_or(DEFAULT_LEASE_MS);
         if !LEASE_MS.contains(&lease_ms) {
             return Err(RequestError::Malformed(format!(
@@ -124,7 +128,8 @@ impl Server {
             )));
         }
         let lease = Duration::from_millis(lease_ms);
-        if plan.to_string().len() > PLAN_MAX_BYTES {
+        let plan_bytes = serde_json::to_vec(&plan).map_or(usize::MAX, |b| b.len());
+        if plan_bytes > PLAN_MAX_BYTES {
             return Err(RequestError::Malformed(format!(
                 "claim: the plan is over {PLAN_MAX_BYTES} bytes"
             )));
@@ -172,7 +177,7 @@ impl Server {
                 c.lease = lease;
                 c.renewed = Instant::now();
                 c.since = now;
-                if !plan.is_null() {
+                if plan.is_some() {
                     c.plan = plan;
                 }
             }
@@ -193,11 +198,10 @@ impl Server {
                 });
             }
         }
-        Ok(self
-            .claim
+        self.claim
             .as_ref()
-            .map(Claim::to_json)
-            .unwrap_or(Value::Null))
+            .map(Claim::to_status)
+            .ok_or_else(|| RequestError::Internal("claim: the claim was not kept".into()))
     }
 
     /// `release`: the holder `conn` ends its claim.
@@ -357,7 +361,7 @@ impl Server {
     /// Finished iterations whose record the host has not confirmed it holds: the first
     /// [`UNCOLLECTED_NAMED`] and the count. One read of the records directory (retention keeps
     /// it short), not a look per iteration ever run.
-    pub(super) fn uncollected(&self) -> Value {
+    pub(super) fn uncollected(&self) -> Uncollected {
         let running = self.current.as_ref().map(|c| c.iteration);
         let mut all: BTreeSet<u32> = super::records::iterations_in(&self.records)
             .into_iter()
@@ -369,9 +373,9 @@ impl Server {
             .chain(self.unwritten.iterations())
             .collect();
         all.retain(|n| Some(*n) != running && !self.collected.contains(n));
-        json!({
-            "count": all.len(),
-            "iterations": all.iter().take(UNCOLLECTED_NAMED).collect::<Vec<_>>(),
-        })
+        Uncollected {
+            count: all.len() as u64,
+            iterations: all.iter().take(UNCOLLECTED_NAMED).copied().collect(),
+        }
     }
 }

@@ -77,15 +77,15 @@ impl Server {
     }
 
     /// The retention and what it did, for `status`.
-    pub(super) fn retention_status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "records": self.manifest.as_ref().map(|m| m.retention.records),
-            "bytes": self.manifest.as_ref().map(|m| m.retention.bytes),
-            "kept": self.pruned.sizes.len(),
-            "kept_bytes": self.pruned.sizes.values().sum::<u64>(),
-            "deleted": self.pruned.records,
-            "deleted_bytes": self.pruned.bytes,
-        })
+    pub(super) fn retention_status(&self) -> crate::protocol::status::RetentionStatus {
+        crate::protocol::status::RetentionStatus {
+            bytes: self.manifest.as_ref().map(|m| m.retention.bytes),
+            deleted: self.pruned.records,
+            deleted_bytes: self.pruned.bytes,
+            kept: self.pruned.sizes.len() as u64,
+            kept_bytes: self.pruned.sizes.values().sum::<u64>(),
+            records: self.manifest.as_ref().map(|m| m.retention.records),
+        }
     }
 }
 

@@ -11,9 +11,9 @@ use crate::clock::{millis, now_secs};
 use crate::exit_code;
 use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
 use crate::manifest::{Manifest, RuntimeDirPaths};
+use crate::protocol::events::{self, EventDetail, Step, StepState};
 use crate::protocol::{Channel, Response};
 use crate::result::{DiskFull, IterationResult};
-use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::BorrowedFd;
@@ -225,7 +225,7 @@ impl Server {
             )
         });
         // What the capture read past its cap (or after the record file failed) and did not keep.
-        let mut truncated = serde_json::Map::new();
+        let mut truncated = std::collections::BTreeMap::new();
         for stream in record.agent.iter().flat_map(|a| &a.output) {
             if stream.dropped > 0 {
                 let name = if stream.stream == "stderr" {
@@ -233,7 +233,7 @@ impl Server {
                 } else {
                     "output.jsonl"
                 };
-                truncated.insert(name.into(), stream.dropped.into());
+                truncated.insert(name.to_string(), stream.dropped);
             }
         }
         for (what, report) in [
@@ -245,19 +245,16 @@ impl Server {
                 tracing::warn!("record: {what}: skipped {:?}", report.skipped);
             }
         }
-        self.step(
-            "record",
-            "finished",
-            json!({
-                "output": output,
-                "transcripts": transcripts,
-                "workspace": workspace,
-                "copy_budget_bytes": budget_bytes,
-                "truncated_bytes": truncated,
-                "not_copied": (record.reaped.remaining_after > 0)
-                    .then_some("processes survived the final reap"),
-            }),
-        );
+        let copied = events::RecordCopied {
+            copy_budget_bytes: budget_bytes,
+            not_copied: (record.reaped.remaining_after > 0)
+                .then(|| "processes survived the final reap".to_string()),
+            output,
+            transcripts,
+            truncated_bytes: truncated,
+            workspace,
+        };
+        self.step(Step::Record, StepState::Finished, EventDetail::of(&copied));
         self.judge_disk(record);
         self.keep_record(record.iteration, dir, record.to_json_line());
     }
@@ -330,8 +327,8 @@ impl Server {
 }
 
 impl IterationObserver for Server {
-    fn step(&mut self, step: &str, state: &str, detail: Value) {
-        if step == "agent" && state == "finished" {
+    fn step(&mut self, step: Step, state: StepState, detail: EventDetail) {
+        if step == Step::Agent && state == StepState::Finished {
             self.pump_tails(STREAM_CAP);
         }
         let Some(cur) = self.current.as_mut() else {
@@ -340,8 +337,8 @@ impl IterationObserver for Server {
         let event = Response::Event {
             id: cur.id,
             iteration: cur.iteration,
-            step: step.to_string(),
-            state: state.to_string(),
+            step,
+            state,
             detail,
         };
         if let Some(file) = cur.events.as_mut() {

@@ -3,8 +3,8 @@
 
 use super::{records, Server};
 use crate::iteration::IterationObserver;
+use crate::protocol::events::{EventDetail, OutputTruncated, Step, StepState};
 use crate::protocol::Channel;
-use serde_json::json;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -141,9 +141,9 @@ impl Server {
         for (channel, bytes) in truncated {
             tracing::warn!("output: {channel:?} reached {bytes} bytes; no longer streamed");
             self.step(
-                "output",
-                "truncated",
-                json!({"channel": channel, "bytes": bytes}),
+                Step::Output,
+                StepState::Truncated,
+                EventDetail::of(&OutputTruncated { bytes, channel }),
             );
         }
     }
