@@ -669,11 +669,10 @@ impl Checker<'_> {
             self.note(
                 top.get_node("adapters").and_then(location),
                 "adapters",
-                "Claude Code takes one --settings, this claude-settings file: its built-in \
-                 plugins stay enabled unless the file's enabledPlugins turns them off \
-                 (\"cc-plugin-plugin-authoring@builtin\": false, …), and a \
-                 \"disableAllHooks\": true the agent writes into its config dir turns off \
-                 its hooks in that iteration unless the file says \"disableAllHooks\": false \
+                "Claude Code takes one --settings, derived from this claude-settings file: \
+                 the supervisor adds \"disableAllHooks\": false unless the file sets it (a \
+                 file's own true turns its hooks and the plugins' off, and is kept), and turns \
+                 off each built-in plugin its enabledPlugins does not name \
                  (docs/agent-support.md)",
             );
         }
