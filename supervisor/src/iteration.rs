@@ -65,6 +65,8 @@ struct Verified {
     version: Option<String>,
     /// Claude Code: the workdir's `CLAUDE.md` to give it (the context step).
     claude_md: Option<String>,
+    /// Claude Code: the settings derived from the pinned `claude-settings` file.
+    claude_settings: Option<String>,
 }
 
 /// The agent while it runs, and what must outlive it until the verdict.
@@ -141,6 +143,8 @@ fn run_steps(
     let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
     claude_skills_step(manifest, dirs, observer)?;
+    // 2b'. Claude Code's --settings, from the verified claude-settings file.
+    verified.claude_settings = claude_settings_step(manifest, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
     verified.claude_md = context_step(manifest, dirs, &verified, iteration, record, observer)?;
     // 3. Environment.
@@ -335,6 +339,7 @@ fn verify_step(
         interpreter,
         version,
         claude_md: None,
+        claude_settings: None,
     })
 }
 
@@ -358,6 +363,35 @@ fn claude_skills_step(
         Err(err) => {
             let reason = format!("claude-skills: {err}");
             observer.step(Step::ClaudeSkills, Finished, failed(&reason));
+            Err(Stop::supervisor(reason))
+        }
+    }
+}
+
+/// Step 2b', for Claude Code with a pinned `claude-settings` file: the `--settings` it is
+/// given, derived from the file's verified bytes (`crate::claude_settings`): hooks kept on
+/// whatever user settings the agent writes, built-in plugins off unless the file names them.
+fn claude_settings_step(
+    manifest: &Manifest,
+    observer: &mut dyn IterationObserver,
+) -> Result<Option<String>, Stop> {
+    let Some(pin) = crate::claude_settings::pinned(manifest) else {
+        return Ok(None);
+    };
+    match crate::claude_settings::read_and_derive(pin) {
+        Ok(settings) => {
+            observer.step(
+                Step::ClaudeSettings,
+                Finished,
+                EventDetail::of(&ev::ClaudeSettings {
+                    file: pin.path.clone(),
+                }),
+            );
+            Ok(Some(settings))
+        }
+        Err(err) => {
+            let reason = format!("claude-settings: {err}");
+            observer.step(Step::ClaudeSettings, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -485,6 +519,7 @@ fn launch_step(
         &verified.binary,
         verified.version.as_deref(),
         verified.claude_md.as_deref(),
+        verified.claude_settings.as_deref(),
         &extension_tools,
     )
     .map_err(|err| refused(observer, format!("argv: {err}")))?;

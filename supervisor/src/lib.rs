@@ -10,6 +10,8 @@
 //!   for `pi.args`.
 //! - `bounded_tree` (Unix): walks and removals of agent-written trees in bounded descriptors
 //!   and memory at any depth, never following a link or leaving the tree.
+//! - `claude_settings` (Linux): before each launch of Claude Code, the `--settings` derived from
+//!   a pinned `claude-settings` file's verified bytes (hooks kept on, built-in plugins off).
 //! - `claude_skills` (Linux): before each launch of Claude Code, the plugin directory of each
 //!   skills tree, holding only the skill's derived `SKILL.md`.
 //! - `dir_reset` (Unix): before each iteration, the runtime's config directory brought back to
@@ -51,6 +53,8 @@ pub mod agent_dirs;
 pub mod atomic_file;
 #[cfg(unix)]
 pub mod bounded_tree;
+#[cfg(target_os = "linux")]
+pub mod claude_settings;
 #[cfg(target_os = "linux")]
 pub mod claude_skills;
 pub mod clock;

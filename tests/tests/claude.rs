@@ -653,8 +653,10 @@ fn an_empty_tool_list_gives_claude_no_built_in_tools() {
 }
 
 /// The hook-adapter contract with the real Claude Code: a verified `PreToolUse` hook (a
-/// `hook-adapter` file used as `--settings`) blocks a `Bash` call, the command does not run, and
-/// the model receives the hook's reason.
+/// `hook-adapter` file whose settings the supervisor derives for `--settings`) blocks a `Bash`
+/// call, the command does not run, and the model receives the hook's reason. The record's argv
+/// shows the derived settings: the file's hooks, `disableAllHooks: false`, the built-in
+/// plugins off.
 #[test]
 fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
     if !gate() {
@@ -684,6 +686,43 @@ fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
     assert!(result.contains("blocked by the verified hook"), "{result}");
     let it = iteration_dir(&doc, 1);
     assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    let argv: Vec<String> = serde_json::from_value(record["agent"]["argv"].clone()).unwrap();
+    let at = argv.iter().position(|a| a == "--settings").unwrap();
+    let given: Value = serde_json::from_str(&argv[at + 1]).expect("inline settings");
+    assert_eq!(given["hooks"], hooks["hooks"], "{given:#}");
+    assert_eq!(given["disableAllHooks"], false, "{given:#}");
+    assert_eq!(
+        given["enabledPlugins"]["cc-plugin-privacy@builtin"], false,
+        "{given:#}"
+    );
+}
+
+/// A `claude-settings` adapter that is not a JSON object fails the iteration before Claude Code
+/// is launched, the record naming the file.
+#[test]
+fn a_claude_settings_adapter_that_is_not_a_json_object_launches_nothing() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    fs::write(root.join("adapters/hooks.json"), "[\"hooks\"]").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (_, doc) = fx.run_status();
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("claude-settings: ") && reason.contains("hooks.json: not a JSON object"),
+        "{record:#}"
+    );
+    assert!(record["agent"].is_null(), "launched: {record:#}");
+    assert!(server.requests().is_empty(), "Claude Code was launched");
 }
 
 /// Writes at `dir` the skill `probe` as a hostile author would: everything Claude Code runs from
@@ -1610,16 +1649,16 @@ fn disable_all_hooks_run(adapter_settings: Option<Value>) -> (Vec<String>, bool)
 /// iteration), which Claude Code reloads as its user settings in that same iteration; its next
 /// `Bash` call must still be blocked by the verified hook, the command not run: a verified
 /// plugin's hook (pitcrew's own `--settings` says `disableAllHooks: false`, above the user's),
-/// and a `claude-settings` hook adapter saying `disableAllHooks: false` as `pitcrew validate`
-/// asks. An adapter that does not say it is turned off (the known gap of
-/// `docs/threat-model.md`).
+/// and a `claude-settings` hook adapter's, whether it says `disableAllHooks: false` itself or
+/// not (the supervisor adds it to the settings it derives from the verified file).
 #[test]
 fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the_verified_hook() {
     if !gate() {
         return;
     }
-    let adapter = json!({"hooks": forbidden_hook(), "disableAllHooks": false});
-    for settings in [None, Some(adapter)] {
+    let says_false = json!({"hooks": forbidden_hook(), "disableAllHooks": false});
+    let says_nothing = json!({"hooks": forbidden_hook()});
+    for settings in [None, Some(says_false), Some(says_nothing)] {
         let (results, proof) = disable_all_hooks_run(settings.clone());
         assert!(
             !proof,

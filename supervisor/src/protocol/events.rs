@@ -88,6 +88,8 @@ wire_names! {
         WorkspaceConfig = "workspace-config",
         /// Claude Code's skill plugins made.
         ClaudeSkills = "claude-skills",
+        /// Claude Code's `--settings` derived from the verified `claude-settings` file.
+        ClaudeSettings = "claude-settings",
         /// The context files set back and named.
         ContextFiles = "context-files",
         /// The agent's environment built.
@@ -219,6 +221,14 @@ pub struct ClaudeSkills {
     pub plugins: Vec<String>,
 }
 impl StepDetail for ClaudeSkills {}
+
+/// `claude-settings finished`: the pinned file the `--settings` was derived from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaudeSettings {
+    /// Its path.
+    pub file: String,
+}
+impl StepDetail for ClaudeSettings {}
 
 /// `environment finished`: how many names were removed and `.env` entries refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -211,6 +211,7 @@ fn steps_and_states_have_their_wire_names_and_unknown_ones_still_read() {
             "verify",
             "workspace-config",
             "claude-skills",
+            "claude-settings",
             "context-files",
             "environment",
             "launch",

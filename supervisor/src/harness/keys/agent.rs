@@ -332,8 +332,8 @@ impl Checker<'_> {
         }
     }
 
-    /// What Claude Code is given beside the verified set: a `claude-settings` file takes the
-    /// place of the settings that turn off Claude Code's built-in plugins. (The workdir's
+    /// What Claude Code is given beside the verified set: the `--settings` derived from a
+    /// `claude-settings` file (hooks kept on, built-in plugins it does not name off). (The workdir's
     /// `CLAUDE.md` goes with `--append-system-prompt-file`, which `agent.args` may never give:
     /// it reads a file pitcrew did not verify.)
     fn claude_context(&mut self, top: &MarkedMappingNode, harness: &Harness) {
@@ -345,11 +345,10 @@ impl Checker<'_> {
             self.note(
                 top.get_node("adapters").and_then(location),
                 "adapters",
-                "Claude Code takes one --settings, this claude-settings file: its built-in \
-                 plugins stay enabled unless the file's enabledPlugins turns them off \
-                 (\"cc-plugin-plugin-authoring@builtin\": false, …), and a \
-                 \"disableAllHooks\": true the agent writes into its config dir turns off \
-                 its hooks in that iteration unless the file says \"disableAllHooks\": false \
+                "Claude Code takes one --settings, derived from this claude-settings file: \
+                 the supervisor adds \"disableAllHooks\": false unless the file sets it (a \
+                 file's own true turns its hooks and the plugins' off, and is kept), and turns \
+                 off each built-in plugin its enabledPlugins does not name \
                  (docs/agent-support.md)",
             );
         }
