@@ -418,11 +418,14 @@ pub struct EngineArgs {
     #[arg(long, value_name = "PATH")]
     pub supervisor: Option<PathBuf>,
     /// Podman and docker engines: the image new sandboxes are created from (its entrypoint is
-    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one) [env: PITCREW_IMAGE, used
-    /// by those engines only].
+    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one and prints its reference,
+    /// e.g. localhost/pitcrew-pi:0.1.0-init4afd0f5d-pi0.73.1-ctxffce1ae6) [env: PITCREW_IMAGE,
+    /// used by those engines only].
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-    /// Podman and docker engines: the network a new sandbox joins [default: none].
+    /// Podman and docker engines: the network a new sandbox joins (`none`: the agent reaches
+    /// nothing, its model endpoint included; `host`, or a network of the engine, to reach it)
+    /// [default: none].
     #[arg(long, value_name = "NETWORK")]
     pub network: Option<String>,
     /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on

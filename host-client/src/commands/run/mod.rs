@@ -1,6 +1,6 @@
-//! `pitcrew run HARNESS [--engine local|podman|docker|exec] [--image IMAGE] [--sandbox ID]
-//! [--iterations N] [--keep] [--json] [--workspace DIR] [--prompt TEXT] [--env NAME=VALUE]
-//! [--records DIR]`.
+//! `pitcrew run HARNESS [--engine local|podman|docker|exec|kubernetes] [--image IMAGE]
+//! [--sandbox ID] [--iterations N] [--keep] [--json] [--workspace DIR] [--prompt TEXT]
+//! [--env NAME=VALUE] [--records DIR]`.
 //!
 //! Validate the harness (refuse on problems), start or attach to a sandbox, compute the manifest
 //! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
