@@ -6,9 +6,12 @@
 //! handler through a [`Canceller`]) are skipped. Every error names the request it belongs to.
 
 use pitcrew_core::manifest::Manifest;
+use pitcrew_core::protocol::detail::{Cancelled, Claimed, Uploaded};
+use pitcrew_core::protocol::status::ClaimStatus;
 use pitcrew_core::protocol::{
-    read_frame, write_frame, AgentSignal, Capabilities, Channel, Frame, FrameError, FrameKind,
-    ListingDigest, Owner, Request, Response, MAX_PAYLOAD, PROTOCOL_VERSION,
+    read_frame, write_frame, AgentSignal, Capabilities, Channel, ClaimPlan, ErrorKind, EventDetail,
+    Frame, FrameError, FrameKind, ListingDigest, OkDetail, OkReply, Owner, Request, Response,
+    StatusDoc, Step, StepState, MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 use pitcrew_core::unpack::offer::delta;
 use pitcrew_core::unpack::offer::host::OfferListing;
@@ -53,9 +56,8 @@ pub enum ClientError {
     Refused {
         /// The request.
         request: String,
-        /// The error kind (`malformed`, `version`, `order`, `busy`, `refused`, `not-found`,
-        /// `internal`).
-        kind: String,
+        /// The error kind.
+        kind: ErrorKind,
         /// The supervisor's message.
         message: String,
     },
@@ -85,7 +87,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// The error kind of a `Refused` error (`busy`, `not-found`, …).
-    pub fn refused_kind(&self) -> Option<&str> {
+    pub fn refused_kind(&self) -> Option<&ErrorKind> {
         match self {
             ClientError::Refused { kind, .. } => Some(kind),
             _ => None,
@@ -111,12 +113,12 @@ pub enum RunUpdate<'a> {
     Event {
         /// Iteration number.
         iteration: u32,
-        /// Step name.
-        step: &'a str,
-        /// `started` or `finished`.
-        state: &'a str,
+        /// The step.
+        step: &'a Step,
+        /// Where it is (`started`, `finished`, ...).
+        state: &'a StepState,
         /// Step details.
-        detail: &'a serde_json::Value,
+        detail: &'a EventDetail,
     },
     /// Agent output (channel 1 stdout, 2 stderr).
     Output {
@@ -254,9 +256,8 @@ impl<R: Read, W: Write> Client<R, W> {
                 request: name.to_string(),
                 source,
             })?;
-            let rid = response_id(&response);
-            // Id 0 is an error about a request the supervisor could not parse: ours.
-            if rid != id && rid != 0 {
+            if !response.answers(id) {
+                let rid = response.id();
                 tracing::debug!("{name}: skipping a response for request {rid}: {response:?}");
                 continue;
             }
@@ -272,11 +273,20 @@ impl<R: Read, W: Write> Client<R, W> {
     }
 
     /// Reads until the `ok` of request `id`, refusing anything else.
-    fn expect_ok(&mut self, id: u64, name: &str) -> Result<serde_json::Value, ClientError> {
+    fn expect_ok(&mut self, id: u64, name: &str) -> Result<OkDetail, ClientError> {
         match self.next(id, name)? {
             Incoming::Control(Response::Ok { detail, .. }) => Ok(detail),
             other => Err(unexpected(name, &other)),
         }
+    }
+
+    /// Reads until the `ok` of request `id` and its detail as the request's reply `T`.
+    fn expect_reply<T: OkReply>(&mut self, id: u64, name: &str) -> Result<T, ClientError> {
+        let detail = self.expect_ok(id, name)?;
+        detail.read().map_err(|e| ClientError::Unexpected {
+            request: name.to_string(),
+            what: format!("an ok whose detail does not read ({e}): {detail}"),
+        })
     }
 
     /// Opens the session: offers protocol version 1 and checks the supervisor's choice.
@@ -318,7 +328,7 @@ impl<R: Read, W: Write> Client<R, W> {
         dest: &str,
         owner: Option<Owner>,
         write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<Uploaded, ClientError> {
         let (id, name) = self.start_upload(dest, owner, false, None)?;
         self.held_listings.retain(|d, _| !d.starts_with(dest));
         self.send_tar(id, &name, write_tar)
@@ -337,7 +347,7 @@ impl<R: Read, W: Write> Client<R, W> {
         listing: &OfferListing,
         by_digest: bool,
         write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<Uploaded, ClientError> {
         let named = by_digest.then(|| listing.named());
         let (id, name) = self.start_upload(dest, owner, true, named)?;
         self.held_listings.retain(|d, _| !d.starts_with(dest));
@@ -437,7 +447,7 @@ impl<R: Read, W: Write> Client<R, W> {
         id: u64,
         name: &str,
         write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<Uploaded, ClientError> {
         let name = name.to_string();
         let mut frames = FrameWriter {
             writer: &self.writer,
@@ -473,7 +483,7 @@ impl<R: Read, W: Write> Client<R, W> {
                 source: err,
             });
         }
-        self.expect_ok(id, &name)
+        self.expect_reply(id, &name)
     }
 
     /// Sets the manifest for the following iterations. With `listings_follow` (a supervisor
@@ -645,10 +655,10 @@ impl<R: Read, W: Write> Client<R, W> {
 
     /// Cancels the running iteration; with `run`, also ends the run that holds the sandbox (its
     /// next `run` is refused with `stopped`).
-    pub fn cancel(&mut self, run: bool) -> Result<serde_json::Value, ClientError> {
+    pub fn cancel(&mut self, run: bool) -> Result<Cancelled, ClientError> {
         let id = self.id();
         self.send(&Request::Cancel { id, run }, "cancel")?;
-        self.expect_ok(id, "cancel")
+        self.expect_reply(id, "cancel")
     }
 
     /// Collects an iteration's record (default: the latest) as a tar stream handed to
@@ -692,12 +702,12 @@ impl<R: Read, W: Write> Client<R, W> {
     }
 
     /// Asks for the supervisor's status; with `verify`, a live re-verification.
-    pub fn status(&mut self, verify: bool) -> Result<serde_json::Value, ClientError> {
+    pub fn status(&mut self, verify: bool) -> Result<StatusDoc, ClientError> {
         let id = self.id();
         let name = "status";
         self.send(&Request::Status { id, verify }, name)?;
         match self.next(id, name)? {
-            Incoming::Control(Response::Status { status, .. }) => Ok(status),
+            Incoming::Control(Response::Status { status, .. }) => Ok(*status),
             other => Err(unexpected(name, &other)),
         }
     }
@@ -707,9 +717,9 @@ impl<R: Read, W: Write> Client<R, W> {
     pub fn claim(
         &mut self,
         run: &str,
-        plan: serde_json::Value,
+        plan: ClaimPlan,
         lease: std::time::Duration,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<ClaimStatus, ClientError> {
         let id = self.id();
         let run = run.to_string();
         let lease_ms = Some(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
@@ -717,13 +727,13 @@ impl<R: Read, W: Write> Client<R, W> {
             &Request::Claim {
                 id,
                 run,
-                plan,
+                plan: Some(plan),
                 lease_ms,
             },
             "claim",
         )?;
-        self.expect_ok(id, "claim")
-            .map(|detail| detail.get("claim").cloned().unwrap_or_default())
+        self.expect_reply(id, "claim")
+            .map(|claimed: Claimed| claimed.claim)
     }
 
     /// Ends this connection's claim.
@@ -750,19 +760,6 @@ impl<R: Read, W: Write> Client<R, W> {
             Ok(_) | Err(ClientError::Closed { .. }) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-}
-
-fn response_id(r: &Response) -> u64 {
-    match r {
-        Response::Hello { id, .. }
-        | Response::Ok { id, .. }
-        | Response::Need { id, .. }
-        | Response::SendListing { id, .. }
-        | Response::Error { id, .. }
-        | Response::Event { id, .. }
-        | Response::Result { id, .. }
-        | Response::Status { id, .. } => *id,
     }
 }
 

@@ -6,7 +6,8 @@
 //!
 //! In every git directory of the workspace (each directory named `.git`, and each holding a
 //! `HEAD` file beside an `objects/` directory or a `commondir` file: bare repositories,
-//! submodules' `.git/modules/*`, worktrees' `.git/worktrees/*`):
+//! submodules' `.git/modules/*`, worktrees' `.git/worktrees/*`, and the workspace directory
+//! itself when it holds them, which git with no `.git` there takes as the repository):
 //!
 //! - `hooks/`: every entry but the `*.sample` files git never runs is removed (a hook runs by
 //!   its name alone once it is executable, and a later `chmod` is all it takes);
@@ -132,6 +133,12 @@ pub fn strip(workspace: &Path) -> anyhow::Result<WorkspaceReport> {
 /// `.gitattributes` of the work tree.
 fn strip_tree(workspace: &Path, report: &mut WorkspaceReport) -> Result<(), String> {
     let root = bounded_tree::open_dir(workspace).map_err(|e| format!("open: {e}"))?;
+    // With no `.git` in it, git takes the workspace directory itself as the repository when it
+    // looks like one (as it does a bare repository), at the top of the tree or above a
+    // subdirectory git runs in: it is cleaned as any git directory below it.
+    if looks_like_git_dir(root.as_fd()) {
+        clean_git_dir(root.as_fd(), ".", 0, report)?;
+    }
     let mut walk = Walk::new(root, "workspace", MAX_ENTRIES).map_err(|e| e.to_string())?;
     // The depths of the entries inside each git directory the walk is in.
     let mut inside: Vec<usize> = Vec::new();
@@ -192,11 +199,13 @@ fn strip_tree(workspace: &Path, report: &mut WorkspaceReport) -> Result<(), Stri
 /// Whether the directory `name` of `parent` is a git directory by its content: a `HEAD` file
 /// beside an `objects` directory or a `commondir` file (git asks for more; this asks less).
 fn is_git_dir(parent: BorrowedFd<'_>, name: &OsStr) -> bool {
-    let Ok(dir) = bounded_tree::open_dir_at(parent, name) else {
-        return false;
-    };
+    bounded_tree::open_dir_at(parent, name).is_ok_and(|dir| looks_like_git_dir(dir.as_fd()))
+}
+
+/// Whether the directory `dir` is a git directory by its content (see [`is_git_dir`]).
+fn looks_like_git_dir(dir: BorrowedFd<'_>) -> bool {
     let kind = |name: &str| {
-        rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| FileType::from_raw_mode(st.st_mode))
     };

@@ -58,7 +58,7 @@ enum Command {
     Discover(commands::discover::DiscoverArgs),
     /// Run a harness's iterations in a sandbox: upload, verify, launch, collect, summarise.
     #[command(
-        after_help = "Examples:\n  pitcrew run harness.yaml\n  pitcrew run harness.yaml --iterations 5 --keep -v\n  pitcrew run harness.yaml --engine podman --image localhost/pitcrew-pi:latest\n  pitcrew run harness.yaml --workspace ../task-17 --prompt \"fix the failing test\"\n  pitcrew run --resume pc-1a2b3c4d"
+        after_help = "Examples:\n  pitcrew run harness.yaml\n  pitcrew run harness.yaml --iterations 5 --keep -v\n  pitcrew run harness.yaml --engine podman --image localhost/pitcrew-pi:0.1.0-init4afd0f5d-pi0.73.1-ctxffce1ae6\n  pitcrew run harness.yaml --workspace ../task-17 --prompt \"fix the failing test\"\n  pitcrew run --resume pc-1a2b3c4d"
     )]
     Run(commands::run::RunArgs),
     /// Run many jobs (a harness plus what varies per task) in a sandbox each, N at a time.

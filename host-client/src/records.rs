@@ -133,15 +133,9 @@ fn note_in_record(dest: &Path, report: &WorkspaceReport) -> anyhow::Result<()> {
         text.push(b'\n');
         text
     };
-    let fd = rustix::fs::open(
-        &path,
-        OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .with_context(|| format!("{}: open", path.display()))?;
-    std::fs::File::from(fd)
-        .write_all(&text)
-        .with_context(|| format!("{}: write", path.display()))
+    // Replaced whole: a host that dies mid-write leaves the supervisor's record, not half of one.
+    pitcrew_core::record::write_result_file(&path, &text)
+        .with_context(|| format!("{}: rewrite", path.display()))
 }
 
 /// How many times one component of the records directory is created before giving up.

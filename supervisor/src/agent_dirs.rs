@@ -2,14 +2,13 @@
 //! iteration once nothing of an earlier agent runs any more: present, directories, owned by the
 //! agent, reached without following a symlink.
 
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
 use crate::sandbox::nofollow::{self, Replaced};
 use std::path::Path;
 
 /// The agent's directories in the order they are prepared: `workdir`, then the runtime
 /// directories ([`Manifest::runtime_dirs`], defaults included).
-fn agent_dirs(manifest: &Manifest) -> Vec<String> {
-    let runtime = manifest.runtime_dirs();
+fn agent_dirs(manifest: &Manifest, runtime: &RuntimeDirPaths) -> Vec<String> {
     std::iter::once(manifest.workdir.as_str())
         .chain(runtime.agent_dirs())
         .map(String::from)
@@ -24,7 +23,7 @@ fn agent_dirs(manifest: &Manifest) -> Vec<String> {
 /// agent left in its own space, so it is removed (`unlinkat`, not followed) and replaced by a
 /// directory — but only when the entry lies in an agent directory; in any other place it is the
 /// host's doing and the iteration is refused. Returns what was replaced.
-pub fn prepare(manifest: &Manifest) -> Result<Vec<Replaced>, String> {
+pub fn prepare(manifest: &Manifest, runtime: &RuntimeDirPaths) -> Result<Vec<Replaced>, String> {
     // The defaults lie beside the workdir: beside `/work` they would be `/home`, `/tmp`, …,
     // directories of the system, never to be handed to the agent.
     if Path::new(&manifest.workdir)
@@ -44,7 +43,7 @@ pub fn prepare(manifest: &Manifest) -> Result<Vec<Replaced>, String> {
             }
         }
     }
-    let dirs = agent_dirs(manifest);
+    let dirs = agent_dirs(manifest, runtime);
     let agent_writable = |parent: &Path| dirs.iter().any(|d| parent.starts_with(d));
     let uid = rustix::fs::Uid::from_raw_unchecked(manifest.user.uid);
     let gid = rustix::fs::Gid::from_raw_unchecked(manifest.user.gid);
@@ -84,7 +83,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            agent_dirs(&manifest),
+            agent_dirs(&manifest, &manifest.runtime_dirs()),
             [
                 "/sb/work",
                 "/home/agent",
@@ -110,7 +109,7 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let err = prepare(&manifest).unwrap_err();
+        let err = prepare(&manifest, &manifest.runtime_dirs()).unwrap_err();
         assert!(err.starts_with("dirs.tmp must be set"), "{err}");
     }
 }

@@ -22,7 +22,7 @@
 //! directory is removed (no link followed) and made again before every launch, `0755` and
 //! `0644`, owned by the supervisor; it must lie outside every directory the agent may write.
 
-use crate::manifest::{Manifest, Runtime, TreePin};
+use crate::manifest::{Manifest, Runtime, RuntimeDirPaths, TreePin};
 use crate::sandbox::confine::writable_roots;
 use crate::sandbox::nofollow;
 use crate::skill_md::{self, CLAUDE_PLUGINS_DIR, MAX_SKILL_MD_BYTES, SKILL_FILE};
@@ -36,7 +36,7 @@ use std::path::Path;
 /// Makes the plugin directory of every skills tree of `manifest` when its runtime is Claude
 /// Code, and returns them in manifest order (what `--plugin-dir` is given). The error names the
 /// tree and what is wrong.
-pub fn prepare(manifest: &Manifest) -> Result<Vec<String>, String> {
+pub fn prepare(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String>, String> {
     if manifest.runtime != Runtime::Claude {
         return Ok(Vec::new());
     }
@@ -47,7 +47,7 @@ pub fn prepare(manifest: &Manifest) -> Result<Vec<String>, String> {
         let dir = skill_md::claude_plugin_dir(&tree.path)
             .ok_or_else(|| format!("skill tree {:?} ({}) has no parent", tree.name, tree.path))?;
         let base = dir[..dir.rfind('/').unwrap_or(0)].to_string();
-        check_place(manifest, &base)?;
+        check_place(manifest, dirs, &base)?;
         bases.insert(base);
         plugins.push(dir);
     }
@@ -67,9 +67,9 @@ pub fn prepare(manifest: &Manifest) -> Result<Vec<String>, String> {
 
 /// Refuses a place for the plugin directories that overlaps a directory the agent may write
 /// or a verified tree or file.
-fn check_place(manifest: &Manifest, base: &str) -> Result<(), String> {
+fn check_place(manifest: &Manifest, dirs: &RuntimeDirPaths, base: &str) -> Result<(), String> {
     let overlaps = |p: &str| is_under(p, base) || is_under(base, p);
-    if let Some(root) = writable_roots(manifest).iter().find(|w| overlaps(w)) {
+    if let Some(root) = writable_roots(manifest, dirs).iter().find(|w| overlaps(w)) {
         return Err(format!(
             "{base}, where Claude Code's skill plugins are made, overlaps {root}, which the \
              agent may write: keep the skills trees outside the agent's directories"

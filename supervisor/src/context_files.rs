@@ -30,7 +30,7 @@
 //! the baseline; the record names each. A directory by such a name is left alone: no release
 //! reads one. Nothing is followed or read through a link.
 
-use crate::manifest::{ContextFiles, Manifest, Runtime};
+use crate::manifest::{ContextFiles, Manifest, Runtime, RuntimeDirPaths};
 use crate::result::{ContextFileRecord, ContextFilesRecord, ContextResetRecord};
 use crate::runtime_version::PiFeatures;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -515,6 +515,7 @@ pub struct Prepared {
 /// runtime will read named. `None` for `command`.
 pub fn prepare(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     version: Option<&str>,
     iteration: u32,
     kept: Option<&mut Option<Baseline>>,
@@ -544,7 +545,7 @@ pub fn prepare(
         }
     }
     let names = names(manifest.runtime, version);
-    let config = PathBuf::from(manifest.runtime_dirs().config);
+    let config = PathBuf::from(&dirs.config);
     let config_dir = open_dir(&config)?;
     let read = &mut prepared.record.read;
     match manifest.runtime {

@@ -17,7 +17,7 @@
 //! manifest names there.
 
 use crate::bounded_tree::{self, TreeError};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
 use rustix::fs::{Dir, FileType};
 use rustix::io::Errno;
 use std::collections::BTreeSet;
@@ -60,8 +60,7 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
 /// Everything is done relative to directory descriptors, and what is removed is removed with
 /// [`bounded_tree::remove_at`]: a tree of any depth the agent built goes in a bounded number of
 /// descriptors and bounded memory, without following a symlink.
-pub fn reset_config(manifest: &Manifest) -> Result<ResetReport, TreeError> {
-    let dirs = manifest.runtime_dirs();
+pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<ResetReport, TreeError> {
     let config = Path::new(&dirs.config);
     let pinned: BTreeSet<PathBuf> = manifest
         .files
@@ -95,9 +94,9 @@ pub struct ScratchReport {
 /// or is or lies inside one of those, is not emptied: the error names both.
 pub fn reset_home_and_tmp(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     own: &[PathBuf],
 ) -> Result<ScratchReport, TreeError> {
-    let dirs = manifest.runtime_dirs();
     let mut named: Vec<PathBuf> = vec![
         PathBuf::from(&manifest.workdir),
         PathBuf::from(&dirs.config),
@@ -352,7 +351,7 @@ mod tests {
             Some(&c.join("sessions")),
             &[&c.join("settings.json"), &c.join("hooks/guard.py")],
         );
-        let report = reset_config(&m).unwrap();
+        let report = reset_config(&m, &m.runtime_dirs()).unwrap();
         let mut removed = report.removed.clone();
         removed.sort();
         assert_eq!(
@@ -373,7 +372,10 @@ mod tests {
         // The symlink went, not what it pointed at.
         assert!(Path::new("/etc/passwd").exists());
         // Nothing to do the second time.
-        assert_eq!(reset_config(&m).unwrap(), ResetReport::default());
+        assert_eq!(
+            reset_config(&m, &m.runtime_dirs()).unwrap(),
+            ResetReport::default()
+        );
     }
 
     fn scratch_manifest(base: &Path, home_keep: &[&str]) -> Manifest {
@@ -423,7 +425,7 @@ mod tests {
         fs::write(b.join("tmp/jiti/cached.mjs"), "x").unwrap();
         std::os::unix::fs::symlink("/etc", b.join("home/.bashrc")).unwrap();
         let m = scratch_manifest(b, &[".cache/keep"]);
-        let report = reset_home_and_tmp(&m, &[b.join("records")]).unwrap();
+        let report = reset_home_and_tmp(&m, &m.runtime_dirs(), &[b.join("records")]).unwrap();
         let mut removed = report.home.removed.clone();
         removed.sort();
         assert_eq!(
@@ -447,19 +449,23 @@ mod tests {
         }
         assert!(b.join("records").is_dir());
         assert_eq!(
-            reset_home_and_tmp(&m, &[]).unwrap(),
+            reset_home_and_tmp(&m, &m.runtime_dirs(), &[]).unwrap(),
             ScratchReport::default()
         );
 
         // A HOME that is the workdir, or inside a verified tree, is never emptied.
         let mut same = scratch_manifest(b, &[]);
         same.dirs.home = Some(same.workdir.clone());
-        let err = reset_home_and_tmp(&same, &[]).unwrap_err().to_string();
+        let err = reset_home_and_tmp(&same, &same.runtime_dirs(), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("home/work"), "{err}");
         assert!(b.join("home/work/src/main.rs").is_file());
         let mut records = scratch_manifest(b, &[]);
         records.dirs.tmp = Some(b.join("records/tmp").display().to_string());
-        assert!(reset_home_and_tmp(&records, &[b.join("records")]).is_err());
+        assert!(
+            reset_home_and_tmp(&records, &records.runtime_dirs(), &[b.join("records")]).is_err()
+        );
     }
 
     #[test]
@@ -473,12 +479,14 @@ mod tests {
         // TMPDIR inside HOME, and a writable root the harness gave the agent.
         m.dirs.tmp = Some(b.join("home/tmp").display().to_string());
         m.confinement.read_write = vec![b.join("home/shared").display().to_string()];
-        let report = reset_home_and_tmp(&m, &[]).unwrap();
+        let report = reset_home_and_tmp(&m, &m.runtime_dirs(), &[]).unwrap();
         assert_eq!(report.home.removed, ["leftover"]);
         assert_eq!(report.tmp.removed, ["old"]);
         assert!(b.join("home/tmp").is_dir() && b.join("home/shared/data").is_dir());
         m.dirs.home = Some("/".into());
-        let err = reset_home_and_tmp(&m, &[]).unwrap_err().to_string();
+        let err = reset_home_and_tmp(&m, &m.runtime_dirs(), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("root directory"), "{err}");
     }
 
@@ -513,11 +521,11 @@ mod tests {
         let c = tmp.path().join("config");
         fs::create_dir_all(c.join("settings.json")).unwrap();
         let m = manifest(&c, None, &[&c.join("settings.json")]);
-        assert_eq!(reset_config(&m).unwrap().count, 0);
+        assert_eq!(reset_config(&m, &m.runtime_dirs()).unwrap().count, 0);
         assert!(c.join("settings.json").is_dir());
         // No config dir, or none in the manifest: nothing happens.
         let m = manifest(&tmp.path().join("absent"), None, &[]);
-        assert_eq!(reset_config(&m).unwrap().count, 0);
+        assert_eq!(reset_config(&m, &m.runtime_dirs()).unwrap().count, 0);
     }
 
     /// A chain of `depth` directories named `d` below `top`, built with relative steps (its
@@ -541,9 +549,11 @@ mod tests {
         chain(&c.join("deep"), 30_000);
         chain(&c.join("sessions/deep"), 1_500);
         let m = manifest(&c, Some(&c.join("sessions")), &[&c.join("settings.json")]);
-        bounded_tree::test_support::with_fd_limit(64, || match reset_config(&m) {
-            Ok(r) if r.count == 2 => Ok(()),
-            other => Err(format!("{other:?}")),
+        bounded_tree::test_support::with_fd_limit(64, || {
+            match reset_config(&m, &m.runtime_dirs()) {
+                Ok(r) if r.count == 2 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
         });
         let left: Vec<_> = fs::read_dir(&c)
             .unwrap()

@@ -103,7 +103,8 @@ const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
 /// like `NODE_OPTIONS`. `JITI_FS_CACHE` is stripped too and then pinned to `false` by the runner
 /// pins. pi's self-update and managed-install variables (`PI_SELF_UPDATE_COMMAND`,
 /// `PI_INSTALLER_API_BASE`, `PI_MANAGED_INSTALL_ROOT`) choose what `pi update` runs, downloads
-/// and installs, code no tree verified; `PI_TUI_WRITE_LOG`, like `NODE_REDIRECT_WARNINGS`, makes
+/// and installs, code no tree verified; `CLAUDE_CODE_PLUGIN_DIRS` is Claude Code's spelling of
+/// `--plugin-dir` (which `agent.args` refuses) in the environment; `PI_TUI_WRITE_LOG`, like `NODE_REDIRECT_WARNINGS`, makes
 /// the runtime write files where it says. No layer has a use for them inside a sandbox.
 pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_OPTIONS"), NODE_LOADS),
@@ -162,6 +163,10 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(
         Exact("CLAUDE_ENV_FILE"),
         "Claude Code sources it before every Bash command",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_PLUGIN_DIRS"),
+        "Claude Code loads every plugin directory it lists at startup, as --plugin-dir does (hooks, MCP servers, skills, agents)",
     ),
     rule(Exact("PI_PACKAGE_DIR"), RUNTIME_CODE),
     rule(Exact("PI_SELF_UPDATE_COMMAND"), RUNTIME_CODE),
@@ -500,6 +505,8 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
         PINNED,
     ),
     rule(Exact("CLAUDE_CODE_DISABLE_CLAUDE_MDS"), PINNED),
+    rule(Exact("CLAUDE_CODE_SIMPLE"), PINNED),
+    rule(Exact("CLAUDE_CODE_SAFE_MODE"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),

@@ -315,6 +315,11 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
             "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL",
             "1".to_string(),
         ),
+        // CLAUDE_CODE_SIMPLE=0, CLAUDE_CODE_SAFE_MODE=0: what `--bare` and `--safe-mode` (refused
+        // in agent.args) read; set, Claude Code runs none of the hooks of the verified
+        // `--settings` file and plugins, the hook adapter included.
+        ("CLAUDE_CODE_SIMPLE", "0".to_string()),
+        ("CLAUDE_CODE_SAFE_MODE", "0".to_string()),
     ]
 }
 
@@ -349,13 +354,16 @@ pub fn pinned_names() -> Vec<&'static str> {
 }
 
 /// Every pin for the manifest's runtime.
-pub fn runner_pins(manifest: &Manifest, current_path: Option<&str>) -> Vec<Pin> {
-    let dirs = manifest.runtime_dirs();
-    let mut pins = common_pins(&dirs, current_path);
+pub fn runner_pins(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    current_path: Option<&str>,
+) -> Vec<Pin> {
+    let mut pins = common_pins(dirs, current_path);
     match manifest.runtime {
-        Runtime::Pi => pins.extend(pi_pins(&dirs)),
+        Runtime::Pi => pins.extend(pi_pins(dirs)),
         Runtime::Claude => {
-            pins.extend(claude_pins(&dirs));
+            pins.extend(claude_pins(dirs));
             pins.extend(claude_context_pins(manifest.agent.context_files));
         }
         Runtime::Command => {}
@@ -370,7 +378,11 @@ pub const PASSED_AT_START: &str = "PITCREW_PASSED_ENV";
 
 /// Builds the environment: baseline, `.env` as data, harness `env.set`, deny rules, runner
 /// pins, plugin env, then the size check (see the module doc).
-pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOutcome, EnvError> {
+pub fn build(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    baseline: &[(String, String)],
+) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
 
@@ -449,7 +461,11 @@ pub fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOu
         .get("PATH")
         .filter(|(p, _)| !p.is_empty())
         .map(|(p, source)| (p.clone(), source.clone()));
-    let pins = runner_pins(manifest, current_path.as_ref().map(|(p, _)| p.as_str()));
+    let pins = runner_pins(
+        manifest,
+        dirs,
+        current_path.as_ref().map(|(p, _)| p.as_str()),
+    );
     for (name, value) in &pins {
         let source = match &current_path {
             Some((_, source)) if *name == "PATH" => source.clone(),

@@ -1,5 +1,5 @@
 //! One iteration, in order: reap → prepare → verify → context files → environment → confine
-//! and launch → supervise → reap again and judge, producing the result record.
+//! and launch → wait → reap again and judge, producing the result record.
 //!
 //! This is the only place that knows the order, and [`run_steps`] is nothing but the steps:
 //! each is a function of its own that either hands the next one what it needs or stops the
@@ -11,7 +11,8 @@ use crate::clock::millis;
 use crate::environment::EnvOutcome;
 use crate::exit_code::{self, signal_name};
 use crate::judge::judge;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
+use crate::protocol::events::{self as ev, EventDetail, Step, StepState};
 use crate::result::{AgentRecord, IterationResult, OutputRecord};
 use crate::sandbox::capture::{OutputCapture, StreamName, StreamReport};
 use crate::sandbox::cgroup::IterationCgroups;
@@ -19,14 +20,14 @@ use crate::sandbox::confine::ConfinePlan;
 use crate::sandbox::disk_budget::DiskWatch;
 use crate::sandbox::launch::{launch, LaunchSpec};
 use crate::sandbox::reap::{reap_everything, reap_everything_unless, ReapOutcome};
-use crate::sandbox::supervise::{supervise, AgentOutcome};
+use crate::sandbox::wait::{wait_for_agent, AgentOutcome};
 use crate::{environment, runtime_argv, verify};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use StepState::{Finished, Started};
 
 pub use crate::sandbox::observer::{IterationObserver, NoopObserver, ObserverAction};
-pub use crate::sandbox::supervisor::{BaselineEnv, Supervisor};
+pub use crate::sandbox::state::{BaselineEnv, Supervisor};
 
 /// Why an iteration ended at a step instead of with the agent's own verdict: the record's exit
 /// code and reason.
@@ -64,6 +65,8 @@ struct Verified {
     version: Option<String>,
     /// Claude Code: the workdir's `CLAUDE.md` to give it (the context step).
     claude_md: Option<String>,
+    /// Claude Code: the settings derived from the pinned `claude-settings` file.
+    claude_settings: Option<String>,
 }
 
 /// The agent while it runs, and what must outlive it until the verdict.
@@ -79,6 +82,22 @@ struct Running {
     disk: Option<DiskWatch>,
 }
 
+/// The detail of a step that failed for `reason`.
+fn failed(reason: &str) -> EventDetail {
+    EventDetail::of(&ev::Failed {
+        error: reason.to_string(),
+        exit_code: None,
+    })
+}
+
+/// The detail of a reap that ended with `outcome`.
+fn reaped(outcome: &ReapOutcome) -> EventDetail {
+    EventDetail::of(&ev::Reaped {
+        killed: outcome.killed,
+        remaining: outcome.remaining,
+    })
+}
+
 fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
     reap_everything(
         ctx,
@@ -88,16 +107,19 @@ fn reap(ctx: &mut Supervisor, manifest: &Manifest) -> ReapOutcome {
 }
 
 /// Runs one whole iteration and returns its record (whose `exit_code` is the iteration's),
-/// reporting each step to `observer`.
+/// reporting each step to `observer`. `dirs` is `manifest`'s [`Manifest::runtime_dirs`],
+/// resolved once by the caller for the whole iteration (the serve mode's record step copies
+/// the transcripts from them too).
 pub fn run_iteration(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     observer: &mut dyn IterationObserver,
 ) -> IterationResult {
     let mut record = IterationResult::new(iteration, ctx.info.clone());
     record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
-    match run_steps(ctx, manifest, iteration, observer, &mut record) {
+    match run_steps(ctx, manifest, dirs, iteration, observer, &mut record) {
         Ok(verdict) => record.finish(verdict.code, verdict.reason),
         Err(stop) => record.finish(stop.code, Some(stop.reason)),
     }
@@ -108,29 +130,38 @@ pub fn run_iteration(
 fn run_steps(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     observer: &mut dyn IterationObserver,
     record: &mut IterationResult,
 ) -> Result<Verdict, Stop> {
     // 1. Reap: nothing but the supervisor may run while we verify.
-    reap_before(ctx, manifest, record, observer)?;
+    reap_before(ctx, manifest, dirs, record, observer)?;
     // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
-    prepare(ctx, manifest, record, observer)?;
+    prepare(ctx, manifest, dirs, record, observer)?;
     // 2. Verify.
     let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
-    claude_skills_step(manifest, observer)?;
+    claude_skills_step(manifest, dirs, observer)?;
+    // 2b'. Claude Code's --settings, from the verified claude-settings file.
+    verified.claude_settings = claude_settings_step(manifest, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
-    verified.claude_md = context_step(manifest, &verified, iteration, record, observer)?;
+    verified.claude_md = context_step(manifest, dirs, &verified, iteration, record, observer)?;
     // 3. Environment.
-    let env = environment_step(ctx, manifest, record, observer)?;
+    let env = environment_step(ctx, manifest, dirs, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
-    let mut running = launch_step(ctx, manifest, iteration, &verified, &env, record, observer)?;
+    let mut running = launch_step(
+        ctx, manifest, dirs, iteration, &verified, &env, record, observer,
+    )?;
     // 6. Supervise.
-    observer.step("agent", "started", json!({"pid": running.pid}));
+    observer.step(
+        Step::Agent,
+        Started,
+        EventDetail::of(&ev::Pid { pid: running.pid }),
+    );
     let started = Instant::now();
-    let outcome = supervise(
+    let outcome = wait_for_agent(
         ctx,
         running.pid,
         &manifest.limits,
@@ -140,26 +171,25 @@ fn run_steps(
     );
     record.steps.agent_ms = millis(started.elapsed());
     // 7. Reap again, then judge.
-    Ok(conclude(ctx, manifest, running, &outcome, record, observer))
+    Ok(conclude(
+        ctx, manifest, dirs, running, &outcome, record, observer,
+    ))
 }
 
 /// Step 1: kill and reap every process but the supervisor.
 fn reap_before(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    observer.step("reap", "started", json!({}));
+    observer.step(Step::Reap, Started, EventDetail::empty());
     let outcome = reap(ctx, manifest);
     record.steps.reap_ms = millis(outcome.elapsed);
     record.reaped.before = outcome.killed;
-    observer.step(
-        "reap",
-        "finished",
-        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
-    );
-    restore_own_state(ctx, manifest, record, observer)?;
+    observer.step(Step::Reap, Finished, reaped(&outcome));
+    restore_own_state(ctx, manifest, dirs, record, observer)?;
     if outcome.remaining > 0 {
         return Err(Stop::supervisor(format!(
             "reap-incomplete: {} process(es) survived {} ms of TERM/KILL",
@@ -175,6 +205,7 @@ fn reap_before(
 fn prepare(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
@@ -185,7 +216,7 @@ fn prepare(
         IpcReset::Sweep => {
             let swept = private_ipc::sweep(manifest.user.uid).map_err(Stop::supervisor)?;
             if swept != crate::result::IpcSweepRecord::default() {
-                observer.step("ipc-sweep", "finished", json!(swept));
+                observer.step(Step::IpcSweep, Finished, EventDetail::of(&swept));
                 record.ipc_sweep = Some(swept);
             }
         }
@@ -196,39 +227,33 @@ fn prepare(
     {
         return Err(Stop::supervisor(format!("confine: {reason}")));
     }
-    agent_dirs_step(manifest, observer)?;
-    let reset = crate::dir_reset::reset_config(manifest)
+    agent_dirs_step(manifest, dirs, observer)?;
+    let reset = crate::dir_reset::reset_config(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("config-reset: {err}")))?;
     if reset.count > 0 {
-        observer.step(
-            "config-reset",
-            "finished",
-            json!({"removed": reset.count, "paths": reset.removed}),
-        );
-        record.config_reset = Some(crate::result::ResetRecord {
+        let reset = crate::result::ResetRecord {
             removed: reset.count,
             paths: reset.removed,
-        });
+        };
+        observer.step(Step::ConfigReset, Finished, EventDetail::of(&reset));
+        record.config_reset = Some(reset);
     }
-    let scratch = crate::dir_reset::reset_home_and_tmp(manifest, &ctx.supervisor_paths)
+    let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
-        ("home-reset", scratch.home, &mut record.home_reset),
-        ("tmp-reset", scratch.tmp, &mut record.tmp_reset),
-        ("output-reset", output, &mut record.output_reset),
+        (Step::HomeReset, scratch.home, &mut record.home_reset),
+        (Step::TmpReset, scratch.tmp, &mut record.tmp_reset),
+        (Step::OutputReset, output, &mut record.output_reset),
     ] {
         if report.count > 0 {
-            observer.step(
-                step,
-                "finished",
-                json!({"removed": report.count, "paths": report.removed}),
-            );
-            *field = Some(crate::result::ResetRecord {
+            let reset = crate::result::ResetRecord {
                 removed: report.count,
                 paths: report.removed,
-            });
+            };
+            observer.step(step, Finished, EventDetail::of(&reset));
+            *field = Some(reset);
         }
     }
     Ok(())
@@ -236,9 +261,13 @@ fn prepare(
 
 /// The agent's directories, made (or a non-directory in their place replaced) without
 /// following a link, once nothing of an earlier agent runs.
-fn agent_dirs_step(manifest: &Manifest, observer: &mut dyn IterationObserver) -> Result<(), Stop> {
-    observer.step("agent-dirs", "started", json!({}));
-    match crate::agent_dirs::prepare(manifest) {
+fn agent_dirs_step(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    observer.step(Step::AgentDirs, Started, EventDetail::empty());
+    match crate::agent_dirs::prepare(manifest, dirs) {
         Ok(replaced) => {
             for r in &replaced {
                 tracing::warn!(
@@ -247,12 +276,16 @@ fn agent_dirs_step(manifest: &Manifest, observer: &mut dyn IterationObserver) ->
                     r.was
                 );
             }
-            observer.step("agent-dirs", "finished", json!({"replaced": replaced}));
+            observer.step(
+                Step::AgentDirs,
+                Finished,
+                EventDetail::of(&ev::AgentDirs { replaced }),
+            );
             Ok(())
         }
         Err(err) => {
             let reason = format!("agent-dirs: {err}");
-            observer.step("agent-dirs", "finished", json!({"error": reason}));
+            observer.step(Step::AgentDirs, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -265,7 +298,7 @@ fn verify_step(
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Verified, Stop> {
-    observer.step("verify", "started", json!({}));
+    observer.step(Step::Verify, Started, EventDetail::empty());
     let started = Instant::now();
     let report = verify::verify(manifest, ctx.baseline.path());
     record.steps.verify_ms = millis(started.elapsed());
@@ -274,14 +307,12 @@ fn verify_step(
     let interpreter = report.agent.interpreter.clone().map(PathBuf::from);
     let version = report.agent.version.clone();
     record.verification = Some(report);
-    observer.step(
-        "verify",
-        "finished",
-        match &failure {
-            None => json!({"ok": true}),
-            Some(f) => json!({"ok": false, "exit_code": f.exit_code, "reason": f.reason}),
-        },
-    );
+    let verified = ev::Verified {
+        exit_code: failure.as_ref().map(|f| f.exit_code),
+        ok: failure.is_none(),
+        reason: failure.as_ref().map(|f| f.reason.clone()),
+    };
+    observer.step(Step::Verify, Finished, EventDetail::of(&verified));
     if let Some(failure) = failure {
         return Err(Stop {
             code: failure.exit_code,
@@ -296,10 +327,11 @@ fn verify_step(
     // What the runtime will read from the workspace unverified, with no flag to stop it.
     record.workspace_config = crate::workspace_config::present(manifest, version.as_deref());
     if !record.workspace_config.is_empty() {
+        let unverified = record.workspace_config.clone();
         observer.step(
-            "workspace-config",
-            "finished",
-            json!({"unverified": record.workspace_config}),
+            Step::WorkspaceConfig,
+            Finished,
+            EventDetail::of(&ev::WorkspaceConfig { unverified }),
         );
     }
     Ok(Verified {
@@ -307,6 +339,7 @@ fn verify_step(
         interpreter,
         version,
         claude_md: None,
+        claude_settings: None,
     })
 }
 
@@ -314,17 +347,51 @@ fn verify_step(
 /// `SKILL.md` derived from the verified bytes (`crate::claude_skills`), made again from scratch.
 fn claude_skills_step(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
-    match crate::claude_skills::prepare(manifest) {
+    match crate::claude_skills::prepare(manifest, dirs) {
         Ok(plugins) if plugins.is_empty() => Ok(()),
         Ok(plugins) => {
-            observer.step("claude-skills", "finished", json!({"plugins": plugins}));
+            observer.step(
+                Step::ClaudeSkills,
+                Finished,
+                EventDetail::of(&ev::ClaudeSkills { plugins }),
+            );
             Ok(())
         }
         Err(err) => {
             let reason = format!("claude-skills: {err}");
-            observer.step("claude-skills", "finished", json!({"error": reason}));
+            observer.step(Step::ClaudeSkills, Finished, failed(&reason));
+            Err(Stop::supervisor(reason))
+        }
+    }
+}
+
+/// Step 2b', for Claude Code with a pinned `claude-settings` file: the `--settings` it is
+/// given, derived from the file's verified bytes (`crate::claude_settings`): hooks kept on
+/// whatever user settings the agent writes, built-in plugins off unless the file names them.
+fn claude_settings_step(
+    manifest: &Manifest,
+    observer: &mut dyn IterationObserver,
+) -> Result<Option<String>, Stop> {
+    let Some(pin) = crate::claude_settings::pinned(manifest) else {
+        return Ok(None);
+    };
+    match crate::claude_settings::read_and_derive(pin) {
+        Ok(settings) => {
+            observer.step(
+                Step::ClaudeSettings,
+                Finished,
+                EventDetail::of(&ev::ClaudeSettings {
+                    file: pin.path.clone(),
+                }),
+            );
+            Ok(Some(settings))
+        }
+        Err(err) => {
+            let reason = format!("claude-settings: {err}");
+            observer.step(Step::ClaudeSettings, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -336,24 +403,34 @@ fn claude_skills_step(
 /// Claude Code.
 fn context_step(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     verified: &Verified,
     iteration: u32,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Option<String>, Stop> {
     let version = verified.version.as_deref();
-    let prepared =
-        crate::context_files::prepare(manifest, version, iteration, observer.context_baseline());
+    let prepared = crate::context_files::prepare(
+        manifest,
+        dirs,
+        version,
+        iteration,
+        observer.context_baseline(),
+    );
     match prepared {
         Ok(None) => Ok(None),
         Ok(Some(prepared)) => {
-            observer.step("context-files", "finished", json!(prepared.record));
+            observer.step(
+                Step::ContextFiles,
+                Finished,
+                EventDetail::of(&prepared.record),
+            );
             record.context_files = Some(prepared.record);
             Ok(prepared.claude_md)
         }
         Err(err) => {
             let reason = format!("context-files: {err}");
-            observer.step("context-files", "finished", json!({"error": reason}));
+            observer.step(Step::ContextFiles, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
     }
@@ -363,15 +440,16 @@ fn context_step(
 fn environment_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
-    observer.step("environment", "started", json!({}));
+    observer.step(Step::Environment, Started, EventDetail::empty());
     let started = Instant::now();
-    let env = environment::build(manifest, &ctx.baseline.vars);
+    let env = environment::build(manifest, dirs, &ctx.baseline.vars);
     record.steps.env_ms = millis(started.elapsed());
     let env = env.map_err(|err| {
-        observer.step("environment", "finished", json!({"error": err.to_string()}));
+        observer.step(Step::Environment, Finished, failed(&err.to_string()));
         Stop::supervisor(err.to_string())
     })?;
     record.env.removed = env.removed.clone();
@@ -381,11 +459,11 @@ fn environment_step(
         .iter()
         .map(|(name, layer)| (name.clone(), layer.to_string()))
         .collect();
-    observer.step(
-        "environment",
-        "finished",
-        json!({"removed": record.env.removed.len(), "dotenv_refused": record.env.dotenv_refused.len()}),
-    );
+    let counts = ev::Environment {
+        dotenv_refused: record.env.dotenv_refused.len() as u64,
+        removed: record.env.removed.len() as u64,
+    };
+    observer.step(Step::Environment, Finished, EventDetail::of(&counts));
     Ok(env)
 }
 
@@ -409,20 +487,22 @@ fn refuse_if_cancelled(
 /// Steps 4 and 5: the agent's cgroups, confinement, argv and streams prepared in the
 /// supervisor, then fork, confine and exec. A failed launch is reaped before it stops the
 /// iteration.
+#[allow(clippy::too_many_arguments)]
 fn launch_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     iteration: u32,
     verified: &Verified,
     env: &EnvOutcome,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<Running, Stop> {
-    observer.step("launch", "started", json!({}));
+    observer.step(Step::Launch, Started, EventDetail::empty());
     crate::sandbox::heap::release_freed_memory();
     let started = Instant::now();
     let refused = |observer: &mut dyn IterationObserver, reason: String| {
-        observer.step("launch", "finished", json!({"error": reason}));
+        observer.step(Step::Launch, Finished, failed(&reason));
         Stop::supervisor(reason)
     };
     // Only a pi `--tools` list needs them (the scan reads the verified trees).
@@ -435,9 +515,11 @@ fn launch_step(
     };
     let argv = runtime_argv::argv(
         manifest,
+        dirs,
         &verified.binary,
         verified.version.as_deref(),
         verified.claude_md.as_deref(),
+        verified.claude_settings.as_deref(),
         &extension_tools,
     )
     .map_err(|err| refused(observer, format!("argv: {err}")))?;
@@ -450,11 +532,16 @@ fn launch_step(
             manifest.limits.processes,
         )
         .map_err(|reason| refused(observer, format!("limits: {reason}")))?;
-    let landlock =
-        crate::sandbox::confine::landlock_plan(manifest, ctx.info.mode, &ctx.supervisor_paths)
-            .map_err(|reason| refused(observer, reason))?;
+    let landlock = crate::sandbox::confine::landlock_plan(
+        manifest,
+        dirs,
+        ctx.info.mode,
+        &ctx.supervisor_paths,
+    )
+    .map_err(|reason| refused(observer, reason))?;
     let mut plan = ConfinePlan::prepare(
         manifest,
+        dirs,
         &landlock,
         *ctx.signals.original_mask(),
         &ctx.agent_cgroups,
@@ -481,8 +568,11 @@ fn launch_step(
     }
     let disk = match manifest.limits.disk_bytes {
         Some(limit) => Some(
-            DiskWatch::start(limit, &crate::sandbox::confine::writable_roots(manifest))
-                .map_err(|reason| refused(observer, reason))?,
+            DiskWatch::start(
+                limit,
+                &crate::sandbox::confine::writable_roots(manifest, dirs),
+            )
+            .map_err(|reason| refused(observer, reason))?,
         ),
         None => None,
     };
@@ -494,14 +584,14 @@ fn launch_step(
         Ok(launched) => launched,
         Err(err) => {
             tracing::warn!("launch: {}", err.reason());
-            observer.step(
-                "launch",
-                "finished",
-                json!({"error": err.reason(), "exit_code": err.exit_code()}),
-            );
+            let failure = ev::Failed {
+                error: err.reason().to_string(),
+                exit_code: Some(err.exit_code()),
+            };
+            observer.step(Step::Launch, Finished, EventDetail::of(&failure));
             record.confinement = Some(confinement);
             ctx.reaper.unwatch();
-            final_reap(ctx, manifest, record, observer, None);
+            final_reap(ctx, manifest, dirs, record, observer, None);
             capture.finish();
             return Err(Stop {
                 code: err.exit_code(),
@@ -514,7 +604,11 @@ fn launch_step(
     confinement.landlock.status = launched.report.landlock;
     confinement.seccomp.installed = launched.report.seccomp;
     record.confinement = Some(confinement);
-    observer.step("launch", "finished", json!({"pid": launched.pid}));
+    observer.step(
+        Step::Launch,
+        Finished,
+        EventDetail::of(&ev::Pid { pid: launched.pid }),
+    );
     Ok(Running {
         pid: launched.pid,
         spec,
@@ -531,11 +625,12 @@ fn launch_step(
 fn final_reap(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
     disk: Option<&mut DiskWatch>,
 ) {
-    observer.step("final-reap", "started", json!({}));
+    observer.step(Step::FinalReap, Started, EventDetail::empty());
     let outcome = match disk {
         Some(watch) => reap_everything_unless(
             ctx,
@@ -548,13 +643,9 @@ fn final_reap(
     record.steps.final_reap_ms = millis(outcome.elapsed);
     record.reaped.after = outcome.killed;
     record.reaped.remaining_after = outcome.remaining;
-    observer.step(
-        "final-reap",
-        "finished",
-        json!({"killed": outcome.killed, "remaining": outcome.remaining}),
-    );
+    observer.step(Step::FinalReap, Finished, reaped(&outcome));
     // The record is written next: with the limits and directory modes it needs.
-    if let Err(stop) = restore_own_state(ctx, manifest, record, observer) {
+    if let Err(stop) = restore_own_state(ctx, manifest, dirs, record, observer) {
         tracing::warn!("{}", stop.reason);
     }
 }
@@ -565,13 +656,14 @@ fn final_reap(
 fn restore_own_state(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<(), Stop> {
     let Some(found) = ctx.restore_own_state() else {
-        return hold_manifest_paths(ctx, manifest);
+        return hold_manifest_paths(ctx, manifest, dirs);
     };
-    observer.step("own-state", "restored", json!(found));
+    observer.step(Step::OwnState, StepState::Restored, EventDetail::of(&found));
     let all = record
         .supervisor_restored
         .get_or_insert_with(Default::default);
@@ -579,19 +671,22 @@ fn restore_own_state(
     all.limits_lowered.extend(found.limits_lowered);
     all.modes.extend(found.modes);
     all.modes_failed.extend(found.modes_failed);
-    hold_manifest_paths(ctx, manifest)
+    hold_manifest_paths(ctx, manifest, dirs)
 }
 
 /// Holds (unprivileged mode) the directories of the supervisor's uid on the way to every path
 /// the manifest names for the agent or verifies (up to their parents); one it cannot hold stops
 /// the iteration (125).
-fn hold_manifest_paths(ctx: &mut Supervisor, manifest: &Manifest) -> Result<(), Stop> {
+fn hold_manifest_paths(
+    ctx: &mut Supervisor,
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+) -> Result<(), Stop> {
     if !ctx.owned_dirs.enabled() {
         return Ok(());
     }
     // The parents of what the agent writes and of what is verified; not what lies inside the
     // agent's own directories, which it may change at will (and `agent_dirs` repairs).
-    let dirs = manifest.runtime_dirs();
     let mut agent: Vec<&str> = vec![&manifest.workdir];
     agent.extend(dirs.agent_dirs());
     let named = agent
@@ -615,6 +710,7 @@ fn hold_manifest_paths(ctx: &mut Supervisor, manifest: &Manifest) -> Result<(), 
 fn conclude(
     ctx: &mut Supervisor,
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     running: Running,
     outcome: &AgentOutcome,
     record: &mut IterationResult,
@@ -642,19 +738,16 @@ fn conclude(
             code = 128 + libc::SIGTERM;
         }
     }
-    observer.step(
-        "agent",
-        "finished",
-        json!({
-            "exit_code": outcome.exit.code(),
-            "signal": outcome.exit.signal().map(signal_name),
-            "timed_out": outcome.timed_out,
-            "cancelled": outcome.cancelled.is_some(),
-        }),
-    );
+    let ended = ev::AgentEnded {
+        cancelled: outcome.cancelled.is_some(),
+        exit_code: outcome.exit.code(),
+        signal: outcome.exit.signal().map(signal_name),
+        timed_out: outcome.timed_out,
+    };
+    observer.step(Step::Agent, Finished, EventDetail::of(&ended));
 
     record.signal = outcome.exit.signal().map(signal_name);
-    final_reap(ctx, manifest, record, observer, disk.as_mut());
+    final_reap(ctx, manifest, dirs, record, observer, disk.as_mut());
     let usage = cgroups.usage();
     drop(cgroups);
     if let Some(confinement) = &mut record.confinement {

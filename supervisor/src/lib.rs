@@ -1,5 +1,7 @@
 //! The rules both pitcrew binaries share, defined once.
 //!
+//! - `atomic_file` (Unix): the one atomic write (a temporary file created exclusively beside
+//!   the target, synced, renamed; removed on failure).
 //! - [`tree_hash`]: `pi-tree-v1` and `content-v1` tree digests and single-file SHA-256, walked
 //!   without following symlinks.
 //! - [`plugin_format`]: which runtime loads a plugin directory (Claude plugin or pi extension) and
@@ -8,6 +10,8 @@
 //!   for `pi.args`.
 //! - `bounded_tree` (Unix): walks and removals of agent-written trees in bounded descriptors
 //!   and memory at any depth, never following a link or leaving the tree.
+//! - `claude_settings` (Linux): before each launch of Claude Code, the `--settings` derived from
+//!   a pinned `claude-settings` file's verified bytes (hooks kept on, built-in plugins off).
 //! - `claude_skills` (Linux): before each launch of Claude Code, the plugin directory of each
 //!   skills tree, holding only the skill's derived `SKILL.md`.
 //! - `dir_reset` (Unix): before each iteration, the runtime's config directory brought back to
@@ -19,6 +23,10 @@
 //!   that run nothing (a collected workspace's repositories).
 //! - [`protocol`]: framing and messages between the host and the supervisor.
 //! - [`result`]: the result record of an iteration.
+//! - `record` (Unix): the record step, the result record written where its mode keeps it
+//!   (`run`'s `--result`/`--result-fd`, `serve`'s record directory).
+//! - [`record_names`]: the names in a records directory (`iteration-N`, `.collected`), read
+//!   by one rule on both sides.
 //! - `unpack` (Unix): safe unpacking of an uploaded or collected tar stream.
 //! - [`user_namespace`]: the user namespace the supervisor runs in (rootless sandboxes).
 //! - [`judge`]: whether an agent that exited 0 reported a failure in its JSON stream.
@@ -42,7 +50,11 @@
 #[cfg(target_os = "linux")]
 pub mod agent_dirs;
 #[cfg(unix)]
+pub mod atomic_file;
+#[cfg(unix)]
 pub mod bounded_tree;
+#[cfg(target_os = "linux")]
+pub mod claude_settings;
 #[cfg(target_os = "linux")]
 pub mod claude_skills;
 pub mod clock;
@@ -65,6 +77,9 @@ pub mod logging;
 pub mod manifest;
 pub mod plugin_format;
 pub mod protocol;
+#[cfg(unix)]
+pub mod record;
+pub mod record_names;
 pub mod result;
 pub mod runtime_argv;
 pub mod runtime_version;

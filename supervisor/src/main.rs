@@ -190,21 +190,14 @@ mod linux {
     use pitcrew_core::exit_code::SUPERVISOR_FAILED;
     use pitcrew_core::iteration::{run_iteration, BaselineEnv, NoopObserver, Supervisor};
     use pitcrew_core::manifest::Manifest;
+    use pitcrew_core::record::Sink;
     use pitcrew_core::result::{IterationResult, SupervisorInfo, SupervisorMode};
     use pitcrew_core::sandbox::private_ipc::IpcReset;
     use pitcrew_core::sandbox::signals::Signals;
-    use std::io::Write;
     use std::os::fd::{FromRawFd, OwnedFd};
     use std::path::{Path, PathBuf};
     use std::process::ExitCode;
     use std::sync::OnceLock;
-
-    /// Where the record goes.
-    enum Sink {
-        File(PathBuf),
-        Fd(OwnedFd),
-        None,
-    }
 
     /// What the panic hook needs to leave a record behind.
     struct PanicTarget {
@@ -247,7 +240,7 @@ mod linux {
                 record.finish(SUPERVISOR_FAILED, Some(reason));
                 let line = record.to_json_line();
                 if let Some(path) = &t.file {
-                    let _ = write_atomically(path, line.as_bytes());
+                    let _ = pitcrew_core::record::write_result_file(path, line.as_bytes());
                 } else if let Some(fd) = t.fd {
                     // SAFETY: write from a valid buffer to the caller's result fd.
                     unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
@@ -257,34 +250,8 @@ mod linux {
         }));
     }
 
-    fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    }
-
     fn write_record(sink: Sink, record: &IterationResult) {
-        let line = record.to_json_line();
-        let written = match sink {
-            Sink::File(path) => write_atomically(&path, line.as_bytes())
-                .map_err(|e| format!("{}: {e}", path.display())),
-            Sink::Fd(fd) => std::fs::File::from(fd)
-                .write_all(line.as_bytes())
-                .map_err(|e| format!("result fd: {e}")),
-            Sink::None => Ok(()),
-        };
-        if let Err(err) = written {
+        if let Err(err) = pitcrew_core::record::write(sink, record) {
             tracing::error!("result: could not write the record: {err}");
         }
     }
@@ -375,7 +342,13 @@ mod linux {
                 Manifest::from_json(&bytes).map_err(|e| format!("manifest-invalid: {e}"))
             });
         let record = match manifest {
-            Ok(manifest) => run_iteration(&mut ctx, &manifest, args.iteration, &mut NoopObserver),
+            Ok(manifest) => run_iteration(
+                &mut ctx,
+                &manifest,
+                &manifest.runtime_dirs(),
+                args.iteration,
+                &mut NoopObserver,
+            ),
             Err(reason) => {
                 tracing::error!("{reason}");
                 let mut record = IterationResult::new(args.iteration, ctx.info.clone());

@@ -285,7 +285,8 @@ pub enum FileUse {
     Verify,
     /// A pi extension file loaded with `-e` before any plugin (hook adapters).
     PiExtension,
-    /// Claude `--settings <file>` (hooks config).
+    /// Claude Code's `--settings` (hooks config), derived from the verified bytes
+    /// (`crate::claude_settings`).
     ClaudeSettings,
 }
 

@@ -15,10 +15,67 @@
 //! responses repeat. The first request on a connection must be `hello`. Anything malformed gets
 //! an `error` response (and the connection is closed when the stream itself can no longer be
 //! trusted: a bad header or an oversized frame). Reference: `docs/protocol.md`.
+//!
+//! # One type on both sides
+//!
+//! Every reply is a type of this module, which the supervisor writes and the host reads:
+//! [`Response`], the `ok` details of [`detail`] (one per request), the `status` document of
+//! [`status`], the event steps, states and details of [`events`], the error kinds of
+//! [`ErrorKind`]. A field renamed on one side therefore does not compile on the other. The
+//! supervisor answers `cancel` so, and the host reads the answer so:
+//!
+//! ```
+//! use pitcrew_core::protocol::{detail::Cancelled, Response};
+//! // The supervisor's side.
+//! let sent = Response::ok(6, &Cancelled { cancelled: true, run_stopped: false });
+//! // The host's side.
+//! let Response::Ok { detail, .. } = sent else { unreachable!() };
+//! let read: Cancelled = detail.read().unwrap();
+//! assert!(read.cancelled && !read.run_stopped);
+//! ```
+//!
+//! Had the field been renamed (here `was_cancelled`), the host's read would not compile (each
+//! `compile_fail` example is the passing one above with a name changed, so the name is what
+//! fails):
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::{detail::Cancelled, OkDetail};
+//! fn host_reads(detail: &OkDetail) -> bool {
+//!     let read: Cancelled = detail.read().unwrap();
+//!     read.was_cancelled
+//! }
+//! ```
+//!
+//! nor would a supervisor that writes the old name:
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::{detail::Cancelled, Response};
+//! let sent = Response::ok(6, &Cancelled { was_cancelled: true, run_stopped: false });
+//! ```
+//!
+//! The same holds for the `status` document the host reads (`pitcrew inspect`, `ps`, `run
+//! --resume`):
+//!
+//! ```compile_fail
+//! use pitcrew_core::protocol::StatusDoc;
+//! fn host_reads(status: &StatusDoc) -> bool {
+//!     status.manifest_is_loaded
+//! }
+//! ```
 
 use crate::manifest::Manifest;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
+
+pub mod detail;
+mod error_kind;
+pub mod events;
+pub mod status;
+
+pub use detail::{OkDetail, OkReply};
+pub use error_kind::ErrorKind;
+pub use events::{EventDetail, Step, StepDetail, StepState};
+pub use status::{ClaimPlan, StatusDoc};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -491,7 +548,7 @@ pub enum Request {
         run: String,
         /// The host's plan for the run, kept and shown by `status` (JSON, at most 64 KiB).
         #[serde(default)]
-        plan: serde_json::Value,
+        plan: Option<ClaimPlan>,
         /// How long the claim holds without a word from its connection, in milliseconds
         /// (default 60 s): past it the run counts as orphaned even if the connection stays open.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -689,17 +746,16 @@ pub enum Response {
     Ok {
         /// Correlation id.
         id: u64,
-        /// Details (e.g. upload counts).
+        /// Details: the request's [`OkReply`] type (e.g. [`detail::Uploaded`]).
         #[serde(default)]
-        detail: serde_json::Value,
+        detail: OkDetail,
     },
     /// A request failed.
     Error {
         /// Correlation id (0 when the request could not be parsed).
         id: u64,
-        /// Machine-readable kind: `malformed`, `version`, `order`, `busy`, `refused`, `not-found`,
-        /// `internal`.
-        kind: String,
+        /// Machine-readable kind.
+        kind: ErrorKind,
         /// What went wrong, naming the field, entry or path.
         message: String,
     },
@@ -709,13 +765,13 @@ pub enum Response {
         id: u64,
         /// Iteration number.
         iteration: u32,
-        /// Step name (`reap`, `verify`, `environment`, `launch`, `agent`, `final-reap`).
-        step: String,
-        /// `started` or `finished`.
-        state: String,
-        /// Step details.
+        /// The step.
+        step: Step,
+        /// Where it is (`started`, `finished`, ...).
+        state: StepState,
+        /// Step details (one [`StepDetail`] type per step and state).
         #[serde(default)]
-        detail: serde_json::Value,
+        detail: EventDetail,
     },
     /// The iteration's result record (the last message of a `run`).
     Result {
@@ -734,9 +790,54 @@ pub enum Response {
     Status {
         /// Correlation id.
         id: u64,
-        /// The status document (`docs/protocol.md`).
-        status: serde_json::Value,
+        /// The status document (`docs/protocol.md`; boxed, as large as `hello`'s). Written
+        /// through a JSON value, so its keys come in sorted order at every depth, as they did
+        /// when the supervisor built it as one.
+        #[serde(serialize_with = "as_json_value")]
+        status: Box<StatusDoc>,
     },
+}
+
+/// Serializes `value` through a [`serde_json::Value`]: every object's keys sorted.
+fn as_json_value<T: Serialize, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(serializer)
+}
+
+impl Response {
+    /// The correlation id: the request's it answers (0 for an error about a request that could
+    /// not be parsed).
+    pub fn id(&self) -> u64 {
+        match self {
+            Response::Hello { id, .. }
+            | Response::Ok { id, .. }
+            | Response::Need { id, .. }
+            | Response::SendListing { id, .. }
+            | Response::Error { id, .. }
+            | Response::Event { id, .. }
+            | Response::Result { id, .. }
+            | Response::Status { id, .. } => *id,
+        }
+    }
+
+    /// Whether this response answers request `id`: it carries `id`, or it is an error about a
+    /// request the supervisor could not parse (id 0), which is the one this peer sent last.
+    pub fn answers(&self, id: u64) -> bool {
+        let rid = self.id();
+        rid == id || (rid == 0 && matches!(self, Response::Error { .. }))
+    }
+
+    /// The `ok` answering request `id` with `reply` as its detail.
+    pub fn ok<T: OkReply>(id: u64, reply: &T) -> Response {
+        Response::Ok {
+            id,
+            detail: OkDetail::of(reply),
+        }
+    }
 }
 
 #[cfg(test)]

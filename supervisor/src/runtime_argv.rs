@@ -18,8 +18,9 @@
 //!   (pi then says the flag needs a value).
 //! - **claude**: `-p --output-format stream-json --verbose --setting-sources user`, the tools
 //!   (`--tools a,b`, `--tools ""` for none; followed by an option, since Claude's `--tools`
-//!   takes several values), `--settings <file>` (the one `use: claude-settings` file; without
-//!   one, settings that turn off Claude Code's built-in plugins), `--append-system-prompt-file
+//!   takes several values), `--settings '<json>'` (settings that keep hooks on and turn off
+//!   Claude Code's built-in plugins, or those the supervisor derived from the verified bytes of
+//!   the one `use: claude-settings` file: [`crate::claude_settings`]), `--append-system-prompt-file
 //!   <workdir>/CLAUDE.md` (when the context step found one to give it: Claude Code reads no
 //!   project file with `--setting-sources user`), `--plugin-dir <path>` per `claude-plugin`
 //!   tree, then per skill tree the plugin directory the supervisor made for it
@@ -40,7 +41,7 @@
 //! attach). An element containing NUL is refused (exec could not pass it).
 
 use crate::env_policy::agent_args::{agent_args_problems, Against, AgentArgProblem};
-use crate::manifest::{ContextFiles, FileUse, Manifest, Runtime, TreeKind};
+use crate::manifest::{ContextFiles, FileUse, Manifest, Runtime, RuntimeDirPaths, TreeKind};
 use crate::result::PromptRecord;
 use crate::runtime_version::PiFeatures;
 use std::path::Path;
@@ -70,6 +71,12 @@ pub enum ArgvError {
         first: String,
         /// The second such file.
         second: String,
+    },
+    /// A `claude-settings` file is pinned but no settings were derived from it.
+    #[error("the claude-settings file {path} was not read and derived before the argv was built")]
+    ClaudeSettingsNotDerived {
+        /// The file.
+        path: String,
     },
     /// `agent.args` gives options the runtime release refuses there, or words it would read as
     /// the prompt (`(index, problem)`).
@@ -107,13 +114,17 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 /// release is `version` when known ([`crate::runtime_version::detect`]); `agent.args` checked
 /// against that release first (against every supported one when it is unknown).
 /// `claude_md` is the workdir's `CLAUDE.md` the context step found for Claude Code
-/// ([`crate::context_files`]); `extension_tools` the tools the verified pi extensions register
+/// ([`crate::context_files`]); `claude_settings` the settings derived from the pinned
+/// `claude-settings` file (`crate::claude_settings`), which Claude Code needs when one is
+/// pinned; `extension_tools` the tools the verified pi extensions register
 /// ([`extension_tools`]), added to a non-empty `agent.tools` for pi.
 pub fn argv(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     binary: &Path,
     version: Option<&str>,
     claude_md: Option<&str>,
+    claude_settings: Option<&str>,
     extension_tools: &[String],
 ) -> Result<Vec<String>, ArgvError> {
     let refused = agent_args_problems(
@@ -126,8 +137,14 @@ pub fn argv(
     }
     let mut v = vec![binary.to_string_lossy().into_owned()];
     match manifest.runtime {
-        Runtime::Pi => pi_args(manifest, PiFeatures::of(version), extension_tools, &mut v)?,
-        Runtime::Claude => claude_args(manifest, claude_md, &mut v)?,
+        Runtime::Pi => pi_args(
+            manifest,
+            dirs,
+            PiFeatures::of(version),
+            extension_tools,
+            &mut v,
+        )?,
+        Runtime::Claude => claude_args(manifest, claude_md, claude_settings, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
     if let Some(index) = v.iter().position(|a| a.contains('\0')) {
@@ -209,11 +226,27 @@ pub fn extension_tools(m: &Manifest) -> Result<Vec<String>, String> {
     Ok(found)
 }
 
-/// `agent.tools` then each of `extension_tools` it does not name.
+/// The names of pi's built-in tools (every supported release's `--help`, "Built-in Tool
+/// Names"). pi's `--tools` allowlist covers them too: one of these names added for an extension
+/// would offer the model the built-in tool whenever the extension does not register it (the
+/// scan for registered tools is textual: a comment counts), so only `agent.tools` names them.
+pub const PI_BUILTIN_TOOLS: &[&str] = &[
+    "read",
+    "bash",
+    "powershell",
+    "edit",
+    "write",
+    "grep",
+    "find",
+    "ls",
+];
+
+/// `agent.tools` then each of `extension_tools` it does not name, but for pi's built-in tool
+/// names ([`PI_BUILTIN_TOOLS`]).
 fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
     let mut all = tools.to_vec();
     for tool in extension_tools {
-        if !all.contains(tool) {
+        if !all.contains(tool) && !PI_BUILTIN_TOOLS.contains(&tool.as_str()) {
             all.push(tool.clone());
         }
     }
@@ -222,12 +255,13 @@ fn tools_union(tools: &[String], extension_tools: &[String]) -> Vec<String> {
 
 fn pi_args(
     m: &Manifest,
+    dirs: &RuntimeDirPaths,
     features: PiFeatures,
     extension_tools: &[String],
     v: &mut Vec<String>,
 ) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
-    let sessions = m.runtime_dirs().sessions;
+    let sessions = dirs.sessions.clone();
     push(
         v,
         &[
@@ -300,18 +334,24 @@ pub const CLAUDE_BUILTIN_PLUGINS: &[&str] = &[
 ];
 
 /// The settings (JSON) pitcrew gives Claude Code with `--settings` when the harness pins no
-/// settings file of its own: every built-in plugin disabled (`enabledPlugins`).
+/// settings file of its own (one it pins gets the same added: `crate::claude_settings`): every
+/// built-in plugin disabled (`enabledPlugins`), and
+/// `disableAllHooks: false`. The config dir is the agent's to write during an iteration and
+/// Claude Code reloads its user settings there as they change: a `disableAllHooks: true` the
+/// agent writes would turn off the verified plugins' hooks in that same iteration, unless a
+/// source above the user's (this one) says `false`.
 pub fn claude_builtins_off() -> String {
     let off: serde_json::Map<String, serde_json::Value> = CLAUDE_BUILTIN_PLUGINS
         .iter()
         .map(|name| (format!("{name}@builtin"), serde_json::Value::Bool(false)))
         .collect();
-    serde_json::json!({ "enabledPlugins": off }).to_string()
+    serde_json::json!({ "enabledPlugins": off, "disableAllHooks": false }).to_string()
 }
 
 fn claude_args(
     m: &Manifest,
     claude_md: Option<&str>,
+    claude_settings: Option<&str>,
     v: &mut Vec<String>,
 ) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
@@ -341,9 +381,13 @@ fn claude_args(
                 second: second.path.clone(),
             });
         }
-        push(v, &["--settings", &first.path]);
+        // Never the file itself: the settings derived from its verified bytes, which keep
+        // hooks on and the built-in plugins off unless the file says otherwise.
+        let derived = claude_settings.ok_or_else(|| ArgvError::ClaudeSettingsNotDerived {
+            path: first.path.clone(),
+        })?;
+        push(v, &["--settings", derived]);
     } else {
-        // Claude Code takes one `--settings`: a pinned file's own `enabledPlugins` decides.
         push(v, &["--settings", &claude_builtins_off()]);
     }
     if let Some(path) = claude_md {
@@ -374,6 +418,26 @@ fn claude_args(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// [`super::argv`] with the manifest's own runtime directories.
+    fn argv(
+        m: &Manifest,
+        binary: &Path,
+        version: Option<&str>,
+        claude_md: Option<&str>,
+        claude_settings: Option<&str>,
+        extension_tools: &[String],
+    ) -> Result<Vec<String>, ArgvError> {
+        super::argv(
+            m,
+            &m.runtime_dirs(),
+            binary,
+            version,
+            claude_md,
+            claude_settings,
+            extension_tools,
+        )
+    }
 
     fn manifest(v: serde_json::Value) -> Manifest {
         Manifest::from_json(v.to_string().as_bytes()).unwrap()
@@ -434,6 +498,7 @@ mod tests {
             Path::new("/usr/local/bin/pi"),
             Some("0.73.1"),
             None,
+            None,
             &[],
         )
         .unwrap();
@@ -479,7 +544,15 @@ mod tests {
             "version": 1, "runtime": "pi", "agent": {"binary": "pi"},
             "prompt": "hi", "workdir": "/sandbox/workspace",
         }));
-        let got = argv(&m, Path::new("/usr/bin/pi"), Some("0.73.1"), None, &[]).unwrap();
+        let got = argv(
+            &m,
+            Path::new("/usr/bin/pi"),
+            Some("0.73.1"),
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
         let want = [
             "/usr/bin/pi",
             "--print",
@@ -505,11 +578,13 @@ mod tests {
             "args": ["--max-turns", "5"], "tools": ["Read", "Bash"],
         });
         let m = manifest(v);
+        let derived = r#"{"hooks":{},"disableAllHooks":false}"#;
         let got = argv(
             &m,
             Path::new("/usr/local/bin/claude"),
             Some("0.73.1"),
             None,
+            Some(derived),
             &[],
         )
         .unwrap();
@@ -523,8 +598,9 @@ mod tests {
             "user",
             "--tools",
             "Read,Bash",
+            // The settings derived from the pinned file, never its path.
             "--settings",
-            "/sandbox/claude-config/hooks.json",
+            derived,
             "--plugin-dir",
             "/sandbox/plugins/claudy",
             // The supervisor's plugin holding the skill's SKILL.md, never the skills tree.
@@ -540,6 +616,14 @@ mod tests {
             "fix the bug",
         ];
         assert_eq!(got, want);
+        // Without the derived settings nothing is launched.
+        let err = argv(&m, Path::new("/c"), None, None, None, &[]).unwrap_err();
+        assert_eq!(
+            err,
+            ArgvError::ClaudeSettingsNotDerived {
+                path: "/sandbox/claude-config/hooks.json".into()
+            }
+        );
     }
 
     #[test]
@@ -548,7 +632,15 @@ mod tests {
             "version": 1, "runtime": "claude", "agent": {"binary": "claude"},
             "prompt": "hi", "workdir": "/w",
         }));
-        let got = argv(&m, Path::new("/bin/claude"), Some("0.73.1"), None, &[]).unwrap();
+        let got = argv(
+            &m,
+            Path::new("/bin/claude"),
+            Some("0.73.1"),
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
         let builtins_off = claude_builtins_off();
         let want = [
             "/bin/claude",
@@ -579,6 +671,7 @@ mod tests {
             Path::new("/bin/claude"),
             None,
             Some("/w/CLAUDE.md"),
+            None,
             &[],
         )
         .unwrap();
@@ -599,6 +692,7 @@ mod tests {
             &manifest(v),
             Path::new("/bin/claude"),
             Some("0.73.1"),
+            None,
             None,
             &[],
         )
@@ -624,6 +718,7 @@ mod tests {
             Path::new("/p"),
             Some("0.73.1"),
             None,
+            None,
             &[],
         )
         .unwrap();
@@ -644,7 +739,15 @@ mod tests {
         let mut c = v.clone();
         c["runtime"] = "claude".into();
         c["files"] = json!([plugin.clone()]);
-        let got = argv(&manifest(c), Path::new("/bin/claude"), None, None, &[]).unwrap();
+        let got = argv(
+            &manifest(c),
+            Path::new("/bin/claude"),
+            None,
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
         assert!(!got.iter().any(|a| a.contains("hello.ts")), "{got:?}");
 
         for (key, value) in [
@@ -672,16 +775,32 @@ mod tests {
         let mut v = pi_manifest();
         v["agent"]["tools"] = json!(["read", "hello_tool"]);
         let ext = ["hello_tool".to_string(), "other".to_string()];
-        let got = argv(&manifest(v.clone()), Path::new("/p"), None, None, &ext).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            None,
+            None,
+            None,
+            &ext,
+        )
+        .unwrap();
         let at = got.iter().position(|a| a == "--tools").unwrap();
         assert_eq!(got[at + 1], "read,hello_tool,other", "{got:?}");
         // An empty list keeps extension tools already; an absent one too; Claude Code has none.
         v["agent"]["tools"] = json!([]);
-        let got = argv(&manifest(v.clone()), Path::new("/p"), None, None, &ext).unwrap();
+        let got = argv(
+            &manifest(v.clone()),
+            Path::new("/p"),
+            None,
+            None,
+            None,
+            &ext,
+        )
+        .unwrap();
         assert!(!got.iter().any(|a| a.contains("other")), "{got:?}");
         v["runtime"] = "claude".into();
         v["agent"]["tools"] = json!(["Read"]);
-        let got = argv(&manifest(v), Path::new("/c"), None, None, &ext).unwrap();
+        let got = argv(&manifest(v), Path::new("/c"), None, None, Some("{}"), &ext).unwrap();
         let at = got.iter().position(|a| a == "--tools").unwrap();
         assert_eq!(got[at + 1], "Read", "{got:?}");
     }
@@ -724,6 +843,7 @@ mod tests {
             Path::new("/p"),
             Some("0.73.1"),
             None,
+            None,
             &[],
         )
         .unwrap();
@@ -734,6 +854,7 @@ mod tests {
             &manifest(v.clone()),
             Path::new("/p"),
             Some("0.73.1"),
+            None,
             None,
             &[],
         )
@@ -747,6 +868,7 @@ mod tests {
             Path::new("/p"),
             Some("0.73.1"),
             None,
+            Some("{}"),
             &[],
         )
         .unwrap();
@@ -754,8 +876,15 @@ mod tests {
         assert_eq!(got[at + 1], "");
         assert!(got[at + 2].starts_with("--"), "{got:?}");
         v["agent"].as_object_mut().unwrap().remove("tools");
-        let got = argv(&manifest(v), Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
-        assert!(!got.contains(&"--tools".to_string()), "{got:?}");
+        let got = argv(
+            &manifest(v),
+            Path::new("/p"),
+            Some("0.73.1"),
+            None,
+            Some("{}"),
+            &[],
+        );
+        assert!(!got.unwrap().contains(&"--tools".to_string()));
     }
 
     #[test]
@@ -771,7 +900,7 @@ mod tests {
     #[test]
     fn the_record_shows_the_prompt_by_its_length_and_digest_unless_asked() {
         let mut m = manifest(pi_manifest());
-        let full = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
+        let full = argv(&m, Path::new("/p"), Some("0.73.1"), None, None, &[]).unwrap();
         let (shown, prompt) = recorded(&m, &full);
         assert_eq!(shown.last().unwrap(), "<prompt>");
         assert_eq!(shown[..shown.len() - 1], full[..full.len() - 1]);
@@ -791,26 +920,29 @@ mod tests {
             "version": 1, "runtime": "command", "agent": {"binary": "/bin/sh", "args": ["-c", "x"]},
             "workdir": "/w", "prompt": "ignored",
         }));
-        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1"), None, &[]).unwrap();
+        let a = argv(&c, Path::new("/bin/sh"), Some("0.73.1"), None, None, &[]).unwrap();
         assert_eq!(recorded(&c, &a), (a.clone(), None));
     }
 
     #[test]
     fn trust_gated_pi_releases_get_no_approve_and_context_files_can_be_turned_off() {
         let mut m = manifest(pi_manifest());
-        let old = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap();
+        let old = argv(&m, Path::new("/p"), Some("0.73.1"), None, None, &[]).unwrap();
         assert!(!old.contains(&"--no-approve".to_string()), "{old:?}");
         assert!(!old.contains(&"--no-context-files".to_string()), "{old:?}");
         // An unknown release is taken for the oldest (it would refuse --no-approve).
-        assert_eq!(argv(&m, Path::new("/p"), None, None, &[]).unwrap(), old);
+        assert_eq!(
+            argv(&m, Path::new("/p"), None, None, None, &[]).unwrap(),
+            old
+        );
         for version in ["0.87.1", "1.6.0"] {
-            let new = argv(&m, Path::new("/p"), Some(version), None, &[]).unwrap();
+            let new = argv(&m, Path::new("/p"), Some(version), None, None, &[]).unwrap();
             let at = new.iter().position(|a| a == "--no-approve").unwrap();
             assert_eq!(new[at - 1], "--no-themes", "{new:?}");
             assert_eq!(new.len(), old.len() + 1);
         }
         m.agent.context_files = ContextFiles::None;
-        let off = argv(&m, Path::new("/p"), Some("1.6.0"), None, &[]).unwrap();
+        let off = argv(&m, Path::new("/p"), Some("1.6.0"), None, None, &[]).unwrap();
         let at = off.iter().position(|a| a == "--no-context-files").unwrap();
         assert_eq!(off[at - 1], "--no-approve", "{off:?}");
     }
@@ -823,7 +955,7 @@ mod tests {
         let mut v = pi_manifest();
         v["agent"]["args"] = json!(["--approve", "-e", "./unverified_ext.ts"]);
         let m = manifest(v.clone());
-        let err = argv(&m, Path::new("/p"), Some("1.6.0"), None, &[]).unwrap_err();
+        let err = argv(&m, Path::new("/p"), Some("1.6.0"), None, None, &[]).unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with(
@@ -832,7 +964,7 @@ mod tests {
             "{text}"
         );
         // pi 0.73.1 has no --approve (an extension flag there); its -e is refused all the same.
-        let text = argv(&m, Path::new("/p"), Some("0.73.1"), None, &[])
+        let text = argv(&m, Path::new("/p"), Some("0.73.1"), None, None, &[])
             .unwrap_err()
             .to_string();
         assert!(
@@ -840,7 +972,7 @@ mod tests {
             "{text}"
         );
         // An unknown release: every supported release's rules.
-        let text = argv(&m, Path::new("/p"), None, None, &[])
+        let text = argv(&m, Path::new("/p"), None, None, None, &[])
             .unwrap_err()
             .to_string();
         assert!(
@@ -860,6 +992,7 @@ mod tests {
             Path::new("/c"),
             Some("2.1.332"),
             None,
+            None,
             &[],
         )
         .unwrap_err()
@@ -873,16 +1006,16 @@ mod tests {
         // `runtime: command` takes any argv.
         v["runtime"] = "command".into();
         v["agent"]["args"] = json!(["--approve", "-e", "x"]);
-        assert!(argv(&manifest(v), Path::new("/bin/x"), None, None, &[]).is_ok());
+        assert!(argv(&manifest(v), Path::new("/bin/x"), None, None, None, &[]).is_ok());
     }
 
     #[test]
     fn an_argument_longer_than_exec_takes_is_refused_by_name() {
         let mut m = manifest(pi_manifest());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES));
-        assert!(argv(&m, Path::new("/p"), None, None, &[]).is_ok());
+        assert!(argv(&m, Path::new("/p"), None, None, None, &[]).is_ok());
         m.prompt = Some("x".repeat(MAX_ARG_BYTES + 1));
-        let err = argv(&m, Path::new("/p"), None, None, &[]).unwrap_err();
+        let err = argv(&m, Path::new("/p"), None, None, None, &[]).unwrap_err();
         assert!(matches!(err, ArgvError::TooLong { bytes, .. } if bytes == MAX_ARG_BYTES + 1));
     }
 
@@ -894,7 +1027,7 @@ mod tests {
             "workdir": "/w",
         }));
         assert_eq!(
-            argv(&m, Path::new("/bin/sh"), Some("0.73.1"), None, &[]).unwrap(),
+            argv(&m, Path::new("/bin/sh"), Some("0.73.1"), None, None, &[]).unwrap(),
             ["/bin/sh", "-c", "echo hi", "--", "-x"]
         );
     }
@@ -909,6 +1042,7 @@ mod tests {
                 Path::new("/p"),
                 Some("0.73.1"),
                 None,
+                None,
                 &[]
             )
             .unwrap_err(),
@@ -920,6 +1054,7 @@ mod tests {
                 &manifest(v.clone()),
                 Path::new("/p"),
                 Some("0.73.1"),
+                None,
                 None,
                 &[]
             )
@@ -934,6 +1069,7 @@ mod tests {
                 Path::new("/p"),
                 Some("0.73.1"),
                 None,
+                None,
                 &[]
             )
             .unwrap_err(),
@@ -946,6 +1082,7 @@ mod tests {
             Path::new("/p"),
             Some("0.73.1"),
             None,
+            Some("{}"),
             &[]
         )
         .is_ok());
@@ -953,13 +1090,13 @@ mod tests {
         let mut m = manifest(pi_manifest());
         m.prompt = None;
         assert_eq!(
-            argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None, None, &[]).unwrap_err(),
             ArgvError::MissingPrompt { runtime: "pi" }
         );
         let mut m = manifest(pi_manifest());
         m.prompt = Some("a\0b".into());
         assert!(matches!(
-            argv(&m, Path::new("/p"), Some("0.73.1"), None, &[]).unwrap_err(),
+            argv(&m, Path::new("/p"), Some("0.73.1"), None, None, &[]).unwrap_err(),
             ArgvError::Nul { .. }
         ));
     }

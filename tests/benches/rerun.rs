@@ -156,7 +156,7 @@ impl Conn {
 
     fn ok(&mut self, what: &str) -> serde_json::Value {
         match self.answer() {
-            Response::Ok { detail, .. } => detail,
+            Response::Ok { detail, .. } => detail.as_json().clone(),
             other => fail(&format!("{what}: {other:?}")),
         }
     }

@@ -237,7 +237,11 @@ impl Session {
         }
         sent += tar.finish();
         let files = match self.answer() {
-            Response::Ok { detail, .. } => detail["sent_files"].as_u64().unwrap_or(0),
+            Response::Ok { detail, .. } => detail
+                .read::<pitcrew_core::protocol::detail::Uploaded>()
+                .ok()
+                .and_then(|u| u.counts.get("sent_files").and_then(|n| n.as_u64()))
+                .unwrap_or(0),
             other => fail(&format!("upload: {other:?}")),
         };
         let took = Phases {

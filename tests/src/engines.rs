@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 /// Which engine a test drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// podman, with `images/containers.conf`.
+    /// podman: `pitcrew` drives it with podman's stock configuration (no `CONTAINERS_CONF`);
+    /// the tests' own podman commands ([`Engine::cli`]) use `images/containers.conf`.
     Podman,
     /// docker, against a [`PrivateDocker`].
     Docker,
@@ -76,16 +77,22 @@ impl Engine {
         Engine { kind, docker }
     }
 
-    /// The variables `pitcrew` and the CLI need (`CONTAINERS_CONF`, `DOCKER_HOST`).
+    /// The variables `pitcrew` needs: `DOCKER_HOST` for docker, none for podman, which
+    /// `pitcrew` drives as a stock install configures it (see [`Engine::command`]).
     pub fn env(&self) -> Vec<(String, String)> {
-        let mut env = vec![(
-            "CONTAINERS_CONF".to_string(),
-            containers_conf().to_string_lossy().into_owned(),
-        )];
+        let mut env = Vec::new();
         if let Some(d) = &self.docker {
             env.push(("DOCKER_HOST".into(), d.host.clone()));
         }
         env
+    }
+
+    /// `program` with [`Engine::env`] and without `CONTAINERS_CONF`, whatever this process has:
+    /// `pitcrew --engine podman` must work with podman's stock configuration.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env_remove("CONTAINERS_CONF").envs(self.env());
+        cmd
     }
 
     /// [`Engine::env`] and `extra`, as `pitcrew_run` takes them.
@@ -95,10 +102,15 @@ impl Engine {
         env
     }
 
-    /// `<cli> args…` with [`Engine::env`].
+    /// `<cli> args…` as the tests run it themselves: with [`Engine::env`], and podman with
+    /// `images/containers.conf` (the containers a test makes without `pitcrew`, as on a CI
+    /// machine without `CAP_SYS_RESOURCE`).
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(self.kind.name())
-            .args(args)
+        let mut cmd = Command::new(self.kind.name());
+        if self.kind == Kind::Podman {
+            cmd.env("CONTAINERS_CONF", containers_conf());
+        }
+        cmd.args(args)
             .envs(self.env())
             .stdin(Stdio::null())
             .output()

@@ -653,8 +653,10 @@ fn an_empty_tool_list_gives_claude_no_built_in_tools() {
 }
 
 /// The hook-adapter contract with the real Claude Code: a verified `PreToolUse` hook (a
-/// `hook-adapter` file used as `--settings`) blocks a `Bash` call, the command does not run, and
-/// the model receives the hook's reason.
+/// `hook-adapter` file whose settings the supervisor derives for `--settings`) blocks a `Bash`
+/// call, the command does not run, and the model receives the hook's reason. The record's argv
+/// shows the derived settings: the file's hooks, `disableAllHooks: false`, the built-in
+/// plugins off.
 #[test]
 fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
     if !gate() {
@@ -684,6 +686,43 @@ fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
     assert!(result.contains("blocked by the verified hook"), "{result}");
     let it = iteration_dir(&doc, 1);
     assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    let argv: Vec<String> = serde_json::from_value(record["agent"]["argv"].clone()).unwrap();
+    let at = argv.iter().position(|a| a == "--settings").unwrap();
+    let given: Value = serde_json::from_str(&argv[at + 1]).expect("inline settings");
+    assert_eq!(given["hooks"], hooks["hooks"], "{given:#}");
+    assert_eq!(given["disableAllHooks"], false, "{given:#}");
+    assert_eq!(
+        given["enabledPlugins"]["cc-plugin-privacy@builtin"], false,
+        "{given:#}"
+    );
+}
+
+/// A `claude-settings` adapter that is not a JSON object fails the iteration before Claude Code
+/// is launched, the record naming the file.
+#[test]
+fn a_claude_settings_adapter_that_is_not_a_json_object_launches_nothing() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    fs::write(root.join("adapters/hooks.json"), "[\"hooks\"]").unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (_, doc) = fx.run_status();
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("claude-settings: ") && reason.contains("hooks.json: not a JSON object"),
+        "{record:#}"
+    );
+    assert!(record["agent"].is_null(), "launched: {record:#}");
+    assert!(server.requests().is_empty(), "Claude Code was launched");
 }
 
 /// Writes at `dir` the skill `probe` as a hostile author would: everything Claude Code runs from
@@ -1427,4 +1466,304 @@ fn a_wrong_manifest_digest_makes_the_pre_tool_use_hook_refuse() {
         result.contains("fullsend hook refused to load: the manifest digest does not match"),
         "{result}"
     );
+}
+
+/// A plugin the repository holds (never verified): a `SessionStart` hook that writes a marker
+/// into the workspace, and a skill whose description the model would be offered.
+fn plant_plugin_dir(plugin: &std::path::Path, marker: &std::path::Path) {
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::create_dir_all(plugin.join("hooks")).unwrap();
+    fs::create_dir_all(plugin.join("skills/planted")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "planted-plugin", "version": "0.1.0", "description": "not verified"}"#,
+    )
+    .unwrap();
+    let hooks = json!({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": format!("touch '{}'", marker.display())},
+    ]}]}});
+    fs::write(plugin.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    fs::write(
+        plugin.join("skills/planted/SKILL.md"),
+        "---\nname: planted\ndescription: PLANTED_PLUGIN_DIRS_SKILL\n---\nx\n",
+    )
+    .unwrap();
+}
+
+/// `CLAUDE_CODE_PLUGIN_DIRS` is Claude Code's environment spelling of `--plugin-dir` (a
+/// path-list of plugin directories it loads at startup, hooks, MCP servers and skills
+/// included), which `agent.args` refuses as code pitcrew did not verify. Set in the harness
+/// `env:` (or passed from the image with `--pass-env`) it would load a plugin of the
+/// workspace: one the repository holds, or one an earlier iteration planted. `pitcrew validate`
+/// refuses the name, and the supervisor strips it from every layer (the record's `env.removed`
+/// names it): the planted plugin's hook never runs and its skill is not offered.
+#[test]
+fn attack_env__claude_code_plugin_dirs_never_loads_an_unverified_plugin() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "env:\n",
+        "env:\n  CLAUDE_CODE_PLUGIN_DIRS: \"/work/workspace/.plug\"\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "validate accepted it: {stderr}");
+    assert!(stderr.contains("CLAUDE_CODE_PLUGIN_DIRS"), "{stderr}");
+
+    // Straight to the supervisor, past the host's validate: in the manifest's `env.set` it is
+    // refused before launch; from the image's environment it is stripped.
+    for from_image in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let ws = dir.path().join("workspace");
+        fs::create_dir_all(&ws).unwrap();
+        std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+        let marker = ws.join("PLUGIN_DIRS_HOOK_RAN");
+        let plugin = ws.join(".plug");
+        plant_plugin_dir(&plugin, &marker);
+        let plugin_dirs = plugin.display().to_string();
+        let mut set = json!({"ANTHROPIC_BASE_URL": server.origin()});
+        let mut passed = vec!["ANTHROPIC_API_KEY"];
+        if from_image {
+            passed.push("CLAUDE_CODE_PLUGIN_DIRS");
+        } else {
+            set["CLAUDE_CODE_PLUGIN_DIRS"] = plugin_dirs.clone().into();
+        }
+        let manifest = json!({
+            "version": 1,
+            "runtime": "claude",
+            "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+            "prompt": "please probe the sandbox",
+            "workdir": ws,
+            "env": {"set": set, "passed": passed},
+            "user": {"uid": 65534, "gid": 65534},
+            "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+        });
+        let before = server.requests().len();
+        let run = pitcrew_init_run(
+            &manifest,
+            dir.path(),
+            &[
+                ("ANTHROPIC_API_KEY", "dummy-key"),
+                ("CLAUDE_CODE_PLUGIN_DIRS", &plugin_dirs),
+            ],
+        );
+        let requests = server.requests()[before..].to_vec();
+        for (i, request) in requests.iter().enumerate() {
+            assert!(
+                !request.to_string().contains("PLANTED_PLUGIN_DIRS_SKILL"),
+                "from_image={from_image}: request {i} offers the planted plugin's skill"
+            );
+        }
+        assert!(
+            !marker.exists(),
+            "from_image={from_image}: the planted plugin's SessionStart hook ran"
+        );
+        if from_image {
+            assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+            assert!(!requests.is_empty(), "Claude Code asked nothing");
+            let removed = run.record["env"]["removed"].to_string();
+            assert!(
+                removed.contains("CLAUDE_CODE_PLUGIN_DIRS"),
+                "{:#}",
+                run.record
+            );
+        } else {
+            assert_ne!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+            let reason = run.record["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains("CLAUDE_CODE_PLUGIN_DIRS is refused"),
+                "{:#}",
+                run.record
+            );
+            assert!(run.record["agent"].is_null(), "launched: {:#}", run.record);
+            assert!(requests.is_empty(), "Claude Code was launched");
+        }
+    }
+}
+
+/// What the agent's first tool call writes: a user settings file in Claude Code's config dir
+/// (which the agent's uid may write: Claude Code keeps its state there) turning every hook off,
+/// then a pause for Claude Code's settings watcher.
+const WRITE_DISABLE_ALL_HOOKS: &str = r#"printf '{"disableAllHooks": true}' > "$CLAUDE_CONFIG_DIR/settings.json"; sleep 3; echo wrote"#;
+
+/// The verified hook that blocks a `Bash` call carrying `FORBIDDEN`.
+fn forbidden_hook() -> Value {
+    json!({"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]})
+}
+
+/// One iteration in which the agent's first tool call writes [`WRITE_DISABLE_ALL_HOOKS`] and
+/// its second carries `FORBIDDEN`, with the verified hook given by `adapter_settings` (a
+/// `claude-settings` hook adapter of that content) or, when `None`, by the verified plugin's
+/// `hooks/hooks.json` (pitcrew then gives its own `--settings`). Returns the tool results and
+/// whether the `FORBIDDEN` command wrote its proof.
+fn disable_all_hooks_run(adapter_settings: Option<Value>) -> (Vec<String>, bool) {
+    let step = std::sync::atomic::AtomicUsize::new(0);
+    let server =
+        ModelServer::start(
+            move |_| match step.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash(WRITE_DISABLE_ALL_HOOKS),
+                },
+                1 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash("mkdir -p output; echo FORBIDDEN > output/proof; echo ran"),
+                },
+                _ => Reply::Text("done".into()),
+            },
+        );
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    match adapter_settings {
+        Some(settings) => {
+            fs::create_dir_all(root.join("adapters")).unwrap();
+            fs::write(root.join("adapters/hooks.json"), settings.to_string()).unwrap();
+            let yaml = fs::read_to_string(&fx.harness).unwrap()
+                + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+            fs::write(&fx.harness, yaml).unwrap();
+        }
+        None => {
+            let hooks = root.join("plugins/hello-claude/hooks");
+            fs::create_dir_all(&hooks).unwrap();
+            let file = json!({"hooks": forbidden_hook()});
+            fs::write(hooks.join("hooks.json"), file.to_string()).unwrap();
+        }
+    }
+    let (code, doc) = fx.run_status();
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{code:?} {results:?}\n{doc:#}");
+    assert!(results[0].contains("wrote"), "{results:?}");
+    let proof = iteration_dir(&doc, 1).join("output/proof").exists();
+    (results, proof)
+}
+
+/// The agent's first tool call writes `{"disableAllHooks": true}` into
+/// `$CLAUDE_CONFIG_DIR/settings.json` (the config dir is the agent's to write during an
+/// iteration), which Claude Code reloads as its user settings in that same iteration; its next
+/// `Bash` call must still be blocked by the verified hook, the command not run: a verified
+/// plugin's hook (pitcrew's own `--settings` says `disableAllHooks: false`, above the user's),
+/// and a `claude-settings` hook adapter's, whether it says `disableAllHooks: false` itself or
+/// not (the supervisor adds it to the settings it derives from the verified file).
+#[test]
+fn attack_runtime_tamper__user_settings_written_mid_iteration_never_turn_off_the_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let says_false = json!({"hooks": forbidden_hook(), "disableAllHooks": false});
+    let says_nothing = json!({"hooks": forbidden_hook()});
+    for settings in [None, Some(says_false), Some(says_nothing)] {
+        let (results, proof) = disable_all_hooks_run(settings.clone());
+        assert!(
+            !proof,
+            "{settings:?}: the verified hook was turned off by the agent's settings.json: {results:?}"
+        );
+        assert!(
+            results[1].contains("blocked by the verified hook"),
+            "{settings:?}: {results:?}"
+        );
+    }
+}
+
+/// A harness whose verified `PreToolUse` hook adapter (`--settings`) blocks a `Bash` call
+/// carrying `FORBIDDEN`, with `harness_env` added to its `env:`.
+fn forbidden_call_fixture(server: &ModelServer, harness_env: &str) -> Fixture {
+    let fx = fixture(server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("env:\n", &format!("env:\n{harness_env}"))
+        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    fx
+}
+
+/// Claude Code's `CLAUDE_CODE_SIMPLE=1` (what `--bare` sets) and `CLAUDE_CODE_SAFE_MODE=1` (what
+/// `--safe-mode` reads) turn off every hook of the `--settings` file and of the verified
+/// plugins, as the options do (the verified hook adapter no longer blocks a call), which
+/// `agent.args` refuses as pitcrew's. In the harness `env:` they are refused by `validate`,
+/// `--pass-env` refuses them, and set in the image's environment the supervisor pins them off.
+#[test]
+fn attack_env__claude_bare_and_safe_mode_variables_never_turn_off_the_verified_hooks() {
+    if !gate() {
+        return;
+    }
+    for name in ["CLAUDE_CODE_SIMPLE", "CLAUDE_CODE_SAFE_MODE"] {
+        let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+        let fx = forbidden_call_fixture(&server, &format!("  {name}: \"1\"\n"));
+        let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+        assert_eq!(
+            code,
+            Some(1),
+            "{name} in the harness env: accepted: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("name {name} is refused")),
+            "{stderr}"
+        );
+
+        let (code, _, stderr) = pitcrew_output(
+            &[
+                "run".as_ref(),
+                fx.harness.as_os_str(),
+                "--state-dir".as_ref(),
+                fx.state.as_os_str(),
+                "--pass-env".as_ref(),
+                name.as_ref(),
+            ],
+            &[(name, "1")],
+        );
+        assert_eq!(code, Some(1), "--pass-env {name} accepted: {stderr}");
+        assert!(server.requests().is_empty(), "Claude Code was launched");
+    }
+
+    // The image's own environment (the supervisor's baseline) setting both: pinned off before
+    // Claude Code starts, which its Bash tool's environment shows.
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["echo \"SIMPLE=$CLAUDE_CODE_SIMPLE SAFE=$CLAUDE_CODE_SAFE_MODE\""],
+        bash,
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "env": {
+            "set": {"ANTHROPIC_BASE_URL": server.origin()},
+            "passed": ["ANTHROPIC_API_KEY", "CLAUDE_CODE_SIMPLE", "CLAUDE_CODE_SAFE_MODE"],
+        },
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(
+        &manifest,
+        dir.path(),
+        &[
+            ("ANTHROPIC_API_KEY", "dummy-key"),
+            ("CLAUDE_CODE_SIMPLE", "1"),
+            ("CLAUDE_CODE_SAFE_MODE", "1"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+    let results = server.tool_results();
+    assert!(results[0].contains("SIMPLE=0 SAFE=0"), "{results:?}");
 }

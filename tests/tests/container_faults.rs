@@ -49,9 +49,8 @@ impl<'e> Fixture<'e> {
     /// `pitcrew <args…>` with the engine's environment, a private local state directory and a
     /// private `TMPDIR` (where a record copied out of a container is staged).
     fn pitcrew(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(binary("pitcrew"));
+        let mut c = self.engine.command(binary("pitcrew"));
         c.args(args)
-            .envs(self.engine.env())
             .env("PITCREW_STATE_DIR", self.dir.path().join("state"))
             .env("TMPDIR", self.dir.path().join("tmp"));
         c

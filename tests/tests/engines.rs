@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// A harness directory the agent's uid can read, whose agent is `/bin/sh -c SCRIPT`
 /// ([`write_command_harness`]); the directory and the harness file.
@@ -74,10 +74,12 @@ fn report(dir: &Path) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// `pitcrew args…` with the engine's environment; podman's with no `CONTAINERS_CONF`, as
+/// installed (pitcrew passes the container's limits itself).
 fn pitcrew(engine: &Engine, args: &[&str]) -> Output {
-    Command::new(binary("pitcrew"))
+    engine
+        .command(binary("pitcrew"))
         .args(args)
-        .envs(engine.env())
         .output()
         .expect("pitcrew")
 }

@@ -736,13 +736,17 @@ fn prune_takes_down_an_orphan_and_leaves_a_kept_sandbox() {
                 .find(|id| *id != kept)
                 .unwrap_or_default()
                 .to_string();
+            // Iteration 1 collected and iteration 2 started in the sandbox: the host is then
+            // killed with a record it never collects (under load, a kill between the two
+            // would leave nothing to keep).
             !orphan.is_empty()
                 && fx.run_dirs().iter().any(|d| {
                     d.to_string_lossy().ends_with(&orphan)
                         && d.join("iteration-1/result.json").exists()
                 })
+                && fx.sandbox_dir(&orphan).join("records/iteration-2").exists()
         }),
-        "the second run never collected iteration 1"
+        "the second run never collected iteration 1 and started iteration 2"
     );
     run.kill().unwrap();
     run.wait().unwrap();

@@ -216,6 +216,51 @@ fn host_git(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The agent makes the workspace directory itself a git directory (`git init --bare .`, then
+/// `core.bare = false`, `core.worktree = .` and `core.fsmonitor`, and a hook in `hooks/`), with
+/// no `.git` below it. The host's git, run in the collected workspace, finds no `.git` and takes
+/// the directory itself as the repository (as it does a bare one): it would run the
+/// `core.fsmonitor` command on `git status` and the hook on `git checkout`. The collected
+/// workspace comes back without either, and the host's git runs none of it.
+#[test]
+fn attack_plants__a_collected_workspace_that_is_itself_a_git_directory_runs_nothing_on_the_host() {
+    if !gate() || Command::new("git").arg("--version").output().is_err() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("marker");
+    let m = marker.display();
+    let script = format!(
+        r#"set -e
+git init -q --bare .
+git config core.bare false
+git config core.worktree .
+git config core.fsmonitor 'echo root-fsmonitor >> {m}; false'
+printf '#!/bin/sh\necho root-hook >> {m}\n' > hooks/post-checkout
+chmod +x hooks/post-checkout
+touch objects/keep refs/keep
+echo planted"#
+    );
+    let fx = fixture(&script, 1, "");
+    let (out, doc) = fx.run(&["--collect-workspace"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{doc:#}\n{stderr}");
+    let ws = iteration_dir(&doc, 1).join("workspace");
+    assert!(ws.join("README.md").is_file(), "no workspace came back");
+    let _ = host_git(&ws, &["status", "--porcelain"]);
+    let _ = host_git(&ws, &["checkout", "-q", "-b", "other"]);
+    assert!(
+        !marker.exists(),
+        "the host's git ran what the agent planted: {}",
+        read_text(&marker)
+    );
+    let stripped =
+        read_json(&iteration_dir(&doc, 1).join("result.json"))["workspace_stripped"].to_string();
+    for name in ["./hooks/post-checkout", "./config: core.fsmonitor"] {
+        assert!(stripped.contains(name), "{name}: {stripped}");
+    }
+}
+
 #[test]
 fn attack_plants__collected_workspace_git_hooks_and_config_never_run_on_the_host() {
     if !gate() || Command::new("git").arg("--version").output().is_err() {

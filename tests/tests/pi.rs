@@ -1302,6 +1302,54 @@ fn tool_list_union(pi: Pi) {
 }
 
 each_pi!(
+    attack_harness__a_built_in_tool_name_in_an_extension_never_widens_the_tool_list,
+    built_in_name_in_extension
+);
+
+/// `tools: [read]` with a verified extension whose source mentions
+/// `registerTool({ name: "bash"` in a comment (pitcrew's scan is textual): pi's `--tools` is an
+/// allowlist over its built-in tools too, so adding that name would hand the model pi's
+/// built-in `bash`, which the harness left out. Only `read` and the extension's `hello_tool`
+/// are offered, `--tools` is `read,hello_tool`, and `validate` says why `bash` was not added.
+fn built_in_name_in_extension(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(script);
+    let fx = fixture_for(pi, &server, 1);
+    let ext = fx.harness.with_file_name("plugins/hello/index.ts");
+    let source = fs::read_to_string(&ext).unwrap();
+    fs::write(
+        &ext,
+        format!(
+            "// kept for reference, never run: pi.registerTool({{ name: \"bash\" }})\n{source}"
+        ),
+    )
+    .unwrap();
+    fx.agent_option("tools: [read]");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(offered_tools(&requests[0]), ["hello_tool", "read"]);
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let argv: Vec<String> = serde_json::from_value(record["agent"]["argv"].clone()).unwrap();
+    let at = argv.iter().position(|a| a == "--tools").expect("--tools");
+    assert_eq!(argv[at + 1], "read,hello_tool", "{argv:?}");
+    let (code, stdout, stderr) = pitcrew_output(
+        &["validate".as_ref(), fx.harness.as_os_str()],
+        &fx.path
+            .as_deref()
+            .map(|p| vec![("PATH", p)])
+            .unwrap_or_default(),
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("bash (plugins[0]) is a name of pi's built-in tools"),
+        "{stdout}{stderr}"
+    );
+}
+
+each_pi!(
     two_extensions_registering_one_tool_or_flag_are_refused_by_validate,
     duplicate_registrations
 );

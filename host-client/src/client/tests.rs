@@ -52,14 +52,14 @@ fn run_streams_events_and_output_and_skips_other_ids() {
     let input = script(&[
         Frame::control(&Response::Ok {
             id: 99,
-            detail: serde_json::Value::Null,
+            detail: OkDetail::none(),
         }),
         Frame::control(&Response::Event {
             id: 1,
             iteration: 1,
-            step: "reap".into(),
-            state: "started".into(),
-            detail: serde_json::Value::Null,
+            step: Step::Reap,
+            state: StepState::Started,
+            detail: EventDetail::empty(),
         }),
         Frame::data(Channel::Stdout, b"hi\n".to_vec()),
         Frame::control(&Response::Result {
@@ -97,7 +97,7 @@ fn run_streams_events_and_output_and_skips_other_ids() {
 fn errors_name_the_request() {
     let input = script(&[Frame::control(&Response::Error {
         id: 1,
-        kind: "not-found".into(),
+        kind: ErrorKind::NotFound,
         message: "no iteration 7".into(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -117,7 +117,7 @@ fn errors_name_the_request() {
 fn upload_sends_frames_and_an_end_frame() {
     let input = script(&[Frame::control(&Response::Ok {
         id: 1,
-        detail: serde_json::json!({"files": 1}),
+        detail: serde_json::from_value(serde_json::json!({"files": 1})).unwrap(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
     let big = vec![7u8; DATA_FRAME + 10];
@@ -138,7 +138,7 @@ fn collect_reads_the_tar_channel_until_the_empty_frame() {
         Frame::data(Channel::Tar, Vec::new()),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::Value::Null,
+            detail: OkDetail::none(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -186,7 +186,7 @@ fn an_older_supervisor_gets_the_whole_listing_then_the_tar_of_what_is_needed() {
         }),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::json!({"sent_files": 1}),
+            detail: serde_json::from_value(serde_json::json!({"sent_files": 1})).unwrap(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -197,7 +197,7 @@ fn an_older_supervisor_gets_the_whole_listing_then_the_tar_of_what_is_needed() {
             Ok(w.write_all(b"tar")?)
         })
         .unwrap();
-    assert_eq!(detail["sent_files"], 1);
+    assert_eq!(detail.counts.get("sent_files"), Some(&serde_json::json!(1)));
     let frames = requests(&c.writer.lock().unwrap());
     let upload: serde_json::Value = frames[0].json().unwrap();
     assert!(upload.get("listing").is_none(), "{upload}");
@@ -223,7 +223,7 @@ fn a_listing_the_supervisor_holds_is_named_not_sent_and_names_the_manifest_listi
         }),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::json!({"kept": true}),
+            detail: serde_json::from_value(serde_json::json!({"kept": true})).unwrap(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -269,7 +269,7 @@ fn a_listing_asked_for_goes_as_a_delta_against_the_held_chunks_then_whole_if_ask
         }),
         Frame::control(&Response::Ok {
             id: 1,
-            detail: serde_json::json!({}),
+            detail: serde_json::from_value(serde_json::json!({})).unwrap(),
         }),
     ]);
     let mut c = Client::new(&input[..], Vec::new());
@@ -305,7 +305,7 @@ fn a_listing_asked_for_goes_as_a_delta_against_the_held_chunks_then_whole_if_ask
 fn a_tar_stream_that_fails_on_this_side_is_left_unended_and_not_waited_on() {
     let input = script(&[Frame::control(&Response::Ok {
         id: 2,
-        detail: serde_json::json!({"files": 0}),
+        detail: serde_json::from_value(serde_json::json!({"files": 0})).unwrap(),
     })]);
     let mut c = Client::new(&input[..], Vec::new());
     let err = c
@@ -356,14 +356,14 @@ fn a_tree_uploaded_by_digest_names_its_held_listing_and_falls_back_to_parts_when
     let ok = |id| {
         Frame::control(&Response::Ok {
             id,
-            detail: serde_json::json!({}),
+            detail: serde_json::from_value(serde_json::json!({})).unwrap(),
         })
     };
     let input = script(&[
         ok(1),
         Frame::control(&Response::Error {
             id: 2,
-            kind: "refused".into(),
+            kind: ErrorKind::Refused,
             message: "add_listing: tree \"x\": held_listing: the listing held for /p/x is not \
                       what was written"
                 .into(),

@@ -36,22 +36,23 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     let (what, detail) = match args.signal {
         Some(sig) => {
             let res = conn.client().signal(sig).map_err(|e| conn.explain(e));
-            (
-                format!("{sig:?}").to_uppercase(),
-                res.map(|()| serde_json::Value::Null),
-            )
+            (format!("{sig:?}").to_uppercase(), res.map(|()| None))
         }
         None => (
             "cancel".to_string(),
-            conn.client().cancel(args.all).map_err(|e| conn.explain(e)),
+            conn.client()
+                .cancel(args.all)
+                .map(Some)
+                .map_err(|e| conn.explain(e)),
         ),
     };
     conn.close();
     let detail = detail?;
     // `cancel` answers whether an iteration was running (and with --all whether a run was
     // stopped); a signal goes to whatever runs.
-    let run_stopped = detail["run_stopped"] == true;
-    let idle = args.signal.is_none() && detail["cancelled"] == false && !run_stopped;
+    let run_stopped = detail.as_ref().is_some_and(|d| d.run_stopped);
+    let cancelled = detail.as_ref().is_some_and(|d| d.cancelled);
+    let idle = args.signal.is_none() && !cancelled && !run_stopped;
     if args.json {
         outln!(
             "{}",
@@ -72,7 +73,7 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
             "sandbox {}: the run that drives it is stopped: {}no further iteration starts, and \
              its `pitcrew run` collects what there is and ends",
             escape_controls(&id.0),
-            if detail["cancelled"] == true {
+            if cancelled {
                 "the running iteration ends (TERM to the agent's group, KILL after its grace); "
             } else {
                 ""

@@ -4,7 +4,9 @@
 use crate::engine::{EngineArgs, SandboxId};
 use crate::output::{out, outln};
 use crate::report::{escape_controls, verification_summary};
-use anyhow::Context as _;
+use pitcrew_core::protocol::status::ProcessEntry;
+use pitcrew_core::protocol::{ErrorKind, StatusDoc};
+use pitcrew_core::result::ConfinementRecord;
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -34,7 +36,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let verify = !args.no_verify;
     let status = match conn.client().status(verify) {
         // Verification is refused while an iteration runs: report the rest.
-        Err(e) if verify && e.refused_kind() == Some("busy") => {
+        Err(e) if verify && e.refused_kind() == Some(&ErrorKind::Busy) => {
             tracing::info!("{}", escape_controls(&e.to_string()));
             conn.client().status(false).map_err(|e| conn.explain(e))?
         }
@@ -42,20 +44,11 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     };
     let hello = conn.hello().clone();
     conn.close();
-    // `verify`: {ok, failures: [{exit_code, reason}], report: <verification report>}.
-    let live = &status["verify"];
-    let report: Option<pitcrew_core::verify::VerifyReport> = match &live["report"] {
-        Value::Null => None,
-        report => Some(
-            serde_json::from_value(report.clone())
-                .context("the supervisor's verification report does not parse")?,
-        ),
-    };
-    let (_, summary, _) = verification_summary(report.as_ref());
+    let live = status.verify.as_ref();
+    let (_, summary, _) = verification_summary(live.and_then(|v| v.report.as_ref()));
     // A supervisor with no manifest (an exec session of the unprivileged mode: the host sends
     // the manifest with every run) has nothing to verify against: not a failure.
-    let no_manifest = status["manifest_loaded"] == false;
-    let ok = live.is_null() || no_manifest || live["ok"].as_bool().unwrap_or(false);
+    let ok = live.is_none_or(|v| v.ok) || !status.manifest_loaded;
     if args.json {
         let doc = serde_json::json!({
             "sandbox": sandbox,
@@ -85,75 +78,80 @@ fn compact(v: &Value) -> String {
     escape_controls(&text).into_owned()
 }
 
+/// A typed value as its JSON shows it, escaped ([`compact`]): the wire names of enums, `-` for
+/// none.
+fn shown<T: serde::Serialize>(v: &T) -> String {
+    compact(&serde_json::to_value(v).unwrap_or_default())
+}
+
 /// One process of the sandbox: `pid 12 (ppid 1, uid 65534): <command line>`; the command line
 /// is the agent's to choose, so it is escaped like every other value.
-fn process_line(p: &Value) -> String {
-    if let Some(more) = p["more"].as_u64() {
-        return format!("... and {more} more");
+fn process_line(p: &ProcessEntry) -> String {
+    match p {
+        ProcessEntry::More { more } => format!("... and {more} more"),
+        ProcessEntry::Process(p) => format!(
+            "pid {} (ppid {}, uid {}): {}",
+            p.pid,
+            shown(&p.ppid),
+            shown(&p.uid),
+            escape_controls(&p.cmd)
+        ),
     }
-    if p["pid"].is_null() {
-        return compact(p);
+}
+
+/// `yes` or `no`.
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
     }
-    format!(
-        "pid {} (ppid {}, uid {}): {}",
-        compact(&p["pid"]),
-        compact(&p["ppid"]),
-        compact(&p["uid"]),
-        compact(&p["cmd"])
-    )
 }
 
 /// The last iteration's confinement as indented lines: identity, privileges, Landlock,
 /// seccomp and each limit with what enforced it.
-fn confinement_lines(c: &Value) -> String {
-    if c.is_null() {
+fn confinement_lines(c: Option<&ConfinementRecord>) -> String {
+    let Some(c) = c else {
         return "confinement: - (no iteration yet)\n".into();
-    }
-    let yes = |v: &Value| {
-        if v.as_bool() == Some(true) {
-            "yes"
-        } else {
-            "no"
-        }
     };
     let mut out = String::from("confinement (last iteration):\n");
     out += &format!(
         "  agent: uid {} gid {}, no_new_privs {}, capabilities cleared {}\n",
-        compact(&c["uid"]),
-        compact(&c["gid"]),
-        yes(&c["no_new_privs"]),
-        yes(&c["caps_cleared"])
+        c.uid,
+        c.gid,
+        yes(c.no_new_privs),
+        yes(c.caps_cleared)
     );
-    let l = &c["landlock"];
+    let l = &c.landlock;
     out += &format!(
         "  landlock: {} (mode {}, ABI {})\n",
-        compact(&l["status"]),
-        compact(&l["mode"]),
-        compact(&l["abi"])
+        shown(&l.status),
+        shown(&l.mode),
+        l.abi
     );
     out += &format!(
         "  seccomp: {}\n",
-        if c["seccomp"]["installed"].as_bool() == Some(true) {
+        if c.seccomp.installed {
             "installed".to_string()
         } else {
-            format!("not installed ({})", compact(&c["seccomp"]["unavailable"]))
+            format!("not installed ({})", shown(&c.seccomp.unavailable))
         }
     );
-    for (name, limit) in c["limits"].as_object().into_iter().flatten() {
-        let line = match limit {
-            Value::Object(_) if limit.get("enforced_by").is_some() => format!(
-                "{} by {}",
-                compact(&limit["limit"]),
-                compact(&limit["enforced_by"])
-            ),
-            Value::Object(_) => format!(
-                "{} (exceeded: {})",
-                compact(&limit["limit"]),
-                yes(&limit["exceeded"])
-            ),
-            other => compact(other),
-        };
-        out += &format!("  limit {}: {line}\n", escape_controls(name));
+    let limits = &c.limits;
+    for (name, limit) in [("processes", &limits.processes), ("memory", &limits.memory)] {
+        out += &format!(
+            "  limit {name}: {} by {}\n",
+            limit.limit,
+            shown(&limit.enforced_by)
+        );
+    }
+    out += &format!("  limit core: {}\n", limits.core);
+    if let Some(disk) = &limits.disk {
+        out += &format!(
+            "  limit disk: {} (exceeded: {})\n",
+            disk.limit,
+            yes(disk.exceeded)
+        );
     }
     out
 }
@@ -164,11 +162,11 @@ fn render(
     id: &SandboxId,
     sandbox: &Value,
     hello: &crate::client::HelloReply,
-    status: &Value,
+    status: &StatusDoc,
     verification: &str,
 ) -> String {
     let mut out = String::new();
-    let engine = sandbox["engine"].as_str().unwrap_or("?");
+    let engine = sandbox.get("engine").and_then(Value::as_str).unwrap_or("?");
     out += &format!(
         "sandbox {} ({}), supervisor {}, mode {}, landlock ABI {}\n",
         escape_controls(&id.0),
@@ -183,90 +181,71 @@ fn render(
             escape_controls(&ns.describe())
         );
     }
-    if let Some(obj) = status.as_object() {
-        // Known keys in reading order, then whatever else the supervisor reports.
-        const ORDER: [&str; 7] = [
-            "state",
-            "iteration",
-            "manifest_loaded",
-            "history",
-            "verify",
-            "processes",
-            "confinement",
-        ];
-        let mut keys: Vec<&String> = obj.keys().collect();
-        keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
-        for key in keys {
-            let value = &obj[key];
-            let name = escape_controls(key);
-            match key.as_str() {
-                "verify" => {
-                    out += &format!("verification (live): {}\n", escape_controls(verification));
-                    for f in value["failures"].as_array().into_iter().flatten() {
-                        out += &format!(
-                            "  exit {}: {}\n",
-                            compact(&f["exit_code"]),
-                            compact(&f["reason"])
-                        );
-                    }
-                }
-                "capabilities" => {}
-                "history" | "iterations" => {
-                    let list = value.as_array().cloned().unwrap_or_default();
-                    out += &format!("{name}: {}\n", list.len());
-                    for it in list {
-                        out += &format!(
-                            "  iteration {}: exit {} {}\n",
-                            compact(&it["iteration"]),
-                            compact(&it["exit_code"]),
-                            escape_controls(it["meaning"].as_str().unwrap_or_default())
-                        );
-                    }
-                }
-                "processes" => {
-                    let list = value.as_array().cloned().unwrap_or_default();
-                    out += &format!("processes: {}\n", list.len());
-                    for p in list {
-                        out += &format!("  {}\n", process_line(&p));
-                    }
-                }
-                "confinement" => out += &confinement_lines(value),
-                "claim" if value.is_null() => out += "claim: none (kept)\n",
-                "claim" => {
-                    out += &format!(
-                        "claim: run {} {}, {} iteration(s){}\n",
-                        compact(&value["run"]),
-                        compact(&value["state"]),
-                        value["iterations"].as_array().map_or(0, Vec::len),
-                        value["orphaned_because"]
-                            .as_str()
-                            .map(|why| format!(" ({})", escape_controls(why)))
-                            .unwrap_or_default()
-                    );
-                }
-                "uncollected" => {
-                    out += &format!(
-                        "uncollected records: {} {}\n",
-                        compact(&value["count"]),
-                        compact(&value["iterations"])
-                    );
-                }
-                "retention" => {
-                    out += &format!(
-                        "retention: newest {} collected records within {} bytes; {} kept ({} \
-                         bytes), {} deleted\n",
-                        compact(&value["records"]),
-                        compact(&value["bytes"]),
-                        compact(&value["kept"]),
-                        compact(&value["kept_bytes"]),
-                        compact(&value["deleted"])
-                    );
-                }
-                _ => out += &format!("{name}: {}\n", compact(value)),
-            }
+    out += &format!("state: {}\n", shown(&status.state));
+    out += &format!("iteration: {}\n", status.iteration);
+    out += &format!("manifest_loaded: {}\n", status.manifest_loaded);
+    out += &format!("history: {}\n", status.history.len());
+    for it in &status.history {
+        out += &format!(
+            "  iteration {}: exit {} {}\n",
+            it.iteration,
+            it.exit_code,
+            escape_controls(&it.meaning)
+        );
+    }
+    if let Some(live) = &status.verify {
+        out += &format!("verification (live): {}\n", escape_controls(verification));
+        for f in &live.failures {
+            out += &format!(
+                "  exit {}: {}\n",
+                shown(&f.exit_code),
+                escape_controls(&f.reason)
+            );
         }
-    } else {
-        out += &format!("status: {}\n", compact(status));
+    }
+    out += &format!("processes: {}\n", status.processes.len());
+    for p in &status.processes {
+        out += &format!("  {}\n", process_line(p));
+    }
+    out += &confinement_lines(status.confinement.as_ref());
+    match &status.claim {
+        None => out += "claim: none (kept)\n",
+        Some(claim) => {
+            out += &format!(
+                "claim: run {} {}, {} iteration(s){}\n",
+                escape_controls(&claim.run),
+                shown(&claim.state),
+                claim.iterations.len(),
+                claim
+                    .orphaned_because
+                    .as_deref()
+                    .map(|why| format!(" ({})", escape_controls(why)))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    out += &format!("history_left_out: {}\n", status.history_left_out);
+    if let Some(r) = &status.retention {
+        out += &format!(
+            "retention: newest {} collected records within {} bytes; {} kept ({} bytes), {} \
+             deleted\n",
+            shown(&r.records),
+            shown(&r.bytes),
+            r.kept,
+            r.kept_bytes,
+            r.deleted
+        );
+    }
+    if let Some(u) = &status.uncollected {
+        out += &format!(
+            "uncollected records: {} {}\n",
+            u.count,
+            shown(&u.iterations)
+        );
+    }
+    // Whatever else a newer supervisor reports.
+    for (key, value) in &status.other {
+        out += &format!("{}: {}\n", escape_controls(key), compact(value));
     }
     out
 }
@@ -288,9 +267,10 @@ mod tests {
             }))
             .unwrap(),
         };
-        let status = json!({
+        let status: StatusDoc = serde_json::from_value(json!({
             "state": "running\u{1b}[2J",
-            "history": [{"iteration": 1, "exit_code": 96, "meaning": "plugin\u{7}\r tree differs"}],
+            "history": [{"iteration": 1, "exit_code": 96, "meaning": "plugin\u{7}\r tree differs",
+                "started_at": 0, "duration_ms": 1}],
             "verify": {"ok": false, "failures": [{"exit_code": 96, "reason": "tree-drifted: \u{1b}]0;x\u{7}"}]},
             "processes": [
                 {"pid": 1, "ppid": 0, "uid": 0, "cmd": "pitcrew-init serve"},
@@ -298,7 +278,8 @@ mod tests {
                 {"more": 3}
             ],
             "\u{1b}[31mkey": "v\u{202e}"
-        });
+        }))
+        .unwrap();
         let text = render(
             &SandboxId("pc-1".into()),
             &json!({"engine": "local"}),
@@ -309,7 +290,8 @@ mod tests {
         let raw = pitcrew_e2e::raw_terminal_controls(&text);
         assert!(raw.is_empty(), "raw {raw:?} in {text}");
         for shown in [
-            "state: running\\x1b[2J",
+            // A state this build does not know reads as `unknown`: its text is never shown.
+            "state: unknown",
             "iteration 1: exit 96 plugin\\x07\\r tree differs",
             "verification (live): p drifted: added \\x1b[2J.js",
             "exit 96: tree-drifted: \\x1b]0;x\\x07",
@@ -322,18 +304,20 @@ mod tests {
 
     #[test]
     fn confinement_claim_and_retention_read_as_text() {
-        let confinement = json!({
-            "uid": 65534, "gid": 65534, "no_new_privs": true, "caps_cleared": true,
+        let confinement: ConfinementRecord = serde_json::from_value(json!({
+            "uid": 65534, "gid": 65534, "groups": [], "no_new_privs": true, "caps_cleared": true,
             "landlock": {"status": "fully-enforced", "mode": "best-effort", "abi": 6},
             "seccomp": {"installed": true},
             "limits": {
                 "processes": {"limit": 4096, "enforced_by": "cgroup-v1"},
                 "memory": {"limit": 8589934592u64, "enforced_by": "rlimit-data"},
                 "core": 0,
-                "disk": {"limit": 16777216, "exceeded": false},
+                "disk": {"limit": 16777216, "file_size_limit": 16777216, "sample_ms": 100,
+                    "filesystems": [], "exceeded": false},
             },
-        });
-        let text = confinement_lines(&confinement);
+        }))
+        .unwrap();
+        let text = confinement_lines(Some(&confinement));
         for shown in [
             "agent: uid 65534 gid 65534, no_new_privs yes, capabilities cleared yes",
             "landlock: fully-enforced (mode best-effort, ABI 6)",
@@ -345,7 +329,7 @@ mod tests {
         }
         assert!(!text.contains('{'), "{text}");
         assert_eq!(
-            confinement_lines(&Value::Null),
+            confinement_lines(None),
             "confinement: - (no iteration yet)\n"
         );
     }

@@ -8,6 +8,8 @@
 use crate::engine::{status_of, Engine, EngineArgs, SandboxEntry, SandboxId};
 use crate::output::{out, outln};
 use crate::report::escape_controls;
+use pitcrew_core::protocol::status::{ClaimState, ClaimStatus};
+use serde::Deserialize as _;
 use std::process::ExitCode;
 
 /// Arguments of `pitcrew ps`.
@@ -28,31 +30,44 @@ fn show_claim(engine: &dyn Engine, s: &mut SandboxEntry) {
     let Ok(status) = status_of(engine, &SandboxId(s.id.clone())) else {
         return;
     };
-    let claim = &status["claim"];
-    s.state = match claim["state"].as_str() {
-        Some("orphaned") => {
+    let claim = status.claim.as_ref();
+    s.state = match claim {
+        Some(claim) if claim.state == ClaimState::Orphaned => {
             s.detail["state_detail"] = format!(
                 "run {} lost its host after {} iteration(s) ({}); pitcrew run --resume {}",
-                claim["run"].as_str().unwrap_or_default(),
-                claim["iterations"].as_array().map_or(0, Vec::len),
-                claim["orphaned_because"]
-                    .as_str()
+                claim.run,
+                claim.iterations.len(),
+                claim
+                    .orphaned_because
+                    .as_deref()
                     .unwrap_or("its host went away"),
                 s.id
             )
             .into();
             "orphaned"
         }
-        Some(_) => {
-            s.detail["state_detail"] =
-                format!("run {}", claim["run"].as_str().unwrap_or_default()).into();
+        Some(claim) => {
+            s.detail["state_detail"] = format!("run {}", claim.run).into();
             "in-run"
         }
         None => "kept",
     }
     .to_string();
-    s.detail["claim"] = claim.clone();
-    s.detail["iteration"] = status["iteration"].clone();
+    s.detail["claim"] = serde_json::to_value(claim).unwrap_or_default();
+    s.detail["iteration"] = status.iteration.into();
+}
+
+/// The claim and iteration [`show_claim`] put in `s`'s detail, read back as the status's types.
+fn claim_of(s: &SandboxEntry) -> (Option<ClaimStatus>, Option<u32>) {
+    let claim = s
+        .detail
+        .get("claim")
+        .and_then(|c| ClaimStatus::deserialize(c).ok());
+    let iteration = s
+        .detail
+        .get("iteration")
+        .and_then(|n| u32::deserialize(n).ok());
+    (claim, iteration)
 }
 
 /// The table's columns.
@@ -81,18 +96,18 @@ fn created(s: &SandboxEntry) -> String {
 
 /// One row of the table, each cell escaped.
 fn row(s: &SandboxEntry) -> [String; 7] {
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "-".to_string(),
-        serde_json::Value::String(t) => t.clone(),
-        other => other.to_string(),
-    };
+    let (claim, iteration) = claim_of(s);
+    let harness = claim
+        .and_then(|c| c.plan)
+        .and_then(|p| p.harness)
+        .map(|h| h.display().to_string());
     let cells = [
         s.id.clone(),
         s.engine.clone(),
         s.state.clone(),
-        text(&s.detail["iteration"]),
+        iteration.map_or_else(|| "-".into(), |n| n.to_string()),
         created(s),
-        text(&s.detail["claim"]["plan"]["harness"]),
+        harness.unwrap_or_else(|| "-".into()),
         s.detail["state_detail"]
             .as_str()
             .unwrap_or_default()
@@ -202,7 +217,8 @@ mod tests {
             entry(
                 "pc-1",
                 serde_json::json!({"created": 1_796_000_000u64, "iteration": 3,
-                    "claim": {"plan": {"harness": "/h/harness.yaml"}}}),
+                    "claim": {"run": "r", "state": "held",
+                        "plan": {"harness": "/h/harness.yaml"}}}),
             ),
             entry(
                 "pc-22222",

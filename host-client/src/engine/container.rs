@@ -198,7 +198,10 @@ impl ContainerEngine {
         let out = self.output(&["inspect", "--type", "container", "--", name])?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            if err.to_ascii_lowercase().contains("no such") {
+            // "no such container"; podman says "container not known" of one being removed
+            // (`ps` listed it a moment before): gone either way.
+            let lower = err.to_ascii_lowercase();
+            if lower.contains("no such") || lower.contains("container not known") {
                 return Ok(None);
             }
             bail!("{program} inspect {name}: {}", err.trim());
@@ -239,6 +242,9 @@ impl ContainerEngine {
             a.push(cap.into());
         }
         a.push(format!("--network={}", self.network));
+        if self.cli == Cli::Podman {
+            a.extend(podman_ulimits(&HostLimits::read()));
+        }
         let memory = spec.memory_bytes.saturating_add(SUPERVISOR_MEMORY);
         let processes = spec.processes.saturating_add(SUPERVISOR_PROCESSES);
         a.push(format!("--pids-limit={processes}"));
@@ -348,6 +354,71 @@ impl ContainerEngine {
     }
 }
 
+/// The limits of this process that bound what podman may give the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostLimits {
+    /// The hard `RLIMIT_NOFILE` (`None`: unlimited).
+    pub nofile: Option<u64>,
+    /// The hard `RLIMIT_NPROC` (`None`: unlimited).
+    pub nproc: Option<u64>,
+    /// `/proc/sys/kernel/pid_max`, when readable.
+    pub pid_max: Option<u64>,
+}
+
+impl HostLimits {
+    /// This process's hard limits and the kernel's `pid_max`.
+    pub fn read() -> HostLimits {
+        use rustix::process::{getrlimit, Resource};
+        let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        HostLimits {
+            nofile: getrlimit(Resource::Nofile).maximum,
+            nproc: getrlimit(Resource::Nproc).maximum,
+            pid_max,
+        }
+    }
+}
+
+/// `--ulimit` options giving a podman container the open-file and process limits this process
+/// has, never more.
+///
+/// Podman run as root asks the OCI runtime for `nofile=1048576:1048576` and `nproc` up to the
+/// kernel's `pid_max` unless told otherwise, and raising a hard limit needs `CAP_SYS_RESOURCE`:
+/// where the caller lacks it (podman inside a container, a CI job) the container never starts
+/// (runc: "error setting rlimit type 7: operation not permitted"). Limits no higher than the
+/// caller's can always be set, so they are named here: `nofile` is this process's hard limit,
+/// `nproc` that limit bounded by `pid_max` (podman lowers its own `RLIMIT_NPROC` to `pid_max`
+/// when it starts, and the runtime inherits that). Soft equals hard, as in podman's own
+/// defaults. A limit this process does not have (unlimited) is left to podman.
+pub fn podman_ulimits(limits: &HostLimits) -> Vec<String> {
+    let mut a = Vec::new();
+    if let Some(nofile) = limits.nofile {
+        a.push("--ulimit".to_string());
+        a.push(format!("nofile={nofile}:{nofile}"));
+    }
+    let nproc = match (limits.nproc, limits.pid_max) {
+        (Some(n), Some(max)) => Some(n.min(max)),
+        (n, max) => n.or(max),
+    };
+    if let Some(nproc) = nproc {
+        a.push("--ulimit".to_string());
+        a.push(format!("nproc={nproc}:{nproc}"));
+    }
+    a
+}
+
+/// What to add to a failed `podman run`'s error when the runtime could not set a resource
+/// limit: where the hint applies, the settings that get past it.
+fn rlimit_hint(cli: Cli, err: &str) -> Option<String> {
+    (cli == Cli::Podman && err.contains("error setting rlimit")).then(|| {
+        "the OCI runtime could not set a resource limit (raising one needs CAP_SYS_RESOURCE): \
+         set `default_ulimits = []` under [containers] in a containers.conf and point \
+         CONTAINERS_CONF at it (images/containers.conf in pitcrew's repository does so)"
+            .to_string()
+    })
+}
+
 impl Engine for ContainerEngine {
     fn name(&self) -> &'static str {
         self.cli.program()
@@ -391,6 +462,10 @@ impl Engine for ContainerEngine {
                     tracing::warn!("{e:#}");
                 }
             }
+            let err = match rlimit_hint(self.cli, &format!("{err:#}")) {
+                Some(hint) => err.context(hint),
+                None => err,
+            };
             return Err(err)
                 .with_context(|| format!("sandbox {id}: creating its container from {image}"));
         }

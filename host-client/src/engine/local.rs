@@ -197,12 +197,11 @@ impl LocalEngine {
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)));
         // SAFETY: the closure runs in the forked child before exec and only calls setsid and
-        // `cloexec_from_3`, which are async-signal-safe and allocate nothing.
+        // `cloexec_from_3`, which are async-signal-safe and allocate nothing (an error is an
+        // errno, turned into an `io::Error` without allocating).
         unsafe {
             cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                rustix::process::setsid()?;
                 // The detached sandbox outlives this command: it must not hold the caller's
                 // other descriptors (a pipe a shell pipeline waits on would never end).
                 process::cloexec_from_3();
@@ -277,37 +276,42 @@ impl LocalEngine {
     }
 }
 
-/// Finds `pitcrew-init`: `--supervisor`, else next to the running `pitcrew`, else on `PATH`.
+/// Finds `pitcrew-init`: `--supervisor`, else next to the running `pitcrew`, else on `PATH`;
+/// each an executable file by the one lookup rule ([`pitcrew_core::harness::find_program`]:
+/// only absolute `PATH` entries, a regular file with an execute bit).
 pub fn find_supervisor(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    use pitcrew_core::harness::find_program;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     if let Some(p) = flag {
-        if !p.is_file() {
-            bail!("--supervisor {}: no such file", p.display());
-        }
-        return Ok(p.to_path_buf());
+        let program = p.to_string_lossy();
+        // A bare name is a file in the current directory here, not a PATH lookup.
+        let program = if program.contains('/') {
+            program.into_owned()
+        } else {
+            format!("./{program}")
+        };
+        return find_program(&program, &cwd, None)
+            .map_err(|why| anyhow::anyhow!("--supervisor {}: {why}", p.display()));
     }
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            let p = dir.join("pitcrew-init");
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("pitcrew-init")));
+    if let Some(found) = beside.and_then(|p| find_program(&p.to_string_lossy(), &cwd, None).ok()) {
+        return Ok(found);
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("pitcrew-init");
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
-    }
-    bail!("pitcrew-init not found next to pitcrew or on PATH; build it (`cargo build --workspace --bins`) or pass --supervisor PATH")
+    let path = std::env::var_os("PATH");
+    find_program("pitcrew-init", &cwd, path.as_deref()).map_err(|why| {
+        anyhow::anyhow!(
+            "pitcrew-init not found next to pitcrew or on PATH ({why}); build it (`cargo build \
+             --workspace --bins`) or pass --supervisor PATH"
+        )
+    })
 }
 
 /// The rootless plan for this (non-root) user, or why there can be none.
 pub fn rootless_plan() -> anyhow::Result<RootlessPlan> {
-    // SAFETY: getuid/getgid have no preconditions and cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
     rootless::plan(&rootless::Host, uid, gid)
 }
 

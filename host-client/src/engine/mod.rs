@@ -18,6 +18,7 @@ mod stored;
 use crate::client::{Client, ClientError, HelloReply};
 use anyhow::{bail, Context as _};
 use pitcrew_core::harness::SandboxLayout;
+use pitcrew_core::protocol::status::RunState;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::process::CommandExt as _;
@@ -161,21 +162,14 @@ pub struct Gone {
 }
 
 /// One `status` of sandbox `id`, over a connection of its own.
-pub fn status_of(engine: &dyn Engine, id: &SandboxId) -> anyhow::Result<serde_json::Value> {
+pub fn status_of(
+    engine: &dyn Engine,
+    id: &SandboxId,
+) -> anyhow::Result<pitcrew_core::protocol::StatusDoc> {
     let mut conn = engine.connect(id)?;
     let status = conn.client().status(false).map_err(|e| conn.explain(e));
     conn.close();
     status
-}
-
-/// The iteration numbers in a JSON array of a `status` (`claim.iterations`,
-/// `uncollected.iterations`).
-pub fn iterations_in(list: &serde_json::Value) -> Vec<u32> {
-    list.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect()
 }
 
 /// Stops sandbox `id` without deleting what nobody else holds: unless `force`, a sandbox with
@@ -210,17 +204,15 @@ pub fn stop_keeping_records(
         };
         why_kept = match &asked {
             // An iteration still running ends with the stop and leaves a record nobody holds.
-            Ok(status) if status["state"] == "running" => Some(format!(
+            Ok(status) if status.state == RunState::Running => Some(format!(
                 "iteration {} was running: its record is kept; `pitcrew collect {id}` fetches \
                  it, `pitcrew down {id} --force` deletes it",
-                status["iteration"]
+                status.iteration
             )),
             Ok(status) => {
-                let list = iterations_in(&status["uncollected"]["iterations"]);
-                let count = status["uncollected"]["count"]
-                    .as_u64()
-                    .map_or(list.len(), |n| usize::try_from(n).unwrap_or(usize::MAX));
-                (count > 0).then(|| kept_because(count, &list))
+                let uncollected = status.uncollected.clone().unwrap_or_default();
+                let count = usize::try_from(uncollected.count).unwrap_or(usize::MAX);
+                (count > 0).then(|| kept_because(count, &uncollected.iterations))
             }
             Err(err) => {
                 tracing::info!("sandbox {id}: status before stopping: {err:#}");
@@ -426,11 +418,14 @@ pub struct EngineArgs {
     #[arg(long, value_name = "PATH")]
     pub supervisor: Option<PathBuf>,
     /// Podman and docker engines: the image new sandboxes are created from (its entrypoint is
-    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one) [env: PITCREW_IMAGE, used
-    /// by those engines only].
+    /// `pitcrew-init`; `scripts/build-image pi|claude` builds one and prints its reference,
+    /// e.g. localhost/pitcrew-pi:0.1.0-init4afd0f5d-pi0.73.1-ctxffce1ae6) [env: PITCREW_IMAGE,
+    /// used by those engines only].
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-    /// Podman and docker engines: the network a new sandbox joins [default: none].
+    /// Podman and docker engines: the network a new sandbox joins (`none`: the agent reaches
+    /// nothing, its model endpoint included; `host`, or a network of the engine, to reach it)
+    /// [default: none].
     #[arg(long, value_name = "NETWORK")]
     pub network: Option<String>,
     /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on
@@ -730,8 +725,7 @@ pub fn state_dir(flag: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
 
 /// Whether this process runs with effective uid 0.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Makes writes to a closed pipe fail with `EPIPE` instead of killing pitcrew with SIGPIPE:
@@ -739,6 +733,8 @@ pub fn is_root() -> bool {
 /// ([`crate::output`]). Called first thing in `main`, for every command; the children pitcrew
 /// starts get the default disposition back (`std::process::Command` restores it).
 pub fn ignore_sigpipe() {
+    // libc, not rustix: rustix has no safe call that sets a signal's disposition (its
+    // `runtime` sigaction is for implementing a libc, not for use beside one).
     // SAFETY: changes only this process's SIGPIPE disposition; called at the start of `main`,
     // before any thread exists.
     unsafe {

@@ -42,6 +42,7 @@ pub fn start_time(pid: u32) -> std::io::Result<u64> {
 /// of the process that forked it. Marked, not closed: the standard library's exec-error pipe
 /// must stay open until the `exec`.
 pub fn cloexec_from_3() {
+    // libc, not rustix: rustix has no `close_range`.
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
     let marked = unsafe {
         libc::syscall(
@@ -55,17 +56,13 @@ pub fn cloexec_from_3() {
         return;
     }
     // Kernels before 5.11: one fcntl per possible descriptor.
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into a live stack variable.
-    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(1 << 20)
-    } else {
-        1024
-    };
+    let max = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 20)
+        .min(1 << 20);
     for fd in 3..i32::try_from(max).unwrap_or(1024) {
+        // libc, not rustix: rustix's `fcntl_setfd` takes a `BorrowedFd`, which must be open;
+        // these are descriptor numbers that may not be.
         // SAFETY: fcntl on a descriptor number that may not be open only fails with EBADF.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }

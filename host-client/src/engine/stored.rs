@@ -6,7 +6,10 @@
 //! the container engines read a tar of the stopped container's records directory, as `<cli> cp`
 //! writes it ([`Listing::read_tar`]).
 
-use pitcrew_core::server::{tar_record_dir, COLLECTED_FILE};
+use pitcrew_core::record_names::{
+    iteration_dir_name, parse_collected, parse_iteration_dir, COLLECTED_FILE, RESULT_FILE,
+};
+use pitcrew_core::server::tar_record_dir;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Read};
@@ -16,19 +19,6 @@ use std::thread::JoinHandle;
 
 /// The most bytes of `.collected` read from a tar stream (a line per collected iteration).
 const COLLECTED_MAX: u64 = 16 << 20;
-
-/// The iteration number of a records directory entry named `iteration-N` (as the supervisor
-/// writes it: no sign, no leading zero).
-pub(super) fn iteration_named(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("iteration-")?;
-    let n: u32 = digits.parse().ok()?;
-    (n.to_string() == digits).then_some(n)
-}
-
-/// The iterations a `.collected` file lists (one number per line; other lines are ignored).
-fn collected_in(text: &str) -> BTreeSet<u32> {
-    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-}
 
 /// What a records directory holds, as far as deleting it goes.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -58,7 +48,7 @@ impl Listing {
     /// its `.collected`, cannot be read.
     pub(super) fn read_dir(records: &Path) -> io::Result<Listing> {
         let collected = match fs::read_to_string(records.join(COLLECTED_FILE)) {
-            Ok(text) => collected_in(&text),
+            Ok(text) => parse_collected(&text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeSet::new(),
             Err(e) => return Err(e),
         };
@@ -99,9 +89,11 @@ impl Listing {
                     }
                     let mut text = String::new();
                     entry.read_to_string(&mut text)?;
-                    listing.collected = collected_in(&text);
+                    listing.collected = parse_collected(&text);
                 }
-                [dir, "result.json"] => listing.finished.extend(iteration_named(dir)),
+                [dir, name] if *name == RESULT_FILE => {
+                    listing.finished.extend(parse_iteration_dir(dir))
+                }
                 _ => {}
             }
         }
@@ -121,10 +113,10 @@ fn finished(records: &Path) -> io::Result<Vec<u32>> {
     };
     let mut found = Vec::new();
     for entry in entries {
-        let Some(n) = entry?.file_name().to_str().and_then(iteration_named) else {
+        let Some(n) = entry?.file_name().to_str().and_then(parse_iteration_dir) else {
             continue;
         };
-        match fs::metadata(records.join(format!("iteration-{n}/result.json"))) {
+        match fs::metadata(records.join(iteration_dir_name(n)).join(RESULT_FILE)) {
             Ok(m) if m.is_file() => found.push(n),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -151,8 +143,8 @@ pub(super) fn record_tar(
     let Some(n) = iteration.or_else(latest) else {
         return Ok(None);
     };
-    let dir = records.join(format!("iteration-{n}"));
-    if !dir.join("result.json").is_file() {
+    let dir = records.join(iteration_dir_name(n));
+    if !dir.join(RESULT_FILE).is_file() {
         return Ok(None);
     }
     Ok(Some((n, stream_dir(dir, ())?)))

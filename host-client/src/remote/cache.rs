@@ -251,11 +251,8 @@ impl Cache {
             }
         }
         let json = serde_json::to_vec_pretty(origin).map_err(|e| e.to_string())?;
-        let origins = dir.join("origins");
-        let mut tmp = tempfile::NamedTempFile::new_in(&origins).map_err(|e| io(&origins, e))?;
-        std::io::Write::write_all(&mut tmp, &json).map_err(|e| io(&origins, e))?;
         let target = Self::origin_path(&dir, &origin.url);
-        tmp.persist(&target).map_err(|e| io(&target, e.error))?;
+        pitcrew_core::atomic_file::write(&target, &json, 0o600).map_err(|e| e.to_string())?;
         Ok(content)
     }
 

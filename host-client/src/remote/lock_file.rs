@@ -54,25 +54,12 @@ pub fn read(path: &Path) -> Result<Option<LockFile>, String> {
     Ok(Some(lock))
 }
 
-/// Writes `lock` to `path` atomically (a temporary file in the same directory, renamed).
+/// Writes `lock` to `path` atomically ([`pitcrew_core::atomic_file`]), mode 0644 less the
+/// umask: it is committed beside the harness.
 pub fn write(path: &Path, lock: &LockFile) -> Result<(), String> {
     let yaml = serde_norway::to_string(lock).map_err(|e| format!("{}: {e}", path.display()))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    use std::io::Write as _;
-    tmp.write_all(HEADER.as_bytes())
-        .and_then(|()| tmp.write_all(yaml.as_bytes()))
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt as _;
-            tmp.as_file()
-                .set_permissions(std::fs::Permissions::from_mode(0o644))
-        })
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    tmp.persist(path)
-        .map_err(|e| format!("{}: {}", path.display(), e.error))?;
-    Ok(())
+    let text = format!("{HEADER}{yaml}");
+    pitcrew_core::atomic_file::write(path, text.as_bytes(), 0o644).map_err(|e| e.to_string())
 }
 
 impl LockFile {

@@ -138,6 +138,47 @@ impl EscapedStream {
     }
 }
 
+/// Why a run's loop stopped (`stopped` in its report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stopped {
+    /// All N iterations ran.
+    Iterations,
+    /// The validation command exited 0.
+    Validation,
+    /// Ctrl-C (SIGTERM, SIGHUP, a closed stdout or stderr), or `pitcrew cancel --all`.
+    Cancelled,
+    /// An iteration failed in a way every further one would repeat (the agent could not be
+    /// executed or found, or the supervisor refused to launch it).
+    Repeating,
+}
+
+/// The report of a run: what `pitcrew run --json` prints and writes to the run's `run.json`,
+/// and what `pitcrew batch` reads back from a run it started. `I` is the iterations' rows:
+/// [`IterationSummary`]s when written; a reader that does not need them reads
+/// [`serde::de::IgnoredAny`].
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RunDocument<I = Vec<IterationSummary>> {
+    /// `<UTC stamp>-<sandbox>`, the name of the run's records directory.
+    pub run_id: String,
+    /// The harness file.
+    pub harness: String,
+    /// The engine's name.
+    pub engine: String,
+    /// The sandbox.
+    pub sandbox: String,
+    /// Whether the sandbox was kept.
+    pub kept: bool,
+    /// The run's records directory.
+    pub run_dir: String,
+    /// Why the loop stopped.
+    pub stopped: Stopped,
+    /// The exit code of `pitcrew run`.
+    pub exit_code: u8,
+    /// One row per iteration that ran.
+    pub iterations: I,
+}
+
 /// What the summary table shows of one iteration.
 #[derive(Debug, Clone, Serialize)]
 pub struct IterationSummary {

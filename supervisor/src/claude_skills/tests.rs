@@ -1,6 +1,11 @@
 //! Unit tests of `claude_skills`.
 
 use super::*;
+
+/// [`super::prepare`] with the manifest's own runtime directories.
+fn prepare(manifest: &Manifest) -> Result<Vec<String>, String> {
+    super::prepare(manifest, &manifest.runtime_dirs())
+}
 use crate::tree_hash::TreeFormat;
 use serde_json::json;
 use std::fs;

@@ -1,4 +1,14 @@
 use super::*;
+
+/// [`super::prepare`] with the manifest's own runtime directories.
+fn prepare(
+    manifest: &Manifest,
+    version: Option<&str>,
+    iteration: u32,
+    kept: Option<&mut Option<Baseline>>,
+) -> Result<Option<Prepared>, ContextError> {
+    super::prepare(manifest, &manifest.runtime_dirs(), version, iteration, kept)
+}
 use serde_json::json;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;

@@ -13,6 +13,11 @@ fn every_pinned_name_is_reserved_for_the_harness() {
 }
 
 use super::*;
+
+/// [`super::build`] with the manifest's own runtime directories.
+fn build(manifest: &Manifest, baseline: &[(String, String)]) -> Result<EnvOutcome, EnvError> {
+    super::build(manifest, &manifest.runtime_dirs(), baseline)
+}
 use std::path::PathBuf;
 
 fn manifest(runtime: &str, dotenv: Option<&Path>) -> Manifest {

@@ -544,7 +544,9 @@ impl Checker<'_> {
         let Some(list) = h.agent.tools.as_ref().filter(|t| !t.is_empty()) else {
             return;
         };
+        let builtin = |t: &str| crate::runtime_argv::PI_BUILTIN_TOOLS.contains(&t);
         let mut added: Vec<String> = Vec::new();
+        let mut builtins: Vec<String> = Vec::new();
         for reg in registered {
             let tools: Vec<&str> = reg
                 .tools
@@ -552,9 +554,31 @@ impl Checker<'_> {
                 .filter(|t| !list.contains(t))
                 .map(String::as_str)
                 .collect();
-            if !tools.is_empty() {
-                added.push(format!("{} ({})", tools.join(", "), reg.field));
+            let (named, own): (Vec<&str>, Vec<&str>) = tools.iter().partition(|t| builtin(t));
+            if !own.is_empty() {
+                added.push(format!("{} ({})", own.join(", "), reg.field));
             }
+            if !named.is_empty() {
+                builtins.push(format!("{} ({})", named.join(", "), reg.field));
+            }
+        }
+        if !builtins.is_empty() {
+            let at = node
+                .as_mapping()
+                .and_then(|m| m.get_node("agent"))
+                .and_then(Node::as_mapping)
+                .and_then(|m| m.get_node("tools"))
+                .and_then(location);
+            self.note(
+                at,
+                "agent.tools",
+                format!(
+                    "{} is a name of pi's built-in tools, which only agent.tools gives: not \
+                     added to --tools (pi would offer its own tool of that name if the \
+                     extension did not register it); name it in agent.tools to offer it",
+                    builtins.join("; ")
+                ),
+            );
         }
         if added.is_empty() {
             return;

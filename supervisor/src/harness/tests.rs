@@ -1287,3 +1287,39 @@ fn claude_names_and_skips_a_single_file_plugin_and_other_files_are_refused() {
         v.problems
     );
 }
+
+/// Validation collects: one problem per key in every group of keys (the agent's, the
+/// sandbox's, the limits, this host's) is reported in one pass, and a harness with no usable
+/// runtime still has its other keys checked.
+#[test]
+fn problems_in_different_keys_are_all_reported_at_once() {
+    let v = check(
+        "runtime: pi\nprompt: \"-x\"\nagent:\n  tools: [\"a,b\"]\niterations: 0\nmemory: lots\n\
+         keep_home: [\"../x\"]\noutput: /abs\nfeedback: true\n",
+    );
+    let mut fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "agent.tools[0]",
+            "feedback",
+            "iterations",
+            "keep_home[0]",
+            "memory",
+            "output",
+            "prompt"
+        ],
+        "{:?}",
+        v.problems
+    );
+    let v = check("runtime: nope\niterations: 0\nvalidation: echo\n");
+    let mut fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        ["iterations", "runtime", "validation"],
+        "{:?}",
+        v.problems
+    );
+}

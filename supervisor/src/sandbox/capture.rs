@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 pub const STREAM_CAP: u64 = 1 << 30;
 
 /// Bytes read per [`OutputCapture::pump`] call and stream while the agent runs (1 MiB), so a
-/// flood of output cannot keep the supervise loop from its signals, timeout and host requests.
+/// flood of output cannot keep the wait loop from its signals, timeout and host requests.
 pub const PUMP_BUDGET: u64 = 1 << 20;
 
 const CHUNK: usize = 64 * 1024;

@@ -55,7 +55,7 @@ use super::cgroup::{limit_record, AgentCgroups, Controller, IterationCgroups};
 use super::child_status::{ChildFailure, ChildReport, Stage};
 use super::landlock::build_ruleset;
 pub use super::landlock::{kernel_landlock_abi, LandlockAvailability, LANDLOCK_ABI};
-use crate::manifest::{LandlockMode, Manifest};
+use crate::manifest::{LandlockMode, Manifest, RuntimeDirPaths};
 use crate::result::{
     ConfinementRecord, Enforcement, LandlockRecord, LandlockState, LimitsRecord, SeccompRecord,
     SupervisorMode,
@@ -144,9 +144,8 @@ pub fn kernel_capabilities() -> Result<Vec<Capability>, String> {
 /// lie in directories the agent owns (`<config>/sessions`), where it could otherwise plant
 /// `sessions -> /` and be granted `/` at the next launch. [`ConfinePlan::prepare`] refuses the
 /// launch (125, `confine: writable root …`) when one is not.
-pub fn writable_roots(manifest: &Manifest) -> Vec<String> {
+pub fn writable_roots(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Vec<String> {
     let mut roots = vec![manifest.workdir.clone()];
-    let dirs = manifest.runtime_dirs();
     roots.extend(dirs.agent_dirs().into_iter().map(String::from));
     roots.extend(manifest.confinement.read_write.iter().cloned());
     roots
@@ -188,6 +187,7 @@ pub struct LandlockPlan {
 /// (or a seccomp filter around the supervisor) does not offer is refused here too.
 pub fn landlock_plan(
     manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
     mode: SupervisorMode,
     own: &[std::path::PathBuf],
 ) -> Result<LandlockPlan, String> {
@@ -226,7 +226,7 @@ pub fn landlock_plan(
              would be writable by the agent ({WHY})"
         ));
     }
-    let writable = writable_roots(manifest);
+    let writable = writable_roots(manifest, dirs);
     if let Some(overlap) = verified_under(manifest, std::slice::from_ref(&manifest.workdir)).first()
     {
         return Err(format!(
@@ -261,6 +261,7 @@ impl ConfinePlan {
     /// the limits they do not enforce become rlimits.
     pub fn prepare(
         manifest: &Manifest,
+        dirs: &RuntimeDirPaths,
         plan: &LandlockPlan,
         original_mask: libc::sigset_t,
         agent_cgroups: &AgentCgroups,
@@ -284,7 +285,7 @@ impl ConfinePlan {
             .map_err(|_| "confine: workdir contains NUL".to_string())?;
 
         let mode = plan.mode;
-        let writable: Vec<String> = writable_roots(manifest)
+        let writable: Vec<String> = writable_roots(manifest, dirs)
             .into_iter()
             .filter(|w| !plan.withheld.contains(w))
             .collect();

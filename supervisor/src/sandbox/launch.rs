@@ -181,7 +181,7 @@ fn open_output(path: &str) -> Result<File, String> {
 impl LaunchSpec {
     /// Prepares `argv` (argv\[0\] included) and `env` for exec of `program`, with stdin
     /// `/dev/null` and stdout/stderr captured into the files `output` names (created here, see
-    /// [`super::capture`]) or inherited when it names none. Returns the capture the supervise
+    /// [`super::capture`]) or inherited when it names none. Returns the capture the wait
     /// loop pumps.
     pub fn prepare(
         program: &Path,

@@ -2,7 +2,8 @@
 //!
 //! - [`signals`]: every asynchronous signal blocked and read from one signalfd.
 //! - [`reaper`]: the single owner of `waitpid(-1, WNOHANG)`.
-//! - [`supervisor`]: the long-lived state (signals, reaper, baseline environment, PID-1 mode).
+//! - [`state`]: the supervisor's long-lived state ([`state::Supervisor`]: signals, reaper,
+//!   baseline environment, PID-1 mode), handed to every iteration.
 //! - [`heap`]: how the supervisor gets glibc's allocator to give freed memory back.
 //! - [`reap`]: step 1, kill and reap everything but the supervisor.
 //! - [`confine`]: step 4, identity, capabilities, fds, `no_new_privs`, Landlock in the child.
@@ -21,8 +22,9 @@
 //! - [`private_ipc`]: a fresh IPC namespace and `/dev/shm` per iteration where the sandbox
 //!   shares the host's filesystem.
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
-//! - [`supervise`]: step 6, wait for the agent, forward signals, enforce the timeout.
-//! - [`observer`]: what the supervise loop calls back into while the agent runs (the
+//! - [`wait`]: step 6, the loop that waits for the agent, forwards signals and enforces the
+//!   timeout.
+//! - [`observer`]: what the wait loop calls back into while the agent runs (the
 //!   long-lived mode's server).
 //!
 //! The order of the steps lives in [`crate::iteration`].
@@ -44,5 +46,5 @@ pub mod reap;
 pub mod reaper;
 pub mod seccomp;
 pub mod signals;
-pub mod supervise;
-pub mod supervisor;
+pub mod state;
+pub mod wait;

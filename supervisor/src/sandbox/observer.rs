@@ -1,11 +1,12 @@
-//! What watches a running iteration: the trait the supervise loop calls back into while the
+//! What watches a running iteration: the trait the wait loop calls back into while the
 //! agent runs, so the long-lived mode can serve its connections without a second thread.
 //!
 //! It lives on the process side, below both [`crate::iteration`] (which passes an observer
-//! through the steps) and [`super::supervise`] (which polls its descriptors), so neither
+//! through the steps) and [`super::wait`] (which polls its descriptors), so neither
 //! depends on the other for it.
 
-use super::supervisor::Supervisor;
+use super::state::Supervisor;
+use crate::protocol::events::{EventDetail, Step, StepState};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -20,25 +21,25 @@ pub enum ObserverAction {
 }
 
 /// Watches an iteration and keeps other work going while the agent runs, without threads: the
-/// supervise loop polls [`IterationObserver::poll_fds`] with its signalfd and calls
+/// wait loop polls [`IterationObserver::poll_fds`] with its signalfd and calls
 /// [`IterationObserver::on_ready`] and [`IterationObserver::on_tick`] after every wake-up.
 /// `pitcrew-init run` passes [`NoopObserver`]; the long-lived mode passes its server, so both run
 /// the same code path.
 pub trait IterationObserver {
     /// A step `started` or `finished`, with details.
-    fn step(&mut self, _step: &str, _state: &str, _detail: serde_json::Value) {}
+    fn step(&mut self, _step: Step, _state: StepState, _detail: EventDetail) {}
     /// Descriptors to wait on (readable) while the agent runs.
     fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         Vec::new()
     }
-    /// Called after every wake-up of the supervise loop (and once before launch): service the
+    /// Called after every wake-up of the wait loop (and once before launch): service the
     /// descriptors and return actions for the agent.
     fn on_ready(&mut self, _ctx: &mut Supervisor) -> Vec<ObserverAction> {
         Vec::new()
     }
-    /// Called after every wake-up of the supervise loop, after [`IterationObserver::on_ready`].
+    /// Called after every wake-up of the wait loop, after [`IterationObserver::on_ready`].
     fn on_tick(&mut self) {}
-    /// The longest the supervise loop may sleep between calls.
+    /// The longest the wait loop may sleep between calls.
     fn max_wait(&self) -> Duration {
         Duration::from_secs(1)
     }

@@ -24,7 +24,7 @@
 //! survive: then, as PID 1, every other process is signalled by pid instead of `kill(-1)`, and
 //! the `/proc` rescans catch whatever was forked meanwhile.
 
-use super::supervisor::Supervisor;
+use super::state::Supervisor;
 use crate::result::SupervisorMode;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};

@@ -21,7 +21,8 @@
 use super::error::RequestError;
 use super::Server;
 use crate::clock::now_secs;
-use serde_json::{json, Value};
+use crate::protocol::status::{ClaimPlan, ClaimState, ClaimStatus, Uncollected};
+use crate::record_names::{self, COLLECTED_FILE};
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
@@ -37,17 +38,14 @@ pub const DEFAULT_LEASE_MS: u64 = 60_000;
 const LEASE_MS: std::ops::RangeInclusive<u64> = 1_000..=86_400_000;
 /// Most uncollected iterations `status` names (the count is always exact).
 const UNCOLLECTED_NAMED: usize = 1000;
-/// The file of collected iterations in the records directory (the host reads it too, from a
-/// sandbox's storage).
-pub const COLLECTED_FILE: &str = ".collected";
 
 /// The run a sandbox serves.
 #[derive(Debug, Clone)]
 pub(super) struct Claim {
     /// The host's run id.
     run: String,
-    /// The host's plan for the run (opaque JSON).
-    plan: Value,
+    /// The host's plan for the run (kept as it came).
+    plan: Option<ClaimPlan>,
     /// The connection holding it; `None` once that connection closed without `release`.
     holder: Option<u64>,
     /// The connection that holds it or held it last (a `run` it sent just before it closed
@@ -82,33 +80,33 @@ impl Claim {
     }
 
     /// The claim as `status` and the `claim` answer show it.
-    pub(super) fn to_json(&self) -> Value {
-        json!({
-            "run": self.run,
-            "plan": self.plan,
-            "state": if self.holder.is_some() { "held" } else { "orphaned" },
-            "since": self.since,
-            "orphaned_at": self.orphaned_at,
-            "orphaned_because": self.orphaned_because,
-            "lease_ms": u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
-            "silent_ms": self
+    pub(super) fn to_status(&self) -> ClaimStatus {
+        ClaimStatus {
+            iterations: self.iterations.clone(),
+            lease_ms: u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+            orphaned_at: self.orphaned_at,
+            orphaned_because: self.orphaned_because.clone(),
+            plan: self.plan.clone(),
+            ready: self.ready,
+            run: self.run.clone(),
+            since: self.since,
+            silent_ms: self
                 .holder
                 .map(|_| u64::try_from(self.renewed.elapsed().as_millis()).unwrap_or(u64::MAX)),
-            "iterations": self.iterations,
-            "ready": self.ready,
-            "stopped": self.stopped,
-        })
+            state: if self.holder.is_some() {
+                ClaimState::Held
+            } else {
+                ClaimState::Orphaned
+            },
+            stopped: self.stopped,
+        }
     }
 }
 
 /// The collected iterations listed in `records` (empty when none are).
 pub(super) fn read_collected(records: &Path) -> BTreeSet<u32> {
     fs::read_to_string(records.join(COLLECTED_FILE))
-        .map(|text| {
-            text.lines()
-                .filter_map(|l| l.trim().parse::<u32>().ok())
-                .collect()
-        })
+        .map(|text| record_names::parse_collected(&text))
         .unwrap_or_default()
 }
 
@@ -118,9 +116,9 @@ impl Server {
         &mut self,
         conn: u64,
         run: String,
-        plan: Value,
+        plan: Option<ClaimPlan>,
         lease_ms: Option<u64>,
-    ) -> Result<Value, RequestError> {
+    ) -> Result<ClaimStatus, RequestError> {
         let lease_ms = lease_ms.unwrap_or(DEFAULT_LEASE_MS);
         if !LEASE_MS.contains(&lease_ms) {
             return Err(RequestError::Malformed(format!(
@@ -130,7 +128,8 @@ impl Server {
             )));
         }
         let lease = Duration::from_millis(lease_ms);
-        if plan.to_string().len() > PLAN_MAX_BYTES {
+        let plan_bytes = serde_json::to_vec(&plan).map_or(usize::MAX, |b| b.len());
+        if plan_bytes > PLAN_MAX_BYTES {
             return Err(RequestError::Malformed(format!(
                 "claim: the plan is over {PLAN_MAX_BYTES} bytes"
             )));
@@ -178,7 +177,7 @@ impl Server {
                 c.lease = lease;
                 c.renewed = Instant::now();
                 c.since = now;
-                if !plan.is_null() {
+                if plan.is_some() {
                     c.plan = plan;
                 }
             }
@@ -199,11 +198,10 @@ impl Server {
                 });
             }
         }
-        Ok(self
-            .claim
+        self.claim
             .as_ref()
-            .map(Claim::to_json)
-            .unwrap_or(Value::Null))
+            .map(Claim::to_status)
+            .ok_or_else(|| RequestError::Internal("claim: the claim was not kept".into()))
     }
 
     /// `release`: the holder `conn` ends its claim.
@@ -344,10 +342,7 @@ impl Server {
         if new.is_empty() {
             return;
         }
-        let mut text = String::new();
-        for n in &new {
-            text.push_str(&format!("{n}\n"));
-        }
+        let text = record_names::collected_lines(new.iter().copied());
         // Known in memory even when the file cannot take it (a full disk): only a reader of the
         // storage after the supervisor is gone misses it, and keeps the records then.
         let written = OpenOptions::new()
@@ -366,21 +361,21 @@ impl Server {
     /// Finished iterations whose record the host has not confirmed it holds: the first
     /// [`UNCOLLECTED_NAMED`] and the count. One read of the records directory (retention keeps
     /// it short), not a look per iteration ever run.
-    pub(super) fn uncollected(&self) -> Value {
+    pub(super) fn uncollected(&self) -> Uncollected {
         let running = self.current.as_ref().map(|c| c.iteration);
         let mut all: BTreeSet<u32> = super::records::iterations_in(&self.records)
             .into_iter()
             .filter(|n| {
                 super::records::iteration_dir(&self.records, *n)
-                    .join("result.json")
+                    .join(record_names::RESULT_FILE)
                     .is_file()
             })
             .chain(self.unwritten.iterations())
             .collect();
         all.retain(|n| Some(*n) != running && !self.collected.contains(n));
-        json!({
-            "count": all.len(),
-            "iterations": all.iter().take(UNCOLLECTED_NAMED).collect::<Vec<_>>(),
-        })
+        Uncollected {
+            count: all.len() as u64,
+            iterations: all.iter().take(UNCOLLECTED_NAMED).copied().collect(),
+        }
     }
 }

@@ -6,8 +6,8 @@ use super::error::RequestError;
 use super::{records, PendingRun, PendingShutdown, Server};
 use crate::exit_code;
 use crate::iteration::{ObserverAction, Supervisor};
-use crate::protocol::{AgentSignal, Frame, FrameKind, Request, Response, PROTOCOL_VERSION};
-use serde_json::{json, Value};
+use crate::protocol::{detail, AgentSignal, Frame, FrameKind, Request, Response, PROTOCOL_VERSION};
+use serde_json::Value;
 
 /// The signal number of a signal the host may send to the agent.
 fn signal_number(s: AgentSignal) -> i32 {
@@ -174,10 +174,13 @@ impl Server {
                 self.manifest = None;
                 self.context_baseline = None;
                 self.store_listings(&mut manifest, listings_follow)?;
-                self.conns[i].send(&Response::Ok {
+                self.conns[i].send(&Response::ok(
                     id,
-                    detail: json!({"trees": manifest.trees.len(), "files": manifest.files.len()}),
-                });
+                    &detail::ManifestSet {
+                        files: manifest.files.len() as u64,
+                        trees: manifest.trees.len() as u64,
+                    },
+                ));
                 self.manifest = Some(*manifest);
                 self.claim_ready(conn_id);
                 self.prune_collected();
@@ -194,7 +197,7 @@ impl Server {
                 if running {
                     return Err(RequestError::Busy("an iteration is running".into()));
                 }
-                let detail = match held_listing {
+                let added = match held_listing {
                     None => self.add_listing(&tree, &files, &dirs, last)?,
                     Some(digest) => {
                         if !files.is_empty() || !dirs.is_empty() || !last {
@@ -207,7 +210,7 @@ impl Server {
                         self.add_held_listing(&tree, &digest)?
                     }
                 };
-                self.conns[i].send(&Response::Ok { id, detail });
+                self.conns[i].send(&Response::ok(id, &added));
             }
             Request::Run { feedback, .. } => {
                 self.check_claim(conn_id, "run")?;
@@ -251,10 +254,13 @@ impl Server {
                 if running {
                     self.actions.push(ObserverAction::Signal(signo));
                 }
-                self.conns[i].send(&Response::Ok {
+                self.conns[i].send(&Response::ok(
                     id,
-                    detail: json!({"delivered": running, "signal": exit_code::signal_name(signo)}),
-                });
+                    &detail::Signalled {
+                        delivered: running,
+                        signal: exit_code::signal_name(signo),
+                    },
+                ));
             }
             Request::Cancel { run, .. } => {
                 if running {
@@ -262,10 +268,13 @@ impl Server {
                         .push(ObserverAction::Cancel("requested by the host".into()));
                 }
                 let run_stopped = run && self.stop_claimed_run();
-                self.conns[i].send(&Response::Ok {
+                self.conns[i].send(&Response::ok(
                     id,
-                    detail: json!({"cancelled": running, "run_stopped": run_stopped}),
-                });
+                    &detail::Cancelled {
+                        cancelled: running,
+                        run_stopped,
+                    },
+                ));
             }
             Request::Collect { iteration, .. } => self.collect(i, id, iteration)?,
             Request::Claim {
@@ -275,32 +284,25 @@ impl Server {
                 ..
             } => {
                 let claim = self.claim(conn_id, run, plan, lease_ms)?;
-                self.conns[i].send(&Response::Ok {
-                    id,
-                    detail: json!({ "claim": claim }),
-                });
+                self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
             }
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
-                self.conns[i].send(&Response::Ok {
-                    id,
-                    detail: json!({ "lease_ms": lease_ms }),
-                });
+                self.conns[i].send(&Response::ok(id, &detail::Renewed { lease_ms }));
             }
             Request::Release { .. } => {
                 self.release(conn_id)?;
-                self.conns[i].send(&Response::Ok {
-                    id,
-                    detail: Value::Null,
-                });
+                self.conns[i].send(&Response::ok(id, &()));
             }
             Request::Collected { iterations, .. } => {
                 self.mark_collected(&iterations);
                 self.prune_collected();
-                self.conns[i].send(&Response::Ok {
+                self.conns[i].send(&Response::ok(
                     id,
-                    detail: json!({ "collected": iterations.len() }),
-                });
+                    &detail::CollectedAck {
+                        collected: iterations.len() as u64,
+                    },
+                ));
             }
             Request::Status { verify, .. } => {
                 if verify && running {
@@ -308,7 +310,7 @@ impl Server {
                         "live verification is refused while an iteration runs".into(),
                     ));
                 }
-                let status = self.status(ctx, verify);
+                let status = Box::new(self.status(ctx, verify));
                 self.conns[i].send(&Response::Status { id, status });
             }
             Request::Shutdown { .. } => {
@@ -362,10 +364,13 @@ impl Server {
         };
         let sent = tarred.and_then(|()| out.end());
         match sent {
-            Ok(bytes) => c.send(&Response::Ok {
+            Ok(bytes) => c.send(&Response::ok(
                 id,
-                detail: json!({"iteration": n, "bytes": bytes}),
-            }),
+                &detail::CollectSent {
+                    bytes,
+                    iteration: n,
+                },
+            )),
             Err(err) => {
                 // The stream may be cut mid-tar: the host can no longer trust the framing.
                 tracing::warn!("collect: iteration {n}: {err}");

@@ -9,7 +9,6 @@ use super::error::RequestError;
 use super::records::create_private_dir;
 use super::Server;
 use crate::manifest::{FileListing, ListingWriter, Manifest};
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
@@ -80,7 +79,7 @@ impl Server {
         files: &FileListing,
         dirs: &[String],
         last: bool,
-    ) -> Result<Value, RequestError> {
+    ) -> Result<crate::protocol::detail::ListingAdded, RequestError> {
         let Some(manifest) = self.manifest.as_mut() else {
             return Err(RequestError::Order(
                 "add_listing needs a set_manifest with listings_follow first".into(),
@@ -106,7 +105,13 @@ impl Server {
                 manifest.trees[index].stored = Some(writer.finish().map_err(internal)?);
             }
         }
-        Ok(json!({"tree": name, "files": files, "dirs": dirs, "complete": last}))
+        Ok(crate::protocol::detail::ListingAdded {
+            complete: last,
+            dirs,
+            files,
+            held: false,
+            tree: name.to_string(),
+        })
     }
 
     /// Completes tree `name`'s listing from the offered listing held for its `path`, which must
@@ -117,7 +122,7 @@ impl Server {
         &mut self,
         name: &str,
         digest: &str,
-    ) -> Result<Value, RequestError> {
+    ) -> Result<crate::protocol::detail::ListingAdded, RequestError> {
         let Some(manifest) = self.manifest.as_mut() else {
             return Err(RequestError::Order(
                 "add_listing needs a set_manifest with listings_follow first".into(),
@@ -165,7 +170,13 @@ impl Server {
         if let Some(writer) = self.pending_listings.remove(&index) {
             manifest.trees[index].stored = Some(writer.finish().map_err(internal)?);
         }
-        Ok(json!({"tree": name, "files": files, "dirs": dirs, "complete": true, "held": true}))
+        Ok(crate::protocol::detail::ListingAdded {
+            complete: true,
+            dirs,
+            files,
+            held: true,
+            tree: name.to_string(),
+        })
     }
 
     /// Refuses a `run` while a tree's listing is still arriving: a drift would be explained

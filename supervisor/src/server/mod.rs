@@ -47,7 +47,6 @@ mod tail;
 mod upload;
 mod upload_stream;
 
-pub use claim::COLLECTED_FILE;
 pub use error::RequestError;
 pub use records::tar_dir as tar_record_dir;
 pub use records::{copies_limit, copy_budget_bytes, COPIED_PARTS};
@@ -63,7 +62,6 @@ use crate::unpack::UnpackLimits;
 use conn::Conn;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use run::Current;
-use serde_json::json;
 use status::HistoryEntry;
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -357,10 +355,10 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
     }
     if let Some(PendingShutdown { conn, id }) = server.shutdown.take() {
         if let Some(c) = server.conn_mut(conn) {
-            c.send(&Response::Ok {
+            c.send(&Response::ok(
                 id,
-                detail: json!({"stopped": true}),
-            });
+                &crate::protocol::detail::ShutDown { stopped: true },
+            ));
         }
     }
     if let Some(socket) = &server.socket {

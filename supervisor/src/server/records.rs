@@ -5,10 +5,10 @@
 use crate::bounded_tree::{self, DirStack, Step, Walk};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd as _, BorrowedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Most bytes copied into `output/`, `transcripts/` and `workspace/` of one record together
@@ -85,7 +85,7 @@ impl Default for CopyBudget {
 
 /// The record directory of iteration `n`.
 pub(super) fn iteration_dir(records: &Path, n: u32) -> PathBuf {
-    records.join(format!("iteration-{n}"))
+    records.join(crate::record_names::iteration_dir_name(n))
 }
 
 /// Creates `dir` with mode 0700 (parents 0700 too), or checks an existing one is a directory.
@@ -129,8 +129,7 @@ pub(super) fn iterations_in(records: &Path) -> Vec<u32> {
         .filter_map(|e| {
             e.file_name()
                 .to_str()
-                .and_then(|n| n.strip_prefix("iteration-"))
-                .and_then(|n| n.parse::<u32>().ok())
+                .and_then(crate::record_names::parse_iteration_dir)
         })
         .collect()
 }
@@ -138,28 +137,6 @@ pub(super) fn iterations_in(records: &Path) -> Vec<u32> {
 /// The highest `iteration-N` in `records` (0 when none).
 pub(super) fn last_iteration(records: &Path) -> u32 {
     iterations_in(records).into_iter().max().unwrap_or(0)
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename.
-pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    if written.is_err() {
-        // A half-written temporary file only takes space (a full disk is the usual cause).
-        let _ = fs::remove_file(&tmp);
-    }
-    written
 }
 
 /// Most skipped entries named in a [`CopyReport`] (the count is always exact).
@@ -498,13 +475,32 @@ pub(super) fn tar_record_line(line: &[u8], out: &mut dyn Write) -> io::Result<()
     header.set_mode(0o644);
     header.set_size(line.len() as u64);
     header.set_mtime(crate::clock::now_secs());
-    builder.append_data(&mut header, "result.json", line)?;
+    builder.append_data(&mut header, crate::record_names::RESULT_FILE, line)?;
     builder.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_canonical_record_names_count_as_iterations() {
+        // The host reads a stopped sandbox's storage by the same rule: `iteration-007` is not
+        // iteration 7 on either side, so it neither raises the next number nor gets collected.
+        let tmp = tempfile::tempdir().unwrap();
+        for name in [
+            "iteration-3",
+            "iteration-007",
+            "iteration-0",
+            "iteration-9x",
+            "other",
+        ] {
+            fs::create_dir(tmp.path().join(name)).unwrap();
+        }
+        assert_eq!(iterations_in(tmp.path()), vec![3]);
+        assert_eq!(last_iteration(tmp.path()), 3);
+        assert_eq!(iteration_dir(tmp.path(), 4), tmp.path().join("iteration-4"));
+    }
 
     #[test]
     fn copy_skips_symlinks_and_tar_round_trips_through_unpack() {

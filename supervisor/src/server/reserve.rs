@@ -159,7 +159,7 @@ impl Unwritten {
 /// when the iteration started) through a temporary file and a rename.
 pub(super) fn write_record(dir: &Path, line: &[u8]) -> io::Result<()> {
     super::records::create_private_dir(dir)?;
-    super::records::write_atomically(&dir.join("result.json"), line)
+    crate::record::write_result_file(&dir.join(crate::record_names::RESULT_FILE), line)
 }
 
 #[cfg(test)]

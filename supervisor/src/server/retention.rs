@@ -10,11 +10,11 @@
 //! records still kept plus the highest collected number, so it stays as small as the retention
 //! and iteration numbers never restart after a restart of the supervisor.
 
-use super::claim::COLLECTED_FILE;
-use super::records::{iteration_dir, write_atomically};
+use super::records::iteration_dir;
 use super::Server;
 use crate::bounded_tree::{self, Step, Walk};
 use crate::manifest::Retention;
+use crate::record_names::{collected_lines, COLLECTED_FILE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -77,15 +77,15 @@ impl Server {
     }
 
     /// The retention and what it did, for `status`.
-    pub(super) fn retention_status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "records": self.manifest.as_ref().map(|m| m.retention.records),
-            "bytes": self.manifest.as_ref().map(|m| m.retention.bytes),
-            "kept": self.pruned.sizes.len(),
-            "kept_bytes": self.pruned.sizes.values().sum::<u64>(),
-            "deleted": self.pruned.records,
-            "deleted_bytes": self.pruned.bytes,
-        })
+    pub(super) fn retention_status(&self) -> crate::protocol::status::RetentionStatus {
+        crate::protocol::status::RetentionStatus {
+            bytes: self.manifest.as_ref().map(|m| m.retention.bytes),
+            deleted: self.pruned.records,
+            deleted_bytes: self.pruned.bytes,
+            kept: self.pruned.sizes.len() as u64,
+            kept_bytes: self.pruned.sizes.values().sum::<u64>(),
+            records: self.manifest.as_ref().map(|m| m.retention.records),
+        }
     }
 }
 
@@ -156,11 +156,10 @@ pub(super) fn prune(
     if let Some(n) = highest {
         collected.insert(n);
     }
-    let mut text = String::new();
-    for n in collected.iter() {
-        text.push_str(&format!("{n}\n"));
-    }
-    if let Err(err) = write_atomically(&records.join(COLLECTED_FILE), text.as_bytes()) {
+    let text = collected_lines(collected.iter().copied());
+    if let Err(err) =
+        crate::atomic_file::write(&records.join(COLLECTED_FILE), text.as_bytes(), 0o600)
+    {
         tracing::warn!("retention: {COLLECTED_FILE}: {err}");
     }
     deleted

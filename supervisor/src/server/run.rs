@@ -10,10 +10,10 @@ use super::{PendingRun, Server};
 use crate::clock::{millis, now_secs};
 use crate::exit_code;
 use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, RuntimeDirPaths};
+use crate::protocol::events::{self, EventDetail, Step, StepState};
 use crate::protocol::{Channel, Response};
 use crate::result::{DiskFull, IterationResult};
-use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::BorrowedFd;
@@ -104,8 +104,10 @@ impl Server {
         });
         // The agent's directories are prepared in `after_reap`, once nothing of an earlier
         // agent runs any more.
+        // The runtime directories, resolved once for the whole iteration and its record.
+        let dirs = manifest.runtime_dirs();
         let mut record = match events.map(drop) {
-            Ok(()) => run_iteration(ctx, &manifest, n, self),
+            Ok(()) => run_iteration(ctx, &manifest, &dirs, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
                 record.finish(exit_code::SUPERVISOR_FAILED, Some(reason));
@@ -121,7 +123,7 @@ impl Server {
             });
         }
         self.pump_tails(STREAM_CAP);
-        self.finalise_record(&manifest, &dir, &mut record);
+        self.finalise_record(&manifest, &dirs, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
         self.claim_ran(conn_id, n);
         if self.history.len() >= HISTORY_KEPT {
@@ -160,7 +162,13 @@ impl Server {
     /// (`output/`, `transcripts/`, `workspace/`) within the record's budget (bounded by the disk
     /// budget, [`records::copy_budget_bytes`]), reports it as the `record` step and writes
     /// `result.json`.
-    fn finalise_record(&mut self, manifest: &Manifest, dir: &Path, record: &mut IterationResult) {
+    fn finalise_record(
+        &mut self,
+        manifest: &Manifest,
+        runtime_dirs: &RuntimeDirPaths,
+        dir: &Path,
+        record: &mut IterationResult,
+    ) {
         // After the final reap nothing but the supervisor runs: copy what the agent left, and
         // keep the whole record within what the host accepts (one refused entry or a record
         // over the host's limits would lose all of it).
@@ -185,7 +193,6 @@ impl Server {
         // The runtime's transcripts, before the next iteration's config reset removes them:
         // pi's session files (`dirs.sessions`), Claude Code's `<config>/projects/<cwd>/<session
         // id>.jsonl` (and its sub-agents' below them).
-        let runtime_dirs = manifest.runtime_dirs();
         let mut transcript_dirs = Vec::new();
         if runtime_dirs.uses_sessions {
             transcript_dirs.push(PathBuf::from(&runtime_dirs.sessions));
@@ -218,7 +225,7 @@ impl Server {
             )
         });
         // What the capture read past its cap (or after the record file failed) and did not keep.
-        let mut truncated = serde_json::Map::new();
+        let mut truncated = std::collections::BTreeMap::new();
         for stream in record.agent.iter().flat_map(|a| &a.output) {
             if stream.dropped > 0 {
                 let name = if stream.stream == "stderr" {
@@ -226,7 +233,7 @@ impl Server {
                 } else {
                     "output.jsonl"
                 };
-                truncated.insert(name.into(), stream.dropped.into());
+                truncated.insert(name.to_string(), stream.dropped);
             }
         }
         for (what, report) in [
@@ -238,19 +245,16 @@ impl Server {
                 tracing::warn!("record: {what}: skipped {:?}", report.skipped);
             }
         }
-        self.step(
-            "record",
-            "finished",
-            json!({
-                "output": output,
-                "transcripts": transcripts,
-                "workspace": workspace,
-                "copy_budget_bytes": budget_bytes,
-                "truncated_bytes": truncated,
-                "not_copied": (record.reaped.remaining_after > 0)
-                    .then_some("processes survived the final reap"),
-            }),
-        );
+        let copied = events::RecordCopied {
+            copy_budget_bytes: budget_bytes,
+            not_copied: (record.reaped.remaining_after > 0)
+                .then(|| "processes survived the final reap".to_string()),
+            output,
+            transcripts,
+            truncated_bytes: truncated,
+            workspace,
+        };
+        self.step(Step::Record, StepState::Finished, EventDetail::of(&copied));
         self.judge_disk(record);
         self.keep_record(record.iteration, dir, record.to_json_line());
     }
@@ -323,8 +327,8 @@ impl Server {
 }
 
 impl IterationObserver for Server {
-    fn step(&mut self, step: &str, state: &str, detail: Value) {
-        if step == "agent" && state == "finished" {
+    fn step(&mut self, step: Step, state: StepState, detail: EventDetail) {
+        if step == Step::Agent && state == StepState::Finished {
             self.pump_tails(STREAM_CAP);
         }
         let Some(cur) = self.current.as_mut() else {
@@ -333,8 +337,8 @@ impl IterationObserver for Server {
         let event = Response::Event {
             id: cur.id,
             iteration: cur.iteration,
-            step: step.to_string(),
-            state: state.to_string(),
+            step,
+            state,
             detail,
         };
         if let Some(file) = cur.events.as_mut() {

@@ -3,13 +3,16 @@
 
 use super::Server;
 use crate::iteration::Supervisor;
+use crate::protocol::status::{
+    LiveFailure, LiveVerify, ProcessEntry, ProcessInfo, RunState, StatusDoc,
+};
 use crate::sandbox::reap::{parse_stat_ppid, proc_pids};
-use serde_json::{json, Value};
 use std::fs;
 use std::io::Read;
 
-/// One finished iteration, for `status`.
-#[derive(Debug, Clone, serde::Serialize)]
+/// One finished iteration, as the server keeps it ([`crate::protocol::status::HistoryEntry`]
+/// on the wire).
+#[derive(Debug, Clone)]
 pub(super) struct HistoryEntry {
     /// Its number.
     pub(super) iteration: u32,
@@ -26,13 +29,21 @@ pub(super) struct HistoryEntry {
     pub(super) duration_ms: u64,
 }
 
-/// What an exit code means, written as [`crate::exit_code::meaning`] spells it.
+/// What an exit code means, spelled by [`crate::exit_code::meaning`] when `status` is answered.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Meaning(pub(super) i32);
 
-impl serde::Serialize for Meaning {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&crate::exit_code::meaning(self.0))
+impl HistoryEntry {
+    /// The entry as `status` shows it.
+    fn to_wire(&self) -> crate::protocol::status::HistoryEntry {
+        crate::protocol::status::HistoryEntry {
+            duration_ms: self.duration_ms,
+            exit_code: self.exit_code,
+            iteration: self.iteration,
+            meaning: crate::exit_code::meaning(self.meaning.0),
+            reason: self.reason.clone(),
+            started_at: self.started_at,
+        }
     }
 }
 
@@ -76,11 +87,11 @@ const STATUS_CMDLINE_BYTES: usize = 4096;
 /// Bounded, since the agent decides how many processes there are and how long their command
 /// lines are: at most [`STATUS_PROCESSES`] processes, [`STATUS_CMDLINE_BYTES`] of each command
 /// line (a `status` reply stays far below the 32 MiB control frame).
-fn processes() -> Vec<Value> {
+fn processes() -> Vec<ProcessEntry> {
     let mut pids = proc_pids();
     pids.sort_unstable();
     let total = pids.len();
-    let mut listed: Vec<Value> = pids
+    let mut listed: Vec<ProcessEntry> = pids
         .into_iter()
         .take(STATUS_PROCESSES)
         .filter_map(|pid| {
@@ -104,11 +115,18 @@ fn processes() -> Vec<Value> {
             let cmd = String::from_utf8_lossy(&cmdline)
                 .trim_end_matches('\0')
                 .replace('\0', " ");
-            Some(json!({"pid": pid, "ppid": ppid, "uid": uid, "cmd": cmd}))
+            Some(ProcessEntry::Process(ProcessInfo {
+                cmd,
+                pid,
+                ppid,
+                uid,
+            }))
         })
         .collect();
     if total > STATUS_PROCESSES {
-        listed.push(json!({"more": total - STATUS_PROCESSES}));
+        listed.push(ProcessEntry::More {
+            more: (total - STATUS_PROCESSES) as u64,
+        });
     }
     listed
 }
@@ -116,35 +134,54 @@ fn processes() -> Vec<Value> {
 impl Server {
     /// The `status` reply: state, history, processes and capabilities; with `verify`, a live
     /// verification of the loaded manifest.
-    pub(super) fn status(&self, ctx: &Supervisor, verify: bool) -> Value {
-        let mut status = json!({
-            "state": if self.current.is_some() { "running" } else { "idle" },
-            "iteration": self.current.as_ref().map_or(self.last_iteration, |c| c.iteration),
-            "history": self.history,
-            "history_left_out": self.history_left_out,
-            "manifest_loaded": self.manifest.is_some(),
-            "processes": processes(),
-            "capabilities": self.capabilities,
-            "confinement": self.last_confinement,
-            "claim": self.claim.as_ref().map(super::claim::Claim::to_json),
-            "uncollected": self.uncollected(),
-            "retention": self.retention_status(),
-        });
-        if verify {
-            let report = match &self.manifest {
-                Some(m) => {
-                    let report = crate::verify::verify(m, ctx.baseline.path());
-                    let failures: Vec<Value> = report
-                        .failures()
-                        .into_iter()
-                        .map(|f| json!({"exit_code": f.exit_code, "reason": f.reason}))
-                        .collect();
-                    json!({"ok": failures.is_empty(), "failures": failures, "report": report})
+    pub(super) fn status(&self, ctx: &Supervisor, verify: bool) -> StatusDoc {
+        let verify = verify.then(|| match &self.manifest {
+            Some(m) => {
+                let report = crate::verify::verify(m, ctx.baseline.path());
+                let failures: Vec<LiveFailure> = report
+                    .failures()
+                    .into_iter()
+                    .map(|f| LiveFailure {
+                        exit_code: Some(f.exit_code),
+                        reason: f.reason,
+                    })
+                    .collect();
+                LiveVerify {
+                    ok: failures.is_empty(),
+                    failures,
+                    report: Some(report),
                 }
-                None => json!({"ok": false, "failures": [{"reason": "no manifest loaded"}]}),
-            };
-            status["verify"] = report;
+            }
+            None => LiveVerify {
+                failures: vec![LiveFailure {
+                    exit_code: None,
+                    reason: "no manifest loaded".into(),
+                }],
+                ok: false,
+                report: None,
+            },
+        });
+        StatusDoc {
+            capabilities: Some(self.capabilities.clone()),
+            claim: self.claim.as_ref().map(super::claim::Claim::to_status),
+            confinement: self.last_confinement.clone(),
+            history: self.history.iter().map(HistoryEntry::to_wire).collect(),
+            history_left_out: self.history_left_out,
+            iteration: self
+                .current
+                .as_ref()
+                .map_or(self.last_iteration, |c| c.iteration),
+            manifest_loaded: self.manifest.is_some(),
+            processes: processes(),
+            retention: Some(self.retention_status()),
+            state: if self.current.is_some() {
+                RunState::Running
+            } else {
+                RunState::Idle
+            },
+            uncollected: Some(self.uncollected()),
+            verify,
+            other: Default::default(),
         }
-        status
     }
 }

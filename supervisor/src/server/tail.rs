@@ -3,8 +3,8 @@
 
 use super::{records, Server};
 use crate::iteration::IterationObserver;
+use crate::protocol::events::{EventDetail, OutputTruncated, Step, StepState};
 use crate::protocol::Channel;
-use serde_json::json;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 const TAIL_CHUNK: usize = 64 * 1024;
 /// Most bytes of one output stream sent per wake-up while the agent runs. Output that grows
 /// faster is sent over the next wake-ups, which come without waiting,
-/// so the supervise loop keeps enforcing the timeout and serving `cancel`, signals and
+/// so the wait loop keeps enforcing the timeout and serving `cancel`, signals and
 /// connections in between.
 pub(super) const TAIL_BUDGET: u64 = 1 << 20;
 /// Most bytes of one output stream sent to the host per iteration: the same 1 GiB the record
@@ -141,9 +141,9 @@ impl Server {
         for (channel, bytes) in truncated {
             tracing::warn!("output: {channel:?} reached {bytes} bytes; no longer streamed");
             self.step(
-                "output",
-                "truncated",
-                json!({"channel": channel, "bytes": bytes}),
+                Step::Output,
+                StepState::Truncated,
+                EventDetail::of(&OutputTruncated { bytes, channel }),
             );
         }
     }

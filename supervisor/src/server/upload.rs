@@ -555,13 +555,18 @@ fn finish_stream(
     started: Instant,
 ) -> bool {
     match stream.finish() {
-        Ok(mut detail) => {
-            tracing::info!("upload: {}: {detail}", dest.display());
-            if let Some(map) = detail.as_object_mut() {
-                map.insert("dest".into(), json!(dest));
-                map.insert("duration_ms".into(), json!(millis(started.elapsed())));
-            }
-            c.send(&Response::Ok { id, detail });
+        Ok(counts) => {
+            tracing::info!("upload: {}: {counts}", dest.display());
+            let counts = match counts {
+                serde_json::Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            };
+            let detail = crate::protocol::detail::Uploaded {
+                dest: Some(dest.display().to_string()),
+                duration_ms: Some(millis(started.elapsed())),
+                counts,
+            };
+            c.send(&Response::ok(id, &detail));
             true
         }
         Err(err) => {

@@ -434,14 +434,15 @@ fn read_earlier(out: &Path, resume: bool) -> anyhow::Result<HashMap<String, JobR
     Ok(earlier)
 }
 
-/// Writes `<out>/<id>/job.json` (a temporary file, then rename).
+/// Writes `<out>/<id>/job.json` atomically ([`pitcrew_core::atomic_file`]).
 fn write_job(out: &Path, rec: &JobRecord) -> anyhow::Result<()> {
     let dir = out.join(&rec.id);
     std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
-    let tmp = dir.join("job.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(rec)?)
-        .with_context(|| tmp.display().to_string())?;
-    std::fs::rename(&tmp, dir.join("job.json")).with_context(|| dir.display().to_string())?;
+    pitcrew_core::atomic_file::write(
+        &dir.join("job.json"),
+        &serde_json::to_vec_pretty(rec)?,
+        0o644,
+    )?;
     Ok(())
 }
 

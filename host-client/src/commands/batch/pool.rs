@@ -9,6 +9,7 @@
 
 use super::jobs::Job;
 use crate::output::errln;
+use crate::report::{RunDocument, Stopped};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -236,15 +237,13 @@ impl Runner {
 
 /// Fills in how the attempt ended from the child's exit status, its stdout and its log.
 fn classify(attempt: &mut Attempt, status: std::process::ExitStatus, stdout: &[u8], log: &Path) {
-    let report: Option<serde_json::Value> = serde_json::from_slice(stdout)
-        .ok()
-        .filter(|d: &serde_json::Value| d.get("exit_code").is_some_and(|c| c.is_i64()));
+    let report: Option<RunDocument<serde::de::IgnoredAny>> = serde_json::from_slice(stdout).ok();
     match report {
         Some(doc) => {
-            attempt.exit_code = doc["exit_code"].as_i64();
-            attempt.sandbox = doc["sandbox"].as_str().map(String::from);
-            attempt.run_dir = doc["run_dir"].as_str().map(String::from);
-            attempt.end = if doc["stopped"] == "cancelled" {
+            attempt.exit_code = Some(i64::from(doc.exit_code));
+            attempt.sandbox = Some(doc.sandbox);
+            attempt.run_dir = Some(doc.run_dir);
+            attempt.end = if doc.stopped == Stopped::Cancelled {
                 AttemptEnd::Cancelled
             } else {
                 AttemptEnd::Completed
@@ -302,23 +301,36 @@ mod tests {
         )
         .unwrap();
 
+        // What `pitcrew run --json` prints: the writer's own type.
+        let report = |exit_code: u8, stopped: Stopped| {
+            serde_json::to_vec_pretty(&RunDocument {
+                run_id: "20261204T000000Z-s".into(),
+                harness: "/h/harness.yaml".into(),
+                engine: "local".into(),
+                sandbox: "s".into(),
+                kept: false,
+                run_dir: "/r".into(),
+                stopped,
+                exit_code,
+                iterations: Vec::<crate::report::IterationSummary>::new(),
+            })
+            .unwrap()
+        };
         let mut a = attempt();
-        let doc = br#"{"exit_code": 3, "stopped": "iterations", "sandbox": "s", "run_dir": "/r"}"#;
         classify(
             &mut a,
             std::process::ExitStatus::from_raw(3 << 8),
-            doc,
+            &report(3, Stopped::Iterations),
             &log,
         );
         assert_eq!((a.end, a.exit_code), (AttemptEnd::Completed, Some(3)));
         assert_eq!(a.run_dir.as_deref(), Some("/r"));
 
         let mut a = attempt();
-        let doc = br#"{"exit_code": 130, "stopped": "cancelled"}"#;
         classify(
             &mut a,
             std::process::ExitStatus::from_raw(130 << 8),
-            doc,
+            &report(130, Stopped::Cancelled),
             &log,
         );
         assert_eq!(a.end, AttemptEnd::Cancelled);

@@ -15,24 +15,11 @@ use crate::report::{self, IterationSummary};
 use anyhow::Context as _;
 use pitcrew_core::harness::{Compiled, Harness, Validated};
 use pitcrew_core::manifest::ContextFiles;
-use pitcrew_core::protocol::{Channel, Owner};
+use pitcrew_core::protocol::{Channel, ClaimPlan, ErrorKind, Owner};
 use pitcrew_core::result::IterationResult;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Why the loop stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(super) enum Stopped {
-    /// All N iterations ran.
-    Iterations,
-    /// The validation command exited 0.
-    Validation,
-    /// Ctrl-C (SIGTERM, SIGHUP, a closed stdout or stderr), or `pitcrew cancel --all`.
-    Cancelled,
-    /// An iteration failed in a way every further one would repeat
-    /// ([`failure_that_repeats`]).
-    Repeating,
-}
+pub(super) use crate::report::Stopped;
 
 /// Why every further iteration would fail as the iteration of `row` did, if it would: the agent
 /// could not be executed (126) or found (127), or the supervisor refused to launch it (125) for
@@ -78,17 +65,18 @@ pub(super) struct Resumed {
 }
 
 /// The plan a run leaves with its claim (what `--resume` needs to finish it).
-pub(super) fn plan(args: &RunArgs, total: u32, kept: bool) -> serde_json::Value {
+pub(super) fn plan(args: &RunArgs, total: u32, kept: bool) -> ClaimPlan {
     let harness = args
         .harness
         .as_deref()
         .map(|h| std::path::absolute(h).unwrap_or_else(|_| h.to_path_buf()));
-    serde_json::json!({
-        "harness": harness,
-        "iterations": total,
-        "records": args.records,
-        "keep": kept,
-    })
+    ClaimPlan {
+        harness,
+        iterations: Some(total),
+        keep: Some(kept),
+        records: args.records.clone(),
+        other: Default::default(),
+    }
 }
 
 /// Compiles, uploads and runs the iterations in the started sandbox `id`; with `resumed`,
@@ -270,7 +258,7 @@ pub(super) fn drive(
                 } => {
                     let at_ms = started.elapsed().as_secs_f64() * 1000.0;
                     events.push(serde_json::json!({"step": step, "state": state, "at_ms": at_ms}));
-                    let detail = if detail.is_null() {
+                    let detail = if detail.as_json().is_null() {
                         String::new()
                     } else {
                         let s = detail.to_string();
@@ -292,7 +280,7 @@ pub(super) fn drive(
             }) {
                 Ok(outcome) => outcome,
                 // `pitcrew cancel --all`: the run ends here, as after Ctrl-C.
-                Err(e) if e.refused_kind() == Some("stopped") => {
+                Err(e) if e.refused_kind() == Some(&ErrorKind::Stopped) => {
                     progress.line(&format!("{e}"));
                     stopped = Stopped::Cancelled;
                     break;

@@ -1,6 +1,6 @@
-//! `pitcrew run HARNESS [--engine local|podman|docker|exec] [--image IMAGE] [--sandbox ID]
-//! [--iterations N] [--keep] [--json] [--workspace DIR] [--prompt TEXT] [--env NAME=VALUE]
-//! [--records DIR]`.
+//! `pitcrew run HARNESS [--engine local|podman|docker|exec|kubernetes] [--image IMAGE]
+//! [--sandbox ID] [--iterations N] [--keep] [--json] [--workspace DIR] [--prompt TEXT]
+//! [--env NAME=VALUE] [--records DIR]`.
 //!
 //! Validate the harness (refuse on problems), start or attach to a sandbox, compute the manifest
 //! for the engine's layout, upload every plugin and skills tree, the adapters and the workspace,
@@ -297,17 +297,17 @@ fn run_harness(
     }
     let report = outcome?;
     let code = report.exit_code;
-    let doc = serde_json::json!({
-        "run_id": report.run_id,
-        "harness": file,
-        "engine": engine.name(),
-        "sandbox": id.0,
-        "kept": kept,
-        "run_dir": report.run_dir,
-        "stopped": report.stopped,
-        "exit_code": code,
-        "iterations": report.rows,
-    });
+    let doc = report::RunDocument {
+        run_id: report.run_id.clone(),
+        harness: file.clone(),
+        engine: engine.name().to_string(),
+        sandbox: id.0.clone(),
+        kept,
+        run_dir: report.run_dir.clone(),
+        stopped: report.stopped,
+        exit_code: code,
+        iterations: report.rows.clone(),
+    };
     let doc_text = serde_json::to_string_pretty(&doc)?;
     let written = records::open_run_dir(args.records_base(&h), &h.output, &report.run_id)
         .and_then(|(_, dir)| Ok(records::write_in(&dir, "run.json", doc_text.as_bytes())?));

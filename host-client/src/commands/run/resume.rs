@@ -5,10 +5,10 @@
 
 use super::drive::Resumed;
 use super::RunArgs;
-use crate::engine::{iterations_in, SandboxId};
+use crate::engine::SandboxId;
 use crate::output::errln;
 use anyhow::{bail, Context as _};
-use std::path::PathBuf;
+use pitcrew_core::protocol::status::{ClaimState, RunState};
 
 /// The arguments that finish the run orphaned in sandbox `id`, what it left, and whether that
 /// run kept its sandbox.
@@ -28,43 +28,44 @@ pub(super) fn take_back(args: &RunArgs, id: &str) -> anyhow::Result<(RunArgs, Re
                 return Err(err);
             }
         };
-        if status["state"] != "running" {
+        if status.state != RunState::Running {
             break status;
         }
         if !waited {
             errln!(
                 "pitcrew: sandbox {id}: waiting for iteration {} to end",
-                status["iteration"]
+                status.iteration
             );
             waited = true;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     conn.close();
-    let claim = &status["claim"];
-    let Some(run_id) = claim["run"].as_str() else {
+    let Some(claim) = status.claim else {
         bail!("sandbox {id}: no run to resume (none holds it: the last one finished, or it was never claimed)");
     };
-    if claim["state"] != "orphaned" {
+    let run_id = &claim.run;
+    if claim.state != ClaimState::Orphaned {
         bail!("sandbox {id}: run {run_id} is still driven by a connected host; nothing to resume");
     }
-    if claim["ready"] != true {
+    if !claim.ready {
         bail!(
             "sandbox {id}: run {run_id} lost its host before its manifest was set (during its \
              upload): nothing of it ran and nothing can be resumed; `pitcrew down {id}` ends it"
         );
     }
-    let plan = &claim["plan"];
-    let harness = plan["harness"]
-        .as_str()
-        .map(PathBuf::from)
+    let plan = claim.plan.clone().unwrap_or_default();
+    let harness = plan
+        .harness
         .with_context(|| format!("sandbox {id}: run {run_id} left no harness in its plan"))?;
-    let total = plan["iterations"]
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
+    let total = plan
+        .iterations
         .with_context(|| format!("sandbox {id}: run {run_id} left no iteration count"))?;
-    let ran = iterations_in(&claim["iterations"]);
-    let uncollected: Vec<u32> = iterations_in(&status["uncollected"]["iterations"])
+    let ran = claim.iterations.clone();
+    let uncollected: Vec<u32> = status
+        .uncollected
+        .map(|u| u.iterations)
+        .unwrap_or_default()
         .into_iter()
         .filter(|n| ran.contains(n))
         .collect();
@@ -72,10 +73,10 @@ pub(super) fn take_back(args: &RunArgs, id: &str) -> anyhow::Result<(RunArgs, Re
         harness: Some(harness),
         resume: None,
         sandbox: Some(id.to_string()),
-        records: plan["records"].as_str().map(PathBuf::from),
+        records: plan.records,
         ..args.clone()
     };
-    let keep = plan["keep"].as_bool().unwrap_or(true);
+    let keep = plan.keep.unwrap_or(true);
     Ok((
         resumed_args,
         Resumed {

@@ -307,15 +307,21 @@ impl ContainerEngine {
         let scratch = Scratch::new()?;
         let copy_dir = scratch.0.join("copy");
         let copied = self
-            .read_copy(id, &format!("{RECORDS}/iteration-{n}"), |tar| {
-                crate::records::unpack_record(tar, &copy_dir).map(|_| ())
-            })
+            .read_copy(
+                id,
+                &format!(
+                    "{RECORDS}/{}",
+                    pitcrew_core::record_names::iteration_dir_name(n)
+                ),
+                |tar| crate::records::unpack_record(tar, &copy_dir).map(|_| ()),
+            )
             .with_context(|| format!("sandbox {id}: copying the record of iteration {n}"))?;
         if copied.is_none() {
             return Ok(None);
         }
         let dir = copy_dir.join(format!("iteration-{n}"));
-        let finished = fs::symlink_metadata(dir.join("result.json")).is_ok_and(|m| m.is_file());
+        let finished = fs::symlink_metadata(dir.join(pitcrew_core::record_names::RESULT_FILE))
+            .is_ok_and(|m| m.is_file());
         if !finished {
             return Ok(None);
         }

@@ -165,3 +165,64 @@ fn the_supervisor_log_is_quoted_without_colours() {
     // A lone escape is not a colour: it stays for the caller's escaping.
     assert_eq!(stored::without_colours("a\u{1b}b"), "a\u{1b}b");
 }
+
+#[test]
+fn podman_gets_this_processs_own_limits_and_docker_none() {
+    let limits = HostLimits {
+        nofile: Some(20000),
+        nproc: Some(96362),
+        pid_max: Some(32768),
+    };
+    // nproc is bounded by pid_max (podman lowers its own to it), nofile is the hard limit.
+    assert_eq!(
+        podman_ulimits(&limits),
+        [
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768"
+        ]
+    );
+    let unlimited = HostLimits {
+        nofile: Some(1 << 20),
+        nproc: None,
+        pid_max: Some(4194304),
+    };
+    assert_eq!(
+        podman_ulimits(&unlimited),
+        [
+            "--ulimit",
+            "nofile=1048576:1048576",
+            "--ulimit",
+            "nproc=4194304:4194304"
+        ]
+    );
+    let lower = HostLimits {
+        nofile: None,
+        nproc: Some(1000),
+        pid_max: Some(32768),
+    };
+    assert_eq!(podman_ulimits(&lower), ["--ulimit", "nproc=1000:1000"]);
+
+    let id = SandboxId("pc-1".into());
+    let podman = ContainerEngine::new(Cli::Podman, None, None).run_args(&id, "i", &spec());
+    assert_eq!(
+        podman.iter().filter(|a| *a == "--ulimit").count(),
+        2,
+        "{podman:?}"
+    );
+    let docker = ContainerEngine::new(Cli::Docker, None, None).run_args(&id, "i", &spec());
+    assert!(!docker.iter().any(|a| a == "--ulimit"), "{docker:?}");
+}
+
+#[test]
+fn a_runtime_that_cannot_set_a_limit_gets_the_setting_that_gets_past_it() {
+    let err = "podman run: Error: runc: runc create failed: unable to start container process: \
+               error during container init: error setting rlimits for ready process: error \
+               setting rlimit type 7: operation not permitted: OCI permission denied";
+    let hint = rlimit_hint(Cli::Podman, err).unwrap();
+    assert!(hint.contains("default_ulimits = []"), "{hint}");
+    assert!(hint.contains("CONTAINERS_CONF"), "{hint}");
+    assert!(rlimit_hint(Cli::Docker, err).is_none());
+    assert!(rlimit_hint(Cli::Podman, "no such image").is_none());
+}

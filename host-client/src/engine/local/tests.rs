@@ -121,3 +121,23 @@ fn only_the_locale_categories_pass_not_every_lc_name() {
         ["PATH", "LANG", "LC_ALL"]
     );
 }
+
+#[test]
+fn supervisor_flag_is_checked_by_the_one_lookup_rule() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").unwrap();
+    let err = find_supervisor(Some(&plain)).unwrap_err().to_string();
+    assert!(err.contains("not an executable file"), "{err}");
+    let err = find_supervisor(Some(dir.path())).unwrap_err().to_string();
+    assert!(err.contains("not an executable file"), "{err}");
+    let err = find_supervisor(Some(&dir.path().join("absent")))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not exist"), "{err}");
+    let exe = dir.path().join("pitcrew-init");
+    std::fs::write(&exe, b"").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(find_supervisor(Some(&exe)).unwrap(), exe);
+}

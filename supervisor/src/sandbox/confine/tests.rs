@@ -40,37 +40,37 @@ fn the_unprivileged_mode_requires_landlock_and_keeps_verified_files_read_only() 
     // Elsewhere the manifest's mode stands.
     let m = manifest("best-effort", "/sandbox/plugins/p");
     assert_eq!(
-        landlock_plan(&m, SupervisorMode::Pid1, &records),
+        landlock_plan(&m, &m.runtime_dirs(), SupervisorMode::Pid1, &records),
         Ok(plan(LandlockMode::BestEffort, &[]))
     );
     let off = manifest("off", "/sandbox/plugins/p");
     assert_eq!(
-        landlock_plan(&off, SupervisorMode::Pid1, &records),
+        landlock_plan(&off, &off.runtime_dirs(), SupervisorMode::Pid1, &records),
         Ok(plan(LandlockMode::Off, &[]))
     );
     // Unprivileged: best effort becomes required; off is refused.
     assert_eq!(
-        landlock_plan(&m, unprivileged, &records),
+        landlock_plan(&m, &m.runtime_dirs(), unprivileged, &records),
         Ok(plan(LandlockMode::Required, &[]))
     );
-    let err = landlock_plan(&off, unprivileged, &records).unwrap_err();
+    let err = landlock_plan(&off, &off.runtime_dirs(), unprivileged, &records).unwrap_err();
     assert!(err.contains("landlock: off is refused"), "{err}");
     // A verified tree in the agent's home: the home is withheld (read-only).
     let home = manifest("required", "/sandbox/home/p");
     assert_eq!(
-        landlock_plan(&home, unprivileged, &records),
+        landlock_plan(&home, &home.runtime_dirs(), unprivileged, &records),
         Ok(plan(LandlockMode::Required, &["/sandbox/home"]))
     );
     // In the workdir: refused (the workdir is what the agent works in).
     let work = manifest("required", "/sandbox/work/p");
-    let err = landlock_plan(&work, unprivileged, &records).unwrap_err();
+    let err = landlock_plan(&work, &work.runtime_dirs(), unprivileged, &records).unwrap_err();
     assert!(
         err.contains("/sandbox/work/p (under /sandbox/work)"),
         "{err}"
     );
     // Records inside a writable root, and a writable root inside the records.
     for own in ["/sandbox/work/.records", "/sandbox"] {
-        let err = landlock_plan(&m, unprivileged, &[own.into()]).unwrap_err();
+        let err = landlock_plan(&m, &m.runtime_dirs(), unprivileged, &[own.into()]).unwrap_err();
         assert!(err.contains(&format!("supervisor's {own}")), "{err}");
     }
 }

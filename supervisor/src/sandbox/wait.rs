@@ -19,7 +19,7 @@ use super::disk_budget::DiskWatch;
 use super::observer::{IterationObserver, ObserverAction};
 use super::reaper::ChildExit;
 use super::signals::is_forwarded;
-use super::supervisor::Supervisor;
+use super::state::Supervisor;
 use crate::exit_code::signal_name;
 use crate::manifest::Limits;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -54,7 +54,7 @@ fn signal_agent(pid: i32, signo: i32) {
         let rc = unsafe { libc::kill(pid, signo) };
         if rc != 0 {
             tracing::debug!(
-                "supervise: {} to agent {pid}: {}",
+                "wait: {} to agent {pid}: {}",
                 signal_name(signo),
                 std::io::Error::last_os_error()
             );
@@ -65,7 +65,7 @@ fn signal_agent(pid: i32, signo: i32) {
 /// Waits for the agent `pid` (already registered with the reaper) to exit, copying its output
 /// from `capture` as it arrives and servicing `observer` at least every
 /// [`IterationObserver::max_wait`] and sampling `disk` when one is due.
-pub fn supervise(
+pub fn wait_for_agent(
     ctx: &mut Supervisor,
     pid: i32,
     limits: &Limits,
@@ -83,7 +83,7 @@ pub fn supervise(
     let mut cancelled = None;
 
     for signo in ctx.signals.take_held() {
-        tracing::info!("supervise: forwarding held {}", signal_name(signo));
+        tracing::info!("wait: forwarding held {}", signal_name(signo));
         signal_agent(pid, signo);
         forwarded.push(signal_name(signo));
     }
@@ -104,7 +104,7 @@ pub fn supervise(
         if now >= deadline {
             if !term_sent {
                 tracing::warn!(
-                    "supervise: timeout after {} ms; SIGTERM to the agent's group",
+                    "wait: timeout after {} ms; SIGTERM to the agent's group",
                     limits.timeout_ms
                 );
                 timed_out = true;
@@ -112,7 +112,7 @@ pub fn supervise(
                 signal_agent(pid, libc::SIGTERM);
                 deadline = now + grace;
             } else if !killed {
-                tracing::warn!("supervise: still running after the grace period; SIGKILL");
+                tracing::warn!("wait: still running after the grace period; SIGKILL");
                 killed = true;
                 signal_agent(pid, libc::SIGKILL);
                 deadline = now + TICK;
@@ -126,7 +126,7 @@ pub fn supervise(
         if let Some(watch) = disk.as_deref_mut() {
             if watch.until_next().is_zero() && watch.sample() && !killed {
                 tracing::warn!(
-                    "supervise: {}; SIGKILL to the agent's group",
+                    "wait: {}; SIGKILL to the agent's group",
                     watch.reason().unwrap_or_default()
                 );
                 term_sent = true;
@@ -150,7 +150,7 @@ pub fn supervise(
             let extra = observer.poll_fds();
             fds.extend(extra.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
             if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
-                tracing::debug!("supervise: poll: {err}");
+                tracing::debug!("wait: poll: {err}");
             }
         }
         // The output first, so the observer streams what just arrived.
@@ -158,7 +158,7 @@ pub fn supervise(
         for action in observer.on_ready(ctx) {
             match action {
                 ObserverAction::Signal(signo) => {
-                    tracing::info!("supervise: {} to the agent (host)", signal_name(signo));
+                    tracing::info!("wait: {} to the agent (host)", signal_name(signo));
                     signal_agent(pid, signo);
                     if forwarded.len() < MAX_RECORDED {
                         forwarded.push(signal_name(signo));
@@ -166,7 +166,7 @@ pub fn supervise(
                 }
                 ObserverAction::Cancel(why) => {
                     if cancelled.is_none() {
-                        tracing::info!("supervise: cancelled ({why}); SIGTERM to the agent");
+                        tracing::info!("wait: cancelled ({why}); SIGTERM to the agent");
                         cancelled = Some(why);
                     }
                     if !term_sent {
@@ -185,7 +185,7 @@ pub fn supervise(
             }
             if is_forwarded(signo) {
                 tracing::info!(
-                    "supervise: forwarding {} to the agent's group",
+                    "wait: forwarding {} to the agent's group",
                     signal_name(signo)
                 );
                 signal_agent(pid, signo);
@@ -193,7 +193,7 @@ pub fn supervise(
                     forwarded.push(signal_name(signo));
                 }
             } else {
-                tracing::debug!("supervise: ignoring {}", signal_name(signo));
+                tracing::debug!("wait: ignoring {}", signal_name(signo));
             }
         }
     }
