@@ -19,9 +19,15 @@ pub(super) const RESERVE_BYTES: u64 = 1 << 20;
 /// The reserve's name in the records directory (not an `iteration-N`: never collected).
 const RESERVE_NAME: &str = ".reserve";
 
-/// Whether `err` says the filesystem (or the writer's quota) is full.
+/// Whether `err` says the filesystem (or the writer's quota) is full: by its OS code, or by its
+/// kind when a writer gave it the path as context (`crate::atomic_file` does), which keeps the
+/// kind but not the code.
 pub(super) fn is_disk_full(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || matches!(
+            err.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        )
 }
 
 /// Bytes an unprivileged writer may still allocate on the filesystem holding `path`.
@@ -165,6 +171,19 @@ pub(super) fn write_record(dir: &Path, line: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_disk_is_recognised_with_or_without_its_os_code() {
+        let raw = io::Error::from_raw_os_error(libc::ENOSPC);
+        assert!(is_disk_full(&raw));
+        // As the atomic write returns it: the path as context, the kind kept, the code lost.
+        let with_path = io::Error::new(raw.kind(), format!("/records/x: {raw}"));
+        assert!(with_path.raw_os_error().is_none());
+        assert!(is_disk_full(&with_path));
+        let quota = io::Error::from_raw_os_error(libc::EDQUOT);
+        assert!(is_disk_full(&io::Error::new(quota.kind(), "q")));
+        assert!(!is_disk_full(&io::Error::from_raw_os_error(libc::EACCES)));
+    }
 
     #[test]
     fn a_held_reserve_takes_its_bytes_and_gives_them_back() {
