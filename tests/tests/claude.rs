@@ -383,8 +383,8 @@ fn claude_in_the_production_image_under_docker() {
 
 /// What the agent plants in the first iteration: a hook in the project's
 /// `.claude/settings.json` and `.claude/settings.local.json` and in the user settings of its
-/// config dir, and an MCP server in the project's `.mcp.json`; each writes a marker into the
-/// workspace when it runs.
+/// config dir (which it is denied), and an MCP server in the project's `.mcp.json`; each writes
+/// a marker into the workspace when it runs.
 const PLANT: &str = r#"hook="{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"echo ran >> $PWD/HOOK_RAN\"}]}]}}"
 mkdir -p .claude
 printf '%s\n' "$hook" > .claude/settings.json
@@ -415,9 +415,15 @@ fn hooks_the_agent_plants_never_run_in_the_next_iteration() {
     assert!(results[1].contains("NO_HOOK_RAN"), "{results:?}");
     assert!(results[1].contains("settings.json"), "{results:?}");
     assert!(results[1].contains(".mcp.json"), "{results:?}");
+    // The config dir's user settings file is root's and read-only (its sticky directory keeps
+    // it so): the agent could not plant a hook there at all, and no reset names it.
+    assert!(
+        results[0].contains("settings.json: Permission denied"),
+        "{results:?}"
+    );
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
-    assert!(reset.contains("\"settings.json\""), "{second:#}");
+    assert!(!reset.contains("\"settings.json\""), "{second:#}");
 }
 
 /// The control for the test above: the same hooks and MCP server, planted for Claude Code started by hand
