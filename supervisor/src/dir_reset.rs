@@ -62,11 +62,18 @@ fn io_error(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> Tr
 /// descriptors and bounded memory, without following a symlink.
 pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<ResetReport, TreeError> {
     let config = Path::new(&dirs.config);
-    let pinned: BTreeSet<PathBuf> = manifest
+    let mut pinned: BTreeSet<PathBuf> = manifest
         .files
         .iter()
         .filter_map(|f| below(config, Path::new(&f.path)))
         .collect();
+    // The supervisor's own read-only user settings of Claude Code, put there before the last
+    // launch: kept, so that no record names it as removed.
+    if manifest.runtime == crate::manifest::Runtime::Claude
+        && crate::claude_user_settings::guard_present(config)
+    {
+        pinned.insert(PathBuf::from(crate::claude_user_settings::USER_SETTINGS));
+    }
     let sessions = dirs
         .uses_sessions
         .then(|| below(config, Path::new(&dirs.sessions)))

@@ -201,7 +201,8 @@ fn reap_before(
 
 /// Step 1b, once nothing of an earlier agent runs: a fresh IPC namespace where asked, the
 /// agent's directories (workdir and runtime directories: present, the agent's, no link on the
-/// way), the config dir back to what the host pinned, `HOME` and `TMPDIR` emptied.
+/// way), the config dir back to what the host pinned (for Claude Code, its user settings file
+/// then made root's: [`crate::claude_user_settings`]), `HOME` and `TMPDIR` emptied.
 fn prepare(
     ctx: &mut Supervisor,
     manifest: &Manifest,
@@ -238,6 +239,10 @@ fn prepare(
         observer.step(Step::ConfigReset, Finished, EventDetail::of(&reset));
         record.config_reset = Some(reset);
     }
+    // With the config dir back to the pinned files: Claude Code's user settings file made
+    // root's, the agent unable to write one it would reload mid-iteration.
+    crate::claude_user_settings::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("claude-user-settings: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)

@@ -43,6 +43,8 @@
 //! - `iteration` (Linux): the seven steps of one iteration, in order.
 //! - `agent_dirs` (Linux): the agent's directories, made present and agent-owned before each
 //!   iteration without following a symlink.
+//! - `claude_user_settings` (Linux): Claude Code's user settings file made root's and
+//!   read-only before each launch, in a config dir whose sticky bit keeps it so.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
@@ -57,6 +59,8 @@ pub mod bounded_tree;
 pub mod claude_settings;
 #[cfg(target_os = "linux")]
 pub mod claude_skills;
+#[cfg(target_os = "linux")]
+pub mod claude_user_settings;
 pub mod clock;
 #[cfg(target_os = "linux")]
 pub mod context_files;
