@@ -16,6 +16,34 @@ use std::path::PathBuf;
 /// The listings still arriving in `add_listing` requests, by tree index.
 pub(super) type PendingListings = BTreeMap<usize, ListingWriter>;
 
+/// The tree `name` an `add_listing` may still append to: its index in the manifest, the
+/// manifest, and the tree's listing writer. `order` without a `set_manifest` that awaits
+/// listings or once the tree's listing is complete; `refused` for a tree the manifest does not
+/// name.
+fn awaited<'m, 'p>(
+    manifest: &'m mut Option<Manifest>,
+    pending: &'p mut PendingListings,
+    name: &str,
+) -> Result<(usize, &'m mut Manifest, &'p mut ListingWriter), RequestError> {
+    let Some(manifest) = manifest.as_mut() else {
+        return Err(RequestError::Order(
+            "add_listing needs a set_manifest with listings_follow first".into(),
+        ));
+    };
+    let Some(index) = manifest.trees.iter().position(|t| t.name == name) else {
+        return Err(RequestError::Refused(format!(
+            "add_listing: the manifest has no tree {name:?}"
+        )));
+    };
+    let Some(writer) = pending.get_mut(&index) else {
+        return Err(RequestError::Order(format!(
+            "add_listing: the listing of tree {name:?} is not awaited (complete, or given in the \
+             manifest)"
+        )));
+    };
+    Ok((index, manifest, writer))
+}
+
 impl Server {
     fn listings_dir(&self) -> PathBuf {
         self.records.join("listings")
@@ -80,22 +108,8 @@ impl Server {
         dirs: &[String],
         last: bool,
     ) -> Result<crate::protocol::detail::ListingAdded, RequestError> {
-        let Some(manifest) = self.manifest.as_mut() else {
-            return Err(RequestError::Order(
-                "add_listing needs a set_manifest with listings_follow first".into(),
-            ));
-        };
-        let Some(index) = manifest.trees.iter().position(|t| t.name == name) else {
-            return Err(RequestError::Refused(format!(
-                "add_listing: the manifest has no tree {name:?}"
-            )));
-        };
-        let Some(writer) = self.pending_listings.get_mut(&index) else {
-            return Err(RequestError::Order(format!(
-                "add_listing: the listing of tree {name:?} is not awaited (complete, or given in \
-                 the manifest)"
-            )));
-        };
+        let (index, manifest, writer) =
+            awaited(&mut self.manifest, &mut self.pending_listings, name)?;
         let internal =
             |e: std::io::Error| RequestError::Internal(format!("listing of tree {name:?}: {e}"));
         writer.append(files.records(), dirs).map_err(internal)?;
@@ -123,22 +137,8 @@ impl Server {
         name: &str,
         digest: &str,
     ) -> Result<crate::protocol::detail::ListingAdded, RequestError> {
-        let Some(manifest) = self.manifest.as_mut() else {
-            return Err(RequestError::Order(
-                "add_listing needs a set_manifest with listings_follow first".into(),
-            ));
-        };
-        let Some(index) = manifest.trees.iter().position(|t| t.name == name) else {
-            return Err(RequestError::Refused(format!(
-                "add_listing: the manifest has no tree {name:?}"
-            )));
-        };
-        let Some(writer) = self.pending_listings.get_mut(&index) else {
-            return Err(RequestError::Order(format!(
-                "add_listing: the listing of tree {name:?} is not awaited (complete, or given in \
-                 the manifest)"
-            )));
-        };
+        let (index, manifest, writer) =
+            awaited(&mut self.manifest, &mut self.pending_listings, name)?;
         if writer.counts() != (0, 0) {
             return Err(RequestError::Order(format!(
                 "add_listing: tree {name:?} already has parts: a held listing is the whole listing"
