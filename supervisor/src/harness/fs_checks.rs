@@ -562,13 +562,14 @@ impl Checker<'_> {
                 builtins.push(format!("{} ({})", named.join(", "), reg.field));
             }
         }
+        // Where `agent.tools` is in the harness, for the notes below.
+        let at = node
+            .as_mapping()
+            .and_then(|m| m.get_node("agent"))
+            .and_then(Node::as_mapping)
+            .and_then(|m| m.get_node("tools"))
+            .and_then(location);
         if !builtins.is_empty() {
-            let at = node
-                .as_mapping()
-                .and_then(|m| m.get_node("agent"))
-                .and_then(Node::as_mapping)
-                .and_then(|m| m.get_node("tools"))
-                .and_then(location);
             self.note(
                 at,
                 "agent.tools",
@@ -583,12 +584,6 @@ impl Checker<'_> {
         if added.is_empty() {
             return;
         }
-        let at = node
-            .as_mapping()
-            .and_then(|m| m.get_node("agent"))
-            .and_then(Node::as_mapping)
-            .and_then(|m| m.get_node("tools"))
-            .and_then(location);
         self.note(
             at,
             "agent.tools",
