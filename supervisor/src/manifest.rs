@@ -59,6 +59,10 @@ pub struct Manifest {
     /// Confinement policy.
     #[serde(default)]
     pub confinement: ConfinementSpec,
+    /// What the agent may reach over the network; absent = what the engine gives it, as
+    /// before pitcrew controlled egress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPolicy>,
 }
 
 /// The runtime that loads the agent.
@@ -781,6 +785,9 @@ impl Manifest {
                 format!("must be at least {MIN_DISK_BYTES} (1 MiB)"),
             ));
         }
+        if let Some(network) = &self.network {
+            network.check().map_err(|e| field("network", e))?;
+        }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
             return Err(field(
                 "prompt",
@@ -793,11 +800,13 @@ impl Manifest {
 
 mod file_listing;
 mod limits;
+pub mod network;
 mod stored_listing;
 pub use file_listing::FileListing;
 pub use limits::{
     Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
 };
+pub use network::{Endpoint, EndpointError, NetworkPolicy};
 pub use stored_listing::{ListingWriter, StoredListing};
 
 #[cfg(test)]

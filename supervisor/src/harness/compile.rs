@@ -244,6 +244,8 @@ impl Validated {
                 ..Limits::default()
             },
             confinement: Default::default(),
+            // Set by the harness's `network:` once the supervisor enforces it.
+            network: None,
             retention: h.retention.clone(),
         };
         // The workspace is the agent's: owned by the identity the manifest runs it as.
