@@ -62,7 +62,9 @@ enum Command {
     )]
     Run(commands::run::RunArgs),
     /// Run many jobs (a harness plus what varies per task) in a sandbox each, N at a time.
-    #[command(after_help = "Example:\n  pitcrew batch jobs.yaml --concurrency 8")]
+    #[command(
+        after_help = "The jobs file is JSON lines, one job per line:\n  {\"id\": \"issue-17\", \"harness\": \"harness.yaml\", \"workspace\": \"tasks/17\", \"prompt\": \"fix #17\"}\n\nExample:\n  pitcrew batch jobs.jsonl --concurrency 8"
+    )]
     Batch(commands::batch::BatchArgs),
     /// Show a sandbox: state, history, live re-verification with drift, processes, confinement.
     #[command(
@@ -133,7 +135,9 @@ fn main() -> ExitCode {
             if !output::is_gone(&err) {
                 // Errors quote paths, names and messages from the sandbox: escaped for the
                 // terminal.
-                output::errln!("pitcrew: {}", report::escape_controls(&format!("{err:#}")));
+                for line in output::error_lines(&err) {
+                    output::errln!("pitcrew: {}", report::escape_controls(&line));
+                }
             }
             ExitCode::FAILURE
         }

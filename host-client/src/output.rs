@@ -183,6 +183,29 @@ pub fn is_gone(err: &anyhow::Error) -> bool {
     })
 }
 
+/// An error made of several problems, each a line of its own (`FILE:LINE: …`): printed one
+/// per line, each escaped for the terminal, or as a JSON array by a command in `--json` mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems(pub Vec<String>);
+
+impl std::fmt::Display for Problems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// The lines `err` is reported as: one per problem when it is [`Problems`] alone, else its
+/// whole chain on one line. Unescaped: the caller escapes each for the terminal (a newline
+/// inside a problem stays escaped, so no quoted text can forge a line of its own).
+pub fn error_lines(err: &anyhow::Error) -> Vec<String> {
+    match err.downcast_ref::<Problems>() {
+        Some(problems) if err.chain().count() == 1 => problems.0.clone(),
+        _ => vec![format!("{err:#}")],
+    }
+}
+
 /// Writes `args` to stdout and flushes: the error of a closed stdout comes back ([`is_gone`]).
 pub fn write_stdout(args: std::fmt::Arguments<'_>) -> io::Result<()> {
     let mut lock = io::stdout().lock();

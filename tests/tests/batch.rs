@@ -363,3 +363,62 @@ fn with_reuse_each_worker_keeps_one_sandbox_and_every_job_gets_its_own_workspace
     // The pool is brought down at the end.
     nothing_left(&state, "");
 }
+
+#[test]
+fn a_jobs_file_with_several_problems_names_each_on_its_own_line_and_its_format() {
+    // Read before any sandbox is made: no root needed.
+    let (tmp, state) = fixture("true", "");
+    let jobs = tmp.path().join("jobs.yaml");
+    fs::write(&jobs, "- harness: harness.yaml\n  prompt: fix it\n").unwrap();
+    let run = |json: bool| {
+        let mut cmd = Command::new(binary("pitcrew"));
+        cmd.arg("batch")
+            .arg(&jobs)
+            .args(["--engine", "local", "--state-dir"]);
+        cmd.arg(&state).stdin(Stdio::null());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(false);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = jobs.display().to_string();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert_eq!(
+        lines[0],
+        format!("pitcrew: {file}:1: column 2: invalid number"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("pitcrew: {file}:2: ")),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].contains("the jobs file is JSON lines, one object per line"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("\\n"), "{stderr}");
+    // `--json`: the same problems as an array on stdout.
+    let out = run(true);
+    assert!(!out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 3, "{doc:#}");
+    assert_eq!(problems[0], format!("{file}:1: column 2: invalid number"));
+}
+
+#[test]
+fn batch_help_names_the_jobs_format_and_a_jsonl_example() {
+    let out = Command::new(binary("pitcrew"))
+        .args(["batch", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(help.contains("JSON lines, one job per line"), "{help}");
+    assert!(help.contains("pitcrew batch jobs.jsonl"), "{help}");
+    assert!(!help.contains("jobs.yaml"), "{help}");
+}

@@ -281,6 +281,12 @@ fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
     let rows = doc["iterations"].as_array().unwrap();
     assert_eq!(rows.last().unwrap()["iteration"], 4, "{doc:#}");
     assert!(rows.iter().all(|r| r["exit_code"] == 0), "{doc:#}");
+    // Every agent slept a second: a row collected now has the record's own duration, not 0.
+    assert!(
+        rows.iter()
+            .all(|r| r["duration_ms"].as_u64().is_some_and(|ms| ms >= 1000)),
+        "{doc:#}"
+    );
     assert!(fx.ps().is_empty(), "{:#?}", fx.ps());
 }
 

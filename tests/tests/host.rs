@@ -502,6 +502,42 @@ fn a_dotenv_in_the_workspace_reaches_the_agent_as_data() {
 }
 
 #[test]
+fn refused_and_removed_dotenv_lines_are_named_in_the_summary_and_the_progress_line() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("true", 1, "dotenv: .env\n");
+    std::fs::write(
+        fx.root.join("workspace/.env"),
+        "TASK_ID=42\nHTTPS_PROXY=http://secret-proxy:3128\nthis is not an assignment\n",
+    )
+    .unwrap();
+    // Without --json: the table on stdout, the progress lines on stderr.
+    let out = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let named = "HTTPS_PROXY (.env line 2), .env line 3";
+    assert!(stdout.contains(&format!("2: {named}")), "{stdout}");
+    assert!(
+        stderr.contains(&format!("env removed or refused: {named}")),
+        "{stderr}"
+    );
+    // Names and lines, never values.
+    assert!(!stdout.contains("secret-proxy"), "{stdout}");
+    assert!(!stderr.contains("secret-proxy"), "{stderr}");
+    let doc = fx.run_ok(&[]);
+    assert_eq!(
+        doc["iterations"][0]["env_refused"],
+        serde_json::json!(["HTTPS_PROXY (.env line 2)", ".env line 3"]),
+        "{doc:#}"
+    );
+}
+
+#[test]
 fn an_upload_on_a_terminal_shows_bytes_and_percentage() {
     if !gate() {
         return;
@@ -1368,6 +1404,9 @@ fn a_kept_local_sandbox_is_driven_again_with_sandbox_and_left_running() {
         first.contains("\"sent_files\":"),
         "offered uploads: {first}"
     );
+    // A log written to a file is plain text: no colour codes for a reader to quote back.
+    assert!(first.contains("INFO"), "{first}");
+    assert!(!first.contains('\u{1b}'), "{first:?}");
     assert!(!first.contains("\"kept\":true"), "{first}");
     // A second run in the same sandbox: uploads again, counts on, leaves it running.
     let again = fx.run_ok(&["--sandbox", &id]);

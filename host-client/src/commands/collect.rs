@@ -145,16 +145,17 @@ fn report_collected(
     dest: &std::path::Path,
 ) -> anyhow::Result<ExitCode> {
     let n = record.iteration;
-    let mut summary = report::summarize(record, 0, Vec::new());
+    let mut summary = report::summarize(record, None, Vec::new());
     summary.record_dir = Some(dest.display().to_string());
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
         let line = format!(
-            "iteration {n}: exit {} ({}), {} → {}",
+            "iteration {n}: exit {} ({}), {}{} → {}",
             summary.exit_code,
             summary.meaning,
             summary.verification,
+            summary.env_note(),
             dest.display()
         );
         outln!("{}", report::escape_controls(&line))?;

@@ -194,7 +194,9 @@ pub struct IterationSummary {
     /// stderr (cut to 200 characters).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Host wall-clock time from the `run` request to the result, in milliseconds.
+    /// Host wall-clock time from the `run` request to the result, in milliseconds; for a
+    /// record collected later (`--resume`, `pitcrew collect`), the sum of the record's step
+    /// times.
     pub duration_ms: u64,
     /// Processes killed before verification.
     pub reaped_before: u64,
@@ -208,6 +210,9 @@ pub struct IterationSummary {
     pub drift: Vec<Value>,
     /// Names of the environment variables the supervisor removed.
     pub env_removed: Vec<String>,
+    /// The `.env` lines the supervisor refused, by name and line, never by value:
+    /// `HTTPS_PROXY (.env line 3)`, or `.env line 5` for a line without a valid name.
+    pub env_refused: Vec<String>,
     /// Workspace files the runtime read as configuration, unverified (`workspace_config`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workspace_config: Vec<String>,
@@ -321,14 +326,41 @@ pub fn verification_summary(verification: Option<&VerifyReport>) -> (bool, Strin
     }
 }
 
-/// The summary of one result record.
+/// How long the supervisor took over an iteration by its own record: the sum of its step
+/// times (what a record collected later has in place of the host's wall-clock time).
+pub fn record_duration_ms(record: &IterationResult) -> u64 {
+    let s = &record.steps;
+    [
+        s.reap_ms,
+        s.verify_ms,
+        s.env_ms,
+        s.confine_launch_ms,
+        s.agent_ms,
+        s.final_reap_ms,
+    ]
+    .into_iter()
+    .fold(0, u64::saturating_add)
+}
+
+/// The summary of one result record; without `duration_ms` (a record collected later, with no
+/// host clock that saw it run), the duration is the record's own ([`record_duration_ms`]).
 pub fn summarize(
     record: &IterationResult,
-    duration_ms: u64,
+    duration_ms: Option<u64>,
     events: Vec<Value>,
 ) -> IterationSummary {
     let (verified, verification, drift) = verification_summary(record.verification.as_ref());
     let env_removed = record.env.removed.iter().map(|r| r.name.clone()).collect();
+    let env_refused = record
+        .env
+        .dotenv_refused
+        .iter()
+        .map(|r| match &r.name {
+            Some(name) => format!("{name} (.env line {})", r.line),
+            None => format!(".env line {}", r.line),
+        })
+        .collect();
+    let duration_ms = duration_ms.unwrap_or_else(|| record_duration_ms(record));
     IterationSummary {
         iteration: record.iteration,
         exit_code: record.exit_code,
@@ -342,6 +374,7 @@ pub fn summarize(
         verification,
         drift,
         env_removed,
+        env_refused,
         workspace_config: record.workspace_config.clone(),
         workspace_stripped: record.workspace_stripped.clone(),
         workspace_flagged: record.workspace_flagged.clone(),
@@ -360,6 +393,27 @@ pub fn summarize(
 }
 
 impl IterationSummary {
+    /// Every variable the agent did not get as asked: the removed names, then the refused
+    /// `.env` lines ([`IterationSummary::env_refused`]).
+    pub fn env_dropped(&self) -> Vec<String> {
+        self.env_removed
+            .iter()
+            .chain(&self.env_refused)
+            .cloned()
+            .collect()
+    }
+
+    /// `; env removed or refused: NODE_OPTIONS, HTTPS_PROXY (.env line 2)` for a progress
+    /// line, or nothing when the environment was built as asked.
+    pub fn env_note(&self) -> String {
+        let dropped = self.env_dropped();
+        if dropped.is_empty() {
+            String::new()
+        } else {
+            format!("; env removed or refused: {}", dropped.join(", "))
+        }
+    }
+
     /// The lines that say what the host stripped from, and flagged in, the collected
     /// workspace (none when nothing was), unescaped.
     pub fn workspace_lines(&self) -> Vec<String> {
@@ -456,10 +510,11 @@ pub fn table(rows: &[IterationSummary], colour: bool) -> String {
         if let Some(v) = r.validation_exit {
             let _ = write!(exit, " [validation {v}]");
         }
-        let env = if r.env_removed.is_empty() {
+        let dropped = r.env_dropped();
+        let env = if dropped.is_empty() {
             "0".to_string()
         } else {
-            format!("{}: {}", r.env_removed.len(), r.env_removed.join(", "))
+            format!("{}: {}", dropped.len(), dropped.join(", "))
         };
         // Meaning, reason, drifted names and env names come from the record: escaped.
         let mut line = vec![

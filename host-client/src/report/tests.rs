@@ -101,7 +101,7 @@ fn drift_and_env_names_are_summarised() {
     });
     // What the host receives is what the supervisor serialized.
     let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
-    let s = summarize(&r, 1500, Vec::new());
+    let s = summarize(&r, Some(1500), Vec::new());
     assert!(!s.verified);
     assert_eq!(
         s.meaning,
@@ -118,6 +118,60 @@ fn drift_and_env_names_are_summarised() {
     );
     assert!(t.contains("1/0"), "{t}");
     assert!(t.contains("1: NODE_OPTIONS"), "{t}");
+}
+
+#[test]
+fn refused_dotenv_lines_are_counted_and_named_with_the_removed_names_never_by_value() {
+    let mut r = record(
+        1,
+        0,
+        "",
+        tree("p", CheckStatus::Ok, Drift::default(), None),
+        file("/a", CheckStatus::Ok),
+    );
+    r.env.removed = vec![removed("NODE_OPTIONS")];
+    r.env.dotenv_refused = vec![
+        pitcrew_core::dotenv::DotenvRefusal {
+            line: 2,
+            name: Some("HTTPS_PROXY".into()),
+            reason: "only a trusted layer may set it".into(),
+        },
+        pitcrew_core::dotenv::DotenvRefusal {
+            line: 5,
+            name: None,
+            reason: "not an assignment".into(),
+        },
+    ];
+    let s = summarize(&r, Some(10), Vec::new());
+    assert_eq!(s.env_refused, ["HTTPS_PROXY (.env line 2)", ".env line 5"]);
+    assert_eq!(
+        s.env_note(),
+        "; env removed or refused: NODE_OPTIONS, HTTPS_PROXY (.env line 2), .env line 5"
+    );
+    let t = table(&[s], false);
+    assert!(
+        t.contains("3: NODE_OPTIONS, HTTPS_PROXY (.env line 2), .env line 5"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_record_collected_later_takes_its_duration_from_its_steps() {
+    let mut r = record(
+        1,
+        0,
+        "",
+        tree("p", CheckStatus::Ok, Drift::default(), None),
+        file("/a", CheckStatus::Ok),
+    );
+    r.steps.reap_ms = 5;
+    r.steps.verify_ms = 20;
+    r.steps.agent_ms = 30_000;
+    r.steps.final_reap_ms = 3;
+    assert_eq!(summarize(&r, None, Vec::new()).duration_ms, 30_028);
+    assert_eq!(summarize(&r, Some(31_000), Vec::new()).duration_ms, 31_000);
+    let t = table(&[summarize(&r, None, Vec::new())], false);
+    assert!(t.contains("30.03s"), "{t}");
 }
 
 #[test]
@@ -164,7 +218,7 @@ fn tokens_and_cost_get_a_column_and_stay_whole_in_the_json() {
         .iter()
         .map(|r| {
             let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
-            summarize(&r, 10, Vec::new())
+            summarize(&r, Some(10), Vec::new())
         })
         .collect();
     let t = table(&rows, false);
@@ -227,7 +281,7 @@ fn the_exit_column_is_green_for_success_and_red_otherwise() {
             tree("p", CheckStatus::Ok, Drift::default(), None),
             file("/a", CheckStatus::Ok),
         ),
-        10,
+        Some(10),
         Vec::new(),
     );
     let failed = summarize(
@@ -238,7 +292,7 @@ fn the_exit_column_is_green_for_success_and_red_otherwise() {
             tree("p", CheckStatus::Ok, Drift::default(), None),
             file("/a", CheckStatus::Ok),
         ),
-        10,
+        Some(10),
         Vec::new(),
     );
     let rows = [ok, failed];
@@ -274,7 +328,7 @@ fn long_reasons_and_environment_lists_are_cut_in_the_table_not_in_the_json() {
         file("/a/hooks.js", CheckStatus::Ok),
     );
     record.env.removed = (0..50).map(|i| removed(&format!("NAME_{i}"))).collect();
-    let s = summarize(&record, 10, Vec::new());
+    let s = summarize(&record, Some(10), Vec::new());
     assert_eq!(s.reason.as_deref(), Some(reason.as_str()));
     let t = table(&[s], false);
     let row = t.lines().nth(1).unwrap();
@@ -313,7 +367,7 @@ fn attack_terminal__control_bytes_in_a_record_are_escaped_in_the_summary() {
         });
     }
     record.env.removed = vec![removed("LD_\u{1b}[2J")];
-    let s = summarize(&record, 10, Vec::new());
+    let s = summarize(&record, Some(10), Vec::new());
     // The summary itself (the --json document) stays exact.
     assert_eq!(s.reason.as_deref(), Some("tree-drifted: \u{1b}[2J\u{7}\r"));
     let t = table(&[s], false);

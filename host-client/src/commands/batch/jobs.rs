@@ -8,6 +8,7 @@
 //! Paths are relative to the jobs file. `id` (default `job-<line>`) names the job's directory
 //! in the batch and is what `--resume` goes by: letters, digits, `.`, `_`, `-`, at most 100.
 
+use crate::output::Problems;
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -63,6 +64,8 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut problems = Vec::new();
+    // A line that is not JSON at all (a YAML or CSV jobs file): the format is said once, last.
+    let mut not_json = false;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let trimmed = raw.trim();
@@ -72,7 +75,8 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Job>> {
         let parsed: Line = match serde_json::from_str(trimmed) {
             Ok(l) => l,
             Err(e) => {
-                problems.push(format!("{file}:{line}: {e}"));
+                problems.push(line_problem(&file, line, &e));
+                not_json |= e.is_syntax() || e.is_eof();
                 continue;
             }
         };
@@ -106,13 +110,33 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Job>> {
             iterations: parsed.iterations,
         });
     }
+    if not_json {
+        problems.push(format!(
+            "{file}: the jobs file is JSON lines, one object per line: \
+             {{\"harness\": \"harness.yaml\", \"workspace\": \"tasks/17\", \"prompt\": \"fix it\"}} \
+             (blank lines and lines starting with # are skipped)"
+        ));
+    }
     if !problems.is_empty() {
-        bail!("{}", problems.join("\n"));
+        return Err(Problems(problems).into());
     }
     if jobs.is_empty() {
         bail!("{file}: no jobs");
     }
     Ok(jobs)
+}
+
+/// `FILE:LINE: what serde_json found` for a line that is not a job, with the column where the
+/// line stops being JSON (serde_json's own position counts lines of the one line it read: the
+/// file's line is said instead).
+fn line_problem(file: &std::path::Display<'_>, line: usize, e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&suffix) {
+        Some(what) if e.is_syntax() => format!("{file}:{line}: column {}: {what}", e.column()),
+        Some(what) => format!("{file}:{line}: {what}"),
+        None => format!("{file}:{line}: {text}"),
+    }
 }
 
 /// Reads and parses the jobs file.
@@ -146,7 +170,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         let lines: Vec<&str> = err.lines().collect();
-        assert_eq!(lines.len(), 5, "{err}");
+        assert_eq!(lines.len(), 6, "{err}");
         assert!(
             lines[0].starts_with("jobs.jsonl:1: unknown field `wat`"),
             "{err}"
@@ -154,10 +178,31 @@ mod tests {
         assert!(lines[1].starts_with("jobs.jsonl:2: id \"../x\""), "{err}");
         assert!(lines[2].contains("used twice (first on line 3)"), "{err}");
         assert!(lines[3].starts_with("jobs.jsonl:5: iterations"), "{err}");
-        assert!(lines[4].starts_with("jobs.jsonl:6: "), "{err}");
+        assert!(
+            lines[4].starts_with("jobs.jsonl:6: column 2: expected ident"),
+            "{err}"
+        );
+        assert!(lines[5].contains("the jobs file is JSON lines"), "{err}");
         assert!(parse(Path::new("j"), "\n# none\n")
             .unwrap_err()
             .to_string()
             .contains("no jobs"));
+    }
+
+    #[test]
+    fn a_yaml_jobs_file_is_told_the_format_and_the_line() {
+        let text = "- harness: h.yaml\n  prompt: fix it\n";
+        let err = parse(Path::new("jobs.yaml"), text).unwrap_err();
+        let problems = &err.downcast_ref::<Problems>().unwrap().0;
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert_eq!(
+            problems[0], "jobs.yaml:1: column 2: invalid number",
+            "{problems:#?}"
+        );
+        assert!(problems[1].starts_with("jobs.yaml:2: "), "{problems:#?}");
+        assert!(
+            problems[2].starts_with("jobs.yaml: the jobs file is JSON lines, one object per line"),
+            "{problems:#?}"
+        );
     }
 }

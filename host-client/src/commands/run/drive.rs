@@ -207,11 +207,14 @@ pub(super) fn drive(
                         if claims {
                             acknowledge(conn, n, progress);
                         }
-                        let mut row = report::summarize(&record, 0, Vec::new());
+                        let mut row = report::summarize(&record, None, Vec::new());
                         row.record_dir = Some(dest.display().to_string());
                         progress.line(&format!(
-                            "iteration {n}: exit {} ({}), {} (run {run_id}, collected now)",
-                            row.exit_code, row.meaning, row.verification
+                            "iteration {n}: exit {} ({}), {}{} (run {run_id}, collected now)",
+                            row.exit_code,
+                            row.meaning,
+                            row.verification,
+                            row.env_note()
                         ));
                         for line in row.workspace_lines() {
                             progress.warn(&line);
@@ -288,7 +291,7 @@ pub(super) fn drive(
                 Err(e) => return Err(engine.explain_lost(id, conn.explain(e))),
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let mut row = report::summarize(&outcome.record, duration_ms, events);
+            let mut row = report::summarize(&outcome.record, Some(duration_ms), events);
             // What was stripped from the workspace is the host's word alone, said once the
             // record is collected: never the supervisor's.
             row.workspace_stripped.clear();
@@ -317,11 +320,12 @@ pub(super) fn drive(
                 Err(e) => progress.warn(&format!("iteration {}: {e:#}", outcome.iteration)),
             }
             progress.line(&format!(
-                "iteration {}: exit {} ({}), {}{}",
+                "iteration {}: exit {} ({}), {}{}{}",
                 row.iteration,
                 row.exit_code,
                 row.meaning,
                 row.verification,
+                row.env_note(),
                 row.error
                     .as_ref()
                     .map(|e| format!("; it said: {e}"))
