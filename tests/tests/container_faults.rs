@@ -3,7 +3,8 @@
 //! the container stays, stopped, with its records; the host says the supervisor died and how
 //! (its exit code, its log); `ps` shows it, `down` keeps it and says why (the uncollected
 //! iterations, or the log), `collect` copies a record out of the stopped container, and
-//! `down --force` removes it with its volumes. The same faults for the local engine are in
+//! `down --force` removes it with its volumes. A container `down` stopped (not killed) holding
+//! an uncollected record goes with `collect` then `down`. The same faults for the local engine are in
 //! `faults.rs`.
 //!
 //! Needs root, podman, and for docker `dockerd` (a private daemon per test, as in
@@ -362,9 +363,9 @@ fn killed_during_a_run(kind: Kind) {
 
 /// The host's `pitcrew run` dies during iteration 1, which the supervisor finishes and keeps
 /// uncollected; then the supervisor is killed. `down` keeps the container and names the
-/// iteration, `collect` (the latest record) copies it out of the stopped container, `down`
-/// still keeps it (the stopped container cannot be told it was collected) and `down --force`
-/// removes it.
+/// iteration, `collect` (the latest record) copies it out of the stopped container and notes it
+/// there as collected, `down` still keeps it for the log of a supervisor that died, and `down
+/// --force` removes it.
 fn killed_holding_an_uncollected_record(kind: Kind) {
     let engine = Engine::start(kind);
     let image = engine.image("pi");
@@ -441,7 +442,71 @@ fn killed_holding_an_uncollected_record(kind: Kind) {
     );
     assert!(fx.tmp_is_empty());
 
-    down_keeps_then_force_removes(&fx, &sandbox, "1 record(s) not collected (iteration 1)");
+    down_keeps_then_force_removes(&fx, &sandbox, "its supervisor died");
+}
+
+/// The host's `pitcrew run` dies during iteration 1, which the supervisor finishes and keeps
+/// uncollected. `down` stops the container and keeps it for the record, `collect` copies the
+/// record out and says the sandbox was stopped (not that it died), and one more `down` removes
+/// the container and its volumes.
+fn stopped_holding_an_uncollected_record(kind: Kind) {
+    let engine = Engine::start(kind);
+    let image = engine.image("pi");
+    let fx = Fixture::new(&engine, "echo working; sleep 3", 2);
+    let run = fx.run(&image, &[], &[]);
+    let sandbox = Sandbox {
+        engine: &engine,
+        id: run.sandbox(),
+    };
+    let id = sandbox.id.clone();
+    let iteration_1 = format!("{RECORDS}/iteration-1");
+    assert!(
+        busy_wait(Duration::from_secs(60), || sandbox.has("-d", &iteration_1)),
+        "iteration 1 never started"
+    );
+    run.kill();
+    assert!(
+        busy_wait(Duration::from_secs(60), || sandbox
+            .has("-f", &format!("{iteration_1}/result.json"))),
+        "iteration 1 never finished"
+    );
+    let volumes = sandbox.volumes();
+
+    let out = fx.output(&["down", &id]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 record(s) not collected (iteration 1): its state is kept"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("`pitcrew down {id}` removes the sandbox")),
+        "{stderr}"
+    );
+    assert_eq!(sandbox.status(), "exited");
+
+    let into = fx.dir.path().join("collected");
+    let out = fx.output(&["collect", &id, "--out", into.to_str().unwrap()]);
+    let said = text(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("it was stopped (its container exited with code 0)"),
+        "{said}"
+    );
+    assert!(!said.contains("died"), "{said}");
+    let record = read_json(&into.join("iteration-1/result.json"));
+    assert_eq!(record["iteration"], 1, "{record:#}");
+    assert!(fx.tmp_is_empty());
+
+    // Collected: one `down` removes the container and its volumes.
+    let out = fx.output(&["down", &id]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(sandbox.status(), "gone", "{stderr}");
+    for v in &volumes {
+        let left = fx.engine.cli(&["volume", "inspect", v]);
+        assert!(!left.status.success(), "volume {v} is left");
+    }
 }
 
 #[test]
@@ -469,5 +534,19 @@ fn a_dead_podman_supervisor_with_an_uncollected_record_is_kept_until_forced() {
 fn a_dead_docker_supervisor_with_an_uncollected_record_is_kept_until_forced() {
     if engines::require(Kind::Docker) {
         killed_holding_an_uncollected_record(Kind::Docker);
+    }
+}
+
+#[test]
+fn a_stopped_podman_sandbox_with_an_uncollected_record_goes_with_collect_then_down() {
+    if engines::require(Kind::Podman) {
+        stopped_holding_an_uncollected_record(Kind::Podman);
+    }
+}
+
+#[test]
+fn a_stopped_docker_sandbox_with_an_uncollected_record_goes_with_collect_then_down() {
+    if engines::require(Kind::Docker) {
+        stopped_holding_an_uncollected_record(Kind::Docker);
     }
 }

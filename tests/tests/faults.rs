@@ -291,6 +291,71 @@ fn a_run_whose_host_died_shows_orphaned_and_resume_finishes_it() {
 }
 
 #[test]
+fn a_stopped_sandbox_holding_uncollected_records_goes_with_collect_then_down() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = fixture("echo working; sleep 1", 4);
+    let mut run = fx
+        .pitcrew(&["run", fx.harness.to_str().unwrap(), "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    fx.wait_first_record();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(
+        busy_wait(Duration::from_secs(10), || fx
+            .ps()
+            .first()
+            .is_some_and(|s| s["state"] == "orphaned")),
+        "{:#?}",
+        fx.ps()
+    );
+    // `down` stops it and keeps it for the record the host never collected, naming the way out.
+    let out = fx.output(&["down", &id]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("is kept"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`pitcrew down {id}` removes the sandbox")),
+        "{stderr}"
+    );
+    let dir = fx.sandbox_dir(&id);
+    assert!(dir.exists());
+    // `collect` reads each record from the storage and says the sandbox was stopped: it did not
+    // die.
+    let into = fx.root.join("collected");
+    for n in ["1", "2"] {
+        let out = fx.output(&[
+            "collect",
+            &id,
+            "--iteration",
+            n,
+            "--out",
+            into.to_str().unwrap(),
+        ]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("it was stopped ("), "{stderr}");
+        assert!(!stderr.contains("died"), "{stderr}");
+        assert!(
+            stderr.contains("reading its record from its storage"),
+            "{stderr}"
+        );
+        assert!(into.join(format!("iteration-{n}/result.json")).is_file());
+    }
+    // Every record collected: one `down` removes it.
+    let out = fx.output(&["down", &id]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!dir.exists(), "{stderr}");
+    assert!(fx.ps().is_empty(), "{:#?}", fx.ps());
+}
+
+#[test]
 fn a_host_that_hangs_with_its_connection_open_loses_its_claim_when_the_lease_lapses() {
     if !require_pid_namespaces() {
         return;

@@ -1,7 +1,8 @@
 //! `pitcrew collect SANDBOX [--iteration N] [--out DIR]`: fetch an iteration's record (the
 //! latest by default) into `DIR/iteration-N/`, with the same safe unpack as `pitcrew run`. When
 //! the sandbox's supervisor is gone, the record is read from the sandbox's storage (the local
-//! engine's state directory) instead, and `collect` says so. A record's `workspace/` arrives
+//! engine's state directory, a stopped container) instead, `collect` says so and notes it
+//! there as collected (a later `down` may then delete it). A record's `workspace/` arrives
 //! stripped of what git would run on the host, and `collect` names what was removed.
 
 use crate::engine::{EngineArgs, SandboxId};
@@ -82,15 +83,26 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             errln!(
                 "pitcrew: sandbox {}: {}; reading its record from its storage",
                 report::escape_controls(&id.0),
-                report::escape_controls(&gone.map_or_else(
-                    || "its supervisor does not answer".into(),
-                    |g| { format!("its supervisor died ({})", g.why) }
-                ))
+                report::escape_controls(
+                    &gone.map_or_else(|| "its supervisor does not answer".into(), |g| g.said())
+                )
             );
             records::unpack_record(&mut tar, &staging)?;
         }
     }
     let (record, dest) = place(&staging, &out)?;
+    // Held by the host now, as if the supervisor had sent it: a later `down` may delete it.
+    if let Err(err) = engine.mark_stored_collected(&id, record.iteration) {
+        errln!(
+            "pitcrew: sandbox {}: {}",
+            report::escape_controls(&id.0),
+            report::escape_controls(&format!(
+                "the record of iteration {} could not be noted as collected in its storage \
+                 (`pitcrew down` keeps the sandbox for it; `--force` deletes it): {err:#}",
+                record.iteration
+            ))
+        );
+    }
     report_collected(args, &record, &dest)
 }
 

@@ -557,6 +557,10 @@ impl Engine for ContainerEngine {
         self.record(id, iteration)
     }
 
+    fn mark_stored_collected(&self, id: &SandboxId, iteration: u32) -> anyhow::Result<()> {
+        self.mark_collected(id, iteration)
+    }
+
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
         let filter = format!("label={LABEL_SANDBOX}");
         let ids = self.cli(&["ps", "--all", "--quiet", "--no-trunc", "--filter", &filter])?;

@@ -12,6 +12,7 @@
 //! records/          0700: the supervisor's iteration records
 //! root/             0755: uploads: plugins/, skills/, adapters/, config/, workspace/, home/, tmp/
 //! supervisor.log    0600: the supervisor's own output
+//! stopped           0600: empty; present when `down` stopped it and kept its state
 //! ```
 //!
 //! The agent's uid must reach `root/`, so `<state dir>`, `sandboxes/` and `<id>/` are searchable
@@ -35,6 +36,7 @@
 //! shows such a sandbox as `stale`.
 
 use super::process::{self, Identity};
+
 use super::rootless::{self, RootlessPlan};
 use super::stored;
 use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
@@ -50,6 +52,10 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The file in a sandbox's state directory that says `down` (or `prune`) stopped it and kept
+/// its state: it did not die.
+const STOPPED_FILE: &str = "stopped";
 
 /// How long `start` waits for the control socket to appear.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -561,6 +567,13 @@ impl Engine for LocalEngine {
                         .with_context(|| format!("sandbox {id}: kill pid {}", rec.pid))?;
                     proc_.wait_exit(Duration::from_secs(1));
                 }
+                if keep_state {
+                    // What is kept is a stopped sandbox, not a dead one: `collect` and a later
+                    // `down` say so and read nothing into its log.
+                    if let Err(err) = private_file(&self.dir(id).join(STOPPED_FILE)) {
+                        tracing::info!("sandbox {id}: {err:#}");
+                    }
+                }
             }
             Identity::Gone => {}
             other => {
@@ -626,14 +639,23 @@ impl Engine for LocalEngine {
             Identity::Unverified { .. } => false,
         };
         let log = self.dir(id).join("supervisor.log");
+        if gone && self.dir(id).join(STOPPED_FILE).exists() {
+            return Some(super::Gone {
+                why: "by `pitcrew down` or `prune`, its state kept".into(),
+                log_says: false,
+                stopped: true,
+            });
+        }
         gone.then(|| match log_tail(&log) {
             tail if tail.is_empty() => super::Gone {
                 why: format!("{} is empty", log.display()),
                 log_says: false,
+                stopped: false,
             },
             tail => super::Gone {
                 why: format!("{} ends: {tail}", log.display()),
                 log_says: true,
+                stopped: false,
             },
         })
     }
@@ -650,6 +672,12 @@ impl Engine for LocalEngine {
     ) -> anyhow::Result<Option<(u32, Box<dyn std::io::Read + Send>)>> {
         let rec = self.record(id)?;
         stored::record_tar(&rec.records, iteration)
+    }
+
+    fn mark_stored_collected(&self, id: &SandboxId, iteration: u32) -> anyhow::Result<()> {
+        let rec = self.record(id)?;
+        stored::mark_collected(&rec.records, iteration)
+            .with_context(|| format!("{}: note iteration {iteration}", rec.records.display()))
     }
 
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {

@@ -132,6 +132,13 @@ pub trait Engine {
     fn stored_uncollected(&self, _id: &SandboxId) -> Option<Vec<u32>> {
         None
     }
+    /// Notes in the sandbox's storage that the host now holds the record of `iteration`, read
+    /// from there while its supervisor was gone (as the supervisor notes a record collected
+    /// from it), so that a later stop may delete it. Engines that cannot write the storage do
+    /// nothing.
+    fn mark_stored_collected(&self, _id: &SandboxId, _iteration: u32) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// The record of `iteration` (default: the latest) read from the sandbox's storage when its
     /// supervisor cannot send it: its number and a tar stream like `collect`'s; `None` when the
     /// engine cannot read the storage.
@@ -146,6 +153,9 @@ pub trait Engine {
     /// gone.
     fn explain_lost(&self, id: &SandboxId, err: anyhow::Error) -> anyhow::Error {
         match self.supervisor_gone(id) {
+            Some(gone) if gone.stopped => {
+                err.context(format!("sandbox {id} was stopped: {}", gone.why))
+            }
             Some(gone) => err.context(format!("the supervisor of sandbox {id} died: {}", gone.why)),
             None => err,
         }
@@ -159,6 +169,20 @@ pub struct Gone {
     pub why: String,
     /// Its log says something (evidence a stop must not delete without `--force`).
     pub log_says: bool,
+    /// It did not die: it was stopped (`pitcrew down` or `prune` keeping its state, or its
+    /// container's PID 1 shut down cleanly), so its log is no evidence of a failure.
+    pub stopped: bool,
+}
+
+impl Gone {
+    /// `it was stopped (…)` or `its supervisor died (…)`, for a message about the sandbox.
+    pub fn said(&self) -> String {
+        if self.stopped {
+            format!("it was stopped ({})", self.why)
+        } else {
+            format!("its supervisor died ({})", self.why)
+        }
+    }
 }
 
 /// One `status` of sandbox `id`, over a connection of its own.
@@ -173,7 +197,8 @@ pub fn status_of(
 }
 
 /// Stops sandbox `id` without deleting what nobody else holds: unless `force`, a sandbox with
-/// records the host never collected, or whose supervisor died (its log says why), keeps its
+/// records the host never collected, or whose supervisor died (its log says why; one that was
+/// stopped did not die), keeps its
 /// state (records, log; a container is stopped, not removed), and the outcome's warning says
 /// so and how to fetch or delete them.
 pub fn stop_keeping_records(
@@ -197,8 +222,9 @@ pub fn stop_keeping_records(
         };
         let kept_because = |count: usize, list: &[u32]| {
             format!(
-                "{}: its state is kept; `pitcrew collect {id} --iteration N` fetches one, \
-                 `pitcrew down {id} --force` deletes them",
+                "{}: its state is kept; `pitcrew collect {id} --iteration N` fetches one \
+                 (once all are, `pitcrew down {id}` removes the sandbox), `pitcrew down {id} --force` \
+                 deletes them",
                 not_collected(count, list)
             )
         };
@@ -206,7 +232,8 @@ pub fn stop_keeping_records(
             // An iteration still running ends with the stop and leaves a record nobody holds.
             Ok(status) if status.state == RunState::Running => Some(format!(
                 "iteration {} was running: its record is kept; `pitcrew collect {id}` fetches \
-                 it, `pitcrew down {id} --force` deletes it",
+                 it (then `pitcrew down {id}` removes the sandbox), `pitcrew down {id} --force` \
+                 deletes it",
                 status.iteration
             )),
             Ok(status) => {
@@ -220,7 +247,7 @@ pub fn stop_keeping_records(
                 match (engine.supervisor_gone(id), stored) {
                     // Its log says why it died: kept with the records, whatever was collected
                     // (naming those never collected).
-                    (Some(gone), stored) if gone.log_says => {
+                    (Some(gone), stored) if gone.log_says && !gone.stopped => {
                         let records = match stored.as_deref() {
                             None | Some([]) => String::new(),
                             Some(list) => format!("{}; ", not_collected(list.len(), list)),

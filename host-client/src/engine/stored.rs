@@ -2,12 +2,14 @@
 //! engine that can reach the storage: a finished record is a directory `iteration-N` holding a
 //! regular `result.json`; `.collected` lists the iterations the host collected; one record is
 //! streamed as a tar written by the supervisor's own walk (`collect`'s), which the host unpacks
-//! with the same safe rule. The local engine reads its state directory ([`Listing::read_dir`]);
+//! with the same safe rule. A record the host read from the storage is then noted there as
+//! collected, as the supervisor would have noted it. The local engine reads its state directory ([`Listing::read_dir`]);
 //! the container engines read a tar of the stopped container's records directory, as `<cli> cp`
 //! writes it ([`Listing::read_tar`]).
 
 use pitcrew_core::record_names::{
-    iteration_dir_name, parse_collected, parse_iteration_dir, COLLECTED_FILE, RESULT_FILE,
+    collected_lines, iteration_dir_name, parse_collected, parse_iteration_dir, COLLECTED_FILE,
+    RESULT_FILE,
 };
 use pitcrew_core::server::tar_record_dir;
 use std::collections::BTreeSet;
@@ -133,6 +135,35 @@ pub(super) fn uncollected(records: &Path) -> Option<Vec<u32>> {
     Listing::read_dir(records).ok().map(|l| l.uncollected())
 }
 
+/// Notes in `records/.collected` that the host holds the record of `iteration` (read from the
+/// storage while the supervisor was gone): appended, never through a link.
+pub(super) fn mark_collected(records: &Path, iteration: u32) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(records.join(COLLECTED_FILE))?;
+    file.write_all(collected_lines([iteration]).as_bytes())
+}
+
+/// A tar stream holding only `.collected` listing `collected` (root's, `0600`), for a
+/// container engine's `cp -` into a stopped container's records directory.
+pub(super) fn collected_tar(collected: &BTreeSet<u32>) -> io::Result<Vec<u8>> {
+    let text = collected_lines(collected.iter().copied());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_size(text.len() as u64);
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.append_data(&mut header, COLLECTED_FILE, text.as_bytes())?;
+    builder.into_inner()
+}
+
 /// The record of `iteration` (default: the latest finished one) in `records` as a tar stream
 /// written by a thread; `None` when there is no such record.
 pub(super) fn record_tar(
@@ -231,6 +262,9 @@ mod tests {
         }
         fs::write(tmp.path().join(COLLECTED_FILE), "1\n3\n").unwrap();
         assert_eq!(uncollected(tmp.path()), Some(vec![2]));
+        // A record read from the storage is noted there: then none is left uncollected.
+        mark_collected(tmp.path(), 2).unwrap();
+        assert_eq!(uncollected(tmp.path()), Some(vec![]));
         let (n, mut tar) = record_tar(tmp.path(), None).unwrap().unwrap();
         assert_eq!(n, 3);
         assert_eq!(names(&mut tar), vec!["result.json"]);
@@ -292,6 +326,15 @@ mod tests {
         assert_eq!(listing.finished, vec![1, 2, 3]);
         assert_eq!(listing.uncollected(), vec![2]);
         assert_eq!(listing.latest(), Some(3));
+        // The `.collected` a container engine copies back in is read as the supervisor's.
+        let collected: BTreeSet<u32> = [1, 2, 3].into();
+        let tar = collected_tar(&collected).unwrap();
+        let mut archive = tar::Archive::new(&tar[..]);
+        let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+        assert_eq!(entry.path().unwrap().to_str(), Some(COLLECTED_FILE));
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        assert_eq!(parse_collected(&text), collected);
         // An empty stream (no records directory) lists nothing.
         assert_eq!(Listing::read_tar(&[][..]).unwrap(), Listing::default());
     }

@@ -90,7 +90,7 @@ fn not_found(stderr: &str) -> bool {
 }
 
 /// A private directory (0700) in the temporary directory, holding a record copied out of a
-/// container; removed with what it holds when dropped.
+/// container (or what a copy into one leaves); removed with what it holds when dropped.
 struct Scratch(PathBuf);
 
 impl Scratch {
@@ -222,7 +222,7 @@ impl ContainerEngine {
 
     /// [`crate::engine::Engine::supervisor_gone`]: the container exited (waiting briefly for a
     /// container whose connection just broke); how, and its log's last lines. A supervisor that
-    /// shut down as asked (exit code 0) did not die: `None`.
+    /// shut down as asked (exit code 0) did not die: it was stopped.
     pub(super) fn gone(&self, id: &SandboxId) -> Option<Gone> {
         let start = Instant::now();
         let c = loop {
@@ -232,8 +232,15 @@ impl ContainerEngine {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        if !c.exited() || c.clean_exit() {
+        if !c.exited() {
             return None;
+        }
+        if c.clean_exit() {
+            return Some(Gone {
+                why: format!("its container {}", c.exit_summary()),
+                log_says: false,
+                stopped: true,
+            });
         }
         let logs = format!("`{} logs {id}`", self.cli.program());
         let (log, log_says) = match self.log_lines(id, LOG_LINES) {
@@ -244,6 +251,7 @@ impl ContainerEngine {
         Some(Gone {
             why: format!("its container {}; {log}", c.exit_summary()),
             log_says,
+            stopped: false,
         })
     }
 
@@ -284,6 +292,44 @@ impl ContainerEngine {
                 None
             }
         }
+    }
+
+    /// [`crate::engine::Engine::mark_stored_collected`], in a stopped container: its
+    /// `.collected` with `iteration` added, copied back into its records directory.
+    pub(super) fn mark_collected(&self, id: &SandboxId, iteration: u32) -> anyhow::Result<()> {
+        if self.stopped(id)?.is_none() {
+            bail!("sandbox {id}: its container runs again; its supervisor keeps its records");
+        }
+        let mut collected = self.listing(id)?.collected;
+        collected.insert(iteration);
+        let tar = stored::collected_tar(&collected)?;
+        let program = self.cli.program();
+        let what = format!("{program} cp - {id}:{RECORDS}");
+        // podman keeps a copy of what `cp -` read in its TMPDIR: a scratch one, removed after.
+        let scratch = Scratch::new()?;
+        let mut child = Command::new(program)
+            .args(["cp", "-", &format!("{}:{RECORDS}", id.0)])
+            .env("TMPDIR", &scratch.0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run {program} (is it installed and on PATH?)"))?;
+        let written = child
+            .stdin
+            .take()
+            .with_context(|| format!("{what}: stdin not piped"))
+            .and_then(|mut stdin| {
+                std::io::Write::write_all(&mut stdin, &tar)
+                    .with_context(|| format!("{what}: write"))
+            });
+        let out = child
+            .wait_with_output()
+            .with_context(|| format!("{what}: wait"))?;
+        if !out.status.success() {
+            bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        written
     }
 
     /// [`crate::engine::Engine::stored_record`], from a stopped container: the record of
