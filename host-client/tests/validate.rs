@@ -350,7 +350,7 @@ fn runtime_and_shape_rules() {
             "runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: adapters/missing.js\n    role: config\n",
             4,
             "adapters[0].path",
-            "No such file",
+            "does not exist (",
         ),
         ("runtime: command\ncommand: [/bin/true]\nvalidation: make test\n", 3, "validation", "argv list"),
     ];

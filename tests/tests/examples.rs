@@ -134,3 +134,23 @@ fn the_claude_example_runs_offline() {
         "{results:#?}"
     );
 }
+
+#[test]
+fn the_scripted_model_server_answers_help_and_names_a_bad_port() {
+    let bin = pitcrew_e2e::binary("scripted-model");
+    let out = std::process::Command::new(&bin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(help.starts_with("Usage: scripted-model [PORT]"), "{help}");
+    assert!(help.contains("default 8377"), "{help}");
+    let out = std::process::Command::new(&bin)
+        .arg("port")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("--help says more"), "{said}");
+}

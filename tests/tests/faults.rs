@@ -848,11 +848,23 @@ fn prune_takes_down_an_orphan_and_leaves_a_kept_sandbox() {
     let out = fx.output(&["prune", "--engine", "local"]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(said.contains(&format!("pruned {orphan}")), "{said}");
+    assert!(
+        said.contains(&format!("stopped {orphan} (local, orphaned")),
+        "{said}"
+    );
+    assert!(said.contains("but did not remove it: "), "{said}");
     assert!(said.contains("is kept"), "{said}");
+    assert!(!said.contains("pruned"), "{said}");
     assert!(!said.contains(&kept), "{said}");
     let out = fx.output(&["prune", "--engine", "local", "--force"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!(
+            "pruned {orphan} (local, stopped: its supervisor is gone): removed"
+        )),
+        "{}",
+        text(&out.stdout)
+    );
     assert_eq!(state_of(&orphan), None, "{:#?}", fx.ps());
     assert!(!fx.sandbox_dir(&orphan).exists());
     // The kept sandbox is untouched, and still answers.

@@ -881,6 +881,46 @@ fn cancel_all_ends_the_whole_run_after_its_running_iteration() {
 }
 
 #[test]
+fn cancel_all_in_a_kept_sandbox_names_the_iteration_the_sandbox_ran() {
+    if !gate() {
+        return;
+    }
+    let fx = fixture("touch running\nsleep 30", 1, "");
+    // A first run, kept, whose one iteration is cancelled: the sandbox has run iteration 1.
+    let run = fx.spawn_run(&["--keep"]);
+    let id = fx.wait_sandbox();
+    let ws = fx.workspace(&id);
+    let started = || busy_wait(Duration::from_secs(30), || ws.join("running").exists());
+    assert!(started(), "the agent never started");
+    let out = fx.pitcrew(&["cancel", &id]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    run.wait_with_output().unwrap();
+    fs::remove_file(ws.join("running")).unwrap();
+    // A second run in the same sandbox: its first iteration is the sandbox's second.
+    let run = fx.spawn_run(&["--sandbox", &id]);
+    assert!(started(), "the agent never started again");
+    let out = fx.pitcrew(&["cancel", &id, "--all"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["iterations"][0]["iteration"], 2, "{doc:#}");
+    assert!(
+        stderr.contains("iteration 2: the run was stopped by the host"),
+        "{stderr}"
+    );
+    fx.down(&id);
+}
+
+#[test]
 fn host_killed_mid_iteration_loses_nothing() {
     if !gate() {
         return;

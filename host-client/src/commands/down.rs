@@ -48,7 +48,8 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
         outln!(
             "{}",
             serde_json::json!({
-                "sandbox": id.0, "stopped": !outcome.left_alone, "state_kept": args.keep,
+                "sandbox": id.0, "stopped": !outcome.left_alone,
+                "state_kept": args.keep || outcome.state_kept,
                 "warning": outcome.warning,
             })
         )?;
@@ -57,11 +58,15 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
         if let Some(why) = &outcome.warning {
             errln!("pitcrew: sandbox {id}: {}", escape_controls(why));
         }
+        let state = if args.keep || outcome.state_kept {
+            "kept"
+        } else {
+            "removed"
+        };
         if outcome.left_alone {
-            let state = if args.keep { "kept" } else { "removed" };
             outln!("sandbox {id}: not running; its state {state}")?;
         } else {
-            outln!("sandbox {id}: stopped")?;
+            outln!("sandbox {id}: stopped; its state {state}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -59,14 +59,21 @@ pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
         // Said on stdout; a closed stdout does not stop the pruning (pitcrew exits 141 at
         // its end).
         let _ = match taken {
+            // Stopped, but what it holds keeps it: said as such, not as pruned.
+            Ok(outcome) if outcome.state_kept => outln!(
+                "stopped {shown} ({}, {}: {why}) but did not remove it: {}",
+                s.engine,
+                s.state,
+                escape_controls(outcome.warning.as_deref().unwrap_or_default())
+            ),
             Ok(outcome) => match &outcome.warning {
                 Some(warning) => outln!(
-                    "pruned {shown} ({}, {}: {why}); {}",
+                    "pruned {shown} ({}, {}: {why}): removed; {}",
                     s.engine,
                     s.state,
                     escape_controls(warning)
                 ),
-                None => outln!("pruned {shown} ({}, {}: {why})", s.engine, s.state),
+                None => outln!("pruned {shown} ({}, {}: {why}): removed", s.engine, s.state),
             },
             Err(err) => {
                 failed = true;

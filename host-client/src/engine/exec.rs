@@ -93,7 +93,7 @@ impl Engine for ExecEngine {
             warning: Some(format!(
                 "its supervisor was asked to shut down; removing the container is left to whoever created {id}"
             )),
-            left_alone: false,
+            ..StopOutcome::default()
         })
     }
 

@@ -101,6 +101,9 @@ pub struct StopOutcome {
     /// Nothing was stopped: the recorded process no longer is, or cannot be shown to be, the
     /// sandbox's, so it was left alone.
     pub left_alone: bool,
+    /// Its state was kept though the caller asked for it to go ([`stop_keeping_records`]: a
+    /// record the host never collected, a supervisor that died); `warning` says why.
+    pub state_kept: bool,
 }
 
 /// How the host starts, reaches and stops sandboxes.
@@ -269,6 +272,7 @@ pub fn stop_keeping_records(
         };
     }
     let mut outcome = engine.stop(id, keep_state || why_kept.is_some())?;
+    outcome.state_kept = why_kept.is_some();
     if let Some(why) = why_kept {
         outcome.warning = Some(match outcome.warning.take() {
             Some(w) => format!("{w}; {why}"),

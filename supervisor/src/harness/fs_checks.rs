@@ -253,6 +253,32 @@ impl Checker<'_> {
                 );
                 None
             }
+            // Said with what to do, not as the system's "os error 2".
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && raw.contains("#sha256=") => {
+                self.problem(
+                    at,
+                    field,
+                    format!(
+                        "{raw:?} does not exist: `#sha256=` pins a remote source (a forge URL); \
+                         {}: drop `#sha256=…` from the path",
+                        super::yaml::LOCAL_PINNED
+                    ),
+                );
+                None
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                self.problem(
+                    at,
+                    field,
+                    format!(
+                        "{raw:?} does not exist ({}): paths are relative to the harness file's \
+                         directory {}; create it there, or correct the path",
+                        joined.display(),
+                        self.base.display()
+                    ),
+                );
+                None
+            }
             Err(err) => {
                 self.problem(at, field, format!("{}: {err}", joined.display()));
                 None

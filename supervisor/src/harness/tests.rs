@@ -1323,3 +1323,74 @@ fn problems_in_different_keys_are_all_reported_at_once() {
         v.problems
     );
 }
+
+#[test]
+fn a_timeout_of_zero_is_refused_for_what_it_would_do() {
+    let v = check("runtime: pi\nprompt: go\ntimeout: 0s\n");
+    let p = v
+        .problems
+        .iter()
+        .find(|p| p.field == "timeout")
+        .unwrap_or_else(|| panic!("{:?}", v.problems));
+    assert!(
+        p.message
+            .contains("a timeout of zero would kill the agent at once"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_missing_plugin_or_workdir_is_named_with_where_paths_start_and_what_to_do() {
+    let v =
+        check("runtime: command\ncommand: [/bin/true]\nplugins:\n  - path: nope\nworkdir: nows\n");
+    for field in ["plugins[0].path", "workdir"] {
+        let p = v
+            .problems
+            .iter()
+            .find(|p| p.field == field)
+            .unwrap_or_else(|| panic!("{field}: {:?}", v.problems));
+        assert!(p.message.contains("does not exist ("), "{p:?}");
+        assert!(
+            p.message
+                .contains("paths are relative to the harness file's directory"),
+            "{p:?}"
+        );
+        assert!(
+            p.message.contains("create it there, or correct the path"),
+            "{p:?}"
+        );
+        assert!(!p.message.contains("os error"), "{p:?}");
+        assert!(p.location.is_some(), "{p:?}");
+    }
+}
+
+#[test]
+fn a_sha256_on_a_local_adapter_says_local_files_are_pinned_automatically() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.json"), "{}\n").unwrap();
+    let zeros = "0".repeat(64);
+    for (text, field) in [
+        (
+            format!("runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: a.json\n    sha256: {zeros}\n    role: config\n"),
+            "adapters[0].sha256",
+        ),
+        (
+            format!("runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: a.json#sha256={zeros}\n    role: config\n"),
+            "adapters[0].path",
+        ),
+    ] {
+        let file = dir.path().join("harness.yaml");
+        std::fs::write(&file, &text).unwrap();
+        let v = validate(&file).unwrap();
+        let p = v
+            .problems
+            .iter()
+            .find(|p| p.field == field)
+            .unwrap_or_else(|| panic!("{field}: {:?}", v.problems));
+        assert!(
+            p.message.contains("a local path is pinned automatically"),
+            "{p:?}"
+        );
+        assert!(!p.message.contains("os error"), "{p:?}");
+    }
+}

@@ -13,6 +13,12 @@ use serde::de::{DeserializeOwned, IntoDeserializer as _};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Why a local plugin, skill or adapter takes no `sha256`: it is hashed when the harness is
+/// validated or run, and the sandbox verifies that hash.
+pub(super) const LOCAL_PINNED: &str = "a local path is pinned automatically (hashed when \
+    pitcrew validates or runs the harness, and verified in the sandbox against that hash); \
+    only remote sources take a sha256";
+
 /// Parses the harness text into a YAML tree with positions.
 pub(super) fn parse_yaml(file: &Path, text: &str) -> Result<Node, HarnessError> {
     // A key given twice in one mapping (`runtime:`, a name in `env:`) is refused: by default the
@@ -211,7 +217,8 @@ impl<'r> Checker<'r> {
             .collect()
     }
 
-    /// A problem for each key of `map` not in `allowed`.
+    /// A problem for each key of `map` not in `allowed` (a `sha256:` beside a local `path:`
+    /// says local files are pinned without one).
     pub(super) fn unknown_keys(&mut self, map: &MarkedMappingNode, field: &str, allowed: &[&str]) {
         for key in map.keys() {
             if !allowed.contains(&key.as_str()) {
@@ -223,10 +230,19 @@ impl<'r> Checker<'r> {
                 let hint = did_you_mean(key.as_str(), allowed)
                     .map(|k| format!("; did you mean `{k}`?"))
                     .unwrap_or_default();
+                // A pin on a local entry: there is nothing to write, say why.
+                let local_pin = if key.as_str() == "sha256" && allowed.contains(&"path") {
+                    format!("; {LOCAL_PINNED}: remove `sha256:`")
+                } else {
+                    String::new()
+                };
                 self.problem(
                     scalar_location(key),
                     format!("{prefix}{}", key.as_str()),
-                    format!("unknown key{hint} (allowed: {})", allowed.join(", ")),
+                    format!(
+                        "unknown key{hint} (allowed: {}){local_pin}",
+                        allowed.join(", ")
+                    ),
                 );
             }
         }

@@ -5,12 +5,30 @@
 
 use pitcrew_e2e::model_server::{example_script, ModelServer, EXAMPLE_PORT};
 
+/// What `scripted-model --help` prints.
+const USAGE: &str = "\
+Usage: scripted-model [PORT]
+
+The scripted model server of pitcrew's tests, for the offline examples (examples/pi,
+examples/claude): OpenAI chat completions for pi and Anthropic Messages for Claude Code on
+127.0.0.1:PORT (default 8377, the port the examples name). Each iteration's first request gets a
+tool call, the next the tool's result as text. Runs until killed (Ctrl-C).
+
+Options:
+  -h, --help  Print this help
+";
+
 fn main() -> std::process::ExitCode {
-    let port = match std::env::args().nth(1).map(|p| p.parse::<u16>()) {
+    let arg = std::env::args().nth(1);
+    if matches!(arg.as_deref(), Some("-h" | "--help")) {
+        print!("{USAGE}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    let port = match arg.map(|p| p.parse::<u16>()) {
         None => EXAMPLE_PORT,
         Some(Ok(port)) => port,
         Some(Err(e)) => {
-            eprintln!("scripted-model: PORT: {e}");
+            eprintln!("scripted-model: PORT: {e} (a port number; --help says more)");
             return std::process::ExitCode::from(2);
         }
     };

@@ -351,16 +351,22 @@ pub(super) fn drive(
             }
             // Ctrl-C, or `pitcrew cancel --all`: the run ends with this iteration, unvalidated.
             let cancelled = interrupted() || outcome.run_stopped;
+            // Named by the supervisor's number (a kept sandbox's count goes on across runs), as
+            // every line of the iteration is.
+            let iteration = outcome.iteration;
             if outcome.run_stopped {
                 progress.line(&format!(
-                    "iteration {n}: the run was stopped by the host (`pitcrew cancel --all`)"
+                    "iteration {iteration}: the run was stopped by the host (`pitcrew cancel --all`)"
                 ));
             }
             if !cancelled {
                 if let Some(argv) = &h.validation {
                     let v = validation::run(argv, h, engine, id, &layout.root, &dest)?;
                     row.validation_exit = Some(v.code);
-                    progress.line(&format!("iteration {n}: validation exited {}", v.code));
+                    progress.line(&format!(
+                        "iteration {iteration}: validation exited {}",
+                        v.code
+                    ));
                     validation_passed = v.code == 0;
                     feedback = (h.feedback.is_some() && !validation_passed)
                         .then(|| validation::feedback(argv, &v));
@@ -378,7 +384,7 @@ pub(super) fn drive(
             }
             if let Some(why) = repeats.filter(|_| n < total) {
                 progress.line(&format!(
-                    "stopping after iteration {n}: {why}; every further iteration would fail the \
+                    "stopping after iteration {iteration}: {why}; every further iteration would fail the \
                      same way"
                 ));
                 stopped = Stopped::Repeating;

@@ -18,9 +18,13 @@ const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses `--lease`: a duration from 1 s to 24 h (`90`, `90s`, `15m`, `2h`).
 pub(super) fn parse_lease(s: &str) -> Result<Duration, String> {
-    let lease = pitcrew_core::harness::parse_duration_at_most(s, MAX_LEASE)?;
+    let lease = pitcrew_core::harness::parse_duration_at_most(s, MAX_LEASE)
+        .map_err(|e| format!("{e}; the lease is from 1s to 24h"))?;
     if lease < Duration::from_secs(1) {
-        return Err(format!("{s:?}: a lease is from 1s to 24h"));
+        return Err(format!(
+            "{s:?}: the lease is how long the sandbox waits without word from this pitcrew run \
+             before it orphans the run (for `pitcrew run --resume`); it is from 1s to 24h"
+        ));
     }
     Ok(lease)
 }
@@ -75,5 +79,17 @@ mod tests {
         for bad in ["500ms", "25h", "soon"] {
             assert!(parse_lease(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_lease_too_short_says_what_the_lease_is_not_a_timeout() {
+        for short in ["0s", "0", "500ms"] {
+            let err = parse_lease(short).unwrap_err();
+            assert!(err.contains("how long the sandbox waits"), "{short}: {err}");
+            assert!(err.contains("from 1s to 24h"), "{short}: {err}");
+            assert!(!err.contains("timeout"), "{short}: {err}");
+        }
+        let err = parse_lease("25h").unwrap_err();
+        assert!(err.contains("from 1s to 24h"), "{err}");
     }
 }

@@ -100,6 +100,14 @@ impl Checker<'_> {
             .as_deref()
             .map(|s| parse_duration_at_most(s, MAX_TIMEOUT))
         {
+            Some(Ok(d)) if d.is_zero() => {
+                self.problem(
+                    location(n),
+                    "timeout",
+                    "a timeout of zero would kill the agent at once".to_string(),
+                );
+                Duration::from_secs(1)
+            }
             Some(Ok(d)) => d,
             Some(Err(e)) => {
                 self.problem(location(n), "timeout", e);
