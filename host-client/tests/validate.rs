@@ -575,3 +575,46 @@ fn processes_sets_the_agents_process_limit_and_is_checked() {
         );
     }
 }
+
+#[test]
+fn lock_takes_json_too() {
+    let dir = fixture();
+    let root = dir.path();
+    write(
+        root,
+        "harness.yaml",
+        "runtime: command\ncommand: [/bin/true]\nworkdir: workspace\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("lock")
+        .arg(root.join("harness.yaml"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], true, "{doc:#}");
+    assert_eq!(doc["lock_file"], Value::Null, "{doc:#}");
+    assert_eq!(doc["entries"], 0, "{doc:#}");
+    assert!(doc["problems"].as_array().unwrap().is_empty(), "{doc:#}");
+    // A harness with a problem: the same document, `ok: false`, exit 1.
+    write(
+        root,
+        "harness.yaml",
+        "runtime: command\ncommand: [/bin/true]\nworkdir: nope\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
+        .arg("lock")
+        .arg(root.join("harness.yaml"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false, "{doc:#}");
+    assert_eq!(doc["problems"][0]["field"], "workdir", "{doc:#}");
+}

@@ -325,6 +325,16 @@ fn a_stopped_sandbox_holding_uncollected_records_goes_with_collect_then_down() {
     );
     let dir = fx.sandbox_dir(&id);
     assert!(dir.exists());
+    // `ps` says why it is still there and what removes it.
+    let listed = fx.ps();
+    assert_eq!(listed[0]["state"], "stopped", "{listed:#?}");
+    let note = listed[0]["detail"]["state_detail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        note.contains(&format!("pitcrew collect {id}, then pitcrew down {id}")),
+        "{listed:#?}"
+    );
     // `collect` reads each record from the storage and says the sandbox was stopped: it did not
     // die.
     let into = fx.root.join("collected");
@@ -855,6 +865,13 @@ fn prune_takes_down_an_orphan_and_leaves_a_kept_sandbox() {
     assert!(said.contains("but did not remove it: "), "{said}");
     assert!(said.contains("is kept"), "{said}");
     assert!(!said.contains("pruned"), "{said}");
+    // The same as JSON: one entry per sandbox, its outcome named.
+    let out = fx.output(&["prune", "--engine", "local", "--dry-run", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed[0]["sandbox"], orphan.as_str(), "{listed:#}");
+    assert_eq!(listed[0]["outcome"], "would-prune", "{listed:#}");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
     assert!(!said.contains(&kept), "{said}");
     let out = fx.output(&["prune", "--engine", "local", "--force"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

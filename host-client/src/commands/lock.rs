@@ -1,4 +1,4 @@
-//! `pitcrew lock HARNESS [--refresh]`: fetches every remote entry of a harness into the cache,
+//! `pitcrew lock HARNESS [--refresh] [--json]`: fetches every remote entry of a harness into the cache,
 //! verifies each against its pin and writes the lock file (`<harness>.lock`) that `validate`,
 //! `run` and `batch` then resolve from offline.
 
@@ -18,6 +18,10 @@ pub struct LockArgs {
     /// Fetch every remote entry again, even those the cache holds.
     #[arg(long)]
     pub refresh: bool,
+    /// Print what was fetched, the lock file written and the harness's problems and notes as
+    /// JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `pitcrew lock`: exit 0 when every remote entry was resolved and the harness is clean,
@@ -32,7 +36,7 @@ pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let file = args.harness.display().to_string();
     // What was done, said on stdout: a closed stdout does not stop the lock file's write.
     let say = |text: String| {
-        if !quiet {
+        if !quiet && !args.json {
             let _ = outln!("{}", escape_controls(&text));
         }
     };
@@ -43,6 +47,7 @@ pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         say(format!("{file}:{note} (note)"));
     }
     let lock_path = remote::lock_path(&args.harness);
+    let mut written = None;
     if sources.failures == 0 && sources.resolved() > 0 {
         let lock = sources.lock(&args.harness);
         crate::remote::write_lock(&lock_path, &lock).map_err(anyhow::Error::msg)?;
@@ -52,8 +57,28 @@ pub fn run(args: &LockArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             lock.entries.len(),
             if lock.entries.len() == 1 { "" } else { "s" }
         ));
+        written = Some(lock.entries.len());
     } else if sources.failures == 0 {
         say(format!("{file}: no remote sources: nothing to lock"));
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "harness": file,
+            "ok": validated.is_ok(),
+            "fetched": sources.fetched.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "lock_file": written.map(|_| lock_path.display().to_string()),
+            "entries": written.unwrap_or(0),
+            "unresolved": sources.failures,
+            "problems": validated.problems,
+            "notes": validated.notes,
+        });
+        // A closed stdout ends the printing only: the lock file is written.
+        let _ = outln!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(if validated.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
     if validated.is_ok() {
         Ok(ExitCode::SUCCESS)

@@ -3,8 +3,8 @@
 //! sandbox `stopped` or `stale`, an exited container). Kept and in-run sandboxes are left
 //! alone, and so is a local one whose pid cannot be shown to be the sandbox's (`unverified`).
 //! Each is taken down as `down` would: one holding records the host never collected keeps its
-//! state (and says so) unless `--force`. Every sandbox pruned is listed; `--dry-run` lists
-//! them and changes nothing.
+//! state (and says so) unless `--force`. Every sandbox pruned is listed (with `--json` as an
+//! array); `--dry-run` lists them and changes nothing.
 
 use super::ps::list_sandboxes;
 use crate::engine::{EngineArgs, SandboxEntry, SandboxId};
@@ -24,6 +24,10 @@ pub struct PruneArgs {
     /// Also delete the state of sandboxes holding records the host never collected.
     #[arg(long)]
     pub force: bool,
+    /// Print one entry per sandbox as a JSON array (`sandbox`, `engine`, `state`, `why`,
+    /// `outcome`: `would-prune`, `pruned`, `kept` or `failed`, and `warning` or `error`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Why `s` is pruned, when it is: nobody drives it any more. `stopped` and `stale` are the
@@ -38,57 +42,90 @@ pub fn prunable(s: &SandboxEntry) -> Option<&'static str> {
     }
 }
 
+/// What became of one sandbox `prune` took (or, with `--dry-run`, would take) down.
+#[derive(Debug, serde::Serialize)]
+struct Pruned {
+    sandbox: String,
+    engine: String,
+    state: String,
+    why: &'static str,
+    /// `would-prune`, `pruned` (stopped and removed), `kept` (stopped, its state kept) or
+    /// `failed`.
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl Pruned {
+    /// The line `prune` prints for it (unescaped).
+    fn line(&self) -> String {
+        let what = format!(
+            "{} ({}, {}: {})",
+            self.sandbox, self.engine, self.state, self.why
+        );
+        let warning = self.warning.as_deref().unwrap_or_default();
+        match (self.outcome, &self.warning) {
+            ("would-prune", _) => format!("would prune {what}"),
+            // Stopped, but what it holds keeps it: said as such, not as pruned.
+            ("kept", _) => format!("stopped {what} but did not remove it: {warning}"),
+            (_, Some(_)) => format!("pruned {what}: removed; {warning}"),
+            _ => format!("pruned {what}: removed"),
+        }
+    }
+}
+
 /// Runs `pitcrew prune`: exit 0 when every pruned sandbox was taken down (or none was found),
 /// 1 when one could not be.
 pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
     let (list, _) = list_sandboxes(&args.engine)?;
-    let mut failed = false;
-    let mut pruned = 0;
+    let mut done = Vec::new();
     for s in &list {
         let Some(why) = prunable(s) else { continue };
-        pruned += 1;
         let id = SandboxId(s.id.clone());
-        let shown = escape_controls(&s.id);
-        if args.dry_run {
-            outln!("would prune {shown} ({}, {}: {why})", s.engine, s.state)?;
-            continue;
-        }
-        let taken = args.engine.engine_for(&id).and_then(|engine| {
-            crate::engine::stop_keeping_records(&*engine, &id, false, args.force)
-        });
-        // Said on stdout; a closed stdout does not stop the pruning (pitcrew exits 141 at
-        // its end).
-        let _ = match taken {
-            // Stopped, but what it holds keeps it: said as such, not as pruned.
-            Ok(outcome) if outcome.state_kept => outln!(
-                "stopped {shown} ({}, {}: {why}) but did not remove it: {}",
-                s.engine,
-                s.state,
-                escape_controls(outcome.warning.as_deref().unwrap_or_default())
-            ),
-            Ok(outcome) => match &outcome.warning {
-                Some(warning) => outln!(
-                    "pruned {shown} ({}, {}: {why}): removed; {}",
-                    s.engine,
-                    s.state,
-                    escape_controls(warning)
-                ),
-                None => outln!("pruned {shown} ({}, {}: {why}): removed", s.engine, s.state),
-            },
-            Err(err) => {
-                failed = true;
-                errln!(
-                    "pitcrew: prune {shown}: {}",
-                    escape_controls(&format!("{err:#}"))
-                );
-                Ok(())
-            }
+        let mut entry = Pruned {
+            sandbox: s.id.clone(),
+            engine: s.engine.clone(),
+            state: s.state.clone(),
+            why,
+            outcome: "would-prune",
+            warning: None,
+            error: None,
         };
+        if !args.dry_run {
+            let taken = args.engine.engine_for(&id).and_then(|engine| {
+                crate::engine::stop_keeping_records(&*engine, &id, false, args.force)
+            });
+            match taken {
+                Ok(outcome) => {
+                    entry.outcome = if outcome.state_kept { "kept" } else { "pruned" };
+                    entry.warning = outcome.warning;
+                }
+                Err(err) => {
+                    entry.outcome = "failed";
+                    entry.error = Some(format!("{err:#}"));
+                    errln!(
+                        "pitcrew: prune {}: {}",
+                        escape_controls(&s.id),
+                        escape_controls(&format!("{err:#}"))
+                    );
+                }
+            }
+        }
+        // Said on stdout as each is done; a closed stdout does not stop the pruning (pitcrew
+        // exits 141 at its end).
+        if !args.json && entry.outcome != "failed" {
+            let _ = outln!("{}", escape_controls(&entry.line()));
+        }
+        done.push(entry);
     }
-    if pruned == 0 {
+    if args.json {
+        let _ = outln!("{}", serde_json::to_string_pretty(&done)?);
+    } else if done.is_empty() {
         outln!("nothing to prune")?;
     }
-    Ok(if failed {
+    Ok(if done.iter().any(|e| e.outcome == "failed") {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

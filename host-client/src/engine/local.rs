@@ -625,6 +625,20 @@ impl Engine for LocalEngine {
         v["state"] = identity.state().into();
         if let Some(why) = identity.warning(rec.pid) {
             v["state_detail"] = why.into();
+        } else if matches!(identity, Identity::Gone) {
+            // What kept it, and what removes it.
+            v["state_detail"] = if self.dir(id).join(STOPPED_FILE).exists() {
+                format!(
+                    "stopped with its state kept for records not collected; pitcrew collect {id}, \
+                     then pitcrew down {id}"
+                )
+            } else {
+                format!(
+                    "its supervisor exited unasked (its log: supervisor.log); pitcrew collect \
+                     {id}, pitcrew down {id} (--force to delete its records)"
+                )
+            }
+            .into();
         }
         v["state_dir"] = self.dir(id).to_string_lossy().into_owned().into();
         Ok(v)
