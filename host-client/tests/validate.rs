@@ -352,6 +352,12 @@ fn runtime_and_shape_rules() {
             "adapters[0].path",
             "does not exist (",
         ),
+        (
+            "runtime: command\ncommand: [/bin/true]\nadapters:\n  - path: adapters/hooks.js\n    sha256: abc\n    role: config\n",
+            5,
+            "adapters[0].sha256",
+            "a local path is pinned automatically",
+        ),
         ("runtime: command\ncommand: [/bin/true]\nvalidation: make test\n", 3, "validation", "argv list"),
     ];
     for (harness, line, field, needle) in cases {
