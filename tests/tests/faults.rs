@@ -303,7 +303,12 @@ fn a_stopped_sandbox_holding_uncollected_records_goes_with_collect_then_down() {
         .spawn()
         .unwrap();
     let id = fx.wait_sandbox();
-    fx.wait_first_record();
+    // Killed once iteration 2 has started: the host never collects it.
+    let second = fx.sandbox_dir(&id).join("records/iteration-2");
+    assert!(
+        busy_wait(Duration::from_secs(30), || second.exists()),
+        "iteration 2 never started"
+    );
     run.kill().unwrap();
     run.wait().unwrap();
     assert!(
@@ -332,7 +337,9 @@ fn a_stopped_sandbox_holding_uncollected_records_goes_with_collect_then_down() {
         .as_str()
         .unwrap_or_default();
     assert!(
-        note.contains(&format!("pitcrew collect {id}, then pitcrew down {id}")),
+        note.contains(&format!(
+            "pitcrew collect {id} fetches its records, then pitcrew down {id} removes it"
+        )),
         "{listed:#?}"
     );
     // `collect` reads each record from the storage and says the sandbox was stopped: it did not

@@ -36,7 +36,6 @@
 //! shows such a sandbox as `stale`.
 
 use super::process::{self, Identity};
-
 use super::rootless::{self, RootlessPlan};
 use super::stored;
 use super::{is_root, Connection, Engine, SandboxEntry, SandboxId, SandboxSpec, StopOutcome};
@@ -629,8 +628,8 @@ impl Engine for LocalEngine {
             // What kept it, and what removes it.
             v["state_detail"] = if self.dir(id).join(STOPPED_FILE).exists() {
                 format!(
-                    "stopped with its state kept for records not collected; pitcrew collect {id}, \
-                     then pitcrew down {id}"
+                    "stopped by down or prune with its state kept; pitcrew collect {id} fetches \
+                     its records, then pitcrew down {id} removes it"
                 )
             } else {
                 format!(
