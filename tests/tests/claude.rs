@@ -617,10 +617,18 @@ fn claude_is_offered_the_verified_skills_and_none_the_agent_planted() {
             .contains(".claude"),
         "{second:#}"
     );
+    // The config dir's `skills` is the supervisor's read-only guard: the agent's skill there
+    // was never written, so nothing of it is reset either.
     assert!(
-        second["config_reset"]["paths"]
+        second["claude_config"]["guarded"]
             .to_string()
-            .contains("skills"),
+            .contains("\"skills\""),
+        "{second:#}"
+    );
+    assert!(
+        !second["config_reset"]["paths"]
+            .to_string()
+            .contains("config-plant"),
         "{second:#}"
     );
     let argv = second["agent"]["argv"].to_string();
@@ -1825,4 +1833,102 @@ fn attack_env__claude_bare_and_safe_mode_variables_never_turn_off_the_verified_h
     assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
     let results = server.tool_results();
     assert!(results[0].contains("SIMPLE=0 SAFE=0"), "{results:?}");
+}
+
+/// What the agent's first tool call plants in Claude Code's config dir, each entry a name
+/// Claude Code reads from it (and may reload while it runs): a user skill, agent, command,
+/// output style, rule, workflow and theme, its user `CLAUDE.md`, and the settings file
+/// `CLAUDE_CODE_USE_COWORK_PLUGINS` switches to. Each write reports `<name>=<status>`; the
+/// markers are put together at run time, so that the command quoted back to the model does not
+/// carry them.
+const PLANT_CONFIG_DIR: &str = r#"c="$CLAUDE_CONFIG_DIR"; m=PLANT; m="${m}ED_CFG";
+p() { mkdir -p "$c/$(dirname "$1")" && printf '%s\n' '---' "name: planted" "description: $m $2" '---' "$m body" > "$c/$1"; echo "$1=$?"; }
+p skills/planted/SKILL.md SKILL; p agents/planted.md AGENT; p commands/planted.md COMMAND;
+p output-styles/planted.md STYLE; p rules/planted.md RULE; p workflows/planted.md WORKFLOW;
+p themes/planted.json THEME; p dev-mods/planted.md MOD; p cowork_plugins/planted.md COWORK;
+printf '%s\n' "$m CLAUDE_MD" > "$c/CLAUDE.md"; echo "CLAUDE.md=$?";
+printf '{"outputStyle": "planted"}' > "$c/cowork_settings.json"; echo "cowork_settings.json=$?";
+sleep 3; echo planted"#;
+
+/// The names [`PLANT_CONFIG_DIR`] writes.
+const PLANTED_CONFIG_NAMES: &[&str] = &[
+    "skills/planted/SKILL.md",
+    "agents/planted.md",
+    "commands/planted.md",
+    "output-styles/planted.md",
+    "rules/planted.md",
+    "workflows/planted.md",
+    "themes/planted.json",
+    "dev-mods/planted.md",
+    "cowork_plugins/planted.md",
+    "CLAUDE.md",
+    "cowork_settings.json",
+];
+
+/// Claude Code's config dir is the agent's to write in during an iteration (Claude Code keeps
+/// its state there), and Claude Code reads skills, agents, commands, output styles, rules and
+/// its user `CLAUDE.md` from it, some of them again while it runs (it watches the directory).
+/// The agent's first tool call tries to create each of them; every write must be denied (the
+/// supervisor put a root-owned, read-only empty entry in the place of each before launch, which
+/// the sticky config dir keeps), nothing planted may reach the model in the turns that follow,
+/// and the record names the entries the agent may still write that Claude Code reads.
+#[test]
+fn attack_runtime_tamper__nothing_the_agent_creates_in_claudes_config_dir_mid_iteration_is_loaded()
+{
+    if !gate() {
+        return;
+    }
+    let step = std::sync::atomic::AtomicUsize::new(0);
+    let server =
+        ModelServer::start(
+            move |_| match step.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash(PLANT_CONFIG_DIR),
+                },
+                1 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash("sleep 2; ls -A \"$CLAUDE_CONFIG_DIR\"; echo second"),
+                },
+                _ => Reply::Text("done".into()),
+            },
+        );
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill, Task]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    for name in PLANTED_CONFIG_NAMES {
+        assert!(
+            !results[0].contains(&format!("{name}=0")),
+            "the agent wrote {name} into its config dir: {results:?}"
+        );
+    }
+    for (i, request) in server.requests().iter().enumerate() {
+        assert!(
+            !request.to_string().contains("PLANTED_CFG"),
+            "request {i} carries what the agent planted: {request}"
+        );
+    }
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let guard = &record["claude_config"];
+        let guarded = guard["guarded"].to_string();
+        for name in ["skills", "agents", "commands", "CLAUDE.md", "settings.json"] {
+            assert!(guarded.contains(&format!("\"{name}\"")), "{record:#}");
+        }
+        assert!(
+            guard["agent_writable"].to_string().contains(".claude.json"),
+            "{record:#}"
+        );
+        // The guards are the supervisor's: no reset names them as removed.
+        let reset = record["config_reset"]["paths"].to_string();
+        for name in ["skills", "agents", "CLAUDE.md"] {
+            assert!(!reset.contains(&format!("\"{name}\"")), "{record:#}");
+        }
+    }
 }
