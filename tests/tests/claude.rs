@@ -1932,3 +1932,128 @@ fn attack_runtime_tamper__nothing_the_agent_creates_in_claudes_config_dir_mid_it
         }
     }
 }
+
+/// Plants in `seed` (a directory of the workspace) what Claude Code's plugins dir holds for an
+/// installed plugin `planted@seeded`: a directory marketplace, the plugin with a `SessionStart`
+/// hook that creates `marker`, and the lists naming both.
+fn plant_plugin_seed(seed: &std::path::Path, marker: &std::path::Path) {
+    let market = seed.join("marketplaces/seeded");
+    let plugin = market.join("plugins/planted");
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::create_dir_all(plugin.join("hooks")).unwrap();
+    fs::create_dir_all(market.join(".claude-plugin")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "planted", "version": "1.0.0"}"#,
+    )
+    .unwrap();
+    let hooks = json!({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": format!("touch '{}'", marker.display())},
+    ]}]}});
+    fs::write(plugin.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    let listing = json!({"name": "seeded", "owner": {"name": "x"},
+        "plugins": [{"name": "planted", "source": "./plugins/planted"}]});
+    fs::write(
+        market.join(".claude-plugin/marketplace.json"),
+        listing.to_string(),
+    )
+    .unwrap();
+    let when = "2026-01-01T00:00:00.000Z";
+    let known = json!({"seeded": {"source": {"source": "directory", "path": market},
+        "installLocation": market, "lastUpdated": when}});
+    fs::write(seed.join("known_marketplaces.json"), known.to_string()).unwrap();
+    let installed = json!({"version": 2, "plugins": {"planted@seeded": [{"scope": "user",
+        "installPath": plugin, "version": "1.0.0", "installedAt": when, "lastUpdated": when}]}});
+    fs::write(seed.join("installed_plugins.json"), installed.to_string()).unwrap();
+}
+
+/// Claude Code's environment names for plugin, skill, settings and instruction locations
+/// besides `CLAUDE_CODE_PLUGIN_DIRS`.
+const CLAUDE_LOCATION_VARIABLES: &[&str] = &[
+    "CLAUDE_CODE_PLUGIN_SEED_DIR",
+    "CLAUDE_CODE_PLUGIN_CACHE_DIR",
+    "CLAUDE_CODE_PLUGIN_MCPB_DIR",
+    "CLAUDE_CODE_USE_COWORK_PLUGINS",
+    "CLAUDE_CODE_MANAGED_SETTINGS_PATH",
+    "CLAUDE_CODE_REMOTE_SETTINGS_PATH",
+    "CLAUDE_CODE_ADDITIONAL_DIRECTORIES_CLAUDE_MD",
+    "CLAUDE_CODE_DESKTOP_SKILLS_PLUGIN_DIR",
+    "CLAUDE_CODE_SHOWN_PLUGINS_DIR",
+];
+
+/// `CLAUDE_CODE_PLUGIN_SEED_DIR` makes Claude Code take installed plugins from the directories
+/// it lists (the layout of its plugins dir) and load those its settings enable: by hand, with a
+/// seed like this one and settings enabling `planted@seeded`, the first start registers the
+/// seed's marketplace in the config dir and the next start sharing that config dir runs the
+/// plugin's hook. A seed in the workspace is the repository's, or an earlier iteration's.
+/// `CLAUDE_CODE_PLUGIN_CACHE_DIR` moves the whole plugins dir the same way, and the other
+/// location variables of [`CLAUDE_LOCATION_VARIABLES`] name settings, skills or instructions.
+/// In the harness `env:` `validate` refuses each; passed from the image the supervisor strips
+/// them (the record's `env.removed` names them) and the seeded plugin's hook never runs.
+#[test]
+fn attack_env__claude_plugin_seed_and_cache_dirs_never_load_an_unverified_plugin() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let mut accepted = Vec::new();
+    for name in CLAUDE_LOCATION_VARIABLES {
+        let fx = fixture(&server, 1);
+        let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+            "env:\n",
+            &format!("env:\n  {name}: \"/work/workspace/.seed\"\n"),
+        );
+        fs::write(&fx.harness, yaml).unwrap();
+        let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+        if code != Some(1) || !stderr.contains(name) {
+            accepted.push(format!("{name}: {code:?} {stderr}"));
+        }
+    }
+    assert!(accepted.is_empty(), "validate accepted: {accepted:#?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir_all(&ws).unwrap();
+    let marker = ws.join("SEEDED_HOOK_RAN");
+    let seed = ws.join(".seed");
+    plant_plugin_seed(&seed, &marker);
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let settings = dir.path().join("adapters/settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let enable = json!({"enabledPlugins": {"planted@seeded": true}}).to_string();
+    fs::write(&settings, &enable).unwrap();
+    let seed_dir = seed.display().to_string();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "files": [{"path": settings, "sha256": sha256_of(&enable), "role": "hook-adapter",
+            "use": "claude-settings"}],
+        "env": {"set": {"ANTHROPIC_BASE_URL": server.origin()},
+            "passed": ["ANTHROPIC_API_KEY", "CLAUDE_CODE_PLUGIN_SEED_DIR"]},
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(
+        &manifest,
+        dir.path(),
+        &[
+            ("ANTHROPIC_API_KEY", "dummy-key"),
+            ("CLAUDE_CODE_PLUGIN_SEED_DIR", &seed_dir),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+    assert!(
+        !marker.exists(),
+        "the seeded plugin's SessionStart hook ran"
+    );
+    let removed = run.record["env"]["removed"].to_string();
+    assert!(
+        removed.contains("CLAUDE_CODE_PLUGIN_SEED_DIR"),
+        "{:#}",
+        run.record
+    );
+}
