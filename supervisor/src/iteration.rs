@@ -459,6 +459,7 @@ fn environment_step(
     })?;
     record.env.removed = env.removed.clone();
     record.env.dotenv_refused = env.dotenv_refused.clone();
+    record.env.path_dropped = env.path_dropped.clone();
     record.env.layers = env
         .layers
         .iter()

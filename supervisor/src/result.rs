@@ -297,6 +297,10 @@ pub struct EnvRecord {
     /// environment was not built.
     #[serde(default)]
     pub layers: std::collections::BTreeMap<String, String>,
+    /// Entries of the `PATH` a layer gave that the agent's `PATH` does not keep: empty,
+    /// relative, or in a directory of the agent's (absent when none was dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_dropped: Vec<String>,
 }
 
 /// Confinement as confirmed by the child just before exec.

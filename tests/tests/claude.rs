@@ -2057,3 +2057,59 @@ fn attack_env__claude_plugin_seed_and_cache_dirs_never_load_an_unverified_plugin
         run.record
     );
 }
+
+/// What the agent plants in the workspace in the first iteration: a `grep` that always fails,
+/// in `bin/` and in the workspace itself.
+const PLANT_GREP: &str =
+    "mkdir -p bin; printf '#!/bin/sh\\nexit 1\\n' > bin/grep; cp bin/grep grep; \
+                          chmod 755 bin/grep grep; echo planted";
+
+/// The second iteration's call, which the verified hook must block.
+const FORBIDDEN_CALL: &str = "mkdir -p output; echo FORBIDDEN > output/proof; echo ran";
+
+/// The operator's `PATH` (which the local engine hands the sandbox as its baseline) holds a
+/// relative entry `bin` and an empty one (the current directory), as some shells' do. Claude
+/// Code runs a verified hook in the workspace, so such an entry would make the hook run what
+/// the agent planted there in an earlier iteration: a `grep` that never matches, and the hook
+/// that blocks a `FORBIDDEN` call with `grep` would block nothing. The supervisor keeps only
+/// absolute entries outside the agent's own directories, and the record names what it dropped.
+#[test]
+fn attack_env__a_relative_path_entry_never_makes_a_verified_hook_run_what_the_agent_planted() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_GREP, FORBIDDEN_CALL],
+        bash,
+    ));
+    let fx = forbidden_call_fixture(&server, "");
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("iterations: 1", "iterations: 2");
+    fs::write(&fx.harness, yaml).unwrap();
+    let path = format!("bin::{}", std::env::var("PATH").unwrap_or_default());
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", "dummy-key"), ("PATH", &path)],
+    );
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{code:?} {results:?}\n{doc:#}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        !iteration_dir(&doc, 2).join("output/proof").exists(),
+        "the verified hook ran the agent's grep: {results:?}"
+    );
+    assert!(
+        results[1].contains("blocked by the verified hook"),
+        "{results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let dropped = record["env"]["path_dropped"].to_string();
+    assert!(
+        dropped.contains("\"bin\"") && dropped.contains("\"\""),
+        "{record:#}"
+    );
+}
