@@ -1,99 +1,257 @@
-//! Claude Code's user settings file (`$CLAUDE_CONFIG_DIR/settings.json`) is never the agent's
-//! to write.
+//! Claude Code's config dir holds nothing the agent can make it load during an iteration.
 //!
 //! Claude Code reloads its user settings as the file changes, in the iteration that changes it,
 //! and applies their `env` block to its own environment, the one every hook it runs later
 //! inherits: `CLAUDE_CODE_SIMPLE=1` turns the verified plugins' and the `--settings` hooks off,
 //! `CLAUDE_CODE_SAFE_MODE=1` the plugins', and a `PATH` of the agent's makes a verified hook run
-//! the agent's programs. No source above the user's can pin every name a hook's processes read,
-//! so the agent must not be able to write the file at all. Before each launch of Claude Code,
-//! after the config dir was reset and with nothing of the agent running ([`protect`]):
+//! the agent's programs. It also reads user skills, agents, commands, output styles, rules,
+//! workflows and its user `CLAUDE.md` from the config dir, and watches the directory while it
+//! runs. No source above the user's can pin all of it, so the agent must not be able to create
+//! any of these names at all. Before each launch of Claude Code, after the config dir was reset
+//! and with nothing of the agent running ([`protect`]):
 //!
 //! - the config dir is root's, group the agent's, mode `1770`: the agent still creates and
 //!   replaces its own entries there (Claude Code keeps its state in it), but the sticky bit keeps
-//!   it from removing or renaming root's: the user settings file and the pinned files;
-//! - a `settings.json` the harness does not pin is made root's, read-only, holding `{}`
-//!   ([`GUARD`]), so the agent cannot create its own in its place.
+//!   it from removing or renaming root's: the guards and the pinned files;
+//! - each name of [`GUARDED`] that the harness does not pin gets a root-owned, read-only guard
+//!   in its place: for the two user settings files a file holding `{}` ([`GUARD`]), for every
+//!   other name an empty directory (mode `0555`), which Claude Code reads as no skills, no
+//!   agents, … and, where it expects a file, as no file. A pinned name's directory is made
+//!   root's and not writable by the agent's group or others;
+//! - the names Claude Code reads there that it also writes itself stay the agent's to write
+//!   ([`AGENT_WRITABLE`]); every record names both lists ([`ClaudeConfigRecord`]).
 //!
-//! The next reset keeps that file (it is recognised by owner, kind and content:
-//! [`guard_present`]) so that no iteration's record names it as removed. A supervisor that is
+//! The next reset keeps the guards (each is recognised by owner, kind and content:
+//! [`guards_present`]) so that no iteration's record names them as removed. A supervisor that is
 //! not root (unprivileged mode) cannot own a file the agent cannot replace and leaves all this
-//! alone.
+//! alone; its record names nothing as guarded.
 
 use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
 use crate::sandbox::nofollow;
 use rustix::fs::{Mode, OFlags};
+use serde::{Deserialize, Serialize};
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsFd as _, BorrowedFd};
-use std::path::Path;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
-/// The content of the user settings file the supervisor puts in the config dir: no settings.
+/// The content of the user settings files the supervisor puts in the config dir: no settings.
 pub const GUARD: &[u8] = b"{}\n";
 
 /// The name of Claude Code's user settings file in its config dir.
 pub const USER_SETTINGS: &str = "settings.json";
 
+/// What the supervisor puts in place of a name of [`GUARDED`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// A root-owned regular file, mode `0444`, holding [`GUARD`].
+    Settings,
+    /// A root-owned empty directory, mode `0555`.
+    Empty,
+}
+
+/// The names Claude Code reads from its config dir and never needs to write in a run under
+/// pitcrew, each with the guard put in its place when the harness pins nothing there. The list
+/// is the release's own: the entries its sandbox denies writes to in the config dir, the
+/// settings files it loads, and every other name it was seen to read there (`strace` of a run).
+pub const GUARDED: &[(&str, Guard)] = &[
+    // User settings; `cowork_settings.json` is the file `CLAUDE_CODE_USE_COWORK_PLUGINS`
+    // switches to.
+    (USER_SETTINGS, Guard::Settings),
+    ("cowork_settings.json", Guard::Settings),
+    // Skills, agents, commands, output styles, workflows, themes, routines and hooks of the
+    // user scope.
+    ("skills", Guard::Empty),
+    ("agents", Guard::Empty),
+    ("commands", Guard::Empty),
+    ("output-styles", Guard::Empty),
+    ("workflows", Guard::Empty),
+    ("themes", Guard::Empty),
+    ("routines", Guard::Empty),
+    ("hooks", Guard::Empty),
+    // User memory: instructions in the system prompt.
+    ("CLAUDE.md", Guard::Empty),
+    ("rules", Guard::Empty),
+    ("loop.md", Guard::Empty),
+    // Plugins of another scope, development mods, the legacy global config (MCP servers),
+    // scheduled tasks, launch and daemon configuration, policy limits.
+    ("cowork_plugins", Guard::Empty),
+    ("dev-mods", Guard::Empty),
+    (".config.json", Guard::Empty),
+    ("scheduled_tasks.json", Guard::Empty),
+    ("launch.json", Guard::Empty),
+    ("daemon.json", Guard::Empty),
+    ("daemon", Guard::Empty),
+    ("policy-limits.json", Guard::Empty),
+];
+
+/// The names Claude Code reads from its config dir that it writes itself, so they stay the
+/// agent's to write during an iteration (the config reset removes them before the next one):
+/// its global config (`.claude.json`: MCP servers, per-project settings, read at startup), its
+/// credentials, installed plugins and their data, transcripts, the shell snapshots and session
+/// environment its Bash tool sources, and its caches and state.
+pub const AGENT_WRITABLE: &[&str] = &[
+    ".claude.json",
+    ".credentials.json",
+    "plugins",
+    "projects",
+    "sessions",
+    "session-env",
+    "shell-snapshots",
+    "backups",
+    "state",
+    "cache",
+    "plans",
+    "jobs",
+    "debug",
+];
+
 /// The mode of the config dir while Claude Code runs: root's, the agent's group may create
 /// entries, the sticky bit keeps root's entries root's.
 const CONFIG_DIR_MODE: u32 = 0o1770;
 
-/// Makes the config dir of a Claude Code `manifest` root's with the sticky bit and puts the
-/// read-only [`GUARD`] in place of a user settings file the harness does not pin (see the module
-/// docs). Nothing for another runtime or a supervisor that is not root. Errors name the path.
-pub fn protect(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<(), String> {
-    if manifest.runtime != Runtime::Claude || !nix::unistd::geteuid().is_root() {
-        return Ok(());
+/// The record's `claude_config`: what of Claude Code's config dir the agent could not write
+/// during the iteration, and what it could.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaudeConfigRecord {
+    /// Names of [`GUARDED`] that were root's and read-only to the agent: a guard or a pinned
+    /// entry (empty when the supervisor is not root).
+    pub guarded: Vec<String>,
+    /// Names Claude Code reads there that the agent could create or change while it ran
+    /// ([`AGENT_WRITABLE`], and every name of [`GUARDED`] left unguarded).
+    pub agent_writable: Vec<String>,
+}
+
+/// Makes the config dir of a Claude Code `manifest` root's with the sticky bit and puts a
+/// root-owned, read-only guard in place of each name of [`GUARDED`] the harness does not pin
+/// (see the module docs). Returns what the record names; `None` for another runtime. Errors
+/// name the path.
+pub fn protect(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+) -> Result<Option<ClaudeConfigRecord>, String> {
+    if manifest.runtime != Runtime::Claude {
+        return Ok(None);
+    }
+    let mut record = ClaudeConfigRecord {
+        guarded: Vec::new(),
+        agent_writable: AGENT_WRITABLE.iter().map(|n| n.to_string()).collect(),
+    };
+    if !nix::unistd::geteuid().is_root() {
+        record
+            .agent_writable
+            .extend(GUARDED.iter().map(|(n, _)| n.to_string()));
+        return Ok(Some(record));
     }
     let config = Path::new(&dirs.config);
     // The walk gives a path descriptor; the directory itself, opened through it, takes chown
     // and chmod.
-    let dir = rustix::fs::openat(
-        nofollow::open_dir(config)?,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{}: open: {e}", config.display()))?;
+    let dir = open_dir_at(nofollow::open_dir(config)?.as_fd(), ".", config)?;
     let gid = rustix::fs::Gid::from_raw_unchecked(manifest.user.gid);
     rustix::fs::fchown(&dir, Some(rustix::fs::Uid::ROOT), Some(gid))
         .map_err(|e| format!("{}: chown: {e}", config.display()))?;
     rustix::fs::fchmod(&dir, Mode::from_raw_mode(CONFIG_DIR_MODE))
         .map_err(|e| format!("{}: chmod: {e}", config.display()))?;
-    let settings = config.join(USER_SETTINGS);
+    for (name, guard) in GUARDED {
+        guard_one(manifest, dir.as_fd(), config, name, *guard)?;
+        record.guarded.push(name.to_string());
+    }
+    Ok(Some(record))
+}
+
+/// Puts `guard` in place of `name` in the config dir `dir` (at `config`), unless it is one
+/// already or the harness pins something there: a pinned directory is made root's and not
+/// writable by group or others, a pinned file is verification's.
+fn guard_one(
+    manifest: &Manifest,
+    dir: BorrowedFd<'_>,
+    config: &Path,
+    name: &str,
+    guard: Guard,
+) -> Result<(), String> {
+    let path = config.join(name);
     let pinned = manifest
         .files
         .iter()
-        .any(|f| Path::new(&f.path) == settings);
-    if pinned || is_guard(dir.as_fd()) {
+        .any(|f| Path::new(&f.path).starts_with(&path));
+    if pinned {
+        return match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st)
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Directory =>
+            {
+                let fd = open_dir_at(dir, name, &path)?;
+                rustix::fs::fchown(&fd, Some(rustix::fs::Uid::ROOT), None)
+                    .map_err(|e| format!("{}: chown: {e}", path.display()))?;
+                let mode = st.st_mode & 0o755;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| format!("{}: chmod: {e}", path.display()))
+            }
+            _ => Ok(()),
+        };
+    }
+    if is_guard(dir, name, guard) {
         return Ok(());
     }
-    let fd = rustix::fs::openat(
-        &dir,
-        USER_SETTINGS,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o444),
+    match guard {
+        Guard::Settings => {
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o444),
+            )
+            .map_err(|e| format!("{}: create: {e}", path.display()))?;
+            // The mode asked for is cut by the umask; the file is root's and read-only whatever
+            // it is.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o444))
+                .map_err(|e| format!("{}: chmod: {e}", path.display()))?;
+            std::fs::File::from(fd)
+                .write_all(GUARD)
+                .map_err(|e| format!("{}: write: {e}", path.display()))
+        }
+        Guard::Empty => {
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o555))
+                .map_err(|e| format!("{}: create: {e}", path.display()))?;
+            let fd = open_dir_at(dir, name, &path)?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o555))
+                .map_err(|e| format!("{}: chmod: {e}", path.display()))
+        }
+    }
+}
+
+fn open_dir_at(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<OwnedFd, String> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
     )
-    .map_err(|e| format!("{}: create: {e}", settings.display()))?;
-    // The mode asked for is cut by the umask; the file is root's and read-only whatever it is.
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o444))
-        .map_err(|e| format!("{}: chmod: {e}", settings.display()))?;
-    std::fs::File::from(fd)
-        .write_all(GUARD)
-        .map_err(|e| format!("{}: write: {e}", settings.display()))
+    .map_err(|e| format!("{}: open: {e}", path.display()))
 }
 
-/// Whether the config dir `config` holds the supervisor's [`GUARD`] as its user settings
-/// file: a regular file of root's with exactly that content (the agent can make no file of
-/// root's). False when anything is missing or unreadable.
-pub fn guard_present(config: &Path) -> bool {
-    nofollow::open_dir(config).is_ok_and(|dir| is_guard(dir.as_fd()))
+/// The names of [`GUARDED`] in the config dir `config` that hold the supervisor's guard: a
+/// regular file of root's holding exactly [`GUARD`], or an empty directory of root's, mode
+/// `0555` (the agent can make nothing of root's). Nothing when the directory cannot be opened.
+pub fn guards_present(config: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = nofollow::open_dir(config) else {
+        return Vec::new();
+    };
+    GUARDED
+        .iter()
+        .filter(|(name, guard)| is_guard(dir.as_fd(), name, *guard))
+        .map(|(name, _)| PathBuf::from(name))
+        .collect()
 }
 
-fn is_guard(dir: BorrowedFd<'_>) -> bool {
+fn is_guard(dir: BorrowedFd<'_>, name: &str, guard: Guard) -> bool {
+    let flags = match guard {
+        Guard::Settings => OFlags::RDONLY | OFlags::NONBLOCK,
+        Guard::Empty => OFlags::RDONLY | OFlags::DIRECTORY,
+    };
     let Ok(fd) = rustix::fs::openat(
         dir,
-        USER_SETTINGS,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     ) else {
         return false;
@@ -101,17 +259,27 @@ fn is_guard(dir: BorrowedFd<'_>) -> bool {
     let Ok(stat) = rustix::fs::fstat(&fd) else {
         return false;
     };
-    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile
-        || stat.st_uid != 0
-        || stat.st_size != GUARD.len() as i64
-    {
+    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    if stat.st_uid != 0 {
         return false;
     }
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd)
-        .take(GUARD.len() as u64 + 1)
-        .read_to_end(&mut bytes)
-        .is_ok_and(|_| bytes == GUARD)
+    match guard {
+        Guard::Settings => {
+            if kind != rustix::fs::FileType::RegularFile || stat.st_size != GUARD.len() as i64 {
+                return false;
+            }
+            let mut bytes = Vec::new();
+            std::fs::File::from(fd)
+                .take(GUARD.len() as u64 + 1)
+                .read_to_end(&mut bytes)
+                .is_ok_and(|_| bytes == GUARD)
+        }
+        Guard::Empty => {
+            kind == rustix::fs::FileType::Directory
+                && stat.st_mode & 0o7777 == 0o555
+                && crate::bounded_tree::entry_names(fd.as_fd()).is_ok_and(|n| n.is_empty())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -147,8 +315,8 @@ mod tests {
         let config = Path::new(&dirs.config);
         std::fs::create_dir(config).unwrap();
         std::os::unix::fs::chown(config, Some(65534), Some(65534)).unwrap();
-        assert!(!guard_present(config));
-        protect(&m, &dirs).unwrap();
+        assert!(guards_present(config).is_empty());
+        let record = protect(&m, &dirs).unwrap().unwrap();
         let meta = std::fs::metadata(config).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (0, 65534));
         assert_eq!(meta.permissions().mode() & 0o7777, CONFIG_DIR_MODE);
@@ -157,17 +325,70 @@ mod tests {
         assert!(meta.is_file());
         assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (0, 0o444));
         assert_eq!(std::fs::read(&settings).unwrap(), GUARD);
-        assert!(guard_present(config));
-        // Again (the next iteration, the guard kept by the reset): nothing to do.
+        for name in ["skills", "agents", "commands", "CLAUDE.md"] {
+            let meta = std::fs::symlink_metadata(config.join(name)).unwrap();
+            assert!(meta.is_dir(), "{name}");
+            assert_eq!((meta.uid(), meta.permissions().mode() & 0o7777), (0, 0o555));
+        }
+        assert_eq!(record.guarded.len(), GUARDED.len());
+        assert!(record.agent_writable.contains(&".claude.json".to_string()));
+        assert_eq!(guards_present(config).len(), GUARDED.len());
+        // Again (the next iteration, the guards kept by the reset): nothing to do.
         protect(&m, &dirs).unwrap();
-        // A settings.json of other content, or not root's, is not the guard.
+        // A settings.json of other content, or not root's, is not the guard; nor is a directory
+        // that is not empty or not root's.
         std::fs::remove_file(&settings).unwrap();
         std::fs::write(&settings, "{}\n").unwrap();
         std::os::unix::fs::chown(&settings, Some(65534), None).unwrap();
-        assert!(!guard_present(config));
         std::fs::write(&settings, "{\"env\":{}}").unwrap();
-        std::os::unix::fs::chown(&settings, Some(0), None).unwrap();
-        assert!(!guard_present(config));
+        std::os::unix::fs::chown(config.join("agents"), Some(65534), None).unwrap();
+        std::fs::set_permissions(
+            config.join("skills"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::create_dir(config.join("skills/x")).unwrap();
+        let present = guards_present(config);
+        for name in [USER_SETTINGS, "agents", "skills"] {
+            assert!(
+                !present.contains(&PathBuf::from(name)),
+                "{name}: {present:?}"
+            );
+        }
+        assert!(present.contains(&PathBuf::from("commands")));
+    }
+
+    #[test]
+    fn a_pinned_directory_is_made_roots_and_closed_to_the_agent() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        let mut v = serde_json::json!({
+            "version": 1, "runtime": "claude", "agent": {"binary": "/bin/true"},
+            "prompt": "p", "workdir": work, "user": {"uid": 65534, "gid": 65534},
+        });
+        let m = Manifest::from_json(v.to_string().as_bytes()).unwrap();
+        let config = PathBuf::from(&m.runtime_dirs().config);
+        let agent = config.join("agents/reviewer.md");
+        v["files"] = serde_json::json!([{
+            "path": agent, "sha256": "0".repeat(64), "role": "config",
+        }]);
+        let m = Manifest::from_json(v.to_string().as_bytes()).unwrap();
+        let dirs = m.runtime_dirs();
+        std::fs::create_dir_all(config.join("agents")).unwrap();
+        std::fs::write(&agent, "x").unwrap();
+        std::os::unix::fs::chown(config.join("agents"), Some(65534), None).unwrap();
+        std::fs::set_permissions(
+            config.join("agents"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        protect(&m, &dirs).unwrap();
+        let meta = std::fs::metadata(config.join("agents")).unwrap();
+        assert_eq!((meta.uid(), meta.permissions().mode() & 0o7777), (0, 0o755));
+        assert_eq!(std::fs::read(&agent).unwrap(), b"x");
     }
 
     #[test]
@@ -176,7 +397,7 @@ mod tests {
         let m = manifest("pi", &tmp.path().join("work"));
         let dirs = m.runtime_dirs();
         std::fs::create_dir(&dirs.config).unwrap();
-        protect(&m, &dirs).unwrap();
+        assert_eq!(protect(&m, &dirs).unwrap(), None);
         assert!(!Path::new(&dirs.config).join(USER_SETTINGS).exists());
     }
 }

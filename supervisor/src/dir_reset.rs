@@ -67,12 +67,10 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
         .iter()
         .filter_map(|f| below(config, Path::new(&f.path)))
         .collect();
-    // The supervisor's own read-only user settings of Claude Code, put there before the last
-    // launch: kept, so that no record names it as removed.
-    if manifest.runtime == crate::manifest::Runtime::Claude
-        && crate::claude_user_settings::guard_present(config)
-    {
-        pinned.insert(PathBuf::from(crate::claude_user_settings::USER_SETTINGS));
+    // The supervisor's own read-only guards in Claude Code's config dir, put there before the
+    // last launch: kept, so that no record names them as removed.
+    if manifest.runtime == crate::manifest::Runtime::Claude {
+        pinned.extend(crate::claude_user_settings::guards_present(config));
     }
     let sessions = dirs
         .uses_sessions

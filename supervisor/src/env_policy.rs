@@ -104,7 +104,10 @@ const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
 /// pins. pi's self-update and managed-install variables (`PI_SELF_UPDATE_COMMAND`,
 /// `PI_INSTALLER_API_BASE`, `PI_MANAGED_INSTALL_ROOT`) choose what `pi update` runs, downloads
 /// and installs, code no tree verified; `CLAUDE_CODE_PLUGIN_DIRS` is Claude Code's spelling of
-/// `--plugin-dir` (which `agent.args` refuses) in the environment; `PI_TUI_WRITE_LOG`, like `NODE_REDIRECT_WARNINGS`, makes
+/// `--plugin-dir` (which `agent.args` refuses) in the environment, and its other plugin, skill,
+/// settings and instruction locations (`CLAUDE_CODE_PLUGIN_SEED_DIR`,
+/// `CLAUDE_CODE_PLUGIN_CACHE_DIR`, `CLAUDE_CODE_MANAGED_SETTINGS_PATH`, …) would load what no
+/// tree verified; `PI_TUI_WRITE_LOG`, like `NODE_REDIRECT_WARNINGS`, makes
 /// the runtime write files where it says. No layer has a use for them inside a sandbox.
 pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_OPTIONS"), NODE_LOADS),
@@ -167,6 +170,42 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(
         Exact("CLAUDE_CODE_PLUGIN_DIRS"),
         "Claude Code loads every plugin directory it lists at startup, as --plugin-dir does (hooks, MCP servers, skills, agents)",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_PLUGIN_SEED_DIR"),
+        "Claude Code takes installed plugins and marketplaces from the directories it lists (the layout of its plugins dir) and loads those the settings enable",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_PLUGIN_CACHE_DIR"),
+        "Claude Code keeps and loads its installed plugins and marketplaces there in place of its config dir's plugins/",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_PLUGIN_MCPB_DIR"),
+        "Claude Code runs its plugins' MCP bundles (servers it starts) from this directory",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_USE_COWORK_PLUGINS"),
+        "Claude Code reads its user settings and plugins from other entries of its config dir (cowork_settings.json, cowork_plugins/)",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_MANAGED_SETTINGS_PATH"),
+        "Claude Code reads its managed settings (above every other source: hooks, env, plugins) from the folder it names",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_REMOTE_SETTINGS_PATH"),
+        "Claude Code reads its remote-managed settings (hooks, env, plugins) from the file it names",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_ADDITIONAL_DIRECTORIES_CLAUDE_MD"),
+        "Claude Code reads CLAUDE.md and rules of every added directory into its instructions",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_DESKTOP_SKILLS_PLUGIN_DIR"),
+        "Claude Code loads skills from the plugin directory it names (desktop hosts)",
+    ),
+    rule(
+        Exact("CLAUDE_CODE_SHOWN_PLUGINS_DIR"),
+        "Claude Code reads plugins from the directory it names (hosted sessions)",
     ),
     rule(Exact("PI_PACKAGE_DIR"), RUNTIME_CODE),
     rule(Exact("PI_SELF_UPDATE_COMMAND"), RUNTIME_CODE),

@@ -157,6 +157,32 @@ pub struct EnvOutcome {
     /// The layer that set each variable of [`EnvOutcome::env`] (names only). `PATH` keeps the
     /// layer whose value the pin kept, and is `pin` only when it is the default.
     pub layers: BTreeMap<String, EnvSource>,
+    /// Entries of the `PATH` a layer gave that the agent's environment does not keep
+    /// ([`agent_safe_path`]), in their order.
+    pub path_dropped: Vec<String>,
+}
+
+/// Splits `path` into the entries the agent's `PATH` keeps and those it drops: an entry that
+/// is empty or relative (the runtime runs its tools and hooks in the workspace, so it would
+/// name a directory of the agent's), or that lies in one of `agent_dirs` (the workdir, the
+/// agent's home, temporary, config and sessions directories, `confinement.read_write`): a
+/// verified hook looking a program up on `PATH` would run what the agent planted there.
+pub fn agent_safe_path(path: &str, agent_dirs: &[&str]) -> (String, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for entry in path.split(':') {
+        let p = std::path::Path::new(entry);
+        let agents = !p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+            || agent_dirs.iter().any(|d| p.starts_with(d));
+        if agents {
+            dropped.push(entry.to_string());
+        } else {
+            kept.push(entry);
+        }
+    }
+    (kept.join(":"), dropped)
 }
 
 impl EnvOutcome {
@@ -457,10 +483,17 @@ pub fn build(
         None => true,
     });
 
+    let mut agent_dirs: Vec<&str> = vec![manifest.workdir.as_str()];
+    agent_dirs.extend(dirs.agent_dirs());
+    agent_dirs.extend(manifest.confinement.read_write.iter().map(String::as_str));
     let current_path = vars
         .get("PATH")
-        .filter(|(p, _)| !p.is_empty())
-        .map(|(p, source)| (p.clone(), source.clone()));
+        .map(|(p, source)| {
+            let (kept, dropped) = agent_safe_path(p, &agent_dirs);
+            outcome.path_dropped = dropped;
+            (kept, source.clone())
+        })
+        .filter(|(p, _)| !p.is_empty());
     let pins = runner_pins(
         manifest,
         dirs,
@@ -620,7 +653,7 @@ pub fn policy_doc() -> String {
     ] {
         for (name, value) in pins {
             let value = if name == "PATH" {
-                format!("the layers' `PATH` when one sets it, else `{value}`")
+                format!("the layers' `PATH` when one sets it, without its empty, relative and agent-directory entries (`env.path_dropped`), else `{value}`")
             } else {
                 format!("`{value}`")
             };

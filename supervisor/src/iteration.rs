@@ -239,10 +239,10 @@ fn prepare(
         observer.step(Step::ConfigReset, Finished, EventDetail::of(&reset));
         record.config_reset = Some(reset);
     }
-    // With the config dir back to the pinned files: Claude Code's user settings file made
-    // root's, the agent unable to write one it would reload mid-iteration.
-    crate::claude_user_settings::protect(manifest, dirs)
-        .map_err(|err| Stop::supervisor(format!("claude-user-settings: {err}")))?;
+    // With the config dir back to the pinned files: every name Claude Code would load from it
+    // made root's, the agent unable to create one it would load mid-iteration.
+    record.claude_config = crate::claude_user_settings::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("claude-config: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)
@@ -459,6 +459,7 @@ fn environment_step(
     })?;
     record.env.removed = env.removed.clone();
     record.env.dotenv_refused = env.dotenv_refused.clone();
+    record.env.path_dropped = env.path_dropped.clone();
     record.env.layers = env
         .layers
         .iter()

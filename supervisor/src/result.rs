@@ -68,6 +68,11 @@ pub struct IterationResult {
     /// flag switches off (`.pi/settings.json` for pi), found before launch; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspace_config: Vec<String>,
+    /// Claude Code's config dir during the iteration: the names it loads from there that were
+    /// root's and read-only to the agent, and those the agent could still write (absent for
+    /// other runtimes, and when the iteration stopped before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_config: Option<crate::claude_user_settings::ClaudeConfigRecord>,
     /// The context files the runtime reads (`agent.context_files`), found after the reap and
     /// before launch, and what was reset of them (absent for `command`, and when the iteration
     /// stopped before).
@@ -292,6 +297,10 @@ pub struct EnvRecord {
     /// environment was not built.
     #[serde(default)]
     pub layers: std::collections::BTreeMap<String, String>,
+    /// Entries of the `PATH` a layer gave that the agent's `PATH` does not keep: empty,
+    /// relative, or in a directory of the agent's (absent when none was dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_dropped: Vec<String>,
 }
 
 /// Confinement as confirmed by the child just before exec.
@@ -586,6 +595,7 @@ impl IterationResult {
             ipc_sweep: None,
             supervisor_restored: None,
             workspace_config: Vec::new(),
+            claude_config: None,
             context_files: None,
             verification: None,
             env: EnvRecord::default(),

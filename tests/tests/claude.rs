@@ -617,10 +617,18 @@ fn claude_is_offered_the_verified_skills_and_none_the_agent_planted() {
             .contains(".claude"),
         "{second:#}"
     );
+    // The config dir's `skills` is the supervisor's read-only guard: the agent's skill there
+    // was never written, so nothing of it is reset either.
     assert!(
-        second["config_reset"]["paths"]
+        second["claude_config"]["guarded"]
             .to_string()
-            .contains("skills"),
+            .contains("\"skills\""),
+        "{second:#}"
+    );
+    assert!(
+        !second["config_reset"]["paths"]
+            .to_string()
+            .contains("config-plant"),
         "{second:#}"
     );
     let argv = second["agent"]["argv"].to_string();
@@ -1825,4 +1833,283 @@ fn attack_env__claude_bare_and_safe_mode_variables_never_turn_off_the_verified_h
     assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
     let results = server.tool_results();
     assert!(results[0].contains("SIMPLE=0 SAFE=0"), "{results:?}");
+}
+
+/// What the agent's first tool call plants in Claude Code's config dir, each entry a name
+/// Claude Code reads from it (and may reload while it runs): a user skill, agent, command,
+/// output style, rule, workflow and theme, its user `CLAUDE.md`, and the settings file
+/// `CLAUDE_CODE_USE_COWORK_PLUGINS` switches to. Each write reports `<name>=<status>`; the
+/// markers are put together at run time, so that the command quoted back to the model does not
+/// carry them.
+const PLANT_CONFIG_DIR: &str = r#"c="$CLAUDE_CONFIG_DIR"; m=PLANT; m="${m}ED_CFG";
+p() { mkdir -p "$c/$(dirname "$1")" && printf '%s\n' '---' "name: planted" "description: $m $2" '---' "$m body" > "$c/$1"; echo "$1=$?"; }
+p skills/planted/SKILL.md SKILL; p agents/planted.md AGENT; p commands/planted.md COMMAND;
+p output-styles/planted.md STYLE; p rules/planted.md RULE; p workflows/planted.md WORKFLOW;
+p themes/planted.json THEME; p dev-mods/planted.md MOD; p cowork_plugins/planted.md COWORK;
+printf '%s\n' "$m CLAUDE_MD" > "$c/CLAUDE.md"; echo "CLAUDE.md=$?";
+printf '{"outputStyle": "planted"}' > "$c/cowork_settings.json"; echo "cowork_settings.json=$?";
+sleep 3; echo planted"#;
+
+/// The names [`PLANT_CONFIG_DIR`] writes.
+const PLANTED_CONFIG_NAMES: &[&str] = &[
+    "skills/planted/SKILL.md",
+    "agents/planted.md",
+    "commands/planted.md",
+    "output-styles/planted.md",
+    "rules/planted.md",
+    "workflows/planted.md",
+    "themes/planted.json",
+    "dev-mods/planted.md",
+    "cowork_plugins/planted.md",
+    "CLAUDE.md",
+    "cowork_settings.json",
+];
+
+/// Claude Code's config dir is the agent's to write in during an iteration (Claude Code keeps
+/// its state there), and Claude Code reads skills, agents, commands, output styles, rules and
+/// its user `CLAUDE.md` from it, some of them again while it runs (it watches the directory).
+/// The agent's first tool call tries to create each of them; every write must be denied (the
+/// supervisor put a root-owned, read-only empty entry in the place of each before launch, which
+/// the sticky config dir keeps), nothing planted may reach the model in the turns that follow,
+/// and the record names the entries the agent may still write that Claude Code reads.
+#[test]
+fn attack_runtime_tamper__nothing_the_agent_creates_in_claudes_config_dir_mid_iteration_is_loaded()
+{
+    if !gate() {
+        return;
+    }
+    let step = std::sync::atomic::AtomicUsize::new(0);
+    let server =
+        ModelServer::start(
+            move |_| match step.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash(PLANT_CONFIG_DIR),
+                },
+                1 => Reply::ToolCall {
+                    name: "Bash".into(),
+                    arguments: bash("sleep 2; ls -A \"$CLAUDE_CONFIG_DIR\"; echo second"),
+                },
+                _ => Reply::Text("done".into()),
+            },
+        );
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill, Task]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    for name in PLANTED_CONFIG_NAMES {
+        assert!(
+            !results[0].contains(&format!("{name}=0")),
+            "the agent wrote {name} into its config dir: {results:?}"
+        );
+    }
+    for (i, request) in server.requests().iter().enumerate() {
+        assert!(
+            !request.to_string().contains("PLANTED_CFG"),
+            "request {i} carries what the agent planted: {request}"
+        );
+    }
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let guard = &record["claude_config"];
+        let guarded = guard["guarded"].to_string();
+        for name in ["skills", "agents", "commands", "CLAUDE.md", "settings.json"] {
+            assert!(guarded.contains(&format!("\"{name}\"")), "{record:#}");
+        }
+        assert!(
+            guard["agent_writable"].to_string().contains(".claude.json"),
+            "{record:#}"
+        );
+        // The guards are the supervisor's: no reset names them as removed.
+        let reset = record["config_reset"]["paths"].to_string();
+        for name in ["skills", "agents", "CLAUDE.md"] {
+            assert!(!reset.contains(&format!("\"{name}\"")), "{record:#}");
+        }
+    }
+}
+
+/// Plants in `seed` (a directory of the workspace) what Claude Code's plugins dir holds for an
+/// installed plugin `planted@seeded`: a directory marketplace, the plugin with a `SessionStart`
+/// hook that creates `marker`, and the lists naming both.
+fn plant_plugin_seed(seed: &std::path::Path, marker: &std::path::Path) {
+    let market = seed.join("marketplaces/seeded");
+    let plugin = market.join("plugins/planted");
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::create_dir_all(plugin.join("hooks")).unwrap();
+    fs::create_dir_all(market.join(".claude-plugin")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "planted", "version": "1.0.0"}"#,
+    )
+    .unwrap();
+    let hooks = json!({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": format!("touch '{}'", marker.display())},
+    ]}]}});
+    fs::write(plugin.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    let listing = json!({"name": "seeded", "owner": {"name": "x"},
+        "plugins": [{"name": "planted", "source": "./plugins/planted"}]});
+    fs::write(
+        market.join(".claude-plugin/marketplace.json"),
+        listing.to_string(),
+    )
+    .unwrap();
+    let when = "2026-01-01T00:00:00.000Z";
+    let known = json!({"seeded": {"source": {"source": "directory", "path": market},
+        "installLocation": market, "lastUpdated": when}});
+    fs::write(seed.join("known_marketplaces.json"), known.to_string()).unwrap();
+    let installed = json!({"version": 2, "plugins": {"planted@seeded": [{"scope": "user",
+        "installPath": plugin, "version": "1.0.0", "installedAt": when, "lastUpdated": when}]}});
+    fs::write(seed.join("installed_plugins.json"), installed.to_string()).unwrap();
+}
+
+/// Claude Code's environment names for plugin, skill, settings and instruction locations
+/// besides `CLAUDE_CODE_PLUGIN_DIRS`.
+const CLAUDE_LOCATION_VARIABLES: &[&str] = &[
+    "CLAUDE_CODE_PLUGIN_SEED_DIR",
+    "CLAUDE_CODE_PLUGIN_CACHE_DIR",
+    "CLAUDE_CODE_PLUGIN_MCPB_DIR",
+    "CLAUDE_CODE_USE_COWORK_PLUGINS",
+    "CLAUDE_CODE_MANAGED_SETTINGS_PATH",
+    "CLAUDE_CODE_REMOTE_SETTINGS_PATH",
+    "CLAUDE_CODE_ADDITIONAL_DIRECTORIES_CLAUDE_MD",
+    "CLAUDE_CODE_DESKTOP_SKILLS_PLUGIN_DIR",
+    "CLAUDE_CODE_SHOWN_PLUGINS_DIR",
+];
+
+/// `CLAUDE_CODE_PLUGIN_SEED_DIR` makes Claude Code take installed plugins from the directories
+/// it lists (the layout of its plugins dir) and load those its settings enable: by hand, with a
+/// seed like this one and settings enabling `planted@seeded`, the first start registers the
+/// seed's marketplace in the config dir and the next start sharing that config dir runs the
+/// plugin's hook. A seed in the workspace is the repository's, or an earlier iteration's.
+/// `CLAUDE_CODE_PLUGIN_CACHE_DIR` moves the whole plugins dir the same way, and the other
+/// location variables of [`CLAUDE_LOCATION_VARIABLES`] name settings, skills or instructions.
+/// In the harness `env:` `validate` refuses each; passed from the image the supervisor strips
+/// them (the record's `env.removed` names them) and the seeded plugin's hook never runs.
+#[test]
+fn attack_env__claude_plugin_seed_and_cache_dirs_never_load_an_unverified_plugin() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
+    let mut accepted = Vec::new();
+    for name in CLAUDE_LOCATION_VARIABLES {
+        let fx = fixture(&server, 1);
+        let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+            "env:\n",
+            &format!("env:\n  {name}: \"/work/workspace/.seed\"\n"),
+        );
+        fs::write(&fx.harness, yaml).unwrap();
+        let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+        if code != Some(1) || !stderr.contains(name) {
+            accepted.push(format!("{name}: {code:?} {stderr}"));
+        }
+    }
+    assert!(accepted.is_empty(), "validate accepted: {accepted:#?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir_all(&ws).unwrap();
+    let marker = ws.join("SEEDED_HOOK_RAN");
+    let seed = ws.join(".seed");
+    plant_plugin_seed(&seed, &marker);
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let settings = dir.path().join("adapters/settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let enable = json!({"enabledPlugins": {"planted@seeded": true}}).to_string();
+    fs::write(&settings, &enable).unwrap();
+    let seed_dir = seed.display().to_string();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "files": [{"path": settings, "sha256": sha256_of(&enable), "role": "hook-adapter",
+            "use": "claude-settings"}],
+        "env": {"set": {"ANTHROPIC_BASE_URL": server.origin()},
+            "passed": ["ANTHROPIC_API_KEY", "CLAUDE_CODE_PLUGIN_SEED_DIR"]},
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(
+        &manifest,
+        dir.path(),
+        &[
+            ("ANTHROPIC_API_KEY", "dummy-key"),
+            ("CLAUDE_CODE_PLUGIN_SEED_DIR", &seed_dir),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{:#}\n{}", run.record, run.stderr);
+    assert!(
+        !marker.exists(),
+        "the seeded plugin's SessionStart hook ran"
+    );
+    let removed = run.record["env"]["removed"].to_string();
+    assert!(
+        removed.contains("CLAUDE_CODE_PLUGIN_SEED_DIR"),
+        "{:#}",
+        run.record
+    );
+}
+
+/// What the agent plants in the workspace in the first iteration: a `grep` that always fails,
+/// in `bin/` and in the workspace itself.
+const PLANT_GREP: &str =
+    "mkdir -p bin; printf '#!/bin/sh\\nexit 1\\n' > bin/grep; cp bin/grep grep; \
+                          chmod 755 bin/grep grep; echo planted";
+
+/// The second iteration's call, which the verified hook must block.
+const FORBIDDEN_CALL: &str = "mkdir -p output; echo FORBIDDEN > output/proof; echo ran";
+
+/// The operator's `PATH` (which the local engine hands the sandbox as its baseline) holds a
+/// relative entry `bin` and an empty one (the current directory), as some shells' do. Claude
+/// Code runs a verified hook in the workspace, so such an entry would make the hook run what
+/// the agent planted there in an earlier iteration: a `grep` that never matches, and the hook
+/// that blocks a `FORBIDDEN` call with `grep` would block nothing. The supervisor keeps only
+/// absolute entries outside the agent's own directories, and the record names what it dropped.
+#[test]
+fn attack_env__a_relative_path_entry_never_makes_a_verified_hook_run_what_the_agent_planted() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_GREP, FORBIDDEN_CALL],
+        bash,
+    ));
+    let fx = forbidden_call_fixture(&server, "");
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("iterations: 1", "iterations: 2");
+    fs::write(&fx.harness, yaml).unwrap();
+    let path = format!("bin::{}", std::env::var("PATH").unwrap_or_default());
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", "dummy-key"), ("PATH", &path)],
+    );
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{code:?} {results:?}\n{doc:#}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        !iteration_dir(&doc, 2).join("output/proof").exists(),
+        "the verified hook ran the agent's grep: {results:?}"
+    );
+    assert!(
+        results[1].contains("blocked by the verified hook"),
+        "{results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let dropped = record["env"]["path_dropped"].to_string();
+    assert!(
+        dropped.contains("\"bin\"") && dropped.contains("\"\""),
+        "{record:#}"
+    );
 }

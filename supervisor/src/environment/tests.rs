@@ -158,10 +158,16 @@ fn pins_per_runtime_and_default_dirs() {
 fn dotenv_path_prepend_works_and_output_is_sorted_unique() {
     let (_t, dir) = tmp();
     let dotenv = dir.join(".env");
-    std::fs::write(&dotenv, "PATH=/sandbox/workspace/bin:$PATH\nZED=1\nAA=2\n").unwrap();
+    std::fs::write(
+        &dotenv,
+        "PATH=/opt/tools/bin:/sandbox/workspace/bin:$PATH\nZED=1\nAA=2\n",
+    )
+    .unwrap();
     let m = manifest("command", Some(&dotenv));
     let o = build(&m, &base(&[("PATH", "/usr/bin:/bin"), ("ZED", "0")])).unwrap();
-    assert_eq!(o.get("PATH"), Some("/sandbox/workspace/bin:/usr/bin:/bin"));
+    // A directory of the agent's own (the workspace) is dropped, and named.
+    assert_eq!(o.get("PATH"), Some("/opt/tools/bin:/usr/bin:/bin"));
+    assert_eq!(o.path_dropped, ["/sandbox/workspace/bin"]);
     assert_eq!(o.get("ZED"), Some("1"));
     let names: Vec<&str> = o.env.iter().map(|(k, _)| k.as_str()).collect();
     let mut sorted = names.clone();
@@ -855,15 +861,11 @@ fn attack_env__plugin_env_cannot_replace_what_pass_env_or_the_harness_sets() {
 fn the_dotenv_may_replace_the_images_own_values_and_prepend_to_a_passed_path() {
     // The image's environment is defaults (PATH, the locale, NODE_ENV); only its trusted-only
     // families (proxies, TLS trust, telemetry, …) are kept from the `.env`. A `PATH` the local
-    // engine passed with `--pass-env` stays the one the `.env` prepends a workspace `bin/` to:
-    // the pin decides `PATH`.
+    // engine passed with `--pass-env` stays the one the `.env` prepends a directory to (one
+    // outside the agent's own, which would be dropped): the pin decides `PATH`.
     let (_t, dir) = tmp();
     let dotenv = dir.join(".env");
-    std::fs::write(
-        &dotenv,
-        "PATH=/sandbox/workspace/bin:$PATH\nNODE_ENV=development\n",
-    )
-    .unwrap();
+    std::fs::write(&dotenv, "PATH=/opt/tools/bin:$PATH\nNODE_ENV=development\n").unwrap();
     let mut m = manifest("command", Some(&dotenv));
     m.env.passed = vec!["PATH".into()];
     let o = build(
@@ -871,7 +873,7 @@ fn the_dotenv_may_replace_the_images_own_values_and_prepend_to_a_passed_path() {
         &base(&[("PATH", "/usr/bin:/bin"), ("NODE_ENV", "production")]),
     )
     .unwrap();
-    assert_eq!(o.get("PATH"), Some("/sandbox/workspace/bin:/usr/bin:/bin"));
+    assert_eq!(o.get("PATH"), Some("/opt/tools/bin:/usr/bin:/bin"));
     assert_eq!(o.layers["PATH"], EnvSource::Dotenv);
     assert_eq!(o.get("NODE_ENV"), Some("development"));
     assert!(o.dotenv_refused.is_empty(), "{:?}", o.dotenv_refused);
@@ -940,4 +942,28 @@ fn runner_values_are_only_runner_names_of_one_line() {
     m.env.runner.insert("NODE_OPTIONS".into(), "x".into());
     let err = m.validate().unwrap_err().to_string();
     assert!(err.contains("env.runner"), "{err}");
+}
+
+#[test]
+#[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+fn attack_env__path_entries_of_the_agents_own_directories_are_dropped() {
+    let dirs = ["/sb/workspace", "/sb/home", "/sb/tmp"];
+    let (kept, dropped) = agent_safe_path(
+        "bin::/usr/bin:./x:/sb/workspace/node_modules/.bin:/sb/home/.local/bin:/usr/../sb/tmp:/sb/workspace2/bin:/bin",
+        &dirs,
+    );
+    assert_eq!(kept, "/usr/bin:/sb/workspace2/bin:/bin");
+    assert_eq!(
+        dropped,
+        [
+            "bin",
+            "",
+            "./x",
+            "/sb/workspace/node_modules/.bin",
+            "/sb/home/.local/bin",
+            "/usr/../sb/tmp"
+        ]
+    );
+    let (kept, dropped) = agent_safe_path("/usr/bin:/bin", &dirs);
+    assert_eq!((kept.as_str(), dropped.len()), ("/usr/bin:/bin", 0));
 }
