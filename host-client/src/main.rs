@@ -130,7 +130,7 @@ fn main() -> ExitCode {
         Command::Down(args) => commands::down::run(&args),
         Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),
-        Command::Report(args) => commands::html_report::run(&args, cli.quiet),
+        Command::Report(args) => commands::html_report::run(&args),
         Command::Completions(args) => commands::docs::completions::<Cli>(&args),
         Command::Man(args) => commands::docs::man::<Cli>(&args),
     };

@@ -19,6 +19,7 @@ mod render;
 
 use crate::output::outln;
 use anyhow::Context as _;
+use pitcrew_core::record_names::RESULT_FILE;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -38,7 +39,7 @@ pub struct ReportArgs {
 }
 
 /// Runs `pitcrew report`.
-pub fn run(args: &ReportArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let page = page_of(&args.dir)?;
     let path = args
         .output
@@ -46,13 +47,16 @@ pub fn run(args: &ReportArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| args.dir.join("report.html"));
     pitcrew_core::atomic_file::write(&path, page.as_bytes(), 0o600)
         .with_context(|| format!("{}: writing the report", path.display()))?;
-    let shown = path.display().to_string();
     if args.json {
-        outln!("{}", serde_json::json!({ "path": shown }))?;
-    } else if quiet {
-        outln!("{}", crate::report::escape_controls(&shown))?;
+        outln!(
+            "{}",
+            serde_json::json!({ "path": path.display().to_string() })
+        )?;
     } else {
-        outln!("report: {}", crate::report::escape_controls(&shown))?;
+        outln!(
+            "{}",
+            crate::report::escape_controls(&path.display().to_string())
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -70,6 +74,11 @@ pub fn page_of(dir: &Path) -> anyhow::Result<String> {
     match load::kind_of(dir)? {
         Some(load::Kind::Run) => Ok(render::run_page(&load::run(dir)?)),
         Some(load::Kind::Batch) => Ok(render::batch_page(&load::batch(dir)?)),
+        None if dir.join(RESULT_FILE).is_file() => anyhow::bail!(
+            "{}: one iteration's record; give the run directory that holds it ({})",
+            dir.display(),
+            dir.parent().unwrap_or(dir).display()
+        ),
         None => anyhow::bail!(
             "{}: neither a run directory (run.json, iteration-N/result.json) nor a batch \
              directory (batch.json, <job>/job.json)",
