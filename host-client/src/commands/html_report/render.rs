@@ -16,7 +16,7 @@ fn page(title: &str, style: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
          <title>{}</title><style>{}{style}</style></head>\n<body>\n{body}\n<p class=\"muted\">Written by pitcrew {} from the records on disk.</p>\n</body></html>\n",
         esc(title),
         html::STYLE,
@@ -624,6 +624,13 @@ fn job_row(j: &Job) -> String {
                 .as_deref()
                 .map(|e| format!(" <span class=\"bad\">{}</span>", esc(e)))
                 .unwrap_or_default(),
+        );
+    }
+    if let Some(dir) = &r.run_dir {
+        let _ = write!(
+            attempts,
+            "<div class=\"muted\">records <code>{}</code></div>",
+            esc(dir)
         );
     }
     if let Some(e) = r.error.as_deref().filter(|_| r.attempts.is_empty()) {
