@@ -92,6 +92,11 @@ enum Command {
     /// Take down the sandboxes nobody drives any more (orphaned, or their supervisor gone).
     #[command(after_help = "Examples:\n  pitcrew prune --dry-run\n  pitcrew prune --force")]
     Prune(commands::prune::PruneArgs),
+    /// Write one self-contained HTML page of a run's or a batch's records, to open in a browser.
+    #[command(
+        after_help = "Examples:\n  pitcrew report runs/20260105T101500Z-pc-1a2b3c4d\n  pitcrew report jobs.batch --output /tmp/batch.html"
+    )]
+    Report(commands::html_report::ReportArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Example:\n  pitcrew completions bash > /etc/bash_completion.d/pitcrew"
@@ -125,6 +130,7 @@ fn main() -> ExitCode {
         Command::Down(args) => commands::down::run(&args),
         Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),
+        Command::Report(args) => commands::html_report::run(&args),
         Command::Completions(args) => commands::docs::completions::<Cli>(&args),
         Command::Man(args) => commands::docs::man::<Cli>(&args),
     };

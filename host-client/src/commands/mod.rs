@@ -7,6 +7,7 @@ pub mod collect;
 pub mod discover;
 pub mod docs;
 pub mod down;
+pub mod html_report;
 pub mod inspect;
 pub mod lock;
 pub mod prune;
