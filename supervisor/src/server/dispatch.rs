@@ -2,6 +2,7 @@
 //! the protocol's order and busy rules and answered, refusals as [`RequestError`]s.
 
 use super::conn::TarFrames;
+use super::egress::HostSays;
 use super::error::RequestError;
 use super::{records, PendingRun, PendingShutdown, Server};
 use crate::exit_code;
@@ -47,6 +48,24 @@ impl Server {
                 }
             };
             match frame.kind {
+                FrameKind::Data if frame.channel == crate::protocol::Channel::Tunnel => {
+                    let conn_id = self.conns[i].id;
+                    match crate::protocol::tunnel::decode(&frame.payload) {
+                        Some((conn, bytes)) => self.tunnel_says(
+                            conn_id,
+                            HostSays::Data {
+                                conn,
+                                bytes: bytes.to_vec(),
+                            },
+                        ),
+                        None => self.conns[i].error(
+                            0,
+                            RequestError::Malformed(
+                                "a channel-5 frame shorter than its connection id".into(),
+                            ),
+                        ),
+                    }
+                }
                 FrameKind::Data => self.on_data(i, frame),
                 FrameKind::Control => self.on_control(i, &frame, ctx),
             }
@@ -281,10 +300,22 @@ impl Server {
                 run,
                 plan,
                 lease_ms,
+                tunnel,
                 ..
             } => {
                 let claim = self.claim(conn_id, run, plan, lease_ms)?;
+                self.conns[i].tunnel = tunnel;
                 self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
+            }
+            Request::TunnelOpened { conn } => self.tunnel_says(conn_id, HostSays::Opened { conn }),
+            Request::TunnelRefused { conn, reason } => {
+                self.tunnel_says(conn_id, HostSays::Refused { conn, reason })
+            }
+            Request::TunnelClose { conn, reason } => {
+                self.tunnel_says(conn_id, HostSays::Close { conn, reason })
+            }
+            Request::TunnelAck { conn, bytes } => {
+                self.tunnel_says(conn_id, HostSays::Ack { conn, bytes })
             }
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
@@ -322,6 +353,18 @@ impl Server {
             }
         }
         Ok(())
+    }
+
+    /// A tunnel message from connection `from`: taken only from the connection that carries
+    /// the run's connections, and only while an iteration has them.
+    fn tunnel_says(&mut self, from: u64, msg: HostSays) {
+        if self.tunnel_conn() != Some(from) {
+            tracing::debug!("conn {from}: a tunnel message from a connection that carries none");
+            return;
+        }
+        if let Some(egress) = self.egress.as_mut() {
+            egress.host_says(msg);
+        }
     }
 
     /// Sends the record of `iteration` (default: the last one) as a tar stream on the tar
