@@ -272,3 +272,94 @@ fn attack_egress__a_flood_of_connections_is_bounded_and_named() {
     );
     assert!(conns.iter().filter(|c| c["allowed"] == true).count() <= 64);
 }
+
+#[test]
+fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interfaces() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // Without the key the local engine shares this machine's network (as before it).
+    let fx = LocalFixture::new(
+        "mkdir -p output && echo started > output/ran\n",
+        1,
+        "",
+        false,
+    );
+    let h = fx.harness.to_str().expect("utf-8 path");
+    let kept = fx.output(&["run", h, "--json", "--keep"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&kept.stdout).expect("json");
+    let id = doc["sandbox"].as_str().expect("sandbox id").to_string();
+    let others = std::fs::read_to_string("/proc/net/dev")
+        .unwrap_or_default()
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
+        .any(|n| n != "lo");
+    let with_none = fx.root.join("none.yaml");
+    let text = std::fs::read_to_string(&fx.harness).expect("harness");
+    std::fs::write(&with_none, format!("{text}network: none\n")).expect("write");
+    let (code, doc) = pitcrew_run_status(&with_none, &fx.state, &["--sandbox", &id], &[]);
+    let _ = fx.output(&["down", &id]);
+    if !others {
+        // A machine whose own namespace has loopback only: nothing to refuse.
+        assert_eq!(code, Some(0), "{doc:#}");
+        return;
+    }
+    // The sandbox's second iteration.
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert_eq!(code, Some(125), "{doc:#}");
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("interfaces besides lo"), "{reason}");
+    assert!(reason.contains("network: open"), "{reason}");
+    assert!(!iteration_dir(&doc, 2).join("output/ran").exists());
+}
+
+/// A name other than `localhost` that this machine's `/etc/hosts` gives a loopback address.
+fn loopback_name() -> Option<String> {
+    let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
+    hosts.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let addr = words.next()?;
+        if !addr.starts_with("127.") {
+            return None;
+        }
+        words
+            .take_while(|w| !w.starts_with('#'))
+            .find(|w| *w != "localhost" && !w.contains("localhost"))
+            .map(str::to_string)
+    })
+}
+
+#[test]
+fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_host() {
+    let name = loopback_name();
+    if !pitcrew_e2e::prerequisite(
+        name.is_some(),
+        "needs a name other than localhost that /etc/hosts maps to a 127.x address",
+    ) {
+        return;
+    }
+    let name = name.unwrap_or_default();
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n");
+    let cases = format!("res['via_name'] = proxy('{name}', {port})\n");
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["via_name"][0], "502", "{probe:#}");
+    let body = probe["via_name"][1].as_str().unwrap_or_default();
+    assert!(body.contains("a loopback address"), "{body}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    assert_eq!(conns[0]["allowed"], false);
+    assert!(conns[0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("list that address itself"));
+}

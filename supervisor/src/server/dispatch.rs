@@ -97,6 +97,24 @@ impl Server {
             }
         };
         let id = request.id();
+        // A carried connection's messages come by the thousand: routed at once, without the
+        // per-request checks (the tunnel's connection said hello before its claim).
+        let conn_id = self.conns[i].id;
+        let request = match request {
+            Request::TunnelOpened { conn } => {
+                return self.tunnel_says(conn_id, HostSays::Opened { conn })
+            }
+            Request::TunnelRefused { conn, reason } => {
+                return self.tunnel_says(conn_id, HostSays::Refused { conn, reason })
+            }
+            Request::TunnelClose { conn, reason } => {
+                return self.tunnel_says(conn_id, HostSays::Close { conn, reason })
+            }
+            Request::TunnelAck { conn, bytes } => {
+                return self.tunnel_says(conn_id, HostSays::Ack { conn, bytes })
+            }
+            other => other,
+        };
         if let Err(err) = self.handle(i, request, ctx) {
             self.conns[i].error(id, err);
         }
@@ -307,16 +325,11 @@ impl Server {
                 self.conns[i].tunnel = tunnel;
                 self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
             }
-            Request::TunnelOpened { conn } => self.tunnel_says(conn_id, HostSays::Opened { conn }),
-            Request::TunnelRefused { conn, reason } => {
-                self.tunnel_says(conn_id, HostSays::Refused { conn, reason })
-            }
-            Request::TunnelClose { conn, reason } => {
-                self.tunnel_says(conn_id, HostSays::Close { conn, reason })
-            }
-            Request::TunnelAck { conn, bytes } => {
-                self.tunnel_says(conn_id, HostSays::Ack { conn, bytes })
-            }
+            // Routed by `on_control` before they get here.
+            Request::TunnelOpened { .. }
+            | Request::TunnelRefused { .. }
+            | Request::TunnelClose { .. }
+            | Request::TunnelAck { .. } => {}
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
                 self.conns[i].send(&Response::ok(id, &detail::Renewed { lease_ms }));
