@@ -449,6 +449,7 @@ fn the_claim_and_the_status_document_keep_their_documented_wire_form() {
         history_left_out: 0,
         iteration: 2,
         manifest_loaded: true,
+        network: Vec::new(),
         processes: vec![
             status::ProcessEntry::Process(status::ProcessInfo {
                 cmd: "pitcrew-init serve".into(),

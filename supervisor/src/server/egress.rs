@@ -391,6 +391,11 @@ impl Egress {
                 return self.finish(c, false, Some(reason));
             }
             HostSays::Close { reason, .. } => {
+                // Said back, so the host lets go of the connection too.
+                self.outbox.push(Frame::control(&Response::TunnelClose {
+                    conn,
+                    reason: "closed".into(),
+                }));
                 let allowed = c.state == State::Open;
                 let reason = (reason != "closed").then_some(reason);
                 let _ = c.stream.shutdown(Shutdown::Both);
@@ -448,6 +453,24 @@ impl Egress {
             }
         }
         (self.record, self.outbox)
+    }
+
+    /// The connections open now, bytes so far (`status`).
+    pub(super) fn live(&self) -> Vec<ConnectionRecord> {
+        self.conns
+            .values()
+            .filter(|c| c.state == State::Open)
+            .map(|c| ConnectionRecord {
+                host: c.host.clone(),
+                port: c.port,
+                via: c.via.name().to_string(),
+                allowed: true,
+                reason: None,
+                bytes_up: c.bytes_up,
+                bytes_down: c.bytes_down,
+                duration_ms: crate::clock::millis(c.started.elapsed()),
+            })
+            .collect()
     }
 
     /// Records a connection that ended; the host is told unless it ended it or never had it.
