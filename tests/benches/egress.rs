@@ -128,9 +128,8 @@ fn direct(port: u16, dir: &std::path::Path) -> Value {
 
 fn tunnelled(port: u16) -> Vec<Value> {
     let n = rounds();
-    let script = format!(
-        "mkdir -p output\npython3 - {port} output/bench.json <<'CLIENT'\n{CLIENT}CLIENT\n"
-    );
+    let script =
+        format!("mkdir -p output\npython3 - {port} output/bench.json <<'CLIENT'\n{CLIENT}CLIENT\n");
     let extra = format!("keep_output: true\nnetwork:\n  allow: [\"127.0.0.1:{port}\"]\n");
     let (_dir, harness, state) = command_harness_dir(&script, n as u32, &extra, false);
     let out = Command::new(binary("pitcrew"))
@@ -159,9 +158,8 @@ fn main() {
         direct_runs.push(direct(port, scratch.path()));
     }
     let tunnel_runs = tunnelled(port);
-    let pick = |runs: &[Value], key: &str| {
-        median(runs.iter().filter_map(|r| r[key].as_f64()).collect())
-    };
+    let pick =
+        |runs: &[Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
     let rows = [
         ("request, kept connection (median, ms)", "kept", 1000.0),
         ("request, new connection (median, ms)", "fresh", 1000.0),
@@ -183,5 +181,8 @@ fn main() {
         mbps(pick(&direct_runs, "download")),
         mbps(pick(&tunnel_runs, "download"))
     );
-    println!("rounds: {} each (direct on the host, then pitcrew run --engine local)", rounds());
+    println!(
+        "rounds: {} each (direct on the host, then pitcrew run --engine local)",
+        rounds()
+    );
 }

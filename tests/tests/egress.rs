@@ -363,3 +363,57 @@ fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_ho
         .unwrap_or_default()
         .contains("list that address itself"));
 }
+
+/// A server on the host's 127.0.0.1 that reads what arrives once and closes: a TLS client
+/// through the proxy ends there. Returns its port.
+fn closing_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 16 * 1024];
+            let _ = stream.read(&mut buf);
+        }
+    });
+    port
+}
+
+#[test]
+fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_cut() {
+    let port = closing_server();
+    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n");
+    // The same CONNECT twice: a ClientHello for the allowed name, then one for another.
+    let cases = format!(
+        "import ssl\n\
+         def hello(name):\n    \
+             pport = int(os.environ['HTTPS_PROXY'].rsplit(':', 1)[1])\n    \
+             s = socket.create_connection(('127.0.0.1', pport), timeout=20)\n    \
+             s.sendall(b'CONNECT localhost:{port} HTTP/1.1\\r\\n\\r\\n')\n    \
+             head = b''\n    \
+             while b'\\r\\n\\r\\n' not in head:\n        head += s.recv(1)\n    \
+             ctx = ssl.create_default_context()\n    \
+             ctx.check_hostname = False\n    \
+             ctx.verify_mode = ssl.CERT_NONE\n    \
+             try:\n        ctx.wrap_socket(s, server_hostname=name)\n        return 'handshake'\n    \
+             except (OSError, ssl.SSLError) as e:\n        return 'ended'\n\
+         res['same'] = hello('localhost')\n\
+         res['other'] = hello('evil.example.com')\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["same"], "ended", "{probe:#}");
+    assert_eq!(probe["other"], "ended", "{probe:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 2, "{conns:#?}");
+    // The allowed name's ClientHello reached the server, the other one's never left.
+    assert_eq!(conns[0]["allowed"], true, "{conns:#?}");
+    assert!(conns[0]["bytes_up"].as_u64().unwrap_or(0) > 0, "{conns:#?}");
+    assert_eq!(conns[1]["allowed"], false, "{conns:#?}");
+    assert_eq!(conns[1]["bytes_up"], 0, "{conns:#?}");
+    let reason = conns[1]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("\"evil.example.com\" is not the CONNECT's host localhost"),
+        "{reason}"
+    );
+}

@@ -608,7 +608,10 @@ fn pi_in_the_production_image(kind: Kind) {
         let conns = conns.unwrap_or_default();
         assert!(!conns.is_empty(), "{record:#}");
         for c in &conns {
-            assert_eq!(format!("{}:{}", c["host"].as_str().unwrap(), c["port"]), model);
+            assert_eq!(
+                format!("{}:{}", c["host"].as_str().unwrap(), c["port"]),
+                model
+            );
             assert_eq!((&c["via"], &c["allowed"]), (&"mirror".into(), &true.into()));
             assert!(c["bytes_down"].as_u64().unwrap_or(0) > 0, "{c}");
         }

@@ -16,6 +16,7 @@
 //! and sends the host at most a window the host has not acknowledged. Every attempt is
 //! recorded ([`NetworkRecord`]).
 
+use crate::egress::sni::{self, SniError, MAX_CLIENT_HELLO_BYTES};
 use crate::manifest::{Endpoint, NetworkPolicy};
 use crate::protocol::{tunnel, Channel, Frame, Response};
 use crate::result::{ConnectionRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
@@ -86,6 +87,9 @@ struct Carried {
     bytes_down: u64,
     /// Close once `down` is written (a refusal's answer).
     closing: Option<String>,
+    /// A proxied connection's first bytes are held until its TLS ClientHello's server name is
+    /// read and matches the `CONNECT`'s host ([`Carried::check_hello`]).
+    hello_pending: bool,
 }
 
 /// The listeners and connections of one iteration.
@@ -247,6 +251,7 @@ impl Egress {
             bytes_up: 0,
             bytes_down: 0,
             closing: None,
+            hello_pending: false,
         };
         if let Some(why) = self.bound(host) {
             carried.refuse_now(&why, 503);
@@ -326,7 +331,28 @@ impl Egress {
                 }
             }
         }
-        if c.state == State::Open {
+        if c.state == State::Open && c.hello_pending {
+            match c.check_hello() {
+                Hello::Wait => {}
+                Hello::Pass => {
+                    c.hello_pending = false;
+                    let held = std::mem::take(&mut c.up_pending);
+                    c.send_up(&mut self.outbox, id, held);
+                    if c.agent_eof {
+                        let end = tunnel::encode(id, &[]);
+                        self.outbox.push(Frame::data(Channel::Tunnel, end));
+                    }
+                }
+                Hello::Refuse(why) => {
+                    self.outbox.push(Frame::control(&Response::TunnelClose {
+                        conn: id,
+                        reason: why.clone(),
+                    }));
+                    return self.finish(c, false, Some(why));
+                }
+            }
+        }
+        if c.state == State::Open && !c.hello_pending {
             c.read_up(&mut self.outbox, id);
         }
         let wrote = c.write_down();
@@ -379,10 +405,12 @@ impl Egress {
                     let answer = b"HTTP/1.1 200 Connection established\r\n\r\n";
                     c.down.splice(0..0, answer.iter().copied());
                     c.down_own += answer.len();
+                    // What the agent sent early stays held with its ClientHello.
+                    c.hello_pending = true;
+                } else {
+                    let early = std::mem::take(&mut c.up_pending);
+                    c.send_up(&mut self.outbox, conn, early);
                 }
-                // What the agent sent early goes first.
-                let early = std::mem::take(&mut c.up_pending);
-                c.send_up(&mut self.outbox, conn, early);
             }
             HostSays::Opened { .. } => {}
             HostSays::Refused { reason, .. } => {
@@ -534,6 +562,50 @@ impl Carried {
         parse_connect(&head).map(Some)
     }
 
+    /// Reads the first bytes of a proxied connection into `up_pending` and judges its TLS
+    /// ClientHello: the server name must be the `CONNECT`'s host (an address literal may come
+    /// without one); bytes that are not TLS name no other server and pass.
+    fn check_hello(&mut self) -> Hello {
+        let mut buf = [0u8; 4096];
+        while self.up_pending.len() < MAX_CLIENT_HELLO_BYTES && !self.agent_eof {
+            let room = buf
+                .len()
+                .min(MAX_CLIENT_HELLO_BYTES - self.up_pending.len());
+            match self.stream.read(&mut buf[..room]) {
+                Ok(0) => self.agent_eof = true,
+                Ok(n) => self.up_pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Hello::Refuse(format!("reading the ClientHello: {e}")),
+            }
+        }
+        if self.up_pending.is_empty() {
+            return if self.agent_eof {
+                Hello::Pass
+            } else {
+                Hello::Wait
+            };
+        }
+        match sni::server_name(&self.up_pending) {
+            Err(SniError::Incomplete) if self.agent_eof => {
+                Hello::Refuse("the client ended inside its TLS ClientHello".into())
+            }
+            Err(SniError::Incomplete) => Hello::Wait,
+            Err(SniError::NotTls(_)) => Hello::Pass,
+            Err(err) => Hello::Refuse(format!("TLS ClientHello: {err}")),
+            Ok(None) if self.host.parse::<IpAddr>().is_ok() => Hello::Pass,
+            Ok(None) => Hello::Refuse(format!(
+                "a TLS ClientHello without a server name, for the name {}",
+                self.host
+            )),
+            Ok(Some(name)) if sni::names_match(&name, &self.host) => Hello::Pass,
+            Ok(Some(name)) => Hello::Refuse(format!(
+                "the TLS server name {name:?} is not the CONNECT's host {}",
+                self.host
+            )),
+        }
+    }
+
     /// Reads what the agent sent, within the credit, and sends it to the host.
     fn read_up(&mut self, outbox: &mut Vec<Frame>, id: u32) {
         while self.up_credit > 0 && !self.agent_eof {
@@ -618,6 +690,16 @@ impl Carried {
         }
         let _ = self.stream.shutdown(Shutdown::Both);
     }
+}
+
+/// What a proxied connection's first bytes decide.
+enum Hello {
+    /// More bytes are needed.
+    Wait,
+    /// Carry them.
+    Pass,
+    /// End the connection, for this reason.
+    Refuse(String),
 }
 
 /// What the host said about a connection.
