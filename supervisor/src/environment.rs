@@ -397,6 +397,23 @@ pub fn runner_pins(
     pins
 }
 
+/// The variables that point an agent at the egress proxy listening on `127.0.0.1:port`: the
+/// proxy variables most clients read (upper and lower case; `ALL_PROXY` too, for clients
+/// that only read it and speak HTTP `CONNECT` to it), loopback kept direct (the mirrored
+/// endpoints listen there), and Node's switch that makes its `fetch` honour them. Advisory: the
+/// namespace, not these, is what keeps the agent in.
+pub fn network_pins(port: u16) -> Vec<Pin> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut pins: Vec<Pin> = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"]
+        .into_iter()
+        .map(|name| (name, url.clone()))
+        .collect();
+    pins.push(("NO_PROXY", "localhost,127.0.0.1,::1".to_string()));
+    pins.push(("no_proxy", "localhost,127.0.0.1,::1".to_string()));
+    pins.push(("NODE_USE_ENV_PROXY", "1".to_string()));
+    pins
+}
+
 /// The variable in which the host tells a sandbox's supervisor, when it starts it, which names
 /// of its environment the operator passed with `--pass-env` (comma-separated). It never
 /// reaches the agent.
@@ -408,6 +425,17 @@ pub fn build(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
     baseline: &[(String, String)],
+) -> Result<EnvOutcome, EnvError> {
+    build_with(manifest, dirs, baseline, &[])
+}
+
+/// [`build`] with `extra_pins` set after the runner pins, as pins (the supervisor's own values
+/// for this iteration: the egress proxy's address, [`network_pins`]).
+pub fn build_with(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    baseline: &[(String, String)],
+    extra_pins: &[Pin],
 ) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
@@ -494,11 +522,12 @@ pub fn build(
             (kept, source.clone())
         })
         .filter(|(p, _)| !p.is_empty());
-    let pins = runner_pins(
+    let mut pins = runner_pins(
         manifest,
         dirs,
         current_path.as_ref().map(|(p, _)| p.as_str()),
     );
+    pins.extend(extra_pins.iter().cloned());
     for (name, value) in &pins {
         let source = match &current_path {
             Some((_, source)) if *name == "PATH" => source.clone(),

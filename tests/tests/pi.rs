@@ -572,11 +572,17 @@ fn model_error(pi: Pi) {
 /// shares the host's network so that pi reaches the model server on 127.0.0.1.
 /// The real pi of the production image (`scripts/build-image pi`: Node and pi from their npm
 /// packages inside the image, nothing of the host's mounted) in a container the engine
-/// creates, three iterations against the model server on the host (`--network host`, which
-/// tests may name; users get `none`), and no container left afterwards.
+/// creates without a network, three iterations against the model server on the host, reached
+/// through pitcrew (`network: allow: [127.0.0.1:PORT]`: the supervisor's mirror of that address
+/// in the container, carried by `pitcrew run`), every model connection in the record, and no
+/// container left afterwards.
 fn pi_in_the_production_image(kind: Kind) {
     let server = ModelServer::start(script);
     let fx = fixture(&server, 3);
+    let model = server.origin().trim_start_matches("http://").to_string();
+    let mut yaml = fs::read_to_string(&fx.harness).unwrap();
+    yaml.push_str(&format!("network:\n  allow: [\"{model}\"]\n"));
+    fs::write(&fx.harness, yaml).unwrap();
     let engine = Engine::start(kind);
     let image = engine.image("pi");
     let env = engine.env();
@@ -584,14 +590,7 @@ fn pi_in_the_production_image(kind: Kind) {
     let doc = pitcrew_run(
         &fx.harness,
         &fx.state,
-        &[
-            "--engine",
-            kind.name(),
-            "--image",
-            &image,
-            "--network",
-            "host",
-        ],
+        &["--engine", kind.name(), "--image", &image],
         &env,
     );
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
@@ -605,6 +604,17 @@ fn pi_in_the_production_image(kind: Kind) {
         let record = read_json(&iteration_dir(&doc, n).join("result.json"));
         assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
         assert_eq!(record["exit_code"], 0, "{record:#}");
+        let conns = record["network"]["connections"].as_array().cloned();
+        let conns = conns.unwrap_or_default();
+        assert!(!conns.is_empty(), "{record:#}");
+        for c in &conns {
+            assert_eq!(
+                format!("{}:{}", c["host"].as_str().unwrap(), c["port"]),
+                model
+            );
+            assert_eq!((&c["via"], &c["allowed"]), (&"mirror".into(), &true.into()));
+            assert!(c["bytes_down"].as_u64().unwrap_or(0) > 0, "{c}");
+        }
     }
     let id = doc["sandbox"].as_str().unwrap();
     assert!(!engine.has_container(id), "{id} was left");

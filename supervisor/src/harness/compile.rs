@@ -244,8 +244,7 @@ impl Validated {
                 ..Limits::default()
             },
             confinement: Default::default(),
-            // Set by the harness's `network:` once the supervisor enforces it.
-            network: None,
+            network: h.network.clone(),
             retention: h.retention.clone(),
         };
         // The workspace is the agent's: owned by the identity the manifest runs it as.

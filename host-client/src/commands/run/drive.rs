@@ -147,9 +147,23 @@ pub(super) fn drive(
     };
     // The sandbox is this run's before anything is sent: a second run is refused here, and the
     // first one's trees and manifest stay as they are.
+    // The connections the agent may make under `network: allow` are carried by this host.
+    let carried = prepared
+        .as_ref()
+        .and_then(|(manifest, _)| manifest.network.clone())
+        .filter(|p| matches!(p, pitcrew_core::manifest::NetworkPolicy::Allow { .. }))
+        .filter(|_| conn.hello().capabilities.has_feature("network"));
+    if let Some(policy) = &carried {
+        conn.client().carry_connections(policy.clone());
+    }
     if claims {
         conn.client()
-            .claim(&run_id, plan(args, total, kept), args.lease)
+            .claim(
+                &run_id,
+                plan(args, total, kept),
+                args.lease,
+                carried.is_some(),
+            )
             .map_err(|e| conn.explain(e))
             .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
@@ -494,6 +508,7 @@ pub(super) fn older_supervisor(
             !manifest.env.runner.is_empty(),
             "--runner-env",
         ),
+        ("network", manifest.network.is_some(), "network"),
     ];
     let missing: Vec<&str> = asked
         .iter()

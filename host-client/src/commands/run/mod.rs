@@ -242,6 +242,13 @@ fn run_harness(
         memory_bytes: h.memory,
         processes: h.processes,
         upload_limits: h.upload_limits,
+        private_network: matches!(
+            h.network,
+            Some(
+                pitcrew_core::manifest::NetworkPolicy::None
+                    | pitcrew_core::manifest::NetworkPolicy::Allow { .. }
+            )
+        ),
     })?;
     // A sandbox this run did not start is left as it was found; a resumed run ends as the run
     // it finishes would have.
