@@ -153,6 +153,7 @@ impl Checker<'_> {
             output,
             validation,
             feedback,
+            network: None,
         };
         self.agent_notes(top, &harness);
         Some(harness)
