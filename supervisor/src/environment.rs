@@ -689,7 +689,7 @@ pub fn policy_doc() -> String {
             out.push_str(&format!("| `{name}` | {runtime} | {value} |\n"));
         }
     }
-    let sections: [(&str, &[DenyRule]); 4] = [
+    let sections: [(&str, &[DenyRule]); 5] = [
         (
             "#### Stripped from every layer (loader rules)\n\n\
              Removed from the image's environment, the `.env` and the harness `env:` (each removal \
@@ -700,7 +700,8 @@ pub fn policy_doc() -> String {
         (
             "#### Only a trusted layer may set (refused in the `.env` and a plugin's `env:`)\n\n\
              The image's environment, the harness `env:` and `--pass-env` may set them (except \
-             the pinned and reserved names); a `.env` line is refused by name \
+             the pinned and reserved names, and in the harness `env:` the egress names below); \
+             a `.env` line is refused by name \
              (`env.dotenv_refused`), a plugin's `env:` entry is an error. \
              Only `CLAUDE_CONFIG_DIR` and `PI_CODING_AGENT_DIR` are pinned (in their runtime): when no \
              trusted layer sets one of the others, it is absent and programs use their default \
@@ -710,11 +711,23 @@ pub fn policy_doc() -> String {
             env_policy::TRUSTED_ONLY_RULES,
         ),
         (
-            "#### Reserved: the harness `env:` may not set (besides the loader rules)",
+            "#### Reserved: the harness `env:` and `--pass-env` may not set (besides the loader \
+             rules)",
             env_policy::SANDBOX_ENV_RULES,
         ),
         (
-            "#### Refused in a plugin's `env:` (besides the two lists above)",
+            "#### Egress: refused in the harness `env:` (besides the reserved names)\n\n\
+             pitcrew sets the agent's proxy itself, and where the agent connects is the harness's \
+             `network:`: the harness `env:` may not set a proxy, change TLS trust or name a \
+             program git connects through. The image's environment and `--pass-env` still may \
+             (a site's own proxy under `network: open`, the CA of an image behind a \
+             TLS-inspecting proxy); the `.env` and a plugin's `env:` never may (above). \
+             Endpoint variables (`ANTHROPIC_BASE_URL`) stay the harness's: the default network \
+             follows them.",
+            env_policy::EGRESS_ENV_RULES,
+        ),
+        (
+            "#### Refused in a plugin's `env:` (besides the loader and trusted-only lists)",
             env_policy::PLUGIN_ENV_RULES,
         ),
     ];

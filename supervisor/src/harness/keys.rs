@@ -156,6 +156,7 @@ impl Checker<'_> {
             output,
             validation,
             feedback,
+            network: None,
         };
         self.agent_notes(top, &harness);
         Some(harness)

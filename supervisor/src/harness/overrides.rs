@@ -49,11 +49,18 @@ impl Harness {
             }
         }
         for (name, value) in &o.env {
-            let found = env_policy::sandbox_env_problems(name, value);
+            let found = env_policy::harness_env_problems(name, value);
             if found.is_empty() {
                 h.env.insert(name.clone(), value.clone());
             }
             problems.extend(found.into_iter().map(|p| format!("env {name}: {p}")));
+            if name == "ANTHROPIC_BASE_URL" && h.runtime == Runtime::Claude && h.network.is_none() {
+                if let Err(why) = super::network::url_endpoint(value) {
+                    problems.push(format!(
+                        "env {name}: the default network is read from it: {why}"
+                    ));
+                }
+            }
             let plugin = h
                 .plugins
                 .iter()

@@ -127,7 +127,13 @@ fn check_adapters(runtime: &str, adapters: &str) -> Validated {
     ] {
         let path = dir.path().join(f);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("{f}\n")).unwrap();
+        // pi reads its models.json for the default network: JSON, like pi's own.
+        let content = if f.ends_with(".json") {
+            format!("{{\"file\": \"{f}\"}}\n")
+        } else {
+            format!("{f}\n")
+        };
+        std::fs::write(&path, content).unwrap();
     }
     let file = dir.path().join("harness.yaml");
     std::fs::write(

@@ -446,6 +446,9 @@ fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
     }
 }
 
+/// The `hello` feature of a supervisor that holds the agent to the manifest's `network`.
+pub(super) const NETWORK_FEATURE: &str = "network";
+
 /// What the manifest and the harness ask of this release's supervisor that `offered` (its
 /// `hello` features) lacks: refused before anything is sent, naming what, rather than refused
 /// or ignored by an older `pitcrew-init` in the sandbox. `env.passed` is only a label: dropped.
@@ -460,6 +463,13 @@ pub(super) fn older_supervisor(
     let has = |f: &str| offered.iter().any(|o| o == f);
     if !has("env.passed") {
         manifest.env.passed.clear();
+    }
+    // The network the harness gives the agent goes only to a supervisor that offers
+    // `network`: one that does not would refuse the field (a release before it) or not hold
+    // the agent to it. Without it the agent reaches what the engine gives it, as before
+    // egress control.
+    if !has(NETWORK_FEATURE) {
+        manifest.network = None;
     }
     // The default the harness left unset: what such a supervisor does (as-is), said once.
     if manifest.agent.context_files == ContextFiles::Uploaded

@@ -45,7 +45,7 @@ impl Checker<'_> {
         let mut env = BTreeMap::new();
         if let Some(n) = top.get_node("env") {
             for (k, v, at) in self.env_map(n, "env") {
-                for p in env_policy::sandbox_env_problems(&k, &v) {
+                for p in env_policy::harness_env_problems(&k, &v) {
                     self.problem(at, format!("env.{k}"), p.to_string());
                 }
                 env.insert(k, v);
