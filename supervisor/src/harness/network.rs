@@ -11,8 +11,11 @@
 //!   provider pi uses is the one `agent.args` names with `--provider`, else the prefix of
 //!   `agent.model` (`anthropic/claude-…`) when it names a provider, else the pinned
 //!   `settings.json`'s `defaultProvider` (the order pi 0.73.1, 0.87.1 and 1.6.0 follow).
+//!   The harness `env:`'s `AZURE_OPENAI_BASE_URL` (or `AZURE_OPENAI_RESOURCE_NAME`), which pi's
+//!   Azure provider prefers to `models.json`, is allowed too.
 //! - `claude`: the host and port of `ANTHROPIC_BASE_URL` when the harness `env:` sets it,
-//!   else `api.anthropic.com:443`.
+//!   else `api.anthropic.com:443`; with `CLAUDE_CODE_USE_BEDROCK`, `_VERTEX` or `_FOUNDRY`
+//!   set, that backend's `ANTHROPIC_<NAME>_BASE_URL` instead (a note when it is unset).
 //!
 //! The pinned `models.json` and `settings.json` are read from the host's copies the harness
 //! pins (config adapters at the top of pi's config directory), and checked against the digest
@@ -44,6 +47,16 @@ pub const PI_PROVIDER_HOSTS: &[(&str, &str)] = &[
     ("deepseek", "api.deepseek.com"),
     ("fireworks", "api.fireworks.ai"),
     ("huggingface", "router.huggingface.co"),
+];
+
+/// pi's built-in providers whose host depends on an account, a region or the environment
+/// (0.73.1, 0.87.1, 1.6.0): recognised in `agent.model`, with no default endpoint.
+const PI_PROVIDERS_ELSEWHERE: &[&str] = &[
+    "amazon-bedrock",
+    "azure-openai-responses",
+    "google-vertex",
+    "cloudflare-ai-gateway",
+    "cloudflare-workers-ai",
 ];
 
 /// Claude Code's API host (port 443) when `ANTHROPIC_BASE_URL` is unset.
@@ -130,23 +143,12 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     let mut notes = Vec::new();
     match h.runtime {
         Runtime::Command => {}
-        Runtime::Claude => match h.env.get("ANTHROPIC_BASE_URL") {
-            Some(url) => match url_endpoint(url) {
-                Ok(endpoint) => allowed.add(endpoint, "env ANTHROPIC_BASE_URL".into()),
-                Err(why) => notes.push(format!("env ANTHROPIC_BASE_URL: {why}")),
-            },
-            None => allowed.add(
-                Endpoint {
-                    host: CLAUDE_API_HOST.into(),
-                    port: 443,
-                },
-                "Claude Code's API endpoint".into(),
-            ),
-        },
+        Runtime::Claude => claude_default(h, &mut allowed, &mut notes),
         Runtime::Pi => {
             for (endpoint, source) in &pi.endpoints {
                 allowed.add(endpoint.clone(), source.clone());
             }
+            pi_env_default(h, &mut allowed, &mut notes);
             pi_provider_default(h, pi, &mut allowed, &mut notes);
         }
     }
@@ -194,6 +196,73 @@ impl Allowed {
     }
 }
 
+/// Claude Code's backends other than Anthropic's API, each switched on by
+/// `CLAUDE_CODE_USE_<NAME>` and sent to `ANTHROPIC_<NAME>_BASE_URL` when set.
+const CLAUDE_BACKENDS: &[&str] = &["BEDROCK", "VERTEX", "FOUNDRY"];
+
+/// Claude Code's endpoint: the backend the harness `env:` switches on (its base URL, when set),
+/// else `ANTHROPIC_BASE_URL`, else Anthropic's API.
+fn claude_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    let on = |name: &str| {
+        h.env
+            .get(name)
+            .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+    };
+    let mut backend = false;
+    for name in CLAUDE_BACKENDS {
+        if !on(&format!("CLAUDE_CODE_USE_{name}")) {
+            continue;
+        }
+        backend = true;
+        let var = format!("ANTHROPIC_{name}_BASE_URL");
+        match h.env.get(&var) {
+            Some(url) => env_url(url, &var, allowed, notes),
+            None => notes.push(format!(
+                "env CLAUDE_CODE_USE_{name}: Claude Code's {} endpoint depends on the account \
+                 or region and {var} is unset: name the endpoint in network:",
+                name.to_ascii_lowercase()
+            )),
+        }
+    }
+    if backend {
+        return;
+    }
+    match h.env.get("ANTHROPIC_BASE_URL") {
+        Some(url) => env_url(url, "ANTHROPIC_BASE_URL", allowed, notes),
+        None => allowed.add(
+            Endpoint {
+                host: CLAUDE_API_HOST.into(),
+                port: 443,
+            },
+            "Claude Code's API endpoint".into(),
+        ),
+    }
+}
+
+/// The endpoints pi's Azure provider takes from the environment over `models.json`
+/// (`AZURE_OPENAI_BASE_URL`, else `https://<AZURE_OPENAI_RESOURCE_NAME>.openai.azure.com`),
+/// when the harness `env:` sets them.
+fn pi_env_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    if let Some(url) = h.env.get("AZURE_OPENAI_BASE_URL") {
+        env_url(url, "AZURE_OPENAI_BASE_URL", allowed, notes);
+    } else if let Some(name) = h.env.get("AZURE_OPENAI_RESOURCE_NAME") {
+        env_url(
+            &format!("https://{}.openai.azure.com", name.trim()),
+            "AZURE_OPENAI_RESOURCE_NAME",
+            allowed,
+            notes,
+        );
+    }
+}
+
+/// The endpoint of the URL the harness `env:` gives `var`, or a note saying why there is none.
+fn env_url(url: &str, var: &str, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    match url_endpoint(url) {
+        Ok(endpoint) => allowed.add(endpoint, format!("env {var}")),
+        Err(why) => notes.push(format!("env {var}: {why}")),
+    }
+}
+
 /// The built-in provider pi uses, when `models.json` does not send it elsewhere.
 fn pi_provider_default(
     h: &Harness,
@@ -202,7 +271,7 @@ fn pi_provider_default(
     notes: &mut Vec<String>,
 ) {
     let Some((provider, why)) = pi_provider(h, pi) else {
-        if pi.endpoints.is_empty() {
+        if allowed.endpoints.is_empty() {
             notes.push(
                 "pi's provider is named by none of agent.args --provider, agent.model \
                  (provider/model), settings.json defaultProvider or a models.json baseUrl: the \
@@ -227,13 +296,13 @@ fn pi_provider_default(
             },
             format!("pi's built-in provider {provider:?}, from {why}"),
         ),
-        None if pi.endpoints.is_empty() => notes.push(format!(
+        None if allowed.endpoints.is_empty() => notes.push(format!(
             "pi's provider {provider:?} (from {why}) has no endpoint pitcrew knows: the default \
              network allows nothing; name its endpoint in network:"
         )),
         None => notes.push(format!(
-            "pi's provider {provider:?} (from {why}) has no endpoint pitcrew knows beyond \
-             models.json's: name any other in network:"
+            "pi's provider {provider:?} (from {why}) has no endpoint pitcrew knows of its own: \
+             the default allows only the endpoints above; name any other in network:"
         )),
     }
 }
@@ -255,6 +324,9 @@ fn pi_provider(h: &Harness, pi: &PiModelConfig) -> Option<(String, &'static str)
     }
     if let Some((prefix, _)) = h.agent.model.as_deref().and_then(|m| m.split_once('/')) {
         let known = builtin_host(prefix).is_some()
+            || PI_PROVIDERS_ELSEWHERE
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(prefix))
             || pi.providers.iter().any(|p| p.eq_ignore_ascii_case(prefix));
         if known {
             return Some((prefix.to_string(), "agent.model"));
@@ -344,6 +416,32 @@ fn string_at(value: Option<&Value>, at: impl Fn() -> String) -> Result<Option<&s
     }
 }
 
+/// The variables of the harness `env:` the default network of each runtime reads a URL from.
+fn endpoint_variables(runtime: Runtime) -> &'static [&'static str] {
+    match runtime {
+        Runtime::Claude => &[
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_BEDROCK_BASE_URL",
+            "ANTHROPIC_VERTEX_BASE_URL",
+            "ANTHROPIC_FOUNDRY_BASE_URL",
+        ],
+        Runtime::Pi => &["AZURE_OPENAI_BASE_URL"],
+        Runtime::Command => &[],
+    }
+}
+
+/// Why `name`=`value` of the harness `env:` (or a task's override) cannot give the default
+/// network an endpoint, when the default reads one from it: `None` for a readable URL, any
+/// other name, or a harness whose `network:` is explicit.
+pub(super) fn endpoint_variable_problem(h: &Harness, name: &str, value: &str) -> Option<String> {
+    if h.network.is_some() || !endpoint_variables(h.runtime).contains(&name) {
+        return None;
+    }
+    url_endpoint(value)
+        .err()
+        .map(|why| format!("the default network is read from it: {why}"))
+}
+
 impl Validated {
     /// The network that applies to the checked harness (its `network:`, or the runtime's
     /// default with where each endpoint came from); `None` when the harness could not be read.
@@ -357,8 +455,9 @@ impl Validated {
 impl Checker<'_> {
     /// What the default network needs that only the files can say, checked once: for pi, the
     /// pinned `models.json` and `settings.json` read (their bytes checked against the pinned
-    /// digest); for Claude Code, `ANTHROPIC_BASE_URL` readable as a URL. Nothing when the
-    /// harness names its `network:`.
+    /// digest); the runtime's endpoint variables the harness `env:` sets
+    /// ([`endpoint_variable_problem`]) readable as URLs. Nothing when the harness names its
+    /// `network:`.
     pub(super) fn network_inputs(
         &mut self,
         h: &Harness,
@@ -369,20 +468,14 @@ impl Checker<'_> {
         if h.network.is_some() {
             return out;
         }
-        if h.runtime == Runtime::Claude {
-            if let Some(url) = h.env.get("ANTHROPIC_BASE_URL") {
-                if let Err(why) = url_endpoint(url) {
-                    let at = node
-                        .as_mapping()
-                        .and_then(|m| m.get_mapping("env"))
-                        .and_then(|m| m.get_node("ANTHROPIC_BASE_URL"))
-                        .and_then(location);
-                    self.problem(
-                        at,
-                        "env.ANTHROPIC_BASE_URL",
-                        format!("the default network is read from it: {why}"),
-                    );
-                }
+        for (name, value) in &h.env {
+            if let Some(why) = endpoint_variable_problem(h, name, value) {
+                let at = node
+                    .as_mapping()
+                    .and_then(|m| m.get_mapping("env"))
+                    .and_then(|m| m.get_node(name))
+                    .and_then(location);
+                self.problem(at, format!("env.{name}"), why);
             }
         }
         if h.runtime != Runtime::Pi {

@@ -54,12 +54,8 @@ impl Harness {
                 h.env.insert(name.clone(), value.clone());
             }
             problems.extend(found.into_iter().map(|p| format!("env {name}: {p}")));
-            if name == "ANTHROPIC_BASE_URL" && h.runtime == Runtime::Claude && h.network.is_none() {
-                if let Err(why) = super::network::url_endpoint(value) {
-                    problems.push(format!(
-                        "env {name}: the default network is read from it: {why}"
-                    ));
-                }
+            if let Some(why) = super::network::endpoint_variable_problem(&h, name, value) {
+                problems.push(format!("env {name}: {why}"));
             }
             let plugin = h
                 .plugins

@@ -344,3 +344,69 @@ fn the_built_in_hosts_are_endpoints() {
     }
     assert!(Endpoint::parse(&format!("{CLAUDE_API_HOST}:443")).is_ok());
 }
+
+#[test]
+fn claude_on_another_backend_reaches_its_base_url_or_says_what_to_name() {
+    let choice = network_of(&check(
+        "runtime: claude\nprompt: hi\nenv:\n  CLAUDE_CODE_USE_BEDROCK: \"1\"\n  \
+         ANTHROPIC_BEDROCK_BASE_URL: \"https://bedrock.gw.example\"\n  \
+         ANTHROPIC_BASE_URL: \"http://127.0.0.1:8377\"\n",
+        &[],
+    ));
+    assert_eq!(
+        choice.summary(),
+        "allow bedrock.gw.example:443 (env ANTHROPIC_BEDROCK_BASE_URL)"
+    );
+    let choice = network_of(&check(
+        "runtime: claude\nprompt: hi\nenv:\n  CLAUDE_CODE_USE_VERTEX: \"true\"\n",
+        &[],
+    ));
+    assert_eq!(choice.policy, NetworkPolicy::None);
+    assert!(
+        choice.notes[0].contains("ANTHROPIC_VERTEX_BASE_URL is unset"),
+        "{:?}",
+        choice.notes
+    );
+    // Switched off, the switch changes nothing.
+    let choice = network_of(&check(
+        "runtime: claude\nprompt: hi\nenv:\n  CLAUDE_CODE_USE_FOUNDRY: \"0\"\n",
+        &[],
+    ));
+    assert_eq!(choice.policy.allowed(), [endpoint("api.anthropic.com:443")]);
+    let v = check(
+        "runtime: claude\nprompt: hi\nenv:\n  ANTHROPIC_VERTEX_BASE_URL: vertex.example\n",
+        &[],
+    );
+    assert!(
+        v.problems[0]
+            .to_string()
+            .contains("env.ANTHROPIC_VERTEX_BASE_URL: the default network is read from it"),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn pi_reaches_the_azure_endpoint_its_environment_names() {
+    let choice = network_of(&check(
+        "runtime: pi\nprompt: hi\nagent:\n  model: azure-openai-responses/gpt-5\nenv:\n  \
+         AZURE_OPENAI_RESOURCE_NAME: my-team\n",
+        &[],
+    ));
+    assert_eq!(
+        choice.policy.allowed(),
+        [endpoint("my-team.openai.azure.com:443")]
+    );
+    assert_eq!(choice.sources, ["env AZURE_OPENAI_RESOURCE_NAME"]);
+    // The provider itself has no endpoint pitcrew knows: said, beside the one allowed.
+    assert!(choice.notes[0].contains("\"azure-openai-responses\""));
+    let choice = network_of(&check(
+        "runtime: pi\nprompt: hi\nenv:\n  AZURE_OPENAI_BASE_URL: \"https://gw.example:8443/openai/v1\"\n  \
+         AZURE_OPENAI_RESOURCE_NAME: ignored\n",
+        &[],
+    ));
+    assert_eq!(
+        choice.summary(),
+        "allow gw.example:8443 (env AZURE_OPENAI_BASE_URL)"
+    );
+}
