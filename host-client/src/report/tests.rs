@@ -451,9 +451,9 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
         mode: SupervisorMode::Pid1,
         degraded_reason: None,
     };
-    let mut with = summarize(&IterationResult::new(1, info.clone()), 5, Vec::new());
+    let mut with = summarize(&IterationResult::new(1, info.clone()), Some(5), Vec::new());
     with.network = Some(network_cell(&allow));
-    let without = summarize(&IterationResult::new(2, info), 5, Vec::new());
+    let without = summarize(&IterationResult::new(2, info), Some(5), Vec::new());
     let text = table(&[with, without], false);
     let header = text.lines().next().unwrap_or_default();
     assert!(header.contains(" net "), "{text}");

@@ -156,7 +156,6 @@ impl Checker<'_> {
             output,
             validation,
             feedback,
-            network: None,
         };
         self.agent_notes(top, &harness);
         Some(harness)

@@ -206,9 +206,6 @@ pub struct Harness {
     pub keep_home: Vec<String>,
     /// The workspace's `output/` kept between iterations (`keep_output`; emptied by default).
     pub keep_output: bool,
-    /// What the agent may reach (`network`); `None` when the harness does not say.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<crate::manifest::NetworkPolicy>,
     /// The collected records the sandbox keeps (`retention`).
     pub retention: crate::manifest::Retention,
     /// The most one upload may hold (`upload_limits`): checked here, and a new sandbox's

@@ -464,12 +464,19 @@ pub(super) fn older_supervisor(
     if !has("env.passed") {
         manifest.env.passed.clear();
     }
-    // The network the harness gives the agent goes only to a supervisor that offers
-    // `network`: one that does not would refuse the field (a release before it) or not hold
-    // the agent to it. Without it the agent reaches what the engine gives it, as before
-    // egress control.
-    if !has(NETWORK_FEATURE) {
-        manifest.network = None;
+    // The network goes only to a supervisor that offers `network`: one that does not would
+    // refuse the field (a release before it) or not hold the agent to it. A harness that says
+    // `none` or `allow` is refused below; the runtime's default (or `open`) is dropped, and the
+    // agent reaches what the engine gives it, as before egress control, said once.
+    let explicit = h
+        .network
+        .as_ref()
+        .is_some_and(|n| *n != pitcrew_core::manifest::NetworkPolicy::Open);
+    if !has(NETWORK_FEATURE) && !explicit && manifest.network.take().is_some() {
+        progress.warn(
+            "the sandbox's pitcrew-init is older than this pitcrew: it does not control egress, \
+             and the agent reaches what the engine's network gives it",
+        );
     }
     // The default the harness left unset: what such a supervisor does (as-is), said once.
     if manifest.agent.context_files == ContextFiles::Uploaded
@@ -478,7 +485,9 @@ pub(super) fn older_supervisor(
     {
         manifest.agent.context_files = ContextFiles::AsIs;
         progress.warn(
-            "the sandbox's pitcrew-init is older than this pitcrew: the runtime reads the              workspace's context files (AGENTS.md, CLAUDE.md) as an earlier iteration left them              (agent.context_files: as-is), and the record does not name them",
+            "the sandbox's pitcrew-init is older than this pitcrew: the runtime reads the \
+             workspace's context files (AGENTS.md, CLAUDE.md) as an earlier iteration left them \
+             (agent.context_files: as-is), and the record does not name them",
         );
     }
     let asked = [
@@ -518,7 +527,7 @@ pub(super) fn older_supervisor(
             !manifest.env.runner.is_empty(),
             "--runner-env",
         ),
-        ("network", manifest.network.is_some(), "network"),
+        ("network", explicit, "network"),
     ];
     let missing: Vec<&str> = asked
         .iter()
