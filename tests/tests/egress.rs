@@ -278,14 +278,17 @@ fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interf
     if !require_pid_namespaces() {
         return;
     }
-    // Without the key the local engine shares this machine's network (as before it).
+    // With `network: open` the local engine shares this machine's network.
     let fx = LocalFixture::new(
         "mkdir -p output && echo started > output/ran\n",
         1,
         "",
         false,
     );
-    let h = fx.harness.to_str().expect("utf-8 path");
+    let text = std::fs::read_to_string(&fx.harness).expect("harness");
+    let open = fx.root.join("open.yaml");
+    std::fs::write(&open, format!("{text}network: open\n")).expect("write");
+    let h = open.to_str().expect("utf-8 path");
     let kept = fx.output(&["run", h, "--json", "--keep"]);
     assert!(
         kept.status.success(),
@@ -301,7 +304,6 @@ fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interf
         .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
         .any(|n| n != "lo");
     let with_none = fx.root.join("none.yaml");
-    let text = std::fs::read_to_string(&fx.harness).expect("harness");
     std::fs::write(&with_none, format!("{text}network: none\n")).expect("write");
     let (code, doc) = pitcrew_run_status(&with_none, &fx.state, &["--sandbox", &id], &[]);
     let _ = fx.output(&["down", &id]);

@@ -242,13 +242,14 @@ fn run_harness(
         memory_bytes: h.memory,
         processes: h.processes,
         upload_limits: h.upload_limits,
-        private_network: matches!(
-            h.network,
-            Some(
+        // The harness's `network:` or the runtime's default (its model endpoint).
+        private_network: validated.network().is_some_and(|n| {
+            matches!(
+                n.policy,
                 pitcrew_core::manifest::NetworkPolicy::None
                     | pitcrew_core::manifest::NetworkPolicy::Allow { .. }
             )
-        ),
+        }),
     })?;
     // A sandbox this run did not start is left as it was found; a resumed run ends as the run
     // it finishes would have.
