@@ -19,6 +19,8 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod tunnel;
+
 /// Size of the data frames the client sends (a quarter of the protocol's limit).
 const DATA_FRAME: usize = MAX_PAYLOAD / 4;
 
@@ -185,6 +187,8 @@ pub struct Client<R: Read, W: Write> {
     /// destination: a manifest tree at one of them names the listing instead of sending it
     /// (`add_listing` with `held_listing`).
     held_listings: std::collections::HashMap<String, String>,
+    /// The agent's connections this host carries (`network: allow`), once asked to.
+    tunnels: Option<Box<dyn tunnel::Carrier>>,
 }
 
 /// What arrived for the current request.
@@ -204,6 +208,7 @@ impl<R: Read, W: Write> Client<R, W> {
             zstd_level: None,
             unended: None,
             held_listings: std::collections::HashMap::new(),
+            tunnels: None,
         }
     }
 
@@ -250,12 +255,29 @@ impl<R: Read, W: Write> Client<R, W> {
                     request: name.to_string(),
                 })?;
             if frame.kind == FrameKind::Data {
+                if frame.channel == Channel::Tunnel {
+                    if let Some(t) = self.tunnels.as_mut() {
+                        t.data(&frame.payload);
+                    }
+                    continue;
+                }
                 return Ok(Incoming::Data(frame.channel, frame.payload));
             }
             let response: Response = frame.json().map_err(|source| ClientError::Frame {
                 request: name.to_string(),
                 source,
             })?;
+            if matches!(
+                response,
+                Response::TunnelOpen { .. }
+                    | Response::TunnelClose { .. }
+                    | Response::TunnelAck { .. }
+            ) {
+                if let Some(t) = self.tunnels.as_mut() {
+                    t.message(response);
+                }
+                continue;
+            }
             if !response.answers(id) {
                 let rid = response.id();
                 tracing::debug!("{name}: skipping a response for request {rid}: {response:?}");
@@ -713,12 +735,15 @@ impl<R: Read, W: Write> Client<R, W> {
     }
 
     /// Claims the sandbox for the run `run` with the host's `plan` and a lease of `lease`
-    /// (refused `busy` when another run holds it); returns the claim as the supervisor keeps it.
+    /// (refused `busy` when another run holds it), saying whether this connection carries the
+    /// agent's connections (`tunnel`, after [`Client::carry_connections`]); returns the claim as
+    /// the supervisor keeps it.
     pub fn claim(
         &mut self,
         run: &str,
         plan: ClaimPlan,
         lease: std::time::Duration,
+        tunnel: bool,
     ) -> Result<ClaimStatus, ClientError> {
         let id = self.id();
         let run = run.to_string();
@@ -729,6 +754,7 @@ impl<R: Read, W: Write> Client<R, W> {
                 run,
                 plan: Some(plan),
                 lease_ms,
+                tunnel,
             },
             "claim",
         )?;
@@ -760,6 +786,17 @@ impl<R: Read, W: Write> Client<R, W> {
             Ok(_) | Err(ClientError::Closed { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl<R: Read, W: Write + Send + 'static> Client<R, W> {
+    /// From now on this client dials the connections the supervisor asks it to carry, under
+    /// `policy` (checked again here), relaying each on threads of its own.
+    pub fn carry_connections(&mut self, policy: pitcrew_core::manifest::NetworkPolicy) {
+        self.tunnels = Some(Box::new(tunnel::Tunnels::new(
+            Arc::clone(&self.writer),
+            policy,
+        )));
     }
 }
 

@@ -15,7 +15,11 @@
 //!   A `.env` line setting one is refused by name; a plugin `env:` entry is an error.
 //! - [`PLUGIN_ENV_RULES`]: what a plugin's `env:` may not set beyond those two lists
 //!   ([`plugin_env_denial`]).
-//! - [`SANDBOX_ENV_RULES`]: names the harness `env:` may not set ([`sandbox_env_reserved`]).
+//! - [`SANDBOX_ENV_RULES`]: names the harness `env:` and `--pass-env` may not set
+//!   ([`sandbox_env_reserved`]).
+//! - [`EGRESS_ENV_RULES`]: names the harness `env:` may not set either, because pitcrew sets
+//!   them or they would take a connection past it: proxies, TLS trust, git's connection
+//!   programs ([`harness_env_denial`]). What the agent reaches is the harness's `network:`.
 //!
 //! All matching is ASCII case-insensitive: a lower-case `node_options` or `https_proxy` is
 //! refused like the upper-case one, so nobody has to reason about which programs read which
@@ -227,7 +231,7 @@ pub const LOADER_RULES: &[DenyRule] = &[
     ),
 ];
 
-const PROXY: &str = "routes network traffic through a proxy (curl, git, Python requests, undici and Bun honour it; Node with NODE_USE_ENV_PROXY): the runtime's model traffic, API key included, would pass through whoever runs it";
+const PROXY: &str = "routes network traffic through a proxy (curl, git, Python requests, undici and Bun honour it; Node with NODE_USE_ENV_PROXY): the runtime's model traffic, API key included, would pass through whoever runs it; pitcrew sets the proxy itself, and what the agent reaches is the harness's network:";
 const TOOL_PROGRAM: &str = "a tool runs the program it names (git, man, less and others)";
 const CLAUDE_SHELL: &str = "Claude Code runs every Bash tool call with the shell it names";
 const GIT_PROGRAM: &str = "git runs the program it names";
@@ -559,6 +563,44 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     ),
 ];
 
+/// Why the harness `env:` may not set a proxy variable.
+const PITCREW_PROXY: &str =
+    "pitcrew sets the agent's proxy itself; where the agent connects is the harness's network:";
+
+/// Why the harness `env:` may not change TLS trust.
+const PITCREW_TLS: &str = "TLS runs end to end through pitcrew's proxy, to the certificates the image trusts; where the agent connects is the harness's network:";
+
+/// Why the harness `env:` may not choose how git connects.
+const PITCREW_GIT: &str = "git would connect through the program it names, past pitcrew's proxy; where git connects is the harness's network:";
+
+/// Names the harness `env:` may not set beyond [`SANDBOX_ENV_RULES`]: the proxy variables
+/// pitcrew itself sets for the agent, the TLS trust its connections rely on, and the programs
+/// git would connect through. With egress control, where the agent's connections go is the
+/// harness's `network:` and nothing else; the `.env` and a plugin's `env:` are refused them by
+/// [`TRUSTED_ONLY_RULES`] already. The image's environment and `--pass-env` keep them (a site's
+/// own proxy or CA for `network: open`, an image behind a TLS-inspecting proxy). Endpoint
+/// variables (`ANTHROPIC_BASE_URL`) stay the harness's: the default network follows them.
+pub const EGRESS_ENV_RULES: &[DenyRule] = &[
+    rule(Exact("HTTP_PROXY"), PITCREW_PROXY),
+    rule(Exact("HTTPS_PROXY"), PITCREW_PROXY),
+    rule(Exact("ALL_PROXY"), PITCREW_PROXY),
+    rule(Exact("NO_PROXY"), PITCREW_PROXY),
+    rule(Exact("FTP_PROXY"), PITCREW_PROXY),
+    rule(Exact("GRPC_PROXY"), PITCREW_PROXY),
+    rule(Exact("RSYNC_PROXY"), PITCREW_PROXY),
+    rule(Exact("NODE_USE_ENV_PROXY"), PITCREW_PROXY),
+    rule(Exact("NODE_EXTRA_CA_CERTS"), PITCREW_TLS),
+    rule(Exact("SSL_CERT_FILE"), PITCREW_TLS),
+    rule(Exact("SSL_CERT_DIR"), PITCREW_TLS),
+    rule(Exact("REQUESTS_CA_BUNDLE"), PITCREW_TLS),
+    rule(Exact("CURL_CA_BUNDLE"), PITCREW_TLS),
+    rule(Exact("GIT_SSL_CAINFO"), PITCREW_TLS),
+    rule(Exact("GIT_SSL_CAPATH"), PITCREW_TLS),
+    rule(Exact("GIT_PROXY_COMMAND"), PITCREW_GIT),
+    rule(Exact("GIT_SSH_COMMAND"), PITCREW_GIT),
+    rule(Exact("GIT_SSH"), PITCREW_GIT),
+];
+
 /// The first loader rule that matches `name`, if any.
 pub fn loader_denial(name: &str) -> Option<&'static DenyRule> {
     LOADER_RULES.iter().find(|r| r.pattern.matches(name))
@@ -577,12 +619,19 @@ pub fn plugin_env_denial(name: &str) -> Option<&'static DenyRule> {
         .or_else(|| PLUGIN_ENV_RULES.iter().find(|r| r.pattern.matches(name)))
 }
 
-/// The first rule that forbids the harness `env:` from setting `name`, if any.
+/// The first rule that forbids `--pass-env` from passing `name`, if any: the reserved names
+/// and the loader rules.
 pub fn sandbox_env_reserved(name: &str) -> Option<&'static DenyRule> {
     SANDBOX_ENV_RULES
         .iter()
         .find(|r| r.pattern.matches(name))
         .or_else(|| loader_denial(name))
+}
+
+/// The first rule that forbids the harness `env:` from setting `name`, if any: those of
+/// [`sandbox_env_reserved`], then [`EGRESS_ENV_RULES`].
+pub fn harness_env_denial(name: &str) -> Option<&'static DenyRule> {
+    sandbox_env_reserved(name).or_else(|| EGRESS_ENV_RULES.iter().find(|r| r.pattern.matches(name)))
 }
 
 /// The runner namespaces: the prefixes of the names `pitcrew run --runner-env` may set (the
@@ -660,9 +709,16 @@ pub fn plugin_env_problems(name: &str, value: &str) -> Vec<EnvProblem> {
     entry_problems(name, value, plugin_env_denial)
 }
 
-/// Every problem with one entry of the harness `env:` block.
+/// Every problem with one name and value the manifest's `env.set` carries (the supervisor's
+/// check: the reserved names and the loader rules).
 pub fn sandbox_env_problems(name: &str, value: &str) -> Vec<EnvProblem> {
     entry_problems(name, value, sandbox_env_reserved)
+}
+
+/// Every problem with one entry of the harness `env:` block (or a task's override of it): those
+/// of [`sandbox_env_problems`] and the names of [`EGRESS_ENV_RULES`].
+pub fn harness_env_problems(name: &str, value: &str) -> Vec<EnvProblem> {
+    entry_problems(name, value, harness_env_denial)
 }
 
 fn entry_problems(

@@ -397,6 +397,23 @@ pub fn runner_pins(
     pins
 }
 
+/// The variables that point an agent at the egress proxy listening on `127.0.0.1:port`: the
+/// proxy variables most clients read (upper and lower case; `ALL_PROXY` too, for clients
+/// that only read it and speak HTTP `CONNECT` to it), loopback kept direct (the mirrored
+/// endpoints listen there), and Node's switch that makes its `fetch` honour them. Advisory: the
+/// namespace, not these, is what keeps the agent in.
+pub fn network_pins(port: u16) -> Vec<Pin> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut pins: Vec<Pin> = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"]
+        .into_iter()
+        .map(|name| (name, url.clone()))
+        .collect();
+    pins.push(("NO_PROXY", "localhost,127.0.0.1,::1".to_string()));
+    pins.push(("no_proxy", "localhost,127.0.0.1,::1".to_string()));
+    pins.push(("NODE_USE_ENV_PROXY", "1".to_string()));
+    pins
+}
+
 /// The variable in which the host tells a sandbox's supervisor, when it starts it, which names
 /// of its environment the operator passed with `--pass-env` (comma-separated). It never
 /// reaches the agent.
@@ -408,6 +425,17 @@ pub fn build(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
     baseline: &[(String, String)],
+) -> Result<EnvOutcome, EnvError> {
+    build_with(manifest, dirs, baseline, &[])
+}
+
+/// [`build`] with `extra_pins` set after the runner pins, as pins (the supervisor's own values
+/// for this iteration: the egress proxy's address, [`network_pins`]).
+pub fn build_with(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    baseline: &[(String, String)],
+    extra_pins: &[Pin],
 ) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
@@ -494,11 +522,12 @@ pub fn build(
             (kept, source.clone())
         })
         .filter(|(p, _)| !p.is_empty());
-    let pins = runner_pins(
+    let mut pins = runner_pins(
         manifest,
         dirs,
         current_path.as_ref().map(|(p, _)| p.as_str()),
     );
+    pins.extend(extra_pins.iter().cloned());
     for (name, value) in &pins {
         let source = match &current_path {
             Some((_, source)) if *name == "PATH" => source.clone(),
@@ -660,7 +689,7 @@ pub fn policy_doc() -> String {
             out.push_str(&format!("| `{name}` | {runtime} | {value} |\n"));
         }
     }
-    let sections: [(&str, &[DenyRule]); 4] = [
+    let sections: [(&str, &[DenyRule]); 5] = [
         (
             "#### Stripped from every layer (loader rules)\n\n\
              Removed from the image's environment, the `.env` and the harness `env:` (each removal \
@@ -671,7 +700,8 @@ pub fn policy_doc() -> String {
         (
             "#### Only a trusted layer may set (refused in the `.env` and a plugin's `env:`)\n\n\
              The image's environment, the harness `env:` and `--pass-env` may set them (except \
-             the pinned and reserved names); a `.env` line is refused by name \
+             the pinned and reserved names, and in the harness `env:` the egress names below); \
+             a `.env` line is refused by name \
              (`env.dotenv_refused`), a plugin's `env:` entry is an error. \
              Only `CLAUDE_CONFIG_DIR` and `PI_CODING_AGENT_DIR` are pinned (in their runtime): when no \
              trusted layer sets one of the others, it is absent and programs use their default \
@@ -681,11 +711,23 @@ pub fn policy_doc() -> String {
             env_policy::TRUSTED_ONLY_RULES,
         ),
         (
-            "#### Reserved: the harness `env:` may not set (besides the loader rules)",
+            "#### Reserved: the harness `env:` and `--pass-env` may not set (besides the loader \
+             rules)",
             env_policy::SANDBOX_ENV_RULES,
         ),
         (
-            "#### Refused in a plugin's `env:` (besides the two lists above)",
+            "#### Egress: refused in the harness `env:` (besides the reserved names)\n\n\
+             pitcrew sets the agent's proxy itself, and where the agent connects is the harness's \
+             `network:`: the harness `env:` may not set a proxy, change TLS trust or name a \
+             program git connects through. The image's environment and `--pass-env` still may \
+             (a site's own proxy under `network: open`, the CA of an image behind a \
+             TLS-inspecting proxy); the `.env` and a plugin's `env:` never may (above). \
+             Endpoint variables (`ANTHROPIC_BASE_URL`) stay the harness's: the default network \
+             follows them.",
+            env_policy::EGRESS_ENV_RULES,
+        ),
+        (
+            "#### Refused in a plugin's `env:` (besides the loader and trusted-only lists)",
             env_policy::PLUGIN_ENV_RULES,
         ),
     ];

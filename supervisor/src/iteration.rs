@@ -451,7 +451,7 @@ fn environment_step(
 ) -> Result<EnvOutcome, Stop> {
     observer.step(Step::Environment, Started, EventDetail::empty());
     let started = Instant::now();
-    let env = environment::build(manifest, dirs, &ctx.baseline.vars);
+    let env = environment::build_with(manifest, dirs, &ctx.baseline.vars, &observer.network_pins());
     record.steps.env_ms = millis(started.elapsed());
     let env = env.map_err(|err| {
         observer.step(Step::Environment, Finished, failed(&err.to_string()));
@@ -511,6 +511,22 @@ fn launch_step(
         observer.step(Step::Launch, Finished, failed(&reason));
         Stop::supervisor(reason)
     };
+    // `network: none` or `allow` needs a namespace with loopback only: refused before the fork.
+    let survey = crate::sandbox::netns::interfaces();
+    let network_refusal = match (&survey, &manifest.network) {
+        (Ok(found), policy) => crate::sandbox::netns::refusal(policy.as_ref(), found),
+        (Err(err), Some(policy)) if !matches!(policy, crate::manifest::NetworkPolicy::Open) => {
+            Some(format!(
+                "network: cannot list the sandbox's network interfaces (/proc/self/net/dev: \
+                 {err}), so `network: {}` cannot be enforced; say `network: open` to run anyway",
+                policy.mode_name()
+            ))
+        }
+        (Err(_), _) => None,
+    };
+    if let Some(reason) = network_refusal {
+        return Err(refused(observer, reason));
+    }
     // Only a pi `--tools` list needs them (the scan reads the verified trees).
     let extension_tools = match (manifest.runtime, &manifest.agent.tools) {
         (crate::manifest::Runtime::Pi, Some(tools)) if !tools.is_empty() => {

@@ -17,6 +17,8 @@
 //! - `dir_reset` (Unix): before each iteration, the runtime's config directory brought back to
 //!   the pinned files, `HOME`, `TMPDIR` and the workspace's `output/` emptied.
 //! - [`dotenv`]: the sandbox `.env` file parsed as data, never executed.
+//! - [`egress`]: what pitcrew reads of the connections it carries out of the sandbox (a TLS
+//!   ClientHello's server name).
 //! - [`manifest`]: the versioned document the host hands the supervisor.
 //! - [`exit_code`]: what each iteration exit code means.
 //! - [`git_config`]: a git configuration file read as data and written back with only the keys
@@ -67,6 +69,7 @@ pub mod context_files;
 #[cfg(unix)]
 pub mod dir_reset;
 pub mod dotenv;
+pub mod egress;
 pub mod env_policy;
 pub mod environment;
 pub mod exit_code;

@@ -406,6 +406,11 @@ mod linux {
             }
         };
         let mut ctx = Supervisor::start(baseline, signals, args.agent_cgroup);
+        // A fresh network namespace (the local engine's) starts with `lo` down: even loopback
+        // would be unreachable. Elsewhere it is up already, or not ours to change.
+        if let Err(err) = pitcrew_core::sandbox::netns::bring_up_loopback() {
+            tracing::warn!("network: cannot bring lo up: {err}");
+        }
         if args.private_ipc {
             if !ctx.info.pid1 {
                 pitcrew_core::say!(

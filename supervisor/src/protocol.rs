@@ -5,7 +5,7 @@
 //! ```text
 //! kind: u8   1 = control (payload is one JSON message), 2 = data (payload is raw bytes)
 //! chan: u8   0 for control frames; for data: 1 agent stdout, 2 agent stderr, 3 tar stream,
-//!            4 the listing of an offered upload
+//!            4 the listing of an offered upload, 5 a carried connection's bytes ([`tunnel`])
 //! len:  u32  big-endian payload length: at most MAX_CONTROL_PAYLOAD (control), MAX_PAYLOAD (data)
 //! ```
 //!
@@ -71,6 +71,7 @@ pub mod detail;
 mod error_kind;
 pub mod events;
 pub mod status;
+pub mod tunnel;
 
 pub use detail::{OkDetail, OkReply};
 pub use error_kind::ErrorKind;
@@ -138,6 +139,9 @@ pub enum Channel {
     /// The listing an offered upload starts with (`upload` with `offer`), ended by an empty
     /// frame.
     Listing,
+    /// The bytes of a connection the host carries for the agent (feature `network`): each
+    /// payload starts with the 4-byte big-endian connection id ([`tunnel`]).
+    Tunnel,
 }
 
 impl Channel {
@@ -148,6 +152,7 @@ impl Channel {
             Channel::Stderr => 2,
             Channel::Tar => 3,
             Channel::Listing => 4,
+            Channel::Tunnel => 5,
         }
     }
 
@@ -158,6 +163,7 @@ impl Channel {
             2 => Channel::Stderr,
             3 => Channel::Tar,
             4 => Channel::Listing,
+            5 => Channel::Tunnel,
             _ => return None,
         })
     }
@@ -553,6 +559,10 @@ pub enum Request {
         /// (default 60 s): past it the run counts as orphaned even if the connection stays open.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
+        /// This connection carries the agent's allowed connections (feature `network`): the
+        /// supervisor sends it `tunnel_open` while an iteration of the run is under way.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tunnel: bool,
     },
     /// Renew this connection's claim (any frame from the holder renews it; this one says
     /// nothing else).
@@ -571,6 +581,34 @@ pub enum Request {
         id: u64,
         /// The iterations.
         iterations: Vec<u32>,
+    },
+    /// The host dialled the connection a `tunnel_open` asked for: bytes may flow (feature
+    /// `network`; no reply).
+    TunnelOpened {
+        /// The supervisor's connection id.
+        conn: u32,
+    },
+    /// The host did not dial it (the policy, the address it resolved to, the dial failed).
+    TunnelRefused {
+        /// The supervisor's connection id.
+        conn: u32,
+        /// Why, one line.
+        reason: String,
+    },
+    /// The host's side of a carried connection is gone: the supervisor closes its socket.
+    TunnelClose {
+        /// The connection id.
+        conn: u32,
+        /// Why, one line (`closed` for an orderly end).
+        reason: String,
+    },
+    /// The host wrote `bytes` more of the connection's data to its socket: the supervisor may
+    /// send that many more ([`tunnel::WINDOW`]).
+    TunnelAck {
+        /// The connection id.
+        conn: u32,
+        /// Bytes written since the last ack.
+        bytes: u32,
     },
 }
 
@@ -592,6 +630,11 @@ impl Request {
             | Request::Release { id }
             | Request::Renew { id }
             | Request::Collected { id, .. } => *id,
+            // Tunnel messages are answered by none: they carry no correlation id.
+            Request::TunnelOpened { .. }
+            | Request::TunnelRefused { .. }
+            | Request::TunnelClose { .. }
+            | Request::TunnelAck { .. } => 0,
         }
     }
 }
@@ -682,7 +725,9 @@ impl Default for UploadLimits {
 /// `add_listing`), `record.disk_budget` (a record's copies of what the agent left are bounded by
 /// `limits.disk_bytes` too, [`crate::server::copy_budget_bytes`]: the host may bound its unpack
 /// by it), `record.entry_cost` (each file and directory of those copies counts what a file
-/// system allocates for it, [`crate::unpack::file_cost`]: the host may count them so too).
+/// system allocates for it, [`crate::unpack::file_cost`]: the host may count them so too),
+/// `network` (the manifest's `network` enforced, `claim` with `tunnel`, the tunnel messages and
+/// channel 5, [`tunnel`]).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -700,6 +745,7 @@ pub const FEATURES: &[&str] = &[
     "manifest.listings",
     "record.disk_budget",
     "record.entry_cost",
+    "network",
 ];
 
 /// A message from the supervisor.
@@ -786,6 +832,31 @@ pub enum Response {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         run_stopped: bool,
     },
+    /// The agent connected to an allowed endpoint: the host dials `host`:`port` and answers
+    /// `tunnel_opened` or `tunnel_refused` (feature `network`; only to the connection holding
+    /// the run's claim with `tunnel`).
+    TunnelOpen {
+        /// The supervisor's id for the connection (its data frames start with it).
+        conn: u32,
+        /// The host as the agent named it (a name, or an address literal; IPv6 unbracketed).
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// The agent's side of a carried connection is gone, or the supervisor ended it.
+    TunnelClose {
+        /// The connection id.
+        conn: u32,
+        /// Why, one line (`closed` for an orderly end).
+        reason: String,
+    },
+    /// The supervisor wrote `bytes` more of the connection's data to the agent's socket.
+    TunnelAck {
+        /// The connection id.
+        conn: u32,
+        /// Bytes written since the last ack.
+        bytes: u32,
+    },
     /// Reply to `status`.
     Status {
         /// Correlation id.
@@ -821,6 +892,9 @@ impl Response {
             | Response::Event { id, .. }
             | Response::Result { id, .. }
             | Response::Status { id, .. } => *id,
+            Response::TunnelOpen { .. }
+            | Response::TunnelClose { .. }
+            | Response::TunnelAck { .. } => 0,
         }
     }
 

@@ -98,6 +98,9 @@ pub struct IterationResult {
     /// was not, or when the supervisor does not keep records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_full: Option<DiskFull>,
+    /// What the agent reached over the network (absent when the manifest has no `network`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkRecord>,
     /// What the host removed from the collected workspace (`workspace/`) because git would run
     /// it, or read it as configuration, at the operator's next git command there: hooks, keys
     /// of a repository's configuration outside the allowlist, `info/attributes`, a `.git` file
@@ -111,6 +114,54 @@ pub struct IterationResult {
     /// `workspace_stripped`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspace_flagged: Vec<String>,
+}
+
+/// The most connections one record lists; later ones are counted in
+/// [`NetworkRecord::dropped`].
+pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
+
+/// The iteration's network: the manifest's policy and every connection attempt that reached
+/// pitcrew's listeners in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NetworkRecord {
+    /// `none`, `allow` or `open`.
+    pub mode: String,
+    /// The endpoints allowed, as `host:port`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// The connection attempts, in the order they came (at most
+    /// [`MAX_RECORDED_CONNECTIONS`]).
+    #[serde(default)]
+    pub connections: Vec<ConnectionRecord>,
+    /// Attempts past [`MAX_RECORDED_CONNECTIONS`], not listed.
+    #[serde(default)]
+    pub dropped: u64,
+    /// Why the iteration's network could not be set up as asked (a listener that could not be
+    /// bound), when that happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One connection attempt of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionRecord {
+    /// The host as the agent named it.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// `mirror` (a listener on an allowed loopback address) or `proxy` (the `CONNECT` proxy).
+    pub via: String,
+    /// Whether the connection was carried.
+    pub allowed: bool,
+    /// Why it was refused, or how it ended when not in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes from the agent to the endpoint.
+    pub bytes_up: u64,
+    /// Bytes from the endpoint to the agent.
+    pub bytes_down: u64,
+    /// From the agent's connect to the close, in milliseconds.
+    pub duration_ms: u64,
 }
 
 /// A full filesystem under the records, found when an iteration ended.
@@ -603,6 +654,7 @@ impl IterationResult {
             agent: None,
             usage: None,
             disk_full: None,
+            network: None,
             workspace_stripped: Vec::new(),
             workspace_flagged: Vec::new(),
         }

@@ -433,6 +433,34 @@ fn attack_env__dotenv_https_proxy_and_ca_are_refused() {
 }
 
 #[test]
+fn attack_egress__dotenv_cannot_point_the_runtime_past_pitcrews_proxy() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    // The agent writes the `.env` its next iteration starts with: every way it could send the
+    // runtime's connections somewhere the harness's `network:` does not say (a proxy of its own
+    // in any spelling, a CA that lets it intercept, git's connection programs, the provider's
+    // endpoint) is refused by name, and none reaches the agent.
+    assert_dotenv_names_refused(&[
+        ("HTTP_PROXY", "http://127.0.0.1:9/egress-http"),
+        ("http_proxy", "http://127.0.0.1:9/egress-http-lower"),
+        ("https_proxy", "http://127.0.0.1:9/egress-https-lower"),
+        ("all_proxy", "socks5://127.0.0.1:9/egress-all-lower"),
+        ("no_proxy", "egress-no-proxy-lower"),
+        ("FTP_PROXY", "http://127.0.0.1:9/egress-ftp"),
+        ("GRPC_PROXY", "http://127.0.0.1:9/egress-grpc"),
+        ("grpc_proxy", "http://127.0.0.1:9/egress-grpc-lower"),
+        ("SSL_CERT_DIR", "/tmp/egress-certs"),
+        ("CURL_CA_BUNDLE", "/tmp/egress-curl-ca.pem"),
+        ("GIT_SSL_CAINFO", "/tmp/egress-git-ca.pem"),
+        ("GIT_PROXY_COMMAND", "/tmp/egress-git-proxy"),
+        ("GIT_SSH_COMMAND", "/tmp/egress-git-ssh"),
+        ("OPENAI_BASE_URL", "http://127.0.0.1:9/egress-openai"),
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/egress-anthropic"),
+    ]);
+}
+
+#[test]
 fn attack_env__dotenv_shell_and_git_ssh_command_are_refused() {
     if !require_root_and_namespaces() {
         return;

@@ -304,8 +304,10 @@ fn an_agent_pinned_in_the_config_dir_is_the_one_claude_runs_as() {
 
 /// The real Claude Code of the production image (`scripts/build-image claude`: its native
 /// binary from the npm package inside the image, nothing of the host's mounted) in a container
-/// the engine creates: three iterations against the model server on the host (`--network
-/// host`, which tests may name; users get `none`), the API key passed by name, the plugin
+/// the engine creates without a network: three iterations against the model server on the
+/// host, reached through pitcrew with the harness's default network (`ANTHROPIC_BASE_URL`'s
+/// `127.0.0.1:PORT`, mirrored in the container and carried by `pitcrew run`, each connection
+/// in the record), the API key passed by name, the plugin
 /// loaded from the verified tree and read-only to the agent, and no container left afterwards.
 fn claude_in_the_production_image(kind: Kind) {
     let server = ModelServer::start(one_command_per_iteration(
@@ -329,8 +331,6 @@ fn claude_in_the_production_image(kind: Kind) {
             kind.name(),
             "--image",
             &image,
-            "--network",
-            "host",
             "--pass-env",
             "ANTHROPIC_API_KEY",
             "--pass-env",
@@ -357,6 +357,15 @@ fn claude_in_the_production_image(kind: Kind) {
         let record = read_json(&it.join("result.json"));
         assert_eq!(record["exit_code"], 0, "{record:#}");
         assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        let conns = record["network"]["connections"].as_array().cloned();
+        let conns = conns.unwrap_or_default();
+        assert!(!conns.is_empty(), "{record:#}");
+        assert!(
+            conns
+                .iter()
+                .all(|c| c["via"] == "mirror" && c["allowed"] == true),
+            "{record:#}"
+        );
         let output = read_text(&it.join("output.jsonl"));
         assert!(
             output.contains("hello-claude"),

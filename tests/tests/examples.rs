@@ -57,6 +57,65 @@ fn prepared(name: &str, server: &ModelServer) -> (tempfile::TempDir, PathBuf, Pa
     (dir, root.join("harness.yaml"), state)
 }
 
+/// `pitcrew validate` on each example as it is: the network its run gets by default (its model
+/// endpoint, or nothing for `runtime: command`) and where each endpoint came from, in the text
+/// report, the JSON report and the manifest.
+#[test]
+fn validate_shows_each_examples_default_network_and_where_it_came_from() {
+    for (name, line, allow) in [
+        (
+            "quickstart",
+            "  network: none (the runtime's default)",
+            None,
+        ),
+        (
+            "pi",
+            "  network: allow 127.0.0.1:8377 (models.json provider \"scripted\")",
+            Some("127.0.0.1:8377"),
+        ),
+        (
+            "claude",
+            "  network: allow 127.0.0.1:8377 (env ANTHROPIC_BASE_URL)",
+            Some("127.0.0.1:8377"),
+        ),
+    ] {
+        let harness = example(name).join("harness.yaml");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+                .arg("validate")
+                .arg(&harness)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{name}: {out:?}");
+            assert!(out.stderr.is_empty(), "{name}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let text = run(&[]);
+        assert!(text.lines().any(|l| l == line), "{name}: {text}");
+        let report: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+        assert_eq!(report["network"]["default"], true, "{name}: {report:#}");
+        let manifest: serde_json::Value = serde_json::from_str(&run(&["--emit-manifest"])).unwrap();
+        match allow {
+            None => {
+                assert_eq!(report["network"]["mode"], "none", "{name}: {report:#}");
+                assert_eq!(manifest["network"], serde_json::json!({"mode": "none"}));
+            }
+            Some(endpoint) => {
+                assert_eq!(report["network"]["allow"][0]["endpoint"], endpoint);
+                let (host, port) = endpoint.rsplit_once(':').unwrap();
+                assert_eq!(
+                    manifest["network"],
+                    serde_json::json!({"mode": "allow", "allow": [
+                        {"host": host, "port": port.parse::<u16>().unwrap()}
+                    ]}),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_quickstart_runs_its_three_iterations_verified() {
     if !require_pid_namespaces() {

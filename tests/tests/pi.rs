@@ -567,16 +567,16 @@ fn model_error(pi: Pi) {
     );
 }
 
-/// The deployment shape: pi in a podman container whose PID 1 is `pitcrew-init`, driven through
-/// the exec engine's default template (`podman exec -i … pitcrew-init attach`); the container
-/// shares the host's network so that pi reaches the model server on 127.0.0.1.
 /// The real pi of the production image (`scripts/build-image pi`: Node and pi from their npm
 /// packages inside the image, nothing of the host's mounted) in a container the engine
-/// creates, three iterations against the model server on the host (`--network host`, which
-/// tests may name; users get `none`), and no container left afterwards.
+/// creates without a network, three iterations against the model server on the host, reached
+/// through pitcrew with the harness's default network (the pinned `models.json`'s base URL,
+/// `127.0.0.1:PORT`: the supervisor's mirror of that address in the container, carried by
+/// `pitcrew run`), every model connection in the record, and no container left afterwards.
 fn pi_in_the_production_image(kind: Kind) {
     let server = ModelServer::start(script);
     let fx = fixture(&server, 3);
+    let model = server.origin().trim_start_matches("http://").to_string();
     let engine = Engine::start(kind);
     let image = engine.image("pi");
     let env = engine.env();
@@ -584,14 +584,7 @@ fn pi_in_the_production_image(kind: Kind) {
     let doc = pitcrew_run(
         &fx.harness,
         &fx.state,
-        &[
-            "--engine",
-            kind.name(),
-            "--image",
-            &image,
-            "--network",
-            "host",
-        ],
+        &["--engine", kind.name(), "--image", &image],
         &env,
     );
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
@@ -605,6 +598,17 @@ fn pi_in_the_production_image(kind: Kind) {
         let record = read_json(&iteration_dir(&doc, n).join("result.json"));
         assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
         assert_eq!(record["exit_code"], 0, "{record:#}");
+        let conns = record["network"]["connections"].as_array().cloned();
+        let conns = conns.unwrap_or_default();
+        assert!(!conns.is_empty(), "{record:#}");
+        for c in &conns {
+            assert_eq!(
+                format!("{}:{}", c["host"].as_str().unwrap(), c["port"]),
+                model
+            );
+            assert_eq!((&c["via"], &c["allowed"]), (&"mirror".into(), &true.into()));
+            assert!(c["bytes_down"].as_u64().unwrap_or(0) > 0, "{c}");
+        }
     }
     let id = doc["sandbox"].as_str().unwrap();
     assert!(!engine.has_container(id), "{id} was left");
@@ -626,7 +630,8 @@ fn pi_in_the_production_image_under_docker() {
 
 /// The real pi in the production image under someone else's PID 1 (catatonit), reached only
 /// through `podman exec -i --user 1000` with `serve --stdio --unprivileged`: one iteration end
-/// to end against the model server (`--network host`), the extension loaded and its tool run
+/// to end against the model server (a container without a network: the supervisor's mirror of
+/// the model's address carries pi's connections to `pitcrew run`), the extension loaded and its tool run
 /// as the sandbox's uid, which owns the plugin here and still cannot write into it (Landlock).
 #[test]
 fn pi_runs_unprivileged_under_a_foreign_init() {
@@ -637,7 +642,7 @@ fn pi_runs_unprivileged_under_a_foreign_init() {
     let fx = fixture(&server, 1);
     let engine = Engine::start(Kind::Podman);
     let image = engine.image("pi");
-    let sandbox = ForeignInit::start(&engine, &image, "pi-unpriv", &["--network", "host"]);
+    let sandbox = ForeignInit::start(&engine, &image, "pi-unpriv", &["--network", "none"]);
     let args = sandbox.run_args("");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = engine.env();

@@ -207,6 +207,20 @@ fn render(
     for p in &status.processes {
         out += &format!("  {}\n", process_line(p));
     }
+    if !status.network.is_empty() {
+        out += &format!("connections: {}\n", status.network.len());
+        for c in &status.network {
+            out += &format!(
+                "  {}:{} via {}, {} B up, {} B down, {} ms\n",
+                escape_controls(&c.host),
+                c.port,
+                escape_controls(&c.via),
+                c.bytes_up,
+                c.bytes_down,
+                c.duration_ms
+            );
+        }
+    }
     out += &confinement_lines(status.confinement.as_ref());
     match &status.claim {
         None => out += "claim: none (kept)\n",

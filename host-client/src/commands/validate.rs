@@ -6,6 +6,7 @@ use crate::remote;
 use crate::report::escape_controls;
 use anyhow::Context as _;
 use pitcrew_core::harness::{SandboxLayout, Validated};
+use pitcrew_core::manifest::NetworkPolicy;
 use pitcrew_core::plugin_format::PluginClass;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,6 +98,7 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
         h.iterations,
         h.timeout.as_secs()
     ))?;
+    print_network(v)?;
     for p in &v.plugins {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
@@ -146,6 +148,25 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Prints the network that will apply, each allowed endpoint with where it came from; `open`
+/// gets a warning line on stderr, and what the default could not cover a note each.
+fn print_network(v: &Validated) -> std::io::Result<()> {
+    let Some(network) = v.network() else {
+        return Ok(());
+    };
+    line(&format!("  network: {}", network.summary()))?;
+    for note in &network.notes {
+        line(&format!("  network: note: {note}"))?;
+    }
+    if network.policy == NetworkPolicy::Open {
+        errln!(
+            "warning: network: open: the agent reaches whatever the engine's network reaches; \
+             pitcrew neither limits nor accounts its connections"
+        );
+    }
+    Ok(())
+}
+
 fn json_report(file: &str, v: &Validated) -> serde_json::Value {
     serde_json::json!({
         "harness": file,
@@ -153,6 +174,14 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
         "problems": v.problems,
         "notes": v.notes,
         "runtime": v.harness.as_ref().map(|h| h.runtime.as_str()),
+        "network": v.network().map(|n| serde_json::json!({
+            "mode": n.policy.mode_name(),
+            "allow": n.policy.allowed().iter().zip(&n.sources).map(|(e, from)| serde_json::json!({
+                "endpoint": e.to_string(), "from": from,
+            })).collect::<Vec<_>>(),
+            "default": !n.explicit,
+            "notes": n.notes,
+        })),
         "plugins": v.plugins.iter().map(|p| serde_json::json!({
             "name": p.spec.name,
             "path": p.spec.path,

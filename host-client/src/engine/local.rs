@@ -1,6 +1,6 @@
 //! The `local` engine: the supervisor in fresh PID and mount namespaces on this machine.
 //!
-//! `start` spawns `unshare --pid --fork --mount-proc --ipc --kill-child <pitcrew-init> serve
+//! `start` spawns `unshare [--net] --pid --fork --mount-proc --ipc --kill-child <pitcrew-init> serve
 //! --private-ipc --socket <sandbox>/run/control.sock --records <sandbox>/records`, detached (its own session, output to
 //! `<sandbox>/supervisor.log`), so it keeps running after pitcrew exits. The sandbox shares this
 //! machine's filesystem: uploads land under `<sandbox>/root`. `connect` spawns `pitcrew-init
@@ -20,6 +20,10 @@
 //! sandboxes' ids) nor read what is not its own. Only the operator reads the rest (`ps`,
 //! `inspect`, `down`, `collect`); the supervisor writes its log through the descriptor it was
 //! started with and opens nothing of it by name.
+//!
+//! With a harness that says `network: none` or `allow`, `--net` gives the sandbox a network
+//! namespace of its own with loopback only; without the key (or with `open`) it shares this
+//! machine's network, as before.
 //!
 //! As root, `unshare` creates the PID, mount and IPC namespaces (with `--private-ipc` the
 //! supervisor renews its IPC namespace and a tmpfs on `/dev/shm` before every iteration)
@@ -166,7 +170,7 @@ impl LocalEngine {
         supervisor: PathBuf,
         rootless: Option<RootlessPlan>,
         env: &[(OsString, OsString)],
-        serve_args: &[String],
+        spec: &SandboxSpec,
     ) -> anyhow::Result<()> {
         // The supervisor walks the agent's directories and Landlock roots without following any
         // symlink: give it the real path when the state dir is reached through one.
@@ -186,6 +190,11 @@ impl LocalEngine {
         }
         // Own PID, mount and IPC namespaces: System V IPC and (with `--private-ipc`) /dev/shm
         // are the sandbox's alone, and nothing the agent leaves there outlives an iteration.
+        // Its own network namespace when the harness controls egress: loopback only (the
+        // supervisor brings `lo` up), the agent's connections carried by this host.
+        if spec.private_network {
+            cmd.arg("--net");
+        }
         cmd.args(["--pid", "--fork", "--mount-proc", "--ipc", "--kill-child"])
             .arg(&supervisor)
             .arg("serve")
@@ -194,7 +203,7 @@ impl LocalEngine {
             .arg(&socket)
             .arg("--records")
             .arg(&records)
-            .args(serve_args)
+            .args(spec.serve_args())
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("supervisor.log: dup")?)
             .stderr(log)
@@ -494,7 +503,7 @@ impl Engine for LocalEngine {
         }
         mkdir(&dir, 0o711)?;
         // A sandbox that does not come up leaves nothing behind: no directory, no process.
-        match self.launch(&id, &dir, supervisor, rootless, &env, &spec.serve_args()) {
+        match self.launch(&id, &dir, supervisor, rootless, &env, spec) {
             Ok(()) => Ok(id),
             Err(err) => {
                 if let Err(e) = remove_state(&dir) {

@@ -56,6 +56,10 @@ pub struct SandboxSpec {
     /// The most one upload may hold (the harness's `upload_limits`): a new sandbox's
     /// supervisor is started with them ([`SandboxSpec::serve_args`]).
     pub upload_limits: pitcrew_core::protocol::UploadLimits,
+    /// A new sandbox gets a network namespace of its own with loopback only where the engine
+    /// makes one (the local engine; containers start with `--network=none` already): the
+    /// harness says `network: none` or `allow`.
+    pub private_network: bool,
 }
 
 impl SandboxSpec {

@@ -232,6 +232,10 @@ pub struct IterationSummary {
     /// when the runtime's stream said nothing of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageRecord>,
+    /// The iteration's network as a cell ([`network_cell`]); absent when the manifest had no
+    /// `network`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
     /// Step times from the record (`reap_ms`, `verify_ms`, …).
     pub steps: Value,
     /// Host-side time of each event since the `run` request (`step`, `state`, `at_ms`).
@@ -385,6 +389,7 @@ pub fn summarize(
             .map(|r| format!("{} ({})", r.path, r.action))
             .collect(),
         usage: record.usage.clone(),
+        network: record.network.as_ref().map(network_cell),
         steps: serde_json::to_value(&record.steps).unwrap_or(Value::Null),
         events,
         record_dir: None,
@@ -472,6 +477,24 @@ fn tokens(n: u64) -> String {
     }
 }
 
+/// The `net` cell: `open` (said loudly: pitcrew enforced nothing), `none`, or the allowed and
+/// refused connection attempts (`3 ok/1 refused`, attempts past the record's list counted).
+pub fn network_cell(network: &pitcrew_core::result::NetworkRecord) -> String {
+    match network.mode.as_str() {
+        "allow" => {
+            let ok = network.connections.iter().filter(|c| c.allowed).count();
+            let refused = network.connections.len() - ok;
+            let mut cell = format!("{ok} ok/{refused} refused");
+            if network.dropped > 0 {
+                let _ = write!(cell, " (+{} unlisted)", network.dropped);
+            }
+            cell
+        }
+        "open" => "OPEN".to_string(),
+        other => escape_controls(other).into_owned(),
+    }
+}
+
 /// The `tokens` cell: input (fresh, cache reads and cache writes together) / output, and the
 /// cost when the runtime said it; `-` for an iteration without usage.
 pub fn usage_cell(usage: Option<&UsageRecord>) -> String {
@@ -493,12 +516,17 @@ pub fn usage_cell(usage: Option<&UsageRecord>) -> String {
 
 /// The summary table, one row per iteration; with `colour`, the exit column green for 0 and red
 /// otherwise (only pitcrew's own escape sequences: every cell is escaped first). The `tokens`
-/// column (input/output tokens and cost, [`usage_cell`]) is there when an iteration has usage.
+/// column (input/output tokens and cost, [`usage_cell`]) is there when an iteration has usage,
+/// and the `net` column ([`network_cell`]) when an iteration's manifest said `network`.
 pub fn table(rows: &[IterationSummary], colour: bool) -> String {
     let with_usage = rows.iter().any(|r| r.usage.is_some());
     let mut header = vec!["iter", "exit", "duration", "reaped"];
     if with_usage {
         header.push("tokens");
+    }
+    let with_network = rows.iter().any(|r| r.network.is_some());
+    if with_network {
+        header.push("net");
     }
     header.extend(["verified", "env removed"]);
     let mut lines: Vec<Vec<String>> = vec![header.into_iter().map(String::from).collect()];
@@ -525,6 +553,9 @@ pub fn table(rows: &[IterationSummary], colour: bool) -> String {
         ];
         if with_usage {
             line.push(usage_cell(r.usage.as_ref()));
+        }
+        if with_network {
+            line.push(r.network.clone().unwrap_or_else(|| "-".into()));
         }
         line.extend([
             escape_controls(&cut(&r.verification, VERIFICATION_CHARS)).into_owned(),

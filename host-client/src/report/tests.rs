@@ -419,3 +419,43 @@ fn a_stream_is_escaped_across_pieces_and_bad_utf8() {
     out += &st.finish();
     assert_eq!(out, "a\\x1b[2J\\u{202e}\\xff\n\\xc3");
 }
+
+#[test]
+fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
+    use pitcrew_core::result::{ConnectionRecord, NetworkRecord};
+    let conn = |allowed: bool| ConnectionRecord {
+        host: "api.example.com".into(),
+        port: 443,
+        via: "proxy".into(),
+        allowed,
+        reason: None,
+        bytes_up: 1,
+        bytes_down: 2,
+        duration_ms: 3,
+    };
+    let allow = NetworkRecord {
+        mode: "allow".into(),
+        allow: vec!["api.example.com:443".into()],
+        connections: vec![conn(true), conn(true), conn(false)],
+        dropped: 4,
+        error: None,
+    };
+    assert_eq!(network_cell(&allow), "2 ok/1 refused (+4 unlisted)");
+    let open = NetworkRecord {
+        mode: "open".into(),
+        ..NetworkRecord::default()
+    };
+    assert_eq!(network_cell(&open), "OPEN");
+    let info = SupervisorInfo {
+        pid1: true,
+        mode: SupervisorMode::Pid1,
+        degraded_reason: None,
+    };
+    let mut with = summarize(&IterationResult::new(1, info.clone()), Some(5), Vec::new());
+    with.network = Some(network_cell(&allow));
+    let without = summarize(&IterationResult::new(2, info), Some(5), Vec::new());
+    let text = table(&[with, without], false);
+    let header = text.lines().next().unwrap_or_default();
+    assert!(header.contains(" net "), "{text}");
+    assert!(text.contains("2 ok/1 refused"), "{text}");
+}

@@ -163,6 +163,7 @@ fn every_rule_is_the_first_match_for_its_own_name() {
         LOADER_RULES,
         TRUSTED_ONLY_RULES,
         SANDBOX_ENV_RULES,
+        EGRESS_ENV_RULES,
         PLUGIN_ENV_RULES,
     ] {
         for (i, rule) in rules.iter().enumerate() {
@@ -181,6 +182,7 @@ fn reasons_fit_a_table_cell() {
         LOADER_RULES,
         TRUSTED_ONLY_RULES,
         SANDBOX_ENV_RULES,
+        EGRESS_ENV_RULES,
         PLUGIN_ENV_RULES,
     ] {
         for rule in rules {
@@ -480,15 +482,15 @@ fn tls_and_proxy_names_are_set_by_the_trusted_layers_and_refused_in_the_untruste
             loader_denial(name).is_none(),
             "{name}: stripped from the image's environment"
         );
-        // `--pass-env` and the harness `env:` refuse only loader and reserved names.
+        // `--pass-env` and the manifest's `env.set` refuse only loader and reserved names.
         assert!(
             sandbox_env_reserved(name).is_none(),
-            "{name}: reserved for --pass-env and the harness"
+            "{name}: reserved for --pass-env"
         );
         if is_valid_name(name) {
             assert!(
                 sandbox_env_problems(name, "/etc/ssl/image.pem").is_empty(),
-                "{name}: the harness env: may not set it"
+                "{name}: the manifest's env.set may not carry it"
             );
         }
         // The `.env`: the line is refused by name. A plugin's `env:`: an error.
@@ -648,4 +650,82 @@ fn attack_env__bun_inspector_and_napi_rs_library_path_are_stripped_from_every_la
         assert!(sandbox_env_reserved(name).is_some(), "{name}");
         assert!(plugin_env_denial(name).is_some(), "{name}");
     }
+}
+
+/// The names that would point the agent's connections somewhere pitcrew's `network:` does not
+/// say: proxies (with their lowercase forms), TLS trust, git's connection programs.
+const EGRESS_NAMES: &[&str] = &[
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "FTP_PROXY",
+    "ftp_proxy",
+    "GRPC_PROXY",
+    "grpc_proxy",
+    "NODE_USE_ENV_PROXY",
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "GIT_PROXY_COMMAND",
+    "GIT_SSH_COMMAND",
+];
+
+#[test]
+fn the_harness_env_cannot_set_the_proxy_tls_trust_or_git_connection_programs() {
+    for name in EGRESS_NAMES {
+        let rule = harness_env_denial(name).unwrap_or_else(|| panic!("{name}: allowed"));
+        assert!(
+            rule.reason.contains("network:"),
+            "{name}: the reason does not name the harness's network: {rule}"
+        );
+        let upper = name.to_ascii_uppercase();
+        let problems = harness_env_problems(&upper, "http://10.0.0.1:3128");
+        assert!(
+            problems.iter().any(
+                |p| matches!(p, EnvProblem::Denied { .. }) && p.to_string().contains("pitcrew")
+            ),
+            "{name}: {problems:?}"
+        );
+        // `--pass-env` and the image's environment keep them (a site's own proxy or CA).
+        assert!(sandbox_env_reserved(name).is_none(), "{name}");
+        assert!(loader_denial(name).is_none(), "{name}");
+    }
+    // Endpoint variables stay the operator's: the default network follows them.
+    for name in ["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"] {
+        assert!(harness_env_problems(name, "https://gateway.example").is_empty());
+    }
+}
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_egress__dotenv_and_plugin_env_cannot_point_the_runtime_at_another_proxy_ca_or_endpoint() {
+    // The agent writes the `.env` between iterations; a plugin's author writes its `env:`.
+    // Neither may reroute the runtime's connections, change what it trusts or move its model
+    // endpoint: each name is refused with a reason that says why.
+    for name in EGRESS_NAMES.iter().chain(&[
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "anthropic_base_url",
+    ]) {
+        let rule = untrusted_denial(name).unwrap_or_else(|| panic!("{name}: .env may set it"));
+        assert!(!rule.reason.is_empty());
+        assert!(
+            plugin_env_problems(name, "http://10.0.0.1:3128")
+                .iter()
+                .any(|p| matches!(p, EnvProblem::Denied { .. })),
+            "{name}: a plugin may set it"
+        );
+    }
+    assert!(untrusted_denial("HTTPS_PROXY")
+        .unwrap()
+        .reason
+        .contains("pitcrew sets the proxy"));
 }

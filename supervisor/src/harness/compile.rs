@@ -244,8 +244,12 @@ impl Validated {
                 ..Limits::default()
             },
             confinement: Default::default(),
-            // Set by the harness's `network:` once the supervisor enforces it.
-            network: None,
+            // The harness's `network:`, or the runtime's default (its model endpoint).
+            network: Some(
+                h.network
+                    .clone()
+                    .unwrap_or_else(|| super::network::network_default(h, &self.pi_config).policy),
+            ),
             retention: h.retention.clone(),
         };
         // The workspace is the agent's: owned by the identity the manifest runs it as.

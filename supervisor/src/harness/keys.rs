@@ -6,7 +6,7 @@
 //!
 //! - `agent`: `runtime`, `agent`, `command`, `prompt`, and the notes only the whole harness
 //!   can give about its agent;
-//! - `sandbox`: `env`, `dotenv`, `keep_home`, `keep_output`, the plugins' pi-only options;
+//! - `sandbox`: `env`, `dotenv`, `keep_home`, `keep_output`, `network`, the plugins' pi-only options;
 //! - `limits`: `iterations`, `processes`, `memory`, `disk`, `timeout`, `retention`,
 //!   `upload_limits`;
 //! - `host`: `workdir`, `output`, `validation`, `feedback`.
@@ -35,6 +35,7 @@ const TOP_KEYS: &[&str] = &[
     "dotenv",
     "keep_home",
     "keep_output",
+    "network",
     "iterations",
     "timeout",
     "processes",
@@ -122,6 +123,7 @@ impl Checker<'_> {
             .unwrap_or_default();
         let keep_output = self.keep_output(top);
         let keep_home = self.keep_home(top);
+        let network = self.network(top);
         let timeout = self.timeout(top);
         let workdir = self.workdir(top);
         let output = self.output(top);
@@ -147,6 +149,7 @@ impl Checker<'_> {
             dotenv,
             keep_home,
             keep_output,
+            network,
             retention,
             upload_limits,
             workdir,

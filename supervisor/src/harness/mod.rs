@@ -23,6 +23,8 @@
 //!   ([`check_output_dir`]), plugin formats, digests.
 //! - `skill_checks`: what a `skills:` entry may hold (one skill, text only).
 //! - `layout`: where things go inside the sandbox ([`SandboxLayout`]).
+//! - `network`: the network that applies: the `network:` key or the runtime's default, each
+//!   endpoint with where it came from ([`network_default`], [`NetworkChoice`]).
 //! - `compile`: the manifest and the uploads ([`Compiled`], [`Upload`]).
 //! - `overrides`: what varies per task ([`Overrides`]: workspace, prompt, env), checked like
 //!   the keys they replace.
@@ -33,6 +35,7 @@ mod fs_checks;
 mod keys;
 mod layout;
 mod model;
+mod network;
 mod overrides;
 mod remote;
 mod skill_checks;
@@ -52,6 +55,10 @@ pub use self::layout::SandboxLayout;
 pub use self::model::{
     AdapterSpec, AgentSection, CheckedAdapter, CheckedPlugin, CheckedPluginFile, CheckedSkill,
     Harness, HarnessError, Location, PluginSpec, Problem, SkillSpec, Validated,
+};
+pub use self::network::{
+    network_default, network_for, read_models_json, read_settings_json, url_endpoint,
+    NetworkChoice, PiModelConfig, CLAUDE_API_HOST, PI_PROVIDER_HOSTS,
 };
 pub use self::overrides::Overrides;
 pub use self::remote::{
@@ -115,9 +122,11 @@ pub fn validate_with(
         adapters: Vec::new(),
         problems: Vec::new(),
         notes: Vec::new(),
+        pi_config: Default::default(),
     };
     if let Some(h) = &harness {
         cx.deep_checks(h, &node, &mut out, progress);
+        out.pi_config = cx.network_inputs(h, &node, &out.adapters);
     }
     out.harness = harness;
     out.problems = cx.problems;

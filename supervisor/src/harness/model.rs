@@ -220,6 +220,10 @@ pub struct Harness {
     /// `feedback:`: how many bytes of the end of a failed validation's output the next
     /// iteration's prompt gets (unset: none).
     pub feedback: Option<u64>,
+    /// `network:`: what the agent may reach; unset, the runtime's default
+    /// ([`network_default`](super::network_default)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::manifest::NetworkPolicy>,
 }
 
 fn serialize_duration_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -291,6 +295,9 @@ pub struct Validated {
     pub problems: Vec<Problem>,
     /// Informational notes.
     pub notes: Vec<Problem>,
+    /// What pi's pinned `models.json` and `settings.json` say about its model endpoints, read
+    /// for the default network (empty for the other runtimes and with `network:` set).
+    pub pi_config: super::network::PiModelConfig,
 }
 
 impl Validated {

@@ -49,11 +49,14 @@ impl Harness {
             }
         }
         for (name, value) in &o.env {
-            let found = env_policy::sandbox_env_problems(name, value);
+            let found = env_policy::harness_env_problems(name, value);
             if found.is_empty() {
                 h.env.insert(name.clone(), value.clone());
             }
             problems.extend(found.into_iter().map(|p| format!("env {name}: {p}")));
+            if let Some(why) = super::network::endpoint_variable_problem(&h, name, value) {
+                problems.push(format!("env {name}: {why}"));
+            }
             let plugin = h
                 .plugins
                 .iter()

@@ -127,7 +127,13 @@ fn check_adapters(runtime: &str, adapters: &str) -> Validated {
     ] {
         let path = dir.path().join(f);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("{f}\n")).unwrap();
+        // pi reads its models.json for the default network: JSON, like pi's own.
+        let content = if f.ends_with(".json") {
+            format!("{{\"file\": \"{f}\"}}\n")
+        } else {
+            format!("{f}\n")
+        };
+        std::fs::write(&path, content).unwrap();
     }
     let file = dir.path().join("harness.yaml");
     std::fs::write(
@@ -1392,5 +1398,63 @@ fn a_sha256_on_a_local_adapter_says_local_files_are_pinned_automatically() {
             "{p:?}"
         );
         assert!(!p.message.contains("os error"), "{p:?}");
+    }
+}
+
+#[test]
+fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() {
+    use crate::manifest::{Endpoint, NetworkPolicy};
+    let base = "runtime: command\ncommand: [/bin/true]\n";
+    let v = check(base);
+    assert_eq!(v.manifest(&SandboxLayout::default()).unwrap().network, None);
+    for (text, want) in [
+        ("network: none\n", NetworkPolicy::None),
+        ("network: open\n", NetworkPolicy::Open),
+        (
+            "network:\n  allow: [\"127.0.0.1:8080\", \"*.Example.com:443\", \"[::1]:9\"]\n",
+            NetworkPolicy::Allow {
+                allow: ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
+                    .iter()
+                    .map(|e| Endpoint::parse(e).unwrap())
+                    .collect(),
+            },
+        ),
+    ] {
+        let v = check(&format!("{base}{text}"));
+        assert!(v.is_ok(), "{text:?}: {:?}", v.problems);
+        let manifest = v.manifest(&SandboxLayout::default()).unwrap();
+        manifest.validate().unwrap();
+        assert_eq!(manifest.network, Some(want), "{text:?}");
+    }
+    for (text, field, needle, line) in [
+        ("network: closed\n", "network", "no network mode", 3),
+        ("network:\n  deny: []\n", "network.deny", "unknown key", 4),
+        ("network: {}\n", "network", "needs `allow", 3),
+        (
+            "network:\n  allow:\n    - example.com\n    - \"a:1\"\n    - \"a:1\"\n",
+            "network.allow[0]",
+            "has no port",
+            5,
+        ),
+        (
+            "network:\n  allow:\n    - \"a:1\"\n    - \"a:1\"\n",
+            "network.allow[1]",
+            "listed twice",
+            6,
+        ),
+        (
+            "network:\n  allow: [\"x:0\"]\n",
+            "network.allow[0]",
+            "port",
+            4,
+        ),
+    ] {
+        let v = check(&format!("{base}{text}"));
+        let found = v.problems.iter().find(|p| p.field == field);
+        let Some(p) = found else {
+            panic!("{text:?}: no problem at {field}: {:?}", v.problems)
+        };
+        assert!(p.message.contains(needle), "{text:?}: {p:?}");
+        assert_eq!(p.location.as_ref().map(|l| l.line), Some(line), "{p:?}");
     }
 }

@@ -40,6 +40,9 @@ pub struct StatusDoc {
     /// The sandbox's processes, read from `/proc` (bounded).
     #[serde(default)]
     pub processes: Vec<ProcessEntry>,
+    /// The running iteration's carried connections open now (`network: allow`), bytes so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<crate::result::ConnectionRecord>,
     /// The records' retention and what it deleted.
     #[serde(default)]
     pub retention: Option<RetentionStatus>,

@@ -418,6 +418,7 @@ fn the_claim_and_the_status_document_keep_their_documented_wire_form() {
         run: "20261201T111801Z-pc-5a278ba5".into(),
         plan: documented_claim().plan,
         lease_ms: Some(60000),
+        tunnel: false,
     };
     let line = r#"{"type":"claim","id":10,"run":"20261201T111801Z-pc-5a278ba5","plan":{"harness":"/home/me/harness.yaml","iterations":3,"keep":false,"records":null},"lease_ms":60000}"#;
     assert!(include_str!("../../../docs/protocol.md").contains(line));
@@ -448,6 +449,7 @@ fn the_claim_and_the_status_document_keep_their_documented_wire_form() {
         history_left_out: 0,
         iteration: 2,
         manifest_loaded: true,
+        network: Vec::new(),
         processes: vec![
             status::ProcessEntry::Process(status::ProcessInfo {
                 cmd: "pitcrew-init serve".into(),
@@ -510,4 +512,84 @@ fn a_response_answers_its_request_and_an_unparsed_ones_error() {
     assert!(!Response::ok(0, &()).answers(8));
     let request = Request::Renew { id: 7 };
     assert!(ok.answers(request.id()));
+}
+
+#[test]
+fn the_tunnel_messages_keep_their_documented_wire_form() {
+    let doc = include_str!("../../../docs/protocol.md");
+    let requests = [
+        (
+            Request::Claim {
+                id: 10,
+                run: "r".into(),
+                plan: None,
+                lease_ms: Some(60000),
+                tunnel: true,
+            },
+            r#"{"type":"claim","id":10,"run":"r","plan":null,"lease_ms":60000,"tunnel":true}"#,
+        ),
+        (
+            Request::TunnelOpened { conn: 1 },
+            r#"{"type":"tunnel_opened","conn":1}"#,
+        ),
+        (
+            Request::TunnelRefused {
+                conn: 2,
+                reason: "example.com:443 is not allowed".into(),
+            },
+            r#"{"type":"tunnel_refused","conn":2,"reason":"example.com:443 is not allowed"}"#,
+        ),
+        (
+            Request::TunnelAck {
+                conn: 1,
+                bytes: 65536,
+            },
+            r#"{"type":"tunnel_ack","conn":1,"bytes":65536}"#,
+        ),
+        (
+            Request::TunnelClose {
+                conn: 1,
+                reason: "closed".into(),
+            },
+            r#"{"type":"tunnel_close","conn":1,"reason":"closed"}"#,
+        ),
+    ];
+    for (request, line) in requests {
+        assert!(doc.contains(line), "docs/protocol.md lacks {line}");
+        assert_eq!(serde_json::to_string(&request).unwrap(), line);
+        assert_eq!(serde_json::from_str::<Request>(line).unwrap(), request);
+        let tunnel_message = !matches!(request, Request::Claim { .. });
+        assert_eq!(request.id() == 0, tunnel_message);
+    }
+    let responses = [
+        (
+            Response::TunnelOpen {
+                conn: 1,
+                host: "api.anthropic.com".into(),
+                port: 443,
+            },
+            r#"{"type":"tunnel_open","conn":1,"host":"api.anthropic.com","port":443}"#,
+        ),
+        (
+            Response::TunnelAck {
+                conn: 1,
+                bytes: 65536,
+            },
+            r#"{"type":"tunnel_ack","conn":1,"bytes":65536}"#,
+        ),
+        (
+            Response::TunnelClose {
+                conn: 1,
+                reason: "closed".into(),
+            },
+            r#"{"type":"tunnel_close","conn":1,"reason":"closed"}"#,
+        ),
+    ];
+    for (response, line) in responses {
+        assert!(doc.contains(line), "docs/protocol.md lacks {line}");
+        assert_eq!(serde_json::to_string(&response).unwrap(), line);
+        assert_eq!(serde_json::from_str::<Response>(line).unwrap(), response);
+        assert!(!response.answers(7));
+    }
+    assert!(FEATURES.contains(&"network"));
 }

@@ -24,6 +24,8 @@
 //! - [`launch`]: step 5, fork and exec with a status pipe (exit 127/126/125 on failure).
 //! - [`wait`]: step 6, the loop that waits for the agent, forwards signals and enforces the
 //!   timeout.
+//! - [`netns`]: the network namespace: its `lo` brought up, and a namespace with other
+//!   interfaces refused for `network: none` and `allow`.
 //! - [`observer`]: what the wait loop calls back into while the agent runs (the
 //!   long-lived mode's server).
 //!
@@ -37,6 +39,7 @@ pub mod disk_budget;
 pub mod heap;
 pub mod landlock;
 pub mod launch;
+pub mod netns;
 pub mod nofollow;
 pub mod observer;
 pub mod own_limits;

@@ -43,6 +43,16 @@ pub trait IterationObserver {
     fn max_wait(&self) -> Duration {
         Duration::from_secs(1)
     }
+    /// Descriptors to wait on for room to write while the agent runs (the egress
+    /// connections with bytes for the agent).
+    fn poll_out_fds(&self) -> Vec<BorrowedFd<'_>> {
+        Vec::new()
+    }
+    /// Variables the environment step sets as pins for this iteration (the egress proxy's
+    /// address, [`crate::environment::network_pins`]).
+    fn network_pins(&self) -> Vec<crate::environment::Pin> {
+        Vec::new()
+    }
     /// Where the run's context-file baseline is kept from one iteration to the next
     /// ([`crate::context_files::Baseline`]: emptied when the workspace is uploaded or the
     /// manifest set); `None` for an observer that keeps none (each iteration takes its own).

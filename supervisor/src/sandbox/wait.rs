@@ -149,6 +149,8 @@ pub fn wait_for_agent(
             fds.extend(output.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
             let extra = observer.poll_fds();
             fds.extend(extra.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
+            let out = observer.poll_out_fds();
+            fds.extend(out.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLOUT)));
             if let Err(err) = poll(&mut fds, PollTimeout::from(millis)) {
                 tracing::debug!("wait: poll: {err}");
             }

@@ -111,6 +111,11 @@ pub(super) fn read_collected(records: &Path) -> BTreeSet<u32> {
 }
 
 impl Server {
+    /// The connection holding the claim, if one does.
+    pub(super) fn claim_holder(&self) -> Option<u64> {
+        self.claim.as_ref().and_then(|c| c.holder)
+    }
+
     /// `claim`: connection `conn` claims the sandbox for `run`.
     pub(super) fn claim(
         &mut self,

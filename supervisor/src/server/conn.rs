@@ -86,6 +86,8 @@ pub(super) struct Conn {
     pub dead: bool,
     /// The peer's pid in our PID namespace (0 or absent when outside it).
     pub peer_pid: Option<i32>,
+    /// The peer carries the agent's connections (`claim` with `tunnel`).
+    pub tunnel: bool,
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -111,6 +113,7 @@ impl Conn {
             eof: false,
             dead: false,
             peer_pid,
+            tunnel: false,
         })
     }
 

@@ -2,6 +2,7 @@
 //! the protocol's order and busy rules and answered, refusals as [`RequestError`]s.
 
 use super::conn::TarFrames;
+use super::egress::HostSays;
 use super::error::RequestError;
 use super::{records, PendingRun, PendingShutdown, Server};
 use crate::exit_code;
@@ -47,6 +48,24 @@ impl Server {
                 }
             };
             match frame.kind {
+                FrameKind::Data if frame.channel == crate::protocol::Channel::Tunnel => {
+                    let conn_id = self.conns[i].id;
+                    match crate::protocol::tunnel::decode(&frame.payload) {
+                        Some((conn, bytes)) => self.tunnel_says(
+                            conn_id,
+                            HostSays::Data {
+                                conn,
+                                bytes: bytes.to_vec(),
+                            },
+                        ),
+                        None => self.conns[i].error(
+                            0,
+                            RequestError::Malformed(
+                                "a channel-5 frame shorter than its connection id".into(),
+                            ),
+                        ),
+                    }
+                }
                 FrameKind::Data => self.on_data(i, frame),
                 FrameKind::Control => self.on_control(i, &frame, ctx),
             }
@@ -78,6 +97,24 @@ impl Server {
             }
         };
         let id = request.id();
+        // A carried connection's messages come by the thousand: routed at once, without the
+        // per-request checks (the tunnel's connection said hello before its claim).
+        let conn_id = self.conns[i].id;
+        let request = match request {
+            Request::TunnelOpened { conn } => {
+                return self.tunnel_says(conn_id, HostSays::Opened { conn })
+            }
+            Request::TunnelRefused { conn, reason } => {
+                return self.tunnel_says(conn_id, HostSays::Refused { conn, reason })
+            }
+            Request::TunnelClose { conn, reason } => {
+                return self.tunnel_says(conn_id, HostSays::Close { conn, reason })
+            }
+            Request::TunnelAck { conn, bytes } => {
+                return self.tunnel_says(conn_id, HostSays::Ack { conn, bytes })
+            }
+            other => other,
+        };
         if let Err(err) = self.handle(i, request, ctx) {
             self.conns[i].error(id, err);
         }
@@ -281,11 +318,18 @@ impl Server {
                 run,
                 plan,
                 lease_ms,
+                tunnel,
                 ..
             } => {
                 let claim = self.claim(conn_id, run, plan, lease_ms)?;
+                self.conns[i].tunnel = tunnel;
                 self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
             }
+            // Routed by `on_control` before they get here.
+            Request::TunnelOpened { .. }
+            | Request::TunnelRefused { .. }
+            | Request::TunnelClose { .. }
+            | Request::TunnelAck { .. } => {}
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
                 self.conns[i].send(&Response::ok(id, &detail::Renewed { lease_ms }));
@@ -322,6 +366,18 @@ impl Server {
             }
         }
         Ok(())
+    }
+
+    /// A tunnel message from connection `from`: taken only from the connection that carries
+    /// the run's connections, and only while an iteration has them.
+    fn tunnel_says(&mut self, from: u64, msg: HostSays) {
+        if self.tunnel_conn() != Some(from) {
+            tracing::debug!("conn {from}: a tunnel message from a connection that carries none");
+            return;
+        }
+        if let Some(egress) = self.egress.as_mut() {
+            egress.host_says(msg);
+        }
     }
 
     /// Sends the record of `iteration` (default: the last one) as a tar stream on the tar

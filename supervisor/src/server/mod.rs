@@ -21,6 +21,8 @@
 //! - `upload`: upload destinations, an offered tree's listing and `need`, the tar stream's
 //!   frames; `upload_stream`: the thread that unpacks them as they arrive.
 //! - `run`: one iteration for a `run` request, the observer callbacks and the finished record.
+//! - `egress`: the agent's allowed connections under `network: allow` (mirrors of loopback
+//!   endpoints, the `CONNECT` proxy), carried by the host that holds the run.
 //! - `tail`: the agent's output streamed to the requester while it runs.
 //! - `status`: the `status` reply (history, `/proc` processes, live verification).
 //! - `claim`: which run the sandbox serves (one at a time), and which records the host holds.
@@ -34,6 +36,7 @@ pub mod attach;
 mod claim;
 mod conn;
 mod dispatch;
+mod egress;
 mod error;
 mod held;
 mod listings;
@@ -196,6 +199,8 @@ struct Server {
     actions: Vec<ObserverAction>,
     /// A `shutdown` request, answered once everything is reaped.
     shutdown: Option<PendingShutdown>,
+    /// The running iteration's listeners and carried connections (`network: allow`).
+    egress: Option<egress::Egress>,
 }
 
 /// Serves until `shutdown` (or, with `stdio`, until the connection closes); then cancels and
@@ -287,6 +292,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         pruned: retention::Pruned::default(),
         actions: Vec::new(),
         shutdown: None,
+        egress: None,
     };
     if opts.stdio {
         let pair = std::io::stdin()
@@ -406,7 +412,51 @@ impl Server {
             fds.push(l.as_fd());
         }
         fds.extend(self.conns.iter().filter(|c| !c.eof).map(Conn::read_fd));
+        if let Some(egress) = &self.egress {
+            fds.extend(egress.read_fds());
+        }
         fds
+    }
+
+    /// The connection that carries the agent's connections: the claim's holder, when it said
+    /// it carries them (`claim` with `tunnel`).
+    fn tunnel_conn(&self) -> Option<u64> {
+        let holder = self.claim_holder()?;
+        self.conns
+            .iter()
+            .find(|c| c.id == holder && c.tunnel && !c.dead && !c.eof)
+            .map(|c| c.id)
+    }
+
+    /// Moves the egress connections' bytes and sends what they have for the host.
+    fn service_egress(&mut self) {
+        let host = self.tunnel_conn();
+        let Some(egress) = self.egress.as_mut() else {
+            return;
+        };
+        egress.service(host.is_some());
+        let frames = egress.take_outbox();
+        self.send_tunnel(host, frames);
+    }
+
+    /// Sends `frames` to the tunnel's host; none there: its connections end.
+    fn send_tunnel(&mut self, host: Option<u64>, frames: Vec<crate::protocol::Frame>) {
+        if frames.is_empty() {
+            return;
+        }
+        let conn = host.and_then(|id| self.conns.iter_mut().find(|c| c.id == id));
+        match conn {
+            Some(c) => {
+                for frame in &frames {
+                    c.send_frame(frame);
+                }
+            }
+            None => {
+                if let Some(egress) = self.egress.as_mut() {
+                    egress.host_gone();
+                }
+            }
+        }
     }
 
     /// Accepts, reads and answers everything that is ready; never blocks on input.
@@ -422,6 +472,7 @@ impl Server {
             }
             self.drain_frames(i, ctx);
         }
+        self.service_egress();
         // Close finished connections (the requester of a running iteration stays until its
         // result is sent or a write fails).
         let running_conn = self.current.as_ref().and_then(|c| c.conn);

@@ -10,10 +10,10 @@ use super::{PendingRun, Server};
 use crate::clock::{millis, now_secs};
 use crate::exit_code;
 use crate::iteration::{run_iteration, IterationObserver, ObserverAction, Supervisor};
-use crate::manifest::{Manifest, RuntimeDirPaths};
+use crate::manifest::{Manifest, NetworkPolicy, RuntimeDirPaths};
 use crate::protocol::events::{self, EventDetail, Step, StepState};
 use crate::protocol::{Channel, Response};
-use crate::result::{DiskFull, IterationResult};
+use crate::result::{DiskFull, IterationResult, NetworkRecord};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::BorrowedFd;
@@ -106,7 +106,8 @@ impl Server {
         // agent runs any more.
         // The runtime directories, resolved once for the whole iteration and its record.
         let dirs = manifest.runtime_dirs();
-        let mut record = match events.map(drop) {
+        let events = events.map(drop).and_then(|()| self.open_egress(&manifest));
+        let mut record = match events {
             Ok(()) => run_iteration(ctx, &manifest, &dirs, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
@@ -123,6 +124,7 @@ impl Server {
             });
         }
         self.pump_tails(STREAM_CAP);
+        record.network = self.close_egress(&manifest);
         self.finalise_record(&manifest, &dirs, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
         self.claim_ran(conn_id, n);
@@ -259,6 +261,41 @@ impl Server {
         self.keep_record(record.iteration, dir, record.to_json_line());
     }
 
+    /// Opens the iteration's listeners for a manifest with `network: allow` (not where the
+    /// launch step will refuse the namespace anyway); `Err` is the iteration's reason.
+    fn open_egress(&mut self, manifest: &Manifest) -> Result<(), String> {
+        self.egress = None;
+        let Some(policy @ NetworkPolicy::Allow { .. }) = &manifest.network else {
+            return Ok(());
+        };
+        let namespace = crate::sandbox::netns::interfaces().unwrap_or_default();
+        if crate::sandbox::netns::refusal(Some(policy), &namespace).is_some() {
+            return Ok(());
+        }
+        self.egress = Some(super::egress::Egress::open(policy)?);
+        Ok(())
+    }
+
+    /// Closes the iteration's listeners and connections; the record's `network`.
+    fn close_egress(&mut self, manifest: &Manifest) -> Option<NetworkRecord> {
+        let policy = manifest.network.as_ref()?;
+        let Some(egress) = self.egress.take() else {
+            return Some(NetworkRecord {
+                mode: policy.mode_name().to_string(),
+                allow: policy.allowed().iter().map(ToString::to_string).collect(),
+                ..NetworkRecord::default()
+            });
+        };
+        let host = self.tunnel_conn();
+        let (record, frames) = egress.close();
+        if let Some(c) = host.and_then(|id| self.conn_mut(id)) {
+            for frame in &frames {
+                c.send_frame(frame);
+            }
+        }
+        Some(record)
+    }
+
     /// Holds the records' reserve before an iteration; `Err` (the iteration's reason) when the
     /// disk has no room for it. Any other failure to hold it is logged, not fatal.
     fn hold_reserve(&mut self) -> Result<(), String> {
@@ -357,6 +394,20 @@ impl IterationObserver for Server {
 
     fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.fds()
+    }
+
+    fn poll_out_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.egress
+            .as_ref()
+            .map(super::egress::Egress::write_fds)
+            .unwrap_or_default()
+    }
+
+    fn network_pins(&self) -> Vec<crate::environment::Pin> {
+        self.egress
+            .as_ref()
+            .map(|e| crate::environment::network_pins(e.proxy_port()))
+            .unwrap_or_default()
     }
 
     fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {

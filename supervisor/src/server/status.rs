@@ -173,6 +173,11 @@ impl Server {
                 .map_or(self.last_iteration, |c| c.iteration),
             manifest_loaded: self.manifest.is_some(),
             processes: processes(),
+            network: self
+                .egress
+                .as_ref()
+                .map(super::egress::Egress::live)
+                .unwrap_or_default(),
             retention: Some(self.retention_status()),
             state: if self.current.is_some() {
                 RunState::Running

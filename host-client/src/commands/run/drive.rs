@@ -147,9 +147,23 @@ pub(super) fn drive(
     };
     // The sandbox is this run's before anything is sent: a second run is refused here, and the
     // first one's trees and manifest stay as they are.
+    // The connections the agent may make under `network: allow` are carried by this host.
+    let carried = prepared
+        .as_ref()
+        .and_then(|(manifest, _)| manifest.network.clone())
+        .filter(|p| matches!(p, pitcrew_core::manifest::NetworkPolicy::Allow { .. }))
+        .filter(|_| conn.hello().capabilities.has_feature("network"));
+    if let Some(policy) = &carried {
+        conn.client().carry_connections(policy.clone());
+    }
     if claims {
         conn.client()
-            .claim(&run_id, plan(args, total, kept), args.lease)
+            .claim(
+                &run_id,
+                plan(args, total, kept),
+                args.lease,
+                carried.is_some(),
+            )
             .map_err(|e| conn.explain(e))
             .with_context(|| format!("sandbox {id}: claim it for run {run_id}"))?;
     }
@@ -432,6 +446,9 @@ fn acknowledge(conn: &mut Connection, n: u32, progress: &Progress) {
     }
 }
 
+/// The `hello` feature of a supervisor that holds the agent to the manifest's `network`.
+pub(super) const NETWORK_FEATURE: &str = "network";
+
 /// What the manifest and the harness ask of this release's supervisor that `offered` (its
 /// `hello` features) lacks: refused before anything is sent, naming what, rather than refused
 /// or ignored by an older `pitcrew-init` in the sandbox. `env.passed` is only a label: dropped.
@@ -447,6 +464,20 @@ pub(super) fn older_supervisor(
     if !has("env.passed") {
         manifest.env.passed.clear();
     }
+    // The network goes only to a supervisor that offers `network`: one that does not would
+    // refuse the field (a release before it) or not hold the agent to it. A harness that says
+    // `none` or `allow` is refused below; the runtime's default (or `open`) is dropped, and the
+    // agent reaches what the engine gives it, as before egress control, said once.
+    let explicit = h
+        .network
+        .as_ref()
+        .is_some_and(|n| *n != pitcrew_core::manifest::NetworkPolicy::Open);
+    if !has(NETWORK_FEATURE) && !explicit && manifest.network.take().is_some() {
+        progress.warn(
+            "the sandbox's pitcrew-init is older than this pitcrew: it does not control egress, \
+             and the agent reaches what the engine's network gives it",
+        );
+    }
     // The default the harness left unset: what such a supervisor does (as-is), said once.
     if manifest.agent.context_files == ContextFiles::Uploaded
         && h.agent.context_files.is_none()
@@ -454,7 +485,9 @@ pub(super) fn older_supervisor(
     {
         manifest.agent.context_files = ContextFiles::AsIs;
         progress.warn(
-            "the sandbox's pitcrew-init is older than this pitcrew: the runtime reads the              workspace's context files (AGENTS.md, CLAUDE.md) as an earlier iteration left them              (agent.context_files: as-is), and the record does not name them",
+            "the sandbox's pitcrew-init is older than this pitcrew: the runtime reads the \
+             workspace's context files (AGENTS.md, CLAUDE.md) as an earlier iteration left them \
+             (agent.context_files: as-is), and the record does not name them",
         );
     }
     let asked = [
@@ -494,6 +527,7 @@ pub(super) fn older_supervisor(
             !manifest.env.runner.is_empty(),
             "--runner-env",
         ),
+        ("network", explicit, "network"),
     ];
     let missing: Vec<&str> = asked
         .iter()

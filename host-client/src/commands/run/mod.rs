@@ -242,6 +242,14 @@ fn run_harness(
         memory_bytes: h.memory,
         processes: h.processes,
         upload_limits: h.upload_limits,
+        // The harness's `network:` or the runtime's default (its model endpoint).
+        private_network: validated.network().is_some_and(|n| {
+            matches!(
+                n.policy,
+                pitcrew_core::manifest::NetworkPolicy::None
+                    | pitcrew_core::manifest::NetworkPolicy::Allow { .. }
+            )
+        }),
     })?;
     // A sandbox this run did not start is left as it was found; a resumed run ends as the run
     // it finishes would have.
@@ -431,6 +439,40 @@ mod tests {
             format!("{err:#}").contains("agent.context_files: uploaded"),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn the_network_goes_only_to_a_supervisor_that_offers_it() {
+        use super::drive::{older_supervisor, NETWORK_FEATURE};
+        use super::progress::Progress;
+        use pitcrew_core::harness::SandboxLayout;
+        use pitcrew_core::manifest::NetworkPolicy;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("h.yaml"),
+            "runtime: command\ncommand: [/bin/true]\n",
+        )
+        .unwrap();
+        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let h = validated.harness.clone().expect("a valid harness");
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        let quiet = Progress::new(false, true);
+        let mut all: Vec<String> = pitcrew_core::protocol::FEATURES
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        let mut manifest = validated.manifest(&layout).unwrap();
+        assert_eq!(manifest.network, Some(NetworkPolicy::None));
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+        if !all.iter().any(|f| f == NETWORK_FEATURE) {
+            assert_eq!(manifest.network, None);
+            all.push(NETWORK_FEATURE.into());
+        }
+        let mut manifest = validated.manifest(&layout).unwrap();
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+        assert_eq!(manifest.network, Some(NetworkPolicy::None));
     }
 
     #[test]

@@ -7,6 +7,7 @@ fn spec() -> SandboxSpec {
         memory_bytes: 1 << 30,
         processes: 100,
         upload_limits: Default::default(),
+        private_network: false,
     }
 }
 

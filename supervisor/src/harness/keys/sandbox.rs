@@ -1,11 +1,12 @@
 //! The keys that shape the agent's sandbox beside its program: `env` (and a plugin's `env`
-//! that would replace it), the plugins' pi-only options, `dotenv`, `keep_home` and
-//! `keep_output`.
+//! that would replace it), the plugins' pi-only options, `dotenv`, `keep_home`,
+//! `keep_output` and `network`.
 
 use super::super::model::PluginSpec;
 use super::super::yaml::{location, Checker};
 use crate::env_policy;
-use crate::manifest::Runtime;
+use crate::manifest::network::MAX_ALLOWED_ENDPOINTS;
+use crate::manifest::{Endpoint, NetworkPolicy, Runtime};
 use marked_yaml::types::MarkedMappingNode;
 use std::collections::BTreeMap;
 
@@ -44,7 +45,7 @@ impl Checker<'_> {
         let mut env = BTreeMap::new();
         if let Some(n) = top.get_node("env") {
             for (k, v, at) in self.env_map(n, "env") {
-                for p in env_policy::sandbox_env_problems(&k, &v) {
+                for p in env_policy::harness_env_problems(&k, &v) {
                     self.problem(at, format!("env.{k}"), p.to_string());
                 }
                 env.insert(k, v);
@@ -115,5 +116,68 @@ impl Checker<'_> {
             }
         }
         paths
+    }
+
+    /// `network:`, what the agent may reach: `none`, `open`, or `{allow: [host:port, …]}`
+    /// (each entry parsed by [`Endpoint::parse`], none twice). Absent: `None`.
+    pub(super) fn network(&mut self, top: &MarkedMappingNode) -> Option<NetworkPolicy> {
+        let n = top.get_node("network")?;
+        if let marked_yaml::Node::Scalar(s) = n {
+            return match s.as_str() {
+                "none" => Some(NetworkPolicy::None),
+                "open" => Some(NetworkPolicy::Open),
+                other => {
+                    self.problem(
+                        location(n),
+                        "network",
+                        format!(
+                            "{other:?} is no network mode: write none, open, or \
+                             {{allow: [host:port, …]}}"
+                        ),
+                    );
+                    None
+                }
+            };
+        }
+        let map = self.mapping(n, "network")?;
+        self.unknown_keys(map, "network", &["allow"]);
+        let Some(list) = map.get_node("allow") else {
+            self.problem(
+                location(n),
+                "network",
+                "a mapping needs `allow: [host:port, …]` (or write none or open)",
+            );
+            return None;
+        };
+        let seq = self.sequence(list, "network.allow")?;
+        let mut allow: Vec<Endpoint> = Vec::new();
+        let mut bad = false;
+        for (i, item) in seq.iter().enumerate() {
+            let field = format!("network.allow[{i}]");
+            let Some(text) = self.string(item, &field) else {
+                bad = true;
+                continue;
+            };
+            match Endpoint::parse(&text) {
+                Ok(e) if allow.contains(&e) => {
+                    self.problem(location(item), field, format!("{e} is listed twice"));
+                    bad = true;
+                }
+                Ok(e) => allow.push(e),
+                Err(err) => {
+                    self.problem(location(item), field, err.to_string());
+                    bad = true;
+                }
+            }
+        }
+        if allow.len() > MAX_ALLOWED_ENDPOINTS {
+            self.problem(
+                location(list),
+                "network.allow",
+                format!("{} endpoints, at most {MAX_ALLOWED_ENDPOINTS}", allow.len()),
+            );
+            bad = true;
+        }
+        (!bad).then_some(NetworkPolicy::Allow { allow })
     }
 }

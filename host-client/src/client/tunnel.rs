@@ -1,0 +1,403 @@
+//! The host's side of the agent's connections (`network: allow`, feature `network`): the
+//! supervisor asks (`tunnel_open`), this side checks the policy again, resolves the name,
+//! refuses addresses the agent must not reach through a name, dials, and relays the bytes on
+//! two threads per connection, within the flow-control window of
+//! [`pitcrew_core::protocol::tunnel`].
+//!
+//! Writes to the control stream share the client's writer (the lease thread's too), one whole
+//! frame under its lock at a time.
+
+use pitcrew_core::manifest::NetworkPolicy;
+use pitcrew_core::protocol::{tunnel, write_frame, Channel, Frame, Request, Response};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long a dial may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the client hands the carried connections' messages to.
+pub trait Carrier: Send {
+    /// A `tunnel_*` message from the supervisor.
+    fn message(&mut self, response: Response);
+    /// A channel-5 data frame's payload.
+    fn data(&mut self, payload: &[u8]);
+}
+
+/// One carried connection, as the dispatching thread sees it.
+struct Carried {
+    /// Bytes for the socket (`None`: the agent finished writing).
+    to_socket: mpsc::Sender<Option<Vec<u8>>>,
+    /// What the reading thread may still send before the supervisor acknowledges it.
+    credit: Arc<(Mutex<Credit>, Condvar)>,
+    stream: TcpStream,
+}
+
+/// The reading thread's credit, and whether the connection ended.
+struct Credit {
+    bytes: u32,
+    closed: bool,
+}
+
+/// The connections of one client.
+pub struct Tunnels<W: Write + Send + 'static> {
+    writer: Arc<Mutex<W>>,
+    policy: NetworkPolicy,
+    conns: Arc<Mutex<HashMap<u32, Carried>>>,
+    /// Connections being dialled, counted against the bound.
+    dialling: Arc<Mutex<usize>>,
+}
+
+impl<W: Write + Send + 'static> Tunnels<W> {
+    /// Carries connections under `policy`, writing to the control stream through `writer`.
+    pub fn new(writer: Arc<Mutex<W>>, policy: NetworkPolicy) -> Tunnels<W> {
+        Tunnels {
+            writer,
+            policy,
+            conns: Arc::new(Mutex::new(HashMap::new())),
+            dialling: Arc::new(Mutex::new(0)),
+        }
+    }
+
+    fn open(&mut self, conn: u32, host: String, port: u16) {
+        let busy = self
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            + *self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
+        if busy >= tunnel::MAX_OPEN {
+            let reason = format!("{} connections are open already, the most at once", busy);
+            send(&self.writer, &Request::TunnelRefused { conn, reason });
+            return;
+        }
+        *self.dialling.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        let writer = Arc::clone(&self.writer);
+        let conns = Arc::clone(&self.conns);
+        let dialling = Arc::clone(&self.dialling);
+        let policy = self.policy.clone();
+        std::thread::spawn(move || {
+            let dialled = dial(&policy, &host, port);
+            *dialling.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+            match dialled {
+                Ok(stream) => start(conn, stream, &writer, &conns),
+                Err(reason) => {
+                    tracing::info!("network: {host}:{port} refused: {reason}");
+                    send(&writer, &Request::TunnelRefused { conn, reason });
+                }
+            }
+        });
+    }
+}
+
+impl<W: Write + Send + 'static> Carrier for Tunnels<W> {
+    fn message(&mut self, response: Response) {
+        match response {
+            Response::TunnelOpen { conn, host, port } => self.open(conn, host, port),
+            Response::TunnelAck { conn, bytes } => {
+                let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(c) = conns.get(&conn) {
+                    let (lock, wake) = &*c.credit;
+                    let mut credit = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                    credit.bytes = credit.bytes.saturating_add(bytes).min(tunnel::WINDOW);
+                    wake.notify_all();
+                }
+            }
+            Response::TunnelClose { conn, .. } => {
+                let gone = self
+                    .conns
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&conn);
+                if let Some(c) = gone {
+                    end(&c);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn data(&mut self, payload: &[u8]) {
+        let Some((conn, bytes)) = tunnel::decode(payload) else {
+            return;
+        };
+        let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conns.get(&conn) {
+            let bytes = (!bytes.is_empty()).then(|| bytes.to_vec());
+            let _ = c.to_socket.send(bytes);
+        }
+    }
+}
+
+impl<W: Write + Send + 'static> Drop for Tunnels<W> {
+    fn drop(&mut self) {
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
+        for c in conns.values() {
+            end(c);
+        }
+    }
+}
+
+/// Ends a connection: its socket shut, its reading thread woken to leave.
+fn end(c: &Carried) {
+    let _ = c.stream.shutdown(Shutdown::Both);
+    let (lock, wake) = &*c.credit;
+    lock.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+    wake.notify_all();
+}
+
+/// Sends one control message; a failure is the control stream's, which the client sees.
+fn send<W: Write>(writer: &Mutex<W>, request: &Request) {
+    send_frame(writer, &Frame::control(request));
+}
+
+fn send_frame<W: Write>(writer: &Mutex<W>, frame: &Frame) {
+    let mut w = writer.lock().unwrap_or_else(PoisonError::into_inner);
+    if write_frame(&mut *w, frame)
+        .and_then(|()| w.flush())
+        .is_err()
+    {
+        tracing::debug!("network: the control stream is gone");
+    }
+}
+
+/// Registers a dialled connection, says so, and starts its two relaying threads.
+fn start<W: Write + Send + 'static>(
+    conn: u32,
+    stream: TcpStream,
+    writer: &Arc<Mutex<W>>,
+    conns: &Arc<Mutex<HashMap<u32, Carried>>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (Ok(reading), Ok(writing), Ok(kept)) =
+        (stream.try_clone(), stream.try_clone(), stream.try_clone())
+    else {
+        let reason = "cannot share the dialled socket between threads".to_string();
+        send(writer, &Request::TunnelRefused { conn, reason });
+        return;
+    };
+    let credit = Arc::new((
+        Mutex::new(Credit {
+            bytes: tunnel::WINDOW,
+            closed: false,
+        }),
+        Condvar::new(),
+    ));
+    let (to_socket, from_host) = mpsc::channel();
+    conns.lock().unwrap_or_else(PoisonError::into_inner).insert(
+        conn,
+        Carried {
+            to_socket,
+            credit: Arc::clone(&credit),
+            stream: kept,
+        },
+    );
+    send(writer, &Request::TunnelOpened { conn });
+    let w = Arc::clone(writer);
+    std::thread::spawn(move || write_socket(conn, writing, &from_host, &w));
+    let w = Arc::clone(writer);
+    std::thread::spawn(move || read_socket(conn, reading, &credit, &w));
+}
+
+/// Writes what the agent sent to the endpoint, acknowledging each write.
+fn write_socket<W: Write>(
+    conn: u32,
+    mut stream: TcpStream,
+    from_host: &mpsc::Receiver<Option<Vec<u8>>>,
+    writer: &Mutex<W>,
+) {
+    while let Ok(next) = from_host.recv() {
+        let Some(bytes) = next else {
+            let _ = stream.shutdown(Shutdown::Write);
+            return;
+        };
+        if let Err(err) = stream.write_all(&bytes) {
+            let reason = format!("writing to the endpoint: {err}");
+            send(writer, &Request::TunnelClose { conn, reason });
+            return;
+        }
+        let bytes = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        send(writer, &Request::TunnelAck { conn, bytes });
+    }
+}
+
+/// Reads what the endpoint sends and forwards it within the credit.
+fn read_socket<W: Write>(
+    conn: u32,
+    mut stream: TcpStream,
+    credit: &(Mutex<Credit>, Condvar),
+    writer: &Mutex<W>,
+) {
+    let mut buf = vec![0u8; tunnel::CHUNK];
+    loop {
+        let room = {
+            let (lock, wake) = credit;
+            let mut c = lock.lock().unwrap_or_else(PoisonError::into_inner);
+            while c.bytes == 0 && !c.closed {
+                c = wake.wait(c).unwrap_or_else(PoisonError::into_inner);
+            }
+            if c.closed {
+                return;
+            }
+            (c.bytes as usize).min(buf.len())
+        };
+        match stream.read(&mut buf[..room]) {
+            Ok(0) => {
+                send_frame(
+                    writer,
+                    &Frame::data(Channel::Tunnel, tunnel::encode(conn, &[])),
+                );
+                return;
+            }
+            Ok(n) => {
+                credit
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .bytes -= u32::try_from(n).unwrap_or(0);
+                let frame = Frame::data(Channel::Tunnel, tunnel::encode(conn, &buf[..n]));
+                send_frame(writer, &frame);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => {
+                if !credit
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .closed
+                {
+                    let reason = format!("reading from the endpoint: {err}");
+                    send(writer, &Request::TunnelClose { conn, reason });
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Why an address must not be dialled for a name: loopback, link-local (the cloud metadata
+/// address among them), unspecified, multicast, and their IPv4-mapped forms.
+pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => Some("a loopback address"),
+        IpAddr::V4(v4) if v4 == Ipv4Addr::new(169, 254, 169, 254) => {
+            Some("the cloud metadata address")
+        }
+        IpAddr::V4(v4) if v4.is_link_local() => Some("a link-local address"),
+        IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() => {
+            Some("an unspecified or broadcast address")
+        }
+        IpAddr::V4(v4) if v4.is_multicast() => Some("a multicast address"),
+        IpAddr::V6(v6) if v6.is_loopback() => Some("a loopback address"),
+        IpAddr::V6(v6) if v6.is_unspecified() => Some("an unspecified address"),
+        IpAddr::V6(v6) if v6.is_multicast() => Some("a multicast address"),
+        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("a link-local address"),
+        IpAddr::V6(v6) if v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => {
+            Some("the cloud metadata address")
+        }
+        _ => None,
+    }
+}
+
+/// The addresses to dial for `host`:`port` under `policy`; `Err` says why none. An address
+/// literal the policy lists is dialled as it is; `localhost` stands for the loopback
+/// addresses; a name's addresses must pass [`forbidden_address`].
+pub fn resolve(policy: &NetworkPolicy, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    if !policy.allows(host, port) {
+        return Err(format!("{host}:{port} is not allowed"));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    if host == "localhost" {
+        return Ok(vec![
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port),
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port),
+        ]);
+    }
+    let found: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|err| format!("{host} does not resolve: {err}"))?
+        .collect();
+    if let Some((addr, why)) = found
+        .iter()
+        .find_map(|a| forbidden_address(a.ip()).map(|why| (a, why)))
+    {
+        return Err(format!(
+            "{host} resolves to {} ({why}); list that address itself to allow it",
+            addr.ip()
+        ));
+    }
+    if found.is_empty() {
+        return Err(format!("{host} has no address"));
+    }
+    Ok(found)
+}
+
+/// Dials `host`:`port` under `policy`.
+fn dial(policy: &NetworkPolicy, host: &str, port: u16) -> Result<TcpStream, String> {
+    let addrs = resolve(policy, host, port)?;
+    let mut last = String::new();
+    for addr in &addrs {
+        match TcpStream::connect_timeout(addr, DIAL_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = format!("{addr}: {err}"),
+        }
+    }
+    Err(format!("dialling {host}:{port} failed ({last})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pitcrew_core::manifest::Endpoint;
+
+    fn allow(list: &[&str]) -> NetworkPolicy {
+        NetworkPolicy::Allow {
+            allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn loopback_link_local_and_metadata_addresses_are_forbidden_for_names() {
+        for bad in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "169.254.169.254",
+            "169.254.1.1",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "fd00:ec2::254",
+            "224.0.0.1",
+        ] {
+            assert!(forbidden_address(bad.parse().unwrap()).is_some(), "{bad}");
+        }
+        for good in ["93.184.216.34", "10.0.0.1", "2606:4700::1"] {
+            assert!(forbidden_address(good.parse().unwrap()).is_none(), "{good}");
+        }
+    }
+
+    #[test]
+    fn a_listed_literal_is_dialled_and_an_unlisted_one_refused() {
+        let p = allow(&["127.0.0.1:8080", "localhost:9"]);
+        assert_eq!(
+            resolve(&p, "127.0.0.1", 8080).unwrap(),
+            ["127.0.0.1:8080".parse().unwrap()]
+        );
+        assert!(resolve(&p, "127.0.0.1", 8081)
+            .unwrap_err()
+            .contains("not allowed"));
+        assert_eq!(resolve(&p, "localhost", 9).unwrap().len(), 2);
+        assert!(resolve(&p, "169.254.169.254", 80).is_err());
+    }
+}

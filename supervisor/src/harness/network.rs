@@ -1,0 +1,541 @@
+//! The network that applies to a harness: its `network:` key, or when it has none, the
+//! runtime's default ([`network_default`]), each allowed endpoint named with where it came
+//! from.
+//!
+//! The default lets a first run reach its model and nothing else:
+//!
+//! - `command`: nothing (`none`).
+//! - `pi`: every endpoint a `baseUrl` of the pinned `models.json` names (the provider's, each
+//!   model's, each model override's), and, when the provider pi would use has no `baseUrl` of
+//!   its own there, that built-in provider's API host on 443 ([`PI_PROVIDER_HOSTS`]). The
+//!   provider pi uses is the one `agent.args` names with `--provider`, else the prefix of
+//!   `agent.model` (`anthropic/claude-…`) when it names a provider, else the pinned
+//!   `settings.json`'s `defaultProvider` (the order pi 0.73.1, 0.87.1 and 1.6.0 follow).
+//!   The harness `env:`'s `AZURE_OPENAI_BASE_URL` (or `AZURE_OPENAI_RESOURCE_NAME`), which pi's
+//!   Azure provider prefers to `models.json`, is allowed too.
+//! - `claude`: the host and port of `ANTHROPIC_BASE_URL` when the harness `env:` sets it,
+//!   else `api.anthropic.com:443`; with `CLAUDE_CODE_USE_BEDROCK`, `_VERTEX` or `_FOUNDRY`
+//!   set, that backend's `ANTHROPIC_<NAME>_BASE_URL` instead (a note when it is unset).
+//!
+//! The pinned `models.json` and `settings.json` are read from the host's copies the harness
+//! pins (config adapters at the top of pi's config directory), and checked against the digest
+//! the manifest pins, so the network follows the very bytes pi will read.
+
+use super::model::{CheckedAdapter, Harness, Validated};
+use super::yaml::{location, Checker};
+use crate::exit_code::PinRole;
+use crate::manifest::{Endpoint, NetworkPolicy, Runtime};
+use marked_yaml::Node;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+
+/// The API host (port 443) of each pi built-in provider that has one fixed endpoint, as every
+/// model of that provider names it in pi-ai's model list (`models.generated.js`) of pi 0.73.1,
+/// 0.87.1 and 1.6.0 alike. Providers whose host depends on an account or a region (Bedrock,
+/// Vertex, Azure, Cloudflare) are not here: a harness names their endpoint in `network:`.
+pub const PI_PROVIDER_HOSTS: &[(&str, &str)] = &[
+    ("anthropic", "api.anthropic.com"),
+    ("openai", "api.openai.com"),
+    ("google", "generativelanguage.googleapis.com"),
+    ("groq", "api.groq.com"),
+    ("cerebras", "api.cerebras.ai"),
+    ("xai", "api.x.ai"),
+    ("openrouter", "openrouter.ai"),
+    ("mistral", "api.mistral.ai"),
+    ("deepseek", "api.deepseek.com"),
+    ("fireworks", "api.fireworks.ai"),
+    ("huggingface", "router.huggingface.co"),
+];
+
+/// pi's built-in providers whose host depends on an account, a region or the environment
+/// (0.73.1, 0.87.1, 1.6.0): recognised in `agent.model`, with no default endpoint.
+const PI_PROVIDERS_ELSEWHERE: &[&str] = &[
+    "amazon-bedrock",
+    "azure-openai-responses",
+    "google-vertex",
+    "cloudflare-ai-gateway",
+    "cloudflare-workers-ai",
+];
+
+/// Claude Code's API host (port 443) when `ANTHROPIC_BASE_URL` is unset.
+pub const CLAUDE_API_HOST: &str = "api.anthropic.com";
+
+/// The largest pinned `models.json` or `settings.json` read for the default network.
+const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// What pi's pinned configuration says about where its model requests go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PiModelConfig {
+    /// Each endpoint a `baseUrl` of `models.json` names, with where (`models.json provider
+    /// "x"`), providers in name order.
+    pub endpoints: Vec<(Endpoint, String)>,
+    /// The providers `models.json` names, in name order.
+    pub providers: Vec<String>,
+    /// The providers `models.json` gives a `baseUrl` of their own (every request of theirs
+    /// goes there or to a model's own `baseUrl`).
+    pub redirected: Vec<String>,
+    /// `settings.json`'s `defaultProvider`.
+    pub default_provider: Option<String>,
+}
+
+/// The network that applies to a harness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetworkChoice {
+    /// The policy the manifest carries.
+    pub policy: NetworkPolicy,
+    /// For each endpoint the policy allows, in its order, where it came from.
+    pub sources: Vec<String>,
+    /// Whether the harness's `network:` chose it (otherwise it is the runtime's default).
+    pub explicit: bool,
+    /// What the default could not cover: a provider with no endpoint pitcrew knows.
+    pub notes: Vec<String>,
+}
+
+impl NetworkChoice {
+    /// One line for reports: `allow 127.0.0.1:8377 (models.json provider "scripted")`,
+    /// `none (the default for runtime command)`, `open`.
+    pub fn summary(&self) -> String {
+        let mut out = self.policy.mode_name().to_string();
+        for (i, (endpoint, source)) in self.policy.allowed().iter().zip(&self.sources).enumerate() {
+            out.push_str(if i == 0 { " " } else { ", " });
+            out.push_str(&format!("{endpoint} ({source})"));
+        }
+        if !self.explicit && self.policy.allowed().is_empty() {
+            out.push_str(" (the runtime's default)");
+        }
+        out
+    }
+}
+
+/// The host and port a base URL sends to: `http://127.0.0.1:8377/v1` → `127.0.0.1:8377`,
+/// `https://api.anthropic.com` → `api.anthropic.com:443` (80 for `http`, 443 for `https`).
+pub fn url_endpoint(url: &str) -> Result<Endpoint, String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err(format!("{url:?} is not an http:// or https:// URL")),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(format!("{url:?} carries credentials in its host part"));
+    }
+    let has_port = match authority.rfind(']') {
+        Some(close) => authority[close..].contains(':'),
+        None => authority.contains(':'),
+    };
+    let text = if has_port {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    Endpoint::parse(&text).map_err(|e| format!("{url:?}: {e}"))
+}
+
+/// The network a harness without a `network:` key gets, from its runtime, its `env:`, its
+/// agent options and (for pi) what its pinned configuration says.
+pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
+    let mut allowed = Allowed::default();
+    let mut notes = Vec::new();
+    match h.runtime {
+        Runtime::Command => {}
+        Runtime::Claude => claude_default(h, &mut allowed, &mut notes),
+        Runtime::Pi => {
+            for (endpoint, source) in &pi.endpoints {
+                allowed.add(endpoint.clone(), source.clone());
+            }
+            pi_env_default(h, &mut allowed, &mut notes);
+            pi_provider_default(h, pi, &mut allowed, &mut notes);
+        }
+    }
+    let policy = if allowed.endpoints.is_empty() {
+        NetworkPolicy::None
+    } else {
+        NetworkPolicy::Allow {
+            allow: allowed.endpoints,
+        }
+    };
+    NetworkChoice {
+        policy,
+        sources: allowed.sources,
+        explicit: false,
+        notes,
+    }
+}
+
+/// The network that applies to `h`: its `network:` key, or [`network_default`].
+pub fn network_for(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
+    match &h.network {
+        Some(policy) => NetworkChoice {
+            sources: vec!["the harness's network:".to_string(); policy.allowed().len()],
+            policy: policy.clone(),
+            explicit: true,
+            notes: Vec::new(),
+        },
+        None => network_default(h, pi),
+    }
+}
+
+/// Endpoints in order, each once, with where each came from.
+#[derive(Default)]
+struct Allowed {
+    endpoints: Vec<Endpoint>,
+    sources: Vec<String>,
+}
+
+impl Allowed {
+    fn add(&mut self, endpoint: Endpoint, source: String) {
+        if !self.endpoints.contains(&endpoint) {
+            self.endpoints.push(endpoint);
+            self.sources.push(source);
+        }
+    }
+}
+
+/// Claude Code's backends other than Anthropic's API, each switched on by
+/// `CLAUDE_CODE_USE_<NAME>` and sent to `ANTHROPIC_<NAME>_BASE_URL` when set.
+const CLAUDE_BACKENDS: &[&str] = &["BEDROCK", "VERTEX", "FOUNDRY"];
+
+/// Claude Code's endpoint: the backend the harness `env:` switches on (its base URL, when set),
+/// else `ANTHROPIC_BASE_URL`, else Anthropic's API.
+fn claude_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    let on = |name: &str| {
+        h.env
+            .get(name)
+            .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+    };
+    let mut backend = false;
+    for name in CLAUDE_BACKENDS {
+        if !on(&format!("CLAUDE_CODE_USE_{name}")) {
+            continue;
+        }
+        backend = true;
+        let var = format!("ANTHROPIC_{name}_BASE_URL");
+        match h.env.get(&var) {
+            Some(url) => env_url(url, &var, allowed, notes),
+            None => notes.push(format!(
+                "env CLAUDE_CODE_USE_{name}: Claude Code's {} endpoint depends on the account \
+                 or region and {var} is unset: name the endpoint in network:",
+                name.to_ascii_lowercase()
+            )),
+        }
+    }
+    if backend {
+        return;
+    }
+    match h.env.get("ANTHROPIC_BASE_URL") {
+        Some(url) => env_url(url, "ANTHROPIC_BASE_URL", allowed, notes),
+        None => allowed.add(
+            Endpoint {
+                host: CLAUDE_API_HOST.into(),
+                port: 443,
+            },
+            "Claude Code's API endpoint".into(),
+        ),
+    }
+}
+
+/// The endpoints pi's Azure provider takes from the environment over `models.json`
+/// (`AZURE_OPENAI_BASE_URL`, else `https://<AZURE_OPENAI_RESOURCE_NAME>.openai.azure.com`),
+/// when the harness `env:` sets them.
+fn pi_env_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    if let Some(url) = h.env.get("AZURE_OPENAI_BASE_URL") {
+        env_url(url, "AZURE_OPENAI_BASE_URL", allowed, notes);
+    } else if let Some(name) = h.env.get("AZURE_OPENAI_RESOURCE_NAME") {
+        env_url(
+            &format!("https://{}.openai.azure.com", name.trim()),
+            "AZURE_OPENAI_RESOURCE_NAME",
+            allowed,
+            notes,
+        );
+    }
+}
+
+/// The endpoint of the URL the harness `env:` gives `var`, or a note saying why there is none.
+fn env_url(url: &str, var: &str, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    match url_endpoint(url) {
+        Ok(endpoint) => allowed.add(endpoint, format!("env {var}")),
+        Err(why) => notes.push(format!("env {var}: {why}")),
+    }
+}
+
+/// The built-in provider pi uses, when `models.json` does not send it elsewhere.
+fn pi_provider_default(
+    h: &Harness,
+    pi: &PiModelConfig,
+    allowed: &mut Allowed,
+    notes: &mut Vec<String>,
+) {
+    let Some((provider, why)) = pi_provider(h, pi) else {
+        if allowed.endpoints.is_empty() {
+            notes.push(
+                "pi's provider is named by none of agent.args --provider, agent.model \
+                 (provider/model), settings.json defaultProvider or a models.json baseUrl: the \
+                 default network allows nothing; name the model's endpoint in network:"
+                    .to_string(),
+            );
+        }
+        return;
+    };
+    if pi
+        .redirected
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(&provider))
+    {
+        return;
+    }
+    match builtin_host(&provider) {
+        Some(host) => allowed.add(
+            Endpoint {
+                host: host.to_string(),
+                port: 443,
+            },
+            format!("pi's built-in provider {provider:?}, from {why}"),
+        ),
+        None if allowed.endpoints.is_empty() => notes.push(format!(
+            "pi's provider {provider:?} (from {why}) has no endpoint pitcrew knows: the default \
+             network allows nothing; name its endpoint in network:"
+        )),
+        None => notes.push(format!(
+            "pi's provider {provider:?} (from {why}) has no endpoint pitcrew knows of its own: \
+             the default allows only the endpoints above; name any other in network:"
+        )),
+    }
+}
+
+/// The provider pi uses and what named it: `--provider` in `agent.args`, the `provider/`
+/// prefix of `agent.model` when it names a provider pi knows, or `settings.json`'s
+/// `defaultProvider`.
+fn pi_provider(h: &Harness, pi: &PiModelConfig) -> Option<(String, &'static str)> {
+    let args = &h.agent.args;
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(p) = arg.strip_prefix("--provider=") {
+            return Some((p.to_string(), "agent.args --provider"));
+        }
+        if arg == "--provider" {
+            if let Some(p) = args.get(i + 1) {
+                return Some((p.clone(), "agent.args --provider"));
+            }
+        }
+    }
+    if let Some((prefix, _)) = h.agent.model.as_deref().and_then(|m| m.split_once('/')) {
+        let known = builtin_host(prefix).is_some()
+            || PI_PROVIDERS_ELSEWHERE
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(prefix))
+            || pi.providers.iter().any(|p| p.eq_ignore_ascii_case(prefix));
+        if known {
+            return Some((prefix.to_string(), "agent.model"));
+        }
+    }
+    pi.default_provider
+        .clone()
+        .map(|p| (p, "settings.json defaultProvider"))
+}
+
+fn builtin_host(provider: &str) -> Option<&'static str> {
+    PI_PROVIDER_HOSTS
+        .iter()
+        .find(|(p, _)| p.eq_ignore_ascii_case(provider))
+        .map(|(_, host)| *host)
+}
+
+/// The endpoints of a pinned `models.json`: each provider's `baseUrl`, each model's and each
+/// model override's.
+pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let top = doc.as_object().ok_or("not a JSON object")?;
+    let mut out = PiModelConfig::default();
+    let Some(providers) = top.get("providers") else {
+        return Ok(out);
+    };
+    let providers = providers.as_object().ok_or("providers is not an object")?;
+    for (name, provider) in providers {
+        let provider = provider
+            .as_object()
+            .ok_or_else(|| format!("providers.{name} is not an object"))?;
+        out.providers.push(name.clone());
+        let source = format!("models.json provider {name:?}");
+        if let Some(url) = string_at(provider.get("baseUrl"), || format!("providers.{name}"))? {
+            let endpoint =
+                url_endpoint(url).map_err(|e| format!("providers.{name}.baseUrl: {e}"))?;
+            out.endpoints.push((endpoint, source.clone()));
+            out.redirected.push(name.clone());
+        }
+        if let Some(models) = provider.get("models") {
+            let models = models
+                .as_array()
+                .ok_or_else(|| format!("providers.{name}.models is not a list"))?;
+            for (i, model) in models.iter().enumerate() {
+                let at = || format!("providers.{name}.models[{i}]");
+                let url = string_at(model.get("baseUrl"), at)?;
+                if let Some(url) = url {
+                    let id = model.get("id").and_then(Value::as_str).unwrap_or("?");
+                    let endpoint =
+                        url_endpoint(url).map_err(|e| format!("{}.baseUrl: {e}", at()))?;
+                    out.endpoints
+                        .push((endpoint, format!("{source} model {id:?}")));
+                }
+            }
+        }
+        if let Some(overrides) = provider.get("modelOverrides") {
+            let overrides = overrides
+                .as_object()
+                .ok_or_else(|| format!("providers.{name}.modelOverrides is not an object"))?;
+            for (id, o) in overrides {
+                let at = || format!("providers.{name}.modelOverrides.{id}");
+                if let Some(url) = string_at(o.get("baseUrl"), at)? {
+                    let endpoint =
+                        url_endpoint(url).map_err(|e| format!("{}.baseUrl: {e}", at()))?;
+                    out.endpoints
+                        .push((endpoint, format!("{source} model {id:?}")));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `settings.json`'s `defaultProvider`.
+pub fn read_settings_json(bytes: &[u8]) -> Result<Option<String>, String> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let top = doc.as_object().ok_or("not a JSON object")?;
+    Ok(string_at(top.get("defaultProvider"), || "settings".into())?.map(str::to_string))
+}
+
+/// A `baseUrl`-like field: absent, or a string.
+fn string_at(value: Option<&Value>, at: impl Fn() -> String) -> Result<Option<&str>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("{} has a field that is not a string", at())),
+    }
+}
+
+/// The variables of the harness `env:` the default network of each runtime reads a URL from.
+fn endpoint_variables(runtime: Runtime) -> &'static [&'static str] {
+    match runtime {
+        Runtime::Claude => &[
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_BEDROCK_BASE_URL",
+            "ANTHROPIC_VERTEX_BASE_URL",
+            "ANTHROPIC_FOUNDRY_BASE_URL",
+        ],
+        Runtime::Pi => &["AZURE_OPENAI_BASE_URL"],
+        Runtime::Command => &[],
+    }
+}
+
+/// Why `name`=`value` of the harness `env:` (or a task's override) cannot give the default
+/// network an endpoint, when the default reads one from it: `None` for a readable URL, any
+/// other name, or a harness whose `network:` is explicit.
+pub(super) fn endpoint_variable_problem(h: &Harness, name: &str, value: &str) -> Option<String> {
+    if h.network.is_some() || !endpoint_variables(h.runtime).contains(&name) {
+        return None;
+    }
+    url_endpoint(value)
+        .err()
+        .map(|why| format!("the default network is read from it: {why}"))
+}
+
+impl Validated {
+    /// The network that applies to the checked harness (its `network:`, or the runtime's
+    /// default with where each endpoint came from); `None` when the harness could not be read.
+    pub fn network(&self) -> Option<NetworkChoice> {
+        self.harness
+            .as_ref()
+            .map(|h| network_for(h, &self.pi_config))
+    }
+}
+
+impl Checker<'_> {
+    /// What the default network needs that only the files can say, checked once: for pi, the
+    /// pinned `models.json` and `settings.json` read (their bytes checked against the pinned
+    /// digest); the runtime's endpoint variables the harness `env:` sets
+    /// ([`endpoint_variable_problem`]) readable as URLs. Nothing when the harness names its
+    /// `network:`.
+    pub(super) fn network_inputs(
+        &mut self,
+        h: &Harness,
+        node: &Node,
+        adapters: &[CheckedAdapter],
+    ) -> PiModelConfig {
+        let mut out = PiModelConfig::default();
+        if h.network.is_some() {
+            return out;
+        }
+        for (name, value) in &h.env {
+            if let Some(why) = endpoint_variable_problem(h, name, value) {
+                let at = node
+                    .as_mapping()
+                    .and_then(|m| m.get_mapping("env"))
+                    .and_then(|m| m.get_node(name))
+                    .and_then(location);
+                self.problem(at, format!("env.{name}"), why);
+            }
+        }
+        if h.runtime != Runtime::Pi {
+            return out;
+        }
+        for a in adapters {
+            let dest = a.spec.destination();
+            if a.spec.role != PinRole::Config
+                || !matches!(dest.as_str(), "models.json" | "settings.json")
+            {
+                continue;
+            }
+            let i = h.adapters.iter().position(|s| *s == a.spec).unwrap_or(0);
+            let at = node
+                .as_mapping()
+                .and_then(|m| m.get_sequence("adapters"))
+                .and_then(|s| s.get_node(i))
+                .and_then(location);
+            let field = format!("adapters[{i}]");
+            let read = pinned_bytes(a).and_then(|bytes| {
+                if dest == "models.json" {
+                    read_models_json(&bytes).map(|m| {
+                        out.endpoints = m.endpoints;
+                        out.providers = m.providers;
+                        out.redirected = m.redirected;
+                    })
+                } else {
+                    read_settings_json(&bytes).map(|p| out.default_provider = p)
+                }
+            });
+            if let Err(why) = read {
+                self.problem(
+                    at,
+                    field,
+                    format!(
+                        "pi's {dest}: {why} (the default network is read from it; or name the \
+                         network in network:)"
+                    ),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The host's copy of a pinned file, refused unless it still has the pinned digest.
+fn pinned_bytes(a: &CheckedAdapter) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(&a.spec.host_path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!("larger than {MAX_CONFIG_BYTES} bytes"));
+    }
+    if hex::encode(Sha256::digest(&bytes)) != a.sha256 {
+        return Err("changed while the harness was checked".to_string());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,792 @@
+//! The agent's way out under `network: allow`: listeners inside the sandbox's network
+//! namespace, opened before the agent launches and closed when the iteration ends, whose
+//! connections the host carries over the control stream (`tunnel_*` messages, channel 5,
+//! [`crate::protocol::tunnel`]).
+//!
+//! - a **mirror** for each allowed loopback endpoint (`127.0.0.1:P`, `[::1]:P`, `localhost:P`):
+//!   a listener on that same address, so a base URL the runtime was given works inside; the
+//!   host dials the same address on its side;
+//! - one HTTP **`CONNECT` proxy** on `127.0.0.1:<ephemeral>` for named endpoints: the request
+//!   head is read (at most [`MAX_HEAD`] bytes, within [`HEAD_TIMEOUT`]), only `CONNECT
+//!   host:port` is taken, the policy decides, the host dials, and the answer is `200`, or `403`
+//!   / `502` with a one-line reason.
+//!
+//! Everything is non-blocking and serviced from the supervisor's one poll loop. Each
+//! connection holds at most a window ([`tunnel::WINDOW`]) of the host's bytes for the agent,
+//! and sends the host at most a window the host has not acknowledged. Every attempt is
+//! recorded ([`NetworkRecord`]).
+
+use crate::egress::sni::{self, SniError, MAX_CLIENT_HELLO_BYTES};
+use crate::manifest::{Endpoint, NetworkPolicy};
+use crate::protocol::{tunnel, Channel, Frame, Response};
+use crate::result::{ConnectionRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// The most bytes of a `CONNECT` request head.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// How long a client of the proxy has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections accepted per listener per wake-up (the rest wait in the backlog).
+const ACCEPTS_PER_WAKE: usize = 64;
+
+/// How a connection reached pitcrew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Mirror,
+    Proxy,
+}
+
+impl Via {
+    fn name(self) -> &'static str {
+        match self {
+            Via::Mirror => "mirror",
+            Via::Proxy => "proxy",
+        }
+    }
+}
+
+/// Where one connection is.
+#[derive(Debug, PartialEq, Eq)]
+enum State {
+    /// The proxy reads the request head.
+    Head { since: Instant },
+    /// The host was asked to dial.
+    Opening,
+    /// Bytes flow.
+    Open,
+}
+
+/// One connection of the agent's.
+#[derive(Debug)]
+struct Carried {
+    stream: TcpStream,
+    via: Via,
+    state: State,
+    host: String,
+    port: u16,
+    started: Instant,
+    /// Bytes read from the agent not yet sent (the head's rest, or what arrived while opening).
+    up_pending: Vec<u8>,
+    /// Bytes the host may still be sent before it acknowledges more.
+    up_credit: u32,
+    /// Bytes for the agent not yet written to its socket.
+    down: Vec<u8>,
+    /// Of `down`, the first bytes that are pitcrew's own (the proxy's answer), not the host's.
+    down_own: usize,
+    /// Host bytes written to the agent and not yet acknowledged.
+    down_unacked: u32,
+    agent_eof: bool,
+    host_eof: bool,
+    bytes_up: u64,
+    bytes_down: u64,
+    /// Close once `down` is written (a refusal's answer).
+    closing: Option<String>,
+    /// A proxied connection's first bytes are held until its TLS ClientHello's server name is
+    /// read and matches the `CONNECT`'s host ([`Carried::check_hello`]).
+    hello_pending: bool,
+}
+
+/// The listeners and connections of one iteration.
+#[derive(Debug)]
+pub(super) struct Egress {
+    policy: NetworkPolicy,
+    mirrors: Vec<(TcpListener, String, u16)>,
+    proxy: TcpListener,
+    conns: BTreeMap<u32, Carried>,
+    next_id: u32,
+    attempts: u32,
+    record: NetworkRecord,
+    /// Frames for the host.
+    outbox: Vec<Frame>,
+}
+
+/// The loopback addresses an allowed endpoint's host stands for: itself for a loopback literal,
+/// both for `localhost`; none for anything else.
+fn mirror_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
+    if endpoint.host == "localhost" {
+        return vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()];
+    }
+    match endpoint.ip() {
+        Some(ip) if ip.is_loopback() => vec![ip],
+        _ => Vec::new(),
+    }
+}
+
+impl Egress {
+    /// Opens the listeners for `policy` (an `allow`): a mirror per loopback endpoint and the
+    /// proxy. `Err` names what could not be bound.
+    pub(super) fn open(policy: &NetworkPolicy) -> Result<Egress, String> {
+        let mut mirrors = Vec::new();
+        let mut bound: Vec<SocketAddr> = Vec::new();
+        for endpoint in policy.allowed() {
+            let addrs = mirror_addresses(endpoint);
+            for ip in &addrs {
+                let at = SocketAddr::new(*ip, endpoint.port);
+                // `localhost:P` and `127.0.0.1:P` both listed: one listener.
+                if bound.contains(&at) {
+                    continue;
+                }
+                bound.push(at);
+                match TcpListener::bind(at) {
+                    Ok(l) => mirrors.push((l, endpoint.host.clone(), endpoint.port)),
+                    // `localhost` stands for both; a namespace without IPv6 keeps the other.
+                    Err(_) if ip.is_ipv6() && addrs.len() > 1 => continue,
+                    Err(err) => {
+                        return Err(format!(
+                            "network: cannot listen on {at} for the allowed {endpoint}: {err}"
+                        ))
+                    }
+                }
+            }
+        }
+        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
+        for l in mirrors.iter().map(|(l, ..)| l).chain([&proxy]) {
+            l.set_nonblocking(true)
+                .map_err(|err| format!("network: listener: {err}"))?;
+        }
+        Ok(Egress {
+            policy: policy.clone(),
+            mirrors,
+            proxy,
+            conns: BTreeMap::new(),
+            next_id: 1,
+            attempts: 0,
+            record: NetworkRecord {
+                mode: policy.mode_name().to_string(),
+                allow: policy.allowed().iter().map(ToString::to_string).collect(),
+                ..NetworkRecord::default()
+            },
+            outbox: Vec::new(),
+        })
+    }
+
+    /// The proxy's port on 127.0.0.1.
+    pub(super) fn proxy_port(&self) -> u16 {
+        self.proxy.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// Descriptors to poll for reading: the listeners, and connections that may read.
+    pub(super) fn read_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut fds: Vec<BorrowedFd<'_>> = self.mirrors.iter().map(|(l, ..)| l.as_fd()).collect();
+        fds.push(self.proxy.as_fd());
+        fds.extend(
+            self.conns
+                .values()
+                .filter(|c| c.wants_read())
+                .map(|c| c.stream.as_fd()),
+        );
+        fds
+    }
+
+    /// Descriptors to poll for writing: connections with bytes for the agent.
+    pub(super) fn write_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.conns
+            .values()
+            .filter(|c| !c.down.is_empty())
+            .map(|c| c.stream.as_fd())
+            .collect()
+    }
+
+    /// Frames for the host, taken.
+    pub(super) fn take_outbox(&mut self) -> Vec<Frame> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Accepts new connections and moves bytes on every one; `host` says whether a host that
+    /// carries connections holds the run.
+    pub(super) fn service(&mut self, host: bool) {
+        let listeners: Vec<(usize, Via, String, u16)> = (0..self.mirrors.len())
+            .map(|i| (i, Via::Mirror, self.mirrors[i].1.clone(), self.mirrors[i].2))
+            .chain([(usize::MAX, Via::Proxy, String::new(), 0)])
+            .collect();
+        for (i, via, host_name, port) in listeners {
+            for _ in 0..ACCEPTS_PER_WAKE {
+                let listener = if via == Via::Proxy {
+                    &self.proxy
+                } else {
+                    &self.mirrors[i].0
+                };
+                match listener.accept() {
+                    Ok((stream, _)) => self.accepted(stream, via, &host_name, port, host),
+                    Err(_) => break,
+                }
+            }
+        }
+        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.pump(id, host);
+        }
+    }
+
+    /// A connection accepted on a listener.
+    fn accepted(&mut self, stream: TcpStream, via: Via, name: &str, port: u16, host: bool) {
+        self.attempts = self.attempts.saturating_add(1);
+        let _ = stream.set_nonblocking(true);
+        let _ = stream.set_nodelay(true);
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let mut carried = Carried {
+            stream,
+            via,
+            state: State::Head {
+                since: Instant::now(),
+            },
+            host: name.to_string(),
+            port,
+            started: Instant::now(),
+            up_pending: Vec::new(),
+            up_credit: tunnel::WINDOW,
+            down: Vec::new(),
+            down_own: 0,
+            down_unacked: 0,
+            agent_eof: false,
+            host_eof: false,
+            bytes_up: 0,
+            bytes_down: 0,
+            closing: None,
+            hello_pending: false,
+        };
+        if let Some(why) = self.bound(host) {
+            carried.refuse_now(&why, 503);
+            self.finish(carried, false, Some(why));
+            return;
+        }
+        if via == Via::Mirror {
+            carried.state = State::Opening;
+            self.ask_host(id, &carried);
+        }
+        self.conns.insert(id, carried);
+    }
+
+    /// Why a new connection cannot be carried now, if it cannot.
+    fn bound(&self, host: bool) -> Option<String> {
+        if !host {
+            return Some(
+                "no host carries connections for this run (pitcrew-init run, or the host \
+                 went away)"
+                    .into(),
+            );
+        }
+        if self.attempts > tunnel::MAX_ATTEMPTS {
+            return Some(format!(
+                "more than {} connection attempts in this iteration",
+                tunnel::MAX_ATTEMPTS
+            ));
+        }
+        if self.conns.len() >= tunnel::MAX_OPEN {
+            return Some(format!(
+                "{} connections are open already, the most at once",
+                tunnel::MAX_OPEN
+            ));
+        }
+        None
+    }
+
+    fn ask_host(&mut self, id: u32, c: &Carried) {
+        self.outbox.push(Frame::control(&Response::TunnelOpen {
+            conn: id,
+            host: c.host.clone(),
+            port: c.port,
+        }));
+    }
+
+    /// Moves what can move on connection `id`.
+    fn pump(&mut self, id: u32, host: bool) {
+        let Some(mut c) = self.conns.remove(&id) else {
+            return;
+        };
+        if let State::Head { since } = c.state {
+            match c.read_head() {
+                Ok(None) if since.elapsed() < HEAD_TIMEOUT => {}
+                Ok(None) => {
+                    let why = "no CONNECT request head in time".to_string();
+                    c.refuse_now(&why, 408);
+                    return self.finish(c, false, Some(why));
+                }
+                Ok(Some((name, port))) => {
+                    c.host = name;
+                    c.port = port;
+                    if !self.policy.allows(&c.host, c.port) {
+                        let why = format!("{}:{} is not allowed", c.host, c.port);
+                        c.refuse_now(&why, 403);
+                        return self.finish(c, false, Some(why));
+                    }
+                    if let Some(why) = self.bound(host) {
+                        c.refuse_now(&why, 503);
+                        return self.finish(c, false, Some(why));
+                    }
+                    c.state = State::Opening;
+                    self.ask_host(id, &c);
+                }
+                Err(why) => {
+                    c.refuse_now(&why, 400);
+                    return self.finish(c, false, Some(why));
+                }
+            }
+        }
+        if c.state == State::Open && c.hello_pending {
+            match c.check_hello() {
+                Hello::Wait => {}
+                Hello::Pass => {
+                    c.hello_pending = false;
+                    let held = std::mem::take(&mut c.up_pending);
+                    c.send_up(&mut self.outbox, id, held);
+                    if c.agent_eof {
+                        let end = tunnel::encode(id, &[]);
+                        self.outbox.push(Frame::data(Channel::Tunnel, end));
+                    }
+                }
+                Hello::Refuse(why) => {
+                    self.outbox.push(Frame::control(&Response::TunnelClose {
+                        conn: id,
+                        reason: why.clone(),
+                    }));
+                    return self.finish(c, false, Some(why));
+                }
+            }
+        }
+        if c.state == State::Open && !c.hello_pending {
+            c.read_up(&mut self.outbox, id);
+        }
+        let wrote = c.write_down();
+        if wrote > 0 && c.state == State::Open {
+            c.down_unacked = c.down_unacked.saturating_add(wrote);
+            if c.down_unacked >= tunnel::WINDOW / 4 || c.down.is_empty() {
+                self.outbox.push(Frame::control(&Response::TunnelAck {
+                    conn: id,
+                    bytes: c.down_unacked,
+                }));
+                c.down_unacked = 0;
+            }
+        }
+        if c.down.is_empty() {
+            if let Some(why) = c.closing.take() {
+                let allowed = c.state == State::Open;
+                return self.finish(c, allowed, Some(why));
+            }
+            if c.host_eof {
+                let _ = c.stream.shutdown(Shutdown::Write);
+            }
+        }
+        if c.agent_eof && c.host_eof && c.down.is_empty() {
+            self.outbox.push(Frame::control(&Response::TunnelClose {
+                conn: id,
+                reason: "closed".into(),
+            }));
+            return self.finish(c, true, None);
+        }
+        if c.closing.is_none() && c.state == State::Open && c.failed() {
+            self.outbox.push(Frame::control(&Response::TunnelClose {
+                conn: id,
+                reason: "the agent's side failed".into(),
+            }));
+            return self.finish(c, true, Some("the agent's side failed".into()));
+        }
+        self.conns.insert(id, c);
+    }
+
+    /// A message from the host about connection `conn`.
+    pub(super) fn host_says(&mut self, msg: HostSays) {
+        let conn = msg.conn();
+        let Some(mut c) = self.conns.remove(&conn) else {
+            return;
+        };
+        match msg {
+            HostSays::Opened { .. } if c.state == State::Opening => {
+                c.state = State::Open;
+                if c.via == Via::Proxy {
+                    let answer = b"HTTP/1.1 200 Connection established\r\n\r\n";
+                    c.down.splice(0..0, answer.iter().copied());
+                    c.down_own += answer.len();
+                    // What the agent sent early stays held with its ClientHello.
+                    c.hello_pending = true;
+                } else {
+                    let early = std::mem::take(&mut c.up_pending);
+                    c.send_up(&mut self.outbox, conn, early);
+                }
+            }
+            HostSays::Opened { .. } => {}
+            HostSays::Refused { reason, .. } => {
+                let code = if c.via == Via::Proxy { 502 } else { 0 };
+                c.refuse_now(&reason, code);
+                return self.finish(c, false, Some(reason));
+            }
+            HostSays::Close { reason, .. } => {
+                // Said back, so the host lets go of the connection too.
+                self.outbox.push(Frame::control(&Response::TunnelClose {
+                    conn,
+                    reason: "closed".into(),
+                }));
+                let allowed = c.state == State::Open;
+                let reason = (reason != "closed").then_some(reason);
+                let _ = c.stream.shutdown(Shutdown::Both);
+                return self.finish(c, allowed, reason);
+            }
+            HostSays::Ack { bytes, .. } => {
+                c.up_credit = c.up_credit.saturating_add(bytes).min(tunnel::WINDOW);
+            }
+            HostSays::Data { bytes, .. } => {
+                if bytes.is_empty() {
+                    c.host_eof = true;
+                } else if c.down.len() + bytes.len() > tunnel::WINDOW as usize + c.down_own {
+                    let why = "the host sent past the window".to_string();
+                    self.outbox.push(Frame::control(&Response::TunnelClose {
+                        conn,
+                        reason: why.clone(),
+                    }));
+                    return self.finish(c, true, Some(why));
+                } else {
+                    c.bytes_down += bytes.len() as u64;
+                    c.down.extend_from_slice(&bytes);
+                }
+            }
+        }
+        self.conns.insert(conn, c);
+    }
+
+    /// The host that carried the connections is gone: every connection ends.
+    pub(super) fn host_gone(&mut self) {
+        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.conns.remove(&id) {
+                let _ = c.stream.shutdown(Shutdown::Both);
+                let allowed = c.state == State::Open;
+                self.finish(c, allowed, Some("the host went away".into()));
+            }
+        }
+    }
+
+    /// Ends the iteration's network: every connection closed (the host told), listeners
+    /// dropped; the record.
+    pub(super) fn close(mut self) -> (NetworkRecord, Vec<Frame>) {
+        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.conns.remove(&id) {
+                if !matches!(c.state, State::Head { .. }) {
+                    self.outbox.push(Frame::control(&Response::TunnelClose {
+                        conn: id,
+                        reason: "the iteration ended".into(),
+                    }));
+                }
+                let _ = c.stream.shutdown(Shutdown::Both);
+                let allowed = c.state == State::Open;
+                self.finish(c, allowed, Some("the iteration ended".into()));
+            }
+        }
+        (self.record, self.outbox)
+    }
+
+    /// The connections open now, bytes so far (`status`).
+    pub(super) fn live(&self) -> Vec<ConnectionRecord> {
+        self.conns
+            .values()
+            .filter(|c| c.state == State::Open)
+            .map(|c| ConnectionRecord {
+                host: c.host.clone(),
+                port: c.port,
+                via: c.via.name().to_string(),
+                allowed: true,
+                reason: None,
+                bytes_up: c.bytes_up,
+                bytes_down: c.bytes_down,
+                duration_ms: crate::clock::millis(c.started.elapsed()),
+            })
+            .collect()
+    }
+
+    /// Records a connection that ended; the host is told unless it ended it or never had it.
+    fn finish(&mut self, c: Carried, allowed: bool, reason: Option<String>) {
+        let _ = c.stream.shutdown(Shutdown::Both);
+        if self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
+            self.record.dropped += 1;
+            return;
+        }
+        self.record.connections.push(ConnectionRecord {
+            host: c.host,
+            port: c.port,
+            via: c.via.name().to_string(),
+            allowed,
+            reason,
+            bytes_up: c.bytes_up,
+            bytes_down: c.bytes_down,
+            duration_ms: crate::clock::millis(c.started.elapsed()),
+        });
+    }
+}
+
+impl Carried {
+    /// Whether the agent's side should be polled for reading.
+    fn wants_read(&self) -> bool {
+        match self.state {
+            State::Head { .. } => true,
+            State::Opening => false,
+            State::Open => !self.agent_eof && self.up_credit > 0 && self.closing.is_none(),
+        }
+    }
+
+    /// The socket reports an error.
+    fn failed(&self) -> bool {
+        matches!(self.stream.take_error(), Ok(Some(_)))
+    }
+
+    /// Reads into the head; `Some((host, port))` once a whole `CONNECT` head is in.
+    fn read_head(&mut self) -> Result<Option<(String, u16)>, String> {
+        let mut buf = [0u8; 2048];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return Err("the client closed before its request head ended".into()),
+                Ok(n) => self.up_pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading the request head: {e}")),
+            }
+            if self.up_pending.len() > MAX_HEAD {
+                break;
+            }
+        }
+        let Some(end) = self.up_pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if self.up_pending.len() > MAX_HEAD {
+                return Err(format!("a request head over {MAX_HEAD} bytes"));
+            }
+            return Ok(None);
+        };
+        let head = String::from_utf8_lossy(&self.up_pending[..end]).into_owned();
+        self.up_pending.drain(..end + 4);
+        parse_connect(&head).map(Some)
+    }
+
+    /// Reads the first bytes of a proxied connection into `up_pending` and judges its TLS
+    /// ClientHello: the server name must be the `CONNECT`'s host (an address literal may come
+    /// without one); bytes that are not TLS name no other server and pass.
+    fn check_hello(&mut self) -> Hello {
+        let mut buf = [0u8; 4096];
+        while self.up_pending.len() < MAX_CLIENT_HELLO_BYTES && !self.agent_eof {
+            let room = buf
+                .len()
+                .min(MAX_CLIENT_HELLO_BYTES - self.up_pending.len());
+            match self.stream.read(&mut buf[..room]) {
+                Ok(0) => self.agent_eof = true,
+                Ok(n) => self.up_pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Hello::Refuse(format!("reading the ClientHello: {e}")),
+            }
+        }
+        if self.up_pending.is_empty() {
+            return if self.agent_eof {
+                Hello::Pass
+            } else {
+                Hello::Wait
+            };
+        }
+        match sni::server_name(&self.up_pending) {
+            Err(SniError::Incomplete) if self.agent_eof => {
+                Hello::Refuse("the client ended inside its TLS ClientHello".into())
+            }
+            Err(SniError::Incomplete) => Hello::Wait,
+            Err(SniError::NotTls(_)) => Hello::Pass,
+            Err(err) => Hello::Refuse(format!("TLS ClientHello: {err}")),
+            Ok(None) if self.host.parse::<IpAddr>().is_ok() => Hello::Pass,
+            Ok(None) => Hello::Refuse(format!(
+                "a TLS ClientHello without a server name, for the name {}",
+                self.host
+            )),
+            Ok(Some(name)) if sni::names_match(&name, &self.host) => Hello::Pass,
+            Ok(Some(name)) => Hello::Refuse(format!(
+                "the TLS server name {name:?} is not the CONNECT's host {}",
+                self.host
+            )),
+        }
+    }
+
+    /// Reads what the agent sent, within the credit, and sends it to the host.
+    fn read_up(&mut self, outbox: &mut Vec<Frame>, id: u32) {
+        while self.up_credit > 0 && !self.agent_eof {
+            let room = (self.up_credit as usize).min(tunnel::CHUNK);
+            let mut buf = vec![0u8; room];
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    self.agent_eof = true;
+                    outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, &[])));
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    self.send_up(outbox, id, buf);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.agent_eof = true;
+                    outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, &[])));
+                }
+            }
+        }
+    }
+
+    /// Sends `bytes` of the agent's to the host (within the credit: the caller read no more).
+    fn send_up(&mut self, outbox: &mut Vec<Frame>, id: u32, bytes: Vec<u8>) {
+        for chunk in bytes.chunks(tunnel::CHUNK) {
+            outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, chunk)));
+            let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+            self.up_credit = self.up_credit.saturating_sub(n);
+            self.bytes_up += chunk.len() as u64;
+        }
+    }
+
+    /// Writes what it can of `down`; returns the host's bytes written.
+    fn write_down(&mut self) -> u32 {
+        let mut host_bytes = 0usize;
+        while !self.down.is_empty() {
+            match self.stream.write(&self.down) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let own = n.min(self.down_own);
+                    self.down_own -= own;
+                    host_bytes += n - own;
+                    self.down.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.down.clear();
+                    self.down_own = 0;
+                    self.agent_eof = true;
+                    self.host_eof = true;
+                    break;
+                }
+            }
+        }
+        u32::try_from(host_bytes).unwrap_or(u32::MAX)
+    }
+
+    /// Answers a refused proxy request with `code` and `why` (a mirror's connection is just
+    /// closed: `code` 0), then closes once that is written.
+    fn refuse_now(&mut self, why: &str, code: u16) {
+        if self.via == Via::Proxy && code != 0 {
+            let text = match code {
+                400 => "Bad Request",
+                403 => "Forbidden",
+                408 => "Request Timeout",
+                502 => "Bad Gateway",
+                _ => "Service Unavailable",
+            };
+            let line = why.replace(['\r', '\n'], " ");
+            let answer = format!(
+                "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\npitcrew: {line}\n",
+                line.len() + 10
+            );
+            self.down = answer.into_bytes();
+            self.down_own = self.down.len();
+            // Best effort: a refusal is short, the socket's buffer takes it.
+            self.write_down();
+        }
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// What a proxied connection's first bytes decide.
+enum Hello {
+    /// More bytes are needed.
+    Wait,
+    /// Carry them.
+    Pass,
+    /// End the connection, for this reason.
+    Refuse(String),
+}
+
+/// What the host said about a connection.
+#[derive(Debug)]
+pub(super) enum HostSays {
+    /// `tunnel_opened`.
+    Opened { conn: u32 },
+    /// `tunnel_refused`.
+    Refused { conn: u32, reason: String },
+    /// `tunnel_close`.
+    Close { conn: u32, reason: String },
+    /// `tunnel_ack`.
+    Ack { conn: u32, bytes: u32 },
+    /// A channel-5 data frame (empty: the host finished writing).
+    Data { conn: u32, bytes: Vec<u8> },
+}
+
+impl HostSays {
+    fn conn(&self) -> u32 {
+        match self {
+            HostSays::Opened { conn }
+            | HostSays::Refused { conn, .. }
+            | HostSays::Close { conn, .. }
+            | HostSays::Ack { conn, .. }
+            | HostSays::Data { conn, .. } => *conn,
+        }
+    }
+}
+
+/// The target of a `CONNECT host:port HTTP/1.x` request head; `Err` names what is wrong.
+fn parse_connect(head: &str) -> Result<(String, u16), String> {
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("a request line that is not `CONNECT host:port HTTP/1.1`".into());
+    };
+    if method != "CONNECT" {
+        return Err(format!(
+            "method {method:?}: the proxy takes CONNECT only (HTTPS through it)"
+        ));
+    }
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("version {version:?}"));
+    }
+    let endpoint = Endpoint::parse(target).map_err(|e| format!("CONNECT target: {e}"))?;
+    if endpoint.is_wildcard() {
+        return Err("CONNECT target: a wildcard is no host".into());
+    }
+    Ok((endpoint.host, endpoint.port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connect_to_a_host_and_port_is_taken() {
+        assert_eq!(
+            parse_connect("CONNECT Api.Example.com:443 HTTP/1.1\r\nHost: x"),
+            Ok(("api.example.com".into(), 443))
+        );
+        assert_eq!(
+            parse_connect("CONNECT [::1]:8080 HTTP/1.0"),
+            Ok(("::1".into(), 8080))
+        );
+        for bad in [
+            "GET http://x/ HTTP/1.1",
+            "CONNECT x HTTP/1.1",
+            "CONNECT x:1 HTTP/2",
+            "CONNECT *.x.com:1 HTTP/1.1",
+            "CONNECT x:1  HTTP/1.1",
+        ] {
+            assert!(parse_connect(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_endpoints_are_mirrored_and_names_are_not() {
+        let ep = |s: &str| Endpoint::parse(s).unwrap();
+        assert_eq!(mirror_addresses(&ep("localhost:1")).len(), 2);
+        assert_eq!(
+            mirror_addresses(&ep("127.0.0.1:1")),
+            [IpAddr::from(Ipv4Addr::LOCALHOST)]
+        );
+        assert!(mirror_addresses(&ep("example.com:1")).is_empty());
+        assert!(mirror_addresses(&ep("10.0.0.1:1")).is_empty());
+    }
+}

@@ -1,0 +1,421 @@
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
+//! Egress control with the local engine: a `command` agent (a Python probe) in a network
+//! namespace with loopback only, its allowed connections carried by `pitcrew run` on the host
+//! (a mirror of an allowed loopback endpoint, the `CONNECT` proxy for names), every attempt in
+//! the record; and attacks from the agent's side, each ending in a refusal.
+//!
+//! Needs root, PID namespaces and python3; skipped otherwise, or a failure with
+//! `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::LocalFixture;
+use pitcrew_e2e::{iteration_dir, pitcrew_run_status, read_json, require_pid_namespaces};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+/// An echo server on the host's 127.0.0.1: each connection gets back what it sent, once the
+/// client finished writing. Returns its port.
+fn echo_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || echo(stream));
+        }
+    });
+    port
+}
+
+fn echo(mut stream: TcpStream) {
+    let mut got = Vec::new();
+    if stream.read_to_end(&mut got).is_ok() {
+        let _ = stream.write_all(&got);
+    }
+}
+
+/// The probe's prelude: helpers the cases call, writing `output/probe.json`.
+const PRELUDE: &str = r#"
+import errno, json, os, socket
+res = {}
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
+def echo_via(addr, data):
+    s = socket.create_connection(addr, timeout=20)
+    s.sendall(data); s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        out += d
+    return out.decode()
+def proxy(host, port, data=b"through the proxy"):
+    pport = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+    s = socket.create_connection(("127.0.0.1", pport), timeout=20)
+    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        d = s.recv(1)
+        if not d: break
+        head += d
+    status = head.split(b" ")[1].decode() if head else "none"
+    if status != "200":
+        rest = s.recv(4096).decode(errors="replace")
+        return status, rest
+    s.sendall(data); s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        out += d
+    return status, out.decode()
+"#;
+
+/// Runs `cases` (Python, after [`PRELUDE`]) as the agent under `network`; returns what the
+/// probe wrote and the iteration's record. `None` when the prerequisites are missing.
+fn probe(network: &str, cases: &str) -> Option<(Value, Value)> {
+    if !require_pid_namespaces() {
+        return None;
+    }
+    let code =
+        format!("{PRELUDE}\n{cases}\nopen('output/probe.json', 'w').write(json.dumps(res))\n");
+    let script = format!("mkdir -p output\npython3 - <<'PROBE'\n{code}PROBE\n");
+    let fx = LocalFixture::new(&script, 1, &format!("keep_output: true\n{network}"), false);
+    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &[], &[]);
+    let dir = iteration_dir(&doc, 1);
+    let record = read_json(&dir.join("result.json"));
+    assert_eq!(code, Some(0), "{doc:#}\n{record:#}");
+    let probe = read_json(&dir.join("output/probe.json"));
+    Some((probe, record))
+}
+
+/// The record's connections.
+fn connections(record: &Value) -> Vec<Value> {
+    record["network"]["connections"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_allowed_loopback_endpoint_is_mirrored_and_a_name_goes_through_the_proxy() {
+    let mirrored = echo_server();
+    let named = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{mirrored}\", \"localhost:{named}\"]\n");
+    let cases = format!(
+        "res['mirror'] = echo_via(('127.0.0.1', {mirrored}), b'hello mirror')\n\
+         res['proxy'] = proxy('localhost', {named})\n\
+         res['refused'] = proxy('example.com', 443)\n\
+         res['env'] = [os.environ.get(k) for k in ('NO_PROXY', 'NODE_USE_ENV_PROXY')]\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["mirror"], "hello mirror", "{probe:#}");
+    assert_eq!(probe["proxy"][0], "200", "{probe:#}");
+    assert_eq!(probe["proxy"][1], "through the proxy", "{probe:#}");
+    assert_eq!(probe["refused"][0], "403", "{probe:#}");
+    assert!(probe["refused"][1]
+        .as_str()
+        .unwrap_or_default()
+        .contains("example.com:443 is not allowed"));
+    assert_eq!(
+        probe["env"],
+        serde_json::json!(["localhost,127.0.0.1,::1", "1"])
+    );
+    assert_eq!(record["network"]["mode"], "allow");
+    let conns = connections(&record);
+    let find = |via: &str, port: u64| {
+        conns
+            .iter()
+            .find(|c| c["via"] == via && c["port"] == port)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {via} connection to {port}: {conns:#?}"))
+    };
+    let m = find("mirror", u64::from(mirrored));
+    assert_eq!(m["allowed"], true);
+    assert_eq!(m["bytes_up"], 12);
+    assert_eq!(m["bytes_down"], 12);
+    let p = find("proxy", u64::from(named));
+    assert_eq!(p["host"], "localhost");
+    assert_eq!(
+        (p["allowed"].clone(), p["bytes_up"].clone()),
+        (true.into(), 17.into())
+    );
+    let r = find("proxy", 443);
+    assert_eq!(r["allowed"], false);
+    assert!(r["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("not allowed"));
+}
+
+#[test]
+fn attack_egress__direct_tcp_udp_dns_and_ipv6_find_no_route() {
+    let cases = "\
+res['tcp'] = err(lambda: socket.create_connection(('93.184.216.34', 80), timeout=5))
+def udp():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b'x', ('8.8.8.8', 53))
+res['udp'] = err(udp)
+def dns():
+    try:
+        socket.getaddrinfo('example.com', 443)
+        return 'resolved'
+    except socket.gaierror as e:
+        return 'gaierror'
+res['dns'] = dns()
+def v6():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(('2606:4700::1111', 443))
+res['ipv6'] = err(v6)
+";
+    let Some((probe, record)) = probe("network: none\n", cases) else {
+        return;
+    };
+    assert_eq!(probe["tcp"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["udp"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["dns"], "gaierror", "{probe:#}");
+    assert_eq!(probe["ipv6"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(record["network"]["mode"], "none");
+    assert!(connections(&record).is_empty());
+}
+
+#[test]
+fn attack_egress__raw_and_packet_sockets_are_refused() {
+    let cases = "\
+res['raw'] = err(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+res['packet'] = err(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+";
+    let Some((probe, _)) = probe("network: none\n", cases) else {
+        return;
+    };
+    assert_eq!(probe["raw"], "EPERM", "{probe:#}");
+    assert_eq!(probe["packet"], "EPERM", "{probe:#}");
+}
+
+#[test]
+fn attack_egress__a_listener_of_the_agents_cannot_take_pitcrews_ports_or_get_its_traffic() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    let cases = format!(
+        "def bind(p):\n    s = socket.socket(); s.bind(('127.0.0.1', p)); s.listen(1); return s\n\
+         res['mirror_port'] = err(lambda: bind({port}))\n\
+         pport = int(os.environ['HTTPS_PROXY'].rsplit(':', 1)[1])\n\
+         res['proxy_port'] = err(lambda: bind(pport))\n\
+         own = bind(0)\n\
+         own.settimeout(2)\n\
+         res['mirror'] = echo_via(('127.0.0.1', {port}), b'mine')\n\
+         res['own_got'] = err(lambda: own.accept())\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["mirror_port"], "EADDRINUSE", "{probe:#}");
+    assert_eq!(probe["proxy_port"], "EADDRINUSE", "{probe:#}");
+    assert_eq!(probe["mirror"], "mine", "{probe:#}");
+    // Python's accept timeout is an OSError without an errno.
+    assert_ne!(probe["own_got"], "ok", "{probe:#}");
+    assert_eq!(connections(&record).len(), 1, "{record:#}");
+}
+
+#[test]
+fn attack_egress__a_leftover_process_connects_to_nothing_after_the_iteration() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    // A child that outlives the agent and tries to connect once it is gone.
+    let cases = format!(
+        "import subprocess\n\
+         subprocess.Popen(['python3', '-c', 'import socket, time\\ntime.sleep(1)\\nsocket.create_connection((\"127.0.0.1\", {port}), timeout=5)\\nopen(\"output/late\", \"w\").write(\"connected\")'], start_new_session=True)\n\
+         res['started'] = True\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["started"], true);
+    assert!(connections(&record).is_empty(), "{record:#}");
+    assert!(
+        record["reaped"]["after"].as_u64().unwrap_or(0) >= 1,
+        "{record:#}"
+    );
+}
+
+#[test]
+fn attack_egress__a_flood_of_connections_is_bounded_and_named() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    let cases = format!(
+        "import time\n\
+         held = []\n\
+         for i in range(100):\n    \
+             try:\n        held.append(socket.create_connection(('127.0.0.1', {port}), timeout=5))\n    \
+             except OSError:\n        pass\n\
+         time.sleep(2)\n\
+         res['opened'] = len(held)\n"
+    );
+    let Some((_, record)) = probe(&network, &cases) else {
+        return;
+    };
+    let conns = connections(&record);
+    let refused: Vec<&Value> = conns.iter().filter(|c| c["allowed"] == false).collect();
+    assert!(!refused.is_empty(), "{conns:#?}");
+    assert!(
+        refused.iter().any(|c| c["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("64 connections")),
+        "{refused:#?}"
+    );
+    assert!(conns.iter().filter(|c| c["allowed"] == true).count() <= 64);
+}
+
+#[test]
+fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interfaces() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // With `network: open` the local engine shares this machine's network.
+    let fx = LocalFixture::new(
+        "mkdir -p output && echo started > output/ran\n",
+        1,
+        "",
+        false,
+    );
+    let text = std::fs::read_to_string(&fx.harness).expect("harness");
+    let open = fx.root.join("open.yaml");
+    std::fs::write(&open, format!("{text}network: open\n")).expect("write");
+    let h = open.to_str().expect("utf-8 path");
+    let kept = fx.output(&["run", h, "--json", "--keep"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&kept.stdout).expect("json");
+    let id = doc["sandbox"].as_str().expect("sandbox id").to_string();
+    let others = std::fs::read_to_string("/proc/net/dev")
+        .unwrap_or_default()
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
+        .any(|n| n != "lo");
+    let with_none = fx.root.join("none.yaml");
+    std::fs::write(&with_none, format!("{text}network: none\n")).expect("write");
+    let (code, doc) = pitcrew_run_status(&with_none, &fx.state, &["--sandbox", &id], &[]);
+    let _ = fx.output(&["down", &id]);
+    if !others {
+        // A machine whose own namespace has loopback only: nothing to refuse.
+        assert_eq!(code, Some(0), "{doc:#}");
+        return;
+    }
+    // The sandbox's second iteration.
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert_eq!(code, Some(125), "{doc:#}");
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("interfaces besides lo"), "{reason}");
+    assert!(reason.contains("network: open"), "{reason}");
+    assert!(!iteration_dir(&doc, 2).join("output/ran").exists());
+}
+
+/// A name other than `localhost` that this machine's `/etc/hosts` gives a loopback address.
+fn loopback_name() -> Option<String> {
+    let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
+    hosts.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let addr = words.next()?;
+        if !addr.starts_with("127.") {
+            return None;
+        }
+        words
+            .take_while(|w| !w.starts_with('#'))
+            .find(|w| *w != "localhost" && !w.contains("localhost"))
+            .map(str::to_string)
+    })
+}
+
+#[test]
+fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_host() {
+    let name = loopback_name();
+    if !pitcrew_e2e::prerequisite(
+        name.is_some(),
+        "needs a name other than localhost that /etc/hosts maps to a 127.x address",
+    ) {
+        return;
+    }
+    let name = name.unwrap_or_default();
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n");
+    let cases = format!("res['via_name'] = proxy('{name}', {port})\n");
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["via_name"][0], "502", "{probe:#}");
+    let body = probe["via_name"][1].as_str().unwrap_or_default();
+    assert!(body.contains("a loopback address"), "{body}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    assert_eq!(conns[0]["allowed"], false);
+    assert!(conns[0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("list that address itself"));
+}
+
+/// A server on the host's 127.0.0.1 that reads what arrives once and closes: a TLS client
+/// through the proxy ends there. Returns its port.
+fn closing_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 16 * 1024];
+            let _ = stream.read(&mut buf);
+        }
+    });
+    port
+}
+
+#[test]
+fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_cut() {
+    let port = closing_server();
+    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n");
+    // The same CONNECT twice: a ClientHello for the allowed name, then one for another.
+    let cases = format!(
+        "import ssl\n\
+         def hello(name):\n    \
+             pport = int(os.environ['HTTPS_PROXY'].rsplit(':', 1)[1])\n    \
+             s = socket.create_connection(('127.0.0.1', pport), timeout=20)\n    \
+             s.sendall(b'CONNECT localhost:{port} HTTP/1.1\\r\\n\\r\\n')\n    \
+             head = b''\n    \
+             while b'\\r\\n\\r\\n' not in head:\n        head += s.recv(1)\n    \
+             ctx = ssl.create_default_context()\n    \
+             ctx.check_hostname = False\n    \
+             ctx.verify_mode = ssl.CERT_NONE\n    \
+             try:\n        ctx.wrap_socket(s, server_hostname=name)\n        return 'handshake'\n    \
+             except (OSError, ssl.SSLError) as e:\n        return 'ended'\n\
+         res['same'] = hello('localhost')\n\
+         res['other'] = hello('evil.example.com')\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["same"], "ended", "{probe:#}");
+    assert_eq!(probe["other"], "ended", "{probe:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 2, "{conns:#?}");
+    // The allowed name's ClientHello reached the server, the other one's never left.
+    assert_eq!(conns[0]["allowed"], true, "{conns:#?}");
+    assert!(conns[0]["bytes_up"].as_u64().unwrap_or(0) > 0, "{conns:#?}");
+    assert_eq!(conns[1]["allowed"], false, "{conns:#?}");
+    assert_eq!(conns[1]["bytes_up"], 0, "{conns:#?}");
+    let reason = conns[1]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("\"evil.example.com\" is not the CONNECT's host localhost"),
+        "{reason}"
+    );
+}
