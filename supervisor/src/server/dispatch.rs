@@ -284,7 +284,14 @@ impl Server {
                 ..
             } => {
                 let claim = self.claim(conn_id, run, plan, lease_ms)?;
-                self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
+                let held_listings = Some(self.held.digests());
+                self.conns[i].send(&Response::ok(
+                    id,
+                    &detail::Claimed {
+                        claim,
+                        held_listings,
+                    },
+                ));
             }
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
