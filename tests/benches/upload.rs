@@ -648,7 +648,7 @@ fn bench(
             bytes[i] as f64 * 100.0 / tar_bytes as f64
         );
         println!(
-            "    phases (medians): host listing (walked and hashed) {:.1} ms, upload and listing to need {:.1} ms, tar stream to ok {:.1} ms",
+            "    phases (medians): host listing (walked and hashed; streamed: and sent) {:.1} ms, to need {:.1} ms, tar stream to ok {:.1} ms",
             phase(|p| p.listing),
             phase(|p| p.need),
             phase(|p| p.rest)

@@ -515,3 +515,53 @@ fn a_claim_answer_without_held_listings_leaves_every_listing_named() {
     assert!(c.names_listing("/p/x", true));
     assert!(!c.names_listing("/p/x", false));
 }
+
+#[test]
+fn a_streamed_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts() {
+    // The supervisor refuses the abandoned listing; the client reports its own failure and
+    // the connection is ready for the next request.
+    let input = script(&[
+        Frame::control(&Response::Error {
+            id: 1,
+            kind: ErrorKind::Refused,
+            message: "listing line 2: the host abandoned the listing".into(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 2,
+            detail: serde_json::from_value(serde_json::json!({"files": 0})).unwrap(),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let err = c
+        .upload_streamed(
+            "/p/x",
+            None,
+            true,
+            |w| -> anyhow::Result<StreamedListing> {
+                w.write_all(b"d src\n")?;
+                anyhow::bail!("/host/src/a.txt: open: No such file or directory")
+            },
+            |_, _, _| panic!("no tar stream after an abandoned listing"),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "upload /p/x: /host/src/a.txt: open: No such file or directory"
+    );
+    assert!(matches!(err, ClientError::Local { .. }), "{err:?}");
+    // Nothing is taken for held.
+    assert!(c.held_listings.is_empty());
+    c.upload("/p/y", None, |_| Ok(())).unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    assert_eq!(
+        frames[1].payload,
+        b"d src\n"
+            .iter()
+            .chain(ABORT_LINE)
+            .copied()
+            .collect::<Vec<_>>()
+    );
+    assert!(frames[2].payload.is_empty() && frames[2].channel == Channel::Listing);
+    // The shared rule: a line of its own that every supervisor refuses.
+    assert!(ABORT_LINE.starts_with(b"\n!"));
+}
