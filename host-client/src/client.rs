@@ -14,7 +14,8 @@ use pitcrew_core::protocol::{
     StatusDoc, Step, StepState, MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 use pitcrew_core::unpack::offer::delta;
-use pitcrew_core::unpack::offer::host::OfferListing;
+use pitcrew_core::unpack::offer::host::{OfferListing, Offered, StreamedListing};
+use pitcrew_core::unpack::offer::ABORT_LINE;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -189,6 +190,10 @@ pub struct Client<R: Read, W: Write> {
     held_listings: std::collections::HashMap<String, String>,
     /// The agent's connections this host carries (`network: allow`), once asked to.
     tunnels: Option<Box<dyn tunnel::Carrier>>,
+    /// The destinations the supervisor holds an offered listing for, as its `claim` answer
+    /// named them, kept up to date with this connection's uploads (only the claiming connection
+    /// uploads); `None` until a claim answered with them (an older supervisor, or no claim).
+    supervisor_held: Option<std::collections::BTreeSet<String>>,
 }
 
 /// What arrived for the current request.
@@ -209,6 +214,7 @@ impl<R: Read, W: Write> Client<R, W> {
             unended: None,
             held_listings: std::collections::HashMap::new(),
             tunnels: None,
+            supervisor_held: None,
         }
     }
 
@@ -352,15 +358,49 @@ impl<R: Read, W: Write> Client<R, W> {
         write_tar: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
     ) -> Result<Uploaded, ClientError> {
         let (id, name) = self.start_upload(dest, owner, false, None)?;
-        self.held_listings.retain(|d, _| !d.starts_with(dest));
+        self.forget_held(dest);
         self.send_tar(id, &name, write_tar)
+    }
+
+    /// Whether an offered upload to `dest` names its listing by digest: the supervisor has
+    /// `upload.listing_digest` (`by_digest`) and may hold a listing for `dest` (its `claim`
+    /// answer named it, this connection put one there, or the supervisor did not say). Named,
+    /// the listing is made whole before the `upload`; otherwise it can follow the `upload` as it
+    /// is made ([`Client::upload_streamed`]).
+    pub fn names_listing(&self, dest: &str, by_digest: bool) -> bool {
+        by_digest
+            && self
+                .supervisor_held
+                .as_ref()
+                .is_none_or(|held| held.contains(dest))
+    }
+
+    /// An upload to `dest` begins: what was held there and below is replaced.
+    fn forget_held(&mut self, dest: &str) {
+        self.held_listings.retain(|d, _| !d.starts_with(dest));
+        if let Some(held) = &mut self.supervisor_held {
+            held.retain(|d| !d.starts_with(dest));
+        }
+    }
+
+    /// An offered upload to `dest` put its tree in place with the listing of SHA-256 `sha256`:
+    /// the supervisor holds it now, and with `by_digest` a manifest tree at `dest` names it.
+    fn now_held(&mut self, dest: &str, sha256: &[u8; 32], by_digest: bool) {
+        if let Some(held) = &mut self.supervisor_held {
+            held.insert(dest.to_string());
+        }
+        if by_digest {
+            self.held_listings
+                .insert(dest.to_string(), hex::encode(sha256));
+        }
     }
 
     /// Uploads a tree to `dest` by offering its listing first (the `upload.offer` feature):
     /// once the supervisor said which files it lacks, `write_tar` writes the tar stream of those
     /// (given the need bitmap). With `by_digest` (a supervisor with `upload.listing_digest`) the
     /// `upload` names the listing by its SHA-256 and the listing is sent only when the
-    /// supervisor asks for it (`send_listing`), as a delta against the chunks it holds; else it
+    /// supervisor asks for it (`send_listing`), as a delta against the chunks it holds, unless
+    /// its `claim` answer said it holds none for `dest` ([`Client::names_listing`]); else it
     /// follows the `upload` whole. Returns the supervisor's `ok` detail.
     pub fn upload_listed(
         &mut self,
@@ -370,11 +410,12 @@ impl<R: Read, W: Write> Client<R, W> {
         by_digest: bool,
         write_tar: impl FnOnce(&mut dyn Write, &[u8]) -> anyhow::Result<()>,
     ) -> Result<Uploaded, ClientError> {
-        let named = by_digest.then(|| listing.named());
+        let naming = self.names_listing(dest, by_digest);
+        let named = naming.then(|| listing.named());
         let (id, name) = self.start_upload(dest, owner, true, named)?;
-        self.held_listings.retain(|d, _| !d.starts_with(dest));
+        self.forget_held(dest);
         // The chunks the supervisor holds, when the listing is to be sent (none: whole).
-        let mut asked = (!by_digest).then(Vec::new);
+        let mut asked = (!naming).then(Vec::new);
         // At most: the delta, then the whole listing when the delta did not rebuild it.
         let mut sent = 0;
         let bitmap = loop {
@@ -412,7 +453,7 @@ impl<R: Read, W: Write> Client<R, W> {
                     })?;
                 }
                 Incoming::Control(Response::SendListing { chunks, reason, .. })
-                    if by_digest && sent < 2 =>
+                    if naming && sent < 2 =>
                 {
                     tracing::debug!(
                         "{name}: listing asked for ({} chunks held): {reason}",
@@ -424,10 +465,74 @@ impl<R: Read, W: Write> Client<R, W> {
             }
         };
         let detail = self.send_tar(id, &name, |w| write_tar(w, &bitmap))?;
-        if by_digest {
-            self.held_listings
-                .insert(dest.to_string(), hex::encode(listing.sha256));
+        self.now_held(dest, &listing.sha256, by_digest);
+        Ok(detail)
+    }
+
+    /// Uploads a tree to `dest` by offering its listing first, the listing written by `list`
+    /// after the `upload` as it is made (sent while the host still hashes the tree): for a
+    /// supervisor that holds no listing for `dest`, or one without `upload.listing_digest`
+    /// (`by_digest` false). Once the supervisor said which files it lacks, `write_tar` writes
+    /// the tar stream of those. When `list` fails after it began, the listing is ended with the
+    /// line every supervisor refuses ([`ABORT_LINE`]), so nothing is written in the sandbox and
+    /// the connection stays usable; the error is `list`'s.
+    pub fn upload_streamed(
+        &mut self,
+        dest: &str,
+        owner: Option<Owner>,
+        by_digest: bool,
+        list: impl FnOnce(&mut dyn Write) -> anyhow::Result<StreamedListing>,
+        write_tar: impl FnOnce(&mut dyn Write, &Offered, &[u8]) -> anyhow::Result<()>,
+    ) -> Result<Uploaded, ClientError> {
+        let (id, name) = self.start_upload(dest, owner, true, None)?;
+        self.forget_held(dest);
+        let mut frames = FrameWriter {
+            writer: &self.writer,
+            channel: Channel::Listing,
+            buf: Vec::with_capacity(DATA_FRAME),
+            failed: false,
+        };
+        let listed = list(&mut frames);
+        let sent = match &listed {
+            Ok(_) => frames.finish(),
+            Err(err) if frames.failed => Err(io::Error::other(format!("{err:#}"))),
+            Err(_) => frames.write_all(ABORT_LINE).and_then(|()| frames.finish()),
+        };
+        if let Err(source) = sent {
+            // A refusal (the listing was too long, say) says more than the broken pipe.
+            if let Err(answer @ ClientError::Refused { .. }) = self.next(id, &name) {
+                return Err(answer);
+            }
+            return Err(ClientError::Io {
+                request: name,
+                source,
+            });
         }
+        let listed = match listed {
+            Ok(listed) => listed,
+            // The supervisor refuses the abandoned listing; what failed here is the news.
+            Err(source) => {
+                return Err(match self.next(id, &name) {
+                    Err(ClientError::Refused { .. }) => ClientError::Local {
+                        request: name,
+                        source,
+                    },
+                    Err(other) => other,
+                    Ok(other) => unexpected(&name, &other),
+                })
+            }
+        };
+        let bitmap = match self.next(id, &name)? {
+            Incoming::Control(Response::Need { need, .. }) => {
+                hex::decode(&need).map_err(|e| ClientError::Unexpected {
+                    request: name.clone(),
+                    what: format!("a need bitmap that is not hex: {e}"),
+                })?
+            }
+            other => return Err(unexpected(&name, &other)),
+        };
+        let detail = self.send_tar(id, &name, |w| write_tar(w, &listed.offered, &bitmap))?;
+        self.now_held(dest, &listed.sha256, by_digest);
         Ok(detail)
     }
 
@@ -758,8 +863,9 @@ impl<R: Read, W: Write> Client<R, W> {
             },
             "claim",
         )?;
-        self.expect_reply(id, "claim")
-            .map(|claimed: Claimed| claimed.claim)
+        let claimed: Claimed = self.expect_reply(id, "claim")?;
+        self.supervisor_held = claimed.held_listings.map(|held| held.into_keys().collect());
+        Ok(claimed.claim)
     }
 
     /// Ends this connection's claim.

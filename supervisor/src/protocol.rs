@@ -345,8 +345,9 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
-    /// The most buffer capacity kept once a larger control frame is out.
-    const KEPT_CAPACITY: usize = 128 * 1024;
+    /// A buffer grown past this capacity is let go of once the large control frame, or the
+    /// stream of data frames, it was grown for is out.
+    const LARGE_CAPACITY: usize = 128 * 1024;
 
     /// A decoder with an empty buffer.
     pub fn new() -> FrameDecoder {
@@ -372,16 +373,18 @@ impl FrameDecoder {
         }
         let payload = self.buf[HEADER_LEN..HEADER_LEN + len].to_vec();
         self.buf.drain(..HEADER_LEN + len);
-        // A buffer grown for a large control frame (a manifest, a part of its listings) would
+        // A buffer grown for a large control frame (a manifest, a part of its listings) or for
+        // the data frames of a stream (an upload's, up to a few hundred KiB each) would
         // otherwise stay that big for the connection's life, through every iteration it runs.
-        // Data frames (an upload's, a few hundred KiB each) leave it as it is, or it would be
-        // shrunk and grown again for each.
-        if kind == FrameKind::Control
-            && len > Self::KEPT_CAPACITY
-            && self.buf.capacity() > Self::KEPT_CAPACITY
-            && self.buf.len() <= Self::KEPT_CAPACITY
-        {
-            self.buf.shrink_to(Self::KEPT_CAPACITY);
+        // It is shrunk to what it holds (the next frame's first bytes, if any): after a large
+        // control frame, and at the empty frame that ends a stream, not after each of its data
+        // frames, or it would be shrunk and grown again for each.
+        let done_with_large = match kind {
+            FrameKind::Control => len > Self::LARGE_CAPACITY,
+            FrameKind::Data => len == 0,
+        };
+        if done_with_large && self.buf.capacity() > Self::LARGE_CAPACITY {
+            self.buf.shrink_to_fit();
         }
         Ok(Some(Frame {
             kind,

@@ -222,6 +222,52 @@ fn a_held_listing_is_named_not_sent_and_a_changed_one_goes_as_a_delta() {
 }
 
 #[test]
+fn the_claim_names_the_held_listings_and_one_sent_unnamed_is_held_too() {
+    if !require_root_and_namespaces() {
+        return;
+    }
+    let server = Server::start();
+    let src = server.path("src");
+    let dest = server.path("work/repo");
+    let digest = source(&src, 300);
+    let listing = offer_listing(&digest);
+    let claim = |c: &mut common::server::Client| {
+        c.request(json!({"type": "claim", "run": "r1"}))["detail"]["held_listings"].clone()
+    };
+
+    // A sandbox holding nothing says so: the host sends its listing unnamed, as it makes it.
+    let mut c = server.connect();
+    assert_eq!(claim(&mut c), json!({}));
+    let (need, done) = c.upload_offered(&dest, None, &listing, |bitmap| {
+        tar_needed(&src, &digest, bitmap)
+    });
+    assert_eq!(need["files"], 300, "{need}");
+    assert_eq!(done["detail"]["sent_files"], 300, "{done}");
+    assert_eq!(c.request(json!({"type": "release"}))["type"], "ok");
+    drop(c);
+
+    // The next run's claim names it with the SHA-256 of the listing sent, and an upload naming
+    // that listing is spared sending it.
+    let mut c = server.connect();
+    let sha256 = hex::encode(sha2::Sha256::digest(&listing));
+    assert_eq!(
+        claim(&mut c),
+        json!({ dest.to_str().unwrap(): sha256.clone() })
+    );
+    let up = upload_named(&mut c, &dest, &src, &digest, |_, _| panic!("not asked"));
+    assert!(up.asked.is_empty());
+    assert_eq!(up.done["detail"]["kept"], true, "{}", up.done);
+
+    // A plain upload over the destination drops its listing: the claim no longer names it.
+    let tar = tar_needed(&src, &digest, &[0xff; 64]);
+    assert_eq!(c.upload(&dest, None, &tar)["type"], "ok");
+    assert_eq!(c.request(json!({"type": "release"}))["type"], "ok");
+    drop(c);
+    let mut c = server.connect();
+    assert_eq!(claim(&mut c), json!({}));
+}
+
+#[test]
 fn a_delta_that_does_not_rebuild_the_named_listing_is_followed_by_the_whole_one() {
     if !require_root_and_namespaces() {
         return;

@@ -9,11 +9,14 @@
 //! other benchmarks, random content: two plugin trees of 2,000 and 3,000 files pinned in the
 //! manifest, and a workspace of 15,000) go into one `pitcrew-init serve` (a control socket, as
 //! in a kept sandbox), three times, each time over a new connection as `pitcrew run` drives it:
-//! `hello`, an offered upload of each tree (the listing named by its SHA-256,
-//! `upload.listing_digest`; sent only when the supervisor asks, as a delta against the listing
-//! it holds; the tar stream compressed with zstd -3, `pitcrew run`'s level off the local
+//! `hello`, `claim` (whose answer names the destinations the supervisor holds a listing for),
+//! an offered upload of each tree (to a destination holding a listing, the listing named by its
+//! SHA-256, `upload.listing_digest`, and sent only when the supervisor asks, as a delta against
+//! the listing it holds; to any other, the listing after the `upload`, the workspace's streamed
+//! as it is hashed; the tar stream compressed with zstd -3, `pitcrew run`'s level off the local
 //! engine), `set_manifest` with `listings_follow` and each tree's listing named as the one held,
-//! and one `run` of a command that exits 0 (every tree's digest checked before it starts):
+//! one `run` of a command that exits 0 (every tree's digest checked before it starts), and
+//! `release`:
 //!
 //! - **first run**: a sandbox that holds nothing;
 //! - **re-run, unchanged**: the same trees;
@@ -28,10 +31,11 @@ mod frames;
 
 use frames::FrameSink;
 use pitcrew_core::manifest::Manifest;
+use pitcrew_core::protocol::detail::Claimed;
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Owner, Request, Response};
 use pitcrew_core::tree_hash::TreeFormat;
 use pitcrew_core::unpack::offer::delta;
-use pitcrew_core::unpack::offer::host::{write_needed, OfferListing};
+use pitcrew_core::unpack::offer::host::{list_tree_to, write_needed, OfferListing, Offered};
 use pitcrew_e2e::{binary, generate_tree, target_profile_dir};
 use serde_json::json;
 use std::fs;
@@ -94,6 +98,8 @@ struct Conn {
     w: Counted<std::io::BufWriter<UnixStream>>,
     r: Counted<std::io::BufReader<UnixStream>>,
     next_id: u64,
+    /// The destinations the supervisor holds a listing for, as its `claim` answer named them.
+    held: std::collections::BTreeSet<String>,
 }
 
 impl Conn {
@@ -112,6 +118,7 @@ impl Conn {
                 bytes: 0,
             },
             next_id: 0,
+            held: Default::default(),
         };
         let id = c.id();
         c.send(&Request::Hello {
@@ -127,6 +134,27 @@ impl Conn {
             }
             other => fail(&format!("hello: {other:?}")),
         }
+        // Claimed as `pitcrew run` claims the sandbox (and released at the end of the run): the
+        // answer names the listings held.
+        let id = c.id();
+        c.send(&Request::Claim {
+            id,
+            run: "bench".into(),
+            plan: None,
+            lease_ms: None,
+            tunnel: false,
+        });
+        let claimed: Claimed = match c.answer() {
+            Response::Ok { detail, .. } => detail
+                .read()
+                .unwrap_or_else(|e| fail(&format!("claim: {e}"))),
+            other => fail(&format!("claim: {other:?}")),
+        };
+        c.held = claimed
+            .held_listings
+            .unwrap_or_else(|| fail("the claim's answer names no held listings"))
+            .into_keys()
+            .collect();
         c
     }
 
@@ -161,21 +189,60 @@ impl Conn {
         }
     }
 
-    /// An offered upload as `pitcrew run` sends it; the files sent.
-    fn upload(&mut self, dest: &Path, owner: Option<Owner>, listing: &OfferListing) -> u64 {
+    /// An offered upload as `pitcrew run` sends it: named by digest to a destination whose
+    /// listing the supervisor holds, else the listing after the `upload` (a pinned tree's made
+    /// already, from the walk that computed its pin; the workspace's streamed as it is hashed).
+    /// The files sent, and the SHA-256 of the listing the supervisor holds now.
+    fn upload(&mut self, dest: &Path, owner: Option<Owner>, tree: Listed) -> (u64, [u8; 32]) {
         let id = self.id();
+        let dest_text = dest.to_str().unwrap().to_string();
+        let named = self.held.contains(&dest_text);
+        let listing = match tree {
+            Listed::Made(listing) => listing,
+            Listed::Walk(src) if named => {
+                OfferListing::of_tree(src, TreeFormat::PiTreeV1, None)
+                    .unwrap_or_else(|e| fail(&e.to_string()))
+                    .1
+            }
+            Listed::Walk(src) => {
+                self.send(&Request::Upload {
+                    id,
+                    dest: dest_text.clone(),
+                    owner,
+                    offer: true,
+                    compression: Some("zstd".into()),
+                    listing: None,
+                });
+                let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
+                let streamed =
+                    list_tree_to(src, &mut frames).unwrap_or_else(|e| fail(&e.to_string()));
+                frames.finish();
+                let bitmap = match self.answer() {
+                    Response::Need { need, .. } => hex::decode(need).unwrap(),
+                    other => fail(&format!("upload {}: {other:?}", dest.display())),
+                };
+                let files = self.send_tar(&streamed.offered, &bitmap);
+                self.held.insert(dest_text);
+                return (files, streamed.sha256);
+            }
+        };
         self.send(&Request::Upload {
             id,
-            dest: dest.to_str().unwrap().into(),
+            dest: dest_text.clone(),
             owner,
             offer: true,
             compression: Some("zstd".into()),
-            listing: Some(listing.named()),
+            listing: named.then(|| listing.named()),
         });
+        if !named {
+            let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
+            frames.write_all(&listing.bytes).unwrap();
+            frames.finish();
+        }
         let bitmap = loop {
             match self.answer() {
                 Response::Need { need, .. } => break hex::decode(need).unwrap(),
-                Response::SendListing { chunks, .. } => {
+                Response::SendListing { chunks, .. } if named => {
                     let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
                     frames
                         .write_all(&delta::recipe(&listing.bytes, &chunks))
@@ -185,13 +252,28 @@ impl Conn {
                 other => fail(&format!("upload {}: {other:?}", dest.display())),
             }
         };
+        let files = self.send_tar(&listing.offered, &bitmap);
+        self.held.insert(dest_text);
+        (files, listing.sha256)
+    }
+
+    /// The tar stream of what `bitmap` asks for, compressed, to the `ok`; the files sent.
+    fn send_tar(&mut self, offered: &Offered, bitmap: &[u8]) -> u64 {
         let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
         let mut z = zstd::Encoder::new(&mut tar, LEVEL).unwrap();
-        write_needed(&mut z, &listing.offered, &bitmap).unwrap();
+        write_needed(&mut z, offered, bitmap).unwrap();
         z.finish().unwrap();
         tar.finish();
         self.ok("upload")["sent_files"].as_u64().unwrap_or(0)
     }
+}
+
+/// Where an upload's listing comes from.
+enum Listed<'a> {
+    /// Made already (a pinned tree's, from the walk that computed its pin).
+    Made(OfferListing),
+    /// The tree to walk now (the workspace).
+    Walk(&'a Path),
 }
 
 /// The trees as the host holds them: where, and where they go.
@@ -217,22 +299,25 @@ fn run(socket: &Path, trees: &[Tree], manifest: &mut Manifest) -> Cost {
     // Each pinned tree's listing digest, which its manifest listing names.
     let mut held = std::collections::HashMap::new();
     for t in trees {
-        // One walk of each tree: its digest (the manifest's pin) and its offer listing.
-        let (digest, listing) = OfferListing::of_tree(&t.src, TreeFormat::PiTreeV1, None)
-            .unwrap_or_else(|e| fail(&e.to_string()));
         let owner = (!t.pinned).then_some(Owner {
             uid: 65534,
             gid: 65534,
         });
-        files += c.upload(&t.dest, owner, &listing);
-        if let Some(pin) = manifest
+        let pin = manifest
             .trees
             .iter_mut()
-            .find(|p| Path::new(&p.path) == t.dest)
-        {
-            pin.sha256 = digest.sha256.clone();
-            held.insert(pin.name.clone(), hex::encode(listing.sha256));
-        }
+            .find(|p| Path::new(&p.path) == t.dest);
+        let Some(pin) = pin else {
+            files += c.upload(&t.dest, owner, Listed::Walk(&t.src)).0;
+            continue;
+        };
+        // One walk of a pinned tree: its digest (the manifest's pin) and its offer listing.
+        let (digest, listing) = OfferListing::of_tree(&t.src, TreeFormat::PiTreeV1, None)
+            .unwrap_or_else(|e| fail(&e.to_string()));
+        pin.sha256 = digest.sha256.clone();
+        let (sent, sha256) = c.upload(&t.dest, owner, Listed::Made(listing));
+        files += sent;
+        held.insert(pin.name.clone(), hex::encode(sha256));
     }
     let id = c.id();
     c.send(&Request::SetManifest {
@@ -267,6 +352,9 @@ fn run(socket: &Path, trees: &[Tree], manifest: &mut Manifest) -> Cost {
             other => fail(&format!("run: {other:?}")),
         }
     }
+    let id = c.id();
+    c.send(&Request::Release { id });
+    c.ok("release");
     Cost {
         sent: c.w.bytes,
         received: c.r.bytes,

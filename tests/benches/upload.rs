@@ -20,12 +20,16 @@
 //! - **another dest**: the same tree into a third, empty destination of the same sandbox: its
 //!   content is copied from the trees already there (`unpack::offer::elsewhere`).
 //!
-//! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello`, then
-//! `upload` with `offer` exactly as `pitcrew run` sends it (`pitcrew_core::unpack::offer::host`:
-//! the host walks and hashes its tree once into its offer listing, names the listing by its
-//! SHA-256 in the `upload`, sends it when the supervisor asks, as a delta against the listing it
-//! holds for the destination, then the tar stream of what `need` asks for), timed from before
-//! the host's walk to the `ok`, and split into its phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
+//! pitcrew: `pitcrew-init serve --stdio` spawned locally in a PID namespace, `hello` and
+//! `claim` (whose answer names the destinations the supervisor holds a listing for), then
+//! `upload` with `offer` exactly as `pitcrew run` sends a workspace
+//! (`pitcrew_core::unpack::offer::host`): to a destination whose listing the supervisor holds
+//! (unchanged, 3 changed), the host walks and hashes its tree once into its offer listing,
+//! names the listing by its SHA-256 in the `upload` and sends it when the supervisor asks, as a
+//! delta against the listing it holds; to any other (first, another dest) the listing follows
+//! the `upload`, each line sent as soon as the files before it are hashed. Then the tar stream
+//! of what `need` asks for. Timed from before the host's walk to the `ok`, and split into its
+//! phases. Baselines, into a fresh directory each time: `tar -c | tar -x`, and
 //! `tar -c | zstd -3 -T0 | … | zstd -d | tar -x`. Every one goes through the same transport
 //! (`TRANSPORT=pipe` or `throttled` for one): a plain pipe, and a pipe limited to 20 MiB/s by
 //! `throttle` (`src/bin/throttle.rs`, a stand-in for `kubectl exec` over a network: send and
@@ -44,11 +48,13 @@
 mod frames;
 
 use frames::{FrameSink, DATA_FRAME};
+use pitcrew_core::protocol::detail::Claimed;
 use pitcrew_core::protocol::{read_frame, write_frame, Channel, Frame, Request, Response};
 use pitcrew_core::tree_hash::TreeFormat;
 use pitcrew_core::unpack::offer::delta;
-use pitcrew_core::unpack::offer::host::{write_needed, OfferListing};
+use pitcrew_core::unpack::offer::host::{list_tree_to, write_needed, OfferListing};
 use pitcrew_e2e::{binary, generate_tree, median, target_profile_dir};
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -108,11 +114,12 @@ impl Transport {
 /// Where an offered upload's time went.
 #[derive(Clone, Copy)]
 struct Phases {
-    /// The host walking and hashing its tree for the listing.
+    /// The host walking and hashing its tree for the listing (streamed: and sending it, as
+    /// its lines are made).
     listing: Duration,
-    /// The `upload` naming the listing, the listing (or its delta) when the supervisor asks for
-    /// it, until the supervisor's `need` arrives (its parse, kept check or assembly of what it
-    /// holds).
+    /// Named: the `upload` naming the listing, the listing (or its delta) when the supervisor
+    /// asks for it; streamed: the listing's last frames. Until the supervisor's `need` arrives
+    /// (its parse, kept check or assembly of what it holds).
     need: Duration,
     /// The tar stream of what `need` asked for, until the `ok`.
     rest: Duration,
@@ -131,6 +138,10 @@ struct Session {
     w: BufWriter<Box<dyn Write>>,
     r: ChildStdout,
     next_id: u64,
+    /// The destinations the supervisor holds a listing for (its `claim` answer, then this
+    /// session's uploads): an upload there names its listing by digest; anywhere else the
+    /// listing follows the `upload` as it is hashed.
+    held: BTreeSet<String>,
 }
 
 impl Session {
@@ -169,7 +180,8 @@ impl Session {
             throttle,
             w: BufWriter::with_capacity(DATA_FRAME + 16, input),
             r,
-            next_id: 1,
+            next_id: 2,
+            held: BTreeSet::new(),
         };
         s.send(&Request::Hello {
             id: 1,
@@ -177,6 +189,25 @@ impl Session {
             client: "bench".into(),
         });
         s.answer();
+        // Claimed as `pitcrew run` claims a sandbox: the answer names the listings held.
+        s.send(&Request::Claim {
+            id: 2,
+            run: "bench".into(),
+            plan: None,
+            lease_ms: None,
+            tunnel: false,
+        });
+        let claimed: Claimed = match s.answer() {
+            Response::Ok { detail, .. } => detail
+                .read()
+                .unwrap_or_else(|e| fail(&format!("claim: {e}"))),
+            other => fail(&format!("claim: {other:?}")),
+        };
+        s.held = claimed
+            .held_listings
+            .unwrap_or_else(|| fail("the claim's answer names no held listings"))
+            .into_keys()
+            .collect();
         s
     }
 
@@ -195,43 +226,62 @@ impl Session {
 
     /// One offered upload of `src` to `dest`: the time from before the host's walk to the
     /// `ok` in its phases, and the bytes sent (the listing or its delta, and the tar stream).
+    /// To a destination the supervisor holds a listing for, the listing is made whole and named
+    /// by digest; to any other it follows the `upload` as it is hashed, as `pitcrew run` sends a
+    /// workspace.
     fn offer(&mut self, src: &Path, dest: &Path, zstd: Option<i32>) -> (Phases, u64, u64) {
         self.next_id += 1;
         let id = self.next_id;
+        let dest = dest.to_str().unwrap().to_string();
+        let named = self.held.contains(&dest);
         let start = Instant::now();
-        let (_, listing) = OfferListing::of_tree(src, TreeFormat::PiTreeV1, None)
-            .unwrap_or_else(|e| fail(&e.to_string()));
-        let listed = start.elapsed();
-        self.send(&Request::Upload {
+        let upload = |listing| Request::Upload {
             id,
-            dest: dest.to_str().unwrap().into(),
+            dest: dest.clone(),
             owner: None,
             offer: true,
             compression: zstd.map(|_| "zstd".into()),
-            listing: Some(listing.named()),
-        });
-        let mut sent = 0;
-        let bitmap = loop {
-            match self.answer() {
-                Response::Need { need, .. } => break hex::decode(need).unwrap(),
-                Response::SendListing { chunks, .. } => {
-                    let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
-                    frames
-                        .write_all(&delta::recipe(&listing.bytes, &chunks))
-                        .unwrap();
-                    sent += frames.finish();
+            listing,
+        };
+        let (listed, offered, bitmap, mut sent) = if named {
+            let (_, listing) = OfferListing::of_tree(src, TreeFormat::PiTreeV1, None)
+                .unwrap_or_else(|e| fail(&e.to_string()));
+            let listed = start.elapsed();
+            self.send(&upload(Some(listing.named())));
+            let mut sent = 0;
+            let bitmap = loop {
+                match self.answer() {
+                    Response::Need { need, .. } => break hex::decode(need).unwrap(),
+                    Response::SendListing { chunks, .. } => {
+                        let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
+                        frames
+                            .write_all(&delta::recipe(&listing.bytes, &chunks))
+                            .unwrap();
+                        sent += frames.finish();
+                    }
+                    other => fail(&format!("upload: {other:?}")),
                 }
+            };
+            (listed, listing.offered, bitmap, sent)
+        } else {
+            self.send(&upload(None));
+            let mut frames = FrameSink::new(&mut self.w, Channel::Listing);
+            let streamed = list_tree_to(src, &mut frames).unwrap_or_else(|e| fail(&e.to_string()));
+            let listed = start.elapsed();
+            let sent = frames.finish();
+            let bitmap = match self.answer() {
+                Response::Need { need, .. } => hex::decode(need).unwrap(),
                 other => fail(&format!("upload: {other:?}")),
-            }
+            };
+            (listed, streamed.offered, bitmap, sent)
         };
         let needed = start.elapsed();
-        let offered = &listing.offered;
         let mut tar = FrameSink::new(&mut self.w, Channel::Tar);
         match zstd {
-            None => write_needed(&mut tar, offered, &bitmap).unwrap(),
+            None => write_needed(&mut tar, &offered, &bitmap).unwrap(),
             Some(level) => {
                 let mut z = zstd::Encoder::new(&mut tar, level).unwrap();
-                write_needed(&mut z, offered, &bitmap).unwrap();
+                write_needed(&mut z, &offered, &bitmap).unwrap();
                 z.finish().unwrap();
             }
         }
@@ -244,6 +294,7 @@ impl Session {
                 .unwrap_or(0),
             other => fail(&format!("upload: {other:?}")),
         };
+        self.held.insert(dest);
         let took = Phases {
             listing: listed,
             need: needed - listed,
@@ -598,7 +649,7 @@ fn bench(
             bytes[i] as f64 * 100.0 / tar_bytes as f64
         );
         println!(
-            "    phases (medians): host listing (walked and hashed) {:.1} ms, upload and listing to need {:.1} ms, tar stream to ok {:.1} ms",
+            "    phases (medians): host listing (walked and hashed; streamed: and sent) {:.1} ms, to need {:.1} ms, tar stream to ok {:.1} ms",
             phase(|p| p.listing),
             phase(|p| p.need),
             phase(|p| p.rest)

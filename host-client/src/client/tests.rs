@@ -388,3 +388,180 @@ fn a_tree_uploaded_by_digest_names_its_held_listing_and_falls_back_to_parts_when
     assert_eq!(sent[2]["files"][0]["path"], "a", "{}", sent[2]);
     assert_eq!(sent.len(), 3);
 }
+
+/// A `claim` answer (request 1) naming `held` as the destinations holding listings; `None`
+/// leaves the field out, as an older supervisor does.
+fn claimed(held: Option<&[&str]>) -> Frame {
+    let mut detail = serde_json::json!({"claim": {
+        "iterations": [], "lease_ms": 60000, "orphaned_at": null, "orphaned_because": null,
+        "plan": null, "ready": false, "run": "r1", "silent_ms": 0, "since": 1796000000,
+        "state": "held", "stopped": false}});
+    if let Some(held) = held {
+        let held: serde_json::Map<String, serde_json::Value> = held
+            .iter()
+            .map(|d| (d.to_string(), serde_json::json!("ab".repeat(32))))
+            .collect();
+        detail["held_listings"] = serde_json::Value::Object(held);
+    }
+    Frame::control(&serde_json::json!({"type": "ok", "id": 1, "detail": detail}))
+}
+
+fn plan() -> ClaimPlan {
+    serde_json::from_value(serde_json::json!({"harness": "h.yaml"})).unwrap()
+}
+
+#[test]
+fn a_destination_the_claim_names_no_listing_for_gets_its_listing_streamed_unnamed() {
+    let input = script(&[
+        claimed(Some(&["/p/held"])),
+        Frame::control(&Response::Need {
+            id: 2,
+            files: 1,
+            bytes: 3,
+            need: "01".into(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 2,
+            detail: serde_json::from_value(serde_json::json!({"sent_files": 1})).unwrap(),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    // Before the claim nothing is known: a supervisor with the feature may hold anything.
+    assert!(c.names_listing("/p/x", true));
+    c.claim("r1", plan(), std::time::Duration::from_secs(60), false)
+        .unwrap();
+    assert!(c.names_listing("/p/held", true));
+    assert!(!c.names_listing("/p/x", true));
+    assert!(!c.names_listing("/p/held", false));
+    let lines = b"d a\nf 0000 3 - a/b\n";
+    let sha256: [u8; 32] = sha2::Sha256::digest(lines).into();
+    c.upload_streamed(
+        "/p/x",
+        None,
+        true,
+        |w| {
+            // Written in two pieces, as a walk would: both go out before the `need`.
+            w.write_all(&lines[..4])?;
+            w.write_all(&lines[4..])?;
+            Ok(StreamedListing {
+                sha256,
+                bytes: lines.len() as u64,
+                lines: 2,
+                offered: Offered::default(),
+            })
+        },
+        |w, _, need| {
+            assert_eq!(need, &[1u8][..]);
+            Ok(w.write_all(b"tar")?)
+        },
+    )
+    .unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    let upload: serde_json::Value = frames[1].json().unwrap();
+    assert_eq!(upload["type"], "upload");
+    assert_eq!(upload["offer"], true);
+    assert!(upload.get("listing").is_none(), "{upload}");
+    let listing: Vec<u8> = data_frames(&c)
+        .into_iter()
+        .take_while(|(ch, _)| *ch == Channel::Listing)
+        .flat_map(|(_, b)| b)
+        .collect();
+    assert_eq!(listing, lines);
+    // Held now: the next upload there names its listing, and the manifest names it too.
+    assert!(c.names_listing("/p/x", true));
+    assert_eq!(c.held_listings.get("/p/x"), Some(&hex::encode(sha256)));
+}
+
+#[test]
+fn a_made_listing_for_an_unheld_destination_follows_the_upload_at_once_and_is_held_after() {
+    let input = script(&[
+        claimed(Some(&[])),
+        Frame::control(&Response::Need {
+            id: 2,
+            files: 0,
+            bytes: 0,
+            need: String::new(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 2,
+            detail: serde_json::from_value(serde_json::json!({})).unwrap(),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    c.claim("r1", plan(), std::time::Duration::from_secs(60), false)
+        .unwrap();
+    let listing = offer_listing(3, 9);
+    c.upload_listed("/p/x", None, &listing, true, |_, _| Ok(()))
+        .unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    let upload: serde_json::Value = frames[1].json().unwrap();
+    assert!(upload.get("listing").is_none(), "{upload}");
+    assert_eq!(
+        data_frames(&c)[0],
+        (Channel::Listing, listing.bytes.clone())
+    );
+    assert_eq!(
+        c.held_listings.get("/p/x"),
+        Some(&hex::encode(listing.sha256))
+    );
+}
+
+#[test]
+fn a_claim_answer_without_held_listings_leaves_every_listing_named() {
+    let input = script(&[claimed(None)]);
+    let mut c = Client::new(&input[..], Vec::new());
+    c.claim("r1", plan(), std::time::Duration::from_secs(60), false)
+        .unwrap();
+    assert!(c.names_listing("/p/x", true));
+    assert!(!c.names_listing("/p/x", false));
+}
+
+#[test]
+fn a_streamed_listing_that_fails_halfway_is_abandoned_with_the_line_no_supervisor_accepts() {
+    // The supervisor refuses the abandoned listing; the client reports its own failure and
+    // the connection is ready for the next request.
+    let input = script(&[
+        Frame::control(&Response::Error {
+            id: 1,
+            kind: ErrorKind::Refused,
+            message: "listing line 2: the host abandoned the listing".into(),
+        }),
+        Frame::control(&Response::Ok {
+            id: 2,
+            detail: serde_json::from_value(serde_json::json!({"files": 0})).unwrap(),
+        }),
+    ]);
+    let mut c = Client::new(&input[..], Vec::new());
+    let err = c
+        .upload_streamed(
+            "/p/x",
+            None,
+            true,
+            |w| -> anyhow::Result<StreamedListing> {
+                w.write_all(b"d src\n")?;
+                anyhow::bail!("/host/src/a.txt: open: No such file or directory")
+            },
+            |_, _, _| panic!("no tar stream after an abandoned listing"),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "upload /p/x: /host/src/a.txt: open: No such file or directory"
+    );
+    assert!(matches!(err, ClientError::Local { .. }), "{err:?}");
+    // Nothing is taken for held.
+    assert!(c.held_listings.is_empty());
+    c.upload("/p/y", None, |_| Ok(())).unwrap();
+    let frames = requests(&c.writer.lock().unwrap());
+    assert_eq!(
+        frames[1].payload,
+        b"d src\n"
+            .iter()
+            .chain(ABORT_LINE)
+            .copied()
+            .collect::<Vec<_>>()
+    );
+    assert!(frames[2].payload.is_empty() && frames[2].channel == Channel::Listing);
+    // The shared rule: a line of its own that every supervisor refuses.
+    assert!(ABORT_LINE.starts_with(b"\n!"));
+}

@@ -1406,7 +1406,11 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
     use crate::manifest::{Endpoint, NetworkPolicy};
     let base = "runtime: command\ncommand: [/bin/true]\n";
     let v = check(base);
-    assert_eq!(v.manifest(&SandboxLayout::default()).unwrap().network, None);
+    // Without the key, the runtime's default: nothing for `command`.
+    assert_eq!(
+        v.manifest(&SandboxLayout::default()).unwrap().network,
+        Some(NetworkPolicy::None)
+    );
     for (text, want) in [
         ("network: none\n", NetworkPolicy::None),
         ("network: open\n", NetworkPolicy::Open),

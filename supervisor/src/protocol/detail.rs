@@ -119,11 +119,18 @@ pub struct Cancelled {
 }
 impl OkReply for Cancelled {}
 
-/// `claim`: the claim as the supervisor keeps it.
+/// `claim`: the claim as the supervisor keeps it, and the listings it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claimed {
     /// The claim.
     pub claim: ClaimStatus,
+    /// The destinations the supervisor holds an offered listing for, each with that listing's
+    /// SHA-256 (lowercase hex): what an `upload` naming its listing by digest could be spared
+    /// (`upload.listing_digest`). Only the claiming connection uploads from now on, so a host
+    /// that finds its destination absent here sends its listing without naming it first, as it
+    /// makes it. Absent from older supervisors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_listings: Option<std::collections::BTreeMap<String, String>>,
 }
 impl OkReply for Claimed {}
 

@@ -58,7 +58,7 @@ fn a_large_frame_does_not_leave_its_buffer_behind() {
     push_in_reads(&mut dec, &bytes);
     assert_eq!(dec.next_frame().unwrap(), Some(big));
     assert!(
-        dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,
+        dec.buf.capacity() <= FrameDecoder::LARGE_CAPACITY,
         "{}",
         dec.buf.capacity()
     );
@@ -72,10 +72,50 @@ fn a_large_frame_does_not_leave_its_buffer_behind() {
     push_in_reads(&mut dec, &part.encode());
     assert_eq!(dec.next_frame().unwrap(), Some(part));
     assert!(
-        dec.buf.capacity() <= FrameDecoder::KEPT_CAPACITY,
+        dec.buf.capacity() <= FrameDecoder::LARGE_CAPACITY,
         "{}",
         dec.buf.capacity()
     );
+}
+
+#[test]
+fn a_stream_of_large_data_frames_leaves_its_buffer_behind_at_its_end() {
+    // An upload's tar stream in data frames of 256 KiB, read 64 KiB at a time: the buffer grows
+    // past a frame while the stream lasts and is let go of at the empty frame that ends it,
+    // even when no large control frame follows (a re-run naming held listings sends none).
+    let frame = Frame::data(Channel::Tar, vec![7; 256 * 1024]);
+    let mut bytes = Vec::new();
+    for _ in 0..4 {
+        bytes.extend_from_slice(&frame.encode());
+    }
+    let mut dec = FrameDecoder::new();
+    let mut frames = 0;
+    for chunk in bytes.chunks(64 * 1024 + 5) {
+        dec.push(chunk);
+        while let Some(f) = dec.next_frame().unwrap() {
+            assert_eq!(f, frame);
+            frames += 1;
+        }
+    }
+    assert_eq!(frames, 4);
+    assert!(dec.buf.capacity() > FrameDecoder::LARGE_CAPACITY);
+    let end = Frame::data(Channel::Tar, Vec::new());
+    let next = Frame::control(&Request::Run {
+        id: 9,
+        feedback: None,
+    });
+    let mut tail = end.encode();
+    tail.extend_from_slice(&next.encode());
+    dec.push(&tail);
+    assert_eq!(dec.next_frame().unwrap(), Some(end));
+    assert!(
+        dec.buf.capacity() <= FrameDecoder::LARGE_CAPACITY,
+        "{}",
+        dec.buf.capacity()
+    );
+    // What followed the end of the stream is still there.
+    assert_eq!(dec.next_frame().unwrap(), Some(next));
+    assert_eq!(dec.pending(), 0);
 }
 
 #[test]
@@ -407,11 +447,18 @@ fn the_claim_and_the_status_document_keep_their_documented_wire_form() {
         10,
         detail::Claimed {
             claim: documented_claim(),
+            held_listings: Some(
+                [(
+                    "/work/repo".to_string(),
+                    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_string(),
+                )]
+                .into(),
+            ),
         },
     );
     documented(
         &claim,
-        r#"{"type":"ok","id":10,"detail":{"claim":{"iterations":[],"lease_ms":60000,"orphaned_at":null,"orphaned_because":null,"plan":{"harness":"/home/me/harness.yaml","iterations":3,"keep":false,"records":null},"ready":false,"run":"20261201T111801Z-pc-5a278ba5","silent_ms":0,"since":1796000000,"state":"held","stopped":false}}}"#,
+        r#"{"type":"ok","id":10,"detail":{"claim":{"iterations":[],"lease_ms":60000,"orphaned_at":null,"orphaned_because":null,"plan":{"harness":"/home/me/harness.yaml","iterations":3,"keep":false,"records":null},"ready":false,"run":"20261201T111801Z-pc-5a278ba5","silent_ms":0,"since":1796000000,"state":"held","stopped":false},"held_listings":{"/work/repo":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}}"#,
     );
     let request = Request::Claim {
         id: 10,

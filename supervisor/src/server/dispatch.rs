@@ -323,7 +323,14 @@ impl Server {
             } => {
                 let claim = self.claim(conn_id, run, plan, lease_ms)?;
                 self.conns[i].tunnel = tunnel;
-                self.conns[i].send(&Response::ok(id, &detail::Claimed { claim }));
+                let held_listings = Some(self.held.digests());
+                self.conns[i].send(&Response::ok(
+                    id,
+                    &detail::Claimed {
+                        claim,
+                        held_listings,
+                    },
+                ));
             }
             // Routed by `on_control` before they get here.
             Request::TunnelOpened { .. }

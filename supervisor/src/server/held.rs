@@ -52,6 +52,14 @@ impl HeldTrees {
         }
     }
 
+    /// Every destination held, with the SHA-256 of its listing (lowercase hex).
+    pub(super) fn digests(&self) -> std::collections::BTreeMap<String, String> {
+        self.trees
+            .iter()
+            .map(|(root, held)| (root.display().to_string(), hex::encode(held.sha256)))
+            .collect()
+    }
+
     /// Every tree held but `dest` and those inside it.
     pub(super) fn others(&self, dest: &Path) -> Vec<OtherTree> {
         self.trees

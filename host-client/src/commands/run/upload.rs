@@ -63,7 +63,9 @@ pub(super) fn upload_all(
 /// Uploads the tree of `u` to its sandbox path; on a terminal the status line counts the bytes
 /// sent, of the tree's size, and the rate once it runs a second. Offered, its listing comes from
 /// the walk that already hashed the tree for the manifest (a pinned tree), or from one walk now
-/// (the workspace): each tree is read once per run.
+/// (the workspace): each tree is read once per run. A listing walked now is sent as the walk
+/// hashes the tree unless the supervisor may hold one for the destination to name it against
+/// (then it is made whole first and named by digest).
 fn upload_tree(
     conn: &mut Connection,
     progress: &Progress,
@@ -85,11 +87,31 @@ fn upload_tree(
             .map_err(|e| conn.explain(e))?;
         return Ok(());
     }
+    let listing_of = || format!("{}: listing the tree to upload", host.display());
+    if u.digest.is_none() && !conn.client().names_listing(dest, by_digest) {
+        // Nothing to name: the listing follows the `upload` as the walk hashes the tree.
+        let detail = conn
+            .client()
+            .upload_streamed(
+                dest,
+                owner,
+                by_digest,
+                |w| offer_host::list_tree_to(host, w).with_context(listing_of),
+                |w, offered, need| {
+                    let total = offered.needed_tar_bytes(need);
+                    let mut counting = counting(w, progress, what, total);
+                    Ok(offer_host::write_needed(&mut counting, offered, need)?)
+                },
+            )
+            .map_err(|e| conn.explain(e))?;
+        tracing::debug!("{what}: {detail}");
+        return Ok(());
+    }
     let listing = match &u.digest {
         Some(digest) => OfferListing::from_digest(host, digest),
         None => OfferListing::of_tree(host, TreeFormat::PiTreeV1, None).map(|(_, l)| l),
     }
-    .with_context(|| format!("{}: listing the tree to upload", host.display()))?;
+    .with_context(listing_of)?;
     let detail = conn
         .client()
         .upload_listed(dest, owner, &listing, by_digest, |w, need| {

@@ -1,7 +1,8 @@
 //! The host's side of an offered upload: the listing of a tree, made from the one walk that
-//! hashed it ([`OfferListing`]), and the tar stream of the files a `need` bitmap asks for; the
-//! walker of plain tar uploads ([`walk`]). In the core crate, behind its `host` feature (never in
-//! `pitcrew-init`), so the host and the upload benchmarks send the very same bytes.
+//! hashed it ([`OfferListing`]) or written out while the tree is hashed ([`list_tree_to`]), and
+//! the tar stream of the files a `need` bitmap asks for; the walker of plain tar uploads
+//! ([`walk`]). In the core crate, behind its `host` feature (never in `pitcrew-init`), so the
+//! host and the upload benchmarks send the very same bytes.
 
 use super::{dir_line, file_line, needed, ListedFile};
 use crate::protocol::ListingDigest;
@@ -11,8 +12,11 @@ use rustix::fs::OFlags;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::{self, Write};
+use std::os::fd::AsFd as _;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 
 /// A tree being offered: each listed file in listing order, for the tar stream of those the
 /// sandbox lacks.
@@ -156,6 +160,184 @@ impl OfferListing {
             lines: self.lines,
         }
     }
+}
+
+/// A tree's offered listing as [`list_tree_to`] wrote it: its SHA-256, length and lines (what
+/// a later upload names it by), and the files a tar stream of what the sandbox lacks reads.
+#[derive(Debug)]
+pub struct StreamedListing {
+    /// The SHA-256 of the listing written.
+    pub sha256: [u8; 32],
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// Its lines (entries).
+    pub lines: u64,
+    /// The listed files, for [`write_needed`].
+    pub offered: Offered,
+}
+
+impl StreamedListing {
+    /// The listing named by its digest, as an `upload` carries it.
+    pub fn named(&self) -> ListingDigest {
+        ListingDigest {
+            sha256: hex::encode(self.sha256),
+            bytes: self.bytes,
+            lines: self.lines,
+        }
+    }
+}
+
+/// Lists the tree under `dir` (names sorted, a directory before what is in it; links never
+/// followed), hashing every file on every core, and writes the listing to `out` as it is made:
+/// each line as soon as every line before it is known, so sending the listing overlaps hashing
+/// the tree. The bytes are those of [`OfferListing::of_tree`] for the same tree. Anything but
+/// regular files and directories, and names an upload refuses, are errors naming the path,
+/// found by the walk before a line is written; a file that cannot be read once the listing has
+/// begun (it vanished, say) is an error too, and `out` then holds part of a listing.
+pub fn list_tree_to(dir: &Path, out: &mut dyn Write) -> io::Result<StreamedListing> {
+    let entries = walk(dir)?;
+    let files: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].dir).collect();
+    let mut offered = Offered {
+        files: Vec::with_capacity(files.len()),
+    };
+    let mut hasher = Sha256::new();
+    let mut bytes = 0u64;
+    let mut line = |out: &mut dyn Write, text: &str| -> io::Result<()> {
+        hasher.update(text.as_bytes());
+        bytes += text.len() as u64;
+        out.write_all(text.as_bytes())
+    };
+    let mut emitted = 0;
+    hash_in_order(&files, &entries, |k, file| {
+        // Directories up to the next file, then the file itself (`k` is the next in order).
+        let upto = files.get(k).copied().unwrap_or(entries.len());
+        while emitted < upto {
+            line(out, &dir_line(&entries[emitted].rel))?;
+            emitted += 1;
+        }
+        if let Some(file) = file {
+            let entry = &entries[emitted];
+            line(out, &file_line(&entry.rel, &file))?;
+            offered
+                .files
+                .push((entry.rel.clone(), entry.path.clone(), file.size));
+            emitted += 1;
+        }
+        Ok(())
+    })?;
+    Ok(StreamedListing {
+        sha256: hasher.finalize().into(),
+        bytes,
+        lines: entries.len() as u64,
+        offered,
+    })
+}
+
+/// Hashes `entries[files[k]]` for every `k` on one thread per core (at most 8) and hands each
+/// to `emit` on the calling thread in order of `k`, as soon as those before it are done; then
+/// calls `emit(files.len(), None)` once. The first error (a file, or `emit`'s) stops the
+/// hashing and is returned.
+fn hash_in_order(
+    files: &[usize],
+    entries: &[Walked],
+    mut emit: impl FnMut(usize, Option<ListedFile>) -> io::Result<()>,
+) -> io::Result<()> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    // A failure carries its place: what came before it is still emitted, in order.
+    let (tx, rx) = mpsc::channel::<Result<(usize, ListedFile), (usize, io::Error)>>();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let tx = tx.clone();
+                let (next, stop) = (&next, &stop);
+                s.spawn(move || {
+                    let mut buf = vec![0u8; 256 * 1024];
+                    while !stop.load(Ordering::Relaxed) {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&i) = files.get(k) else { return };
+                        let hashed = hash_file(&entries[i].path, &mut buf)
+                            .map(|f| (k, f))
+                            .map_err(|e| (k, e));
+                        let failed = hashed.is_err();
+                        if tx.send(hashed).is_err() || failed {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let emitted = emit_in_order(files.len(), &rx, &stop, &mut emit);
+        stop.store(true, Ordering::Relaxed);
+        drop(rx);
+        // Every worker joined (a panicked one left to the scope would panic it).
+        let mut panicked = false;
+        for w in workers {
+            panicked |= w.join().is_err();
+        }
+        let k = emitted?;
+        if panicked || k < files.len() {
+            return Err(io::Error::other("a hashing thread stopped"));
+        }
+        emit(k, None)
+    })
+}
+
+/// What a hashing thread of [`hash_in_order`] sends: file `k` hashed, or why it failed.
+type HashedAt = Result<(usize, ListedFile), (usize, io::Error)>;
+
+/// Takes the hashed files from `rx` and hands them to `emit` in order, until all `total` are
+/// emitted, the first failure (in listing order) is reached, or the threads are gone; sets
+/// `stop` on a failure. Returns how many were emitted.
+fn emit_in_order(
+    total: usize,
+    rx: &mpsc::Receiver<HashedAt>,
+    stop: &AtomicBool,
+    emit: &mut impl FnMut(usize, Option<ListedFile>) -> io::Result<()>,
+) -> io::Result<usize> {
+    let mut done: Vec<Option<ListedFile>> = vec![None; total];
+    let mut k = 0;
+    // The first file (in listing order) that failed: files are taken in that order, so every
+    // one before it was taken already and still arrives.
+    let mut failed: Option<(usize, io::Error)> = None;
+    for hashed in rx.iter() {
+        match hashed {
+            Ok((at, file)) => done[at] = Some(file),
+            Err((at, e)) => {
+                stop.store(true, Ordering::Relaxed);
+                if failed.as_ref().is_none_or(|(first, _)| at < *first) {
+                    failed = Some((at, e));
+                }
+            }
+        }
+        while let Some(file) = done.get_mut(k).and_then(Option::take) {
+            emit(k, Some(file))?;
+            k += 1;
+        }
+        if failed.as_ref().is_some_and(|(first, _)| k >= *first) {
+            break;
+        }
+    }
+    match failed {
+        Some((_, e)) => Err(e),
+        None => Ok(k),
+    }
+}
+
+/// One file of [`list_tree_to`]: opened as [`open_listed`] opens it, hashed through the crate's
+/// one SHA-256 read loop, its execute bit from the `fstat` of the descriptor read.
+fn hash_file(path: &Path, buf: &mut [u8]) -> io::Result<ListedFile> {
+    let (f, meta) = open_listed(path)?;
+    let (sha256, size) =
+        crate::tree_hash::read_hashed(f.as_fd(), buf, None, Some(meta.len()), |_| {})
+            .map_err(|e| at(path, "read")(io::Error::from_raw_os_error(e.raw_os_error())))?;
+    Ok(ListedFile {
+        sha256,
+        size,
+        exec: meta.permissions().mode() & 0o100 != 0,
+    })
 }
 
 /// One entry of [`walk`].

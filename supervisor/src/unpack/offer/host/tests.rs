@@ -162,3 +162,86 @@ fn a_listing_without_execute_bits_looks_them_up_and_gives_the_same_bytes() {
     assert_eq!(derived, digest.listing);
     assert_eq!(derived.digest(TreeFormat::PiTreeV1), digest.sha256);
 }
+
+#[test]
+fn the_listing_streamed_while_hashing_is_the_one_made_from_the_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let contents: Vec<(String, Vec<u8>, bool)> = (0..300)
+        .map(|i| {
+            // Some files far larger than others, so the threads finish out of order.
+            let len = if i % 40 == 0 { 2_000_000 } else { i * 11 };
+            (
+                format!("d{}/s{}/f{i:04}", i % 5, i % 3),
+                vec![(i % 251) as u8; len],
+                i % 7 == 0,
+            )
+        })
+        .collect();
+    let files: Vec<(&str, &[u8], bool)> = contents
+        .iter()
+        .map(|(p, d, x)| (p.as_str(), d.as_slice(), *x))
+        .collect();
+    make(dir.path(), &files);
+    make(dir.path(), &[("a.b", b"x", false), ("a/b", b"y", true)]);
+    fs::create_dir(dir.path().join("empty")).unwrap();
+    let (_, walked) = OfferListing::of_tree(dir.path(), TreeFormat::PiTreeV1, None).unwrap();
+    let mut out = Vec::new();
+    let streamed = list_tree_to(dir.path(), &mut out).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(walked.bytes.clone()).unwrap()
+    );
+    assert_eq!(streamed.sha256, walked.sha256);
+    assert_eq!(streamed.named(), walked.named());
+    assert_eq!(streamed.offered.files, walked.offered.files);
+}
+
+#[test]
+fn a_streamed_listing_refuses_links_and_special_files_before_a_line_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    make(dir.path(), &[("a.txt", b"a", false)]);
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("z-link")).unwrap();
+    let mut out = Vec::new();
+    let err = list_tree_to(dir.path(), &mut out).unwrap_err();
+    assert!(
+        err.to_string().contains("z-link: cannot be uploaded"),
+        "{err}"
+    );
+    assert!(out.is_empty());
+    fs::remove_file(dir.path().join("z-link")).unwrap();
+    make_fifo(dir.path().join("z-fifo"));
+    let err = list_tree_to(dir.path(), &mut out).unwrap_err();
+    assert!(
+        err.to_string().contains("z-fifo: cannot be uploaded"),
+        "{err}"
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_streamed_listing_stops_at_a_failing_writer_and_says_why() {
+    struct Full(usize);
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.0 == 0 {
+                return Err(io::Error::other("the connection is gone"));
+            }
+            self.0 -= 1;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let contents: Vec<(String, Vec<u8>)> = (0..200)
+        .map(|i| (format!("f{i:03}"), vec![i as u8; 1000]))
+        .collect();
+    let files: Vec<(&str, &[u8], bool)> = contents
+        .iter()
+        .map(|(p, d)| (p.as_str(), d.as_slice(), false))
+        .collect();
+    make(dir.path(), &files);
+    let err = list_tree_to(dir.path(), &mut Full(10)).unwrap_err();
+    assert!(err.to_string().contains("the connection is gone"), "{err}");
+}
