@@ -441,6 +441,34 @@ mod tests {
     }
 
     #[test]
+    fn network_is_refused_by_a_supervisor_without_the_feature() {
+        use super::drive::older_supervisor;
+        use super::progress::Progress;
+        use pitcrew_core::harness::SandboxLayout;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("h.yaml");
+        std::fs::write(&file, "runtime: pi\nprompt: hi\nnetwork: none\n").unwrap();
+        let validated = pitcrew_core::harness::validate(&file).unwrap();
+        let h = validated.harness.clone().expect("a valid harness");
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        let mut manifest = validated.manifest(&layout).unwrap();
+        let quiet = Progress::new(false, true);
+        let older: Vec<String> = pitcrew_core::protocol::FEATURES
+            .iter()
+            .filter(|f| **f != "network")
+            .map(|f| f.to_string())
+            .collect();
+        let err = older_supervisor(&mut manifest, &h, &older, &quiet).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("does not know network"), "{err}");
+        let mut all = older;
+        all.push("network".into());
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
+    }
+
+    #[test]
     fn runner_env_is_refused_by_an_older_supervisor_and_checked_on_the_host() {
         use super::drive::older_supervisor;
         use super::progress::Progress;
