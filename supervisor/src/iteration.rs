@@ -119,6 +119,16 @@ pub fn run_iteration(
 ) -> IterationResult {
     let mut record = IterationResult::new(iteration, ctx.info.clone());
     record.env.baseline_non_utf8 = ctx.baseline.non_utf8.clone();
+    // The policy, with no connection: the long-lived mode replaces it with what its listeners
+    // saw; `pitcrew-init run` opens none (no host to carry them).
+    record.network = manifest
+        .network
+        .as_ref()
+        .map(|policy| crate::result::NetworkRecord {
+            mode: policy.mode_name().to_string(),
+            allow: policy.allowed().iter().map(ToString::to_string).collect(),
+            ..Default::default()
+        });
     match run_steps(ctx, manifest, dirs, iteration, observer, &mut record) {
         Ok(verdict) => record.finish(verdict.code, verdict.reason),
         Err(stop) => record.finish(stop.code, Some(stop.reason)),

@@ -419,3 +419,20 @@ fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_
         "{reason}"
     );
 }
+
+#[test]
+fn network_open_is_said_on_stderr_in_the_record_and_in_the_summary() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new("true\n", 1, "network: open\n", false);
+    let (out, doc) = pitcrew_e2e::pitcrew_run_output(&fx.harness, &fx.state, &[], &[]);
+    assert!(out.status.success(), "{doc:#}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("network: open:"), "{stderr}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["network"]["mode"], "open", "{record:#}");
+    let table = fx.output(&["run", fx.harness.to_str().expect("utf-8")]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("OPEN"), "{text}");
+}

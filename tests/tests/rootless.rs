@@ -429,3 +429,60 @@ fn attack_deep_tree__rootless_down_removes_a_workspace_30000_levels_deep() {
     );
     assert!(!sandbox.exists(), "{} is left", sandbox.display());
 }
+
+/// `network: allow` rootless: the sandbox's network namespace is made inside its user
+/// namespace (whose root brings `lo` up), the allowed endpoint on the host's loopback is
+/// reached through pitcrew's mirror and the user's `pitcrew`, and an address is not.
+#[test]
+fn attack_egress__a_rootless_sandbox_reaches_its_allowed_endpoint_and_no_address() {
+    let Some(user) = gate() else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for mut stream in listener.incoming().flatten() {
+            let mut got = Vec::new();
+            if stream.read_to_end(&mut got).is_ok() {
+                let _ = stream.write_all(&got);
+            }
+        }
+    });
+    let dir = user_dir(&user);
+    let root = dir.path();
+    let probe = format!(
+        "import errno, socket\n\
+         s = socket.create_connection(('127.0.0.1', {port}), timeout=20)\n\
+         s.sendall(b'rootless'); s.shutdown(socket.SHUT_WR)\n\
+         echoed = s.recv(100).decode()\n\
+         try:\n    socket.create_connection(('93.184.216.34', 80), timeout=5); direct = 'ok'\n\
+         except OSError as e:\n    direct = errno.errorcode.get(e.errno, str(e))\n\
+         open('output/probe.txt', 'w').write(echoed + ' ' + direct)\n"
+    );
+    write_as(&user, &root.join("workspace/probe.py"), &probe, 0o644);
+    let yaml = format!(
+        "runtime: command\ncommand: [/bin/sh, -c, \"mkdir -p output && python3 probe.py\"]\n\
+         iterations: 1\ntimeout: 60s\nworkdir: workspace\nkeep_output: true\n\
+         network:\n  allow: [\"127.0.0.1:{port}\"]\n"
+    );
+    write_as(&user, &root.join("harness.yaml"), &yaml, 0o644);
+    chown_tree(&user, root);
+    let state = root.join("state");
+    let harness = root.join("harness.yaml");
+    let out = user.pitcrew(&state, &["run", harness.to_str().unwrap(), "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}); exit {:?}: {stderr}", out.status.code()));
+    assert!(out.status.success(), "{doc:#}\n{stderr}");
+    let run_dir = Path::new(doc["run_dir"].as_str().unwrap()).join("iteration-1");
+    let probe = fs::read_to_string(run_dir.join("output/probe.txt")).unwrap();
+    assert_eq!(probe, "rootless ENETUNREACH");
+    let record = read_json(&run_dir.join("result.json"));
+    let conns = record["network"]["connections"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(conns.len(), 1, "{record:#}");
+    assert_eq!(conns[0]["bytes_up"], 8);
+}

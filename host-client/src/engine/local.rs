@@ -21,9 +21,10 @@
 //! `inspect`, `down`, `collect`); the supervisor writes its log through the descriptor it was
 //! started with and opens nothing of it by name.
 //!
-//! With a harness that says `network: none` or `allow`, `--net` gives the sandbox a network
-//! namespace of its own with loopback only; without the key (or with `open`) it shares this
-//! machine's network, as before.
+//! When the harness's `network:` (or, without the key, the runtime's default: its model
+//! endpoint, or nothing for `command`) is `none` or `allow`, `--net` gives the sandbox a
+//! network namespace of its own with loopback only; with `open` it shares this machine's
+//! network.
 //!
 //! As root, `unshare` creates the PID, mount and IPC namespaces (with `--private-ipc` the
 //! supervisor renews its IPC namespace and a tmpfs on `/dev/shm` before every iteration)

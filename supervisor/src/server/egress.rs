@@ -778,6 +778,187 @@ mod tests {
         }
     }
 
+    /// The host's side, played by the test: the frames the egress sent, decoded.
+    fn sent(egress: &mut Egress) -> Vec<Result<Response, (u32, Vec<u8>)>> {
+        egress
+            .take_outbox()
+            .into_iter()
+            .map(|f| match f.channel {
+                Channel::Tunnel => {
+                    let (conn, bytes) = tunnel::decode(&f.payload).unwrap();
+                    Err((conn, bytes.to_vec()))
+                }
+                _ => Ok(f.json::<Response>().unwrap()),
+            })
+            .collect()
+    }
+
+    /// Services `egress` until it sent something or `tries` ran out.
+    fn service_until_sent(egress: &mut Egress) -> Vec<Result<Response, (u32, Vec<u8>)>> {
+        for _ in 0..200 {
+            egress.service(true);
+            let got = sent(egress);
+            if !got.is_empty() {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Vec::new()
+    }
+
+    #[test]
+    fn a_proxied_connection_is_opened_relayed_within_the_window_and_recorded() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
+        };
+        let mut egress = Egress::open(&policy).unwrap();
+        let proxy = ("127.0.0.1", egress.proxy_port());
+        let mut agent = TcpStream::connect(proxy).unwrap();
+        agent
+            .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let got = service_until_sent(&mut egress);
+        let Some(Ok(Response::TunnelOpen { conn, host, port })) = got.first().cloned() else {
+            panic!("{got:?}")
+        };
+        assert_eq!((host.as_str(), port), ("api.example.com", 443));
+        egress.host_says(HostSays::Opened { conn });
+        egress.service(true);
+        let mut answer = [0u8; 39];
+        agent.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer[..], b"HTTP/1.1 200 Connection established\r\n\r\n");
+        // Not TLS: nothing names another server; the bytes go to the host.
+        agent.write_all(b"plain bytes").unwrap();
+        let got = service_until_sent(&mut egress);
+        assert_eq!(got, [Err((conn, b"plain bytes".to_vec()))]);
+        // The host's bytes reach the agent and are acknowledged once written.
+        egress.host_says(HostSays::Data {
+            conn,
+            bytes: b"answer".to_vec(),
+        });
+        let got = service_until_sent(&mut egress);
+        assert_eq!(got, [Ok(Response::TunnelAck { conn, bytes: 6 })]);
+        let mut back = [0u8; 6];
+        agent.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"answer");
+        // A host that sends past the window is cut off.
+        egress.host_says(HostSays::Data {
+            conn,
+            bytes: vec![0; tunnel::WINDOW as usize + 1],
+        });
+        let got = sent(&mut egress);
+        assert!(
+            matches!(&got[..], [Ok(Response::TunnelClose { reason, .. })] if reason.contains("window")),
+            "{got:?}"
+        );
+        let (record, _) = egress.close();
+        assert_eq!(record.connections.len(), 1);
+        let c = &record.connections[0];
+        assert_eq!((c.via.as_str(), c.bytes_up, c.bytes_down), ("proxy", 11, 6));
+    }
+
+    #[test]
+    fn the_agent_sends_no_more_than_the_window_before_the_host_acknowledges() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
+        };
+        let mut egress = Egress::open(&policy).unwrap();
+        let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        agent
+            .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let Some(Ok(Response::TunnelOpen { conn, .. })) =
+            service_until_sent(&mut egress).first().cloned()
+        else {
+            panic!("no tunnel_open")
+        };
+        egress.host_says(HostSays::Opened { conn });
+        // More than a window, not TLS.
+        let big = vec![b'x'; tunnel::WINDOW as usize * 2];
+        let writer = std::thread::spawn(move || {
+            let _ = agent.write_all(&big);
+            agent
+        });
+        let mut up = 0usize;
+        let pump = |egress: &mut Egress, up: &mut usize| {
+            egress.service(true);
+            for frame in sent(egress) {
+                if let Err((_, bytes)) = frame {
+                    *up += bytes.len();
+                }
+            }
+        };
+        // Up to the window, however long the writer takes; then no further.
+        for _ in 0..5000 {
+            pump(&mut egress, &mut up);
+            if up >= tunnel::WINDOW as usize {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for _ in 0..50 {
+            pump(&mut egress, &mut up);
+        }
+        assert_eq!(up, tunnel::WINDOW as usize);
+        egress.host_says(HostSays::Ack {
+            conn,
+            bytes: tunnel::WINDOW,
+        });
+        for _ in 0..5000 {
+            pump(&mut egress, &mut up);
+            if up >= 2 * tunnel::WINDOW as usize {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(up, 2 * tunnel::WINDOW as usize);
+        drop(writer.join());
+    }
+
+    #[test]
+    fn without_a_host_and_past_the_policy_the_proxy_refuses_naming_why() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
+        };
+        let mut egress = Egress::open(&policy).unwrap();
+        for (target, host, code) in [
+            ("evil.example.com:443", true, "403"),
+            ("api.example.com:443", false, "503"),
+        ] {
+            let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+            agent
+                .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+                .unwrap();
+            let mut answer = String::new();
+            for _ in 0..200 {
+                egress.service(host);
+                agent.set_nonblocking(true).unwrap();
+                let mut buf = [0u8; 512];
+                if let Ok(n) = agent.read(&mut buf) {
+                    answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(answer.starts_with(&format!("HTTP/1.1 {code} ")), "{answer}");
+        }
+        let (record, _) = egress.close();
+        let reasons: Vec<&str> = record
+            .connections
+            .iter()
+            .map(|c| c.reason.as_deref().unwrap_or(""))
+            .collect();
+        assert!(
+            reasons[0].contains("evil.example.com:443 is not allowed"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[1].contains("no host carries connections"),
+            "{reasons:?}"
+        );
+        assert!(record.connections.iter().all(|c| !c.allowed));
+    }
+
     #[test]
     fn loopback_endpoints_are_mirrored_and_names_are_not() {
         let ep = |s: &str| Endpoint::parse(s).unwrap();

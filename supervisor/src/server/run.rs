@@ -124,7 +124,9 @@ impl Server {
             });
         }
         self.pump_tails(STREAM_CAP);
-        record.network = self.close_egress(&manifest);
+        if let Some(network) = self.close_egress() {
+            record.network = Some(network);
+        }
         self.finalise_record(&manifest, &dirs, &dir, &mut record);
         self.last_confinement = record.confinement.clone();
         self.claim_ran(conn_id, n);
@@ -276,16 +278,10 @@ impl Server {
         Ok(())
     }
 
-    /// Closes the iteration's listeners and connections; the record's `network`.
-    fn close_egress(&mut self, manifest: &Manifest) -> Option<NetworkRecord> {
-        let policy = manifest.network.as_ref()?;
-        let Some(egress) = self.egress.take() else {
-            return Some(NetworkRecord {
-                mode: policy.mode_name().to_string(),
-                allow: policy.allowed().iter().map(ToString::to_string).collect(),
-                ..NetworkRecord::default()
-            });
-        };
+    /// Closes the iteration's listeners and connections; the record's `network` when there
+    /// were listeners.
+    fn close_egress(&mut self) -> Option<NetworkRecord> {
+        let egress = self.egress.take()?;
         let host = self.tunnel_conn();
         let (record, frames) = egress.close();
         if let Some(c) = host.and_then(|id| self.conn_mut(id)) {

@@ -156,6 +156,13 @@ pub(super) fn drive(
     if let Some(policy) = &carried {
         conn.client().carry_connections(policy.clone());
     }
+    let open = prepared.as_ref().and_then(|(m, _)| m.network.as_ref());
+    if matches!(open, Some(pitcrew_core::manifest::NetworkPolicy::Open)) {
+        progress.warn(
+            "network: open: the agent has the sandbox engine's network as it is; pitcrew \
+             neither limits nor records its connections",
+        );
+    }
     if claims {
         conn.client()
             .claim(

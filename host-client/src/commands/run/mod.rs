@@ -442,37 +442,62 @@ mod tests {
     }
 
     #[test]
-    fn the_network_goes_only_to_a_supervisor_that_offers_it() {
+    fn the_default_network_is_dropped_for_a_supervisor_without_the_feature() {
         use super::drive::{older_supervisor, NETWORK_FEATURE};
         use super::progress::Progress;
         use pitcrew_core::harness::SandboxLayout;
         use pitcrew_core::manifest::NetworkPolicy;
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("h.yaml"),
-            "runtime: command\ncommand: [/bin/true]\n",
-        )
-        .unwrap();
-        let validated = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        let file = dir.path().join("h.yaml");
+        std::fs::write(&file, "runtime: command\ncommand: [/bin/true]\n").unwrap();
+        let validated = pitcrew_core::harness::validate(&file).unwrap();
         let h = validated.harness.clone().expect("a valid harness");
         let layout = SandboxLayout {
             root: "/pitcrew".into(),
         };
         let quiet = Progress::new(false, true);
-        let mut all: Vec<String> = pitcrew_core::protocol::FEATURES
+        let older: Vec<String> = pitcrew_core::protocol::FEATURES
             .iter()
+            .filter(|f| **f != NETWORK_FEATURE)
             .map(|f| f.to_string())
             .collect();
         let mut manifest = validated.manifest(&layout).unwrap();
         assert_eq!(manifest.network, Some(NetworkPolicy::None));
-        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
-        if !all.iter().any(|f| f == NETWORK_FEATURE) {
-            assert_eq!(manifest.network, None);
-            all.push(NETWORK_FEATURE.into());
-        }
+        older_supervisor(&mut manifest, &h, &older, &quiet).unwrap();
+        assert_eq!(manifest.network, None);
+        let mut all = older;
+        all.push(NETWORK_FEATURE.into());
         let mut manifest = validated.manifest(&layout).unwrap();
         older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
         assert_eq!(manifest.network, Some(NetworkPolicy::None));
+    }
+
+    #[test]
+    fn network_is_refused_by_a_supervisor_without_the_feature() {
+        use super::drive::older_supervisor;
+        use super::progress::Progress;
+        use pitcrew_core::harness::SandboxLayout;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("h.yaml");
+        std::fs::write(&file, "runtime: pi\nprompt: hi\nnetwork: none\n").unwrap();
+        let validated = pitcrew_core::harness::validate(&file).unwrap();
+        let h = validated.harness.clone().expect("a valid harness");
+        let layout = SandboxLayout {
+            root: "/pitcrew".into(),
+        };
+        let mut manifest = validated.manifest(&layout).unwrap();
+        let quiet = Progress::new(false, true);
+        let older: Vec<String> = pitcrew_core::protocol::FEATURES
+            .iter()
+            .filter(|f| **f != "network")
+            .map(|f| f.to_string())
+            .collect();
+        let err = older_supervisor(&mut manifest, &h, &older, &quiet).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("does not know network"), "{err}");
+        let mut all = older;
+        all.push("network".into());
+        older_supervisor(&mut manifest, &h, &all, &quiet).unwrap();
     }
 
     #[test]
