@@ -51,7 +51,7 @@ pub struct Container {
 
 impl Container {
     /// Builds the image with the `pitcrew-init` of this build and starts a container from it
-    /// with `run_args` added to `podman run -d`.
+    /// with `run_args` added to `podman run -d` (`--network=none` unless they name a network).
     pub fn start(run_args: &[&str]) -> Container {
         let id = std::process::id();
         let tag = format!("localhost/pitcrew-test:e2e-{id}");
@@ -73,6 +73,11 @@ impl Container {
         };
         let _ = podman(&["rm", "-f", &c.name]);
         let mut args = vec!["run", "-d", "--name", &c.name];
+        // No network of its own unless the test names one: the agent's network is the
+        // harness's `network:`, which a sandbox with other interfaces refuses.
+        if !run_args.iter().any(|a| a.starts_with("--network")) {
+            args.push("--network=none");
+        }
         args.extend_from_slice(run_args);
         args.push(&c.image);
         let out = podman(&args);

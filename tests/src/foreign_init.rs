@@ -21,11 +21,16 @@ pub struct ForeignInit<'a> {
 
 impl<'a> ForeignInit<'a> {
     /// Starts `image` with catatonit as PID 1 running `sleep infinity`, `extra` added to
-    /// `podman run`, and makes `/sandbox` and [`RECORDS`] for the sandbox user, as the platform
+    /// `podman run` (`--network=none` unless it names a network), and makes `/sandbox` and [`RECORDS`] for the sandbox user, as the platform
     /// would have.
     pub fn start(engine: &'a Engine, image: &str, tag: &str, extra: &[&str]) -> ForeignInit<'a> {
         let name = format!("pitcrew-{tag}-{}", std::process::id());
         let mut args = vec!["run", "--detach", "--init", "--name", &name];
+        // No network of its own unless the test names one, as a platform confining its
+        // sandboxes would start them: the agent's network is the harness's `network:`.
+        if !extra.iter().any(|a| a.starts_with("--network")) {
+            args.push("--network=none");
+        }
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--entrypoint", "/bin/sleep", image, "infinity"]);
         let made = engine.cli(&args);

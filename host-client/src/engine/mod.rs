@@ -458,9 +458,10 @@ pub struct EngineArgs {
     /// used by those engines only].
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-    /// Podman and docker engines: the network a new sandbox joins (`none`: the agent reaches
-    /// nothing, its model endpoint included; `host`, or a network of the engine, to reach it)
-    /// [default: none].
+    /// Podman and docker engines: the network a new sandbox joins [default: none]. What the
+    /// agent reaches is the harness's `network:` (by default its model endpoint), carried by
+    /// pitcrew through a sandbox without a network; a sandbox joining another network refuses
+    /// `network: none` and `allow` unless the harness says `network: open`.
     #[arg(long, value_name = "NETWORK")]
     pub network: Option<String>,
     /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on

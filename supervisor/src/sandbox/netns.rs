@@ -82,10 +82,11 @@ pub fn refusal(policy: Option<&NetworkPolicy>, interfaces: &[String]) -> Option<
         return None;
     }
     Some(format!(
-        "network: the harness says `network: {}` but the sandbox's network namespace has \
-         interfaces besides lo ({}), so pitcrew cannot keep the agent from them; start the \
-         sandbox without a network (podman/docker `--network=none`, the local engine's own \
-         namespace) or say `network: open` to run with the engine's network as it is",
+        "network: the agent's network is `{}` (the harness's `network:`, or without it the \
+         runtime's default) but the sandbox's network namespace has interfaces besides lo \
+         ({}), so pitcrew cannot keep the agent from them; start the sandbox without a network \
+         (podman/docker `--network=none`, the local engine's own namespace) or say \
+         `network: open` in the harness to run with the engine's network as it is",
         policy.mode_name(),
         others.join(", ")
     ))
