@@ -9,7 +9,7 @@
 
 use pitcrew_core::manifest::NetworkPolicy;
 use pitcrew_core::protocol::{tunnel, write_frame, Channel, Frame, Request, Response};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
@@ -47,8 +47,10 @@ pub struct Tunnels<W: Write + Send + 'static> {
     writer: Arc<Mutex<W>>,
     policy: NetworkPolicy,
     conns: Arc<Mutex<HashMap<u32, Carried>>>,
-    /// Connections being dialled, counted against the bound.
-    dialling: Arc<Mutex<usize>>,
+    /// Connections being dialled, counted against the bound. A `tunnel_close` for one takes
+    /// it out, and its dial, once done, carries nothing: a connection the supervisor ended
+    /// (its iteration over) is never opened behind its back.
+    dialling: Arc<Mutex<HashSet<u32>>>,
 }
 
 impl<W: Write + Send + 'static> Tunnels<W> {
@@ -58,38 +60,75 @@ impl<W: Write + Send + 'static> Tunnels<W> {
             writer,
             policy,
             conns: Arc::new(Mutex::new(HashMap::new())),
-            dialling: Arc::new(Mutex::new(0)),
+            dialling: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
     fn open(&mut self, conn: u32, host: String, port: u16) {
-        let busy = self
-            .conns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-            + *self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
+        // The dials first, then (not nested: `start` takes them in that order) the open ones;
+        // a dial that moves between the two is counted twice, never missed.
+        let (dials, dialled) = {
+            let dialling = self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
+            (dialling.len(), dialling.contains(&conn))
+        };
+        let (open, opened) = {
+            let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+            (conns.len(), conns.contains_key(&conn))
+        };
+        let (busy, taken) = (dials + open, dialled || opened);
+        if taken {
+            let reason = format!("connection {conn} is carried already");
+            send(&self.writer, &Request::TunnelRefused { conn, reason });
+            return;
+        }
         if busy >= tunnel::MAX_OPEN {
             let reason = format!("{} connections are open already, the most at once", busy);
             send(&self.writer, &Request::TunnelRefused { conn, reason });
             return;
         }
-        *self.dialling.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(conn);
         let writer = Arc::clone(&self.writer);
         let conns = Arc::clone(&self.conns);
         let dialling = Arc::clone(&self.dialling);
         let policy = self.policy.clone();
-        std::thread::spawn(move || {
-            let dialled = dial(&policy, &host, port);
-            *dialling.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
-            match dialled {
-                Ok(stream) => start(conn, stream, &writer, &conns),
-                Err(reason) => {
-                    tracing::info!("network: {host}:{port} refused: {reason}");
+        std::thread::spawn(move || match dial(&policy, &host, port) {
+            Ok(stream) => start(conn, stream, &writer, &conns, &dialling),
+            Err(reason) => {
+                let wanted = dialling
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&conn);
+                tracing::info!("network: {host}:{port} refused: {reason}");
+                if wanted {
                     send(&writer, &Request::TunnelRefused { conn, reason });
                 }
             }
         });
+    }
+
+    /// The supervisor ended `conn`: a dial under way is called off, an open connection ends.
+    fn close(&mut self, conn: u32) {
+        // Looked for among the dials first: a dial that finishes moves its connection into
+        // `conns` while it holds `dialling`, so one not found there is in `conns` or gone.
+        let was_dialling = self
+            .dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&conn);
+        if was_dialling {
+            return;
+        }
+        let gone = self
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&conn);
+        if let Some(c) = gone {
+            end(&c);
+        }
     }
 }
 
@@ -106,16 +145,7 @@ impl<W: Write + Send + 'static> Carrier for Tunnels<W> {
                     wake.notify_all();
                 }
             }
-            Response::TunnelClose { conn, .. } => {
-                let gone = self
-                    .conns
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&conn);
-                if let Some(c) = gone {
-                    end(&c);
-                }
-            }
+            Response::TunnelClose { conn, .. } => self.close(conn),
             _ => {}
         }
     }
@@ -134,6 +164,11 @@ impl<W: Write + Send + 'static> Carrier for Tunnels<W> {
 
 impl<W: Write + Send + 'static> Drop for Tunnels<W> {
     fn drop(&mut self) {
+        // Dials under way carry nothing once done.
+        self.dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
         for c in conns.values() {
             end(c);
@@ -164,19 +199,28 @@ fn send_frame<W: Write>(writer: &Mutex<W>, frame: &Frame) {
     }
 }
 
-/// Registers a dialled connection, says so, and starts its two relaying threads.
+/// Registers a dialled connection, says so, and starts its two relaying threads; a connection
+/// the supervisor ended while it was dialled is shut instead, and nothing is said.
 fn start<W: Write + Send + 'static>(
     conn: u32,
     stream: TcpStream,
     writer: &Arc<Mutex<W>>,
     conns: &Arc<Mutex<HashMap<u32, Carried>>>,
+    dialling: &Mutex<HashSet<u32>>,
 ) {
     let _ = stream.set_nodelay(true);
     let (Ok(reading), Ok(writing), Ok(kept)) =
         (stream.try_clone(), stream.try_clone(), stream.try_clone())
     else {
-        let reason = "cannot share the dialled socket between threads".to_string();
-        send(writer, &Request::TunnelRefused { conn, reason });
+        let _ = stream.shutdown(Shutdown::Both);
+        if dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&conn)
+        {
+            let reason = "cannot share the dialled socket between threads".to_string();
+            send(writer, &Request::TunnelRefused { conn, reason });
+        }
         return;
     };
     let credit = Arc::new((
@@ -187,14 +231,25 @@ fn start<W: Write + Send + 'static>(
         Condvar::new(),
     ));
     let (to_socket, from_host) = mpsc::channel();
-    conns.lock().unwrap_or_else(PoisonError::into_inner).insert(
-        conn,
-        Carried {
-            to_socket,
-            credit: Arc::clone(&credit),
-            stream: kept,
-        },
-    );
+    {
+        // Moved from the dials to the open connections in one step under `dialling`'s lock,
+        // so a `tunnel_close` finds it in one or the other.
+        let mut dials = dialling.lock().unwrap_or_else(PoisonError::into_inner);
+        if !dials.remove(&conn) {
+            drop(dials);
+            tracing::info!("network: connection {conn} ended while it was dialled; closed");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        conns.lock().unwrap_or_else(PoisonError::into_inner).insert(
+            conn,
+            Carried {
+                to_socket,
+                credit: Arc::clone(&credit),
+                stream: kept,
+            },
+        );
+    }
     send(writer, &Request::TunnelOpened { conn });
     let w = Arc::clone(writer);
     std::thread::spawn(move || write_socket(conn, writing, &from_host, &w));

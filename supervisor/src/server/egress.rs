@@ -120,8 +120,10 @@ fn mirror_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
 
 impl Egress {
     /// Opens the listeners for `policy` (an `allow`): a mirror per loopback endpoint and the
-    /// proxy. `Err` names what could not be bound.
-    pub(super) fn open(policy: &NetworkPolicy) -> Result<Egress, String> {
+    /// proxy; connection ids start at `first_id` (an earlier iteration's [`Egress::next_id`]:
+    /// the host's messages about an earlier iteration's connections name none of these).
+    /// `Err` names what could not be bound.
+    pub(super) fn open(policy: &NetworkPolicy, first_id: u32) -> Result<Egress, String> {
         let mut mirrors = Vec::new();
         let mut bound: Vec<SocketAddr> = Vec::new();
         for endpoint in policy.allowed() {
@@ -156,7 +158,7 @@ impl Egress {
             mirrors,
             proxy,
             conns: BTreeMap::new(),
-            next_id: 1,
+            next_id: first_id.max(1),
             attempts: 0,
             record: NetworkRecord {
                 mode: policy.mode_name().to_string(),
@@ -165,6 +167,11 @@ impl Egress {
             },
             outbox: Vec::new(),
         })
+    }
+
+    /// The id the next connection would get: where a later iteration's ids start.
+    pub(super) fn next_id(&self) -> u32 {
+        self.next_id
     }
 
     /// The proxy's port on 127.0.0.1.
@@ -811,7 +818,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
         agent
@@ -862,7 +869,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -920,7 +927,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
             ("api.example.com:443", false, "503"),
