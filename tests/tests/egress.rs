@@ -525,3 +525,30 @@ fn attack_egress__a_connection_dialled_as_the_iteration_ends_is_not_carried_into
     // The first iteration's connection, dialled after it ended, never reaches the second's.
     assert_eq!(got, "FRESH", "{doc:#}");
 }
+
+#[test]
+fn attack_egress__refused_attempts_cannot_push_a_carried_connection_out_of_the_record() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    // More refused attempts than the record lists, then the connection that carries bytes.
+    let cases = format!(
+        "res['refused'] = sum(1 for i in range(1001) if proxy('example.com', 443)[0] == '403')\n\
+         res['carried'] = echo_via(('127.0.0.1', {port}), b'the payload')\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["refused"], 1001, "{probe:#}");
+    assert_eq!(probe["carried"], "the payload", "{probe:#}");
+    let conns = connections(&record);
+    let carried: Vec<&Value> = conns.iter().filter(|c| c["allowed"] == true).collect();
+    assert_eq!(carried.len(), 1, "{:#}", record["network"]["dropped"]);
+    assert_eq!(carried[0]["port"], u64::from(port));
+    assert_eq!(carried[0]["bytes_up"], 11);
+    assert_eq!(carried[0]["bytes_down"], 11);
+    assert!(
+        record["network"]["dropped"].as_u64().unwrap_or(0) >= 1,
+        "{:#}",
+        record["network"]
+    );
+}

@@ -509,9 +509,13 @@ impl Egress {
     }
 
     /// Records a connection that ended; the host is told unless it ended it or never had it.
+    /// A connection that was carried or moved bytes is always listed (there are at most
+    /// [`tunnel::MAX_ATTEMPTS`]); a refused one only while the list is shorter than
+    /// [`MAX_RECORDED_CONNECTIONS`], so refusals cannot push what left out of the record.
     fn finish(&mut self, c: Carried, allowed: bool, reason: Option<String>) {
         let _ = c.stream.shutdown(Shutdown::Both);
-        if self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
+        let carried = allowed || c.bytes_up > 0 || c.bytes_down > 0;
+        if !carried && self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
             self.record.dropped += 1;
             return;
         }
