@@ -9,7 +9,7 @@
 
 use pitcrew_core::manifest::NetworkPolicy;
 use pitcrew_core::protocol::{tunnel, write_frame, Channel, Frame, Request, Response};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
@@ -47,10 +47,13 @@ pub struct Tunnels<W: Write + Send + 'static> {
     writer: Arc<Mutex<W>>,
     policy: NetworkPolicy,
     conns: Arc<Mutex<HashMap<u32, Carried>>>,
-    /// Connections being dialled, counted against the bound. A `tunnel_close` for one takes
-    /// it out, and its dial, once done, carries nothing: a connection the supervisor ended
-    /// (its iteration over) is never opened behind its back.
-    dialling: Arc<Mutex<HashSet<u32>>>,
+    /// Connections being dialled, each with its dial's token, counted against the bound. A
+    /// `tunnel_close` for one takes it out, and its dial, once done, carries nothing: a
+    /// connection the supervisor ended (its iteration over) is never opened behind its back,
+    /// nor under a later connection's id (the token is that dial's own).
+    dialling: Arc<Mutex<HashMap<u32, u64>>>,
+    /// The token of the next dial.
+    next_dial: u64,
 }
 
 impl<W: Write + Send + 'static> Tunnels<W> {
@@ -60,7 +63,8 @@ impl<W: Write + Send + 'static> Tunnels<W> {
             writer,
             policy,
             conns: Arc::new(Mutex::new(HashMap::new())),
-            dialling: Arc::new(Mutex::new(HashSet::new())),
+            dialling: Arc::new(Mutex::new(HashMap::new())),
+            next_dial: 0,
         }
     }
 
@@ -69,7 +73,7 @@ impl<W: Write + Send + 'static> Tunnels<W> {
         // a dial that moves between the two is counted twice, never missed.
         let (dials, dialled) = {
             let dialling = self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
-            (dialling.len(), dialling.contains(&conn))
+            (dialling.len(), dialling.contains_key(&conn))
         };
         let (open, opened) = {
             let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
@@ -86,21 +90,24 @@ impl<W: Write + Send + 'static> Tunnels<W> {
             send(&self.writer, &Request::TunnelRefused { conn, reason });
             return;
         }
+        let token = self.next_dial;
+        self.next_dial += 1;
         self.dialling
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(conn);
+            .insert(conn, token);
         let writer = Arc::clone(&self.writer);
         let conns = Arc::clone(&self.conns);
         let dialling = Arc::clone(&self.dialling);
         let policy = self.policy.clone();
         std::thread::spawn(move || match dial(&policy, &host, port) {
-            Ok(stream) => start(conn, stream, &writer, &conns, &dialling),
+            Ok(stream) => start((conn, token), stream, &writer, &conns, &dialling),
             Err(reason) => {
-                let wanted = dialling
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&conn);
+                let wanted = take_dial(
+                    &mut dialling.lock().unwrap_or_else(PoisonError::into_inner),
+                    conn,
+                    token,
+                );
                 tracing::info!("network: {host}:{port} refused: {reason}");
                 if wanted {
                     send(&writer, &Request::TunnelRefused { conn, reason });
@@ -117,7 +124,8 @@ impl<W: Write + Send + 'static> Tunnels<W> {
             .dialling
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&conn);
+            .remove(&conn)
+            .is_some();
         if was_dialling {
             return;
         }
@@ -202,22 +210,22 @@ fn send_frame<W: Write>(writer: &Mutex<W>, frame: &Frame) {
 /// Registers a dialled connection, says so, and starts its two relaying threads; a connection
 /// the supervisor ended while it was dialled is shut instead, and nothing is said.
 fn start<W: Write + Send + 'static>(
-    conn: u32,
+    (conn, token): (u32, u64),
     stream: TcpStream,
     writer: &Arc<Mutex<W>>,
     conns: &Arc<Mutex<HashMap<u32, Carried>>>,
-    dialling: &Mutex<HashSet<u32>>,
+    dialling: &Mutex<HashMap<u32, u64>>,
 ) {
     let _ = stream.set_nodelay(true);
     let (Ok(reading), Ok(writing), Ok(kept)) =
         (stream.try_clone(), stream.try_clone(), stream.try_clone())
     else {
         let _ = stream.shutdown(Shutdown::Both);
-        if dialling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&conn)
-        {
+        if take_dial(
+            &mut dialling.lock().unwrap_or_else(PoisonError::into_inner),
+            conn,
+            token,
+        ) {
             let reason = "cannot share the dialled socket between threads".to_string();
             send(writer, &Request::TunnelRefused { conn, reason });
         }
@@ -235,7 +243,7 @@ fn start<W: Write + Send + 'static>(
         // Moved from the dials to the open connections in one step under `dialling`'s lock,
         // so a `tunnel_close` finds it in one or the other.
         let mut dials = dialling.lock().unwrap_or_else(PoisonError::into_inner);
-        if !dials.remove(&conn) {
+        if !take_dial(&mut dials, conn, token) {
             drop(dials);
             tracing::info!("network: connection {conn} ended while it was dialled; closed");
             let _ = stream.shutdown(Shutdown::Both);
@@ -255,6 +263,16 @@ fn start<W: Write + Send + 'static>(
     std::thread::spawn(move || write_socket(conn, writing, &from_host, &w));
     let w = Arc::clone(writer);
     std::thread::spawn(move || read_socket(conn, reading, &credit, &w));
+}
+
+/// Takes dial `token` of connection `conn` out of `dialling`; false when it is not there (the
+/// supervisor ended the connection, and its id may be another dial's now).
+fn take_dial(dialling: &mut HashMap<u32, u64>, conn: u32, token: u64) -> bool {
+    if dialling.get(&conn) != Some(&token) {
+        return false;
+    }
+    dialling.remove(&conn);
+    true
 }
 
 /// Writes what the agent sent to the endpoint, acknowledging each write.
@@ -440,6 +458,20 @@ mod tests {
         for good in ["93.184.216.34", "10.0.0.1", "2606:4700::1"] {
             assert!(forbidden_address(good.parse().unwrap()).is_none(), "{good}");
         }
+    }
+
+    #[test]
+    fn a_dial_called_off_carries_nothing_even_under_its_id_dialled_again() {
+        let mut dialling = HashMap::from([(1, 10)]);
+        // The supervisor ended connection 1; a later one got the same id and a dial of its own.
+        dialling.remove(&1);
+        dialling.insert(1, 11);
+        assert!(
+            !take_dial(&mut dialling, 1, 10),
+            "the old dial took the new one's place"
+        );
+        assert!(take_dial(&mut dialling, 1, 11));
+        assert!(!take_dial(&mut dialling, 1, 11));
     }
 
     #[test]
