@@ -552,7 +552,11 @@ impl Carried {
         let mut buf = [0u8; 2048];
         loop {
             match self.stream.read(&mut buf) {
-                Ok(0) => return Err("the client closed before its request head ended".into()),
+                Ok(0) => {
+                    // A half close after a whole head is the client's to make.
+                    self.agent_eof = true;
+                    break;
+                }
                 Ok(n) => self.up_pending.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -563,6 +567,9 @@ impl Carried {
             }
         }
         let Some(end) = self.up_pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if self.agent_eof {
+                return Err("the client closed before its request head ended".into());
+            }
             if self.up_pending.len() > MAX_HEAD {
                 return Err(format!("a request head over {MAX_HEAD} bytes"));
             }
@@ -866,6 +873,51 @@ mod tests {
         assert_eq!(record.connections.len(), 1);
         let c = &record.connections[0];
         assert_eq!((c.via.as_str(), c.bytes_up, c.bytes_down), ("proxy", 11, 6));
+    }
+
+    #[test]
+    fn a_client_that_half_closes_after_its_head_is_carried_and_its_end_passed_on() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
+        };
+        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        agent
+            .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        agent.shutdown(Shutdown::Write).unwrap();
+        let got = service_until_sent(&mut egress);
+        let Some(Ok(Response::TunnelOpen { conn, .. })) = got.first().cloned() else {
+            panic!("{got:?}")
+        };
+        egress.host_says(HostSays::Opened { conn });
+        egress.service(true);
+        // Nothing was held: the host hears the agent's end.
+        assert_eq!(sent(&mut egress), [Err((conn, Vec::new()))]);
+        let mut answer = [0u8; 39];
+        agent.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer[..], b"HTTP/1.1 200 Connection established\r\n\r\n");
+        // A head cut off by the client's end is still refused.
+        let mut cut = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        cut.write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n")
+            .unwrap();
+        cut.shutdown(Shutdown::Write).unwrap();
+        let mut text = String::new();
+        for _ in 0..200 {
+            egress.service(true);
+            cut.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 512];
+            if let Ok(n) = cut.read(&mut buf) {
+                text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+        assert!(
+            text.contains("closed before its request head ended"),
+            "{text}"
+        );
     }
 
     #[test]
