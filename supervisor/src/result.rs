@@ -116,8 +116,9 @@ pub struct IterationResult {
     pub workspace_flagged: Vec<String>,
 }
 
-/// The most connections one record lists; later ones are counted in
-/// [`NetworkRecord::dropped`].
+/// The most connections one record lists before it stops listing refused attempts (counted in
+/// [`NetworkRecord::dropped`] instead); a connection that was carried is listed however many
+/// came before it.
 pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
 
 /// The iteration's network: the manifest's policy and every connection attempt that reached
@@ -133,7 +134,8 @@ pub struct NetworkRecord {
     /// [`MAX_RECORDED_CONNECTIONS`]).
     #[serde(default)]
     pub connections: Vec<ConnectionRecord>,
-    /// Attempts past [`MAX_RECORDED_CONNECTIONS`], not listed.
+    /// Refused attempts past [`MAX_RECORDED_CONNECTIONS`], not listed (every connection that
+    /// was carried is).
     #[serde(default)]
     pub dropped: u64,
     /// Why the iteration's network could not be set up as asked (a listener that could not be

@@ -436,3 +436,119 @@ fn network_open_is_said_on_stderr_in_the_record_and_in_the_summary() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("OPEN"), "{text}");
 }
+
+/// A listener on the host's 127.0.0.1 whose accept queue is full: a connection to it waits in
+/// `connect` (its SYNs dropped) until `release` is told, then gets `STALE` written to it.
+/// Returns its port, the sender that releases it, and the receiver told once it wrote.
+fn held_server() -> (
+    u16,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+) {
+    use std::os::fd::AsRawFd;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // SAFETY: listen on a descriptor the listener owns changes its backlog and nothing else.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    // With a backlog of 0 one connection fills the queue; the next one's SYNs are dropped.
+    let filler = TcpStream::connect(("127.0.0.1", port)).expect("filler");
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (wrote, written) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = released.recv();
+        drop(listener.accept()); // the filler
+        drop(filler);
+        // The host's dial, once its SYN is retried; none within the dial's own timeout: go on.
+        let _ = listener.set_nonblocking(true);
+        for _ in 0..150 {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let _ = stream.write_all(b"STALE");
+                let _ = wrote.send(());
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = wrote.send(());
+    });
+    (port, release, written)
+}
+
+#[test]
+fn attack_egress__a_connection_dialled_as_the_iteration_ends_is_not_carried_into_the_next() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let (held, release, written) = held_server();
+    // The second iteration's server: once its connection arrives, the first iteration's dial
+    // is let through; then it answers and closes.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let fresh = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let _ = release.send(());
+            let _ = written.recv();
+            let _ = stream.write_all(b"FRESH");
+        }
+    });
+    let network = format!("network:\n  allow: [\"127.0.0.1:{held}\", \"127.0.0.1:{fresh}\"]\n");
+    // The first iteration connects to the held server and ends while pitcrew dials it; the
+    // second one connects to the other server and reads all it gets.
+    let first = format!(
+        "import socket, time\n\
+         s = socket.create_connection(('127.0.0.1', {held}), timeout=20)\n\
+         time.sleep(1)\n"
+    );
+    let second = format!(
+        "import socket\n\
+         s = socket.create_connection(('127.0.0.1', {fresh}), timeout=30)\n\
+         s.shutdown(socket.SHUT_WR)\n\
+         out = b''\n\
+         while True:\n    \
+             d = s.recv(65536)\n    \
+             if not d: break\n    \
+             out += d\n\
+         open('output/got', 'wb').write(out)\n"
+    );
+    let script = format!(
+        "mkdir -p output\nif [ -e .first-done ]; then\npython3 - <<'PROBE'\n{second}PROBE\n\
+         else\ntouch .first-done\npython3 - <<'PROBE'\n{first}PROBE\nfi\n"
+    );
+    let fx = LocalFixture::new(&script, 2, &format!("keep_output: true\n{network}"), false);
+    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &[], &[]);
+    assert_eq!(code, Some(0), "{doc:#}");
+    let first_record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let conns = connections(&first_record);
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    assert_eq!(conns[0]["allowed"], false, "{conns:#?}");
+    let got = std::fs::read_to_string(iteration_dir(&doc, 2).join("output/got")).expect("got");
+    // The first iteration's connection, dialled after it ended, never reaches the second's.
+    assert_eq!(got, "FRESH", "{doc:#}");
+}
+
+#[test]
+fn attack_egress__refused_attempts_cannot_push_a_carried_connection_out_of_the_record() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    // More refused attempts than the record lists, then the connection that carries bytes.
+    let cases = format!(
+        "res['refused'] = sum(1 for i in range(1001) if proxy('example.com', 443)[0] == '403')\n\
+         res['carried'] = echo_via(('127.0.0.1', {port}), b'the payload')\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["refused"], 1001, "{probe:#}");
+    assert_eq!(probe["carried"], "the payload", "{probe:#}");
+    let conns = connections(&record);
+    let carried: Vec<&Value> = conns.iter().filter(|c| c["allowed"] == true).collect();
+    assert_eq!(carried.len(), 1, "{:#}", record["network"]["dropped"]);
+    assert_eq!(carried[0]["port"], u64::from(port));
+    assert_eq!(carried[0]["bytes_up"], 11);
+    assert_eq!(carried[0]["bytes_down"], 11);
+    assert!(
+        record["network"]["dropped"].as_u64().unwrap_or(0) >= 1,
+        "{:#}",
+        record["network"]
+    );
+}

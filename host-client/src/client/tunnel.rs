@@ -47,8 +47,13 @@ pub struct Tunnels<W: Write + Send + 'static> {
     writer: Arc<Mutex<W>>,
     policy: NetworkPolicy,
     conns: Arc<Mutex<HashMap<u32, Carried>>>,
-    /// Connections being dialled, counted against the bound.
-    dialling: Arc<Mutex<usize>>,
+    /// Connections being dialled, each with its dial's token, counted against the bound. A
+    /// `tunnel_close` for one takes it out, and its dial, once done, carries nothing: a
+    /// connection the supervisor ended (its iteration over) is never opened behind its back,
+    /// nor under a later connection's id (the token is that dial's own).
+    dialling: Arc<Mutex<HashMap<u32, u64>>>,
+    /// The token of the next dial.
+    next_dial: u64,
 }
 
 impl<W: Write + Send + 'static> Tunnels<W> {
@@ -58,38 +63,80 @@ impl<W: Write + Send + 'static> Tunnels<W> {
             writer,
             policy,
             conns: Arc::new(Mutex::new(HashMap::new())),
-            dialling: Arc::new(Mutex::new(0)),
+            dialling: Arc::new(Mutex::new(HashMap::new())),
+            next_dial: 0,
         }
     }
 
     fn open(&mut self, conn: u32, host: String, port: u16) {
-        let busy = self
-            .conns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-            + *self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
+        // The dials first, then (not nested: `start` takes them in that order) the open ones;
+        // a dial that moves between the two is counted twice, never missed.
+        let (dials, dialled) = {
+            let dialling = self.dialling.lock().unwrap_or_else(PoisonError::into_inner);
+            (dialling.len(), dialling.contains_key(&conn))
+        };
+        let (open, opened) = {
+            let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+            (conns.len(), conns.contains_key(&conn))
+        };
+        let (busy, taken) = (dials + open, dialled || opened);
+        if taken {
+            let reason = format!("connection {conn} is carried already");
+            send(&self.writer, &Request::TunnelRefused { conn, reason });
+            return;
+        }
         if busy >= tunnel::MAX_OPEN {
             let reason = format!("{} connections are open already, the most at once", busy);
             send(&self.writer, &Request::TunnelRefused { conn, reason });
             return;
         }
-        *self.dialling.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        let token = self.next_dial;
+        self.next_dial += 1;
+        self.dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(conn, token);
         let writer = Arc::clone(&self.writer);
         let conns = Arc::clone(&self.conns);
         let dialling = Arc::clone(&self.dialling);
         let policy = self.policy.clone();
-        std::thread::spawn(move || {
-            let dialled = dial(&policy, &host, port);
-            *dialling.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
-            match dialled {
-                Ok(stream) => start(conn, stream, &writer, &conns),
-                Err(reason) => {
-                    tracing::info!("network: {host}:{port} refused: {reason}");
+        std::thread::spawn(move || match dial(&policy, &host, port) {
+            Ok(stream) => start((conn, token), stream, &writer, &conns, &dialling),
+            Err(reason) => {
+                let wanted = take_dial(
+                    &mut dialling.lock().unwrap_or_else(PoisonError::into_inner),
+                    conn,
+                    token,
+                );
+                tracing::info!("network: {host}:{port} refused: {reason}");
+                if wanted {
                     send(&writer, &Request::TunnelRefused { conn, reason });
                 }
             }
         });
+    }
+
+    /// The supervisor ended `conn`: a dial under way is called off, an open connection ends.
+    fn close(&mut self, conn: u32) {
+        // Looked for among the dials first: a dial that finishes moves its connection into
+        // `conns` while it holds `dialling`, so one not found there is in `conns` or gone.
+        let was_dialling = self
+            .dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&conn)
+            .is_some();
+        if was_dialling {
+            return;
+        }
+        let gone = self
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&conn);
+        if let Some(c) = gone {
+            end(&c);
+        }
     }
 }
 
@@ -106,16 +153,7 @@ impl<W: Write + Send + 'static> Carrier for Tunnels<W> {
                     wake.notify_all();
                 }
             }
-            Response::TunnelClose { conn, .. } => {
-                let gone = self
-                    .conns
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&conn);
-                if let Some(c) = gone {
-                    end(&c);
-                }
-            }
+            Response::TunnelClose { conn, .. } => self.close(conn),
             _ => {}
         }
     }
@@ -134,6 +172,11 @@ impl<W: Write + Send + 'static> Carrier for Tunnels<W> {
 
 impl<W: Write + Send + 'static> Drop for Tunnels<W> {
     fn drop(&mut self) {
+        // Dials under way carry nothing once done.
+        self.dialling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
         for c in conns.values() {
             end(c);
@@ -164,19 +207,28 @@ fn send_frame<W: Write>(writer: &Mutex<W>, frame: &Frame) {
     }
 }
 
-/// Registers a dialled connection, says so, and starts its two relaying threads.
+/// Registers a dialled connection, says so, and starts its two relaying threads; a connection
+/// the supervisor ended while it was dialled is shut instead, and nothing is said.
 fn start<W: Write + Send + 'static>(
-    conn: u32,
+    (conn, token): (u32, u64),
     stream: TcpStream,
     writer: &Arc<Mutex<W>>,
     conns: &Arc<Mutex<HashMap<u32, Carried>>>,
+    dialling: &Mutex<HashMap<u32, u64>>,
 ) {
     let _ = stream.set_nodelay(true);
     let (Ok(reading), Ok(writing), Ok(kept)) =
         (stream.try_clone(), stream.try_clone(), stream.try_clone())
     else {
-        let reason = "cannot share the dialled socket between threads".to_string();
-        send(writer, &Request::TunnelRefused { conn, reason });
+        let _ = stream.shutdown(Shutdown::Both);
+        if take_dial(
+            &mut dialling.lock().unwrap_or_else(PoisonError::into_inner),
+            conn,
+            token,
+        ) {
+            let reason = "cannot share the dialled socket between threads".to_string();
+            send(writer, &Request::TunnelRefused { conn, reason });
+        }
         return;
     };
     let credit = Arc::new((
@@ -187,19 +239,40 @@ fn start<W: Write + Send + 'static>(
         Condvar::new(),
     ));
     let (to_socket, from_host) = mpsc::channel();
-    conns.lock().unwrap_or_else(PoisonError::into_inner).insert(
-        conn,
-        Carried {
-            to_socket,
-            credit: Arc::clone(&credit),
-            stream: kept,
-        },
-    );
+    {
+        // Moved from the dials to the open connections in one step under `dialling`'s lock,
+        // so a `tunnel_close` finds it in one or the other.
+        let mut dials = dialling.lock().unwrap_or_else(PoisonError::into_inner);
+        if !take_dial(&mut dials, conn, token) {
+            drop(dials);
+            tracing::info!("network: connection {conn} ended while it was dialled; closed");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        conns.lock().unwrap_or_else(PoisonError::into_inner).insert(
+            conn,
+            Carried {
+                to_socket,
+                credit: Arc::clone(&credit),
+                stream: kept,
+            },
+        );
+    }
     send(writer, &Request::TunnelOpened { conn });
     let w = Arc::clone(writer);
     std::thread::spawn(move || write_socket(conn, writing, &from_host, &w));
     let w = Arc::clone(writer);
     std::thread::spawn(move || read_socket(conn, reading, &credit, &w));
+}
+
+/// Takes dial `token` of connection `conn` out of `dialling`; false when it is not there (the
+/// supervisor ended the connection, and its id may be another dial's now).
+fn take_dial(dialling: &mut HashMap<u32, u64>, conn: u32, token: u64) -> bool {
+    if dialling.get(&conn) != Some(&token) {
+        return false;
+    }
+    dialling.remove(&conn);
+    true
 }
 
 /// Writes what the agent sent to the endpoint, acknowledging each write.
@@ -385,6 +458,20 @@ mod tests {
         for good in ["93.184.216.34", "10.0.0.1", "2606:4700::1"] {
             assert!(forbidden_address(good.parse().unwrap()).is_none(), "{good}");
         }
+    }
+
+    #[test]
+    fn a_dial_called_off_carries_nothing_even_under_its_id_dialled_again() {
+        let mut dialling = HashMap::from([(1, 10)]);
+        // The supervisor ended connection 1; a later one got the same id and a dial of its own.
+        dialling.remove(&1);
+        dialling.insert(1, 11);
+        assert!(
+            !take_dial(&mut dialling, 1, 10),
+            "the old dial took the new one's place"
+        );
+        assert!(take_dial(&mut dialling, 1, 11));
+        assert!(!take_dial(&mut dialling, 1, 11));
     }
 
     #[test]

@@ -120,8 +120,10 @@ fn mirror_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
 
 impl Egress {
     /// Opens the listeners for `policy` (an `allow`): a mirror per loopback endpoint and the
-    /// proxy. `Err` names what could not be bound.
-    pub(super) fn open(policy: &NetworkPolicy) -> Result<Egress, String> {
+    /// proxy; connection ids start at `first_id` (an earlier iteration's [`Egress::next_id`]:
+    /// the host's messages about an earlier iteration's connections name none of these).
+    /// `Err` names what could not be bound.
+    pub(super) fn open(policy: &NetworkPolicy, first_id: u32) -> Result<Egress, String> {
         let mut mirrors = Vec::new();
         let mut bound: Vec<SocketAddr> = Vec::new();
         for endpoint in policy.allowed() {
@@ -156,7 +158,7 @@ impl Egress {
             mirrors,
             proxy,
             conns: BTreeMap::new(),
-            next_id: 1,
+            next_id: first_id.max(1),
             attempts: 0,
             record: NetworkRecord {
                 mode: policy.mode_name().to_string(),
@@ -165,6 +167,11 @@ impl Egress {
             },
             outbox: Vec::new(),
         })
+    }
+
+    /// The id the next connection would get: where a later iteration's ids start.
+    pub(super) fn next_id(&self) -> u32 {
+        self.next_id
     }
 
     /// The proxy's port on 127.0.0.1.
@@ -502,9 +509,13 @@ impl Egress {
     }
 
     /// Records a connection that ended; the host is told unless it ended it or never had it.
+    /// A connection that was carried or moved bytes is always listed (there are at most
+    /// [`tunnel::MAX_ATTEMPTS`]); a refused one only while the list is shorter than
+    /// [`MAX_RECORDED_CONNECTIONS`], so refusals cannot push what left out of the record.
     fn finish(&mut self, c: Carried, allowed: bool, reason: Option<String>) {
         let _ = c.stream.shutdown(Shutdown::Both);
-        if self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
+        let carried = allowed || c.bytes_up > 0 || c.bytes_down > 0;
+        if !carried && self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
             self.record.dropped += 1;
             return;
         }
@@ -541,7 +552,11 @@ impl Carried {
         let mut buf = [0u8; 2048];
         loop {
             match self.stream.read(&mut buf) {
-                Ok(0) => return Err("the client closed before its request head ended".into()),
+                Ok(0) => {
+                    // A half close after a whole head is the client's to make.
+                    self.agent_eof = true;
+                    break;
+                }
                 Ok(n) => self.up_pending.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -552,6 +567,9 @@ impl Carried {
             }
         }
         let Some(end) = self.up_pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if self.agent_eof {
+                return Err("the client closed before its request head ended".into());
+            }
             if self.up_pending.len() > MAX_HEAD {
                 return Err(format!("a request head over {MAX_HEAD} bytes"));
             }
@@ -811,7 +829,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
         agent
@@ -858,11 +876,56 @@ mod tests {
     }
 
     #[test]
+    fn a_client_that_half_closes_after_its_head_is_carried_and_its_end_passed_on() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
+        };
+        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        agent
+            .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        agent.shutdown(Shutdown::Write).unwrap();
+        let got = service_until_sent(&mut egress);
+        let Some(Ok(Response::TunnelOpen { conn, .. })) = got.first().cloned() else {
+            panic!("{got:?}")
+        };
+        egress.host_says(HostSays::Opened { conn });
+        egress.service(true);
+        // Nothing was held: the host hears the agent's end.
+        assert_eq!(sent(&mut egress), [Err((conn, Vec::new()))]);
+        let mut answer = [0u8; 39];
+        agent.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer[..], b"HTTP/1.1 200 Connection established\r\n\r\n");
+        // A head cut off by the client's end is still refused.
+        let mut cut = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        cut.write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n")
+            .unwrap();
+        cut.shutdown(Shutdown::Write).unwrap();
+        let mut text = String::new();
+        for _ in 0..200 {
+            egress.service(true);
+            cut.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 512];
+            if let Ok(n) = cut.read(&mut buf) {
+                text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+        assert!(
+            text.contains("closed before its request head ended"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn the_agent_sends_no_more_than_the_window_before_the_host_acknowledges() {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -920,7 +983,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy).unwrap();
+        let mut egress = Egress::open(&policy, 1).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
             ("api.example.com:443", false, "503"),

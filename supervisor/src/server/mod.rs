@@ -201,6 +201,10 @@ struct Server {
     shutdown: Option<PendingShutdown>,
     /// The running iteration's listeners and carried connections (`network: allow`).
     egress: Option<egress::Egress>,
+    /// The id the next iteration's first carried connection gets: ids are never reused while
+    /// the supervisor runs, so a host's late word about an earlier iteration's connection
+    /// (a dial that finished after it ended) names none of a later one.
+    egress_next_id: u32,
 }
 
 /// Serves until `shutdown` (or, with `stdio`, until the connection closes); then cancels and
@@ -293,6 +297,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         actions: Vec::new(),
         shutdown: None,
         egress: None,
+        egress_next_id: 1,
     };
     if opts.stdio {
         let pair = std::io::stdin()

@@ -274,7 +274,7 @@ impl Server {
         if crate::sandbox::netns::refusal(Some(policy), &namespace).is_some() {
             return Ok(());
         }
-        self.egress = Some(super::egress::Egress::open(policy)?);
+        self.egress = Some(super::egress::Egress::open(policy, self.egress_next_id)?);
         Ok(())
     }
 
@@ -282,6 +282,7 @@ impl Server {
     /// were listeners.
     fn close_egress(&mut self) -> Option<NetworkRecord> {
         let egress = self.egress.take()?;
+        self.egress_next_id = egress.next_id();
         let host = self.tunnel_conn();
         let (record, frames) = egress.close();
         if let Some(c) = host.and_then(|id| self.conn_mut(id)) {
