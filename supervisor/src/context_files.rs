@@ -18,7 +18,11 @@
 //!   the config reset), and the workdir's `CLAUDE.md` when it is a regular file, which pitcrew
 //!   passes with `--append-system-prompt-file` (appended to the system prompt as it is: no
 //!   `@import` in it is followed). `none` passes no file and sets
-//!   `CLAUDE_CODE_DISABLE_CLAUDE_MDS=1`.
+//!   `CLAUDE_CODE_DISABLE_CLAUDE_MDS=1`. Beside the files, Claude Code puts a snapshot of the
+//!   workdir's git repository (branch, status, the last commits with their messages) into the
+//!   model's context: no reset can take back what an iteration committed, so `uploaded` and
+//!   `none` turn it off (`CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`) and `as-is` names it in the
+//!   record (`git_status`).
 //!
 //! The choices ([`ContextFiles`]): `as-is` reads what is there; `none` reads nothing;
 //! `uploaded` sets the workspace's context files back to the run's [`Baseline`] before launch.
@@ -533,7 +537,9 @@ pub fn prepare(
     };
     match mode {
         ContextFiles::None => return Ok(Some(prepared)),
-        ContextFiles::AsIs => {}
+        ContextFiles::AsIs => {
+            prepared.record.git_status = manifest.runtime == Runtime::Claude;
+        }
         ContextFiles::Uploaded => {
             let mut own = None;
             let slot = kept.unwrap_or(&mut own);

@@ -548,6 +548,7 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
         PINNED,
     ),
     rule(Exact("CLAUDE_CODE_DISABLE_CLAUDE_MDS"), PINNED),
+    rule(Exact("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS"), PINNED),
     rule(Exact("CLAUDE_CODE_SIMPLE"), PINNED),
     rule(Exact("CLAUDE_CODE_SAFE_MODE"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),

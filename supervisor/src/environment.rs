@@ -349,12 +349,21 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     ]
 }
 
-/// The pin for Claude Code under `agent.context_files: none`: no `CLAUDE.md` at all, not even
-/// the pinned ones of its config dir (as pi's `--no-context-files` drops its agent dir's).
+/// The pins for Claude Code by `agent.context_files`. Under `uploaded` and `none`,
+/// `CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`: Claude Code otherwise puts a snapshot of the
+/// workdir's repository into the model's context at startup (its branch, `git status`, the
+/// last commits and their messages), so what one iteration's agent commits would be the next
+/// one's context, and no reset can take a commit back (it also drops Claude Code's own git
+/// workflow instructions). Under `none` also `CLAUDE_CODE_DISABLE_CLAUDE_MDS=1`: no
+/// `CLAUDE.md` at all, not even the pinned ones of its config dir (as pi's
+/// `--no-context-files` drops its agent dir's). Under `as-is` the snapshot is read and the
+/// record says so (`context_files.git_status`).
 pub fn claude_context_pins(context: ContextFiles) -> Vec<Pin> {
+    let no_git = ("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS", "1".to_string());
     match context {
-        ContextFiles::None => vec![("CLAUDE_CODE_DISABLE_CLAUDE_MDS", "1".to_string())],
-        ContextFiles::AsIs | ContextFiles::Uploaded => Vec::new(),
+        ContextFiles::None => vec![no_git, ("CLAUDE_CODE_DISABLE_CLAUDE_MDS", "1".to_string())],
+        ContextFiles::Uploaded => vec![no_git],
+        ContextFiles::AsIs => Vec::new(),
     }
 }
 
@@ -675,6 +684,10 @@ pub fn policy_doc() -> String {
         ("all", common_pins(&dirs, None)),
         ("pi", pi_pins(&dirs)),
         ("claude", claude_pins(&dirs)),
+        (
+            "claude, `agent.context_files: uploaded`",
+            claude_context_pins(ContextFiles::Uploaded),
+        ),
         (
             "claude, `agent.context_files: none`",
             claude_context_pins(ContextFiles::None),

@@ -290,6 +290,11 @@ pub struct ContextFilesRecord {
     /// `uploaded`: what differed from the baseline and was set back before launch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reset: Vec<ContextResetRecord>,
+    /// Claude Code under `as-is`: it puts a snapshot of the workdir's git repository (branch,
+    /// `git status`, the last commits and their messages) into the model's context; under
+    /// `uploaded` and `none` it is turned off (`CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub git_status: bool,
 }
 
 /// A context file the runtime reads.

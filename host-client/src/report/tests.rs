@@ -98,6 +98,7 @@ fn drift_and_env_names_are_summarised() {
             action: "restored".into(),
             was: "regular file".into(),
         }],
+        git_status: false,
     });
     // What the host receives is what the supervisor serialized.
     let r: IterationResult = serde_json::from_str(&r.to_json_line()).unwrap();
