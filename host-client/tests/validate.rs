@@ -123,10 +123,16 @@ fn clean_harness_validates_and_reports_what_it_checked() {
         plugins[1]["loaded"], false,
         "pi names and skips a Claude plugin"
     );
-    assert!(json["notes"].as_array().unwrap()[0]["message"]
-        .as_str()
-        .unwrap()
-        .contains("names and skips"));
+    // Whether the agent binary is on this host's PATH adds a note of its own: find the one.
+    assert!(
+        json["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["field"] == "plugins[1]"
+                && n["message"].as_str().unwrap().contains("names and skips")),
+        "{json:#}"
+    );
     // The digest is the same one `pitcrew hash` prints for the directory.
     let hash = Command::new(env!("CARGO_BIN_EXE_pitcrew"))
         .args(["hash", "--json"])
