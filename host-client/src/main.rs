@@ -107,14 +107,41 @@ enum Command {
     Man(commands::docs::ManArgs),
 }
 
+impl Command {
+    /// Whether the command was given `--json`: its failure is then a JSON object on stdout too.
+    fn json(&self) -> bool {
+        match self {
+            Command::Hash(a) => a.json,
+            Command::Classify(a) => a.json,
+            Command::Validate(a) => a.json,
+            Command::Lock(a) => a.json,
+            Command::Discover(a) => a.json,
+            Command::Run(a) => a.json,
+            Command::Batch(a) => a.json,
+            Command::Inspect(a) => a.json,
+            Command::Cancel(a) => a.json,
+            Command::Collect(a) => a.json,
+            Command::Down(a) => a.json,
+            Command::Ps(a) => a.json,
+            Command::Prune(a) => a.json,
+            Command::Report(a) => a.json,
+            Command::Completions(_) | Command::Man(_) => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // A write to a closed pipe comes back as EPIPE, handled where it happens: `output` for
     // stdout and stderr, the transport's context for a sandbox's.
     engine::ignore_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if output::json_requested(std::env::args_os()) => {
+            return ExitCode::from(output::clap_exit_json(&e))
+        }
         Err(e) => return ExitCode::from(output::clap_exit(&e)),
     };
+    let json = cli.command.json();
     pitcrew_core::logging::init_to(cli.verbose, cli.quiet, || output::Stderr);
     let result = match cli.command {
         Command::Hash(args) => pitcrew_core::hash_command::run(&args, &mut output::Stdout),
@@ -143,6 +170,12 @@ fn main() -> ExitCode {
                 // terminal.
                 for line in output::error_lines(&err) {
                     output::errln!("pitcrew: {}", report::escape_controls(&line));
+                }
+                // `--json`: the same failure as one object on stdout, for the script that
+                // parses it (docs/operators.md, "Errors in --json mode"). A closed stdout is
+                // marked gone by the write.
+                if json {
+                    let _ = output::outln!("{}", output::json_error_of(&err, 1));
                 }
             }
             ExitCode::FAILURE

@@ -206,6 +206,76 @@ pub fn error_lines(err: &anyhow::Error) -> Vec<String> {
     }
 }
 
+/// What kind of failure a `--json` error object reports ([`json_error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The command line was refused (an unknown option, a bad value): exit 2.
+    Usage,
+    /// An input has problems, each listed in `problems`.
+    Problems,
+    /// Anything else the command could not do.
+    Failed,
+}
+
+impl FailureKind {
+    /// The kind's name in the error object.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Usage => "usage",
+            FailureKind::Problems => "problems",
+            FailureKind::Failed => "failed",
+        }
+    }
+}
+
+/// The error object a command given `--json` prints on stdout when it fails (its human lines
+/// still go to stderr): `{"error": {"message", "kind", "exit_code", "problems"?}}`. `message`
+/// is the whole chain on one line, unescaped (JSON escapes it).
+pub fn json_error(
+    message: &str,
+    kind: FailureKind,
+    exit_code: u8,
+    problems: Option<&[String]>,
+) -> serde_json::Value {
+    let mut error = serde_json::json!({
+        "message": message,
+        "kind": kind.name(),
+        "exit_code": exit_code,
+    });
+    if let Some(problems) = problems {
+        error["problems"] = problems.into();
+    }
+    serde_json::json!({ "error": error })
+}
+
+/// [`json_error`] for an error a command returned: `problems` when it is [`Problems`] alone.
+pub fn json_error_of(err: &anyhow::Error, exit_code: u8) -> serde_json::Value {
+    match err.downcast_ref::<Problems>() {
+        Some(problems) if err.chain().count() == 1 => json_error(
+            &problems.0.join("; "),
+            FailureKind::Problems,
+            exit_code,
+            Some(&problems.0),
+        ),
+        Some(problems) => json_error(
+            &format!("{err:#}"),
+            FailureKind::Problems,
+            exit_code,
+            Some(&problems.0),
+        ),
+        None => json_error(&format!("{err:#}"), FailureKind::Failed, exit_code, None),
+    }
+}
+
+/// Whether the command line asks for `--json` (before a `--`): a usage error is then reported
+/// as a JSON object too.
+pub fn json_requested(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    args.into_iter()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
 /// Writes `args` to stdout and flushes: the error of a closed stdout comes back ([`is_gone`]).
 pub fn write_stdout(args: std::fmt::Arguments<'_>) -> io::Result<()> {
     let mut lock = io::stdout().lock();
@@ -305,6 +375,31 @@ pub fn clap_exit(err: &clap::Error) -> u8 {
         }
         _ => u8::try_from(err.exit_code()).unwrap_or(2),
     }
+}
+
+/// [`clap_exit`] for a command line that asked for `--json`: a usage error (not help or the
+/// version) also prints its [`json_error`] object on stdout.
+pub fn clap_exit_json(err: &clap::Error) -> u8 {
+    let code = clap_exit(err);
+    if err.use_stderr() && code != GONE_EXIT {
+        let rendered = err.render().to_string();
+        let message = rendered
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_string();
+        // A closed stdout is marked gone by the write; the exit code says so.
+        if write_stdout(format_args!(
+            "{}\n",
+            json_error(&message, FailureKind::Usage, code, None)
+        ))
+        .is_err()
+        {
+            return GONE_EXIT;
+        }
+    }
+    code
 }
 
 #[cfg(test)]

@@ -405,7 +405,8 @@ fn a_jobs_file_with_several_problems_names_each_on_its_own_line_and_its_format()
     let out = run(true);
     assert!(!out.status.success());
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(doc["error"]["kind"], "problems", "{doc:#}");
+    let problems = doc["error"]["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 3, "{doc:#}");
     assert_eq!(problems[0], format!("{file}:1: column 2: invalid number"));
 }

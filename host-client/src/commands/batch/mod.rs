@@ -20,7 +20,7 @@ mod jobs;
 mod pool;
 
 use crate::engine::{EngineArgs, EngineKind};
-use crate::output::{errln, out, outln, Problems};
+use crate::output::{errln, out, outln};
 use crate::report::escape_controls;
 use anyhow::{bail, Context as _};
 use jobs::Job;
@@ -120,20 +120,9 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
     }
-    let jobs = match jobs::read(&args.jobs) {
-        Ok(jobs) => jobs,
-        Err(e) => {
-            // `--json`: the problems as an array too, for a script to read.
-            if let (true, Some(problems)) = (args.json, e.downcast_ref::<Problems>()) {
-                let doc = serde_json::json!({
-                    "error": format!("{}: the jobs file has problems", args.jobs.display()),
-                    "problems": problems.0,
-                });
-                outln!("{}", serde_json::to_string_pretty(&doc)?)?;
-            }
-            return Err(e);
-        }
-    };
+    // A jobs file with problems fails with them; `--json` prints them as the error object's
+    // `problems` (main.rs).
+    let jobs = jobs::read(&args.jobs)?;
     let out = match &args.out {
         Some(dir) => dir.clone(),
         None => args.jobs.with_extension("batch"),
