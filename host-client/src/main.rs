@@ -25,8 +25,8 @@ struct Cli {
     /// More log output on stderr (repeat for more); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
-    /// Only what a script needs: `run` prints its records directory alone (no progress, no
-    /// table), `ps` the ids alone; logs only errors.
+    /// Only what a script needs: `run` prints its records directory alone and `batch` its batch
+    /// directory (no progress, no table), `ps` the ids alone; logs only errors.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
     #[command(subcommand)]
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
         Command::Lock(args) => commands::lock::run(&args, cli.quiet),
         Command::Discover(args) => commands::discover::run(&args, cli.quiet),
         Command::Run(args) => commands::run::run(&args, cli.verbose, cli.quiet),
-        Command::Batch(args) => commands::batch::run(&args, cli.verbose),
+        Command::Batch(args) => commands::batch::run(&args, cli.verbose, cli.quiet),
         Command::Inspect(args) => commands::inspect::run(&args),
         Command::Cancel(args) => commands::cancel::run(&args),
         Command::Collect(args) => commands::collect::run(&args),

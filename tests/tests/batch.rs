@@ -365,6 +365,36 @@ fn with_reuse_each_worker_keeps_one_sandbox_and_every_job_gets_its_own_workspace
 }
 
 #[test]
+fn quiet_batch_prints_its_batch_directory_alone() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let (tmp, state) = fixture(
+        "echo done",
+        "{\"id\": \"q1\", \"harness\": \"harness.yaml\"}\n{\"id\": \"q2\", \"harness\": \"harness.yaml\"}\n",
+    );
+    let dir = tmp.path();
+    let out = Command::new(binary("pitcrew"))
+        .arg("batch")
+        .arg(dir.join("jobs.jsonl"))
+        .args(["-q", "--engine", "local", "--state-dir"])
+        .arg(&state)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    // Only the batch directory: no table, no summary, no progress.
+    let batch_dir = dir.join("jobs.batch");
+    assert_eq!(stdout, format!("{}\n", batch_dir.display()), "{stderr}");
+    assert!(!stderr.contains("job q1"), "{stderr}");
+    let doc = read_json(&batch_dir.join("batch.json"));
+    assert_eq!(doc["counts"]["succeeded"], 2, "{doc:#}");
+    nothing_left(&state, "");
+}
+
+#[test]
 fn a_jobs_file_with_several_problems_names_each_on_its_own_line_and_its_format() {
     // Read before any sandbox is made: no root needed.
     let (tmp, state) = fixture("true", "");

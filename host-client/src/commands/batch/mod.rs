@@ -114,8 +114,9 @@ pub struct JobRecord {
     pub skipped: bool,
 }
 
-/// Runs `pitcrew batch`.
-pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew batch`; `quiet` (the global `-q`) shows no progress and no table, and prints
+/// the batch directory alone (`--json` still prints its document).
+pub fn run(args: &BatchArgs, _verbose: u8, quiet: bool) -> anyhow::Result<ExitCode> {
     let kind = args.engine.named()?.unwrap_or(EngineKind::Local);
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
@@ -170,7 +171,7 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
         engine_args: engine_cli(&args.engine, kind),
     };
     let total = jobs.len();
-    let display = Display::new(total, records.iter().flatten().count());
+    let display = Display::new(total, records.iter().flatten().count(), quiet);
     for rec in records.iter().flatten() {
         display.finished(rec);
     }
@@ -203,7 +204,7 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
                     let reuse = args.reuse.then_some(&mut slot);
                     let rec = run_job(&runner, job, &out, prior, args.retries, &display, reuse);
                     if let Err(e) = write_job(&out, &rec) {
-                        display.line(&format!("job {}: {e:#}", job.id));
+                        display.error(&format!("job {}: {e:#}", job.id));
                     }
                     display.finished(&rec);
                     results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(rec);
@@ -272,6 +273,8 @@ pub fn run(args: &BatchArgs, _verbose: u8) -> anyhow::Result<ExitCode> {
     // `batch.json` holds everything: a closed stdout only ends the printing.
     if args.json {
         outln!("{text}")?;
+    } else if quiet {
+        outln!("{}", escape_controls(&out.display().to_string()))?;
     } else {
         out!("{}", table(&records))?;
         outln!(
@@ -529,13 +532,15 @@ fn table(records: &[JobRecord]) -> String {
 /// line per finished job either way.
 struct Display {
     bar: Option<indicatif::ProgressBar>,
+    /// `-q`: no progress lines, errors only.
+    quiet: bool,
     counts: Arc<Mutex<(usize, usize, usize)>>,
     started: Instant,
 }
 
 impl Display {
-    fn new(total: usize, done: usize) -> Display {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    fn new(total: usize, done: usize, quiet: bool) -> Display {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(total as u64);
             b.set_style(
                 indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
@@ -547,12 +552,21 @@ impl Display {
         });
         Display {
             bar,
+            quiet,
             counts: Arc::new(Mutex::new((0, 0, 0))),
             started: Instant::now(),
         }
     }
 
+    /// A progress line (none with `-q`).
     fn line(&self, msg: &str) {
+        if !self.quiet {
+            self.error(msg);
+        }
+    }
+
+    /// A line `-q` shows too: something failed.
+    fn error(&self, msg: &str) {
         let msg = escape_controls(msg);
         match &self.bar {
             Some(b) => b.println(format!("pitcrew: {msg}")),
