@@ -87,7 +87,9 @@ enum Command {
     )]
     Down(commands::down::DownArgs),
     /// List the sandboxes known to this host.
-    #[command(after_help = "Examples:\n  pitcrew ps\n  pitcrew ps -q --engine podman")]
+    #[command(
+        after_help = "Examples:\n  pitcrew ps\n  pitcrew ps -q --engine podman\n  pitcrew ps --filter state=orphaned --format '{{.ID}}\\t{{.Created}}'"
+    )]
     Ps(commands::ps::PsArgs),
     /// Take down the sandboxes nobody drives any more (orphaned, or their supervisor gone).
     #[command(after_help = "Examples:\n  pitcrew prune --dry-run\n  pitcrew prune --force")]

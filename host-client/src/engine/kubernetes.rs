@@ -432,6 +432,7 @@ fn describe(pod: &Value) -> Value {
         "node": pod["spec"]["nodeName"],
         "phase": pod["status"]["phase"],
         "image": container["image"],
+        "created": pod["metadata"]["creationTimestamp"],
         "runtime_class": pod["spec"]["runtimeClassName"],
         "memory_limit": container["resources"]["limits"]["memory"],
         "labels": pod["metadata"]["labels"],

@@ -1,0 +1,87 @@
+//! The command-line conventions of `pitcrew`'s operator commands on a real kept sandbox of the
+//! local engine: `ps --filter` and `--format`, `logs`, and the completion of sandbox ids.
+//!
+//! Needs root and PID namespaces; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
+
+use pitcrew_e2e::{pitcrew_run, require_pid_namespaces, LocalFixture};
+
+/// `pitcrew <args…> --state-dir <state>`: its stdout, after checking it succeeded.
+fn ok(fx: &LocalFixture, args: &[&str]) -> String {
+    let out = fx.output(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn ps_filters_and_formats_a_kept_sandbox() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new("echo ran", 1, "", false);
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--keep"], &[]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+
+    let line = ok(
+        &fx,
+        &[
+            "ps",
+            "--engine",
+            "local",
+            "--filter",
+            &format!("id={}", &id[..5]),
+            "--format",
+            "{{.ID}}\\t{{.Image}}\\t{{.Engine}}\\t{{.State}}",
+        ],
+    );
+    assert_eq!(line, format!("{id}\t-\tlocal\tkept\n"));
+    // Filters of different keys must all match; `running` matches a kept sandbox.
+    let none = ok(
+        &fx,
+        &["ps", "--engine", "local", "--filter", "state=in-run", "-q"],
+    );
+    assert_eq!(none, "");
+    let running = ok(
+        &fx,
+        &[
+            "ps",
+            "--engine",
+            "local",
+            "--filter",
+            "status=running",
+            "-q",
+        ],
+    );
+    assert_eq!(running, format!("{id}\n"));
+    // The default table: an IMAGE column and a relative creation time.
+    let table = ok(&fx, &["ps", "--engine", "local"]);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.contains("IMAGE") && header.contains("CREATED"),
+        "{table}"
+    );
+    assert!(table.contains(" ago"), "{table}");
+    // JSON: the absolute time, and `--format json` is the same document.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&fx, &["ps", "--engine", "local", "--json"])).unwrap();
+    let created = json[0]["created_at"].as_str().unwrap();
+    assert!(created.ends_with('Z') && created.contains('T'), "{json:#}");
+    assert_eq!(json[0]["image"], serde_json::Value::Null);
+    let same: serde_json::Value =
+        serde_json::from_str(&ok(&fx, &["ps", "--engine", "local", "--format", "json"])).unwrap();
+    assert_eq!(same[0]["id"], json[0]["id"]);
+    // An unknown field is refused, naming it and the valid ones, before any engine is asked.
+    let out = fx.output(&["ps", "--engine", "local", "--format", "{{.Colour}}"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".Colour") && stderr.contains("{{.Image}}"),
+        "{stderr}"
+    );
+
+    ok(&fx, &["down", &id]);
+}
