@@ -86,6 +86,12 @@ enum Command {
         after_help = "Examples:\n  pitcrew down pc-1a2b3c4d\n  pitcrew down pc-1a2b3c4d --force"
     )]
     Down(commands::down::DownArgs),
+    /// Print a sandbox's supervisor log (its state directory's supervisor.log, or the
+    /// container's or Pod's output); --follow keeps printing until the sandbox stops.
+    #[command(
+        after_help = "Examples:\n  pitcrew logs pc-1a2b3c4d\n  pitcrew logs pc-1a2b3c4d --follow"
+    )]
+    Logs(commands::logs::LogsArgs),
     /// List the sandboxes known to this host.
     #[command(
         after_help = "Examples:\n  pitcrew ps\n  pitcrew ps -q --engine podman\n  pitcrew ps --filter state=orphaned --format '{{.ID}}\\t{{.Created}}'"
@@ -127,7 +133,7 @@ impl Command {
             Command::Ps(a) => a.json,
             Command::Prune(a) => a.json,
             Command::Report(a) => a.json,
-            Command::Completions(_) | Command::Man(_) => false,
+            Command::Logs(_) | Command::Completions(_) | Command::Man(_) => false,
         }
     }
 }
@@ -157,6 +163,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::cancel::run(&args),
         Command::Collect(args) => commands::collect::run(&args),
         Command::Down(args) => commands::down::run(&args),
+        Command::Logs(args) => commands::logs::run(&args),
         Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),
         Command::Report(args) => commands::html_report::run(&args),

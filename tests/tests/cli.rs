@@ -85,3 +85,45 @@ fn ps_filters_and_formats_a_kept_sandbox() {
 
     ok(&fx, &["down", &id]);
 }
+
+#[test]
+fn logs_prints_and_follows_a_local_sandboxs_supervisor_log_until_it_stops() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new("echo ran", 1, "", false);
+    // The supervisor logs each upload at info level: a log with lines in it.
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--keep"], &[("RUST_LOG", "info")]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let log = fx.state.join("sandboxes").join(&id).join("supervisor.log");
+    let printed = ok(&fx, &["logs", &id]);
+    assert!(printed.contains("INFO"), "{printed}");
+    assert_eq!(printed, std::fs::read_to_string(&log).unwrap());
+
+    // Following: what a second run adds is printed, and `logs` ends when the sandbox stops.
+    let follow = fx
+        .pitcrew(&["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let again = pitcrew_run(&fx.harness, &fx.state, &["--sandbox", &id], &[]);
+    assert_eq!(again["sandbox"], id.as_str());
+    ok(&fx, &["down", &id, "--keep"]);
+    let out = follow.wait_with_output().unwrap();
+    let followed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{followed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whole = std::fs::read_to_string(&log).unwrap();
+    assert!(whole.len() > printed.len(), "the second run logged nothing");
+    assert_eq!(followed, whole);
+
+    // An id nothing knows is an error naming it.
+    let out = fx.output(&["logs", "pc-00000000", "--engine", "local"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pc-00000000"));
+    ok(&fx, &["down", &id]);
+}

@@ -10,6 +10,7 @@ pub mod down;
 pub mod html_report;
 pub mod inspect;
 pub mod lock;
+pub mod logs;
 pub mod prune;
 pub mod ps;
 pub mod run;

@@ -561,6 +561,18 @@ impl Engine for ContainerEngine {
         self.mark_collected(id, iteration)
     }
 
+    fn log_source(&self, id: &SandboxId, follow: bool) -> anyhow::Result<super::LogSource> {
+        // PID 1's output is the container's: `<cli> logs`, which ends with the container when
+        // following.
+        let mut cmd = Command::new(self.cli.program());
+        cmd.arg("logs");
+        if follow {
+            cmd.arg("--follow");
+        }
+        cmd.arg(&id.0).stdin(Stdio::null());
+        Ok(super::LogSource::Command(cmd))
+    }
+
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
         let filter = format!("label={LABEL_SANDBOX}");
         let ids = self.cli(&["ps", "--all", "--quiet", "--no-trunc", "--filter", &filter])?;

@@ -385,6 +385,16 @@ impl Engine for KubernetesEngine {
         Ok(describe(&pod))
     }
 
+    fn log_source(&self, id: &SandboxId, follow: bool) -> anyhow::Result<super::LogSource> {
+        // PID 1's output is the Pod's sandbox container's.
+        let mut args = vec!["logs"];
+        if follow {
+            args.push("--follow");
+        }
+        args.extend([id.0.as_str(), "--container", pod::CONTAINER]);
+        Ok(super::LogSource::Command(self.command(&args)))
+    }
+
     fn list(&self) -> anyhow::Result<Vec<SandboxEntry>> {
         let text = self.kubectl(&[
             "get",

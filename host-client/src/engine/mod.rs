@@ -156,6 +156,15 @@ pub trait Engine {
     ) -> anyhow::Result<Option<(u32, Box<dyn Read + Send>)>> {
         Ok(None)
     }
+    /// Where the sandbox's supervisor log is read from (`follow`: a command that keeps
+    /// printing it); an error when the engine keeps none on this host.
+    fn log_source(&self, id: &SandboxId, _follow: bool) -> anyhow::Result<LogSource> {
+        bail!(
+            "sandbox {id}: the {} engine keeps no log of its supervisor here (it is wherever the \
+             sandbox's owner puts PID 1's output)",
+            self.name()
+        )
+    }
     /// `err`, a connection lost mid-request, said better when the supervisor is known to be
     /// gone.
     fn explain_lost(&self, id: &SandboxId, err: anyhow::Error) -> anyhow::Error {
@@ -167,6 +176,17 @@ pub trait Engine {
             None => err,
         }
     }
+}
+
+/// Where `pitcrew logs` reads a sandbox's supervisor log from ([`Engine::log_source`]).
+#[derive(Debug)]
+pub enum LogSource {
+    /// A file on this host (the local engine's `supervisor.log`), followed by reading what is
+    /// added while the sandbox runs.
+    File(std::path::PathBuf),
+    /// A command that prints the log on its stdout and stderr (`podman logs`, `kubectl logs`),
+    /// asked to follow it when `--follow` is given: it ends when the sandbox stops.
+    Command(std::process::Command),
 }
 
 /// A sandbox whose supervisor is gone ([`Engine::supervisor_gone`]).
