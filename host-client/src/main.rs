@@ -73,6 +73,7 @@ enum Command {
     Inspect(commands::inspect::InspectArgs),
     /// Cancel the iteration running in a sandbox.
     #[command(
+        visible_alias = "stop",
         after_help = "Examples:\n  pitcrew cancel pc-1a2b3c4d\n  pitcrew cancel pc-1a2b3c4d --signal SIGINT"
     )]
     Cancel(commands::cancel::CancelArgs),
@@ -83,6 +84,7 @@ enum Command {
     Collect(commands::collect::CollectArgs),
     /// Stop a sandbox and remove its host-side state.
     #[command(
+        visible_alias = "rm",
         after_help = "Examples:\n  pitcrew down pc-1a2b3c4d\n  pitcrew down pc-1a2b3c4d --force"
     )]
     Down(commands::down::DownArgs),

@@ -133,3 +133,33 @@ fn a_failure_without_json_prints_nothing_on_stdout() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.yaml"));
 }
+
+#[test]
+fn rm_is_down_and_stop_is_cancel() {
+    let state = tempfile::tempdir().unwrap();
+    for (alias, command) in [("rm", "down"), ("stop", "cancel")] {
+        let help = pitcrew(&[alias, "--help"]);
+        assert!(help.status.success());
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(
+            help.contains(&format!("Usage: pitcrew {command} ")),
+            "{alias}: {help}"
+        );
+        let out = pitcrew(&[
+            alias,
+            "pc-nosuch",
+            "--engine",
+            "local",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        error_object(&out, "failed");
+    }
+    // The top-level help names them.
+    let help = pitcrew(&["--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("[alias: rm]"), "{help}");
+    assert!(help.contains("[alias: stop]"), "{help}");
+}
