@@ -112,8 +112,11 @@ enum Command {
         after_help = "Example:\n  pitcrew completions bash > /etc/bash_completion.d/pitcrew"
     )]
     Completions(commands::docs::CompletionsArgs),
-    /// Write the man pages (pitcrew.1 and one per subcommand) into a directory.
-    #[command(after_help = "Example:\n  pitcrew man --out /usr/local/share/man/man1")]
+    /// Write the man pages (pitcrew.1 and one per subcommand, each with its EXIT STATUS) into a
+    /// directory.
+    #[command(
+        after_help = "Examples (installing them):\n  pitcrew man --out ~/.local/share/man/man1\n  sudo pitcrew man --out /usr/local/share/man/man1 && sudo mandb"
+    )]
     Man(commands::docs::ManArgs),
 }
 
