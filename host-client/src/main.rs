@@ -107,6 +107,9 @@ enum Command {
         after_help = "Examples:\n  pitcrew report runs/20260105T101500Z-pc-1a2b3c4d\n  pitcrew report jobs.batch --output /tmp/batch.html"
     )]
     Report(commands::html_report::ReportArgs),
+    /// The ids of the sandboxes this host knows, one a line (for completion scripts).
+    #[command(name = "__complete-sandboxes", hide = true)]
+    CompleteSandboxes(engine::EngineArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Example:\n  pitcrew completions bash > /etc/bash_completion.d/pitcrew"
@@ -138,7 +141,10 @@ impl Command {
             Command::Ps(a) => a.json,
             Command::Prune(a) => a.json,
             Command::Report(a) => a.json,
-            Command::Logs(_) | Command::Completions(_) | Command::Man(_) => false,
+            Command::Logs(_)
+            | Command::CompleteSandboxes(_)
+            | Command::Completions(_)
+            | Command::Man(_) => false,
         }
     }
 }
@@ -172,6 +178,7 @@ fn main() -> ExitCode {
         Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),
         Command::Report(args) => commands::html_report::run(&args),
+        Command::CompleteSandboxes(args) => commands::ps::complete_ids(&args),
         Command::Completions(args) => commands::docs::completions::<Cli>(&args),
         Command::Man(args) => commands::docs::man::<Cli>(&args),
     };

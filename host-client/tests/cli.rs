@@ -163,3 +163,82 @@ fn rm_is_down_and_stop_is_cancel() {
     assert!(help.contains("[alias: rm]"), "{help}");
     assert!(help.contains("[alias: stop]"), "{help}");
 }
+
+/// Bash's completion of `words` (the last one being completed) with `pitcrew completions
+/// bash` loaded, run in `dir`.
+fn bash_complete(dir: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let script = dir.join("pitcrew.bash");
+    std::fs::write(&script, pitcrew(&["completions", "bash"]).stdout).unwrap();
+    let out = Command::new("bash")
+        .current_dir(dir)
+        .arg("-c")
+        .arg(
+            r#"source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
+               _pitcrew_dynamic "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}";
+               printf '%s\n' "${COMPREPLY[@]}""#,
+        )
+        .arg("bash")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_pitcrew"))
+        .args(words)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn bash_completes_harness_files_after_a_harness_command_and_options_after_a_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["a.yaml", "b.yml", "notes.txt"] {
+        std::fs::write(dir.path().join(f), "").unwrap();
+    }
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let got = bash_complete(dir.path(), &["validate", ""]);
+    assert!(got.contains(&"a.yaml".to_string()), "{got:?}");
+    assert!(got.contains(&"b.yml".to_string()), "{got:?}");
+    assert!(got.contains(&"sub".to_string()), "{got:?}");
+    assert!(!got.iter().any(|g| g.contains("notes")), "{got:?}");
+    // An option is still clap's.
+    let got = bash_complete(dir.path(), &["validate", "--js"]);
+    assert_eq!(got, ["--json"]);
+    // With no sandbox anywhere (an empty state directory, no other engine named), nothing.
+    let got = bash_complete(
+        dir.path(),
+        &[
+            "logs",
+            "--engine",
+            "local",
+            "--state-dir",
+            dir.path().to_str().unwrap(),
+            "",
+        ],
+    );
+    assert!(got.is_empty(), "{got:?}");
+}
+
+#[test]
+fn bash_leaves_option_values_and_later_arguments_to_clap() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("h.yaml"), "").unwrap();
+    // The value of --engine is clap's list, not files nor sandboxes.
+    let got = bash_complete(dir.path(), &["run", "--engine", ""]);
+    assert!(got.contains(&"podman".to_string()), "{got:?}");
+    assert!(!got.contains(&"h.yaml".to_string()), "{got:?}");
+    // After the harness, no more harness files.
+    let got = bash_complete(dir.path(), &["validate", "h.yaml", ""]);
+    assert!(!got.contains(&"h.yaml".to_string()), "{got:?}");
+    // After a flag, the harness is still the first argument.
+    let got = bash_complete(dir.path(), &["validate", "--json", ""]);
+    assert_eq!(got, ["h.yaml"]);
+}

@@ -3,7 +3,8 @@
 //!
 //! Needs root and PID namespaces; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
-use pitcrew_e2e::{pitcrew_run, require_pid_namespaces, LocalFixture};
+use pitcrew_e2e::{binary, pitcrew_run, require_pid_namespaces, LocalFixture};
+use std::process::Command;
 
 /// `pitcrew <args…> --state-dir <state>`: its stdout, after checking it succeeded.
 fn ok(fx: &LocalFixture, args: &[&str]) -> String {
@@ -125,5 +126,72 @@ fn logs_prints_and_follows_a_local_sandboxs_supervisor_log_until_it_stops() {
     let out = fx.output(&["logs", "pc-00000000", "--engine", "local"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pc-00000000"));
+    ok(&fx, &["down", &id]);
+}
+
+/// Bash's completion of `words` with `pitcrew completions bash` loaded (`PITCREW_STATE_DIR`
+/// naming the fixture's state).
+fn bash_complete(fx: &LocalFixture, words: &[&str]) -> Vec<String> {
+    let script = fx.state.join("../pitcrew.bash");
+    let generated = Command::new(binary("pitcrew"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, generated.stdout).unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(
+            r#"source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
+               _pitcrew_dynamic "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}";
+               printf '%s\n' "${COMPREPLY[@]}""#,
+        )
+        .arg("bash")
+        .arg(&script)
+        .arg(binary("pitcrew"))
+        .args(words)
+        .env("PITCREW_STATE_DIR", &fx.state)
+        .env_remove("PITCREW_ENGINE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn completion_offers_a_kept_sandboxs_id() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new("echo ran", 1, "", false);
+    let doc = pitcrew_run(&fx.harness, &fx.state, &["--keep"], &[]);
+    let id = doc["sandbox"].as_str().unwrap().to_string();
+    let listed = ok(&fx, &["__complete-sandboxes", "--engine", "local"]);
+    assert_eq!(listed, format!("{id}\n"));
+    for words in [
+        vec!["logs", ""],
+        vec!["rm", &id[..4]],
+        vec!["inspect", "--json", ""],
+        vec!["run", "h.yaml", "--sandbox", ""],
+        vec!["run", "--resume", ""],
+    ] {
+        let got = bash_complete(&fx, &words);
+        // Other engines here may have sandboxes of their own: this one is among them.
+        assert!(got.contains(&id), "{words:?}: {got:?}");
+        assert!(
+            got.iter().all(|g| !g.starts_with('-')),
+            "{words:?}: {got:?}"
+        );
+    }
+    // Its second argument is no sandbox.
+    let got = bash_complete(&fx, &["collect", &id, ""]);
+    assert!(!got.contains(&id), "{got:?}");
     ok(&fx, &["down", &id]);
 }

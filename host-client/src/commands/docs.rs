@@ -25,14 +25,172 @@ pub struct ManArgs {
 
 /// Prints the completion script of `args.shell` for the command `C` on stdout.
 pub fn completions<C: CommandFactory>(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let mut cmd = C::command();
+    let script = script::<C>(args.shell)?;
+    crate::output::Stdout.write_all(script.as_bytes())?;
+    crate::output::Stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The completion script of `shell` for the command `C`: clap's, with the hooks that complete
+/// sandbox ids and harness files ([`with_dynamic_hooks`]).
+fn script<C: CommandFactory>(shell: clap_complete::Shell) -> anyhow::Result<String> {
+    // Without the hidden subcommands (clap's scripts would offer them).
+    let full = C::command();
+    let mut cmd = clap::Command::new("pitcrew")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
     let name = cmd.get_name().to_string();
     // Generated in memory: clap_complete panics on a write that fails.
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut cmd, name, &mut script);
-    crate::output::Stdout.write_all(&script)?;
-    crate::output::Stdout.flush()?;
-    Ok(ExitCode::SUCCESS)
+    clap_complete::generate(shell, &mut cmd, name, &mut script);
+    with_dynamic_hooks::<C>(shell, &String::from_utf8_lossy(&script))
+}
+
+/// The commands whose first argument is a sandbox id (aliases included).
+const SANDBOX_COMMANDS: &str = "inspect cancel stop collect down rm logs";
+
+/// The commands whose first argument is a harness file.
+const HARNESS_COMMANDS: &str = "run validate lock";
+
+/// Bash: after clap's own completion, the sandbox ids (`pitcrew __complete-sandboxes`, the
+/// `--state-dir` and `--engine` typed on the line passed on) for a sandbox command's first
+/// argument and the values of `--sandbox` and `--resume`, and `*.yaml`/`*.yml` files and
+/// directories for a harness command's first argument. `@FLAGS@` is every option that takes no
+/// value (the others' values are skipped when counting arguments).
+const BASH_HOOK: &str = r#"
+_pitcrew_dynamic() {
+    _pitcrew "$@"
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" sub="" w i
+    local -i positionals=0 value=0
+    local -a engine=()
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        if ((value)); then value=0; continue; fi
+        case "$w" in
+            --state-dir|--engine) engine+=("$w" "${COMP_WORDS[i+1]}"); value=1 ;;
+            --sandbox|--resume) [[ "$sub" == batch ]] || value=1 ;;
+            --*=*|@FLAGS@) ;;
+            -*) value=1 ;;
+            *) if [[ -z "$sub" ]]; then sub="$w"; else positionals+=1; fi ;;
+        esac
+    done
+    [[ "$cur" == -* ]] && return 0
+    if ((value)); then
+        [[ "$prev" == --sandbox || "$prev" == --resume ]] || return 0
+    elif ((positionals > 0)); then
+        return 0
+    fi
+    if ((value)) || [[ " @SANDBOX@ " == *" $sub "* ]]; then
+        COMPREPLY=( $(compgen -W "$("${COMP_WORDS[0]}" __complete-sandboxes "${engine[@]}" 2>/dev/null)" -- "$cur") )
+    elif [[ " @HARNESS@ " == *" $sub "* ]]; then
+        COMPREPLY=( $(compgen -d -- "$cur") $(compgen -f -X '!*.yaml' -- "$cur") $(compgen -f -X '!*.yml' -- "$cur") )
+        compopt -o filenames 2>/dev/null
+    fi
+    return 0
+}
+"#;
+
+/// Zsh: the function the sandbox arguments complete with.
+const ZSH_HOOK: &str = r#"
+(( $+functions[_pitcrew_sandboxes] )) ||
+_pitcrew_sandboxes() {
+    local -a ids
+    ids=(${(f)"$(${words[1]} __complete-sandboxes 2>/dev/null)"})
+    _describe -t sandboxes 'sandbox id' ids
+}
+"#;
+
+/// Fish: the sandbox ids after a sandbox command.
+const FISH_HOOK: &str = r#"
+function __pitcrew_sandboxes
+    set -l words (commandline -opc)
+    $words[1] __complete-sandboxes 2>/dev/null
+end
+complete -c pitcrew -n "__fish_seen_subcommand_from @SANDBOX@" -f -a "(__pitcrew_sandboxes)"
+"#;
+
+/// Every spelling (`-f`, `--follow`) of an option of `cmd` or its subcommands that takes no
+/// value, sorted.
+fn flags(cmd: &clap::Command) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![cmd];
+    while let Some(c) = stack.pop() {
+        stack.extend(c.get_subcommands());
+        for arg in c.get_arguments().filter(|a| !a.get_action().takes_values()) {
+            out.extend(
+                arg.get_short_and_visible_aliases()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| format!("-{s}")),
+            );
+            out.extend(
+                arg.get_long_and_visible_aliases()
+                    .into_iter()
+                    .flatten()
+                    .map(|l| format!("--{l}")),
+            );
+        }
+    }
+    // `-h` and `-V` are clap's own, and -vv is -v twice.
+    out.extend(["-h", "--help", "-V", "--version", "-vv", "-vvv"].map(String::from));
+    out.into_iter().collect()
+}
+
+/// `script` (clap's static completion for `shell`) with the hooks that complete sandbox ids
+/// and harness files; an error when clap's output no longer has the shape they hook into (a
+/// test catches that on an upgrade).
+fn with_dynamic_hooks<C: CommandFactory>(
+    shell: clap_complete::Shell,
+    script: &str,
+) -> anyhow::Result<String> {
+    use clap_complete::Shell;
+    let flags = flags(&C::command()).join("|");
+    let fill = |hook: &str| {
+        hook.replace("@SANDBOX@", SANDBOX_COMMANDS)
+            .replace("@HARNESS@", HARNESS_COMMANDS)
+            .replace("@FLAGS@", &flags)
+    };
+    let missing =
+        |what: &str| anyhow::anyhow!("{shell} completion: {what} not found in clap's script");
+    Ok(match shell {
+        Shell::Bash => {
+            let at = script
+                .find("\nif [[ \"${BASH_VERSINFO[0]}\"")
+                .ok_or_else(|| missing("the `complete` registration"))?;
+            let tail =
+                script[at..].replace("complete -F _pitcrew ", "complete -F _pitcrew_dynamic ");
+            format!("{}{}{tail}", &script[..at], fill(BASH_HOOK))
+        }
+        Shell::Zsh => {
+            let mut out = String::new();
+            let mut hooked = 0;
+            for line in script.lines() {
+                let sandbox_arg = line.starts_with("':sandbox -- ")
+                    || line.starts_with("'--sandbox=[")
+                    || line.contains(")--resume=[");
+                let line = if sandbox_arg && line.ends_with(":_default' \\") {
+                    hooked += 1;
+                    line.replace(":_default' \\", ":_pitcrew_sandboxes' \\")
+                } else if line.starts_with("':harness -- ") && line.ends_with(":_files' \\") {
+                    line.replace(":_files' \\", ":_files -g \"*.(yaml|yml)\"' \\")
+                } else {
+                    line.to_string()
+                };
+                out.push_str(&line);
+                out.push('\n');
+            }
+            if hooked == 0 {
+                return Err(missing("a sandbox argument"));
+            }
+            let at = out
+                .find("\nif [ \"$funcstack[1]\" = \"_pitcrew\" ]")
+                .ok_or_else(|| missing("the compdef registration"))?;
+            format!("{}{}{}", &out[..at], ZSH_HOOK, &out[at..])
+        }
+        Shell::Fish => format!("{script}{}", fill(FISH_HOOK)),
+        _ => script.to_string(),
+    })
 }
 
 /// Writes the man pages of the command `C` into `args.out`, naming each file written.
@@ -41,7 +199,10 @@ pub fn man<C: CommandFactory>(args: &ManArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--out {}: create", args.out.display()))?;
     let cmd = C::command();
     let mut pages = vec![(cmd.get_name().to_string(), cmd.clone())];
-    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
         let name = format!("{}-{}", cmd.get_name(), sub.get_name());
         let invoked = format!("{} {}", cmd.get_name(), sub.get_name());
         pages.push((
@@ -197,6 +358,38 @@ mod tests {
                 assert!(status.success(), "bash -n refused the script");
             }
         }
+    }
+
+    #[test]
+    fn the_scripts_complete_sandbox_ids_and_harness_files_and_hide_the_helper() {
+        let bash = script::<crate::Cli>(Shell::Bash).unwrap();
+        assert!(
+            bash.contains("complete -F _pitcrew_dynamic -o nosort"),
+            "{bash}"
+        );
+        assert!(bash.contains("__complete-sandboxes \"${engine[@]}\""));
+        assert!(bash.contains(" inspect cancel stop collect down rm logs "));
+        // The helper is called, never offered.
+        assert_eq!(bash.matches("__complete-sandboxes").count(), 1);
+        let zsh = script::<crate::Cli>(Shell::Zsh).unwrap();
+        let sandbox_args: Vec<&str> = zsh
+            .lines()
+            .filter(|l| l.starts_with("':sandbox -- "))
+            .collect();
+        // inspect, cancel, collect, down and logs (and their aliases).
+        assert!(sandbox_args.len() >= 5, "{zsh}");
+        assert!(sandbox_args
+            .iter()
+            .all(|l| l.ends_with(":_pitcrew_sandboxes' \\")));
+        assert!(zsh.contains("--sandbox=[") && zsh.matches(":ID:_pitcrew_sandboxes'").count() == 2);
+        assert!(zsh.contains(":_files -g \"*.(yaml|yml)\"'"), "{zsh}");
+        assert!(zsh.contains("_pitcrew_sandboxes() {"));
+        let fish = script::<crate::Cli>(Shell::Fish).unwrap();
+        assert!(
+            fish.contains("__fish_seen_subcommand_from inspect cancel stop"),
+            "{fish}"
+        );
+        assert!(!fish.contains("@SANDBOX@"));
     }
 
     #[test]

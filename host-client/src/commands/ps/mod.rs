@@ -105,6 +105,28 @@ pub fn list_sandboxes(
     Ok((list, names))
 }
 
+/// Prints the ids of the sandboxes the engines know, one a line, without asking any sandbox
+/// (the hidden `pitcrew __complete-sandboxes` the completion scripts call); an engine that does
+/// not answer is skipped quietly.
+pub fn complete_ids(engine: &EngineArgs) -> anyhow::Result<ExitCode> {
+    let mut ids: Vec<String> = engine
+        .engines_to_list()?
+        .iter()
+        .filter_map(|e| e.list().ok())
+        .flatten()
+        .map(|s| s.id)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    for id in ids {
+        // Ids with a control character or a space are no word a shell could complete.
+        if !id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            outln!("{id}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `pitcrew ps`; `quiet` (the global `-q`) prints the ids alone, unless `--json` or
 /// `--format` says otherwise.
 pub fn run(args: &PsArgs, quiet: bool) -> anyhow::Result<ExitCode> {
