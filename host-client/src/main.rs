@@ -149,11 +149,41 @@ impl Command {
     }
 }
 
+/// `pitcrew`'s command line: the derived one, with what differs per command of the shared
+/// engine options: `batch` neither offers nor takes `--engine exec` (it creates a sandbox per
+/// job; exec sandboxes are someone else's) and hides the exec engine's options. Help, man pages
+/// and completions are made from it too.
+pub fn cli_command() -> clap::Command {
+    use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+    use clap::{CommandFactory as _, ValueEnum as _};
+    let creatable = engine::EngineKind::value_variants()
+        .iter()
+        .filter(|k| **k != engine::EngineKind::Exec)
+        .filter_map(engine::EngineKind::to_possible_value);
+    let parser =
+        PossibleValuesParser::new(creatable).try_map(|s| engine::EngineKind::from_str(&s, true));
+    Cli::command().mut_subcommand("batch", |batch| {
+        // Every argument in its order: `mut_arg` moves the one it changes last, and the help
+        // lists the engine groups in the order of their first argument.
+        let ids: Vec<clap::Id> = batch.get_arguments().map(|a| a.get_id().clone()).collect();
+        ids.into_iter().fold(batch, |batch, id| {
+            batch.mut_arg(id, |a| match a.get_id().as_str() {
+                "engine" => a.value_parser(parser.clone()),
+                "exec_template" | "sandbox_root" => a.hide(true),
+                _ => a,
+            })
+        })
+    })
+}
+
 fn main() -> ExitCode {
     // A write to a closed pipe comes back as EPIPE, handled where it happens: `output` for
     // stdout and stderr, the transport's context for a sandbox's.
     engine::ignore_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match cli_command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) if output::json_requested(std::env::args_os()) => {
             return ExitCode::from(output::clap_exit_json(&e))
@@ -179,8 +209,8 @@ fn main() -> ExitCode {
         Command::Prune(args) => commands::prune::run(&args),
         Command::Report(args) => commands::html_report::run(&args),
         Command::CompleteSandboxes(args) => commands::ps::complete_ids(&args),
-        Command::Completions(args) => commands::docs::completions::<Cli>(&args),
-        Command::Man(args) => commands::docs::man::<Cli>(&args),
+        Command::Completions(args) => commands::docs::completions(&args),
+        Command::Man(args) => commands::docs::man(&args),
     };
     let code = match result {
         Ok(code) => code,

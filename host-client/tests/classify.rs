@@ -108,7 +108,16 @@ fn refusal_exits_1_with_message() {
         }
         let out = pitcrew(&args);
         assert_eq!(out.status.code(), Some(1));
-        assert!(stdout(&out).is_empty());
+        if json {
+            // `--json`: the refusal as an error object on stdout too.
+            let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+            assert_eq!(doc["error"]["kind"], "failed", "{doc:#}");
+            assert_eq!(doc["error"]["exit_code"], 1, "{doc:#}");
+            let message = doc["error"]["message"].as_str().unwrap();
+            assert!(message.contains("skills/ present"), "{doc:#}");
+        } else {
+            assert!(stdout(&out).is_empty());
+        }
         let err = stderr(&out);
         assert!(
             err.starts_with(&format!("pitcrew: {}: skills/ present", d.path().display())),

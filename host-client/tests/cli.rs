@@ -242,3 +242,53 @@ fn bash_leaves_option_values_and_later_arguments_to_clap() {
     let got = bash_complete(dir.path(), &["validate", "--json", ""]);
     assert_eq!(got, ["h.yaml"]);
 }
+
+#[test]
+fn batch_help_offers_no_exec_engine_and_help_groups_the_engine_options() {
+    let help = String::from_utf8_lossy(&pitcrew(&["batch", "--help"]).stdout).into_owned();
+    assert!(
+        help.contains("- kubernetes:") && !help.contains("- exec:"),
+        "{help}"
+    );
+    assert!(!help.contains("--exec-template"), "{help}");
+    assert!(!help.contains("--sandbox-root"), "{help}");
+    let short = String::from_utf8_lossy(&pitcrew(&["batch", "-h"]).stdout).into_owned();
+    assert!(
+        short.contains("[possible values: local, podman, docker, kubernetes]"),
+        "{short}"
+    );
+    // In the order of the engines, after the command's own options.
+    let at = |h: &str, s: &str| h.find(s).unwrap_or_else(|| panic!("{s}: {h}"));
+    let order = [
+        "Options:",
+        "Engine:",
+        "Local engine:",
+        "Podman, docker and kubernetes engines:",
+        "Podman and docker engines:",
+        "Kubernetes engine:",
+    ];
+    for pair in order.windows(2) {
+        assert!(
+            at(&short, pair[0]) < at(&short, pair[1]),
+            "{pair:?}: {short}"
+        );
+    }
+    assert!(
+        at(&short, "--concurrency") < at(&short, "Engine:"),
+        "{short}"
+    );
+    // batch refuses exec as a usage error, naming the engines it takes.
+    let out = pitcrew(&["batch", "jobs.jsonl", "--engine", "exec"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'exec'"), "{stderr}");
+    // ps groups its engine options the same way, and offers exec (it names a sandbox there).
+    let ps = String::from_utf8_lossy(&pitcrew(&["ps", "-h"]).stdout).into_owned();
+    assert!(
+        ps.contains("Exec engine:") && ps.contains("Kubernetes engine:"),
+        "{ps}"
+    );
+    assert!(ps.contains("exec, kubernetes]"), "{ps}");
+    let run = String::from_utf8_lossy(&pitcrew(&["run", "-h"]).stdout).into_owned();
+    assert!(run.contains("--exec-template"), "{run}");
+}

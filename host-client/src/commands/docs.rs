@@ -2,7 +2,6 @@
 //! generated from the same clap definitions the CLI parses with, so they cannot drift from it.
 
 use anyhow::Context as _;
-use clap::CommandFactory;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,19 +22,19 @@ pub struct ManArgs {
     pub out: PathBuf,
 }
 
-/// Prints the completion script of `args.shell` for the command `C` on stdout.
-pub fn completions<C: CommandFactory>(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let script = script::<C>(args.shell)?;
+/// Prints the completion script of `args.shell` for `pitcrew` on stdout.
+pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
+    let script = script(args.shell)?;
     crate::output::Stdout.write_all(script.as_bytes())?;
     crate::output::Stdout.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The completion script of `shell` for the command `C`: clap's, with the hooks that complete
+/// The completion script of `shell` for `pitcrew`: clap's, with the hooks that complete
 /// sandbox ids and harness files ([`with_dynamic_hooks`]).
-fn script<C: CommandFactory>(shell: clap_complete::Shell) -> anyhow::Result<String> {
+fn script(shell: clap_complete::Shell) -> anyhow::Result<String> {
     // Without the hidden subcommands (clap's scripts would offer them).
-    let full = C::command();
+    let full = crate::cli_command();
     let mut cmd = clap::Command::new("pitcrew")
         .version(env!("CARGO_PKG_VERSION"))
         .args(full.get_arguments().cloned())
@@ -44,7 +43,7 @@ fn script<C: CommandFactory>(shell: clap_complete::Shell) -> anyhow::Result<Stri
     // Generated in memory: clap_complete panics on a write that fails.
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, name, &mut script);
-    with_dynamic_hooks::<C>(shell, &String::from_utf8_lossy(&script))
+    with_dynamic_hooks(shell, &String::from_utf8_lossy(&script))
 }
 
 /// The commands whose first argument is a sandbox id (aliases included).
@@ -140,12 +139,9 @@ fn flags(cmd: &clap::Command) -> Vec<String> {
 /// `script` (clap's static completion for `shell`) with the hooks that complete sandbox ids
 /// and harness files; an error when clap's output no longer has the shape they hook into (a
 /// test catches that on an upgrade).
-fn with_dynamic_hooks<C: CommandFactory>(
-    shell: clap_complete::Shell,
-    script: &str,
-) -> anyhow::Result<String> {
+fn with_dynamic_hooks(shell: clap_complete::Shell, script: &str) -> anyhow::Result<String> {
     use clap_complete::Shell;
-    let flags = flags(&C::command()).join("|");
+    let flags = flags(&crate::cli_command()).join("|");
     let fill = |hook: &str| {
         hook.replace("@SANDBOX@", SANDBOX_COMMANDS)
             .replace("@HARNESS@", HARNESS_COMMANDS)
@@ -193,11 +189,11 @@ fn with_dynamic_hooks<C: CommandFactory>(
     })
 }
 
-/// Writes the man pages of the command `C` into `args.out`, naming each file written.
-pub fn man<C: CommandFactory>(args: &ManArgs) -> anyhow::Result<ExitCode> {
+/// Writes the man pages of `pitcrew` into `args.out`, naming each file written.
+pub fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("--out {}: create", args.out.display()))?;
-    let cmd = C::command();
+    let cmd = crate::cli_command();
     let mut pages = vec![(cmd.get_name().to_string(), cmd.clone())];
     for sub in cmd
         .get_subcommands()
@@ -339,7 +335,7 @@ mod tests {
     #[test]
     fn completions_generate_for_bash_zsh_and_fish_and_bash_parses_them() {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-            let mut cmd = crate::Cli::command();
+            let mut cmd = crate::cli_command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "pitcrew", &mut script);
             let script = String::from_utf8(script).unwrap();
@@ -362,7 +358,7 @@ mod tests {
 
     #[test]
     fn the_scripts_complete_sandbox_ids_and_harness_files_and_hide_the_helper() {
-        let bash = script::<crate::Cli>(Shell::Bash).unwrap();
+        let bash = script(Shell::Bash).unwrap();
         assert!(
             bash.contains("complete -F _pitcrew_dynamic -o nosort"),
             "{bash}"
@@ -371,7 +367,7 @@ mod tests {
         assert!(bash.contains(" inspect cancel stop collect down rm logs "));
         // The helper is called, never offered.
         assert_eq!(bash.matches("__complete-sandboxes").count(), 1);
-        let zsh = script::<crate::Cli>(Shell::Zsh).unwrap();
+        let zsh = script(Shell::Zsh).unwrap();
         let sandbox_args: Vec<&str> = zsh
             .lines()
             .filter(|l| l.starts_with("':sandbox -- "))
@@ -384,7 +380,7 @@ mod tests {
         assert!(zsh.contains("--sandbox=[") && zsh.matches(":ID:_pitcrew_sandboxes'").count() == 2);
         assert!(zsh.contains(":_files -g \"*.(yaml|yml)\"'"), "{zsh}");
         assert!(zsh.contains("_pitcrew_sandboxes() {"));
-        let fish = script::<crate::Cli>(Shell::Fish).unwrap();
+        let fish = script(Shell::Fish).unwrap();
         assert!(
             fish.contains("__fish_seen_subcommand_from inspect cancel stop"),
             "{fish}"
@@ -395,7 +391,7 @@ mod tests {
     #[test]
     fn a_man_page_is_written_for_pitcrew_and_each_subcommand() {
         let dir = tempfile::tempdir().unwrap();
-        man::<crate::Cli>(&ManArgs {
+        man(&ManArgs {
             out: dir.path().join("man1"),
         })
         .unwrap();
@@ -416,7 +412,7 @@ mod tests {
     #[test]
     fn every_man_page_has_an_exit_status_section_before_version() {
         let dir = tempfile::tempdir().unwrap();
-        man::<crate::Cli>(&ManArgs {
+        man(&ManArgs {
             out: dir.path().to_path_buf(),
         })
         .unwrap();

@@ -463,48 +463,56 @@ pub struct EngineArgs {
     /// Which engine runs the sandbox [default: `local` for `run`; the operator commands find a
     /// sandbox by its id in the local state, then among podman's and docker's containers
     /// labelled `pitcrew.sandbox`] [env: PITCREW_ENGINE].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Engine")]
     pub engine: Option<EngineKind>,
     /// Host-side state of local sandboxes [env: PITCREW_STATE_DIR] [default: /var/lib/pitcrew
     /// for root, else $XDG_STATE_HOME/pitcrew or ~/.local/state/pitcrew].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Local engine")]
     pub state_dir: Option<PathBuf>,
     /// The `pitcrew-init` binary for the local engine [default: next to `pitcrew`, else on PATH].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Local engine")]
     pub supervisor: Option<PathBuf>,
-    /// Podman and docker engines: the image new sandboxes are created from (its entrypoint is
+    /// The image new sandboxes are created from (its entrypoint is
     /// `pitcrew-init`; `scripts/build-image pi|claude` builds one and prints its reference,
     /// e.g. localhost/pitcrew-pi:0.1.0-init4afd0f5d-pi0.73.1-ctxffce1ae6) [env: PITCREW_IMAGE,
     /// used by those engines only].
-    #[arg(long, value_name = "IMAGE")]
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        help_heading = "Podman, docker and kubernetes engines"
+    )]
     pub image: Option<String>,
-    /// Podman and docker engines: the network a new sandbox joins [default: none]. What the
+    /// The network a new sandbox joins [default: none]. What the
     /// agent reaches is the harness's `network:` (by default its model endpoint), carried by
     /// pitcrew through a sandbox without a network; a sandbox joining another network refuses
     /// `network: none` and `allow` unless the harness says `network: open`.
-    #[arg(long, value_name = "NETWORK")]
+    #[arg(
+        long,
+        value_name = "NETWORK",
+        help_heading = "Podman and docker engines"
+    )]
     pub network: Option<String>,
-    /// Exec engine: the command that reaches the sandbox's `pitcrew-init attach`, split on
+    /// The command that reaches the sandbox's `pitcrew-init attach`, split on
     /// whitespace with `{sandbox}` substituted (no shell) [default: podman exec -i {sandbox}
     /// pitcrew-init attach].
-    #[arg(long, value_name = "TEMPLATE")]
+    #[arg(long, value_name = "TEMPLATE", help_heading = "Exec engine")]
     pub exec_template: Option<String>,
-    /// Exec engine: where uploads live inside the sandbox [default: /pitcrew].
-    #[arg(long, value_name = "DIR")]
+    /// Where uploads live inside the sandbox [default: /pitcrew].
+    #[arg(long, value_name = "DIR", help_heading = "Exec engine")]
     pub sandbox_root: Option<String>,
-    /// Kubernetes engine: the kubeconfig context [default: its current context].
-    #[arg(long, value_name = "NAME")]
+    /// The kubeconfig context [default: its current context].
+    #[arg(long, value_name = "NAME", help_heading = "Kubernetes engine")]
     pub context: Option<String>,
-    /// Kubernetes engine: the namespace [default: the context's].
-    #[arg(long, value_name = "NAME")]
+    /// The namespace [default: the context's].
+    #[arg(long, value_name = "NAME", help_heading = "Kubernetes engine")]
     pub namespace: Option<String>,
-    /// Kubernetes engine: the Pod template (YAML or JSON) pitcrew fills in [default: the
+    /// The Pod template (YAML or JSON) pitcrew fills in [default: the
     /// built-in `images/kubernetes/pod.yaml`].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Kubernetes engine")]
     pub pod_template: Option<PathBuf>,
-    /// Kubernetes engine: a node path the Pod template may mount as a `hostPath` volume
+    /// A node path the Pod template may mount as a `hostPath` volume
     /// (repeatable; a `hostPath` volume whose path is none of these is refused) [default: none].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Kubernetes engine")]
     pub allow_host_path: Vec<String>,
 }
 
