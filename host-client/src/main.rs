@@ -26,7 +26,8 @@ struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     /// Only what a script needs: `run` prints its records directory alone and `batch` its batch
-    /// directory (no progress, no table), `ps` the ids alone; logs only errors.
+    /// directory (no progress, no table), `collect` the record's directory, `ps` the ids alone,
+    /// `down` and `cancel` the sandbox's id; logs only errors.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
     #[command(subcommand)]
@@ -91,7 +92,7 @@ enum Command {
     /// Print a sandbox's supervisor log (its state directory's supervisor.log, or the
     /// container's or Pod's output); --follow keeps printing until the sandbox stops.
     #[command(
-        after_help = "Examples:\n  pitcrew logs pc-1a2b3c4d\n  pitcrew logs pc-1a2b3c4d --follow"
+        after_help = "Examples:\n  pitcrew logs pc-1a2b3c4d\n  pitcrew logs pc-1a2b3c4d --follow\n  pitcrew logs pc-1a2b3c4d --follow --json"
     )]
     Logs(commands::logs::LogsArgs),
     /// List the sandboxes known to this host.
@@ -141,10 +142,8 @@ impl Command {
             Command::Ps(a) => a.json,
             Command::Prune(a) => a.json,
             Command::Report(a) => a.json,
-            Command::Logs(_)
-            | Command::CompleteSandboxes(_)
-            | Command::Completions(_)
-            | Command::Man(_) => false,
+            Command::Logs(a) => a.json,
+            Command::CompleteSandboxes(_) | Command::Completions(_) | Command::Man(_) => false,
         }
     }
 }
@@ -201,9 +200,9 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(&args, cli.verbose, cli.quiet),
         Command::Batch(args) => commands::batch::run(&args, cli.verbose, cli.quiet),
         Command::Inspect(args) => commands::inspect::run(&args),
-        Command::Cancel(args) => commands::cancel::run(&args),
-        Command::Collect(args) => commands::collect::run(&args),
-        Command::Down(args) => commands::down::run(&args),
+        Command::Cancel(args) => commands::cancel::run(&args, cli.quiet),
+        Command::Collect(args) => commands::collect::run(&args, cli.quiet),
+        Command::Down(args) => commands::down::run(&args, cli.quiet),
         Command::Logs(args) => commands::logs::run(&args),
         Command::Ps(args) => commands::ps::run(&args, cli.quiet),
         Command::Prune(args) => commands::prune::run(&args),

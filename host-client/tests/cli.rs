@@ -88,6 +88,26 @@ fn down_json_of_an_unknown_sandbox_fails_with_an_error_object() {
 }
 
 #[test]
+fn logs_json_of_an_unknown_sandbox_fails_with_an_error_object_naming_it() {
+    let state = tempfile::tempdir().unwrap();
+    let out = pitcrew(&[
+        "logs",
+        "pc-nosuch",
+        "--engine",
+        "local",
+        "--state-dir",
+        state.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let error = error_object(&out, "failed");
+    assert!(
+        error["message"].as_str().unwrap().contains("pc-nosuch"),
+        "{error:#}"
+    );
+}
+
+#[test]
 fn ps_json_with_an_option_of_another_engine_fails_with_an_error_object() {
     let out = pitcrew(&[
         "ps",

@@ -41,6 +41,22 @@ pub fn podman_usable() -> bool {
     crate::can_unshare_pid() && podman_ok && busybox
 }
 
+/// Builds the offline test image with the `pitcrew-init` of this build into podman's storage
+/// as `tag` (`scripts/build-test-image`; nothing is pulled). Removing it is the caller's.
+pub fn build_test_image(tag: &str) {
+    let out = Command::new(repo().join("scripts/build-test-image"))
+        .arg(crate::binary("pitcrew-init"))
+        .arg(tag)
+        .env("CONTAINERS_CONF", containers_conf())
+        .output()
+        .expect("scripts/build-test-image");
+    assert!(
+        out.status.success(),
+        "build-test-image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A test image and a running container from it (`pitcrew-init` as its PID 1), both removed
 /// when dropped.
 pub struct Container {
@@ -55,17 +71,7 @@ impl Container {
     pub fn start(run_args: &[&str]) -> Container {
         let id = std::process::id();
         let tag = format!("localhost/pitcrew-test:e2e-{id}");
-        let mut build = Command::new(repo().join("scripts/build-test-image"));
-        build
-            .arg(crate::binary("pitcrew-init"))
-            .arg(&tag)
-            .env("CONTAINERS_CONF", containers_conf());
-        let out = build.output().expect("scripts/build-test-image");
-        assert!(
-            out.status.success(),
-            "build-test-image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        build_test_image(&tag);
         // From here on, dropping `c` (a failed assertion too) removes the image and container.
         let c = Container {
             image: tag,

@@ -145,6 +145,33 @@ impl Engine {
             .to_string()
     }
 
+    /// The offline test image ([`crate::container::build_test_image`]: busybox and this
+    /// build's `pitcrew-init`, nothing pulled) in this engine, under a tag of this test
+    /// process's own; docker gets it from podman's storage (`podman save` | `docker load`).
+    /// Removed when dropped.
+    pub fn test_image(&self) -> TestImage<'_> {
+        let tag = format!("localhost/pitcrew-test:engine-{}", std::process::id());
+        crate::container::build_test_image(&tag);
+        if self.kind == Kind::Docker {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let archive = dir.path().join("image.tar");
+            let archive = archive.to_str().expect("a UTF-8 temp path");
+            let saved = crate::container::podman(&[
+                "save",
+                "--format",
+                "docker-archive",
+                "--output",
+                archive,
+                &tag,
+            ]);
+            let _ = crate::container::podman(&["rmi", "--force", &tag]);
+            assert!(saved.status.success(), "podman save: {saved:?}");
+            let loaded = self.cli(&["load", "--input", archive]);
+            assert!(loaded.status.success(), "docker load: {loaded:?}");
+        }
+        TestImage { engine: self, tag }
+    }
+
     /// Whether the engine has a container named `name` (running or not).
     pub fn has_container(&self, name: &str) -> bool {
         self.cli(&["inspect", "--type", "container", name])
@@ -161,6 +188,28 @@ impl Engine {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+}
+
+/// The offline test image in an [`Engine`] ([`Engine::test_image`]).
+pub struct TestImage<'e> {
+    engine: &'e Engine,
+    /// Its reference, for `--image`.
+    pub tag: String,
+}
+
+impl Drop for TestImage<'_> {
+    /// Removes the image (podman: with the containers made from it); never panics.
+    fn drop(&mut self) {
+        let mut cmd = Command::new(self.engine.kind.name());
+        if self.engine.kind == Kind::Podman {
+            cmd.env("CONTAINERS_CONF", containers_conf());
+        }
+        let _ = cmd
+            .args(["rmi", "--force", &self.tag])
+            .envs(self.engine.env())
+            .stdin(Stdio::null())
+            .output();
     }
 }
 

@@ -1,5 +1,6 @@
 //! The command-line conventions of `pitcrew`'s operator commands on a real kept sandbox of the
-//! local engine: `ps --filter` and `--format`, `logs`, and the completion of sandbox ids.
+//! local engine: `ps --filter` and `--format`, `logs`, `-q` on `cancel`, `collect` and `down`,
+//! and the completion of sandbox ids.
 //!
 //! Needs root and PID namespaces; skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 
@@ -100,6 +101,16 @@ fn logs_prints_and_follows_a_local_sandboxs_supervisor_log_until_it_stops() {
     let printed = ok(&fx, &["logs", &id]);
     assert!(printed.contains("INFO"), "{printed}");
     assert_eq!(printed, std::fs::read_to_string(&log).unwrap());
+    // --json: one object per line, naming the sandbox, each line without its newline.
+    let json = ok(&fx, &["logs", &id, "--json"]);
+    let mut lines = String::new();
+    for object in json.lines() {
+        let v: serde_json::Value = serde_json::from_str(object).unwrap();
+        assert_eq!(v["sandbox"], id.as_str(), "{object}");
+        lines.push_str(v["line"].as_str().unwrap());
+        lines.push('\n');
+    }
+    assert_eq!(lines, printed);
 
     // Following: what a second run adds is printed, and `logs` ends when the sandbox stops.
     let follow = fx
@@ -127,6 +138,73 @@ fn logs_prints_and_follows_a_local_sandboxs_supervisor_log_until_it_stops() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pc-00000000"));
     ok(&fx, &["down", &id]);
+}
+
+#[test]
+fn quiet_cancel_collect_and_down_print_what_a_script_needs() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    // An iteration that runs until it is cancelled.
+    let fx = LocalFixture::new("touch running\nwhile :; do sleep 0.1; done", 1, "", false);
+    let h = fx.harness.to_str().unwrap();
+    let run = fx
+        .pitcrew(&["run", h, "--keep", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = fx.wait_sandbox();
+    let running = fx.sandbox_dir(&id).join("root/workspace/running");
+    assert!(
+        pitcrew_e2e::busy_wait(std::time::Duration::from_secs(30), || running.exists()),
+        "the agent never started"
+    );
+    // cancel -q: the id alone, as `podman stop` prints it.
+    assert_eq!(ok(&fx, &["-q", "cancel", &id]), format!("{id}\n"));
+    let out = run.wait_with_output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(doc["sandbox"], id.as_str(), "{doc:#}");
+    // Nothing runs now: under -q that is still an error on stderr, and stdout stays empty.
+    let idle = fx.output(&["-q", "cancel", &id]);
+    assert_eq!(idle.status.code(), Some(1));
+    assert!(idle.stdout.is_empty(), "{idle:?}");
+    assert!(
+        String::from_utf8_lossy(&idle.stderr).contains("nothing to cancel"),
+        "{idle:?}"
+    );
+
+    // collect -q: the record's directory alone.
+    let out_dir = fx.root.join("collected");
+    let printed = ok(
+        &fx,
+        &["-q", "collect", &id, "--out", out_dir.to_str().unwrap()],
+    );
+    let dest = std::fs::canonicalize(&out_dir).unwrap().join("iteration-1");
+    assert_eq!(printed, format!("{}\n", dest.display()));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dest.join("result.json")).unwrap()).unwrap();
+    assert_eq!(record["iteration"], 1, "{record:#}");
+    // --json wins over -q.
+    let json = ok(
+        &fx,
+        &[
+            "-q",
+            "collect",
+            &id,
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(summary["record_dir"], dest.to_str().unwrap(), "{summary:#}");
+
+    // down -q (and its alias rm): the id alone, as `podman rm` prints it.
+    assert_eq!(ok(&fx, &["-q", "rm", &id]), format!("{id}\n"));
+    assert!(!fx.sandbox_dir(&id).exists());
 }
 
 /// Bash's completion of `words` with `pitcrew completions bash` loaded (`PITCREW_STATE_DIR`

@@ -6,6 +6,8 @@
 //! writable, a daemon, `/dev/shm` entries, POSIX and System V queues, segments and semaphores
 //! left by one iteration are gone
 //! in the next, and a plugin changed through `<engine> exec` fails the next iteration with 96.
+//! `pitcrew logs` prints and follows a container sandbox's supervisor log (on the offline test
+//! image).
 //!
 //! Needs root, podman, and for docker `dockerd` (`.ci/run` installs docker.io and starts a
 //! private daemon per test, never the machine's); skipped otherwise, or a failure with
@@ -381,4 +383,116 @@ fn a_docker_run_leaves_no_container_behind() {
     if engines::require(Kind::Docker) {
         nothing_left(Kind::Docker);
     }
+}
+
+/// `pitcrew logs` on a container sandbox: the supervisor's log (PID 1's stderr, the container's
+/// output) as it logged it at `RUST_LOG=info` (passed into the container with `--pass-env`), as
+/// JSON objects with `--json`, and `--follow` ending when the sandbox is removed (`down`) or
+/// stopped (`down --keep`); a stopped sandbox still has its log, a removed one has none. Runs
+/// on the offline test image (`busybox`, this build's `pitcrew-init`) under a tag of its own.
+fn supervisor_log(kind: Kind) {
+    let engine = Engine::start(kind);
+    let image = engine.test_image();
+    let (_dir, harness) = harness("echo ran", 1, "");
+    let h = harness.to_str().unwrap();
+    let kept_sandbox = || {
+        let out = engine
+            .command(binary("pitcrew"))
+            .args(["run", h, "--engine", kind.name(), "--image", &image.tag])
+            .args(["--keep", "--json", "--pass-env", "RUST_LOG"])
+            .env("RUST_LOG", "info")
+            .output()
+            .expect("pitcrew");
+        let doc = json_of(&out);
+        assert_eq!(doc["exit_code"], 0, "{doc:#}");
+        doc["sandbox"].as_str().unwrap().to_string()
+    };
+    let ok = |args: &[&str]| {
+        let out = pitcrew(&engine, args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let follow = |id: &str| {
+        engine
+            .command(binary("pitcrew"))
+            .args(["logs", id, "--follow"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("pitcrew logs --follow")
+    };
+    let finished = |child: std::process::Child| {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "logs --follow: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+
+    // Removed: the log is there while it runs; following it ends with `down`.
+    let id = kept_sandbox();
+    let printed = ok(&["logs", &id]);
+    assert!(printed.contains("serve: listening on"), "{printed}");
+    assert!(printed.contains("iteration 1: exit 0"), "{printed}");
+    let json = ok(&["logs", &id, "--json"]);
+    let mut lines = String::new();
+    for object in json.lines() {
+        let v: Value = serde_json::from_str(object).unwrap();
+        assert_eq!(v["sandbox"], id.as_str(), "{object}");
+        lines.push_str(v["line"].as_str().unwrap());
+        lines.push('\n');
+    }
+    assert_eq!(lines, printed);
+    let following = follow(&id);
+    ok(&["down", &id]);
+    let followed = finished(following);
+    assert!(followed.starts_with(&printed), "{followed}");
+    let out = pitcrew(&engine, &["logs", &id, "--engine", kind.name()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&id),
+        "{out:?}"
+    );
+
+    // Stopped: following ends with the supervisor, and the stopped container keeps the log.
+    let id = kept_sandbox();
+    let following = follow(&id);
+    ok(&["down", &id, "--keep"]);
+    let followed = finished(following);
+    let after = ok(&["logs", &id]);
+    assert!(after.contains("serve: listening on"), "{after}");
+    assert!(after.contains("shutting down"), "{after}");
+    assert_eq!(followed, after);
+    ok(&["down", &id]);
+}
+
+#[test]
+fn logs_prints_and_follows_a_podman_sandboxs_supervisor_log() {
+    if engines::require(Kind::Podman) && test_image_buildable() {
+        supervisor_log(Kind::Podman);
+    }
+}
+
+#[test]
+fn logs_prints_and_follows_a_docker_sandboxs_supervisor_log() {
+    if engines::require(Kind::Docker) && test_image_buildable() {
+        supervisor_log(Kind::Docker);
+    }
+}
+
+/// The offline test image is built with podman from a static busybox.
+fn test_image_buildable() -> bool {
+    pitcrew_e2e::prerequisite(
+        pitcrew_e2e::container::podman_usable(),
+        "needs podman and a static busybox to build the offline test image (.ci/run installs \
+         podman and busybox-static)",
+    )
 }

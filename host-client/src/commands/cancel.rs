@@ -28,8 +28,9 @@ pub struct CancelArgs {
     pub all: bool,
 }
 
-/// Runs `pitcrew cancel`.
-pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew cancel`; `quiet` (the global `-q`) prints the id alone once something was
+/// sent, as `podman stop` does (nothing to cancel is still an error on stderr).
+pub fn run(args: &CancelArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let id = SandboxId(args.sandbox.clone());
     let engine = args.engine.engine_for(&id)?;
     let mut conn = engine.connect(&id)?;
@@ -68,6 +69,8 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<ExitCode> {
                 ""
             }
         );
+    } else if quiet {
+        outln!("{}", escape_controls(&id.0))?;
     } else if run_stopped {
         outln!(
             "sandbox {}: the run that drives it is stopped: {}no further iteration starts, and \

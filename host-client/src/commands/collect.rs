@@ -45,8 +45,8 @@ fn acknowledge(conn: &mut crate::engine::Connection, iteration: u32) -> anyhow::
         .map_err(|e| conn.explain(e))
 }
 
-/// Runs `pitcrew collect`.
-pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew collect`; `quiet` (the global `-q`) prints the record's directory alone.
+pub fn run(args: &CollectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let id = SandboxId(args.sandbox.clone());
     if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
         anyhow::bail!("--out {}: not a directory", out.display());
@@ -71,7 +71,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             });
             conn.close();
             let (record, dest) = res?;
-            return report_collected(args, &record, &dest);
+            return report_collected(args, quiet, &record, &dest);
         }
         // Its supervisor is gone: the record is read from the sandbox's storage, if the engine
         // can reach it.
@@ -103,7 +103,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             ))
         );
     }
-    report_collected(args, &record, &dest)
+    report_collected(args, quiet, &record, &dest)
 }
 
 /// Where a record of sandbox `id` goes without `--out`: the newest run directory of that
@@ -150,9 +150,11 @@ fn place(
     Ok((record, dest))
 }
 
-/// Prints what `collect` fetched.
+/// Prints what `collect` fetched: with `quiet`, the record's directory alone (what was
+/// stripped from its workspace goes to stderr, as `run -q` warns of it).
 fn report_collected(
     args: &CollectArgs,
+    quiet: bool,
     record: &pitcrew_core::result::IterationResult,
     dest: &std::path::Path,
 ) -> anyhow::Result<ExitCode> {
@@ -161,6 +163,11 @@ fn report_collected(
     summary.record_dir = Some(dest.display().to_string());
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&summary)?)?;
+    } else if quiet {
+        for line in summary.workspace_lines() {
+            errln!("pitcrew: {}", report::escape_controls(&line));
+        }
+        outln!("{}", report::escape_controls(&dest.display().to_string()))?;
     } else {
         let line = format!(
             "iteration {n}: exit {} ({}), {}{} → {}",

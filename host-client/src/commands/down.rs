@@ -33,8 +33,8 @@ pub struct DownArgs {
     pub json: bool,
 }
 
-/// Runs `pitcrew down`.
-pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
+/// Runs `pitcrew down`; `quiet` (the global `-q`) prints the id alone, as `podman rm` does.
+pub fn run(args: &DownArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let id = SandboxId(args.sandbox.clone());
     let engine = args.engine.engine_for(&id)?;
     if !args.force && !engine.owns(&id)? {
@@ -57,6 +57,10 @@ pub fn run(args: &DownArgs) -> anyhow::Result<ExitCode> {
         let id = escape_controls(&id.0);
         if let Some(why) = &outcome.warning {
             errln!("pitcrew: sandbox {id}: {}", escape_controls(why));
+        }
+        if quiet {
+            outln!("{id}")?;
+            return Ok(ExitCode::SUCCESS);
         }
         let state = if args.keep || outcome.state_kept {
             "kept"

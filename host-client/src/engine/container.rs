@@ -563,7 +563,9 @@ impl Engine for ContainerEngine {
 
     fn log_source(&self, id: &SandboxId, follow: bool) -> anyhow::Result<super::LogSource> {
         // PID 1's output is the container's: `<cli> logs`, which ends with the container when
-        // following.
+        // following (or when it is removed). An unknown id is an error naming it here, not the
+        // CLI's own error printed as if it were the log.
+        self.container(id)?;
         let mut cmd = Command::new(self.cli.program());
         cmd.arg("logs");
         if follow {
