@@ -12,6 +12,10 @@
 //!   them all.
 //! - **pi from 0.84** (0.87.1, 1.6.0): the same with `AGENTS.override.md` first, a regular file
 //!   only (a linked worktree's copy of the main repository's file aside).
+//! - **pi before 0.87.1** (no project trust) also reads the workdir's `.pi/SYSTEM.md` (its
+//!   system prompt), `.pi/APPEND_SYSTEM.md` and `.pi/settings.json` whatever its flags: the two
+//!   prompts are named with the context files, and `uploaded` sets all three back with them
+//!   (a `.pi` that is a symlink, which pi reads through, is removed).
 //! - **Claude Code** (`--setting-sources user`: no project memory, so no `CLAUDE.md`,
 //!   `.claude/CLAUDE.md`, `CLAUDE.local.md` or `.claude/rules/` of the repository, and no
 //!   `AGENTS.md`): its config dir's `CLAUDE.md` and `rules/**/*.md` (pinned files only after
@@ -58,6 +62,20 @@ const PI_OVERRIDE_NAMES: &[&str] = &[
     "CLAUDE.md",
     "CLAUDE.MD",
 ];
+
+/// The workdir's directory of pi's project files, and the files in it pi before 0.87.1 reads
+/// whatever its flags (no project trust): `SYSTEM.md` replaces its system prompt and
+/// `APPEND_SYSTEM.md` is appended to it (both named in the record), `settings.json` is merged
+/// into its settings. `uploaded` sets all three back like the context files.
+const PI_PROJECT_DIR: &str = ".pi";
+const PI_PROJECT_PROMPTS: &[&str] = &["SYSTEM.md", "APPEND_SYSTEM.md"];
+const PI_PROJECT_FILES: &[&str] = &["SYSTEM.md", "APPEND_SYSTEM.md", "settings.json"];
+
+/// Whether `manifest`'s runtime (release `version`) reads the workdir's `.pi/` files whatever
+/// its flags.
+fn reads_pi_project(manifest: &Manifest, version: Option<&str>) -> bool {
+    manifest.runtime == Runtime::Pi && PiFeatures::of(version).reads_project_files
+}
 
 /// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
 const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
@@ -264,6 +282,17 @@ pub struct Baseline {
     /// The iteration whose reap it followed.
     iteration: u32,
     kept: BTreeMap<PathBuf, Kept>,
+    /// pi before 0.87.1: the workdir's `.pi/` as it was (its files are in `kept`).
+    pi_dir: Option<PiDir>,
+}
+
+/// What the baseline holds of the workdir's `.pi/` directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PiDir {
+    /// Nothing there, or no directory: pi reads nothing through it.
+    Absent,
+    /// A directory, with its mode and owner.
+    Dir { mode: u32, uid: u32, gid: u32 },
 }
 
 impl Baseline {
@@ -282,44 +311,21 @@ impl Baseline {
         for (dir_path, _) in project_dirs(manifest) {
             let dir = open_dir(&dir_path)?;
             for name in names {
-                let path = dir_path.join(name);
-                match look(dir.as_fd(), name, &path)? {
-                    Found::File(st) => {
-                        let keep = MAX_KEPT_BYTES.min(MAX_KEPT_TOTAL - total);
-                        let hashed = hash_at(dir.as_fd(), name, &path, keep)?;
-                        total += hashed.content.as_ref().map_or(0, |c| c.len() as u64);
-                        kept.insert(
-                            path,
-                            Kept::File {
-                                sha256: hashed.sha256,
-                                size: hashed.size,
-                                mode: st.st_mode & 0o7777,
-                                uid: st.st_uid,
-                                gid: st.st_gid,
-                                content: hashed.content,
-                            },
-                        );
-                    }
-                    Found::Symlink(target, st) => {
-                        kept.insert(
-                            path,
-                            Kept::Symlink {
-                                target,
-                                uid: st.st_uid,
-                                gid: st.st_gid,
-                            },
-                        );
-                    }
-                    Found::Missing | Found::Dir | Found::Other(_) => {}
-                }
+                keep_entry(dir.as_fd(), &dir_path, name, &mut kept, &mut total)?;
             }
         }
+        let pi_dir = if reads_pi_project(manifest, version) {
+            Some(take_pi_dir(manifest, &mut kept, &mut total)?)
+        } else {
+            None
+        };
         Ok(Baseline {
             workdir: manifest.workdir.clone(),
             runtime: manifest.runtime,
             names,
             iteration,
             kept,
+            pi_dir,
         })
     }
 
@@ -328,6 +334,7 @@ impl Baseline {
         self.workdir == manifest.workdir
             && self.runtime == manifest.runtime
             && self.names == names(manifest.runtime, version)
+            && self.pi_dir.is_some() == reads_pi_project(manifest, version)
     }
 
     /// The iteration whose reap it followed.
@@ -342,47 +349,204 @@ impl Baseline {
         for (dir_path, _) in project_dirs(manifest) {
             let dir = open_dir(&dir_path)?;
             for name in self.names {
-                let path = dir_path.join(name);
-                let kept = self.kept.get(&path);
-                let found = look(dir.as_fd(), name, &path)?;
-                if same(dir.as_fd(), name, &path, kept, &found)? {
-                    continue;
-                }
-                if let Some(Kept::File {
-                    content: None,
-                    size,
-                    ..
-                }) = kept
-                {
-                    return Err(ContextError::TooLarge {
-                        path: path.display().to_string(),
-                        bytes: *size,
-                    });
-                }
-                if !matches!(found, Found::Missing) {
-                    crate::bounded_tree::remove_at(
-                        dir.as_fd(),
-                        OsStr::new(name),
-                        &dir_path.display().to_string(),
-                    )
-                    .map_err(|e| io_err(&path, "remove", std::io::Error::other(e.to_string())))?;
-                }
-                if let Some(kept) = kept {
-                    restore(dir.as_fd(), name, &path, kept)?;
-                }
-                done.push(ContextResetRecord {
-                    path: path.display().to_string(),
-                    action: if kept.is_some() {
-                        "restored"
-                    } else {
-                        "removed"
-                    }
-                    .to_string(),
-                    was: found.kind().to_string(),
-                });
+                self.reset_entry(dir.as_fd(), &dir_path, name, &mut done)?;
             }
         }
+        if let Some(pi_dir) = self.pi_dir {
+            self.reset_pi_dir(manifest, pi_dir, &mut done)?;
+        }
         Ok(done)
+    }
+
+    /// Sets `name` of `dir` (at `dir_path`) back to the baseline, recording it in `done` when
+    /// it differed.
+    fn reset_entry(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_path: &Path,
+        name: &str,
+        done: &mut Vec<ContextResetRecord>,
+    ) -> Result<(), ContextError> {
+        let path = dir_path.join(name);
+        let kept = self.kept.get(&path);
+        let found = look(dir, name, &path)?;
+        if same(dir, name, &path, kept, &found)? {
+            return Ok(());
+        }
+        if let Some(Kept::File {
+            content: None,
+            size,
+            ..
+        }) = kept
+        {
+            return Err(ContextError::TooLarge {
+                path: path.display().to_string(),
+                bytes: *size,
+            });
+        }
+        if !matches!(found, Found::Missing) {
+            remove(dir, name, dir_path, &path)?;
+        }
+        if let Some(kept) = kept {
+            restore(dir, name, &path, kept)?;
+        }
+        done.push(reset_record(&path, kept.is_some(), &found));
+        Ok(())
+    }
+
+    /// pi before 0.87.1: sets the workdir's `.pi/` files back to the baseline. A `.pi` that is
+    /// no longer the directory the baseline held (a symlink pi would read through, a file in
+    /// place of the directory) is removed, and the directory made again when the baseline held
+    /// one.
+    fn reset_pi_dir(
+        &self,
+        manifest: &Manifest,
+        pi_dir: PiDir,
+        done: &mut Vec<ContextResetRecord>,
+    ) -> Result<(), ContextError> {
+        let workdir = Path::new(&manifest.workdir);
+        let parent = open_dir(workdir)?;
+        let path = workdir.join(PI_PROJECT_DIR);
+        let found = look(parent.as_fd(), PI_PROJECT_DIR, &path)?;
+        match (&found, pi_dir) {
+            (Found::Dir, _) => {}
+            // Nothing pi reads through.
+            (Found::Missing | Found::File(_) | Found::Other(_), PiDir::Absent) => return Ok(()),
+            (Found::Symlink(..), PiDir::Absent) => {
+                remove(parent.as_fd(), PI_PROJECT_DIR, workdir, &path)?;
+                done.push(reset_record(&path, false, &found));
+                return Ok(());
+            }
+            (_, PiDir::Dir { mode, uid, gid }) => {
+                if !matches!(found, Found::Missing) {
+                    remove(parent.as_fd(), PI_PROJECT_DIR, workdir, &path)?;
+                }
+                make_dir(parent.as_fd(), PI_PROJECT_DIR, &path, mode, uid, gid)?;
+                done.push(reset_record(&path, true, &found));
+            }
+        }
+        let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+            .map_err(|e| io_err(&path, "open directory", e))?;
+        for name in PI_PROJECT_FILES {
+            self.reset_entry(dir.as_fd(), &path, name, done)?;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps `name` of `dir` (at `dir_path`) in `kept` when it is a regular file or a symlink,
+/// counting the content kept in `total`.
+fn keep_entry(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+    kept: &mut BTreeMap<PathBuf, Kept>,
+    total: &mut u64,
+) -> Result<(), ContextError> {
+    let path = dir_path.join(name);
+    match look(dir, name, &path)? {
+        Found::File(st) => {
+            let keep = MAX_KEPT_BYTES.min(MAX_KEPT_TOTAL - *total);
+            let hashed = hash_at(dir, name, &path, keep)?;
+            *total += hashed.content.as_ref().map_or(0, |c| c.len() as u64);
+            kept.insert(
+                path,
+                Kept::File {
+                    sha256: hashed.sha256,
+                    size: hashed.size,
+                    mode: st.st_mode & 0o7777,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                    content: hashed.content,
+                },
+            );
+        }
+        Found::Symlink(target, st) => {
+            kept.insert(
+                path,
+                Kept::Symlink {
+                    target,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                },
+            );
+        }
+        Found::Missing | Found::Dir | Found::Other(_) => {}
+    }
+    Ok(())
+}
+
+/// The baseline of the workdir's `.pi/` (pi before 0.87.1), its files kept in `kept`. A `.pi`
+/// that is a symlink stops the iteration: pi would read through it.
+fn take_pi_dir(
+    manifest: &Manifest,
+    kept: &mut BTreeMap<PathBuf, Kept>,
+    total: &mut u64,
+) -> Result<PiDir, ContextError> {
+    let workdir = Path::new(&manifest.workdir);
+    let parent = open_dir(workdir)?;
+    let path = workdir.join(PI_PROJECT_DIR);
+    match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
+        Found::Dir => {}
+        Found::Symlink(..) => {
+            return Err(ContextError::Dir(format!(
+                "{} is a symlink: pi would read its SYSTEM.md, APPEND_SYSTEM.md and \
+                 settings.json through it",
+                path.display()
+            )))
+        }
+        Found::Missing | Found::File(_) | Found::Other(_) => return Ok(PiDir::Absent),
+    }
+    let st = rustix::fs::statat(parent.as_fd(), PI_PROJECT_DIR, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| io_err(&path, "stat", e))?;
+    let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+        .map_err(|e| io_err(&path, "open directory", e))?;
+    for name in PI_PROJECT_FILES {
+        keep_entry(dir.as_fd(), &path, name, kept, total)?;
+    }
+    Ok(PiDir::Dir {
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    })
+}
+
+/// Removes `name` of `dir` (at `dir_path`) without following it.
+fn remove(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    dir_path: &Path,
+    path: &Path,
+) -> Result<(), ContextError> {
+    crate::bounded_tree::remove_at(dir, OsStr::new(name), &dir_path.display().to_string())
+        .map(|_| ())
+        .map_err(|e| io_err(path, "remove", std::io::Error::other(e.to_string())))
+}
+
+/// Makes the directory `name` of `dir` with `mode` and owner, where nothing is now.
+fn make_dir(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+) -> Result<(), ContextError> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
+        .map_err(|e| io_err(path, "mkdir", e))?;
+    let fd = crate::bounded_tree::open_dir_at(dir, OsStr::new(name))
+        .map_err(|e| io_err(path, "open directory", e))?;
+    rustix::fs::fchown(&fd, Some(uid_of(uid)), Some(gid_of(gid)))
+        .map_err(|e| io_err(path, "chown", e))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| io_err(path, "chmod", e))
+}
+
+/// The record of `path` set back: `restored` when the baseline held it, else `removed`.
+fn reset_record(path: &Path, restored: bool, found: &Found) -> ContextResetRecord {
+    ContextResetRecord {
+        path: path.display().to_string(),
+        action: if restored { "restored" } else { "removed" }.to_string(),
+        was: found.kind().to_string(),
     }
 }
 
@@ -570,6 +734,9 @@ pub fn prepare(
                     }
                 }
             }
+            if reads_pi_project(manifest, version) {
+                pi_prompts(Path::new(&manifest.workdir), read)?;
+            }
         }
         Runtime::Claude => {
             let user = config.join("CLAUDE.md");
@@ -594,6 +761,32 @@ pub fn prepare(
         Runtime::Command => {}
     }
     Ok(Some(prepared))
+}
+
+/// pi before 0.87.1: the workdir's `.pi/SYSTEM.md` and `.pi/APPEND_SYSTEM.md` it will read,
+/// named in `read` (a `.pi` that is a symlink, which pi reads through, named as one).
+fn pi_prompts(workdir: &Path, read: &mut Vec<ContextFileRecord>) -> Result<(), ContextError> {
+    let parent = open_dir(workdir)?;
+    let path = workdir.join(PI_PROJECT_DIR);
+    match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
+        Found::Dir => {
+            let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+                .map_err(|e| io_err(&path, "open directory", e))?;
+            for name in PI_PROJECT_PROMPTS {
+                read.extend(read_entry(dir.as_fd(), name, &path.join(name), "workdir")?);
+            }
+        }
+        Found::Symlink(..) => {
+            read.extend(read_entry(
+                parent.as_fd(),
+                PI_PROJECT_DIR,
+                &path,
+                "workdir",
+            )?);
+        }
+        Found::Missing | Found::File(_) | Found::Other(_) => {}
+    }
+    Ok(())
 }
 
 /// Claude Code's user rules: every `*.md` below `rules/` of its config dir (`path`, in

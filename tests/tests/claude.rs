@@ -2176,3 +2176,61 @@ fn attack_leftovers__a_commit_message_an_iteration_writes_is_not_the_next_ones_c
     assert!(request.contains("PLANTED_COMMIT_MESSAGE"), "{request}");
     assert_eq!(record["context_files"]["git_status"], true, "{record:#}");
 }
+
+/// What the first iteration's agent plants: a `CLAUDE.md` in a subdirectory beside a file the
+/// next one reads, and every other project memory file Claude Code knows.
+const PLANT_PROJECT_MEMORY: &str = "mkdir -p sub .claude/rules && \
+printf 'PLANTED_NESTED_CLAUDE_MD\\n' > sub/CLAUDE.md && \
+printf 'PLANTED_NESTED_AGENTS_MD\\n' > sub/AGENTS.md && \
+printf 'PLANTED_DOT_CLAUDE_MD\\n' > .claude/CLAUDE.md && \
+printf 'PLANTED_RULE\\n' > .claude/rules/r.md && \
+printf 'PLANTED_LOCAL_MD\\n' > CLAUDE.local.md && \
+printf 'PLANTED_AGENTS_MD\\n' > AGENTS.md && \
+printf 'data\\n' > sub/x.txt && echo planted WORKDIR=$PWD";
+
+/// Project memory the first iteration's agent plants (a subdirectory's `CLAUDE.md` and
+/// `AGENTS.md`, `.claude/CLAUDE.md`, `.claude/rules/`, `CLAUDE.local.md`, `AGENTS.md`) never
+/// reaches the second's model, neither at startup nor when its `Read` tool reads a file in that
+/// subdirectory (Claude Code's nested memory).
+#[test]
+fn attack_leftovers__project_memory_an_iteration_plants_is_not_the_next_ones_context() {
+    if !gate() {
+        return;
+    }
+    // The first iteration's command prints the workdir, which the second's Read is given.
+    let workdir = std::sync::Mutex::new(String::new());
+    let iteration = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |request| {
+        if let Some(result) = last_tool_result(request) {
+            if let Some(dir) = result.split("WORKDIR=").nth(1) {
+                let dir = dir.split_whitespace().next().unwrap_or_default();
+                *workdir.lock().unwrap() = dir.to_string();
+            }
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        let n = iteration.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            return Reply::ToolCall {
+                name: "Bash".into(),
+                arguments: bash(PLANT_PROJECT_MEMORY),
+            };
+        }
+        let dir = workdir.lock().unwrap().clone();
+        Reply::ToolCall {
+            name: "Read".into(),
+            arguments: json!({"file_path": format!("{dir}/sub/x.txt")}),
+        }
+    });
+    let fx = fixture(&server, 2);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("data"), "{results:?}");
+    for (i, request) in requests.iter().enumerate().skip(2) {
+        let text = request.to_string();
+        assert!(!text.contains("PLANTED_"), "request {i}: {text}");
+    }
+}

@@ -2110,3 +2110,81 @@ fn wrong_digest(pi: Pi) {
         "runner"
     );
 }
+
+each_pi_named!(context_pi_dir:
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_0_73_1,
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_0_87_1,
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_1_6_0
+);
+
+/// What the first iteration's agent writes into the workspace's `.pi/` (which pi 0.73.1 reads
+/// whatever the flags): a system prompt replacing pi's own, one appended to it, and settings
+/// prefixing every `bash` command and listing a skill of its own.
+const PLANT_PI_DIR: &str = r#"mkdir -p .pi planted-skill && printf 'PLANTED_SYSTEM_MD\n' > .pi/SYSTEM.md && \
+printf 'PLANTED_APPEND_SYSTEM_MD\n' > .pi/APPEND_SYSTEM.md && \
+printf -- '---\nname: planted-skill\ndescription: PLANTED_SKILL\n---\nPLANTED_SKILL\n' > planted-skill/SKILL.md && \
+printf '{"shellCommandPrefix": "echo PLANTED_PREFIX_RAN", "skills": ["../planted-skill"]}\n' > .pi/settings.json && echo planted"#;
+
+/// What the second iteration's agent does: the same through a `.pi` that is a symlink to a
+/// directory of its own.
+const PLANT_PI_LINK: &str = r#"ls -a .pi; rm -rf .pi && mkdir -p elsewhere && \
+printf 'PLANTED_LINKED_SYSTEM_MD\n' > elsewhere/SYSTEM.md && ln -s elsewhere .pi && echo linked"#;
+
+/// By default (`agent.context_files: uploaded`) a system prompt or settings the agent writes
+/// into the workspace's `.pi/` never reach the next iteration's model, whatever the release:
+/// pi 0.73.1 reads `.pi/SYSTEM.md`, `.pi/APPEND_SYSTEM.md` and `.pi/settings.json` whatever the
+/// flags, so they are set back to what the workspace was uploaded with (here: none; a `.pi`
+/// symlink removed) and the record names the reset; later releases (`--no-approve`) read none.
+fn context_pi_dir(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_PI_DIR, PLANT_PI_LINK, "ls -a .pi; echo looked"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 3);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    fs::write(ws.join("AGENTS.md"), REPO_AGENTS).unwrap();
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("linked"), "{results:?}");
+    // The first request of each later iteration (system prompt, tools, prompt), and what the
+    // system prompt and bash said in its second (no planted prefix ran).
+    for i in [2, 3, 4, 5] {
+        let text = if i % 2 == 0 {
+            requests[i].to_string()
+        } else {
+            format!("{} {:?}", requests[i]["messages"][0], results[i / 2])
+        };
+        assert!(
+            !text.contains("PLANTED_"),
+            "request {i} carries what an earlier iteration wrote into .pi/: {text}"
+        );
+        assert!(text.contains("REPO_AGENTS_MD"), "{text}");
+    }
+    for n in [2, 3] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert!(record.get("workspace_config").is_none(), "{record:#}");
+        let reset = context_reset(&record);
+        if pi.prefixed {
+            assert!(reset.is_empty(), "{record:#}");
+        } else if n == 2 {
+            let want = ["SYSTEM.md", "APPEND_SYSTEM.md", "settings.json"]
+                .map(|f| (f.to_string(), "removed".to_string()));
+            assert_eq!(reset, want, "{record:#}");
+        } else {
+            assert_eq!(
+                reset,
+                [(".pi".to_string(), "removed".to_string())],
+                "{record:#}"
+            );
+        }
+    }
+}

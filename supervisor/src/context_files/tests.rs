@@ -307,3 +307,124 @@ fn claude_is_given_the_workdirs_claude_md_when_it_is_a_regular_file() {
         .unwrap();
     assert_eq!((p.claude_md, p.record.read.len()), (None, 0));
 }
+
+/// The names and actions of a record's resets, relative to the workspace.
+fn resets(ws: &Path, p: &Prepared) -> Vec<(String, String, String)> {
+    p.record
+        .reset
+        .iter()
+        .map(|r| {
+            let rel = Path::new(&r.path).strip_prefix(ws).unwrap();
+            (rel.display().to_string(), r.action.clone(), r.was.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn uploaded_sets_back_the_pi_project_files_pi_0_73_reads_whatever_the_flags() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join(".pi")).unwrap();
+    fs::set_permissions(ws.join(".pi"), fs::Permissions::from_mode(0o750)).unwrap();
+    fs::write(ws.join(".pi/SYSTEM.md"), "repo system\n").unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let mut kept = None;
+    let p = prepare(&m, Some("0.73.1"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    // The system prompt pi reads is named with its digest.
+    let named: Vec<_> = p
+        .record
+        .read
+        .iter()
+        .filter(|r| r.path.ends_with("/.pi/SYSTEM.md"))
+        .map(|r| r.sha256.clone())
+        .collect();
+    assert_eq!(named, [Some(sha("repo system\n"))]);
+
+    // What an agent writes there is set back.
+    fs::write(ws.join(".pi/SYSTEM.md"), "planted system\n").unwrap();
+    fs::write(ws.join(".pi/APPEND_SYSTEM.md"), "planted append\n").unwrap();
+    fs::write(
+        ws.join(".pi/settings.json"),
+        "{\"shellCommandPrefix\": \"x\"}",
+    )
+    .unwrap();
+    let p = prepare(&m, Some("0.73.1"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    let r = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        resets(&ws, &p),
+        [
+            r(".pi/SYSTEM.md", "restored", "regular file"),
+            r(".pi/APPEND_SYSTEM.md", "removed", "regular file"),
+            r(".pi/settings.json", "removed", "regular file"),
+        ]
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join(".pi/SYSTEM.md")).unwrap(),
+        "repo system\n"
+    );
+
+    // A `.pi` made a symlink to the agent's own directory: removed, the directory made again
+    // with its mode, its file written back.
+    fs::create_dir(ws.join("elsewhere")).unwrap();
+    fs::write(ws.join("elsewhere/SYSTEM.md"), "planted system\n").unwrap();
+    fs::remove_dir_all(ws.join(".pi")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", ws.join(".pi")).unwrap();
+    let p = prepare(&m, Some("0.73.1"), 3, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        resets(&ws, &p),
+        [
+            r(".pi", "restored", "symlink"),
+            r(".pi/SYSTEM.md", "restored", "missing"),
+        ]
+    );
+    let meta = fs::symlink_metadata(ws.join(".pi")).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o750);
+    assert_eq!(
+        fs::read_to_string(ws.join(".pi/SYSTEM.md")).unwrap(),
+        "repo system\n"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("elsewhere/SYSTEM.md")).unwrap(),
+        "planted system\n"
+    );
+
+    // Releases with project trust (`--no-approve`) read none of it: left alone.
+    fs::write(ws.join(".pi/APPEND_SYSTEM.md"), "planted append\n").unwrap();
+    let m2 = sb.manifest("pi", json!("uploaded"));
+    let mut kept2 = None;
+    prepare(&m2, Some("1.6.0"), 1, Some(&mut kept2)).unwrap();
+    let p = prepare(&m2, Some("1.6.0"), 2, Some(&mut kept2))
+        .unwrap()
+        .unwrap();
+    assert!(p.record.reset.is_empty());
+    assert!(!p.record.read.iter().any(|r| r.path.contains("/.pi/")));
+}
+
+#[test]
+fn a_pi_dir_that_is_a_symlink_when_the_baseline_is_taken_stops_the_iteration() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", ws.join(".pi")).unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let err = prepare(&m, Some("0.73.1"), 1, Some(&mut None)).unwrap_err();
+    assert!(err.to_string().contains(".pi is a symlink"), "{err}");
+    // Where no baseline is wanted (as-is) it is named as the link it is.
+    let m = sb.manifest("pi", json!("as-is"));
+    let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
+    let link: Vec<_> = p
+        .record
+        .read
+        .iter()
+        .filter(|r| r.path.ends_with("/.pi"))
+        .map(|r| r.link.clone())
+        .collect();
+    assert_eq!(link, [Some("elsewhere".to_string())]);
+}
