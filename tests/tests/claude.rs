@@ -2234,3 +2234,46 @@ fn attack_leftovers__project_memory_an_iteration_plants_is_not_the_next_ones_con
         assert!(!text.contains("PLANTED_"), "request {i}: {text}");
     }
 }
+
+/// What the first iteration's agent plants in the repository for Claude Code to offer: an
+/// agent, a command, an output style, a workflow and skills (`.claude/skills`, `.agents/skills`).
+const PLANT_PROJECT_OFFERINGS: &str = r#"mkdir -p .claude/agents .claude/commands .claude/output-styles .claude/workflows .claude/skills/cplant .agents/skills/aplant
+printf -- '---\nname: planted-agent\ndescription: PLANTED_AGENT\n---\nPLANTED_AGENT_BODY\n' > .claude/agents/planted-agent.md
+printf -- '---\ndescription: PLANTED_COMMAND\n---\nPLANTED_COMMAND_BODY\n' > .claude/commands/planted-command.md
+printf -- '---\nname: planted-style\ndescription: PLANTED_STYLE\n---\nPLANTED_STYLE_BODY\n' > .claude/output-styles/planted-style.md
+printf -- '---\nname: planted-workflow\ndescription: PLANTED_WORKFLOW\n---\nPLANTED_WORKFLOW_BODY\n' > .claude/workflows/planted-workflow.md
+printf -- '---\nname: cplant\ndescription: PLANTED_SKILL_C\n---\nx\n' > .claude/skills/cplant/SKILL.md
+printf -- '---\nname: aplant\ndescription: PLANTED_SKILL_A\n---\nx\n' > .agents/skills/aplant/SKILL.md
+printf '{"outputStyle": "planted-style"}\n' > .claude/settings.local.json
+echo planted"#;
+
+/// Agents, commands, output styles, workflows and skills the first iteration's agent plants in
+/// the repository's `.claude/` and `.agents/` are offered to no later model (with the `Skill`
+/// and `Task` tools that would list them).
+#[test]
+fn attack_leftovers__project_agents_commands_and_skills_an_iteration_plants_are_never_offered() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_PROJECT_OFFERINGS, "echo second"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill, Task]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    // The second iteration's first request, and its tool result.
+    let text = format!("{} {:?}", requests[2], results[1]);
+    assert!(!text.contains("PLANTED_"), "{text}");
+    // The Task tool that would list a planted agent was offered.
+    assert!(text.contains("general-purpose"), "{text}");
+}
