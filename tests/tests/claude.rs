@@ -2277,3 +2277,37 @@ fn attack_leftovers__project_agents_commands_and_skills_an_iteration_plants_are_
     // The Task tool that would list a planted agent was offered.
     assert!(text.contains("general-purpose"), "{text}");
 }
+
+/// What the first iteration's agent plants in the workspace's git repository: commands git runs
+/// on its own (`core.fsmonitor` on any index refresh, a `post-checkout` hook, an external
+/// diff), each leaving a marker, and a commit so the repository has a head.
+const PLANT_GIT_COMMANDS: &str = r#"git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init &&
+m="$PWD/GIT_RAN"; mkdir -p .git/hooks &&
+printf '#!/bin/sh\necho hook >> %s\n' "$m" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout &&
+git config core.fsmonitor "echo fsmonitor >> $m; false" &&
+git config diff.external "sh -c 'echo diff >> $m'" &&
+git config core.pager "sh -c 'echo pager >> $m; cat'" &&
+echo planted"#;
+
+/// Commands the first iteration's agent plants in the workspace's git configuration are not run
+/// by Claude Code when the next iteration starts (before its model asks for anything).
+#[test]
+fn attack_leftovers__git_commands_an_iteration_plants_never_run_when_the_next_one_starts() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            PLANT_GIT_COMMANDS,
+            "cat GIT_RAN 2>/dev/null || echo NOTHING_RAN",
+        ],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("NOTHING_RAN"), "{results:?}");
+}
