@@ -36,9 +36,12 @@
 //! up (the config dir is the config reset's), a context file the agent created is removed,
 //! and one it changed, removed, or replaced (content, mode, owner, type) is written back from
 //! the baseline; the record names each. A directory by such a name is left alone: no release
-//! reads one. Nothing is followed or read through a link.
+//! reads one. Nothing is followed or read through a link, except to name what pi reads through
+//! one: a symlink pi reads is named with the digest of what it leads to, and one it passes over
+//! (dangling, not a regular file, unreadable to the agent) is not named, so the name pi reads
+//! next is.
 
-use crate::manifest::{ContextFiles, Manifest, Runtime, RuntimeDirPaths};
+use crate::manifest::{AgentUser, ContextFiles, Manifest, Runtime, RuntimeDirPaths};
 use crate::result::{ContextFileRecord, ContextFilesRecord, ContextResetRecord};
 use crate::runtime_version::PiFeatures;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -226,6 +229,11 @@ fn hash_at(
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(io_err(path, "open", Errno::INVAL));
     }
+    hash_fd(fd, path, keep)
+}
+
+/// The digest and size of the open regular file `fd`, and its content up to `keep` bytes.
+fn hash_fd(fd: OwnedFd, path: &Path, keep: u64) -> Result<Hashed, ContextError> {
     let mut file = std::fs::File::from(fd);
     let mut hasher = Sha256::new();
     let mut content = Vec::new();
@@ -726,7 +734,8 @@ pub fn prepare(
                 let dir = open_dir(&dir_path)?;
                 for name in names {
                     let path = dir_path.join(name);
-                    if let Some(entry) = read_entry(dir.as_fd(), name, &path, scope)? {
+                    if let Some(entry) = pi_entry(dir.as_fd(), name, &path, scope, &manifest.user)?
+                    {
                         if !read.iter().any(|r| r.path == entry.path) {
                             read.push(entry);
                         }
@@ -735,7 +744,7 @@ pub fn prepare(
                 }
             }
             if reads_pi_project(manifest, version) {
-                pi_prompts(Path::new(&manifest.workdir), read)?;
+                pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
             }
         }
         Runtime::Claude => {
@@ -765,17 +774,16 @@ pub fn prepare(
 
 /// pi before 0.87.1: the workdir's `.pi/SYSTEM.md` and `.pi/APPEND_SYSTEM.md` it will read,
 /// named in `read` (a `.pi` that is a symlink, which pi reads through, named as one).
-fn pi_prompts(workdir: &Path, read: &mut Vec<ContextFileRecord>) -> Result<(), ContextError> {
+fn pi_prompts(
+    workdir: &Path,
+    user: &AgentUser,
+    read: &mut Vec<ContextFileRecord>,
+) -> Result<(), ContextError> {
     let parent = open_dir(workdir)?;
     let path = workdir.join(PI_PROJECT_DIR);
-    match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
-        Found::Dir => {
-            let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
-                .map_err(|e| io_err(&path, "open directory", e))?;
-            for name in PI_PROJECT_PROMPTS {
-                read.extend(read_entry(dir.as_fd(), name, &path.join(name), "workdir")?);
-            }
-        }
+    let dir = match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
+        Found::Dir => crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+            .map_err(|e| io_err(&path, "open directory", e))?,
         Found::Symlink(..) => {
             read.extend(read_entry(
                 parent.as_fd(),
@@ -783,10 +791,84 @@ fn pi_prompts(workdir: &Path, read: &mut Vec<ContextFileRecord>) -> Result<(), C
                 &path,
                 "workdir",
             )?);
+            // pi reads through it: what it finds there is named too.
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            match rustix::fs::openat(parent.as_fd(), PI_PROJECT_DIR, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(_) => return Ok(()),
+            }
         }
-        Found::Missing | Found::File(_) | Found::Other(_) => {}
+        Found::Missing | Found::File(_) | Found::Other(_) => return Ok(()),
+    };
+    for name in PI_PROJECT_PROMPTS {
+        read.extend(pi_entry(
+            dir.as_fd(),
+            name,
+            &path.join(name),
+            "workdir",
+            user,
+        )?);
     }
     Ok(())
+}
+
+/// The most bytes of a file read through a symlink that are hashed for the record (past it the
+/// link is named with its size only).
+const MAX_LINKED_HASH: u64 = 64 << 20;
+
+/// The record entry of a file pi would read as `name` of `dir`: as [`read_entry`] for what is
+/// not a symlink. pi follows a symlink, and passes over one that leads to nothing it can read
+/// as a regular file (dangling, a directory, a file the agent may not read) to try the next
+/// name: such a link is `None`, so the search goes on as pi's does; one it reads is named with
+/// its target and the digest and size of what it leads to, opened by the supervisor following
+/// the link (without blocking on a fifo), checked to be a regular file the agent's uid or
+/// groups may read by its mode.
+fn pi_entry(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    scope: &str,
+    user: &AgentUser,
+) -> Result<Option<ContextFileRecord>, ContextError> {
+    let Found::Symlink(target, _) = look(dir, name, path)? else {
+        return read_entry(dir, name, path, scope);
+    };
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir, name, flags, Mode::empty()) else {
+        return Ok(None);
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || !agent_may_read(&st, user) {
+        return Ok(None);
+    }
+    let mut record = ContextFileRecord {
+        path: path.display().to_string(),
+        scope: scope.to_string(),
+        sha256: None,
+        bytes: Some(st.st_size as u64),
+        link: Some(target.to_string_lossy().into_owned()),
+    };
+    if (st.st_size as u64) <= MAX_LINKED_HASH {
+        let hashed = hash_fd(fd, path, 0)?;
+        record.sha256 = Some(hex::encode(hashed.sha256));
+        record.bytes = Some(hashed.size);
+    }
+    Ok(Some(record))
+}
+
+/// Whether the agent's uid or groups may read a file of this owner and mode (root may read
+/// anything).
+fn agent_may_read(st: &rustix::fs::Stat, user: &AgentUser) -> bool {
+    if user.uid == 0 {
+        return true;
+    }
+    if st.st_uid == user.uid {
+        return st.st_mode & 0o400 != 0;
+    }
+    if st.st_gid == user.gid || user.groups.contains(&st.st_gid) {
+        return st.st_mode & 0o040 != 0;
+    }
+    st.st_mode & 0o004 != 0
 }
 
 /// Claude Code's user rules: every `*.md` below `rules/` of its config dir (`path`, in

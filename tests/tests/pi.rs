@@ -2188,3 +2188,58 @@ fn context_pi_dir(pi: Pi) {
         }
     }
 }
+
+each_pi_named!(context_links_as_is:
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_0_73_1,
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_0_87_1,
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_1_6_0
+);
+
+/// The first iteration's agent: an `AGENTS.md` that is a dangling symlink (pi passes over it)
+/// in front of a `CLAUDE.md` it writes.
+const PLANT_DANGLING: &str =
+    "ln -s gone.md AGENTS.md && printf 'PLANTED_BEHIND_LINK\\n' > CLAUDE.md && echo planted";
+
+/// The second's: `AGENTS.md` a symlink to a file of its own elsewhere in the workspace.
+const PLANT_LINKED: &str = "rm AGENTS.md CLAUDE.md && mkdir -p notes && \
+printf 'PLANTED_THROUGH_LINK\\n' > notes/real.md && ln -s notes/real.md AGENTS.md && echo linked";
+
+/// `agent.context_files: as-is`: every context file pi reads is named with the SHA-256 of what
+/// it read, when it reads one past a symlink it passes over (a dangling `AGENTS.md` in front of
+/// a `CLAUDE.md`) and when it reads one through a symlink (`AGENTS.md -> notes/real.md`).
+fn context_links_as_is(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_DANGLING, PLANT_LINKED, "echo third"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 3);
+    fx.agent_option("tools: [bash]");
+    fx.agent_option("context_files: as-is");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[1].contains("linked"), "{results:?}");
+    for (n, marker) in [(2, "PLANTED_BEHIND_LINK"), (3, "PLANTED_THROUGH_LINK")] {
+        let system = requests[(n - 1) * 2]["messages"][0].to_string();
+        assert!(system.contains(marker), "iteration {n}: {system}");
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let digests: Vec<String> = record["context_files"]["read"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["scope"] == "workdir")
+            .filter_map(|r| r["sha256"].as_str().map(str::to_string))
+            .collect();
+        assert!(
+            digests.contains(&sha256_of(&format!("{marker}\n"))),
+            "iteration {n}: the model read {marker}, the record does not name its digest: {:#}",
+            record["context_files"]
+        );
+    }
+}

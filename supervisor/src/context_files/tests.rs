@@ -91,16 +91,38 @@ fn as_is_names_what_pi_reads_first_in_each_directory_with_its_digest() {
     assert!(p.record.reset.is_empty() && p.record.baseline_iteration.is_none());
     assert_eq!(p.claude_md, None);
 
-    // A symlink is named with its target, never followed; pi 0.73 knows no override.
+    // A symlink pi reads through is named with its target and the digest of what it leads to;
+    // pi 0.73 knows no override.
     fs::remove_dir(ws.join("AGENTS.override.md")).unwrap();
     fs::write(ws.join("AGENTS.override.md"), "override\n").unwrap();
     fs::remove_file(ws.join("AGENTS.md")).unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", ws.join("AGENTS.md")).unwrap();
+    fs::write(sb.dir.path().join("linked.md"), "linked\n").unwrap();
+    std::os::unix::fs::symlink("../linked.md", ws.join("AGENTS.md")).unwrap();
     let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
     let workdir = p.record.read.last().unwrap();
     assert_eq!(workdir.path, ws.join("AGENTS.md").display().to_string());
-    assert_eq!(workdir.link.as_deref(), Some("/etc/passwd"));
-    assert_eq!(workdir.sha256, None);
+    assert_eq!(workdir.link.as_deref(), Some("../linked.md"));
+    assert_eq!(workdir.sha256.as_deref(), Some(sha("linked\n").as_str()));
+    assert_eq!(workdir.bytes, Some(7));
+    // One pi passes over (dangling, a file the agent may not read, a directory) is not named:
+    // the next name pi reads is.
+    for target in ["gone.md", "../secret.md", "/"] {
+        fs::write(sb.dir.path().join("secret.md"), "secret\n").unwrap();
+        fs::set_permissions(
+            sb.dir.path().join("secret.md"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        fs::remove_file(ws.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink(target, ws.join("AGENTS.md")).unwrap();
+        let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
+        let workdir = p.record.read.last().unwrap();
+        assert!(
+            workdir.path.ends_with("/ws/CLAUDE.md"),
+            "{target}: {workdir:?}"
+        );
+        assert_eq!(workdir.sha256.as_deref(), Some(sha("claude\n").as_str()));
+    }
     let p = prepare(&m, Some("0.87.1"), 1, None).unwrap().unwrap();
     let workdir = p.record.read.last().unwrap();
     assert!(
