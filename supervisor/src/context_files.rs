@@ -123,6 +123,15 @@ pub enum ContextError {
         /// Its size in the baseline.
         bytes: u64,
     },
+    /// A symlink of the baseline now leads to other content (its target was written).
+    #[error(
+        "{path} is a symlink the run began with, and what it leads to changed since; the \
+         supervisor writes nothing through a link (agent.context_files: as-is runs with it)"
+    )]
+    ChangedThroughLink {
+        /// The symlink.
+        path: String,
+    },
 }
 
 fn io_err(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> ContextError {
@@ -277,6 +286,8 @@ enum Kept {
         target: OsString,
         uid: u32,
         gid: u32,
+        /// The digest of what it led to: a regular file, up to [`MAX_LINKED_HASH`] bytes.
+        leads_to: Option<[u8; 32]>,
     },
 }
 
@@ -379,6 +390,13 @@ impl Baseline {
         let kept = self.kept.get(&path);
         let found = look(dir, name, &path)?;
         if same(dir, name, &path, kept, &found)? {
+            if let Some(Kept::Symlink { leads_to, .. }) = kept {
+                if linked_digest(dir, name, &path)? != *leads_to {
+                    return Err(ContextError::ChangedThroughLink {
+                        path: path.display().to_string(),
+                    });
+                }
+            }
             return Ok(());
         }
         if let Some(Kept::File {
@@ -470,12 +488,14 @@ fn keep_entry(
             );
         }
         Found::Symlink(target, st) => {
+            let leads_to = linked_digest(dir, name, &path)?;
             kept.insert(
                 path,
                 Kept::Symlink {
                     target,
                     uid: st.st_uid,
                     gid: st.st_gid,
+                    leads_to,
                 },
             );
         }
@@ -587,9 +607,12 @@ fn same(
                 // One the supervisor cannot read (the unprivileged mode, mode 000) differs.
                 && hash_at(dir, name, path, 0).is_ok_and(|h| h.sha256 == *sha256)
         }
-        (Some(Kept::Symlink { target, uid, gid }), Found::Symlink(now, st)) => {
-            now == target && (st.st_uid, st.st_gid) == (*uid, *gid)
-        }
+        (
+            Some(Kept::Symlink {
+                target, uid, gid, ..
+            }),
+            Found::Symlink(now, st),
+        ) => now == target && (st.st_uid, st.st_gid) == (*uid, *gid),
         (Some(_), _) => false,
     })
 }
@@ -621,7 +644,9 @@ fn restore(dir: BorrowedFd<'_>, name: &str, path: &Path, kept: &Kept) -> Result<
             file.write_all(content.as_deref().unwrap_or_default())
                 .map_err(|e| io_err(path, "write", e))?;
         }
-        Kept::Symlink { target, uid, gid } => {
+        Kept::Symlink {
+            target, uid, gid, ..
+        } => {
             rustix::fs::symlinkat(target.as_os_str(), dir, name)
                 .map_err(|e| io_err(path, "symlink", e))?;
             rustix::fs::chownat(
@@ -854,6 +879,26 @@ fn pi_entry(
         record.bytes = Some(hashed.size);
     }
     Ok(Some(record))
+}
+
+/// The digest of what the symlink `name` of `dir` leads to when it is a regular file of at most
+/// [`MAX_LINKED_HASH`] bytes (opened following it, without blocking on a fifo), else `None`.
+fn linked_digest(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+) -> Result<Option<[u8; 32]>, ContextError> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir, name, flags, Mode::empty()) else {
+        return Ok(None);
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_size as u64 > MAX_LINKED_HASH
+    {
+        return Ok(None);
+    }
+    Ok(Some(hash_fd(fd, path, 0)?.sha256))
 }
 
 /// Whether the agent's uid or groups may read a file of this owner and mode (root may read

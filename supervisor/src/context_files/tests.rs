@@ -450,3 +450,44 @@ fn a_pi_dir_that_is_a_symlink_when_the_baseline_is_taken_stops_the_iteration() {
         .collect();
     assert_eq!(link, [Some("elsewhere".to_string())]);
 }
+
+#[test]
+fn uploaded_stops_when_a_baseline_symlink_leads_to_changed_content() {
+    // A workspace the run did not upload may hold a context file that is a symlink to another
+    // file of the repository (`AGENTS.md -> docs/rules.md`), which is no context file by name.
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join("docs")).unwrap();
+    fs::write(ws.join("docs/rules.md"), "repo rules\n").unwrap();
+    std::os::unix::fs::symlink("docs/rules.md", ws.join("AGENTS.md")).unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let mut kept = None;
+    let p = prepare(&m, Some("1.6.0"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    let workdir = p.record.read.last().unwrap();
+    assert_eq!(
+        workdir.sha256.as_deref(),
+        Some(sha("repo rules\n").as_str())
+    );
+    // Unchanged: nothing to do.
+    let p = prepare(&m, Some("1.6.0"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert!(p.record.reset.is_empty());
+    // The agent writes the link's target: the iteration stops rather than launch with it.
+    fs::write(ws.join("docs/rules.md"), "planted\n").unwrap();
+    let err = prepare(&m, Some("1.6.0"), 3, Some(&mut kept)).unwrap_err();
+    assert!(
+        matches!(err, ContextError::ChangedThroughLink { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("/ws/AGENTS.md is a symlink"),
+        "{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("docs/rules.md")).unwrap(),
+        "planted\n"
+    );
+}
