@@ -153,6 +153,15 @@ pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str]
     }
 }
 
+/// The names a baseline of `manifest` keeps in each directory: none under `none` (pi 0.73's
+/// `.pi/` files aside, see [`reads_pi_project`]), else what the runtime reads.
+fn baseline_names(manifest: &Manifest, version: Option<&str>) -> &'static [&'static str] {
+    match manifest.agent.context_files {
+        ContextFiles::None => &[],
+        ContextFiles::AsIs | ContextFiles::Uploaded => names(manifest.runtime, version),
+    }
+}
+
 /// The directories the runtime reads the repository's context files from, with their scope:
 /// pi each from `/` down to the workdir, Claude Code the workdir alone.
 fn project_dirs(manifest: &Manifest) -> Vec<(PathBuf, &'static str)> {
@@ -324,7 +333,7 @@ impl Baseline {
         version: Option<&str>,
         iteration: u32,
     ) -> Result<Baseline, ContextError> {
-        let names = names(manifest.runtime, version);
+        let names = baseline_names(manifest, version);
         let mut kept = BTreeMap::new();
         let mut total = 0u64;
         for (dir_path, _) in project_dirs(manifest) {
@@ -352,7 +361,7 @@ impl Baseline {
     pub fn fits(&self, manifest: &Manifest, version: Option<&str>) -> bool {
         self.workdir == manifest.workdir
             && self.runtime == manifest.runtime
-            && self.names == names(manifest.runtime, version)
+            && self.names == baseline_names(manifest, version)
             && self.pi_dir.is_some() == reads_pi_project(manifest, version)
     }
 
@@ -732,20 +741,30 @@ pub fn prepare(
         },
         claude_md: None,
     };
+    let mut own = None;
+    let slot = kept.unwrap_or(&mut own);
+    let mut to_baseline = |record: &mut ContextFilesRecord| -> Result<(), ContextError> {
+        match slot.as_ref().filter(|b| b.fits(manifest, version)) {
+            Some(baseline) => record.reset = baseline.reset(manifest)?,
+            None => *slot = Some(Baseline::take(manifest, version, iteration)?),
+        }
+        record.baseline_iteration = slot.as_ref().map(Baseline::iteration);
+        Ok(())
+    };
     match mode {
+        // pi 0.73 reads its `.pi/` prompts and settings whatever the flags: set back as under
+        // `uploaded` (the context files themselves left alone), and the prompts named.
+        ContextFiles::None if reads_pi_project(manifest, version) => {
+            to_baseline(&mut prepared.record)?;
+            let read = &mut prepared.record.read;
+            pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
+            return Ok(Some(prepared));
+        }
         ContextFiles::None => return Ok(Some(prepared)),
         ContextFiles::AsIs => {
             prepared.record.git_status = manifest.runtime == Runtime::Claude;
         }
-        ContextFiles::Uploaded => {
-            let mut own = None;
-            let slot = kept.unwrap_or(&mut own);
-            match slot.as_ref().filter(|b| b.fits(manifest, version)) {
-                Some(baseline) => prepared.record.reset = baseline.reset(manifest)?,
-                None => *slot = Some(Baseline::take(manifest, version, iteration)?),
-            }
-            prepared.record.baseline_iteration = slot.as_ref().map(Baseline::iteration);
-        }
+        ContextFiles::Uploaded => to_baseline(&mut prepared.record)?,
     }
     let names = names(manifest.runtime, version);
     let config = PathBuf::from(&dirs.config);

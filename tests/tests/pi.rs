@@ -1214,11 +1214,14 @@ fn context_none(pi: Pi) {
         assert!(!text.contains("REPO_AGENTS_MD"), "request {i}: {text}");
         assert!(!text.contains("PLANTED_"), "request {i}: {text}");
     }
-    assert_eq!(
-        second["context_files"],
-        json!({"mode": "none"}),
-        "{second:#}"
-    );
+    // pi 0.73.1 reads the workspace's `.pi/` prompts whatever the flags: they are set back to
+    // the run's baseline under `none` too (here the workspace has none).
+    let want = if pi.prefixed {
+        json!({"mode": "none"})
+    } else {
+        json!({"mode": "none", "baseline_iteration": 1})
+    };
+    assert_eq!(second["context_files"], want, "{second:#}");
     assert!(second["agent"]["argv"]
         .to_string()
         .contains("\"--no-context-files\""));
@@ -2139,6 +2142,13 @@ fn context_pi_dir(pi: Pi) {
     if !pi.gate() {
         return;
     }
+    context_pi_dir_in(pi, None);
+    // `none` too: pi 0.73.1 reads them whatever the flags, `--no-context-files` included.
+    context_pi_dir_in(pi, Some("none"));
+}
+
+/// [`context_pi_dir`] with `agent.context_files: mode` (the default when `None`).
+fn context_pi_dir_in(pi: Pi, mode: Option<&str>) {
     let server = ModelServer::start(one_command_per_iteration(
         "bash",
         &[PLANT_PI_DIR, PLANT_PI_LINK, "ls -a .pi; echo looked"],
@@ -2148,6 +2158,9 @@ fn context_pi_dir(pi: Pi) {
     let ws = fx.harness.parent().unwrap().join("workspace");
     fs::write(ws.join("AGENTS.md"), REPO_AGENTS).unwrap();
     fx.agent_option("tools: [bash]");
+    if let Some(mode) = mode {
+        fx.agent_option(&format!("context_files: {mode}"));
+    }
     let doc = fx.run(&[], &[]);
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     let requests = server.requests();
@@ -2165,9 +2178,9 @@ fn context_pi_dir(pi: Pi) {
         };
         assert!(
             !text.contains("PLANTED_"),
-            "request {i} carries what an earlier iteration wrote into .pi/: {text}"
+            "{mode:?}: request {i} carries what an earlier iteration wrote into .pi/: {text}"
         );
-        assert!(text.contains("REPO_AGENTS_MD"), "{text}");
+        assert_eq!(text.contains("REPO_AGENTS_MD"), mode.is_none(), "{text}");
     }
     for n in [2, 3] {
         let record = read_json(&iteration_dir(&doc, n).join("result.json"));

@@ -491,3 +491,40 @@ fn uploaded_stops_when_a_baseline_symlink_leads_to_changed_content() {
         "planted\n"
     );
 }
+
+#[test]
+fn none_sets_back_pi_0_73s_project_prompts_and_leaves_the_context_files() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::write(ws.join("AGENTS.md"), "agents\n").unwrap();
+    let m = sb.manifest("pi", json!("none"));
+    let mut kept = None;
+    let p = prepare(&m, Some("0.73.1"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.record.baseline_iteration, Some(1));
+    assert!(p.record.read.is_empty());
+    fs::write(ws.join("AGENTS.md"), "the task's edit\n").unwrap();
+    fs::create_dir(ws.join(".pi")).unwrap();
+    fs::write(ws.join(".pi/SYSTEM.md"), "planted\n").unwrap();
+    let p = prepare(&m, Some("0.73.1"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        resets(&ws, &p),
+        [(
+            ".pi/SYSTEM.md".to_string(),
+            "removed".to_string(),
+            "regular file".to_string()
+        )]
+    );
+    assert!(p.record.read.is_empty());
+    // pi reads no context file under `none`: the task's edit stays.
+    assert_eq!(
+        fs::read_to_string(ws.join("AGENTS.md")).unwrap(),
+        "the task's edit\n"
+    );
+    // Releases with project trust read none of it: `none` names and sets back nothing.
+    let p = prepare(&m, Some("1.6.0"), 3, None).unwrap().unwrap();
+    assert_eq!(p.record.baseline_iteration, None);
+}
