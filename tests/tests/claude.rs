@@ -2311,3 +2311,40 @@ fn attack_leftovers__git_commands_an_iteration_plants_never_run_when_the_next_on
     assert!(results[0].contains("planted"), "{results:?}");
     assert!(results[1].contains("NOTHING_RAN"), "{results:?}");
 }
+
+/// Files a repository's `CLAUDE.md` imports (`@path`, relative and `./`-relative): the
+/// first iteration's agent writes them (they are no context files by name, so nothing sets them
+/// back).
+const PLANT_IMPORTED: &str = "mkdir -p notes && printf 'PLANTED_IMPORT_A\\n' > notes/a.md && \
+printf 'PLANTED_IMPORT_B\\n' > notes/b.md && echo planted";
+
+/// Claude Code is given the workdir's `CLAUDE.md` as it is: an `@path` import in it is not
+/// followed, so what the first iteration's agent writes into the imported files never reaches
+/// the second's model.
+#[test]
+fn attack_leftovers__files_a_claude_md_imports_an_iteration_writes_are_not_the_next_ones_instructions(
+) {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_IMPORTED, "echo second"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    fs::write(
+        ws.join("CLAUDE.md"),
+        format!("{REPO_CLAUDE_MD}See @notes/a.md and @./notes/b.md.\n"),
+    )
+    .unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    assert!(server.tool_results()[0].contains("planted"));
+    let text = requests[2].to_string();
+    assert!(text.contains("REPO_CLAUDE_MD"), "{text}");
+    assert!(!text.contains("PLANTED_IMPORT"), "{text}");
+}
