@@ -402,17 +402,19 @@ fn planted_extensions(pi: Pi) {
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
     assert!(reset.contains("extensions"), "{second:#}");
-    // The project settings pi 0.73 still merges are named in the record: not in the first
-    // iteration's (planted during it), in the second's. Later releases, run with
-    // `--no-approve`, read none of the project's files: nothing to name.
+    // The project settings pi 0.73 still merges whatever its flags are set back before the
+    // second iteration (`agent.context_files: uploaded`, the default: the workspace had none),
+    // so no record names them as read. Later releases, run with `--no-approve`, read none of
+    // the project's files: nothing to set back or name.
     let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert!(first.get("workspace_config").is_none(), "{first:#}");
-    let named = if pi.prefixed {
-        Value::Null
-    } else {
-        json!([".pi/settings.json"])
-    };
-    assert_eq!(second["workspace_config"], named, "{second:#}");
+    assert!(second.get("workspace_config").is_none(), "{second:#}");
+    let set_back = second["context_files"]["reset"].to_string();
+    assert_eq!(
+        set_back.contains("/.pi/settings.json"),
+        !pi.prefixed,
+        "{second:#}"
+    );
     assert_eq!(
         second["verification"]["agent"]["version"], pi.version,
         "{second:#}"
