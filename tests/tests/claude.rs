@@ -2348,3 +2348,57 @@ fn attack_leftovers__files_a_claude_md_imports_an_iteration_writes_are_not_the_n
     assert!(text.contains("REPO_CLAUDE_MD"), "{text}");
     assert!(!text.contains("PLANTED_IMPORT"), "{text}");
 }
+
+/// What the first iteration's agent plants: a Tcl package `pitcrewprobe` whose loading writes
+/// a marker, and a `.env` pointing Tcl's package path (`TCLLIBPATH`) at it.
+const PLANT_TCL: &str = r#"mkdir -p tcl && printf 'package ifneeded pitcrewprobe 1.0 [list source [file join $dir probe.tcl]]\n' > tcl/pkgIndex.tcl && printf 'set f [open [file join [pwd] TCL_RAN] w]; puts $f ran; close $f; package provide pitcrewprobe 1.0\n' > tcl/probe.tcl && printf 'TCLLIBPATH=%s/tcl\n' "$PWD" > .env && echo planted"#;
+
+/// A `.env` the first iteration's agent writes (the harness reads the repository's `.env`,
+/// `dotenv: .env`) cannot make a verified hook written in Tcl load a package the agent planted:
+/// `TCLLIBPATH` is a loader variable, stripped and named in `env.removed`.
+#[test]
+fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_planted() {
+    if !gate() {
+        return;
+    }
+    if !prerequisite(
+        std::process::Command::new("tclsh")
+            .arg("/dev/null")
+            .status()
+            .is_ok_and(|s| s.success()),
+        "needs tclsh",
+    ) {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_TCL, "cat TCL_RAN 2>/dev/null || echo NO_TCL_RAN"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    // The verified hook: a Tcl script that uses a package when it is there.
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "echo 'catch {package require pitcrewprobe}; exit 0' | tclsh",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "dotenv: .env\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        results[1].contains("NO_TCL_RAN"),
+        "the verified hook loaded the agent's Tcl package: {results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert!(
+        record["env"]["removed"].to_string().contains("TCLLIBPATH"),
+        "{:#}",
+        record["env"]
+    );
+}
