@@ -2355,7 +2355,8 @@ const PLANT_TCL: &str = r#"mkdir -p tcl && printf 'package ifneeded pitcrewprobe
 
 /// A `.env` the first iteration's agent writes (the harness reads the repository's `.env`,
 /// `dotenv: .env`) cannot make a verified hook written in Tcl load a package the agent planted:
-/// `TCLLIBPATH` is a loader variable, stripped and named in `env.removed`.
+/// only a trusted layer may set `TCLLIBPATH`, the line is refused and named in
+/// `env.dotenv_refused`.
 #[test]
 fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_planted() {
     if !gate() {
@@ -2397,7 +2398,9 @@ fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_plante
     );
     let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
     assert!(
-        record["env"]["removed"].to_string().contains("TCLLIBPATH"),
+        record["env"]["dotenv_refused"]
+            .to_string()
+            .contains("TCLLIBPATH"),
         "{:#}",
         record["env"]
     );
