@@ -12,6 +12,10 @@
 //!   them all.
 //! - **pi from 0.84** (0.87.1, 1.6.0): the same with `AGENTS.override.md` first, a regular file
 //!   only (a linked worktree's copy of the main repository's file aside).
+//! - **pi before 0.87.1** (no project trust) also reads the workdir's `.pi/SYSTEM.md` (its
+//!   system prompt), `.pi/APPEND_SYSTEM.md` and `.pi/settings.json` whatever its flags: the two
+//!   prompts are named with the context files, and `uploaded` sets all three back with them
+//!   (a `.pi` that is a symlink, which pi reads through, is removed).
 //! - **Claude Code** (`--setting-sources user`: no project memory, so no `CLAUDE.md`,
 //!   `.claude/CLAUDE.md`, `CLAUDE.local.md` or `.claude/rules/` of the repository, and no
 //!   `AGENTS.md`): its config dir's `CLAUDE.md` and `rules/**/*.md` (pinned files only after
@@ -32,9 +36,12 @@
 //! up (the config dir is the config reset's), a context file the agent created is removed,
 //! and one it changed, removed, or replaced (content, mode, owner, type) is written back from
 //! the baseline; the record names each. A directory by such a name is left alone: no release
-//! reads one. Nothing is followed or read through a link.
+//! reads one. Nothing is followed or read through a link, except to name what pi reads through
+//! one: a symlink pi reads is named with the digest of what it leads to, and one it passes over
+//! (dangling, not a regular file, unreadable to the agent) is not named, so the name pi reads
+//! next is.
 
-use crate::manifest::{ContextFiles, Manifest, Runtime, RuntimeDirPaths};
+use crate::manifest::{AgentUser, ContextFiles, Manifest, Runtime, RuntimeDirPaths};
 use crate::result::{ContextFileRecord, ContextFilesRecord, ContextResetRecord};
 use crate::runtime_version::PiFeatures;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -58,6 +65,20 @@ const PI_OVERRIDE_NAMES: &[&str] = &[
     "CLAUDE.md",
     "CLAUDE.MD",
 ];
+
+/// The workdir's directory of pi's project files, and the files in it pi before 0.87.1 reads
+/// whatever its flags (no project trust): `SYSTEM.md` replaces its system prompt and
+/// `APPEND_SYSTEM.md` is appended to it (both named in the record), `settings.json` is merged
+/// into its settings. `uploaded` sets all three back like the context files.
+const PI_PROJECT_DIR: &str = ".pi";
+const PI_PROJECT_PROMPTS: &[&str] = &["SYSTEM.md", "APPEND_SYSTEM.md"];
+const PI_PROJECT_FILES: &[&str] = &["SYSTEM.md", "APPEND_SYSTEM.md", "settings.json"];
+
+/// Whether `manifest`'s runtime (release `version`) reads the workdir's `.pi/` files whatever
+/// its flags.
+fn reads_pi_project(manifest: &Manifest, version: Option<&str>) -> bool {
+    manifest.runtime == Runtime::Pi && PiFeatures::of(version).reads_project_files
+}
 
 /// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
 const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
@@ -102,6 +123,15 @@ pub enum ContextError {
         /// Its size in the baseline.
         bytes: u64,
     },
+    /// A symlink of the baseline now leads to other content (its target was written).
+    #[error(
+        "{path} is a symlink the run began with, and what it leads to changed since; the \
+         supervisor writes nothing through a link (agent.context_files: as-is runs with it)"
+    )]
+    ChangedThroughLink {
+        /// The symlink.
+        path: String,
+    },
 }
 
 fn io_err(path: &Path, op: &'static str, err: impl Into<std::io::Error>) -> ContextError {
@@ -120,6 +150,15 @@ pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str]
         Runtime::Pi => PI_NAMES,
         Runtime::Claude => CLAUDE_NAMES,
         Runtime::Command => &[],
+    }
+}
+
+/// The names a baseline of `manifest` keeps in each directory: none under `none` (pi 0.73's
+/// `.pi/` files aside, see [`reads_pi_project`]), else what the runtime reads.
+fn baseline_names(manifest: &Manifest, version: Option<&str>) -> &'static [&'static str] {
+    match manifest.agent.context_files {
+        ContextFiles::None => &[],
+        ContextFiles::AsIs | ContextFiles::Uploaded => names(manifest.runtime, version),
     }
 }
 
@@ -208,6 +247,11 @@ fn hash_at(
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(io_err(path, "open", Errno::INVAL));
     }
+    hash_fd(fd, path, keep)
+}
+
+/// The digest and size of the open regular file `fd`, and its content up to `keep` bytes.
+fn hash_fd(fd: OwnedFd, path: &Path, keep: u64) -> Result<Hashed, ContextError> {
     let mut file = std::fs::File::from(fd);
     let mut hasher = Sha256::new();
     let mut content = Vec::new();
@@ -251,6 +295,8 @@ enum Kept {
         target: OsString,
         uid: u32,
         gid: u32,
+        /// The digest of what it led to: a regular file, up to [`MAX_LINKED_HASH`] bytes.
+        leads_to: Option<[u8; 32]>,
     },
 }
 
@@ -264,6 +310,17 @@ pub struct Baseline {
     /// The iteration whose reap it followed.
     iteration: u32,
     kept: BTreeMap<PathBuf, Kept>,
+    /// pi before 0.87.1: the workdir's `.pi/` as it was (its files are in `kept`).
+    pi_dir: Option<PiDir>,
+}
+
+/// What the baseline holds of the workdir's `.pi/` directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PiDir {
+    /// Nothing there, or no directory: pi reads nothing through it.
+    Absent,
+    /// A directory, with its mode and owner.
+    Dir { mode: u32, uid: u32, gid: u32 },
 }
 
 impl Baseline {
@@ -276,50 +333,27 @@ impl Baseline {
         version: Option<&str>,
         iteration: u32,
     ) -> Result<Baseline, ContextError> {
-        let names = names(manifest.runtime, version);
+        let names = baseline_names(manifest, version);
         let mut kept = BTreeMap::new();
         let mut total = 0u64;
         for (dir_path, _) in project_dirs(manifest) {
             let dir = open_dir(&dir_path)?;
             for name in names {
-                let path = dir_path.join(name);
-                match look(dir.as_fd(), name, &path)? {
-                    Found::File(st) => {
-                        let keep = MAX_KEPT_BYTES.min(MAX_KEPT_TOTAL - total);
-                        let hashed = hash_at(dir.as_fd(), name, &path, keep)?;
-                        total += hashed.content.as_ref().map_or(0, |c| c.len() as u64);
-                        kept.insert(
-                            path,
-                            Kept::File {
-                                sha256: hashed.sha256,
-                                size: hashed.size,
-                                mode: st.st_mode & 0o7777,
-                                uid: st.st_uid,
-                                gid: st.st_gid,
-                                content: hashed.content,
-                            },
-                        );
-                    }
-                    Found::Symlink(target, st) => {
-                        kept.insert(
-                            path,
-                            Kept::Symlink {
-                                target,
-                                uid: st.st_uid,
-                                gid: st.st_gid,
-                            },
-                        );
-                    }
-                    Found::Missing | Found::Dir | Found::Other(_) => {}
-                }
+                keep_entry(dir.as_fd(), &dir_path, name, &mut kept, &mut total)?;
             }
         }
+        let pi_dir = if reads_pi_project(manifest, version) {
+            Some(take_pi_dir(manifest, &mut kept, &mut total)?)
+        } else {
+            None
+        };
         Ok(Baseline {
             workdir: manifest.workdir.clone(),
             runtime: manifest.runtime,
             names,
             iteration,
             kept,
+            pi_dir,
         })
     }
 
@@ -327,7 +361,8 @@ impl Baseline {
     pub fn fits(&self, manifest: &Manifest, version: Option<&str>) -> bool {
         self.workdir == manifest.workdir
             && self.runtime == manifest.runtime
-            && self.names == names(manifest.runtime, version)
+            && self.names == baseline_names(manifest, version)
+            && self.pi_dir.is_some() == reads_pi_project(manifest, version)
     }
 
     /// The iteration whose reap it followed.
@@ -342,47 +377,213 @@ impl Baseline {
         for (dir_path, _) in project_dirs(manifest) {
             let dir = open_dir(&dir_path)?;
             for name in self.names {
-                let path = dir_path.join(name);
-                let kept = self.kept.get(&path);
-                let found = look(dir.as_fd(), name, &path)?;
-                if same(dir.as_fd(), name, &path, kept, &found)? {
-                    continue;
-                }
-                if let Some(Kept::File {
-                    content: None,
-                    size,
-                    ..
-                }) = kept
-                {
-                    return Err(ContextError::TooLarge {
-                        path: path.display().to_string(),
-                        bytes: *size,
-                    });
-                }
-                if !matches!(found, Found::Missing) {
-                    crate::bounded_tree::remove_at(
-                        dir.as_fd(),
-                        OsStr::new(name),
-                        &dir_path.display().to_string(),
-                    )
-                    .map_err(|e| io_err(&path, "remove", std::io::Error::other(e.to_string())))?;
-                }
-                if let Some(kept) = kept {
-                    restore(dir.as_fd(), name, &path, kept)?;
-                }
-                done.push(ContextResetRecord {
-                    path: path.display().to_string(),
-                    action: if kept.is_some() {
-                        "restored"
-                    } else {
-                        "removed"
-                    }
-                    .to_string(),
-                    was: found.kind().to_string(),
-                });
+                self.reset_entry(dir.as_fd(), &dir_path, name, &mut done)?;
             }
         }
+        if let Some(pi_dir) = self.pi_dir {
+            self.reset_pi_dir(manifest, pi_dir, &mut done)?;
+        }
         Ok(done)
+    }
+
+    /// Sets `name` of `dir` (at `dir_path`) back to the baseline, recording it in `done` when
+    /// it differed.
+    fn reset_entry(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_path: &Path,
+        name: &str,
+        done: &mut Vec<ContextResetRecord>,
+    ) -> Result<(), ContextError> {
+        let path = dir_path.join(name);
+        let kept = self.kept.get(&path);
+        let found = look(dir, name, &path)?;
+        if same(dir, name, &path, kept, &found)? {
+            if let Some(Kept::Symlink { leads_to, .. }) = kept {
+                if linked_digest(dir, name, &path)? != *leads_to {
+                    return Err(ContextError::ChangedThroughLink {
+                        path: path.display().to_string(),
+                    });
+                }
+            }
+            return Ok(());
+        }
+        if let Some(Kept::File {
+            content: None,
+            size,
+            ..
+        }) = kept
+        {
+            return Err(ContextError::TooLarge {
+                path: path.display().to_string(),
+                bytes: *size,
+            });
+        }
+        if !matches!(found, Found::Missing) {
+            remove(dir, name, dir_path, &path)?;
+        }
+        if let Some(kept) = kept {
+            restore(dir, name, &path, kept)?;
+        }
+        done.push(reset_record(&path, kept.is_some(), &found));
+        Ok(())
+    }
+
+    /// pi before 0.87.1: sets the workdir's `.pi/` files back to the baseline. A `.pi` that is
+    /// no longer the directory the baseline held (a symlink pi would read through, a file in
+    /// place of the directory) is removed, and the directory made again when the baseline held
+    /// one.
+    fn reset_pi_dir(
+        &self,
+        manifest: &Manifest,
+        pi_dir: PiDir,
+        done: &mut Vec<ContextResetRecord>,
+    ) -> Result<(), ContextError> {
+        let workdir = Path::new(&manifest.workdir);
+        let parent = open_dir(workdir)?;
+        let path = workdir.join(PI_PROJECT_DIR);
+        let found = look(parent.as_fd(), PI_PROJECT_DIR, &path)?;
+        match (&found, pi_dir) {
+            (Found::Dir, _) => {}
+            // Nothing pi reads through.
+            (Found::Missing | Found::File(_) | Found::Other(_), PiDir::Absent) => return Ok(()),
+            (Found::Symlink(..), PiDir::Absent) => {
+                remove(parent.as_fd(), PI_PROJECT_DIR, workdir, &path)?;
+                done.push(reset_record(&path, false, &found));
+                return Ok(());
+            }
+            (_, PiDir::Dir { mode, uid, gid }) => {
+                if !matches!(found, Found::Missing) {
+                    remove(parent.as_fd(), PI_PROJECT_DIR, workdir, &path)?;
+                }
+                make_dir(parent.as_fd(), PI_PROJECT_DIR, &path, mode, uid, gid)?;
+                done.push(reset_record(&path, true, &found));
+            }
+        }
+        let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+            .map_err(|e| io_err(&path, "open directory", e))?;
+        for name in PI_PROJECT_FILES {
+            self.reset_entry(dir.as_fd(), &path, name, done)?;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps `name` of `dir` (at `dir_path`) in `kept` when it is a regular file or a symlink,
+/// counting the content kept in `total`.
+fn keep_entry(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+    kept: &mut BTreeMap<PathBuf, Kept>,
+    total: &mut u64,
+) -> Result<(), ContextError> {
+    let path = dir_path.join(name);
+    match look(dir, name, &path)? {
+        Found::File(st) => {
+            let keep = MAX_KEPT_BYTES.min(MAX_KEPT_TOTAL - *total);
+            let hashed = hash_at(dir, name, &path, keep)?;
+            *total += hashed.content.as_ref().map_or(0, |c| c.len() as u64);
+            kept.insert(
+                path,
+                Kept::File {
+                    sha256: hashed.sha256,
+                    size: hashed.size,
+                    mode: st.st_mode & 0o7777,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                    content: hashed.content,
+                },
+            );
+        }
+        Found::Symlink(target, st) => {
+            let leads_to = linked_digest(dir, name, &path)?;
+            kept.insert(
+                path,
+                Kept::Symlink {
+                    target,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                    leads_to,
+                },
+            );
+        }
+        Found::Missing | Found::Dir | Found::Other(_) => {}
+    }
+    Ok(())
+}
+
+/// The baseline of the workdir's `.pi/` (pi before 0.87.1), its files kept in `kept`. A `.pi`
+/// that is a symlink stops the iteration: pi would read through it.
+fn take_pi_dir(
+    manifest: &Manifest,
+    kept: &mut BTreeMap<PathBuf, Kept>,
+    total: &mut u64,
+) -> Result<PiDir, ContextError> {
+    let workdir = Path::new(&manifest.workdir);
+    let parent = open_dir(workdir)?;
+    let path = workdir.join(PI_PROJECT_DIR);
+    match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
+        Found::Dir => {}
+        Found::Symlink(..) => {
+            return Err(ContextError::Dir(format!(
+                "{} is a symlink: pi would read its SYSTEM.md, APPEND_SYSTEM.md and \
+                 settings.json through it",
+                path.display()
+            )))
+        }
+        Found::Missing | Found::File(_) | Found::Other(_) => return Ok(PiDir::Absent),
+    }
+    let st = rustix::fs::statat(parent.as_fd(), PI_PROJECT_DIR, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| io_err(&path, "stat", e))?;
+    let dir = crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+        .map_err(|e| io_err(&path, "open directory", e))?;
+    for name in PI_PROJECT_FILES {
+        keep_entry(dir.as_fd(), &path, name, kept, total)?;
+    }
+    Ok(PiDir::Dir {
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    })
+}
+
+/// Removes `name` of `dir` (at `dir_path`) without following it.
+fn remove(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    dir_path: &Path,
+    path: &Path,
+) -> Result<(), ContextError> {
+    crate::bounded_tree::remove_at(dir, OsStr::new(name), &dir_path.display().to_string())
+        .map(|_| ())
+        .map_err(|e| io_err(path, "remove", std::io::Error::other(e.to_string())))
+}
+
+/// Makes the directory `name` of `dir` with `mode` and owner, where nothing is now.
+fn make_dir(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+) -> Result<(), ContextError> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
+        .map_err(|e| io_err(path, "mkdir", e))?;
+    let fd = crate::bounded_tree::open_dir_at(dir, OsStr::new(name))
+        .map_err(|e| io_err(path, "open directory", e))?;
+    rustix::fs::fchown(&fd, Some(uid_of(uid)), Some(gid_of(gid)))
+        .map_err(|e| io_err(path, "chown", e))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| io_err(path, "chmod", e))
+}
+
+/// The record of `path` set back: `restored` when the baseline held it, else `removed`.
+fn reset_record(path: &Path, restored: bool, found: &Found) -> ContextResetRecord {
+    ContextResetRecord {
+        path: path.display().to_string(),
+        action: if restored { "restored" } else { "removed" }.to_string(),
+        was: found.kind().to_string(),
     }
 }
 
@@ -415,9 +616,12 @@ fn same(
                 // One the supervisor cannot read (the unprivileged mode, mode 000) differs.
                 && hash_at(dir, name, path, 0).is_ok_and(|h| h.sha256 == *sha256)
         }
-        (Some(Kept::Symlink { target, uid, gid }), Found::Symlink(now, st)) => {
-            now == target && (st.st_uid, st.st_gid) == (*uid, *gid)
-        }
+        (
+            Some(Kept::Symlink {
+                target, uid, gid, ..
+            }),
+            Found::Symlink(now, st),
+        ) => now == target && (st.st_uid, st.st_gid) == (*uid, *gid),
         (Some(_), _) => false,
     })
 }
@@ -449,7 +653,9 @@ fn restore(dir: BorrowedFd<'_>, name: &str, path: &Path, kept: &Kept) -> Result<
             file.write_all(content.as_deref().unwrap_or_default())
                 .map_err(|e| io_err(path, "write", e))?;
         }
-        Kept::Symlink { target, uid, gid } => {
+        Kept::Symlink {
+            target, uid, gid, ..
+        } => {
             rustix::fs::symlinkat(target.as_os_str(), dir, name)
                 .map_err(|e| io_err(path, "symlink", e))?;
             rustix::fs::chownat(
@@ -535,20 +741,30 @@ pub fn prepare(
         },
         claude_md: None,
     };
+    let mut own = None;
+    let slot = kept.unwrap_or(&mut own);
+    let mut to_baseline = |record: &mut ContextFilesRecord| -> Result<(), ContextError> {
+        match slot.as_ref().filter(|b| b.fits(manifest, version)) {
+            Some(baseline) => record.reset = baseline.reset(manifest)?,
+            None => *slot = Some(Baseline::take(manifest, version, iteration)?),
+        }
+        record.baseline_iteration = slot.as_ref().map(Baseline::iteration);
+        Ok(())
+    };
     match mode {
+        // pi 0.73 reads its `.pi/` prompts and settings whatever the flags: set back as under
+        // `uploaded` (the context files themselves left alone), and the prompts named.
+        ContextFiles::None if reads_pi_project(manifest, version) => {
+            to_baseline(&mut prepared.record)?;
+            let read = &mut prepared.record.read;
+            pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
+            return Ok(Some(prepared));
+        }
         ContextFiles::None => return Ok(Some(prepared)),
         ContextFiles::AsIs => {
             prepared.record.git_status = manifest.runtime == Runtime::Claude;
         }
-        ContextFiles::Uploaded => {
-            let mut own = None;
-            let slot = kept.unwrap_or(&mut own);
-            match slot.as_ref().filter(|b| b.fits(manifest, version)) {
-                Some(baseline) => prepared.record.reset = baseline.reset(manifest)?,
-                None => *slot = Some(Baseline::take(manifest, version, iteration)?),
-            }
-            prepared.record.baseline_iteration = slot.as_ref().map(Baseline::iteration);
-        }
+        ContextFiles::Uploaded => to_baseline(&mut prepared.record)?,
     }
     let names = names(manifest.runtime, version);
     let config = PathBuf::from(&dirs.config);
@@ -562,13 +778,17 @@ pub fn prepare(
                 let dir = open_dir(&dir_path)?;
                 for name in names {
                     let path = dir_path.join(name);
-                    if let Some(entry) = read_entry(dir.as_fd(), name, &path, scope)? {
+                    if let Some(entry) = pi_entry(dir.as_fd(), name, &path, scope, &manifest.user)?
+                    {
                         if !read.iter().any(|r| r.path == entry.path) {
                             read.push(entry);
                         }
                         break;
                     }
                 }
+            }
+            if reads_pi_project(manifest, version) {
+                pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
             }
         }
         Runtime::Claude => {
@@ -594,6 +814,125 @@ pub fn prepare(
         Runtime::Command => {}
     }
     Ok(Some(prepared))
+}
+
+/// pi before 0.87.1: the workdir's `.pi/SYSTEM.md` and `.pi/APPEND_SYSTEM.md` it will read,
+/// named in `read` (a `.pi` that is a symlink, which pi reads through, named as one).
+fn pi_prompts(
+    workdir: &Path,
+    user: &AgentUser,
+    read: &mut Vec<ContextFileRecord>,
+) -> Result<(), ContextError> {
+    let parent = open_dir(workdir)?;
+    let path = workdir.join(PI_PROJECT_DIR);
+    let dir = match look(parent.as_fd(), PI_PROJECT_DIR, &path)? {
+        Found::Dir => crate::bounded_tree::open_dir_at(parent.as_fd(), OsStr::new(PI_PROJECT_DIR))
+            .map_err(|e| io_err(&path, "open directory", e))?,
+        Found::Symlink(..) => {
+            read.extend(read_entry(
+                parent.as_fd(),
+                PI_PROJECT_DIR,
+                &path,
+                "workdir",
+            )?);
+            // pi reads through it: what it finds there is named too.
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            match rustix::fs::openat(parent.as_fd(), PI_PROJECT_DIR, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(_) => return Ok(()),
+            }
+        }
+        Found::Missing | Found::File(_) | Found::Other(_) => return Ok(()),
+    };
+    for name in PI_PROJECT_PROMPTS {
+        read.extend(pi_entry(
+            dir.as_fd(),
+            name,
+            &path.join(name),
+            "workdir",
+            user,
+        )?);
+    }
+    Ok(())
+}
+
+/// The most bytes of a file read through a symlink that are hashed for the record (past it the
+/// link is named with its size only).
+const MAX_LINKED_HASH: u64 = 64 << 20;
+
+/// The record entry of a file pi would read as `name` of `dir`: as [`read_entry`] for what is
+/// not a symlink. pi follows a symlink, and passes over one that leads to nothing it can read
+/// as a regular file (dangling, a directory, a file the agent may not read) to try the next
+/// name: such a link is `None`, so the search goes on as pi's does; one it reads is named with
+/// its target and the digest and size of what it leads to, opened by the supervisor following
+/// the link (without blocking on a fifo), checked to be a regular file the agent's uid or
+/// groups may read by its mode.
+fn pi_entry(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    scope: &str,
+    user: &AgentUser,
+) -> Result<Option<ContextFileRecord>, ContextError> {
+    let Found::Symlink(target, _) = look(dir, name, path)? else {
+        return read_entry(dir, name, path, scope);
+    };
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir, name, flags, Mode::empty()) else {
+        return Ok(None);
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || !agent_may_read(&st, user) {
+        return Ok(None);
+    }
+    let mut record = ContextFileRecord {
+        path: path.display().to_string(),
+        scope: scope.to_string(),
+        sha256: None,
+        bytes: Some(st.st_size as u64),
+        link: Some(target.to_string_lossy().into_owned()),
+    };
+    if (st.st_size as u64) <= MAX_LINKED_HASH {
+        let hashed = hash_fd(fd, path, 0)?;
+        record.sha256 = Some(hex::encode(hashed.sha256));
+        record.bytes = Some(hashed.size);
+    }
+    Ok(Some(record))
+}
+
+/// The digest of what the symlink `name` of `dir` leads to when it is a regular file of at most
+/// [`MAX_LINKED_HASH`] bytes (opened following it, without blocking on a fifo), else `None`.
+fn linked_digest(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+) -> Result<Option<[u8; 32]>, ContextError> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir, name, flags, Mode::empty()) else {
+        return Ok(None);
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_size as u64 > MAX_LINKED_HASH
+    {
+        return Ok(None);
+    }
+    Ok(Some(hash_fd(fd, path, 0)?.sha256))
+}
+
+/// Whether the agent's uid or groups may read a file of this owner and mode (root may read
+/// anything).
+fn agent_may_read(st: &rustix::fs::Stat, user: &AgentUser) -> bool {
+    if user.uid == 0 {
+        return true;
+    }
+    if st.st_uid == user.uid {
+        return st.st_mode & 0o400 != 0;
+    }
+    if st.st_gid == user.gid || user.groups.contains(&st.st_gid) {
+        return st.st_mode & 0o040 != 0;
+    }
+    st.st_mode & 0o004 != 0
 }
 
 /// Claude Code's user rules: every `*.md` below `rules/` of its config dir (`path`, in

@@ -97,6 +97,8 @@ const SHELL: &str = "a shell executes or sources it";
 const PYTHON: &str = "Python loads code from it";
 const OTHER_INTERP: &str = "an interpreter loads code from it";
 const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
+const INTERP_LIBS: &str =
+    "an interpreter (Tcl, Lua, Ruby, Erlang, R, awk) loads its libraries or packages from it: a verified hook written in it would load the agent's";
 
 /// Variables stripped from every agent environment by the supervisor's environment step, from
 /// every layer (the image's environment included).
@@ -167,6 +169,18 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("RUBYLIB"), OTHER_INTERP),
     rule(Exact("JAVA_TOOL_OPTIONS"), OTHER_INTERP),
     rule(Exact("_JAVA_OPTIONS"), OTHER_INTERP),
+    // A verified hook may be written in any language: each interpreter's variables that run
+    // code at its start (where its libraries come from is trusted-only, below).
+    rule(Prefix("LUA_INIT"), OTHER_INTERP),
+    rule(Exact("PHPRC"), OTHER_INTERP),
+    rule(Exact("PHP_INI_SCAN_DIR"), OTHER_INTERP),
+    rule(Exact("DOTNET_STARTUP_HOOKS"), OTHER_INTERP),
+    rule(Prefix("CORECLR_"), OTHER_INTERP),
+    rule(Exact("ERL_AFLAGS"), OTHER_INTERP),
+    rule(Exact("ERL_FLAGS"), OTHER_INTERP),
+    rule(Exact("ERL_ZFLAGS"), OTHER_INTERP),
+    rule(Prefix("R_PROFILE"), OTHER_INTERP),
+    rule(Prefix("R_ENVIRON"), OTHER_INTERP),
     rule(
         Exact("CLAUDE_ENV_FILE"),
         "Claude Code sources it before every Bash command",
@@ -453,6 +467,15 @@ pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
         Exact("ZDOTDIR"),
         "zsh sources .zshenv from it for every shell",
     ),
+    rule(Exact("TCLLIBPATH"), INTERP_LIBS),
+    rule(Prefix("LUA_PATH"), INTERP_LIBS),
+    rule(Prefix("LUA_CPATH"), INTERP_LIBS),
+    rule(Exact("GEM_HOME"), INTERP_LIBS),
+    rule(Exact("GEM_PATH"), INTERP_LIBS),
+    rule(Exact("ERL_LIBS"), INTERP_LIBS),
+    rule(Prefix("R_LIBS"), INTERP_LIBS),
+    rule(Exact("AWKPATH"), INTERP_LIBS),
+    rule(Exact("AWKLIBPATH"), INTERP_LIBS),
     rule(Exact("GIT_SSH"), GIT_PROGRAM),
     rule(Exact("GIT_SSH_COMMAND"), GIT_PROGRAM),
     rule(Exact("GIT_PROXY_COMMAND"), GIT_PROGRAM),

@@ -157,6 +157,9 @@ fn run_steps(
     verified.claude_settings = claude_settings_step(manifest, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
     verified.claude_md = context_step(manifest, dirs, &verified, iteration, record, observer)?;
+    // 2d. What the runtime will read from the workspace unverified, with no flag to stop it
+    // (after the context step, which may have set some of it back).
+    workspace_config_step(manifest, &verified, record, observer);
     // 3. Environment.
     let env = environment_step(ctx, manifest, dirs, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
@@ -339,16 +342,6 @@ fn verify_step(
         Stop::supervisor("internal: verification passed without a resolved agent binary")
     })?;
 
-    // What the runtime will read from the workspace unverified, with no flag to stop it.
-    record.workspace_config = crate::workspace_config::present(manifest, version.as_deref());
-    if !record.workspace_config.is_empty() {
-        let unverified = record.workspace_config.clone();
-        observer.step(
-            Step::WorkspaceConfig,
-            Finished,
-            EventDetail::of(&ev::WorkspaceConfig { unverified }),
-        );
-    }
     Ok(Verified {
         binary,
         interpreter,
@@ -409,6 +402,26 @@ fn claude_settings_step(
             observer.step(Step::ClaudeSettings, Finished, failed(&reason));
             Err(Stop::supervisor(reason))
         }
+    }
+}
+
+/// Step 2d: the workspace configuration the runtime reads unverified and no flag of pitcrew's
+/// switches off, named in the record and an event.
+fn workspace_config_step(
+    manifest: &Manifest,
+    verified: &Verified,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) {
+    record.workspace_config =
+        crate::workspace_config::present(manifest, verified.version.as_deref());
+    if !record.workspace_config.is_empty() {
+        let unverified = record.workspace_config.clone();
+        observer.step(
+            Step::WorkspaceConfig,
+            Finished,
+            EventDetail::of(&ev::WorkspaceConfig { unverified }),
+        );
     }
 }
 

@@ -10,7 +10,9 @@
 //! `shellPath`, `shellCommandPrefix`, `packages`, …), `.pi/SYSTEM.md` (replaces its system
 //! prompt) and `.pi/APPEND_SYSTEM.md`, with the agent's own uid and confinement. From 0.87.1 on
 //! pi reads them only for a trusted project, and `--no-approve` makes every run untrusted:
-//! nothing is left to report. Project skills (`.pi/skills`, `.agents/skills`) no release loads
+//! nothing is left to report. Under `agent.context_files: uploaded` the three are set back to
+//! the run's baseline before each launch ([`crate::context_files`]), so what is named here is
+//! what the workspace was uploaded with. Project skills (`.pi/skills`, `.agents/skills`) no release loads
 //! under `--no-skills`.
 
 use crate::manifest::{Manifest, Runtime};

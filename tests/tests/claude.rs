@@ -2176,3 +2176,232 @@ fn attack_leftovers__a_commit_message_an_iteration_writes_is_not_the_next_ones_c
     assert!(request.contains("PLANTED_COMMIT_MESSAGE"), "{request}");
     assert_eq!(record["context_files"]["git_status"], true, "{record:#}");
 }
+
+/// What the first iteration's agent plants: a `CLAUDE.md` in a subdirectory beside a file the
+/// next one reads, and every other project memory file Claude Code knows.
+const PLANT_PROJECT_MEMORY: &str = "mkdir -p sub .claude/rules && \
+printf 'PLANTED_NESTED_CLAUDE_MD\\n' > sub/CLAUDE.md && \
+printf 'PLANTED_NESTED_AGENTS_MD\\n' > sub/AGENTS.md && \
+printf 'PLANTED_DOT_CLAUDE_MD\\n' > .claude/CLAUDE.md && \
+printf 'PLANTED_RULE\\n' > .claude/rules/r.md && \
+printf 'PLANTED_LOCAL_MD\\n' > CLAUDE.local.md && \
+printf 'PLANTED_AGENTS_MD\\n' > AGENTS.md && \
+printf 'data\\n' > sub/x.txt && echo planted WORKDIR=$PWD";
+
+/// Project memory the first iteration's agent plants (a subdirectory's `CLAUDE.md` and
+/// `AGENTS.md`, `.claude/CLAUDE.md`, `.claude/rules/`, `CLAUDE.local.md`, `AGENTS.md`) never
+/// reaches the second's model, neither at startup nor when its `Read` tool reads a file in that
+/// subdirectory (Claude Code's nested memory).
+#[test]
+fn attack_leftovers__project_memory_an_iteration_plants_is_not_the_next_ones_context() {
+    if !gate() {
+        return;
+    }
+    // The first iteration's command prints the workdir, which the second's Read is given.
+    let workdir = std::sync::Mutex::new(String::new());
+    let iteration = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |request| {
+        if let Some(result) = last_tool_result(request) {
+            if let Some(dir) = result.split("WORKDIR=").nth(1) {
+                let dir = dir.split_whitespace().next().unwrap_or_default();
+                *workdir.lock().unwrap() = dir.to_string();
+            }
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        let n = iteration.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            return Reply::ToolCall {
+                name: "Bash".into(),
+                arguments: bash(PLANT_PROJECT_MEMORY),
+            };
+        }
+        let dir = workdir.lock().unwrap().clone();
+        Reply::ToolCall {
+            name: "Read".into(),
+            arguments: json!({"file_path": format!("{dir}/sub/x.txt")}),
+        }
+    });
+    let fx = fixture(&server, 2);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("data"), "{results:?}");
+    for (i, request) in requests.iter().enumerate().skip(2) {
+        let text = request.to_string();
+        assert!(!text.contains("PLANTED_"), "request {i}: {text}");
+    }
+}
+
+/// What the first iteration's agent plants in the repository for Claude Code to offer: an
+/// agent, a command, an output style, a workflow and skills (`.claude/skills`, `.agents/skills`).
+const PLANT_PROJECT_OFFERINGS: &str = r#"mkdir -p .claude/agents .claude/commands .claude/output-styles .claude/workflows .claude/skills/cplant .agents/skills/aplant
+printf -- '---\nname: planted-agent\ndescription: PLANTED_AGENT\n---\nPLANTED_AGENT_BODY\n' > .claude/agents/planted-agent.md
+printf -- '---\ndescription: PLANTED_COMMAND\n---\nPLANTED_COMMAND_BODY\n' > .claude/commands/planted-command.md
+printf -- '---\nname: planted-style\ndescription: PLANTED_STYLE\n---\nPLANTED_STYLE_BODY\n' > .claude/output-styles/planted-style.md
+printf -- '---\nname: planted-workflow\ndescription: PLANTED_WORKFLOW\n---\nPLANTED_WORKFLOW_BODY\n' > .claude/workflows/planted-workflow.md
+printf -- '---\nname: cplant\ndescription: PLANTED_SKILL_C\n---\nx\n' > .claude/skills/cplant/SKILL.md
+printf -- '---\nname: aplant\ndescription: PLANTED_SKILL_A\n---\nx\n' > .agents/skills/aplant/SKILL.md
+printf '{"outputStyle": "planted-style"}\n' > .claude/settings.local.json
+echo planted"#;
+
+/// Agents, commands, output styles, workflows and skills the first iteration's agent plants in
+/// the repository's `.claude/` and `.agents/` are offered to no later model (with the `Skill`
+/// and `Task` tools that would list them).
+#[test]
+fn attack_leftovers__project_agents_commands_and_skills_an_iteration_plants_are_never_offered() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_PROJECT_OFFERINGS, "echo second"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash, Skill, Task]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    // The second iteration's first request, and its tool result.
+    let text = format!("{} {:?}", requests[2], results[1]);
+    assert!(!text.contains("PLANTED_"), "{text}");
+    // The Task tool that would list a planted agent was offered.
+    assert!(text.contains("general-purpose"), "{text}");
+}
+
+/// What the first iteration's agent plants in the workspace's git repository: commands git runs
+/// on its own (`core.fsmonitor` on any index refresh, a `post-checkout` hook, an external
+/// diff), each leaving a marker, and a commit so the repository has a head.
+const PLANT_GIT_COMMANDS: &str = r#"git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init &&
+m="$PWD/GIT_RAN"; mkdir -p .git/hooks &&
+printf '#!/bin/sh\necho hook >> %s\n' "$m" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout &&
+git config core.fsmonitor "echo fsmonitor >> $m; false" &&
+git config diff.external "sh -c 'echo diff >> $m'" &&
+git config core.pager "sh -c 'echo pager >> $m; cat'" &&
+echo planted"#;
+
+/// Commands the first iteration's agent plants in the workspace's git configuration are not run
+/// by Claude Code when the next iteration starts (before its model asks for anything).
+#[test]
+fn attack_leftovers__git_commands_an_iteration_plants_never_run_when_the_next_one_starts() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            PLANT_GIT_COMMANDS,
+            "cat GIT_RAN 2>/dev/null || echo NOTHING_RAN",
+        ],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("NOTHING_RAN"), "{results:?}");
+}
+
+/// Files a repository's `CLAUDE.md` imports (`@path`, relative and `./`-relative): the
+/// first iteration's agent writes them (they are no context files by name, so nothing sets them
+/// back).
+const PLANT_IMPORTED: &str = "mkdir -p notes && printf 'PLANTED_IMPORT_A\\n' > notes/a.md && \
+printf 'PLANTED_IMPORT_B\\n' > notes/b.md && echo planted";
+
+/// Claude Code is given the workdir's `CLAUDE.md` as it is: an `@path` import in it is not
+/// followed, so what the first iteration's agent writes into the imported files never reaches
+/// the second's model.
+#[test]
+fn attack_leftovers__files_a_claude_md_imports_an_iteration_writes_are_not_the_next_ones_instructions(
+) {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_IMPORTED, "echo second"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    fs::write(
+        ws.join("CLAUDE.md"),
+        format!("{REPO_CLAUDE_MD}See @notes/a.md and @./notes/b.md.\n"),
+    )
+    .unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    assert!(server.tool_results()[0].contains("planted"));
+    let text = requests[2].to_string();
+    assert!(text.contains("REPO_CLAUDE_MD"), "{text}");
+    assert!(!text.contains("PLANTED_IMPORT"), "{text}");
+}
+
+/// What the first iteration's agent plants: a Tcl package `pitcrewprobe` whose loading writes
+/// a marker, and a `.env` pointing Tcl's package path (`TCLLIBPATH`) at it.
+const PLANT_TCL: &str = r#"mkdir -p tcl && printf 'package ifneeded pitcrewprobe 1.0 [list source [file join $dir probe.tcl]]\n' > tcl/pkgIndex.tcl && printf 'set f [open [file join [pwd] TCL_RAN] w]; puts $f ran; close $f; package provide pitcrewprobe 1.0\n' > tcl/probe.tcl && printf 'TCLLIBPATH=%s/tcl\n' "$PWD" > .env && echo planted"#;
+
+/// A `.env` the first iteration's agent writes (the harness reads the repository's `.env`,
+/// `dotenv: .env`) cannot make a verified hook written in Tcl load a package the agent planted:
+/// only a trusted layer may set `TCLLIBPATH`, the line is refused and named in
+/// `env.dotenv_refused`.
+#[test]
+fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_planted() {
+    if !gate() {
+        return;
+    }
+    if !prerequisite(
+        std::process::Command::new("tclsh")
+            .arg("/dev/null")
+            .status()
+            .is_ok_and(|s| s.success()),
+        "needs tclsh",
+    ) {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[PLANT_TCL, "cat TCL_RAN 2>/dev/null || echo NO_TCL_RAN"],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    // The verified hook: a Tcl script that uses a package when it is there.
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
+        "type": "command",
+        "command": "echo 'catch {package require pitcrewprobe}; exit 0' | tclsh",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "dotenv: .env\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        results[1].contains("NO_TCL_RAN"),
+        "the verified hook loaded the agent's Tcl package: {results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    assert!(
+        record["env"]["dotenv_refused"]
+            .to_string()
+            .contains("TCLLIBPATH"),
+        "{:#}",
+        record["env"]
+    );
+}

@@ -402,17 +402,19 @@ fn planted_extensions(pi: Pi) {
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
     assert!(reset.contains("extensions"), "{second:#}");
-    // The project settings pi 0.73 still merges are named in the record: not in the first
-    // iteration's (planted during it), in the second's. Later releases, run with
-    // `--no-approve`, read none of the project's files: nothing to name.
+    // The project settings pi 0.73 still merges whatever its flags are set back before the
+    // second iteration (`agent.context_files: uploaded`, the default: the workspace had none),
+    // so no record names them as read. Later releases, run with `--no-approve`, read none of
+    // the project's files: nothing to set back or name.
     let first = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert!(first.get("workspace_config").is_none(), "{first:#}");
-    let named = if pi.prefixed {
-        Value::Null
-    } else {
-        json!([".pi/settings.json"])
-    };
-    assert_eq!(second["workspace_config"], named, "{second:#}");
+    assert!(second.get("workspace_config").is_none(), "{second:#}");
+    let set_back = second["context_files"]["reset"].to_string();
+    assert_eq!(
+        set_back.contains("/.pi/settings.json"),
+        !pi.prefixed,
+        "{second:#}"
+    );
     assert_eq!(
         second["verification"]["agent"]["version"], pi.version,
         "{second:#}"
@@ -1214,11 +1216,14 @@ fn context_none(pi: Pi) {
         assert!(!text.contains("REPO_AGENTS_MD"), "request {i}: {text}");
         assert!(!text.contains("PLANTED_"), "request {i}: {text}");
     }
-    assert_eq!(
-        second["context_files"],
-        json!({"mode": "none"}),
-        "{second:#}"
-    );
+    // pi 0.73.1 reads the workspace's `.pi/` prompts whatever the flags: they are set back to
+    // the run's baseline under `none` too (here the workspace has none).
+    let want = if pi.prefixed {
+        json!({"mode": "none"})
+    } else {
+        json!({"mode": "none", "baseline_iteration": 1})
+    };
+    assert_eq!(second["context_files"], want, "{second:#}");
     assert!(second["agent"]["argv"]
         .to_string()
         .contains("\"--no-context-files\""));
@@ -2109,4 +2114,147 @@ fn wrong_digest(pi: Pi) {
         record["env"]["layers"]["FULLSEND_PI_MANIFEST_SHA256"],
         "runner"
     );
+}
+
+each_pi_named!(context_pi_dir:
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_0_73_1,
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_0_87_1,
+    attack_leftovers__a_pi_system_prompt_an_iteration_writes_is_not_the_next_ones_instructions_pi_1_6_0
+);
+
+/// What the first iteration's agent writes into the workspace's `.pi/` (which pi 0.73.1 reads
+/// whatever the flags): a system prompt replacing pi's own, one appended to it, and settings
+/// prefixing every `bash` command and listing a skill of its own.
+const PLANT_PI_DIR: &str = r#"mkdir -p .pi planted-skill && printf 'PLANTED_SYSTEM_MD\n' > .pi/SYSTEM.md && \
+printf 'PLANTED_APPEND_SYSTEM_MD\n' > .pi/APPEND_SYSTEM.md && \
+printf -- '---\nname: planted-skill\ndescription: PLANTED_SKILL\n---\nPLANTED_SKILL\n' > planted-skill/SKILL.md && \
+printf '{"shellCommandPrefix": "echo PLANTED_PREFIX_RAN", "skills": ["../planted-skill"]}\n' > .pi/settings.json && echo planted"#;
+
+/// What the second iteration's agent does: the same through a `.pi` that is a symlink to a
+/// directory of its own.
+const PLANT_PI_LINK: &str = r#"ls -a .pi; rm -rf .pi && mkdir -p elsewhere && \
+printf 'PLANTED_LINKED_SYSTEM_MD\n' > elsewhere/SYSTEM.md && ln -s elsewhere .pi && echo linked"#;
+
+/// By default (`agent.context_files: uploaded`) a system prompt or settings the agent writes
+/// into the workspace's `.pi/` never reach the next iteration's model, whatever the release:
+/// pi 0.73.1 reads `.pi/SYSTEM.md`, `.pi/APPEND_SYSTEM.md` and `.pi/settings.json` whatever the
+/// flags, so they are set back to what the workspace was uploaded with (here: none; a `.pi`
+/// symlink removed) and the record names the reset; later releases (`--no-approve`) read none.
+fn context_pi_dir(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    context_pi_dir_in(pi, None);
+    // `none` too: pi 0.73.1 reads them whatever the flags, `--no-context-files` included.
+    context_pi_dir_in(pi, Some("none"));
+}
+
+/// [`context_pi_dir`] with `agent.context_files: mode` (the default when `None`).
+fn context_pi_dir_in(pi: Pi, mode: Option<&str>) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_PI_DIR, PLANT_PI_LINK, "ls -a .pi; echo looked"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 3);
+    let ws = fx.harness.parent().unwrap().join("workspace");
+    fs::write(ws.join("AGENTS.md"), REPO_AGENTS).unwrap();
+    fx.agent_option("tools: [bash]");
+    if let Some(mode) = mode {
+        fx.agent_option(&format!("context_files: {mode}"));
+    }
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("linked"), "{results:?}");
+    // The first request of each later iteration (system prompt, tools, prompt), and what the
+    // system prompt and bash said in its second (no planted prefix ran).
+    for i in [2, 3, 4, 5] {
+        let text = if i % 2 == 0 {
+            requests[i].to_string()
+        } else {
+            format!("{} {:?}", requests[i]["messages"][0], results[i / 2])
+        };
+        assert!(
+            !text.contains("PLANTED_"),
+            "{mode:?}: request {i} carries what an earlier iteration wrote into .pi/: {text}"
+        );
+        assert_eq!(text.contains("REPO_AGENTS_MD"), mode.is_none(), "{text}");
+    }
+    for n in [2, 3] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert!(record.get("workspace_config").is_none(), "{record:#}");
+        let reset = context_reset(&record);
+        if pi.prefixed {
+            assert!(reset.is_empty(), "{record:#}");
+        } else if n == 2 {
+            let want = ["SYSTEM.md", "APPEND_SYSTEM.md", "settings.json"]
+                .map(|f| (f.to_string(), "removed".to_string()));
+            assert_eq!(reset, want, "{record:#}");
+        } else {
+            assert_eq!(
+                reset,
+                [(".pi".to_string(), "removed".to_string())],
+                "{record:#}"
+            );
+        }
+    }
+}
+
+each_pi_named!(context_links_as_is:
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_0_73_1,
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_0_87_1,
+    attack_plants__a_context_file_read_through_or_past_a_symlink_is_named_with_its_digest_pi_1_6_0
+);
+
+/// The first iteration's agent: an `AGENTS.md` that is a dangling symlink (pi passes over it)
+/// in front of a `CLAUDE.md` it writes.
+const PLANT_DANGLING: &str =
+    "ln -s gone.md AGENTS.md && printf 'PLANTED_BEHIND_LINK\\n' > CLAUDE.md && echo planted";
+
+/// The second's: `AGENTS.md` a symlink to a file of its own elsewhere in the workspace.
+const PLANT_LINKED: &str = "rm AGENTS.md CLAUDE.md && mkdir -p notes && \
+printf 'PLANTED_THROUGH_LINK\\n' > notes/real.md && ln -s notes/real.md AGENTS.md && echo linked";
+
+/// `agent.context_files: as-is`: every context file pi reads is named with the SHA-256 of what
+/// it read, when it reads one past a symlink it passes over (a dangling `AGENTS.md` in front of
+/// a `CLAUDE.md`) and when it reads one through a symlink (`AGENTS.md -> notes/real.md`).
+fn context_links_as_is(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[PLANT_DANGLING, PLANT_LINKED, "echo third"],
+        |c| json!({ "command": c }),
+    ));
+    let fx = fixture_for(pi, &server, 3);
+    fx.agent_option("tools: [bash]");
+    fx.agent_option("context_files: as-is");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    let results = server.tool_results();
+    assert!(results[1].contains("linked"), "{results:?}");
+    for (n, marker) in [(2, "PLANTED_BEHIND_LINK"), (3, "PLANTED_THROUGH_LINK")] {
+        let system = requests[(n - 1) * 2]["messages"][0].to_string();
+        assert!(system.contains(marker), "iteration {n}: {system}");
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let digests: Vec<String> = record["context_files"]["read"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["scope"] == "workdir")
+            .filter_map(|r| r["sha256"].as_str().map(str::to_string))
+            .collect();
+        assert!(
+            digests.contains(&sha256_of(&format!("{marker}\n"))),
+            "iteration {n}: the model read {marker}, the record does not name its digest: {:#}",
+            record["context_files"]
+        );
+    }
 }

@@ -91,16 +91,38 @@ fn as_is_names_what_pi_reads_first_in_each_directory_with_its_digest() {
     assert!(p.record.reset.is_empty() && p.record.baseline_iteration.is_none());
     assert_eq!(p.claude_md, None);
 
-    // A symlink is named with its target, never followed; pi 0.73 knows no override.
+    // A symlink pi reads through is named with its target and the digest of what it leads to;
+    // pi 0.73 knows no override.
     fs::remove_dir(ws.join("AGENTS.override.md")).unwrap();
     fs::write(ws.join("AGENTS.override.md"), "override\n").unwrap();
     fs::remove_file(ws.join("AGENTS.md")).unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", ws.join("AGENTS.md")).unwrap();
+    fs::write(sb.dir.path().join("linked.md"), "linked\n").unwrap();
+    std::os::unix::fs::symlink("../linked.md", ws.join("AGENTS.md")).unwrap();
     let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
     let workdir = p.record.read.last().unwrap();
     assert_eq!(workdir.path, ws.join("AGENTS.md").display().to_string());
-    assert_eq!(workdir.link.as_deref(), Some("/etc/passwd"));
-    assert_eq!(workdir.sha256, None);
+    assert_eq!(workdir.link.as_deref(), Some("../linked.md"));
+    assert_eq!(workdir.sha256.as_deref(), Some(sha("linked\n").as_str()));
+    assert_eq!(workdir.bytes, Some(7));
+    // One pi passes over (dangling, a file the agent may not read, a directory) is not named:
+    // the next name pi reads is.
+    for target in ["gone.md", "../secret.md", "/"] {
+        fs::write(sb.dir.path().join("secret.md"), "secret\n").unwrap();
+        fs::set_permissions(
+            sb.dir.path().join("secret.md"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        fs::remove_file(ws.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink(target, ws.join("AGENTS.md")).unwrap();
+        let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
+        let workdir = p.record.read.last().unwrap();
+        assert!(
+            workdir.path.ends_with("/ws/CLAUDE.md"),
+            "{target}: {workdir:?}"
+        );
+        assert_eq!(workdir.sha256.as_deref(), Some(sha("claude\n").as_str()));
+    }
     let p = prepare(&m, Some("0.87.1"), 1, None).unwrap().unwrap();
     let workdir = p.record.read.last().unwrap();
     assert!(
@@ -306,4 +328,203 @@ fn claude_is_given_the_workdirs_claude_md_when_it_is_a_regular_file() {
         .unwrap()
         .unwrap();
     assert_eq!((p.claude_md, p.record.read.len()), (None, 0));
+}
+
+/// The names and actions of a record's resets, relative to the workspace.
+fn resets(ws: &Path, p: &Prepared) -> Vec<(String, String, String)> {
+    p.record
+        .reset
+        .iter()
+        .map(|r| {
+            let rel = Path::new(&r.path).strip_prefix(ws).unwrap();
+            (rel.display().to_string(), r.action.clone(), r.was.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn uploaded_sets_back_the_pi_project_files_pi_0_73_reads_whatever_the_flags() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join(".pi")).unwrap();
+    fs::set_permissions(ws.join(".pi"), fs::Permissions::from_mode(0o750)).unwrap();
+    fs::write(ws.join(".pi/SYSTEM.md"), "repo system\n").unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let mut kept = None;
+    let p = prepare(&m, Some("0.73.1"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    // The system prompt pi reads is named with its digest.
+    let named: Vec<_> = p
+        .record
+        .read
+        .iter()
+        .filter(|r| r.path.ends_with("/.pi/SYSTEM.md"))
+        .map(|r| r.sha256.clone())
+        .collect();
+    assert_eq!(named, [Some(sha("repo system\n"))]);
+
+    // What an agent writes there is set back.
+    fs::write(ws.join(".pi/SYSTEM.md"), "planted system\n").unwrap();
+    fs::write(ws.join(".pi/APPEND_SYSTEM.md"), "planted append\n").unwrap();
+    fs::write(
+        ws.join(".pi/settings.json"),
+        "{\"shellCommandPrefix\": \"x\"}",
+    )
+    .unwrap();
+    let p = prepare(&m, Some("0.73.1"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    let r = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        resets(&ws, &p),
+        [
+            r(".pi/SYSTEM.md", "restored", "regular file"),
+            r(".pi/APPEND_SYSTEM.md", "removed", "regular file"),
+            r(".pi/settings.json", "removed", "regular file"),
+        ]
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join(".pi/SYSTEM.md")).unwrap(),
+        "repo system\n"
+    );
+
+    // A `.pi` made a symlink to the agent's own directory: removed, the directory made again
+    // with its mode, its file written back.
+    fs::create_dir(ws.join("elsewhere")).unwrap();
+    fs::write(ws.join("elsewhere/SYSTEM.md"), "planted system\n").unwrap();
+    fs::remove_dir_all(ws.join(".pi")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", ws.join(".pi")).unwrap();
+    let p = prepare(&m, Some("0.73.1"), 3, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        resets(&ws, &p),
+        [
+            r(".pi", "restored", "symlink"),
+            r(".pi/SYSTEM.md", "restored", "missing"),
+        ]
+    );
+    let meta = fs::symlink_metadata(ws.join(".pi")).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o750);
+    assert_eq!(
+        fs::read_to_string(ws.join(".pi/SYSTEM.md")).unwrap(),
+        "repo system\n"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("elsewhere/SYSTEM.md")).unwrap(),
+        "planted system\n"
+    );
+
+    // Releases with project trust (`--no-approve`) read none of it: left alone.
+    fs::write(ws.join(".pi/APPEND_SYSTEM.md"), "planted append\n").unwrap();
+    let m2 = sb.manifest("pi", json!("uploaded"));
+    let mut kept2 = None;
+    prepare(&m2, Some("1.6.0"), 1, Some(&mut kept2)).unwrap();
+    let p = prepare(&m2, Some("1.6.0"), 2, Some(&mut kept2))
+        .unwrap()
+        .unwrap();
+    assert!(p.record.reset.is_empty());
+    assert!(!p.record.read.iter().any(|r| r.path.contains("/.pi/")));
+}
+
+#[test]
+fn a_pi_dir_that_is_a_symlink_when_the_baseline_is_taken_stops_the_iteration() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", ws.join(".pi")).unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let err = prepare(&m, Some("0.73.1"), 1, Some(&mut None)).unwrap_err();
+    assert!(err.to_string().contains(".pi is a symlink"), "{err}");
+    // Where no baseline is wanted (as-is) it is named as the link it is.
+    let m = sb.manifest("pi", json!("as-is"));
+    let p = prepare(&m, Some("0.73.1"), 1, None).unwrap().unwrap();
+    let link: Vec<_> = p
+        .record
+        .read
+        .iter()
+        .filter(|r| r.path.ends_with("/.pi"))
+        .map(|r| r.link.clone())
+        .collect();
+    assert_eq!(link, [Some("elsewhere".to_string())]);
+}
+
+#[test]
+fn uploaded_stops_when_a_baseline_symlink_leads_to_changed_content() {
+    // A workspace the run did not upload may hold a context file that is a symlink to another
+    // file of the repository (`AGENTS.md -> docs/rules.md`), which is no context file by name.
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::create_dir(ws.join("docs")).unwrap();
+    fs::write(ws.join("docs/rules.md"), "repo rules\n").unwrap();
+    std::os::unix::fs::symlink("docs/rules.md", ws.join("AGENTS.md")).unwrap();
+    let m = sb.manifest("pi", json!("uploaded"));
+    let mut kept = None;
+    let p = prepare(&m, Some("1.6.0"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    let workdir = p.record.read.last().unwrap();
+    assert_eq!(
+        workdir.sha256.as_deref(),
+        Some(sha("repo rules\n").as_str())
+    );
+    // Unchanged: nothing to do.
+    let p = prepare(&m, Some("1.6.0"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert!(p.record.reset.is_empty());
+    // The agent writes the link's target: the iteration stops rather than launch with it.
+    fs::write(ws.join("docs/rules.md"), "planted\n").unwrap();
+    let err = prepare(&m, Some("1.6.0"), 3, Some(&mut kept)).unwrap_err();
+    assert!(
+        matches!(err, ContextError::ChangedThroughLink { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("/ws/AGENTS.md is a symlink"),
+        "{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("docs/rules.md")).unwrap(),
+        "planted\n"
+    );
+}
+
+#[test]
+fn none_sets_back_pi_0_73s_project_prompts_and_leaves_the_context_files() {
+    let sb = Sandbox::new("pi");
+    let ws = sb.ws();
+    fs::write(ws.join("AGENTS.md"), "agents\n").unwrap();
+    let m = sb.manifest("pi", json!("none"));
+    let mut kept = None;
+    let p = prepare(&m, Some("0.73.1"), 1, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.record.baseline_iteration, Some(1));
+    assert!(p.record.read.is_empty());
+    fs::write(ws.join("AGENTS.md"), "the task's edit\n").unwrap();
+    fs::create_dir(ws.join(".pi")).unwrap();
+    fs::write(ws.join(".pi/SYSTEM.md"), "planted\n").unwrap();
+    let p = prepare(&m, Some("0.73.1"), 2, Some(&mut kept))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        resets(&ws, &p),
+        [(
+            ".pi/SYSTEM.md".to_string(),
+            "removed".to_string(),
+            "regular file".to_string()
+        )]
+    );
+    assert!(p.record.read.is_empty());
+    // pi reads no context file under `none`: the task's edit stays.
+    assert_eq!(
+        fs::read_to_string(ws.join("AGENTS.md")).unwrap(),
+        "the task's edit\n"
+    );
+    // Releases with project trust read none of it: `none` names and sets back nothing.
+    let p = prepare(&m, Some("1.6.0"), 3, None).unwrap().unwrap();
+    assert_eq!(p.record.baseline_iteration, None);
 }
