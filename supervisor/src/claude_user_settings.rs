@@ -119,6 +119,10 @@ pub struct ClaudeConfigRecord {
     /// Names Claude Code reads there that the agent could create or change while it ran
     /// ([`AGENT_WRITABLE`], and every name of [`GUARDED`] left unguarded).
     pub agent_writable: Vec<String>,
+    /// What the image holds in Claude Code's managed settings directory (`/etc/claude-code`),
+    /// which it reads whatever its flags: every file with its SHA-256.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed: Vec<crate::claude_managed::ManagedEntry>,
 }
 
 /// Makes the config dir of a Claude Code `manifest` root's with the sticky bit and puts a
@@ -135,6 +139,7 @@ pub fn protect(
     let mut record = ClaudeConfigRecord {
         guarded: Vec::new(),
         agent_writable: AGENT_WRITABLE.iter().map(|n| n.to_string()).collect(),
+        managed: crate::claude_managed::list(Path::new(crate::claude_managed::MANAGED_DIR)),
     };
     if !nix::unistd::geteuid().is_root() {
         record

@@ -58,6 +58,8 @@ pub mod atomic_file;
 #[cfg(unix)]
 pub mod bounded_tree;
 #[cfg(target_os = "linux")]
+pub mod claude_managed;
+#[cfg(target_os = "linux")]
 pub mod claude_settings;
 #[cfg(target_os = "linux")]
 pub mod claude_skills;

@@ -2405,3 +2405,92 @@ fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_plante
         record["env"]
     );
 }
+
+/// Claude Code reads `/etc/claude-code` whatever its flags (managed settings, managed MCP
+/// servers, a managed `CLAUDE.md`). It is the image's, so pitcrew names what it holds instead of
+/// pinning it: an image derived from the production one with a managed `CLAUDE.md` and a managed
+/// settings file, run under podman; the model sees the managed memory, and the record names
+/// both files with their SHA-256 (`claude_config.managed`).
+#[test]
+fn claude_managed_files_of_the_image_are_named_in_the_record() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    const MARKER: &str = "MANAGED_MEMORY_MARKER_7d1e";
+    let server = ModelServer::start(one_command_per_iteration("Bash", &[PROBE], bash));
+    let fx = fixture(&server, 1);
+    let engine = Engine::start(Kind::Podman);
+    let base = engine.image("claude");
+    let context = tempfile::tempdir().unwrap();
+    let memory = format!("# Managed\n\nThe image's own rule: {MARKER}.\n");
+    let settings = "{\"env\": {}}\n";
+    fs::write(context.path().join("CLAUDE.md"), &memory).unwrap();
+    fs::write(context.path().join("managed-settings.json"), settings).unwrap();
+    fs::write(
+        context.path().join("Containerfile"),
+        format!("FROM {base}\nCOPY CLAUDE.md managed-settings.json /etc/claude-code/\n"),
+    )
+    .unwrap();
+    let tag = format!(
+        "localhost/pitcrew-claude-managed:e2e-{}",
+        std::process::id()
+    );
+    let built = engine.cli(&[
+        "build",
+        "--network=none",
+        "--tag",
+        &tag,
+        context.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "podman build: {built:?}");
+    let env = engine.env_with(&[("ANTHROPIC_API_KEY", "dummy-key")]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            "podman",
+            "--image",
+            &tag,
+            "--pass-env",
+            "ANTHROPIC_API_KEY",
+        ],
+        &env,
+    );
+    let _ = engine.cli(&["rmi", "--force", &tag]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert!(
+        requests.iter().any(|r| r.to_string().contains(MARKER)),
+        "Claude Code did not read the managed CLAUDE.md: {requests:#?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let managed = record["claude_config"]["managed"].as_array().cloned();
+    let managed = managed.unwrap_or_else(|| panic!("no claude_config.managed: {record:#}"));
+    let sha = |name: &str| {
+        pitcrew_core::tree_hash::sha256_file(&context.path().join(name))
+            .unwrap()
+            .sha256
+    };
+    let named: Vec<(String, String)> = managed
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap_or("").to_string(),
+                e["sha256"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        named.contains(&("/etc/claude-code/CLAUDE.md".to_string(), sha("CLAUDE.md"))),
+        "{managed:#?}"
+    );
+    assert!(
+        named.contains(&(
+            "/etc/claude-code/managed-settings.json".to_string(),
+            sha("managed-settings.json")
+        )),
+        "{managed:#?}"
+    );
+}
