@@ -127,6 +127,7 @@ pub fn run_iteration(
         .map(|policy| crate::result::NetworkRecord {
             mode: policy.mode_name().to_string(),
             allow: policy.allowed().iter().map(ToString::to_string).collect(),
+            hidden: ctx.hidden_run.clone(),
             ..Default::default()
         });
     match run_steps(ctx, manifest, dirs, iteration, observer, &mut record) {

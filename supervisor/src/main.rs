@@ -58,6 +58,12 @@ struct ServeArgs {
     /// engine); needs PID 1 and CAP_SYS_ADMIN.
     #[arg(long)]
     private_ipc: bool,
+    /// An empty read-only tmpfs on /run (and /var/run where it is a directory of its own), at
+    /// start: the host's Unix socket files there (D-Bus, nscd, systemd-resolved, databases) out
+    /// of the agent's reach. For the local engine's sandboxes with a network namespace of their
+    /// own; needs PID 1 with its own mount namespace.
+    #[arg(long, conflicts_with = "unprivileged")]
+    private_run: bool,
     /// Under someone else's init, as the sandbox's own non-root user (`serve --stdio` through
     /// an exec session): every process of this uid but the supervisor's ancestors is reaped
     /// before each iteration, whoever started it; the agent runs as this uid. Refused as root
@@ -130,6 +136,7 @@ fn main() -> ExitCode {
             upload_max_entries: pitcrew_core::unpack::UnpackLimits::default().max_entries,
             upload_max_bytes: pitcrew_core::unpack::UnpackLimits::default().max_bytes,
             private_ipc: false,
+            private_run: false,
             unprivileged: false,
             agent_cgroup: CgroupMode::Auto,
         })
@@ -410,6 +417,23 @@ mod linux {
         // would be unreachable. Elsewhere it is up already, or not ours to change.
         if let Err(err) = pitcrew_core::sandbox::netns::bring_up_loopback() {
             tracing::warn!("network: cannot bring lo up: {err}");
+        }
+        if args.private_run {
+            if !ctx.info.pid1 {
+                pitcrew_core::say!(
+                    "--private-run needs PID 1 of a PID namespace (with its own mount \
+                     namespace); refusing to hide the host's /run"
+                );
+                return exit(SUPERVISOR_FAILED);
+            }
+            let keep = [opts.socket.as_path(), opts.records.as_path()];
+            match pitcrew_core::sandbox::private_run::hide(&keep) {
+                Ok(hidden) => ctx.hidden_run = hidden,
+                Err(err) => {
+                    pitcrew_core::say!("{err}");
+                    return exit(SUPERVISOR_FAILED);
+                }
+            }
         }
         if args.private_ipc {
             if !ctx.info.pid1 {

@@ -142,6 +142,10 @@ pub struct NetworkRecord {
     /// bound), when that happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Host directories of Unix socket files hidden from the agent by an empty tmpfs (`/run`:
+    /// the local engine's sandboxes with a network namespace of their own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
 }
 
 /// One connection attempt of the agent.

@@ -552,3 +552,47 @@ fn attack_egress__refused_attempts_cannot_push_a_carried_connection_out_of_the_r
         record["network"]
     );
 }
+
+/// A Unix socket file of the host is no way out of a sandbox with a network namespace of its
+/// own: the local engine hides `/run` (where the host keeps its services' sockets: D-Bus,
+/// `nscd`, systemd-resolved, databases) behind an empty tmpfs, and the record says so. A
+/// world-writable listener of the host's in `/run`: the agent's connect finds no file there,
+/// the listener never sees it; under `open` (the host's network, the host's `/run`) it does.
+#[test]
+fn attack_egress__a_host_unix_socket_under_run_is_out_of_reach() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::net::UnixListener;
+    let path = format!("/run/pitcrew-egress-test-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let listener = match UnixListener::bind(&path) {
+        Ok(listener) => listener,
+        Err(err) => panic!("cannot bind {path}: {err}"),
+    };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let cases = format!(
+        "def unix():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.connect('{path}')\n    s.sendall(b'x')\nres['unix'] = err(unix)\nres['run'] = sorted(os.listdir('/run'))\n"
+    );
+    let hidden = probe("network: none\n", &cases);
+    let seen = listener.accept().is_ok();
+    let open = probe("network: open\n", &cases);
+    let seen_open = listener.accept().is_ok();
+    let _ = std::fs::remove_file(&path);
+    let (Some((probe_none, record)), Some((probe_open, record_open))) = (hidden, open) else {
+        return;
+    };
+    assert_eq!(probe_none["unix"], "ENOENT", "{probe_none:#}");
+    assert_eq!(probe_none["run"], serde_json::json!([]), "{probe_none:#}");
+    assert!(!seen, "the host's listener saw the agent's connection");
+    let hidden = record["network"]["hidden"].as_array().cloned();
+    assert!(
+        hidden.unwrap_or_default().contains(&"/run".into()),
+        "{record:#}"
+    );
+    assert_eq!(probe_open["unix"], "ok", "{probe_open:#}");
+    assert!(seen_open, "under open the host's /run is the sandbox's");
+    assert!(
+        record_open["network"].get("hidden").is_none(),
+        "{record_open:#}"
+    );
+}

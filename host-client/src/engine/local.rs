@@ -23,8 +23,9 @@
 //!
 //! When the harness's `network:` (or, without the key, the runtime's default: its model
 //! endpoint, or nothing for `command`) is `none` or `allow`, `--net` gives the sandbox a
-//! network namespace of its own with loopback only; with `open` it shares this machine's
-//! network.
+//! network namespace of its own with loopback only, and `--private-run` an empty `/run` (the
+//! host's socket files there out of the agent's reach); with `open` it shares this machine's
+//! network and its `/run`.
 //!
 //! As root, `unshare` creates the PID, mount and IPC namespaces (with `--private-ipc` the
 //! supervisor renews its IPC namespace and a tmpfs on `/dev/shm` before every iteration)
@@ -205,6 +206,9 @@ impl LocalEngine {
             .arg("--records")
             .arg(&records)
             .args(spec.serve_args())
+            // With a network namespace of its own, the host's socket files under /run (D-Bus,
+            // nscd, systemd-resolved, …) would still be a way out: hidden from the agent.
+            .args(spec.private_network.then_some("--private-run"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("supervisor.log: dup")?)
             .stderr(log)

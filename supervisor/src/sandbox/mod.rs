@@ -45,6 +45,7 @@ pub mod observer;
 pub mod own_limits;
 pub mod owned_dirs;
 pub mod private_ipc;
+pub mod private_run;
 pub mod reap;
 pub mod reaper;
 pub mod seccomp;

@@ -59,6 +59,9 @@ pub struct Supervisor {
     pub spared: Vec<i32>,
     /// What happens to the IPC namespace and `/dev/shm` after every first reap.
     pub ipc_reset: super::private_ipc::IpcReset,
+    /// The host directories hidden from the agent by an empty tmpfs (`serve --private-run`):
+    /// named in every record's `network`.
+    pub hidden_run: Vec<String>,
     /// Where each iteration's agent tree gets its own cgroup, if anywhere.
     pub agent_cgroups: AgentCgroups,
     /// The supervisor's own files the agent must never write (the records directory). In the
@@ -120,6 +123,7 @@ impl Supervisor {
             pid,
             spared: Vec::new(),
             ipc_reset: super::private_ipc::IpcReset::None,
+            hidden_run: Vec::new(),
             agent_cgroups: AgentCgroups::discover(cgroups),
             supervisor_paths: Vec::new(),
             own_limits: super::own_limits::OwnLimits::capture(),

@@ -125,7 +125,10 @@ impl Server {
         }
         self.pump_tails(STREAM_CAP);
         if let Some(network) = self.close_egress() {
-            record.network = Some(network);
+            record.network = Some(crate::result::NetworkRecord {
+                hidden: ctx.hidden_run.clone(),
+                ..network
+            });
         }
         self.finalise_record(&manifest, &dirs, &dir, &mut record);
         self.last_confinement = record.confinement.clone();

@@ -1,0 +1,79 @@
+//! The host's runtime directory out of the agent's reach, for sandboxes that share the host's
+//! filesystem (the local engine) and have a network namespace of their own.
+//!
+//! A network namespace covers the network, abstract Unix sockets included, but not a socket
+//! *file*: connecting to one is a filesystem operation, and Landlock (to ABI 7) does not govern
+//! it. The host keeps its services' sockets under `/run`, many of them open to every uid: the
+//! D-Bus system bus, `nscd` and systemd-resolved (which resolve names, so a lookup is a way to
+//! send data out), a database's. With `serve --private-run` the supervisor mounts an empty,
+//! read-only tmpfs on `/run` (and on `/var/run` where that is a directory of its own rather than
+//! the usual link to `/run`) once, at start, in its own mount namespace, so the agent's tree
+//! finds nothing there. The local engine asks for it whenever it made the sandbox's network
+//! namespace (`network: none` or `allow`). A socket file elsewhere on the host (`/tmp`, a home
+//! directory) stays reachable to a uid that may write it; containers do not share the host's
+//! filesystem at all.
+
+use std::ffi::CString;
+use std::path::Path;
+
+/// The directories hidden, in this order.
+pub const RUN_DIRS: [&str; 2] = ["/run", "/var/run"];
+
+/// The tmpfs's options: empty, root's, nothing to write in it.
+const OPTIONS: &str = "mode=0755,size=16k";
+
+/// Mounts an empty read-only tmpfs on each of [`RUN_DIRS`] that is a directory (not a link to
+/// another), unless a path of the supervisor's own (`keep`: its control socket, its records)
+/// lies under it, which is refused: hiding it would cut the supervisor off. Returns the
+/// directories hidden. Needs its own mount namespace (the caller checks it is PID 1 of one).
+pub fn hide(keep: &[&Path]) -> Result<Vec<String>, String> {
+    let mut hidden = Vec::new();
+    for dir in RUN_DIRS {
+        let meta = match std::fs::symlink_metadata(dir) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("private /run: {dir}: {e}")),
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        let real = std::fs::canonicalize(dir).map_err(|e| format!("private /run: {dir}: {e}"))?;
+        for path in keep {
+            let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            if path.starts_with(&real) {
+                return Err(format!(
+                    "private /run: {} lies under {dir}, which the sandbox hides from the agent: \
+                     give the sandbox a state directory elsewhere (--state-dir)",
+                    path.display()
+                ));
+            }
+        }
+        mount_empty(dir)?;
+        hidden.push(dir.to_string());
+    }
+    Ok(hidden)
+}
+
+fn mount_empty(dir: &str) -> Result<(), String> {
+    let target = CString::new(dir).map_err(|_| format!("private /run: {dir}: NUL"))?;
+    let fstype = CString::new("tmpfs").map_err(|_| "fstype".to_string())?;
+    let data = CString::new(OPTIONS).map_err(|_| "options".to_string())?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY;
+    // SAFETY: mount reads NUL-terminated strings that live across the call.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "private /run: mount tmpfs on {dir}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
