@@ -98,6 +98,20 @@ fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
 }
 
 impl Fixture {
+    /// Makes `content` the harness's verified hook adapter (`adapters/hooks.json`, `role:
+    /// hook-adapter`, `use: claude-settings`), followed in the `adapters:` list by
+    /// `more_adapters` (YAML list entries, or nothing). Returns the harness's directory.
+    fn add_hook_adapter(&self, content: &str, more_adapters: &str) -> std::path::PathBuf {
+        let root = self.harness.parent().unwrap().to_path_buf();
+        fs::create_dir_all(root.join("adapters")).unwrap();
+        fs::write(root.join("adapters/hooks.json"), content).unwrap();
+        let yaml = fs::read_to_string(&self.harness).unwrap()
+            + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n"
+            + more_adapters;
+        fs::write(&self.harness, yaml).unwrap();
+        root
+    }
+
     /// `pitcrew run` with the API key passed into the sandbox: its exit code and document.
     fn run_status(&self) -> (Option<i32>, Value) {
         pitcrew_run_status(
@@ -691,16 +705,11 @@ fn a_pre_tool_use_hook_adapter_blocks_a_tool_call_and_claude_hears_why() {
         bash,
     ));
     let fx = fixture(&server, 1);
-    let root = fx.harness.parent().unwrap().to_path_buf();
-    fs::create_dir_all(root.join("adapters")).unwrap();
     let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
         "type": "command",
         "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
     }]}]}});
-    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap()
-        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
-    fs::write(&fx.harness, yaml).unwrap();
+    fx.add_hook_adapter(&hooks.to_string(), "");
     let (code, doc) = fx.run_status();
     assert_eq!(code, Some(0), "{doc:#}");
     let requests = server.requests();
@@ -730,12 +739,7 @@ fn a_claude_settings_adapter_that_is_not_a_json_object_launches_nothing() {
     }
     let server = ModelServer::start(|_| Reply::Text("nothing to do".into()));
     let fx = fixture(&server, 1);
-    let root = fx.harness.parent().unwrap().to_path_buf();
-    fs::create_dir_all(root.join("adapters")).unwrap();
-    fs::write(root.join("adapters/hooks.json"), "[\"hooks\"]").unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap()
-        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
-    fs::write(&fx.harness, yaml).unwrap();
+    fx.add_hook_adapter("[\"hooks\"]", "");
     let (_, doc) = fx.run_status();
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert_eq!(record["exit_code"], 125, "{record:#}");
@@ -1651,11 +1655,7 @@ fn user_settings_run(first_call: String, adapter_settings: Option<Value>) -> (Ve
     let root = fx.harness.parent().unwrap().to_path_buf();
     match adapter_settings {
         Some(settings) => {
-            fs::create_dir_all(root.join("adapters")).unwrap();
-            fs::write(root.join("adapters/hooks.json"), settings.to_string()).unwrap();
-            let yaml = fs::read_to_string(&fx.harness).unwrap()
-                + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
-            fs::write(&fx.harness, yaml).unwrap();
+            fx.add_hook_adapter(&settings.to_string(), "");
         }
         None => {
             let hooks = root.join("plugins/hello-claude/hooks");
@@ -1751,18 +1751,15 @@ fn attack_runtime_tamper__user_settings_env_written_mid_iteration_never_reaches_
 /// carrying `FORBIDDEN`, with `harness_env` added to its `env:`.
 fn forbidden_call_fixture(server: &ModelServer, harness_env: &str) -> Fixture {
     let fx = fixture(server, 1);
-    let root = fx.harness.parent().unwrap().to_path_buf();
-    fs::create_dir_all(root.join("adapters")).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("env:\n", &format!("env:\n{harness_env}"));
+    fs::write(&fx.harness, yaml).unwrap();
     let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
         "type": "command",
         "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
     }]}]}});
-    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
-    let yaml = fs::read_to_string(&fx.harness)
-        .unwrap()
-        .replace("env:\n", &format!("env:\n{harness_env}"))
-        + "adapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
-    fs::write(&fx.harness, yaml).unwrap();
+    fx.add_hook_adapter(&hooks.to_string(), "");
     fx
 }
 
@@ -2377,16 +2374,13 @@ fn attack_env__dotenv_never_makes_a_verified_tcl_hook_load_what_the_agent_plante
         bash,
     ));
     let fx = fixture(&server, 2);
-    let root = fx.harness.parent().unwrap().to_path_buf();
-    fs::create_dir_all(root.join("adapters")).unwrap();
     // The verified hook: a Tcl script that uses a package when it is there.
     let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{
         "type": "command",
         "command": "echo 'catch {package require pitcrewprobe}; exit 0' | tclsh",
     }]}]}});
-    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
-    let yaml = fs::read_to_string(&fx.harness).unwrap()
-        + "dotenv: .env\nadapters:\n  - path: adapters/hooks.json\n    role: hook-adapter\n    use: claude-settings\n";
+    fx.add_hook_adapter(&hooks.to_string(), "");
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "dotenv: .env\n";
     fs::write(&fx.harness, yaml).unwrap();
     let (code, doc) = fx.run_status();
     assert_eq!(code, Some(0), "{doc:#}");
