@@ -2574,3 +2574,43 @@ fn attack_leftovers__a_shell_start_up_file_kept_in_home_never_runs_when_claude_s
     assert!(results[0].contains("planted"), "{results:?}");
     assert!(results[1].contains("NOTHING_RAN"), "{results:?}");
 }
+
+/// A skills entry named like a verified plugin: Claude Code is given the skill as a plugin of
+/// that name (`.pitcrew-claude-skills/<name>`), keeps one of two plugins of a name and, when the
+/// plugin holds a skill of the same name, offered the plugin's skill in place of the verified
+/// entry's (the record named the entry, the model never saw it). `validate` refuses the entry,
+/// naming the plugin, and `run` starts nothing.
+#[test]
+fn attack_harness__a_skill_named_like_a_plugin_is_refused_by_validate() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("Bash", &["echo hi"], bash));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let shadow = root.join("plugins/hello-claude/skills/hello-claude");
+    fs::create_dir_all(&shadow).unwrap();
+    fs::write(
+        shadow.join("SKILL.md"),
+        "---\nname: hello-claude\ndescription: PLUGIN_SKILL\n---\nX\n",
+    )
+    .unwrap();
+    let entry = root.join("skills/hello-claude");
+    fs::create_dir_all(&entry).unwrap();
+    fs::write(
+        entry.join("SKILL.md"),
+        "---\nname: hello-claude\ndescription: ENTRY_SKILL\n---\nX\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "skills:\n  - skills/hello-claude\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("skills[0]: Claude Code is given the skill as a plugin named \"hello-claude\", the name of plugins[0]"),
+        "{stderr}"
+    );
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+}
