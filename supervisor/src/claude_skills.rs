@@ -22,7 +22,7 @@
 //! directory is removed (no link followed) and made again before every launch, `0755` and
 //! `0644`, owned by the supervisor; it must lie outside every directory the agent may write.
 
-use crate::manifest::{Manifest, Runtime, RuntimeDirPaths, TreePin};
+use crate::manifest::{Manifest, Runtime, RuntimeDirPaths, TreeKind, TreePin};
 use crate::sandbox::confine::writable_roots;
 use crate::sandbox::nofollow;
 use crate::skill_md::{self, CLAUDE_PLUGINS_DIR, MAX_SKILL_MD_BYTES, SKILL_FILE};
@@ -41,6 +41,7 @@ pub fn prepare(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String
         return Ok(Vec::new());
     }
     let trees: Vec<&TreePin> = manifest.skill_trees().collect();
+    check_plugin_names(manifest, &trees)?;
     let mut bases = BTreeSet::new();
     let mut plugins = Vec::new();
     for tree in &trees {
@@ -63,6 +64,37 @@ pub fn prepare(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String
             .map_err(|why| format!("skill tree {:?} ({}): {why}", tree.name, tree.path))?;
     }
     Ok(plugins)
+}
+
+/// Refuses a skills tree whose plugin would be named like a verified `claude-plugin` tree (its
+/// directory or its `plugin.json` `name`): Claude Code keeps one of two plugins of a name and
+/// offers the other's skill of that name in place of the verified one.
+fn check_plugin_names(manifest: &Manifest, skills: &[&TreePin]) -> Result<(), String> {
+    let basename = |path: &str| {
+        let path = path.trim_end_matches('/');
+        path.rsplit_once('/').map_or(path, |(_, n)| n).to_string()
+    };
+    for plugin in manifest
+        .trees
+        .iter()
+        .filter(|t| t.kind == TreeKind::ClaudePlugin)
+    {
+        let mut names = vec![basename(&plugin.path)];
+        let json = std::fs::read(Path::new(&plugin.path).join(".claude-plugin/plugin.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        if let Some(name) = json.as_ref().and_then(|j| j["name"].as_str()) {
+            names.push(name.to_string());
+        }
+        if let Some(skill) = skills.iter().find(|s| names.contains(&basename(&s.path))) {
+            return Err(format!(
+                "skill tree {:?} ({}) would be given to Claude Code as a plugin named like the \
+                 verified plugin {:?} ({}), which it would keep in its place",
+                skill.name, skill.path, plugin.name, plugin.path
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a place for the plugin directories that overlaps a directory the agent may write

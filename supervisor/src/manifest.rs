@@ -537,6 +537,76 @@ pub fn is_plain_relative_path(path: &str) -> bool {
             .any(|c| c.is_empty() || c == "." || c == "..")
 }
 
+/// What Claude Code does with a shell start-up file in `HOME`.
+const SHELL_SNAPSHOT: &str =
+    "Claude Code runs the shell's start-up file when it launches (its shell snapshot)";
+/// What git does with its user configuration.
+const GIT_CONFIG: &str =
+    "git, which the runtimes run, reads the commands it runs from it (core.fsmonitor, core.pager, hooks)";
+
+/// Paths below `HOME` that a runtime reads at startup (or runs through the tools it starts)
+/// whatever its config dir, each with the runtimes that do (`None`: both) and what reads it: a
+/// `dirs.home_keep` entry that is one of them, lies inside one or holds one would carry what an
+/// earlier agent wrote there into the next iteration's runtime, loaded without a digest.
+pub const RUNTIME_HOME_PATHS: &[(&str, Option<Runtime>, &str)] = &[
+    (".bashrc", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".bash_profile", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".bash_login", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".profile", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".zshrc", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".zshenv", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".zprofile", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".zlogin", Some(Runtime::Claude), SHELL_SNAPSHOT),
+    (".gitconfig", None, GIT_CONFIG),
+    (".config/git", None, GIT_CONFIG),
+    (
+        ".config/anthropic",
+        Some(Runtime::Claude),
+        "Claude Code reads its authentication profiles there",
+    ),
+    (
+        ".claude",
+        Some(Runtime::Claude),
+        "Claude Code reads its state there whatever its config dir",
+    ),
+    (
+        ".claude.json",
+        Some(Runtime::Claude),
+        "Claude Code's user configuration",
+    ),
+    (
+        ".local/share/claude",
+        Some(Runtime::Claude),
+        "Claude Code's installed releases",
+    ),
+    (".agents", None, "the runtimes' user-level skills"),
+    (
+        ".pi",
+        Some(Runtime::Pi),
+        "pi's default agent dir (extensions, skills, settings)",
+    ),
+];
+
+/// Why `runtime` may not keep the `dirs.home_keep` entry `keep`: the path of
+/// [`RUNTIME_HOME_PATHS`] it is, lies in or holds, and what reads it (`runtime: command` runs
+/// what the operator chose: none).
+pub fn home_keep_problem(runtime: Runtime, keep: &str) -> Option<String> {
+    if runtime == Runtime::Command {
+        return None;
+    }
+    let under = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+    RUNTIME_HOME_PATHS
+        .iter()
+        .filter(|(_, only, _)| only.is_none_or(|r| r == runtime))
+        .find(|(path, _, _)| under(keep, path) || under(path, keep))
+        .map(|(path, _, why)| {
+            format!(
+                "keeping {keep:?} would keep ~/{path} for the next iteration, unverified: {why}; \
+                 keep a narrower path (a cache such as .cache/uv)"
+            )
+        })
+}
+
 fn check_abs(name: &str, path: &str) -> Result<(), ManifestError> {
     match sandbox_path_problem(path) {
         Some(problem) => Err(field(name, problem)),
@@ -753,6 +823,9 @@ impl Manifest {
                     format!("dirs.home_keep[{i}]"),
                     format!("{p:?} is not a plain relative path below HOME"),
                 ));
+            }
+            if let Some(problem) = home_keep_problem(self.runtime, p) {
+                return Err(field(format!("dirs.home_keep[{i}]"), problem));
             }
         }
         for (i, p) in self.confinement.read_only.iter().enumerate() {

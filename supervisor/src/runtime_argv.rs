@@ -7,8 +7,9 @@
 //!   `use: pi-extension` (manifest order: adapters first, since pi runs `tool_call` handlers in
 //!   `-e` order and the first block wins; then single-file plugins, role `plugin`, each followed
 //!   by its `pi_args`), then per `pi-extension` tree `-e <path>/<entry>` for
-//!   each entry followed by the tree's `pi_args`, then `--skill <path>` per skill tree (role
-//!   `skill`: with `--no-skills`, exactly these skills and none pi would discover), then the
+//!   each entry followed by the tree's `pi_args`, then `--skill <path>/SKILL.md` per skill tree (role
+//!   `skill`: with `--no-skills`, exactly these skills and none pi would discover; the file, since
+//!   pi given the directory honours the tree's ignore files and offers its other `*.md`), then the
 //!   tools (`--tools a,b` followed by every tool the verified extensions register that the list
 //!   does not name, since pi's allowlist filters extension tools too; or `--no-builtin-tools`
 //!   for an empty list, which keeps them), `--model`, `agent.args`,
@@ -291,8 +292,12 @@ fn pi_args(
         }
         v.extend(tree.pi_args.iter().cloned());
     }
+    // The skill's `SKILL.md` itself, not its directory: given a directory, pi skips a
+    // `SKILL.md` the tree's own `.gitignore`, `.ignore` or `.fdignore` ignores and offers the
+    // tree's other `*.md` files and nested `SKILL.md`s as skills instead.
     for tree in m.skill_trees() {
-        push(v, &["--skill", &tree.path]);
+        let root = tree.path.trim_end_matches('/');
+        push(v, &["--skill", &format!("{root}/SKILL.md")]);
     }
     match &m.agent.tools {
         Some(tools) if tools.is_empty() => push(v, &["--no-builtin-tools"]),
@@ -524,7 +529,7 @@ mod tests {
             "-e",
             "/sandbox/plugins/second/main.js",
             "--skill",
-            "/sandbox/skills/review",
+            "/sandbox/skills/review/SKILL.md",
             "--tools",
             "read,bash",
             "--model",

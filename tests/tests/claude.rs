@@ -2488,3 +2488,123 @@ fn claude_managed_files_of_the_image_are_named_in_the_record() {
         "{managed:#?}"
     );
 }
+
+/// What the first iteration's agent writes: shell start-up files in its `HOME` that leave a
+/// mark in the workspace when a shell runs them.
+const PLANT_SHELL_RC: &str = r#"printf 'echo RC_RAN >> %s/RC_MARK\n' "$PWD" > "$HOME/.bashrc" && cp "$HOME/.bashrc" "$HOME/.profile" && echo planted"#;
+
+/// Claude Code runs the user's shell start-up file when it launches (its shell snapshot), before
+/// the model asks for anything. A harness keeping `~/.bashrc` (or `.profile`, `.gitconfig`,
+/// `.claude`, a directory holding one such as `.config`) between iterations would have the next
+/// iteration's Claude Code run what the earlier agent wrote there, named nowhere: `validate`
+/// refuses the `keep_home` entry, naming the path and what reads it, nothing is started; a
+/// manifest keeping it sent straight to the supervisor fails with 125 before launch. A
+/// narrower path (`.cache/uv`) is kept, and the start-up file the first agent writes is removed
+/// before the second iteration, so nothing runs it.
+#[test]
+fn attack_leftovers__a_shell_start_up_file_kept_in_home_never_runs_when_claude_starts() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            PLANT_SHELL_RC,
+            "cat RC_MARK 2>/dev/null || echo NOTHING_RAN",
+        ],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let plain = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(
+        &fx.harness,
+        format!("{plain}keep_home: [.cache/uv, .bashrc, .config]\n"),
+    )
+    .unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    for part in [
+        "keep_home[1]: keeping \".bashrc\" would keep ~/.bashrc for the next iteration, unverified: Claude Code runs the shell's start-up file when it launches",
+        "keep_home[2]: keeping \".config\" would keep ~/.config/git for the next iteration",
+    ] {
+        assert!(stderr.contains(part), "{part}\n{stderr}");
+    }
+    assert!(!stderr.contains("keep_home[0]"), "{stderr}");
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+
+    // Straight to the supervisor, past the host's validate.
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("workspace");
+    fs::create_dir(&ws).unwrap();
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let manifest = json!({
+        "version": 1,
+        "runtime": "claude",
+        "agent": {"binary": "claude", "model": "claude-sonnet-4-5"},
+        "prompt": "please probe the sandbox",
+        "workdir": ws,
+        "dirs": {"home_keep": [".profile"]},
+        "env": {"set": {"ANTHROPIC_BASE_URL": server.origin()}, "passed": ["ANTHROPIC_API_KEY"]},
+        "user": {"uid": 65534, "gid": 65534},
+        "limits": {"timeout_ms": 120_000, "kill_grace_ms": 300, "reap_budget_ms": 5_000},
+    });
+    let run = pitcrew_init_run(&manifest, dir.path(), &[("ANTHROPIC_API_KEY", "dummy-key")]);
+    assert_eq!(run.code, Some(125), "{:#}\n{}", run.record, run.stderr);
+    let reason = run.record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("dirs.home_keep[0]") && reason.contains("~/.profile"),
+        "{reason}"
+    );
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+
+    // Kept narrowly, the start-up file the first agent writes is gone before the second starts.
+    fs::write(&fx.harness, format!("{plain}keep_home: [.cache/uv]\n")).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("NOTHING_RAN"), "{results:?}");
+}
+
+/// A skills entry named like a verified plugin: Claude Code is given the skill as a plugin of
+/// that name (`.pitcrew-claude-skills/<name>`), keeps one of two plugins of a name and, when the
+/// plugin holds a skill of the same name, offered the plugin's skill in place of the verified
+/// entry's (the record named the entry, the model never saw it). `validate` refuses the entry,
+/// naming the plugin, and `run` starts nothing.
+#[test]
+fn attack_harness__a_skill_named_like_a_plugin_is_refused_by_validate() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("Bash", &["echo hi"], bash));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let shadow = root.join("plugins/hello-claude/skills/hello-claude");
+    fs::create_dir_all(&shadow).unwrap();
+    fs::write(
+        shadow.join("SKILL.md"),
+        "---\nname: hello-claude\ndescription: PLUGIN_SKILL\n---\nX\n",
+    )
+    .unwrap();
+    let entry = root.join("skills/hello-claude");
+    fs::create_dir_all(&entry).unwrap();
+    fs::write(
+        entry.join("SKILL.md"),
+        "---\nname: hello-claude\ndescription: ENTRY_SKILL\n---\nX\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "skills:\n  - skills/hello-claude\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("skills[0]: Claude Code is given the skill as a plugin named \"hello-claude\", the name of plugins[0]"),
+        "{stderr}"
+    );
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert!(server.requests().is_empty(), "Claude Code was launched");
+}

@@ -896,7 +896,10 @@ fn verified_skills(pi: Pi) {
         .collect();
     assert!(argv.contains(&"--no-skills"), "{argv:?}");
     let skill = argv.iter().position(|a| *a == "--skill").expect("--skill");
-    assert!(argv[skill + 1].ends_with("/skills/review"), "{argv:?}");
+    assert!(
+        argv[skill + 1].ends_with("/skills/review/SKILL.md"),
+        "{argv:?}"
+    );
     assert_eq!(argv.last(), Some(&"<prompt>"), "{argv:?}");
     assert_eq!(
         agent["prompt"]["bytes"],
@@ -904,6 +907,51 @@ fn verified_skills(pi: Pi) {
         "{agent:#}"
     );
     assert_eq!(agent["prompt"]["index"], argv.len() - 1, "{agent:#}");
+}
+
+each_pi!(
+    attack_harness__a_skills_tree_ignoring_its_own_skill_md_never_offers_another_skill,
+    skills_tree_ignoring_its_skill_md
+);
+
+/// A pinned skills tree whose own `.gitignore` ignores its root `SKILL.md` (`/SKILL.md`), and
+/// which holds another root `*.md` and a nested `SKILL.md` with frontmatter: pi given the
+/// directory skipped the verified `SKILL.md` and offered those two as skills the record names
+/// nowhere. pitcrew gives pi the `SKILL.md` itself: the model is offered the verified skill and
+/// nothing else of the tree.
+fn skills_tree_ignoring_its_skill_md(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("done".into()));
+    let fx = fixture_for(pi, &server, 1);
+    let review = fx.harness.parent().unwrap().join("skills/review");
+    fs::create_dir_all(review.join("sub")).unwrap();
+    fs::write(
+        review.join("SKILL.md"),
+        skill_md("review", "VERIFIED_SKILL_review"),
+    )
+    .unwrap();
+    fs::write(review.join(".gitignore"), "/SKILL.md\n").unwrap();
+    fs::write(
+        review.join("extra.md"),
+        skill_md("extra", "HIDDEN_SKILL_extra"),
+    )
+    .unwrap();
+    fs::write(
+        review.join("sub/SKILL.md"),
+        skill_md("sub", "HIDDEN_SKILL_sub"),
+    )
+    .unwrap();
+    fx.agent_option("tools: [read]");
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "skills:\n  - skills/review\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let doc = fx.run(&[], &[]);
+    let requests = server.requests();
+    assert!(!requests.is_empty(), "{doc:#}");
+    let system = requests[0]["messages"][0].to_string();
+    assert!(system.contains("VERIFIED_SKILL_review"), "{system}");
+    assert!(!system.contains("HIDDEN_SKILL_"), "{system}");
 }
 
 each_pi!(

@@ -137,3 +137,43 @@ fn a_place_the_agent_may_write_is_refused_and_other_runtimes_get_none() {
     assert_eq!(prepare(&m).unwrap(), Vec::<String>::new());
     assert!(!root.join("skills/.pitcrew-claude-skills").exists());
 }
+
+#[test]
+fn a_skill_named_like_a_verified_plugin_is_refused() {
+    let (_dir, root) = layout();
+    let plugin = root.join("plugins/probe");
+    fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "other"}"#,
+    )
+    .unwrap();
+    let with_plugin = |path: &Path| {
+        let mut v = serde_json::to_value(manifest(&root, true)).unwrap();
+        v["trees"].as_array_mut().unwrap().push(json!({
+            "name": "probe", "path": path, "role": "plugin", "kind": "claude-plugin",
+            "format": "pi-tree-v1", "sha256": "0".repeat(64),
+        }));
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    };
+    // Named by its directory.
+    let err = prepare(&with_plugin(&plugin)).unwrap_err();
+    assert!(err.contains("named like the verified plugin"), "{err}");
+    // Named by its plugin.json.
+    let renamed = root.join("plugins/renamed");
+    fs::create_dir_all(renamed.join(".claude-plugin")).unwrap();
+    fs::write(
+        renamed.join(".claude-plugin/plugin.json"),
+        r#"{"name": "probe"}"#,
+    )
+    .unwrap();
+    let err = prepare(&with_plugin(&renamed)).unwrap_err();
+    assert!(err.contains("named like the verified plugin"), "{err}");
+    // Another name: the skill's plugin is made.
+    fs::write(
+        renamed.join(".claude-plugin/plugin.json"),
+        r#"{"name": "renamed"}"#,
+    )
+    .unwrap();
+    assert!(prepare(&with_plugin(&renamed)).is_ok());
+}

@@ -429,6 +429,23 @@ impl Checker<'_> {
                     format!("a second skills directory named {:?}", spec.name),
                 );
             }
+            if h.runtime == Runtime::Claude {
+                if let Some(j) = h.plugins.iter().position(|p| {
+                    !p.single_file
+                        && claude_plugin_names(&p.host_path, &p.name).contains(&spec.name)
+                }) {
+                    self.problem(
+                        at,
+                        format!("skills[{i}]"),
+                        format!(
+                            "Claude Code is given the skill as a plugin named {:?}, the name of \
+                             plugins[{j}]: it keeps one of two plugins of a name and offers the \
+                             other's skill of that name in its place; rename the skills directory",
+                            spec.name
+                        ),
+                    );
+                }
+            }
             match self.tree_digest(&spec.host_path, progress) {
                 Ok(digest) => {
                     if let Some(why) = over_upload_limits(&digest.listing, &h.upload_limits) {
@@ -730,4 +747,17 @@ pub fn find_program(
         .unwrap_or_default();
     crate::verify::resolve_agent_binary(program, &path)
         .map_err(|_| format!("{program} is not an executable file in any PATH directory ({path})"))
+}
+
+/// The names Claude Code may know the plugin tree at `dir` by: its directory's (`dir_name`) and
+/// the `name` of its `.claude-plugin/plugin.json`, when it has one.
+fn claude_plugin_names(dir: &Path, dir_name: &str) -> Vec<String> {
+    let mut names = vec![dir_name.to_string()];
+    let manifest = std::fs::read(dir.join(".claude-plugin/plugin.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    if let Some(name) = manifest.as_ref().and_then(|m| m["name"].as_str()) {
+        names.push(name.to_string());
+    }
+    names
 }

@@ -122,7 +122,7 @@ impl Checker<'_> {
             .map(|n| self.upload_limits(n))
             .unwrap_or_default();
         let keep_output = self.keep_output(top);
-        let keep_home = self.keep_home(top);
+        let keep_home = self.keep_home(top, runtime);
         let network = self.network(top);
         let timeout = self.timeout(top);
         let workdir = self.workdir(top);

@@ -1462,3 +1462,47 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         assert_eq!(p.location.as_ref().map(|l| l.line), Some(line), "{p:?}");
     }
 }
+
+#[test]
+fn keep_home_refuses_what_the_runtime_reads_at_startup() {
+    use crate::manifest::{home_keep_problem, Runtime};
+    // The path itself, one inside it, one holding it; per runtime.
+    for (runtime, keep, path) in [
+        (Runtime::Claude, ".bashrc", ".bashrc"),
+        (Runtime::Claude, ".config", ".config/git"),
+        (Runtime::Claude, ".claude/state", ".claude"),
+        (Runtime::Claude, ".local", ".local/share/claude"),
+        (Runtime::Pi, ".gitconfig", ".gitconfig"),
+        (Runtime::Pi, ".pi/agent", ".pi"),
+        (Runtime::Pi, ".agents", ".agents"),
+    ] {
+        let problem = home_keep_problem(runtime, keep).unwrap_or_default();
+        assert!(problem.contains(&format!("~/{path} ")), "{keep}: {problem}");
+    }
+    for (runtime, keep) in [
+        (Runtime::Claude, ".cache/uv"),
+        (Runtime::Claude, ".cache"),
+        (Runtime::Claude, ".bashrc.d"),
+        (Runtime::Pi, ".bashrc"),
+        (Runtime::Pi, ".claude"),
+        (Runtime::Command, ".gitconfig"),
+    ] {
+        assert_eq!(home_keep_problem(runtime, keep), None, "{keep}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        "runtime: claude\nprompt: hi\nkeep_home: [.cache/uv, .profile]\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    assert!(
+        v.problems.iter().any(|p| p.field == "keep_home[1]"
+            && p.message
+                .contains("~/.profile for the next iteration, unverified")),
+        "{:?}",
+        v.problems
+    );
+    assert!(!v.problems.iter().any(|p| p.field == "keep_home[0]"));
+}

@@ -101,7 +101,11 @@ impl Checker<'_> {
 
     /// `keep_home:`, what persists in `HOME` from one iteration to the next (everything else is
     /// removed): plain paths relative to `HOME`.
-    pub(super) fn keep_home(&mut self, top: &MarkedMappingNode) -> Vec<String> {
+    pub(super) fn keep_home(
+        &mut self,
+        top: &MarkedMappingNode,
+        runtime: Option<crate::manifest::Runtime>,
+    ) -> Vec<String> {
         let Some(n) = top.get_node("keep_home") else {
             return Vec::new();
         };
@@ -113,6 +117,10 @@ impl Checker<'_> {
                     format!("keep_home[{i}]"),
                     format!("{p:?} is not a plain path relative to HOME"),
                 );
+            } else if let Some(problem) =
+                runtime.and_then(|r| crate::manifest::home_keep_problem(r, p))
+            {
+                self.problem(location(n), format!("keep_home[{i}]"), problem);
             }
         }
         paths
