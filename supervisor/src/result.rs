@@ -151,7 +151,8 @@ pub struct ConnectionRecord {
     pub host: String,
     /// The port.
     pub port: u16,
-    /// `mirror` (a listener on an allowed loopback address) or `proxy` (the `CONNECT` proxy).
+    /// `mirror` (a listener on an allowed loopback address), `proxy` (the `CONNECT` proxy)
+    /// or `model` (the model listener the route's base-URL variable names).
     pub via: String,
     /// Whether the connection was carried.
     pub allowed: bool,
@@ -164,6 +165,10 @@ pub struct ConnectionRecord {
     pub bytes_down: u64,
     /// From the agent's connect to the close, in milliseconds.
     pub duration_ms: u64,
+    /// The model credentials the host put in place of their placeholders on this connection,
+    /// by variable name (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected: Vec<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.

@@ -1,0 +1,171 @@
+//! Model credentials that stay on the host (`--model-key NAME`, and the runtime's well-known key
+//! variables passed with `--pass-env` whenever the network is not `open`): the sandbox gets
+//! [`placeholder`] in their place, and the agent's model requests reach the provider through
+//! this host, which puts the values in ([`crate::client::tunnel::ModelUpstream`]).
+//!
+//! The route follows the runtime's model endpoint: Claude Code's `ANTHROPIC_BASE_URL` (the
+//! harness `env:`'s, else `https://api.anthropic.com`) is pinned to the supervisor's model
+//! listener. Runtimes whose endpoint pitcrew cannot move (pi, `command`) are refused.
+
+use crate::client::model_http::Credential;
+use crate::client::tunnel::ModelUpstream;
+use anyhow::bail;
+use pitcrew_core::harness::{url_endpoint, Harness, CLAUDE_API_HOST};
+use pitcrew_core::manifest::model::placeholder;
+use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
+
+/// The key variables of each runtime that become model credentials when passed with
+/// `--pass-env` (and the network is not `open`).
+pub const WELL_KNOWN: &[(Runtime, &str)] = &[
+    (Runtime::Claude, "ANTHROPIC_API_KEY"),
+    (Runtime::Claude, "ANTHROPIC_AUTH_TOKEN"),
+];
+
+/// What a run does with model credentials.
+#[derive(Debug, Clone, Default)]
+pub struct ModelPlan {
+    /// The credentials' names: the sandbox gets their placeholders.
+    pub names: Vec<String>,
+    /// The manifest's route and this host's end of it (`None` when there is no credential, or
+    /// the network carries nothing).
+    pub route: Option<(ModelRoute, ModelUpstream)>,
+}
+
+/// The plan for a run: `explicit` (`--model-key`), the well-known names among `pass_env`, the
+/// harness's runtime and endpoint, the `policy` that applies, values from `lookup`.
+pub fn plan(
+    explicit: &[String],
+    pass_env: &[String],
+    h: &Harness,
+    policy: Option<&NetworkPolicy>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<ModelPlan> {
+    let open = matches!(policy, Some(NetworkPolicy::Open) | None);
+    if let Some(name) = explicit.first().filter(|_| open) {
+        bail!(
+            "--model-key {name}: the network is open, so pitcrew carries no model connection to \
+             add the key to; give the harness network: allow (or leave network: unset)"
+        );
+    }
+    let mut names: Vec<String> = Vec::new();
+    for name in explicit {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    if !open {
+        for name in pass_env {
+            let known = WELL_KNOWN
+                .iter()
+                .any(|(rt, n)| *rt == h.runtime && n == name);
+            if known && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+    }
+    if names.is_empty() {
+        return Ok(ModelPlan::default());
+    }
+    for name in &names {
+        if h.env.contains_key(name) {
+            bail!(
+                "--model-key {name}: the harness `env:` sets {name}, and its value would reach \
+                 the sandbox; keep the key in pitcrew's environment only"
+            );
+        }
+    }
+    let mut credentials = Vec::new();
+    for name in &names {
+        let Some(value) = lookup(name) else {
+            bail!("--model-key {name}: not set in pitcrew's environment");
+        };
+        if value.is_empty() {
+            bail!("--model-key {name}: empty in pitcrew's environment");
+        }
+        credentials.push(Credential {
+            name: name.clone(),
+            placeholder: placeholder(name).into_bytes(),
+            value: value.into_bytes(),
+        });
+    }
+    let Some(policy @ NetworkPolicy::Allow { .. }) = policy else {
+        // `none`: nothing leaves, the placeholders stand in all the same.
+        return Ok(ModelPlan { names, route: None });
+    };
+    let (base_url_env, url) = match h.runtime {
+        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
+        other => bail!(
+            "--model-key {}: the {} runtime's model endpoint cannot be served from the sandbox's \
+             loopback; only Claude Code's can (pitcrew run --pass-env hands the key in as it is)",
+            names[0],
+            other.as_str()
+        ),
+    };
+    let endpoint = url_endpoint(&url).map_err(|e| anyhow::anyhow!("model endpoint: {e}"))?;
+    if !policy.allows(&endpoint.host, endpoint.port) {
+        bail!(
+            "--model-key {}: the model endpoint {endpoint} is not among the endpoints the \
+             harness's network allows",
+            names[0]
+        );
+    }
+    let tls = url.to_ascii_lowercase().starts_with("https://");
+    let route = ModelRoute {
+        base_url_env: base_url_env.map(str::to_string),
+        upstream: endpoint.clone(),
+        credentials: names.clone(),
+    };
+    let upstream = ModelUpstream {
+        endpoint,
+        tls,
+        prefix: url_path(&url),
+        credentials,
+    };
+    Ok(ModelPlan {
+        names,
+        route: Some((route, upstream)),
+    })
+}
+
+/// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
+/// backend switched on (`CLAUDE_CODE_USE_BEDROCK`, …) signs its requests otherwise and is
+/// refused.
+fn claude_url(h: &Harness) -> anyhow::Result<String> {
+    for backend in ["BEDROCK", "VERTEX", "FOUNDRY"] {
+        let var = format!("CLAUDE_CODE_USE_{backend}");
+        if h.env
+            .get(&var)
+            .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+        {
+            bail!("--model-key: the harness sets {var}; only Anthropic's API (ANTHROPIC_BASE_URL) is served with a key kept on the host");
+        }
+    }
+    Ok(h.env
+        .get("ANTHROPIC_BASE_URL")
+        .cloned()
+        .unwrap_or_else(|| format!("https://{CLAUDE_API_HOST}")))
+}
+
+/// The path of a base URL, without its trailing `/`: `https://gw.example/anthropic/` →
+/// `/anthropic`; empty for none.
+fn url_path(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    match rest.find('/') {
+        Some(i) => rest[i..].trim_end_matches('/').to_string(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_urls_path_is_the_prefix() {
+        assert_eq!(url_path("https://api.anthropic.com"), "");
+        assert_eq!(url_path("https://api.anthropic.com/"), "");
+        assert_eq!(url_path("http://127.0.0.1:8/v1/"), "/v1");
+        assert_eq!(url_path("https://gw.example/a/b?x=1"), "/a/b");
+    }
+}
