@@ -129,12 +129,16 @@ impl Upstream {
 /// The TLS configuration of model connections, made once.
 fn tls_config() -> Result<Arc<ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<ClientConfig>, String>> = OnceLock::new();
-    CONFIG.get_or_init(make_tls_config).clone()
+    CONFIG
+        .get_or_init(|| make_tls_config(std::env::var_os("SSL_CERT_FILE")))
+        .clone()
 }
 
-fn make_tls_config() -> Result<Arc<ClientConfig>, String> {
+/// The TLS configuration with the certificates of `cert_file` (PEM) as its roots, or the
+/// Mozilla roots without one.
+fn make_tls_config(cert_file: Option<std::ffi::OsString>) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
-    match std::env::var_os("SSL_CERT_FILE") {
+    match cert_file {
         Some(path) => {
             let shown = std::path::Path::new(&path).display().to_string();
             let certs = CertificateDer::pem_file_iter(&path)
@@ -167,7 +171,16 @@ fn make_tls_config() -> Result<Arc<ClientConfig>, String> {
 
 /// A TLS session with `host` over `tcp`, its handshake done within `timeout`.
 pub fn tls(tcp: TcpStream, host: &str, timeout: Duration) -> Result<Upstream, String> {
-    let config = tls_config()?;
+    tls_with(tcp, host, timeout, tls_config()?)
+}
+
+/// [`tls`] with `config`.
+fn tls_with(
+    tcp: TcpStream,
+    host: &str,
+    timeout: Duration,
+    config: Arc<ClientConfig>,
+) -> Result<Upstream, String> {
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| format!("TLS: {host:?} is no server name: {e}"))?;
     let mut session =
@@ -187,3 +200,6 @@ pub fn tls(tcp: TcpStream, host: &str, timeout: Duration) -> Result<Upstream, St
         tcp: sock,
     })
 }
+
+#[cfg(test)]
+mod tests;
