@@ -62,7 +62,9 @@ impl ModelRoute {
                 self.upstream
             ));
         }
-        if self.base_url_env.is_none() && self.upstream.ip().is_none_or(|ip| !ip.is_loopback()) {
+        let loopback = self.upstream.host == "localhost"
+            || self.upstream.ip().is_some_and(|ip| ip.is_loopback());
+        if self.base_url_env.is_none() && !loopback {
             return Err(format!(
                 "upstream {} is not a loopback address, and no base_url_env is pinned",
                 self.upstream
@@ -138,6 +140,15 @@ mod tests {
         }
         assert!(ok.check(Some(&NetworkPolicy::Open)).is_err());
         assert!(ok.check(None).is_err());
+    }
+
+    #[test]
+    fn localhost_is_a_loopback_upstream() {
+        let local = allow(&["localhost:8080"]);
+        assert_eq!(
+            route(None, "localhost:8080", &["K"]).check(Some(&local)),
+            Ok(())
+        );
     }
 
     #[test]

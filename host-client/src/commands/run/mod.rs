@@ -68,9 +68,11 @@ pub struct RunArgs {
     pub pass_env: Vec<String>,
     /// Keep this model credential of pitcrew's environment on the host (repeatable): the
     /// sandbox gets `pitcrew-placeholder-NAME` in its place, and this host puts the value into
-    /// the agent's model requests as it carries them (network `allow`; Claude Code). The
-    /// runtime's key variables passed with `--pass-env` (ANTHROPIC_API_KEY,
-    /// ANTHROPIC_AUTH_TOKEN) are kept so without it unless the network is `open`.
+    /// the agent's model requests as it carries them (network `allow`; Claude Code, or pi whose
+    /// pinned models.json sends the model to a loopback http:// endpoint). The runtime's key
+    /// variables passed with `--pass-env` (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN; for pi also
+    /// OPENAI_API_KEY and those models.json's apiKey names) are kept so without it unless the
+    /// network is `open`.
     #[arg(long = "model-key", value_name = "NAME")]
     pub model_key: Vec<String>,
     /// The model credentials' plan, made once the harness is read.
@@ -230,9 +232,11 @@ fn run_harness(
         &args.model_key,
         &args.pass_env,
         &h,
+        &validated.pi_config,
         validated.network().as_ref().map(|n| &n.policy),
         |name| std::env::var(name).ok(),
     )?;
+    let model_notes = model_plan.notes.clone();
     let mut pass_env = args.pass_env.clone();
     if args.sandbox.is_none() {
         for name in &model_plan.names {
@@ -266,6 +270,9 @@ fn run_harness(
         }
     }
     let progress = Progress::new(verbose > 0, quiet);
+    for note in &model_notes {
+        progress.warn(&format!("note: {note}"));
+    }
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),

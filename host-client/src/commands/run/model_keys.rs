@@ -5,20 +5,28 @@
 //!
 //! The route follows the runtime's model endpoint: Claude Code's `ANTHROPIC_BASE_URL` (the
 //! harness `env:`'s, else `https://api.anthropic.com`) is pinned to the supervisor's model
-//! listener. Runtimes whose endpoint pitcrew cannot move (pi, `command`) are refused.
+//! listener. pi reads no base-URL variable for its providers (0.73.1, 0.87.1 and 1.6.0 hand the
+//! model's `baseUrl` to their SDKs; only Azure's has one): its key stays on the host only when
+//! its pinned `models.json` sends it to one loopback `http://` endpoint, whose mirror then
+//! carries the model connections; otherwise a key passed with `--pass-env` enters the sandbox
+//! as it is, said in a note ([`pi_note`]), and `--model-key` is refused. `command` has no model
+//! endpoint pitcrew knows: `--model-key` is refused.
 
 use crate::client::model_http::Credential;
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
-use pitcrew_core::harness::{url_endpoint, Harness, CLAUDE_API_HOST};
+use pitcrew_core::harness::{url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST};
 use pitcrew_core::manifest::model::placeholder;
 use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
 
 /// The key variables of each runtime that become model credentials when passed with
 /// `--pass-env` (and the network is not `open`).
+/// pi's also include each variable a `models.json` provider names as its `apiKey`.
 pub const WELL_KNOWN: &[(Runtime, &str)] = &[
     (Runtime::Claude, "ANTHROPIC_API_KEY"),
     (Runtime::Claude, "ANTHROPIC_AUTH_TOKEN"),
+    (Runtime::Pi, "ANTHROPIC_API_KEY"),
+    (Runtime::Pi, "OPENAI_API_KEY"),
 ];
 
 /// What a run does with model credentials.
@@ -29,14 +37,59 @@ pub struct ModelPlan {
     /// The manifest's route and this host's end of it (`None` when there is no credential, or
     /// the network carries nothing).
     pub route: Option<(ModelRoute, ModelUpstream)>,
+    /// What the operator should know: a well-known key that enters the sandbox as it is.
+    pub notes: Vec<String>,
+}
+
+/// The one loopback `http://` endpoint of pi's pinned `models.json` that `policy` allows, or
+/// why there is none.
+fn pi_upstream(
+    pi: &PiModelConfig,
+    policy: &NetworkPolicy,
+) -> Result<pitcrew_core::manifest::Endpoint, String> {
+    let loopback: Vec<_> = pi
+        .plain_endpoints
+        .iter()
+        .filter(|e| e.host == "localhost" || e.ip().is_some_and(|ip| ip.is_loopback()))
+        .filter(|e| policy.allows(&e.host, e.port))
+        .collect();
+    match loopback.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(
+            "pi reads no base-URL variable for its providers, and its pinned models.json sends \
+             the model to no loopback http:// endpoint (with network: unset) that the host could \
+             add the key on"
+                .into(),
+        ),
+        _ => Err(format!(
+            "pi's pinned models.json names {} loopback http:// endpoints; the host adds a key \
+             for one model endpoint",
+            loopback.len()
+        )),
+    }
+}
+
+/// What `validate` says about a pi harness whose key cannot stay on the host: a key passed
+/// with `--pass-env` enters the sandbox as it is.
+pub fn pi_note(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Option<String> {
+    if h.runtime != Runtime::Pi || !matches!(policy, NetworkPolicy::Allow { .. }) {
+        return None;
+    }
+    let why = pi_upstream(pi, policy).err()?;
+    Some(format!(
+        "model key: {why}: a key passed with --pass-env enters the sandbox as it is \
+         (--model-key is refused)"
+    ))
 }
 
 /// The plan for a run: `explicit` (`--model-key`), the well-known names among `pass_env`, the
-/// harness's runtime and endpoint, the `policy` that applies, values from `lookup`.
+/// harness's runtime and endpoint (`pi`: what its pinned configuration says), the `policy` that
+/// applies, values from `lookup`.
 pub fn plan(
     explicit: &[String],
     pass_env: &[String],
     h: &Harness,
+    pi: &PiModelConfig,
     policy: Option<&NetworkPolicy>,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<ModelPlan> {
@@ -53,18 +106,37 @@ pub fn plan(
             names.push(name.clone());
         }
     }
+    let mut notes = Vec::new();
     if !open {
+        // pi's key stays on the host only where its endpoint can be carried: otherwise the
+        // passed key goes in as it is, said once.
+        let pi_blocked = match policy {
+            Some(p @ NetworkPolicy::Allow { .. }) if h.runtime == Runtime::Pi => {
+                pi_upstream(pi, p).err()
+            }
+            _ => None,
+        };
         for name in pass_env {
             let known = WELL_KNOWN
                 .iter()
-                .any(|(rt, n)| *rt == h.runtime && n == name);
-            if known && !names.contains(name) {
-                names.push(name.clone());
+                .any(|(rt, n)| *rt == h.runtime && n == name)
+                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name));
+            if !known || names.contains(name) {
+                continue;
+            }
+            match &pi_blocked {
+                Some(why) => notes.push(format!(
+                    "--pass-env {name}: the key enters the sandbox as it is: {why}"
+                )),
+                None => names.push(name.clone()),
             }
         }
     }
     if names.is_empty() {
-        return Ok(ModelPlan::default());
+        return Ok(ModelPlan {
+            notes,
+            ..ModelPlan::default()
+        });
     }
     for name in &names {
         if h.env.contains_key(name) {
@@ -90,10 +162,20 @@ pub fn plan(
     }
     let Some(policy @ NetworkPolicy::Allow { .. }) = policy else {
         // `none`: nothing leaves, the placeholders stand in all the same.
-        return Ok(ModelPlan { names, route: None });
+        return Ok(ModelPlan {
+            names,
+            route: None,
+            notes,
+        });
     };
     let (base_url_env, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
+        Runtime::Pi => match pi_upstream(pi, policy) {
+            // The mirror of the endpoint carries the model connections: the agent's requests
+            // already name it and its path.
+            Ok(e) => (None, format!("http://{e}")),
+            Err(why) => bail!("--model-key {}: {why}", names[0]),
+        },
         other => bail!(
             "--model-key {}: the {} runtime's model endpoint cannot be served from the sandbox's \
              loopback; only Claude Code's can (pitcrew run --pass-env hands the key in as it is)",
@@ -124,6 +206,7 @@ pub fn plan(
     Ok(ModelPlan {
         names,
         route: Some((route, upstream)),
+        notes,
     })
 }
 
