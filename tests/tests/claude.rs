@@ -2322,3 +2322,44 @@ fn control_a_key_passed_under_an_open_network_is_found_by_the_same_probe() {
     assert!(out.contains("FOUND env ANTHROPIC_API_KEY="), "{out}");
     assert!(out.contains("FOUND /proc/self/environ"), "{out}");
 }
+
+/// `--model-key` alone (the key not passed with `--pass-env`): the sandbox has the
+/// supervisor's pin of the placeholder, and the host adds the key to Claude's requests.
+#[test]
+fn model_key_alone_keeps_the_key_on_the_host_and_claude_reaches_its_model() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["echo \"KEY=$ANTHROPIC_API_KEY\""],
+        bash,
+    ));
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--model-key", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(
+        results.first().and_then(|r| r.lines().next()),
+        Some("KEY=pitcrew-placeholder-ANTHROPIC_API_KEY"),
+        "{results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let injected: Vec<&Value> = record["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["injected"])
+        .collect();
+    assert!(
+        !injected.is_empty() && injected.iter().all(|i| **i == json!(["ANTHROPIC_API_KEY"])),
+        "{:#}",
+        record["network"]
+    );
+}

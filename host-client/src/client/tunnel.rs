@@ -535,12 +535,103 @@ fn dial(policy: &NetworkPolicy, host: &str, port: u16) -> Result<TcpStream, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pitcrew_core::manifest::Endpoint;
+    use std::io::Read;
 
     fn allow(list: &[&str]) -> NetworkPolicy {
         NetworkPolicy::Allow {
             allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
         }
+    }
+
+    fn written(writer: &Mutex<Vec<u8>>) -> String {
+        String::from_utf8_lossy(&writer.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (a bounded number of short sleeps) until the control stream holds `what`.
+    fn wait_for(writer: &Mutex<Vec<u8>>, what: &str) -> String {
+        for _ in 0..1000 {
+            let text = written(writer);
+            if text.contains(what) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("never written: {what}; got {}", written(writer))
+    }
+
+    fn route(port: u16) -> ModelUpstream {
+        ModelUpstream {
+            endpoint: Endpoint::parse(&format!("127.0.0.1:{port}")).unwrap(),
+            tls: false,
+            prefix: "/v1".into(),
+            credentials: vec![Credential {
+                name: "K".into(),
+                placeholder: b"pitcrew-placeholder-K".to_vec(),
+                value: b"real-value".to_vec(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_model_connection_goes_to_the_route_with_the_key_put_in_and_says_so() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let writer = Arc::new(Mutex::new(Vec::new()));
+        let policy = allow(&[&format!("127.0.0.1:{port}")]);
+        let mut t = Tunnels::new(Arc::clone(&writer), policy, Some(route(port)));
+        t.message(Response::TunnelOpen {
+            conn: 1,
+            host: "127.0.0.1".into(),
+            port,
+            model: true,
+        });
+        let (mut upstream, _) = listener.accept().unwrap();
+        wait_for(&writer, "tunnel_opened");
+        // Split mid-placeholder: the head is rewritten once it is whole.
+        t.data(&tunnel::encode(
+            1,
+            b"GET /models HTTP/1.1\r\nx-api-key: pitcrew-place",
+        ));
+        t.data(&tunnel::encode(1, b"holder-K\r\n\r\n"));
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = upstream.read(&mut buf).unwrap();
+            assert!(n > 0, "the upstream saw: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-api-key: real-value\r\n\r\n")
+        );
+        let said = wait_for(&writer, "tunnel_injected");
+        assert!(said.contains(r#""names":["K"]"#), "{said}");
+        assert!(!said.contains("real-value"), "{said}");
+    }
+
+    #[test]
+    fn a_model_connection_to_another_endpoint_or_without_a_route_is_refused() {
+        let writer = Arc::new(Mutex::new(Vec::new()));
+        let policy = allow(&["127.0.0.1:9", "127.0.0.1:10"]);
+        let mut t = Tunnels::new(Arc::clone(&writer), policy.clone(), Some(route(9)));
+        t.message(Response::TunnelOpen {
+            conn: 1,
+            host: "127.0.0.1".into(),
+            port: 10,
+            model: true,
+        });
+        let said = written(&writer);
+        assert!(said.contains("tunnel_refused"), "{said}");
+        assert!(said.contains("not this host's model endpoint"), "{said}");
+        let writer = Arc::new(Mutex::new(Vec::new()));
+        let mut t = Tunnels::new(Arc::clone(&writer), policy, None);
+        t.message(Response::TunnelOpen {
+            conn: 2,
+            host: "127.0.0.1".into(),
+            port: 9,
+            model: true,
+        });
+        assert!(written(&writer).contains("tunnel_refused"));
     }
 
     #[test]

@@ -237,17 +237,10 @@ fn run_harness(
         |name| std::env::var(name).ok(),
     )?;
     let model_notes = model_plan.notes.clone();
-    let mut pass_env = args.pass_env.clone();
-    if args.sandbox.is_none() {
-        for name in &model_plan.names {
-            if !pass_env.contains(name) {
-                pass_env.push(name.clone());
-            }
-        }
-    }
+    // A `--model-key` name not passed reaches the sandbox only as the supervisor's pin of its
+    // placeholder (engines without `--pass-env`, such as exec and kubernetes, take it too).
     let args = &RunArgs {
         model_plan: Some(Box::new(model_plan)),
-        pass_env,
         ..args.clone()
     };
     let slot = CancelSlot::default();
@@ -282,7 +275,10 @@ fn run_harness(
             .model_plan
             .as_ref()
             .map(|p| p.names.clone())
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| args.pass_env.contains(n))
+            .collect(),
         memory_bytes: h.memory,
         processes: h.processes,
         upload_limits: h.upload_limits,
