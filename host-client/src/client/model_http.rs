@@ -1,7 +1,7 @@
 //! The requests of a model connection, on their way from the agent to the provider: HTTP/1.1
 //! request heads read with `httparse`, each credential's placeholder in the `x-api-key` and
 //! `authorization` values replaced by the credential's value, `Host` set to the upstream, the
-//! route's path prefix put before the target; bodies (`Content-Length` or chunked) passed on
+//! route's path prefix put before the target, an `Upgrade` header left out; bodies (`Content-Length` or chunked) passed on
 //! as they are, so that requests follow one another on one connection (keep-alive,
 //! pipelining). Responses are not read here: they go back to the agent byte for byte.
 //!
@@ -227,7 +227,9 @@ impl RequestRewriter {
         let mut chunked = false;
         for h in req.headers.iter() {
             let name = h.name;
-            if name.eq_ignore_ascii_case("host") {
+            // `Host` is the upstream's; an `Upgrade` is never offered, so the upstream never
+            // switches the connection to bytes this side cannot read as requests.
+            if name.eq_ignore_ascii_case("host") || name.eq_ignore_ascii_case("upgrade") {
                 continue;
             }
             if name.eq_ignore_ascii_case("content-length") {

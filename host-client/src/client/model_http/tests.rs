@@ -240,3 +240,11 @@ fn the_debug_form_of_a_credential_has_no_value() {
         "{shown}"
     );
 }
+
+#[test]
+fn an_upgrade_is_never_offered_to_the_upstream() {
+    let req = b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+    let out = text(&feed_split(&mut rewriter(), req, 3).unwrap());
+    assert!(!out.to_ascii_lowercase().contains("upgrade: "), "{out}");
+    assert!(out.ends_with("Connection: Upgrade\r\n\r\n"), "{out}");
+}

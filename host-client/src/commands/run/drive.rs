@@ -136,7 +136,9 @@ pub(super) fn drive(
             if manifest.model.is_some() && !conn.hello().capabilities.has_feature("network.model") {
                 anyhow::bail!(
                     "the sandbox's pitcrew-init is older than this pitcrew: it cannot keep the \
-                     model key on the host (feature network.model); nothing was sent"
+                     model key on the host (feature network.model); nothing was sent. Use an \
+                     image built with this pitcrew (scripts/build-image), or network: open to \
+                     hand the key in as it is"
                 );
             }
             manifest.env.runner = super::runner_env(args)?;
