@@ -108,12 +108,10 @@ pub fn plan(
     }
     let mut notes = Vec::new();
     if !open {
-        // pi's key stays on the host only where its endpoint can be carried: otherwise the
-        // passed key goes in as it is, said once.
-        let pi_blocked = match policy {
-            Some(p @ NetworkPolicy::Allow { .. }) if h.runtime == Runtime::Pi => {
-                pi_upstream(pi, p).err()
-            }
+        // A passed key stays on the host only where its endpoint can be carried: otherwise it
+        // goes in as it is, said once.
+        let blocked = match policy {
+            Some(p @ NetworkPolicy::Allow { .. }) => route_for(h, pi, p).err(),
             _ => None,
         };
         for name in pass_env {
@@ -124,7 +122,7 @@ pub fn plan(
             if !known || names.contains(name) {
                 continue;
             }
-            match &pi_blocked {
+            match &blocked {
                 Some(why) => notes.push(format!(
                     "--pass-env {name}: the key enters the sandbox as it is: {why}"
                 )),
@@ -168,29 +166,8 @@ pub fn plan(
             notes,
         });
     };
-    let (base_url_env, url) = match h.runtime {
-        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
-        Runtime::Pi => match pi_upstream(pi, policy) {
-            // The mirror of the endpoint carries the model connections: the agent's requests
-            // already name it and its path.
-            Ok(e) => (None, format!("http://{e}")),
-            Err(why) => bail!("--model-key {}: {why}", names[0]),
-        },
-        other => bail!(
-            "--model-key {}: the {} runtime's model endpoint cannot be served from the sandbox's \
-             loopback; only Claude Code's can (pitcrew run --pass-env hands the key in as it is)",
-            names[0],
-            other.as_str()
-        ),
-    };
-    let endpoint = url_endpoint(&url).map_err(|e| anyhow::anyhow!("model endpoint: {e}"))?;
-    if !policy.allows(&endpoint.host, endpoint.port) {
-        bail!(
-            "--model-key {}: the model endpoint {endpoint} is not among the endpoints the \
-             harness's network allows",
-            names[0]
-        );
-    }
+    let (base_url_env, url, endpoint) = route_for(h, pi, policy)
+        .map_err(|why| anyhow::anyhow!("--model-key {}: {why}", names[0]))?;
     let tls = url.to_ascii_lowercase().starts_with("https://");
     let route = ModelRoute {
         base_url_env: base_url_env.map(str::to_string),
@@ -210,17 +187,58 @@ pub fn plan(
     })
 }
 
+/// Where the runtime's model requests go under `policy`: the base-URL variable to pin (none
+/// for pi, whose endpoint's mirror carries them), the base URL and its endpoint; `Err` says why
+/// the key cannot stay on the host.
+fn route_for(
+    h: &Harness,
+    pi: &PiModelConfig,
+    policy: &NetworkPolicy,
+) -> Result<
+    (
+        Option<&'static str>,
+        String,
+        pitcrew_core::manifest::Endpoint,
+    ),
+    String,
+> {
+    let (base_url_env, url) = match h.runtime {
+        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
+        // The mirror of the endpoint carries the model connections: the agent's requests
+        // already name it and its path.
+        Runtime::Pi => (None, format!("http://{}", pi_upstream(pi, policy)?)),
+        Runtime::Command => {
+            return Err(
+                "the command runtime has no model endpoint pitcrew knows; pass the key with \
+                 --pass-env (it enters the sandbox as it is)"
+                    .into(),
+            )
+        }
+    };
+    let endpoint = url_endpoint(&url).map_err(|e| format!("model endpoint: {e}"))?;
+    if !policy.allows(&endpoint.host, endpoint.port) {
+        return Err(format!(
+            "the model endpoint {endpoint} is not among the endpoints the harness's network \
+             allows"
+        ));
+    }
+    Ok((base_url_env, url, endpoint))
+}
+
 /// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
 /// backend switched on (`CLAUDE_CODE_USE_BEDROCK`, …) signs its requests otherwise and is
 /// refused.
-fn claude_url(h: &Harness) -> anyhow::Result<String> {
+fn claude_url(h: &Harness) -> Result<String, String> {
     for backend in ["BEDROCK", "VERTEX", "FOUNDRY"] {
         let var = format!("CLAUDE_CODE_USE_{backend}");
         if h.env
             .get(&var)
             .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"))
         {
-            bail!("--model-key: the harness sets {var}; only Anthropic's API (ANTHROPIC_BASE_URL) is served with a key kept on the host");
+            return Err(format!(
+                "the harness sets {var}; only Anthropic's API (ANTHROPIC_BASE_URL) is served \
+                 with a key kept on the host"
+            ));
         }
     }
     Ok(h.env
@@ -243,6 +261,157 @@ fn url_path(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A validated harness from `yaml` (with `files` beside it).
+    fn validated(
+        yaml: &str,
+        files: &[(&str, &str)],
+    ) -> (tempfile::TempDir, pitcrew_core::harness::Validated) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        std::fs::write(dir.path().join("h.yaml"), yaml).unwrap();
+        let v = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        assert!(v.is_ok(), "{:?}", v.problems);
+        (dir, v)
+    }
+
+    fn plan_for(
+        v: &pitcrew_core::harness::Validated,
+        explicit: &[&str],
+        pass: &[&str],
+    ) -> anyhow::Result<ModelPlan> {
+        let h = v.harness.as_ref().unwrap();
+        let explicit: Vec<String> = explicit.iter().map(|s| s.to_string()).collect();
+        let pass: Vec<String> = pass.iter().map(|s| s.to_string()).collect();
+        let network = v.network().unwrap();
+        plan(
+            &explicit,
+            &pass,
+            h,
+            &v.pi_config,
+            Some(&network.policy),
+            |n| Some(format!("value-of-{n}")),
+        )
+    }
+
+    const CLAUDE: &str = "runtime: claude\nprompt: hi\n";
+
+    #[test]
+    fn claudes_passed_key_is_kept_on_the_host_through_anthropics_api() {
+        let (_d, v) = validated(CLAUDE, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY", "OTHER"]).unwrap();
+        assert_eq!(p.names, ["ANTHROPIC_API_KEY"]);
+        let (route, up) = p.route.unwrap();
+        assert_eq!(route.base_url_env.as_deref(), Some("ANTHROPIC_BASE_URL"));
+        assert_eq!(up.endpoint.to_string(), "api.anthropic.com:443");
+        assert!(up.tls && up.prefix.is_empty());
+        assert_eq!(up.authority(), "api.anthropic.com");
+        assert_eq!(up.credentials[0].value, b"value-of-ANTHROPIC_API_KEY");
+    }
+
+    #[test]
+    fn claudes_base_url_gives_the_upstream_its_scheme_and_path() {
+        let yaml = format!("{CLAUDE}env:\n  ANTHROPIC_BASE_URL: http://127.0.0.1:8377/gw/\n");
+        let (_d, v) = validated(&yaml, &[]);
+        let (_, up) = plan_for(&v, &["ANTHROPIC_AUTH_TOKEN"], &[])
+            .unwrap()
+            .route
+            .unwrap();
+        assert!(!up.tls);
+        assert_eq!(
+            (up.prefix.as_str(), up.authority()),
+            ("/gw", "127.0.0.1:8377".into())
+        );
+    }
+
+    #[test]
+    fn an_open_network_hands_the_key_in_and_refuses_model_key() {
+        let (_d, v) = validated(&format!("{CLAUDE}network: open\n"), &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty() && p.route.is_none());
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network is open"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_cannot_stay_on_the_host_is_said_or_refused() {
+        // A Bedrock backend signs its requests otherwise: a passed key goes in, with a note.
+        let yaml = format!(
+            "{CLAUDE}env:\n  CLAUDE_CODE_USE_BEDROCK: \"1\"\nnetwork:\n  allow: [bedrock.example:443]\n"
+        );
+        let (_d, v) = validated(&yaml, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty());
+        assert!(
+            p.notes[0].contains("CLAUDE_CODE_USE_BEDROCK"),
+            "{:?}",
+            p.notes
+        );
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CLAUDE_CODE_USE_BEDROCK"), "{err}");
+        // An explicit network without the model endpoint.
+        let (_d, v) = validated(
+            &format!("{CLAUDE}network:\n  allow: [x.example:443]\n"),
+            &[],
+        );
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not among the endpoints"), "{err}");
+        // `command` has no model endpoint.
+        let (_d, v) = validated(
+            "runtime: command\ncommand: [/bin/true]\nnetwork:\n  allow: [x.example:443]\n",
+            &[],
+        );
+        let err = plan_for(&v, &["K"], &[]).unwrap_err().to_string();
+        assert!(err.contains("command runtime"), "{err}");
+    }
+
+    #[test]
+    fn pis_key_named_by_models_json_is_kept_when_its_endpoint_is_loopback_http() {
+        let models = r#"{"providers": {"mock": {"baseUrl": "http://127.0.0.1:8377/v1",
+            "api": "openai-completions", "apiKey": "$MOCK_KEY",
+            "models": [{"id": "m"}]}}}"#;
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: mock/m\nadapters:\n  - path: config/models.json\n    role: config\n";
+        let (_d, v) = validated(yaml, &[("config/models.json", models)]);
+        let p = plan_for(&v, &[], &["MOCK_KEY", "OPENAI_API_KEY"]).unwrap();
+        assert_eq!(p.names, ["MOCK_KEY", "OPENAI_API_KEY"]);
+        let (route, up) = p.route.unwrap();
+        assert_eq!(route.base_url_env, None);
+        assert_eq!(route.upstream.to_string(), "127.0.0.1:8377");
+        assert!(!up.tls && up.prefix.is_empty());
+        assert!(pi_note(
+            v.harness.as_ref().unwrap(),
+            &v.pi_config,
+            &v.network().unwrap().policy
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn pis_key_for_a_built_in_provider_goes_in_with_a_note() {
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\n";
+        let (_d, v) = validated(yaml, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty() && p.route.is_none());
+        assert!(p.notes[0].starts_with("--pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads no base-URL variable"), "{:?}", p.notes);
+        let note = pi_note(
+            v.harness.as_ref().unwrap(),
+            &v.pi_config,
+            &v.network().unwrap().policy,
+        );
+        assert!(note
+            .unwrap()
+            .starts_with("model key: pi reads no base-URL variable"));
+    }
 
     #[test]
     fn a_base_urls_path_is_the_prefix() {
