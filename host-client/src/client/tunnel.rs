@@ -610,6 +610,64 @@ mod tests {
     }
 
     #[test]
+    fn a_model_connection_to_an_https_base_url_goes_over_tls_trusting_ssl_cert_file() {
+        let (ca, cert, key) = crate::client::upstream::tests::test_ca();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca).unwrap();
+        // Read once per process (nextest runs each test in a process of its own).
+        std::env::set_var("SSL_CERT_FILE", &ca_file);
+        let port = crate::client::upstream::tests::echo_server(cert, key);
+        let writer = Arc::new(Mutex::new(Vec::new()));
+        let policy = allow(&[&format!("localhost:{port}")]);
+        let mut model = route(port);
+        model.endpoint = Endpoint::parse(&format!("localhost:{port}")).unwrap();
+        model.tls = true;
+        let mut t = Tunnels::new(Arc::clone(&writer), policy, Some(model));
+        t.message(Response::TunnelOpen {
+            conn: 1,
+            host: "localhost".into(),
+            port,
+            model: true,
+        });
+        wait_for(&writer, "tunnel_opened");
+        for _ in 0..2 {
+            t.data(&tunnel::encode(
+                1,
+                b"GET /m HTTP/1.1\r\nx-api-key: pitcrew-placeholder-K\r\n\r\n",
+            ));
+        }
+        // The server answers each request head with itself as the body, back through channel 5.
+        let head = format!(
+            "GET /v1/m HTTP/1.1\r\nHost: localhost:{port}\r\nx-api-key: real-value\r\n\r\n"
+        );
+        for _ in 0..1000 {
+            if carried_back(&writer, 1).matches(&head).count() == 2 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("never carried back: {}", carried_back(&writer, 1));
+    }
+
+    /// The bytes of connection `conn` in the channel-5 frames written so far.
+    fn carried_back(writer: &Mutex<Vec<u8>>, conn: u32) -> String {
+        let bytes = writer.lock().unwrap().clone();
+        let mut r = std::io::Cursor::new(bytes);
+        let mut out = Vec::new();
+        while let Ok(Some(frame)) = pitcrew_core::protocol::read_frame(&mut r) {
+            if frame.channel == Channel::Tunnel {
+                if let Some((c, data)) = tunnel::decode(&frame.payload) {
+                    if c == conn {
+                        out.extend_from_slice(data);
+                    }
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
     fn a_model_connection_to_another_endpoint_or_without_a_route_is_refused() {
         let writer = Arc::new(Mutex::new(Vec::new()));
         let policy = allow(&["127.0.0.1:9", "127.0.0.1:10"]);

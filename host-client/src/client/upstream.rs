@@ -202,4 +202,4 @@ fn tls_with(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::net::TcpListener;
 
 /// A CA (its PEM) and a certificate for `localhost` it signed, with its key.
-fn test_ca() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
+pub(crate) fn test_ca() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -22,7 +22,7 @@ fn test_ca() -> (String, CertificateDer<'static>, PrivateKeyDer<'static>) {
 
 /// A TLS server on 127.0.0.1 that reads two request heads on one connection and answers each
 /// with its head as the body, the second answer in two writes; returns its port.
-fn echo_server(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> u16 {
+pub(crate) fn echo_server(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> u16 {
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ServerConfig::builder_with_provider(provider)
