@@ -2363,3 +2363,87 @@ fn model_key_alone_keeps_the_key_on_the_host_and_claude_reaches_its_model() {
         record["network"]
     );
 }
+
+/// `pitcrew batch --model-key`: every job's run keeps the key on the host (each job's record
+/// names it injected); a name not set in pitcrew's environment is refused before any job runs.
+#[test]
+fn batch_hands_model_key_to_every_jobs_run() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            "echo \"KEY=$ANTHROPIC_API_KEY\"",
+            "echo \"KEY=$ANTHROPIC_API_KEY\"",
+        ],
+        bash,
+    ));
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let jobs = root.join("jobs.jsonl");
+    fs::write(
+        &jobs,
+        "{\"id\": \"b1\", \"harness\": \"harness.yaml\"}\n{\"id\": \"b2\", \"harness\": \"harness.yaml\"}\n",
+    )
+    .unwrap();
+    let batch = |env: &[(&str, &str)]| {
+        std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+            .arg("batch")
+            .arg(&jobs)
+            .args(["--engine", "local", "--json", "--concurrency", "1"])
+            .arg("--state-dir")
+            .arg(&fx.state)
+            .args(["--model-key", "ANTHROPIC_API_KEY"])
+            .env_remove("ANTHROPIC_API_KEY")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = batch(&[]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("--model-key ANTHROPIC_API_KEY: not set in pitcrew's environment"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!root.join("jobs.batch").exists());
+    let out = batch(&[("ANTHROPIC_API_KEY", SECRET)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results
+        .iter()
+        .all(|r| r.starts_with("KEY=pitcrew-placeholder-ANTHROPIC_API_KEY")));
+    for job in ["b1", "b2"] {
+        let record = job_record(&root.join("jobs.batch").join(job).join("records"));
+        let conns = record["network"]["connections"].as_array().unwrap().clone();
+        assert!(
+            !conns.is_empty()
+                && conns
+                    .iter()
+                    .all(|c| c["injected"] == json!(["ANTHROPIC_API_KEY"])),
+            "{job}: {:#}",
+            record["network"]
+        );
+    }
+}
+
+/// The one iteration record (`result.json`) under a job's `records/`.
+fn job_record(records: &std::path::Path) -> Value {
+    let run = fs::read_dir(records)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .expect("a run directory")
+        .path();
+    read_json(&run.join("iteration-1/result.json"))
+}

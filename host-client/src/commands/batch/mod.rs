@@ -125,6 +125,14 @@ pub fn run(args: &BatchArgs, _verbose: u8, quiet: bool) -> anyhow::Result<ExitCo
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
     }
+    // Said once, before anything is written, rather than by every attempt.
+    if let Some(name) = args
+        .model_key
+        .iter()
+        .find(|n| std::env::var_os(n).is_none_or(|v| v.is_empty()))
+    {
+        bail!("--model-key {name}: not set in pitcrew's environment");
+    }
     // A jobs file with problems fails with them; `--json` prints them as the error object's
     // `problems` (main.rs).
     let jobs = jobs::read(&args.jobs)?;
@@ -170,14 +178,6 @@ pub fn run(args: &BatchArgs, _verbose: u8, quiet: bool) -> anyhow::Result<ExitCo
         }
     }
 
-    // Said once here rather than by every attempt.
-    if let Some(name) = args
-        .model_key
-        .iter()
-        .find(|n| std::env::var_os(n).is_none_or(|v| v.is_empty()))
-    {
-        bail!("--model-key {name}: not set in pitcrew's environment");
-    }
     let runner = Runner {
         exe: std::env::current_exe().context("the path of this pitcrew")?,
         engine_args: engine_cli(&args.engine, kind),
