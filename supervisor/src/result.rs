@@ -142,6 +142,24 @@ pub struct NetworkRecord {
     /// bound), when that happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The model route the host added credentials on (the manifest's `model`), when there was
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRouteRecord>,
+}
+
+/// The model route of an iteration: where the model connections went and which credentials
+/// stayed on the host (names, never values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelRouteRecord {
+    /// The provider's endpoint, `host:port`.
+    pub upstream: String,
+    /// The variable pinned to the model listener (`ANTHROPIC_BASE_URL`), or absent when the
+    /// mirror of `upstream` carried the model connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
+    /// The credentials the host kept, by variable name; the sandbox had their placeholders.
+    pub credentials: Vec<String>,
 }
 
 /// One connection attempt of the agent.

@@ -2280,6 +2280,13 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
         "{:#}",
         record["network"]
     );
+    let route = &record["network"]["model"];
+    assert_eq!(
+        route["credentials"],
+        json!(["ANTHROPIC_API_KEY"]),
+        "{route:#}"
+    );
+    assert_eq!(route["base_url_env"], "ANTHROPIC_BASE_URL", "{route:#}");
     let layers = &record["env"]["layers"];
     assert_eq!(layers["ANTHROPIC_BASE_URL"], "pin", "{layers:#}");
     assert_eq!(layers["ANTHROPIC_API_KEY"], "pin", "{layers:#}");

@@ -2201,6 +2201,13 @@ fn model_key_stays_on_the_host(pi: Pi) {
     );
     let refused = record["env"]["dotenv_refused"].to_string();
     assert!(refused.contains("SCRIPTED_MODEL_KEY"), "{refused}");
+    let route = &record["network"]["model"];
+    assert_eq!(
+        route["credentials"],
+        json!(["SCRIPTED_MODEL_KEY"]),
+        "{route:#}"
+    );
+    assert!(route.get("base_url_env").is_none(), "{route:#}");
 }
 
 /// pi with a built-in provider over `https://`: pi reads no base-URL variable, so the host

@@ -441,6 +441,7 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
         connections: vec![conn(true), conn(true), conn(false)],
         dropped: 4,
         error: None,
+        model: None,
     };
     assert_eq!(network_cell(&allow), "2 ok/1 refused (+4 unlisted)");
     let open = NetworkRecord {

@@ -23,7 +23,7 @@
 use crate::egress::sni::{self, SniError, MAX_CLIENT_HELLO_BYTES};
 use crate::manifest::{Endpoint, ModelRoute, NetworkPolicy};
 use crate::protocol::{tunnel, Channel, Frame, Response};
-use crate::result::{ConnectionRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
+use crate::result::{ConnectionRecord, ModelRouteRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -176,6 +176,11 @@ impl Egress {
             None => None,
         };
         let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
+        let model_record = model.as_ref().map(|(r, _)| ModelRouteRecord {
+            upstream: r.upstream.to_string(),
+            base_url_env: r.base_url_env.clone(),
+            credentials: r.credentials.clone(),
+        });
         for l in mirrors
             .iter()
             .map(|(l, ..)| l)
@@ -196,6 +201,7 @@ impl Egress {
             record: NetworkRecord {
                 mode: policy.mode_name().to_string(),
                 allow: policy.allowed().iter().map(ToString::to_string).collect(),
+                model: model_record,
                 ..NetworkRecord::default()
             },
             outbox: Vec::new(),
@@ -958,6 +964,10 @@ mod tests {
             names: vec!["ANTHROPIC_API_KEY".into()],
         });
         let (record, _) = egress.close();
+        let route = record.model.as_ref().unwrap();
+        assert_eq!(route.upstream, "api.anthropic.com:443");
+        assert_eq!(route.base_url_env.as_deref(), Some("ANTHROPIC_BASE_URL"));
+        assert_eq!(route.credentials, ["ANTHROPIC_API_KEY"]);
         let c = &record.connections[0];
         assert_eq!((c.via.as_str(), c.allowed), ("model", true));
         assert_eq!(c.injected, ["ANTHROPIC_API_KEY"]);
