@@ -20,7 +20,9 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod model_http;
 pub mod tunnel;
+pub mod upstream;
 
 /// Size of the data frames the client sends (a quarter of the protocol's limit).
 const DATA_FRAME: usize = MAX_PAYLOAD / 4;
@@ -898,10 +900,15 @@ impl<R: Read, W: Write> Client<R, W> {
 impl<R: Read, W: Write + Send + 'static> Client<R, W> {
     /// From now on this client dials the connections the supervisor asks it to carry, under
     /// `policy` (checked again here), relaying each on threads of its own.
-    pub fn carry_connections(&mut self, policy: pitcrew_core::manifest::NetworkPolicy) {
+    pub fn carry_connections(
+        &mut self,
+        policy: pitcrew_core::manifest::NetworkPolicy,
+        model: Option<tunnel::ModelUpstream>,
+    ) {
         self.tunnels = Some(Box::new(tunnel::Tunnels::new(
             Arc::clone(&self.writer),
             policy,
+            model,
         )));
     }
 }

@@ -269,6 +269,10 @@ pub use crate::manifest::RuntimeDirPaths;
 /// A pinned variable: name and value.
 pub type Pin = (&'static str, String);
 
+/// A pin the supervisor decides per iteration, its name not known in advance (the model
+/// route's variables).
+pub type IterationPin = (String, String);
+
 /// Pins for every runtime.
 pub fn common_pins(dirs: &RuntimeDirPaths, current_path: Option<&str>) -> Vec<Pin> {
     vec![
@@ -411,7 +415,7 @@ pub fn runner_pins(
 /// that only read it and speak HTTP `CONNECT` to it), loopback kept direct (the mirrored
 /// endpoints listen there), and Node's switch that makes its `fetch` honour them. Advisory: the
 /// namespace, not these, is what keeps the agent in.
-pub fn network_pins(port: u16) -> Vec<Pin> {
+pub fn network_pins(port: u16) -> Vec<IterationPin> {
     let url = format!("http://127.0.0.1:{port}");
     let mut pins: Vec<Pin> = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"]
         .into_iter()
@@ -420,7 +424,7 @@ pub fn network_pins(port: u16) -> Vec<Pin> {
     pins.push(("NO_PROXY", "localhost,127.0.0.1,::1".to_string()));
     pins.push(("no_proxy", "localhost,127.0.0.1,::1".to_string()));
     pins.push(("NODE_USE_ENV_PROXY", "1".to_string()));
-    pins
+    pins.into_iter().map(|(n, v)| (n.to_string(), v)).collect()
 }
 
 /// The variable in which the host tells a sandbox's supervisor, when it starts it, which names
@@ -444,7 +448,7 @@ pub fn build_with(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
     baseline: &[(String, String)],
-    extra_pins: &[Pin],
+    extra_pins: &[IterationPin],
 ) -> Result<EnvOutcome, EnvError> {
     let mut outcome = EnvOutcome::default();
     let mut vars: BTreeMap<String, (String, EnvSource)> = BTreeMap::new();
@@ -531,18 +535,21 @@ pub fn build_with(
             (kept, source.clone())
         })
         .filter(|(p, _)| !p.is_empty());
-    let mut pins = runner_pins(
+    let mut pins: Vec<IterationPin> = runner_pins(
         manifest,
         dirs,
         current_path.as_ref().map(|(p, _)| p.as_str()),
-    );
+    )
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
     pins.extend(extra_pins.iter().cloned());
     for (name, value) in &pins {
         let source = match &current_path {
             Some((_, source)) if *name == "PATH" => source.clone(),
             _ => EnvSource::Pin,
         };
-        vars.insert((*name).to_string(), (value.clone(), source));
+        vars.insert(name.clone(), (value.clone(), source));
     }
 
     // Plugin trees, then single-file plugins (named by their path).

@@ -63,6 +63,9 @@ pub struct Manifest {
     /// before pitcrew controlled egress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPolicy>,
+    /// The model endpoint whose credentials the host adds ([`ModelRoute`]); absent, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRoute>,
 }
 
 /// The runtime that loads the agent.
@@ -861,6 +864,11 @@ impl Manifest {
         if let Some(network) = &self.network {
             network.check().map_err(|e| field("network", e))?;
         }
+        if let Some(model) = &self.model {
+            model
+                .check(self.network.as_ref())
+                .map_err(|e| field("model", e))?;
+        }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
             return Err(field(
                 "prompt",
@@ -873,12 +881,14 @@ impl Manifest {
 
 mod file_listing;
 mod limits;
+pub mod model;
 pub mod network;
 mod stored_listing;
 pub use file_listing::FileListing;
 pub use limits::{
     Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
 };
+pub use model::ModelRoute;
 pub use network::{Endpoint, EndpointError, NetworkPolicy};
 pub use stored_listing::{ListingWriter, StoredListing};
 

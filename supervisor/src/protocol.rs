@@ -613,6 +613,15 @@ pub enum Request {
         /// Bytes written since the last ack.
         bytes: u32,
     },
+    /// The host put the value of these model credentials in place of their placeholders on a
+    /// model connection (`tunnel_open` with `model`), each name said once per connection, for
+    /// the record (feature `network.model`; no reply).
+    TunnelInjected {
+        /// The connection id.
+        conn: u32,
+        /// The credentials' variable names (never their values).
+        names: Vec<String>,
+    },
 }
 
 impl Request {
@@ -637,7 +646,8 @@ impl Request {
             Request::TunnelOpened { .. }
             | Request::TunnelRefused { .. }
             | Request::TunnelClose { .. }
-            | Request::TunnelAck { .. } => 0,
+            | Request::TunnelAck { .. }
+            | Request::TunnelInjected { .. } => 0,
         }
     }
 }
@@ -730,7 +740,8 @@ impl Default for UploadLimits {
 /// by it), `record.entry_cost` (each file and directory of those copies counts what a file
 /// system allocates for it, [`crate::unpack::file_cost`]: the host may count them so too),
 /// `network` (the manifest's `network` enforced, `claim` with `tunnel`, the tunnel messages and
-/// channel 5, [`tunnel`]).
+/// channel 5, [`tunnel`]), `network.model` (the manifest's `model`: a model listener, `tunnel_open`
+/// with `model`, `tunnel_injected`).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -749,6 +760,7 @@ pub const FEATURES: &[&str] = &[
     "record.disk_budget",
     "record.entry_cost",
     "network",
+    "network.model",
 ];
 
 /// A message from the supervisor.
@@ -845,6 +857,11 @@ pub enum Response {
         host: String,
         /// The port.
         port: u16,
+        /// A model connection (the manifest's `model`, feature `network.model`): `host`:`port`
+        /// is the route's upstream; the host sends the requests on with the credentials in
+        /// place of their placeholders, over TLS unless the route's base URL is `http://`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        model: bool,
     },
     /// The agent's side of a carried connection is gone, or the supervisor ended it.
     TunnelClose {

@@ -146,6 +146,24 @@ pub struct NetworkRecord {
     /// the local engine's sandboxes with a network namespace of their own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<String>,
+    /// The model route the host added credentials on (the manifest's `model`), when there was
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRouteRecord>,
+}
+
+/// The model route of an iteration: where the model connections went and which credentials
+/// stayed on the host (names, never values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelRouteRecord {
+    /// The provider's endpoint, `host:port`.
+    pub upstream: String,
+    /// The variable pinned to the model listener (`ANTHROPIC_BASE_URL`), or absent when the
+    /// mirror of `upstream` carried the model connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
+    /// The credentials the host kept, by variable name; the sandbox had their placeholders.
+    pub credentials: Vec<String>,
 }
 
 /// One connection attempt of the agent.
@@ -155,7 +173,8 @@ pub struct ConnectionRecord {
     pub host: String,
     /// The port.
     pub port: u16,
-    /// `mirror` (a listener on an allowed loopback address) or `proxy` (the `CONNECT` proxy).
+    /// `mirror` (a listener on an allowed loopback address), `proxy` (the `CONNECT` proxy)
+    /// or `model` (the model listener the route's base-URL variable names).
     pub via: String,
     /// Whether the connection was carried.
     pub allowed: bool,
@@ -168,6 +187,10 @@ pub struct ConnectionRecord {
     pub bytes_down: u64,
     /// From the agent's connect to the close, in milliseconds.
     pub duration_ms: u64,
+    /// The model credentials the host put in place of their placeholders on this connection,
+    /// by variable name (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected: Vec<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.

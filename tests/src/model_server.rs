@@ -7,7 +7,10 @@
 //!   or one JSON message when the request does not ask for a stream.
 //!
 //! The script is a function from the request's JSON body to a [`Reply`]. Every request body is
-//! kept, in arrival order, so a test can assert what the agent sent (tools offered, tool results).
+//! kept, in arrival order, so a test can assert what the agent sent (tools offered, tool results),
+//! and so are the credential headers (`x-api-key`, `authorization`) and `Host` of each request.
+//! A server told to [`ModelServer::require_key`] answers 401 to a request that carries no header
+//! with that key.
 //! The server stops when the [`ModelServer`] is dropped.
 
 use std::io::{BufRead, BufReader, Write};
@@ -41,6 +44,14 @@ pub enum Reply {
 
 type Script = dyn Fn(&Value) -> Reply + Send + Sync;
 
+/// What the connections share beside the bodies: the key required, the headers seen.
+#[derive(Default)]
+struct Shared {
+    required_key: Mutex<Option<String>>,
+    /// Per request: `(lowercase name, value)` of `x-api-key`, `authorization` and `host`.
+    headers: Mutex<Vec<Vec<(String, String)>>>,
+}
+
 /// The usage every answer reports: prompt tokens (cache reads included), of them read from the
 /// prompt cache, and output tokens (both APIs); tokens written to the cache (Anthropic only:
 /// `cache_creation_input_tokens`, besides the prompt tokens).
@@ -56,6 +67,7 @@ pub const OUTPUT_TOKENS: u64 = 5;
 pub struct ModelServer {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<Value>>>,
+    shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -74,10 +86,12 @@ impl ModelServer {
         let listener = TcpListener::bind(("127.0.0.1", port))?;
         let addr = listener.local_addr().expect("local_addr");
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::new(Shared::default());
         let stop = Arc::new(AtomicBool::new(false));
         let script: Arc<Script> = Arc::new(script);
         let thread = {
             let (requests, stop) = (Arc::clone(&requests), Arc::clone(&stop));
+            let shared = Arc::clone(&shared);
             std::thread::spawn(move || {
                 for stream in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
@@ -85,13 +99,15 @@ impl ModelServer {
                     }
                     let Ok(stream) = stream else { continue };
                     let (requests, script) = (Arc::clone(&requests), Arc::clone(&script));
-                    std::thread::spawn(move || serve(stream, &requests, &*script));
+                    let shared = Arc::clone(&shared);
+                    std::thread::spawn(move || serve(stream, &requests, &shared, &*script));
                 }
             })
         };
         Ok(ModelServer {
             addr,
             requests,
+            shared,
             stop,
             thread: Some(thread),
         })
@@ -113,6 +129,26 @@ impl ModelServer {
             .iter()
             .filter_map(last_tool_result)
             .collect()
+    }
+
+    /// From now on a request must carry `key` as its `x-api-key` or as `authorization:
+    /// Bearer <key>`; one that does not is answered 401 (`authentication_error`).
+    pub fn require_key(&self, key: &str) {
+        *self
+            .shared
+            .required_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(key.to_string());
+    }
+
+    /// The `x-api-key`, `authorization` and `host` headers of each request so far, names in
+    /// lower case.
+    pub fn headers(&self) -> Vec<Vec<(String, String)>> {
+        self.shared
+            .headers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The JSON bodies of the model requests received so far (both APIs).
@@ -139,6 +175,8 @@ impl Drop for ModelServer {
 struct Request {
     method: String,
     path: String,
+    /// `x-api-key`, `authorization` and `host`, lowercase names.
+    headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
@@ -151,6 +189,7 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
     let method = parts.next().unwrap_or_default().to_owned();
     let path = parts.next().unwrap_or_default().to_owned();
     let (mut length, mut chunked) = (0usize, false);
+    let mut kept = Vec::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header)? == 0 || header.trim_end().is_empty() {
@@ -160,7 +199,11 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
             continue;
         };
         let value = value.trim();
-        match name.trim().to_ascii_lowercase().as_str() {
+        let lower = name.trim().to_ascii_lowercase();
+        if matches!(lower.as_str(), "x-api-key" | "authorization" | "host") {
+            kept.push((lower.clone(), value.to_string()));
+        }
+        match lower.as_str() {
             "content-length" => {
                 length = value.parse().map_err(|_| {
                     std::io::Error::new(std::io::ErrorKind::InvalidData, "bad content-length")
@@ -195,11 +238,16 @@ fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
         body.resize(length, 0);
         reader.read_exact(&mut body)?;
     }
-    Ok(Some(Request { method, path, body }))
+    Ok(Some(Request {
+        method,
+        path,
+        headers: kept,
+        body,
+    }))
 }
 
 /// Answers requests on one connection until the client closes it.
-fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
+fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, shared: &Shared, script: &Script) {
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
@@ -212,7 +260,24 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, script: &Script) {
             ("POST", "/v1/messages") => Some(Api::Anthropic),
             _ => None,
         };
+        shared
+            .headers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request.headers.clone());
+        let required = shared
+            .required_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let authorised = required.as_deref().is_none_or(|key| {
+            request.headers.iter().any(|(n, v)| {
+                (n == "x-api-key" && v == key)
+                    || (n == "authorization" && v.strip_prefix("Bearer ") == Some(key))
+            })
+        });
         let response = match (api, serde_json::from_slice::<Value>(&request.body)) {
+            (Some(api), _) if !authorised => error_response(401, "invalid x-api-key", api),
             (None, _) if request.method == "HEAD" => http_response("200 OK", "text/plain", ""),
             (None, _) => http_response("404 Not Found", "text/plain", "not found\n"),
             (Some(_), Err(e)) => http_response("400 Bad Request", "text/plain", &format!("{e}\n")),

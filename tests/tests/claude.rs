@@ -374,10 +374,12 @@ fn claude_in_the_production_image(kind: Kind) {
         let conns = record["network"]["connections"].as_array().cloned();
         let conns = conns.unwrap_or_default();
         assert!(!conns.is_empty(), "{record:#}");
+        // The passed key stays on the host: Claude reaches the model through the model
+        // listener, and the host put the key in.
         assert!(
-            conns
-                .iter()
-                .all(|c| c["via"] == "mirror" && c["allowed"] == true),
+            conns.iter().all(|c| c["via"] == "model"
+                && c["allowed"] == true
+                && c["injected"] == json!(["ANTHROPIC_API_KEY"])),
             "{record:#}"
         );
         let output = read_text(&it.join("output.jsonl"));
@@ -2607,4 +2609,280 @@ fn attack_harness__a_skill_named_like_a_plugin_is_refused_by_validate() {
     let (code, doc) = fx.run_status();
     assert_eq!(code, Some(1), "{doc:#}");
     assert!(server.requests().is_empty(), "Claude Code was launched");
+}
+
+/// The model credential of [`attack_secrets__the_model_key_never_enters_the_sandbox`]: the probe
+/// builds it from two halves inside a process substitution, so no command line, transcript or
+/// file of the sandbox holds it whole unless pitcrew put it there.
+const SECRET: &str = "sk-ant-e2e-KEEPOUT-7f3a9c41";
+
+/// What the model asks the Bash tool to run: the key and base URL the agent has, the
+/// environment searched, then every readable file of the agent's own places (its processes'
+/// environments and command lines, home, tmp, `/dev/shm`, `/run`, `/etc`, the workspace, the
+/// upload root with the plugins, Claude's config dir) grepped for the key.
+const SECRET_PROBE: &str = "pat() { printf '%s%s\\n' sk-ant-e2e-KEEP OUT-7f3a9c41; }; \
+echo \"KEY=$ANTHROPIC_API_KEY BASE=$ANTHROPIC_BASE_URL\"; \
+env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
+timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \"$CLAUDE_CONFIG_DIR\" | sed 's/^/FOUND /'; \
+echo \"SCAN_DONE rc=${PIPESTATUS[0]}\"";
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                let bytes = fs::read(&path).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn attack_secrets__the_model_key_never_enters_the_sandbox() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("Bash", &[SECRET_PROBE], bash));
+    // Only the real key gets an answer: the iteration succeeds only if the host put it in.
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    // The workspace's `.env` tries to send the model traffic elsewhere and to set the key.
+    fs::write(
+        root.join("workspace/.env"),
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:9\nANTHROPIC_API_KEY=sk-from-dotenv\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "dotenv: .env\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(
+        out.contains("KEY=pitcrew-placeholder-ANTHROPIC_API_KEY BASE=http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(!out.contains(&format!("BASE={}", server.origin())), "{out}");
+    assert!(out.contains("SCAN_DONE rc="), "{out}");
+    assert!(
+        !out.contains("SCAN_DONE rc=124"),
+        "the scan timed out: {out}"
+    );
+    assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
+    // Each request reached the provider with the real key, addressed to it.
+    let headers = server.headers();
+    assert!(!headers.is_empty());
+    let host = server.origin().trim_start_matches("http://").to_string();
+    for h in &headers {
+        assert!(
+            h.contains(&("x-api-key".into(), SECRET.into())),
+            "{headers:?}"
+        );
+        assert!(h.contains(&("host".into(), host.clone())), "{headers:?}");
+    }
+    // The record names the credential it injected, and where, never its value.
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    let conns = record["network"]["connections"].as_array().unwrap();
+    let model: Vec<&Value> = conns.iter().filter(|c| c["via"] == "model").collect();
+    assert!(!model.is_empty(), "{:#}", record["network"]);
+    assert!(
+        model
+            .iter()
+            .all(|c| c["injected"] == json!(["ANTHROPIC_API_KEY"]) && c["allowed"] == true),
+        "{:#}",
+        record["network"]
+    );
+    let route = &record["network"]["model"];
+    assert_eq!(
+        route["credentials"],
+        json!(["ANTHROPIC_API_KEY"]),
+        "{route:#}"
+    );
+    assert_eq!(route["base_url_env"], "ANTHROPIC_BASE_URL", "{route:#}");
+    let layers = &record["env"]["layers"];
+    assert_eq!(layers["ANTHROPIC_BASE_URL"], "pin", "{layers:#}");
+    assert_eq!(layers["ANTHROPIC_API_KEY"], "pin", "{layers:#}");
+    let refused = record["env"]["dotenv_refused"].to_string();
+    assert!(
+        refused.contains("ANTHROPIC_BASE_URL") && refused.contains("ANTHROPIC_API_KEY"),
+        "{refused}"
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(
+        files_holding(&run_dir, SECRET.as_bytes()),
+        Vec::<PathBuf>::new(),
+        "the records hold the key"
+    );
+}
+
+/// The control of [`attack_secrets__the_model_key_never_enters_the_sandbox`]: under
+/// `network: open` pitcrew carries nothing, the key passed with `--pass-env` enters the
+/// sandbox as it is, and the same probe finds it (so its finding nothing above means something).
+#[test]
+fn control_a_key_passed_under_an_open_network_is_found_by_the_same_probe() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("Bash", &[SECRET_PROBE], bash));
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "network: open\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(out.contains(&format!("KEY={SECRET}")), "{out}");
+    assert!(out.contains("FOUND env ANTHROPIC_API_KEY="), "{out}");
+    assert!(out.contains("FOUND /proc/self/environ"), "{out}");
+}
+
+/// `--model-key` alone (the key not passed with `--pass-env`): the sandbox has the
+/// supervisor's pin of the placeholder, and the host adds the key to Claude's requests.
+#[test]
+fn model_key_alone_keeps_the_key_on_the_host_and_claude_reaches_its_model() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &["echo \"KEY=$ANTHROPIC_API_KEY\""],
+        bash,
+    ));
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--model-key", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(
+        results.first().and_then(|r| r.lines().next()),
+        Some("KEY=pitcrew-placeholder-ANTHROPIC_API_KEY"),
+        "{results:?}"
+    );
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let injected: Vec<&Value> = record["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["injected"])
+        .collect();
+    assert!(
+        !injected.is_empty() && injected.iter().all(|i| **i == json!(["ANTHROPIC_API_KEY"])),
+        "{:#}",
+        record["network"]
+    );
+}
+
+/// `pitcrew batch --model-key`: every job's run keeps the key on the host (each job's record
+/// names it injected); a name not set in pitcrew's environment is refused before any job runs.
+#[test]
+fn batch_hands_model_key_to_every_jobs_run() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            "echo \"KEY=$ANTHROPIC_API_KEY\"",
+            "echo \"KEY=$ANTHROPIC_API_KEY\"",
+        ],
+        bash,
+    ));
+    server.require_key(SECRET);
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let jobs = root.join("jobs.jsonl");
+    fs::write(
+        &jobs,
+        "{\"id\": \"b1\", \"harness\": \"harness.yaml\"}\n{\"id\": \"b2\", \"harness\": \"harness.yaml\"}\n",
+    )
+    .unwrap();
+    let batch = |env: &[(&str, &str)]| {
+        std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+            .arg("batch")
+            .arg(&jobs)
+            .args(["--engine", "local", "--json", "--concurrency", "1"])
+            .arg("--state-dir")
+            .arg(&fx.state)
+            .args(["--model-key", "ANTHROPIC_API_KEY"])
+            .env_remove("ANTHROPIC_API_KEY")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = batch(&[]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("--model-key ANTHROPIC_API_KEY: not set in pitcrew's environment"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!root.join("jobs.batch").exists());
+    let out = batch(&[("ANTHROPIC_API_KEY", SECRET)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results
+        .iter()
+        .all(|r| r.starts_with("KEY=pitcrew-placeholder-ANTHROPIC_API_KEY")));
+    for job in ["b1", "b2"] {
+        let record = job_record(&root.join("jobs.batch").join(job).join("records"));
+        let conns = record["network"]["connections"].as_array().unwrap().clone();
+        assert!(
+            !conns.is_empty()
+                && conns
+                    .iter()
+                    .all(|c| c["injected"] == json!(["ANTHROPIC_API_KEY"])),
+            "{job}: {:#}",
+            record["network"]
+        );
+    }
+}
+
+/// The one iteration record (`result.json`) under a job's `records/`.
+fn job_record(records: &std::path::Path) -> Value {
+    let run = fs::read_dir(records)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .expect("a run directory")
+        .path();
+    read_json(&run.join("iteration-1/result.json"))
 }

@@ -2306,3 +2306,154 @@ fn context_links_as_is(pi: Pi) {
         );
     }
 }
+
+/// The model credential of the `attack_secrets__` tests: the probe builds it from two halves
+/// inside a process substitution, so no command line, transcript or file of the sandbox holds it
+/// whole unless pitcrew put it there.
+const SECRET: &str = "sk-pi-e2e-KEEPOUT-5b2e81d0";
+
+/// pi's bash tool: the key the agent has, its environment searched, then every readable file of
+/// its own places (its processes' environments and command lines, home, tmp, `/dev/shm`, `/run`,
+/// `/etc`, the workspace, the upload root, pi's config dir) grepped for the key.
+const SECRET_PROBE: &str = "pat() { printf '%s%s\\n' sk-pi-e2e-KEEP OUT-5b2e81d0; }; \
+echo \"KEY=$SCRIPTED_MODEL_KEY\"; \
+env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
+timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \"$PI_CODING_AGENT_DIR\" | sed 's/^/FOUND /'; \
+echo \"SCAN_DONE rc=${PIPESTATUS[0]}\"";
+
+each_pi_named!(model_key_stays_on_the_host:
+    attack_secrets__the_model_key_never_enters_the_sandbox_pi_0_73_1,
+    attack_secrets__the_model_key_never_enters_the_sandbox_pi_0_87_1,
+    attack_secrets__the_model_key_never_enters_the_sandbox_pi_1_6_0
+);
+
+/// pi's `models.json` names its key by variable (`apiKey: SCRIPTED_MODEL_KEY`, from 0.87.1 on
+/// `$SCRIPTED_MODEL_KEY`) and sends the
+/// model to the scripted server on 127.0.0.1 over `http://`: the key passed with `--pass-env`
+/// stays on the host, the sandbox has its placeholder, and the mirror of the server's address
+/// carries the requests, to which the host adds the key (the server answers nothing else). A
+/// bash step finds the key nowhere; a `.env` cannot set it; the record names it.
+fn model_key_stays_on_the_host(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        &[SECRET_PROBE],
+        |c| json!({ "command": c }),
+    ));
+    server.require_key(SECRET);
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: [bash]");
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    // 0.73.1 reads the variable a bare name names; 0.87.1 and 1.6.0 interpolate `$NAME`.
+    let reference = if pi.prefixed {
+        "\"$SCRIPTED_MODEL_KEY\""
+    } else {
+        "\"SCRIPTED_MODEL_KEY\""
+    };
+    let models = models_json(&server).replace("\"dummy-key\"", reference);
+    fs::write(root.join("config/models.json"), models).unwrap();
+    fs::write(
+        root.join("workspace/.env"),
+        "SCRIPTED_MODEL_KEY=sk-from-dotenv\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "dotenv: .env\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let doc = fx.run(
+        &["--pass-env", "SCRIPTED_MODEL_KEY"],
+        &[("SCRIPTED_MODEL_KEY", SECRET)],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(
+        out.contains("KEY=pitcrew-placeholder-SCRIPTED_MODEL_KEY"),
+        "{out}"
+    );
+    assert!(out.contains("SCAN_DONE rc="), "{out}");
+    assert!(
+        !out.contains("SCAN_DONE rc=124"),
+        "the scan timed out: {out}"
+    );
+    assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
+    let bearer = format!("Bearer {SECRET}");
+    for h in server.headers() {
+        assert!(
+            h.iter().any(|(n, v)| n == "authorization" && *v == bearer),
+            "{h:?}"
+        );
+    }
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let conns = record["network"]["connections"].as_array().unwrap();
+    assert!(!conns.is_empty(), "{:#}", record["network"]);
+    assert!(
+        conns.iter().all(|c| c["via"] == "mirror"
+            && c["allowed"] == true
+            && c["injected"] == json!(["SCRIPTED_MODEL_KEY"])),
+        "{:#}",
+        record["network"]
+    );
+    let refused = record["env"]["dotenv_refused"].to_string();
+    assert!(refused.contains("SCRIPTED_MODEL_KEY"), "{refused}");
+    let route = &record["network"]["model"];
+    assert_eq!(
+        route["credentials"],
+        json!(["SCRIPTED_MODEL_KEY"]),
+        "{route:#}"
+    );
+    assert!(route.get("base_url_env").is_none(), "{route:#}");
+}
+
+/// pi with a built-in provider over `https://`: pi reads no base-URL variable, so the host
+/// cannot add the key; `validate` says a passed key enters the sandbox as it is, `run` refuses
+/// `--model-key` before a sandbox exists and says so when the key is passed with `--pass-env`.
+#[test]
+fn a_pi_key_for_a_built_in_provider_is_said_to_enter_the_sandbox_and_model_key_is_refused() {
+    if !gate() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let harness = dir.path().join("harness.yaml");
+    fs::write(
+        &harness,
+        "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\ntimeout: 5s\n",
+    )
+    .unwrap();
+    let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("network: note: model key: pi reads no base-URL variable"),
+        "{out}"
+    );
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &harness,
+        &state,
+        &["--model-key", "ANTHROPIC_API_KEY"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    assert_ne!(code, Some(0), "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("--model-key ANTHROPIC_API_KEY: pi reads no base-URL variable"),
+        "{doc:#}"
+    );
+    // Passed with --pass-env, the key goes in as it is, and the run says so.
+    let (out, _) = pitcrew_e2e::pitcrew_run_output(
+        &harness,
+        &state,
+        &["--pass-env", "ANTHROPIC_API_KEY", "--iterations", "1"],
+        &[("ANTHROPIC_API_KEY", SECRET)],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "note: --pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads \
+             no base-URL variable"
+        ),
+        "{stderr}"
+    );
+}

@@ -155,7 +155,7 @@ fn print_network(v: &Validated) -> std::io::Result<()> {
         return Ok(());
     };
     line(&format!("  network: {}", network.summary()))?;
-    for note in &network.notes {
+    for note in network_notes(v, &network) {
         line(&format!("  network: note: {note}"))?;
     }
     if network.policy == NetworkPolicy::Open {
@@ -165,6 +165,20 @@ fn print_network(v: &Validated) -> std::io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the default could not cover, and under pi whether a passed model key enters the
+/// sandbox as it is ([`crate::commands::run::model_keys::pi_note`]).
+fn network_notes(v: &Validated, network: &pitcrew_core::harness::NetworkChoice) -> Vec<String> {
+    let mut notes = network.notes.clone();
+    if let Some(h) = &v.harness {
+        notes.extend(crate::commands::run::model_keys::pi_note(
+            h,
+            &v.pi_config,
+            &network.policy,
+        ));
+    }
+    notes
 }
 
 fn json_report(file: &str, v: &Validated) -> serde_json::Value {
@@ -180,7 +194,7 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
                 "endpoint": e.to_string(), "from": from,
             })).collect::<Vec<_>>(),
             "default": !n.explicit,
-            "notes": n.notes,
+            "notes": network_notes(v, &n),
         })),
         "plugins": v.plugins.iter().map(|p| serde_json::json!({
             "name": p.spec.name,

@@ -276,9 +276,17 @@ impl ContainerEngine {
             .map(str::to_string),
         );
         for name in &spec.pass_env {
-            // `-e NAME` takes the value from pitcrew's own environment (and nothing when unset).
+            // `-e NAME` takes the value from pitcrew's own environment (and nothing when unset);
+            // a model credential's placeholder is given as a value instead.
             a.push("--env".into());
-            a.push(name.clone());
+            if spec.placeholders.contains(name) {
+                a.push(format!(
+                    "{name}={}",
+                    pitcrew_core::manifest::model::placeholder(name)
+                ));
+            } else {
+                a.push(name.clone());
+            }
         }
         if !spec.pass_env.is_empty() {
             // Which they are, for every later run of this sandbox (whose manifest cannot say).

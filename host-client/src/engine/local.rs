@@ -442,6 +442,7 @@ const KEPT_ENV: [&str; 18] = [
 fn baseline_env(
     own: impl Iterator<Item = (OsString, OsString)>,
     pass: &[String],
+    placeholders: &[String],
 ) -> anyhow::Result<Vec<(OsString, OsString)>> {
     super::check_pass_env_names(pass, &KEPT_ENV)?;
     let own: Vec<(OsString, OsString)> = own.collect();
@@ -462,6 +463,16 @@ fn baseline_env(
             let k = k.to_string_lossy();
             KEPT_ENV.contains(&k.as_ref()) || pass.iter().any(|p| *p == k)
         })
+        // A model credential's value stays here; its placeholder goes.
+        .map(
+            |(k, v)| match placeholders.iter().find(|p| k.as_os_str() == p.as_str()) {
+                Some(name) => (
+                    k,
+                    OsString::from(pitcrew_core::manifest::model::placeholder(name)),
+                ),
+                None => (k, v),
+            },
+        )
         .chain(named)
         .collect())
 }
@@ -486,7 +497,7 @@ impl Engine for LocalEngine {
             self.connect(&id)?.close();
             return Ok(id);
         }
-        let env = baseline_env(std::env::vars_os(), &spec.pass_env)?;
+        let env = baseline_env(std::env::vars_os(), &spec.pass_env, &spec.placeholders)?;
         let rootless = if is_root() {
             None
         } else {

@@ -47,6 +47,9 @@ pub struct SandboxSpec {
     /// Variables of pitcrew's own environment to pass into a new sandbox's baseline
     /// (`--pass-env`); an exec sandbox's baseline is its container's environment.
     pub pass_env: Vec<String>,
+    /// Of `pass_env`, the model credentials: the sandbox gets
+    /// [`pitcrew_core::manifest::model::placeholder`] in place of their values.
+    pub placeholders: Vec<String>,
     /// The agent's memory limit (the harness's `memory`); a container gets it plus room for
     /// the supervisor.
     pub memory_bytes: u64,

@@ -251,6 +251,8 @@ impl Validated {
                     .unwrap_or_else(|| super::network::network_default(h, &self.pi_config).policy),
             ),
             retention: h.retention.clone(),
+            // Set by `pitcrew run` when model credentials stay on the host.
+            model: None,
         };
         // The workspace is the agent's: owned by the identity the manifest runs it as.
         if let Some(work) = &h.workdir {

@@ -78,6 +78,14 @@ pub struct PiModelConfig {
     pub redirected: Vec<String>,
     /// `settings.json`'s `defaultProvider`.
     pub default_provider: Option<String>,
+    /// The endpoints of the `baseUrl`s that are `http://` (plain: the host can read the model
+    /// requests sent there and add a credential kept on the host).
+    #[serde(skip)]
+    pub plain_endpoints: Vec<Endpoint>,
+    /// The variables a provider's `apiKey` names (pi reads the key from the environment
+    /// variable of that name, when it is set), in provider order, each once.
+    #[serde(skip)]
+    pub api_key_vars: Vec<String>,
 }
 
 /// The network that applies to a harness.
@@ -363,8 +371,16 @@ pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
         if let Some(url) = string_at(provider.get("baseUrl"), || format!("providers.{name}"))? {
             let endpoint =
                 url_endpoint(url).map_err(|e| format!("providers.{name}.baseUrl: {e}"))?;
+            out.note_plain(url, &endpoint);
             out.endpoints.push((endpoint, source.clone()));
             out.redirected.push(name.clone());
+        }
+        if let Some(Value::String(key)) = provider.get("apiKey") {
+            for name in api_key_variables(key) {
+                if !out.api_key_vars.contains(&name) {
+                    out.api_key_vars.push(name);
+                }
+            }
         }
         if let Some(models) = provider.get("models") {
             let models = models
@@ -377,6 +393,7 @@ pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
                     let id = model.get("id").and_then(Value::as_str).unwrap_or("?");
                     let endpoint =
                         url_endpoint(url).map_err(|e| format!("{}.baseUrl: {e}", at()))?;
+                    out.note_plain(url, &endpoint);
                     out.endpoints
                         .push((endpoint, format!("{source} model {id:?}")));
                 }
@@ -391,6 +408,7 @@ pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
                 if let Some(url) = string_at(o.get("baseUrl"), at)? {
                     let endpoint =
                         url_endpoint(url).map_err(|e| format!("{}.baseUrl: {e}", at()))?;
+                    out.note_plain(url, &endpoint);
                     out.endpoints
                         .push((endpoint, format!("{source} model {id:?}")));
                 }
@@ -398,6 +416,68 @@ pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
         }
     }
     Ok(out)
+}
+
+impl PiModelConfig {
+    /// Keeps `endpoint` among the plain ones when `url` is `http://`.
+    fn note_plain(&mut self, url: &str, endpoint: &Endpoint) {
+        let plain = url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        if plain && !self.plain_endpoints.contains(endpoint) {
+            self.plain_endpoints.push(endpoint.clone());
+        }
+    }
+}
+
+/// The environment variables a `models.json` `apiKey` reads: the whole value when it is a
+/// variable's name (pi 0.73.1 takes the variable of that name when it is set), and each `$NAME`
+/// or `${NAME}` in it (0.87.1 and 1.6.0 interpolate those; `$$` and `$!` are escapes); none for
+/// a `!command`.
+pub fn api_key_variables(key: &str) -> Vec<String> {
+    let name_char =
+        |i: usize, b: u8| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit());
+    let mut out = Vec::new();
+    if key.starts_with('!') {
+        return out;
+    }
+    if !key.is_empty() && key.bytes().enumerate().all(|(i, b)| name_char(i, b)) {
+        out.push(key.to_string());
+    }
+    let bytes = key.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        match bytes.get(i + 1) {
+            Some(b'$' | b'!') => i += 2,
+            Some(b'{') => {
+                let Some(end) = key[i + 2..].find('}') else {
+                    break;
+                };
+                let name = &key[i + 2..i + 2 + end];
+                if !name.is_empty() && name.bytes().enumerate().all(|(j, b)| name_char(j, b)) {
+                    out.push(name.to_string());
+                }
+                i += 3 + end;
+            }
+            _ => {
+                let len = key[i + 1..]
+                    .bytes()
+                    .enumerate()
+                    .take_while(|(j, b)| name_char(*j, *b))
+                    .count();
+                if len > 0 {
+                    out.push(key[i + 1..i + 1 + len].to_string());
+                }
+                i += 1 + len;
+            }
+        }
+    }
+    out.dedup();
+    out
 }
 
 /// `settings.json`'s `defaultProvider`.
@@ -498,9 +578,10 @@ impl Checker<'_> {
             let read = pinned_bytes(a).and_then(|bytes| {
                 if dest == "models.json" {
                     read_models_json(&bytes).map(|m| {
-                        out.endpoints = m.endpoints;
-                        out.providers = m.providers;
-                        out.redirected = m.redirected;
+                        out = PiModelConfig {
+                            default_provider: out.default_provider.take(),
+                            ..m
+                        };
                     })
                 } else {
                     read_settings_json(&bytes).map(|p| out.default_provider = p)

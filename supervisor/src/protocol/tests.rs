@@ -594,6 +594,13 @@ fn the_tunnel_messages_keep_their_documented_wire_form() {
             r#"{"type":"tunnel_ack","conn":1,"bytes":65536}"#,
         ),
         (
+            Request::TunnelInjected {
+                conn: 3,
+                names: vec!["ANTHROPIC_API_KEY".into()],
+            },
+            r#"{"type":"tunnel_injected","conn":3,"names":["ANTHROPIC_API_KEY"]}"#,
+        ),
+        (
             Request::TunnelClose {
                 conn: 1,
                 reason: "closed".into(),
@@ -614,8 +621,18 @@ fn the_tunnel_messages_keep_their_documented_wire_form() {
                 conn: 1,
                 host: "api.anthropic.com".into(),
                 port: 443,
+                model: false,
             },
             r#"{"type":"tunnel_open","conn":1,"host":"api.anthropic.com","port":443}"#,
+        ),
+        (
+            Response::TunnelOpen {
+                conn: 3,
+                host: "api.anthropic.com".into(),
+                port: 443,
+                model: true,
+            },
+            r#"{"type":"tunnel_open","conn":3,"host":"api.anthropic.com","port":443,"model":true}"#,
         ),
         (
             Response::TunnelAck {

@@ -50,7 +50,7 @@ pub trait IterationObserver {
     }
     /// Variables the environment step sets as pins for this iteration (the egress proxy's
     /// address, [`crate::environment::network_pins`]).
-    fn network_pins(&self) -> Vec<crate::environment::Pin> {
+    fn network_pins(&self) -> Vec<crate::environment::IterationPin> {
         Vec::new()
     }
     /// Where the run's context-file baseline is kept from one iteration to the next

@@ -113,6 +113,9 @@ impl Server {
             Request::TunnelAck { conn, bytes } => {
                 return self.tunnel_says(conn_id, HostSays::Ack { conn, bytes })
             }
+            Request::TunnelInjected { conn, names } => {
+                return self.tunnel_says(conn_id, HostSays::Injected { conn, names })
+            }
             other => other,
         };
         if let Err(err) = self.handle(i, request, ctx) {
@@ -336,7 +339,8 @@ impl Server {
             Request::TunnelOpened { .. }
             | Request::TunnelRefused { .. }
             | Request::TunnelClose { .. }
-            | Request::TunnelAck { .. } => {}
+            | Request::TunnelAck { .. }
+            | Request::TunnelInjected { .. } => {}
             Request::Renew { .. } => {
                 let lease_ms = self.renew(conn_id)?;
                 self.conns[i].send(&Response::ok(id, &detail::Renewed { lease_ms }));

@@ -6,6 +6,10 @@
 //! - a **mirror** for each allowed loopback endpoint (`127.0.0.1:P`, `[::1]:P`, `localhost:P`):
 //!   a listener on that same address, so a base URL the runtime was given works inside; the
 //!   host dials the same address on its side;
+//! - a **model listener** on `127.0.0.1:<ephemeral>` when the manifest has a `model` route
+//!   with a base-URL variable (pinned to it, [`Egress::pins`]): plain HTTP, carried to the
+//!   route's upstream as a *model connection*, to which the host adds the credentials; a mirror
+//!   of the upstream itself carries model connections too;
 //! - one HTTP **`CONNECT` proxy** on `127.0.0.1:<ephemeral>` for named endpoints: the request
 //!   head is read (at most [`MAX_HEAD`] bytes, within [`HEAD_TIMEOUT`]), only `CONNECT
 //!   host:port` is taken, the policy decides, the host dials, and the answer is `200`, or `403`
@@ -17,9 +21,9 @@
 //! recorded ([`NetworkRecord`]).
 
 use crate::egress::sni::{self, SniError, MAX_CLIENT_HELLO_BYTES};
-use crate::manifest::{Endpoint, NetworkPolicy};
+use crate::manifest::{Endpoint, ModelRoute, NetworkPolicy};
 use crate::protocol::{tunnel, Channel, Frame, Response};
-use crate::result::{ConnectionRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
+use crate::result::{ConnectionRecord, ModelRouteRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -40,6 +44,7 @@ const ACCEPTS_PER_WAKE: usize = 64;
 enum Via {
     Mirror,
     Proxy,
+    Model,
 }
 
 impl Via {
@@ -47,6 +52,7 @@ impl Via {
         match self {
             Via::Mirror => "mirror",
             Via::Proxy => "proxy",
+            Via::Model => "model",
         }
     }
 }
@@ -90,6 +96,10 @@ struct Carried {
     /// A proxied connection's first bytes are held until its TLS ClientHello's server name is
     /// read and matches the `CONNECT`'s host ([`Carried::check_hello`]).
     hello_pending: bool,
+    /// A model connection: the host adds the credentials.
+    model: bool,
+    /// The credentials the host said it added (names).
+    injected: Vec<String>,
 }
 
 /// The listeners and connections of one iteration.
@@ -98,6 +108,8 @@ pub(super) struct Egress {
     policy: NetworkPolicy,
     mirrors: Vec<(TcpListener, String, u16)>,
     proxy: TcpListener,
+    /// The model route and its listener (when it pins a base-URL variable).
+    model: Option<(ModelRoute, Option<TcpListener>)>,
     conns: BTreeMap<u32, Carried>,
     next_id: u32,
     attempts: u32,
@@ -121,9 +133,13 @@ fn mirror_addresses(endpoint: &Endpoint) -> Vec<IpAddr> {
 impl Egress {
     /// Opens the listeners for `policy` (an `allow`): a mirror per loopback endpoint and the
     /// proxy; connection ids start at `first_id` (an earlier iteration's [`Egress::next_id`]:
-    /// the host's messages about an earlier iteration's connections name none of these).
-    /// `Err` names what could not be bound.
-    pub(super) fn open(policy: &NetworkPolicy, first_id: u32) -> Result<Egress, String> {
+    /// the host's messages about an earlier iteration's connections name none of these);
+    /// `model`, the manifest's model route. `Err` names what could not be bound.
+    pub(super) fn open(
+        policy: &NetworkPolicy,
+        model: Option<&ModelRoute>,
+        first_id: u32,
+    ) -> Result<Egress, String> {
         let mut mirrors = Vec::new();
         let mut bound: Vec<SocketAddr> = Vec::new();
         for endpoint in policy.allowed() {
@@ -149,7 +165,28 @@ impl Egress {
         }
         let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
-        for l in mirrors.iter().map(|(l, ..)| l).chain([&proxy]) {
+        let model = match model {
+            Some(route) if route.base_url_var().is_some() => {
+                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|err| {
+                    format!("network: cannot open the model listener on 127.0.0.1: {err}")
+                })?;
+                Some((route.clone(), Some(l)))
+            }
+            Some(route) => Some((route.clone(), None)),
+            None => None,
+        };
+        let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
+        let model_record = model.as_ref().map(|(r, _)| ModelRouteRecord {
+            upstream: r.upstream.to_string(),
+            base_url_env: r.base_url_env.clone(),
+            credentials: r.credentials.clone(),
+        });
+        for l in mirrors
+            .iter()
+            .map(|(l, ..)| l)
+            .chain([&proxy])
+            .chain(model_listener)
+        {
             l.set_nonblocking(true)
                 .map_err(|err| format!("network: listener: {err}"))?;
         }
@@ -157,12 +194,14 @@ impl Egress {
             policy: policy.clone(),
             mirrors,
             proxy,
+            model,
             conns: BTreeMap::new(),
             next_id: first_id.max(1),
             attempts: 0,
             record: NetworkRecord {
                 mode: policy.mode_name().to_string(),
                 allow: policy.allowed().iter().map(ToString::to_string).collect(),
+                model: model_record,
                 ..NetworkRecord::default()
             },
             outbox: Vec::new(),
@@ -179,10 +218,30 @@ impl Egress {
         self.proxy.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
+    /// The variables that point the agent at the listeners: the proxy's
+    /// ([`crate::environment::network_pins`]), the model route's base-URL variable at the model
+    /// listener, and each model credential at its placeholder.
+    pub(super) fn pins(&self) -> Vec<crate::environment::IterationPin> {
+        let mut pins = crate::environment::network_pins(self.proxy_port());
+        if let Some((route, listener)) = &self.model {
+            if let (Some(var), Some(l)) = (route.base_url_var(), listener) {
+                let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+                pins.push((var.to_string(), format!("http://127.0.0.1:{port}")));
+            }
+            for name in &route.credentials {
+                pins.push((name.clone(), crate::manifest::model::placeholder(name)));
+            }
+        }
+        pins
+    }
+
     /// Descriptors to poll for reading: the listeners, and connections that may read.
     pub(super) fn read_fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut fds: Vec<BorrowedFd<'_>> = self.mirrors.iter().map(|(l, ..)| l.as_fd()).collect();
         fds.push(self.proxy.as_fd());
+        if let Some((_, Some(l))) = &self.model {
+            fds.push(l.as_fd());
+        }
         fds.extend(
             self.conns
                 .values()
@@ -209,16 +268,20 @@ impl Egress {
     /// Accepts new connections and moves bytes on every one; `host` says whether a host that
     /// carries connections holds the run.
     pub(super) fn service(&mut self, host: bool) {
-        let listeners: Vec<(usize, Via, String, u16)> = (0..self.mirrors.len())
+        let mut listeners: Vec<(usize, Via, String, u16)> = (0..self.mirrors.len())
             .map(|i| (i, Via::Mirror, self.mirrors[i].1.clone(), self.mirrors[i].2))
             .chain([(usize::MAX, Via::Proxy, String::new(), 0)])
             .collect();
+        if let Some((route, Some(_))) = &self.model {
+            let up = &route.upstream;
+            listeners.push((usize::MAX, Via::Model, up.host.clone(), up.port));
+        }
         for (i, via, host_name, port) in listeners {
             for _ in 0..ACCEPTS_PER_WAKE {
-                let listener = if via == Via::Proxy {
-                    &self.proxy
-                } else {
-                    &self.mirrors[i].0
+                let listener = match (via, &self.model) {
+                    (Via::Proxy, _) => &self.proxy,
+                    (Via::Model, Some((_, Some(l)))) => l,
+                    _ => &self.mirrors[i].0,
                 };
                 match listener.accept() {
                     Ok((stream, _)) => self.accepted(stream, via, &host_name, port, host),
@@ -259,17 +322,28 @@ impl Egress {
             bytes_down: 0,
             closing: None,
             hello_pending: false,
+            model: via == Via::Model || self.is_upstream(via, name, port),
+            injected: Vec::new(),
         };
         if let Some(why) = self.bound(host) {
             carried.refuse_now(&why, 503);
             self.finish(carried, false, Some(why));
             return;
         }
-        if via == Via::Mirror {
+        if via != Via::Proxy {
             carried.state = State::Opening;
             self.ask_host(id, &carried);
         }
         self.conns.insert(id, carried);
+    }
+
+    /// Whether a mirror's connection goes to the model route's upstream.
+    fn is_upstream(&self, via: Via, name: &str, port: u16) -> bool {
+        via == Via::Mirror
+            && self
+                .model
+                .as_ref()
+                .is_some_and(|(r, _)| r.upstream.host == name && r.upstream.port == port)
     }
 
     /// Why a new connection cannot be carried now, if it cannot.
@@ -301,6 +375,7 @@ impl Egress {
             conn: id,
             host: c.host.clone(),
             port: c.port,
+            model: c.model,
         }));
     }
 
@@ -439,6 +514,16 @@ impl Egress {
             HostSays::Ack { bytes, .. } => {
                 c.up_credit = c.up_credit.saturating_add(bytes).min(tunnel::WINDOW);
             }
+            HostSays::Injected { names, .. } => {
+                // Only the route's names, each once: the record never holds anything else.
+                let known = self.model.as_ref().map(|(r, _)| &r.credentials);
+                for name in names {
+                    let ours = known.is_some_and(|k| k.contains(&name));
+                    if c.model && ours && !c.injected.contains(&name) {
+                        c.injected.push(name);
+                    }
+                }
+            }
             HostSays::Data { bytes, .. } => {
                 if bytes.is_empty() {
                     c.host_eof = true;
@@ -504,6 +589,7 @@ impl Egress {
                 bytes_up: c.bytes_up,
                 bytes_down: c.bytes_down,
                 duration_ms: crate::clock::millis(c.started.elapsed()),
+                injected: c.injected.clone(),
             })
             .collect()
     }
@@ -528,6 +614,7 @@ impl Egress {
             bytes_up: c.bytes_up,
             bytes_down: c.bytes_down,
             duration_ms: crate::clock::millis(c.started.elapsed()),
+            injected: c.injected,
         });
     }
 }
@@ -731,6 +818,8 @@ pub(super) enum HostSays {
     Close { conn: u32, reason: String },
     /// `tunnel_ack`.
     Ack { conn: u32, bytes: u32 },
+    /// `tunnel_injected`.
+    Injected { conn: u32, names: Vec<String> },
     /// A channel-5 data frame (empty: the host finished writing).
     Data { conn: u32, bytes: Vec<u8> },
 }
@@ -742,6 +831,7 @@ impl HostSays {
             | HostSays::Refused { conn, .. }
             | HostSays::Close { conn, .. }
             | HostSays::Ack { conn, .. }
+            | HostSays::Injected { conn, .. }
             | HostSays::Data { conn, .. } => *conn,
         }
     }
@@ -825,18 +915,85 @@ mod tests {
     }
 
     #[test]
+    fn the_model_listener_is_pinned_carried_as_a_model_connection_and_names_what_was_injected() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.anthropic.com:443").unwrap()],
+        };
+        let route = ModelRoute {
+            base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+            upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
+            credentials: vec!["ANTHROPIC_API_KEY".into()],
+        };
+        let mut egress = Egress::open(&policy, Some(&route), 1).unwrap();
+        let pins = egress.pins();
+        let pinned = |name: &str| pins.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let url = pinned("ANTHROPIC_BASE_URL").unwrap();
+        assert_eq!(
+            pinned("ANTHROPIC_API_KEY").as_deref(),
+            Some("pitcrew-placeholder-ANTHROPIC_API_KEY")
+        );
+        assert!(pinned("HTTPS_PROXY").is_some());
+        let port: u16 = url
+            .strip_prefix("http://127.0.0.1:")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let _agent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let got = service_until_sent(&mut egress);
+        let Some(Ok(Response::TunnelOpen {
+            conn,
+            host,
+            port,
+            model,
+        })) = got.first().cloned()
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            (host.as_str(), port, model),
+            ("api.anthropic.com", 443, true)
+        );
+        egress.host_says(HostSays::Opened { conn });
+        // Names the route does not carry are not recorded; each name once.
+        egress.host_says(HostSays::Injected {
+            conn,
+            names: vec!["ANTHROPIC_API_KEY".into(), "OTHER".into()],
+        });
+        egress.host_says(HostSays::Injected {
+            conn,
+            names: vec!["ANTHROPIC_API_KEY".into()],
+        });
+        let (record, _) = egress.close();
+        let route = record.model.as_ref().unwrap();
+        assert_eq!(route.upstream, "api.anthropic.com:443");
+        assert_eq!(route.base_url_env.as_deref(), Some("ANTHROPIC_BASE_URL"));
+        assert_eq!(route.credentials, ["ANTHROPIC_API_KEY"]);
+        let c = &record.connections[0];
+        assert_eq!((c.via.as_str(), c.allowed), ("model", true));
+        assert_eq!(c.injected, ["ANTHROPIC_API_KEY"]);
+        let json = serde_json::to_string(c).unwrap();
+        assert!(
+            json.contains(r#""injected":["ANTHROPIC_API_KEY"]"#),
+            "{json}"
+        );
+    }
+
+    #[test]
     fn a_proxied_connection_is_opened_relayed_within_the_window_and_recorded() {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
         let got = service_until_sent(&mut egress);
-        let Some(Ok(Response::TunnelOpen { conn, host, port })) = got.first().cloned() else {
+        let Some(Ok(Response::TunnelOpen {
+            conn, host, port, ..
+        })) = got.first().cloned()
+        else {
             panic!("{got:?}")
         };
         assert_eq!((host.as_str(), port), ("api.example.com", 443));
@@ -880,7 +1037,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -925,7 +1082,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -983,7 +1140,7 @@ mod tests {
         let policy = NetworkPolicy::Allow {
             allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
         };
-        let mut egress = Egress::open(&policy, 1).unwrap();
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
             ("api.example.com:443", false, "503"),

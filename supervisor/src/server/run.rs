@@ -277,7 +277,11 @@ impl Server {
         if crate::sandbox::netns::refusal(Some(policy), &namespace).is_some() {
             return Ok(());
         }
-        self.egress = Some(super::egress::Egress::open(policy, self.egress_next_id)?);
+        self.egress = Some(super::egress::Egress::open(
+            policy,
+            manifest.model.as_ref(),
+            self.egress_next_id,
+        )?);
         Ok(())
     }
 
@@ -403,10 +407,10 @@ impl IterationObserver for Server {
             .unwrap_or_default()
     }
 
-    fn network_pins(&self) -> Vec<crate::environment::Pin> {
+    fn network_pins(&self) -> Vec<crate::environment::IterationPin> {
         self.egress
             .as_ref()
-            .map(|e| crate::environment::network_pins(e.proxy_port()))
+            .map(super::egress::Egress::pins)
             .unwrap_or_default()
     }
 

@@ -67,6 +67,10 @@ pub struct BatchArgs {
     /// Print one JSON document with every job instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Keep this model credential of pitcrew's environment on the host (repeatable): each
+    /// job's `pitcrew run --model-key NAME`.
+    #[arg(long = "model-key", value_name = "NAME")]
+    pub model_key: Vec<String>,
 }
 
 /// How a job ended.
@@ -121,6 +125,14 @@ pub fn run(args: &BatchArgs, _verbose: u8, quiet: bool) -> anyhow::Result<ExitCo
     if kind == EngineKind::Exec {
         bail!("--engine exec: a batch creates a sandbox per job; exec sandboxes are someone else's (use local, podman, docker or kubernetes)");
     }
+    // Said once, before anything is written, rather than by every attempt.
+    if let Some(name) = args
+        .model_key
+        .iter()
+        .find(|n| std::env::var_os(n).is_none_or(|v| v.is_empty()))
+    {
+        bail!("--model-key {name}: not set in pitcrew's environment");
+    }
     // A jobs file with problems fails with them; `--json` prints them as the error object's
     // `problems` (main.rs).
     let jobs = jobs::read(&args.jobs)?;
@@ -169,6 +181,7 @@ pub fn run(args: &BatchArgs, _verbose: u8, quiet: bool) -> anyhow::Result<ExitCo
     let runner = Runner {
         exe: std::env::current_exe().context("the path of this pitcrew")?,
         engine_args: engine_cli(&args.engine, kind),
+        model_keys: args.model_key.clone(),
     };
     let total = jobs.len();
     let display = Display::new(total, records.iter().flatten().count(), quiet);

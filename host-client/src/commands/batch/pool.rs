@@ -98,6 +98,8 @@ pub(super) struct Runner {
     pub exe: PathBuf,
     /// Engine options for `pitcrew run`.
     pub engine_args: Vec<OsString>,
+    /// `--model-key` names for `pitcrew run`.
+    pub model_keys: Vec<String>,
 }
 
 impl Runner {
@@ -197,6 +199,9 @@ impl Runner {
         }
         if let Some(n) = job.iterations {
             cmd.arg("--iterations").arg(n.to_string());
+        }
+        for name in &self.model_keys {
+            cmd.arg("--model-key").arg(name);
         }
         cmd.args(&self.engine_args);
         let stderr = std::fs::File::create(log).with_context(|| log.display().to_string())?;

@@ -128,6 +128,19 @@ pub(super) fn drive(
             }
             manifest.output.collect_workspace = args.collect_workspace;
             manifest.env.passed = args.pass_env.clone();
+            manifest.model = args
+                .model_plan
+                .as_ref()
+                .and_then(|p| p.route.as_ref())
+                .map(|(route, _)| route.clone());
+            if manifest.model.is_some() && !conn.hello().capabilities.has_feature("network.model") {
+                anyhow::bail!(
+                    "the sandbox's pitcrew-init is older than this pitcrew: it cannot keep the \
+                     model key on the host (feature network.model); nothing was sent. Use an \
+                     image built with this pitcrew (scripts/build-image), or network: open to \
+                     hand the key in as it is"
+                );
+            }
             manifest.env.runner = super::runner_env(args)?;
             older_supervisor(
                 &mut manifest,
@@ -154,7 +167,12 @@ pub(super) fn drive(
         .filter(|p| matches!(p, pitcrew_core::manifest::NetworkPolicy::Allow { .. }))
         .filter(|_| conn.hello().capabilities.has_feature("network"));
     if let Some(policy) = &carried {
-        conn.client().carry_connections(policy.clone());
+        let model = args
+            .model_plan
+            .as_ref()
+            .and_then(|p| p.route.as_ref())
+            .map(|(_, upstream)| upstream.clone());
+        conn.client().carry_connections(policy.clone(), model);
     }
     let open = prepared.as_ref().and_then(|(m, _)| m.network.as_ref());
     if matches!(open, Some(pitcrew_core::manifest::NetworkPolicy::Open)) {

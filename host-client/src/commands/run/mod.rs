@@ -22,6 +22,7 @@
 
 mod drive;
 mod lease;
+pub mod model_keys;
 mod progress;
 mod resume;
 mod signals;
@@ -50,7 +51,7 @@ pub struct RunArgs {
     /// Finish the run whose host went away in sandbox ID (`pitcrew ps` shows it `orphaned`):
     /// collect the records it left and run its remaining iterations, then stop the sandbox
     /// unless that run (or this one) keeps it.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "runner_env", "records", "collect_workspace"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "iterations", "workspace", "prompt", "env", "runner_env", "records", "collect_workspace", "model_key"])]
     pub resume: Option<String>,
     /// Engine options.
     #[command(flatten)]
@@ -65,6 +66,18 @@ pub struct RunArgs {
     /// `LANGUAGE`, the `LC_*` categories), `TZ` and `RUST_LOG`.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Keep this model credential of pitcrew's environment on the host (repeatable): the
+    /// sandbox gets `pitcrew-placeholder-NAME` in its place, and this host puts the value into
+    /// the agent's model requests as it carries them (network `allow`; Claude Code, or pi whose
+    /// pinned models.json sends the model to a loopback http:// endpoint). The runtime's key
+    /// variables passed with `--pass-env` (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN; for pi also
+    /// OPENAI_API_KEY and those models.json's apiKey names) are kept so without it unless the
+    /// network is `open`.
+    #[arg(long = "model-key", value_name = "NAME")]
+    pub model_key: Vec<String>,
+    /// The model credentials' plan, made once the harness is read.
+    #[arg(skip)]
+    pub model_plan: Option<Box<model_keys::ModelPlan>>,
     /// Run at most N iterations (overrides the harness's `iterations`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(pitcrew_core::harness::MAX_ITERATIONS)))]
     pub iterations: Option<u32>,
@@ -215,6 +228,21 @@ fn run_harness(
         bail!("{problem}");
     }
     runner_env(args)?;
+    let model_plan = model_keys::plan(
+        &args.model_key,
+        &args.pass_env,
+        &h,
+        &validated.pi_config,
+        validated.network().as_ref().map(|n| &n.policy),
+        |name| std::env::var(name).ok(),
+    )?;
+    let model_notes = model_plan.notes.clone();
+    // A `--model-key` name not passed reaches the sandbox only as the supervisor's pin of its
+    // placeholder (engines without `--pass-env`, such as exec and kubernetes, take it too).
+    let args = &RunArgs {
+        model_plan: Some(Box::new(model_plan)),
+        ..args.clone()
+    };
     let slot = CancelSlot::default();
     install_ctrlc(slot.clone());
 
@@ -235,10 +263,22 @@ fn run_harness(
         }
     }
     let progress = Progress::new(verbose > 0, quiet);
+    for note in &model_notes {
+        progress.warn(&format!("note: {note}"));
+    }
     progress.status(&format!("starting a {} sandbox", engine.name()));
     let id = engine.start(&SandboxSpec {
         existing: args.sandbox.clone(),
         pass_env: args.pass_env.clone(),
+        // Model credentials stay here: the sandbox gets their placeholders.
+        placeholders: args
+            .model_plan
+            .as_ref()
+            .map(|p| p.names.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| args.pass_env.contains(n))
+            .collect(),
         memory_bytes: h.memory,
         processes: h.processes,
         upload_limits: h.upload_limits,

@@ -4,6 +4,7 @@ fn spec() -> SandboxSpec {
     SandboxSpec {
         existing: None,
         pass_env: vec!["ANTHROPIC_API_KEY".into()],
+        placeholders: Vec::new(),
         memory_bytes: 1 << 30,
         processes: 100,
         upload_limits: Default::default(),
@@ -226,4 +227,18 @@ fn a_runtime_that_cannot_set_a_limit_gets_the_setting_that_gets_past_it() {
     assert!(hint.contains("CONTAINERS_CONF"), "{hint}");
     assert!(rlimit_hint(Cli::Docker, err).is_none());
     assert!(rlimit_hint(Cli::Podman, "no such image").is_none());
+}
+
+#[test]
+fn a_model_credential_goes_to_a_container_as_its_placeholder() {
+    let engine = ContainerEngine::new(Cli::Podman, Some("img".into()), None);
+    let mut spec = spec();
+    spec.placeholders = spec.pass_env.clone();
+    let args = engine.run_args(&SandboxId("pc-1".into()), "img", &spec);
+    assert!(
+        args.iter()
+            .any(|a| a == "ANTHROPIC_API_KEY=pitcrew-placeholder-ANTHROPIC_API_KEY"),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a == "ANTHROPIC_API_KEY"), "{args:?}");
 }

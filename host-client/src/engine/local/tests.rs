@@ -25,9 +25,9 @@ fn names(env: &[(OsString, OsString)]) -> Vec<String> {
 
 #[test]
 fn only_path_the_locale_and_passed_names_reach_a_local_sandbox() {
-    let env = baseline_env(own(), &[]).unwrap();
+    let env = baseline_env(own(), &[], &[]).unwrap();
     assert_eq!(names(&env), ["PATH", "LANG", "LC_ALL"]);
-    let env = baseline_env(own(), &["MOCK_API_KEY".into()]).unwrap();
+    let env = baseline_env(own(), &["MOCK_API_KEY".into()], &[]).unwrap();
     // And which names were passed, for every later run of the sandbox.
     assert_eq!(
         names(&env),
@@ -44,23 +44,23 @@ fn only_path_the_locale_and_passed_names_reach_a_local_sandbox() {
 
 #[test]
 fn passing_a_loader_variable_an_unset_or_a_bad_name_is_refused() {
-    let err = baseline_env(own(), &["NODE_OPTIONS".into()]).unwrap_err();
+    let err = baseline_env(own(), &["NODE_OPTIONS".into()], &[]).unwrap_err();
     assert!(
         err.to_string()
             .contains("--pass-env NODE_OPTIONS: refused by the loader rule NODE_OPTIONS"),
         "{err}"
     );
-    let err = baseline_env(own(), &["NOT_THERE".into()]).unwrap_err();
+    let err = baseline_env(own(), &["NOT_THERE".into()], &[]).unwrap_err();
     assert_eq!(
         err.to_string(),
         "--pass-env NOT_THERE: not set in pitcrew's environment"
     );
-    let err = baseline_env(own(), &["A=B".into()]).unwrap_err();
+    let err = baseline_env(own(), &["A=B".into()], &[]).unwrap_err();
     assert!(
         err.to_string().contains("not an environment variable name"),
         "{err}"
     );
-    let err = baseline_env(own(), &["1X".into()]).unwrap_err();
+    let err = baseline_env(own(), &["1X".into()], &[]).unwrap_err();
     assert!(
         err.to_string().contains("not an environment variable name"),
         "{err}"
@@ -71,22 +71,22 @@ fn passing_a_loader_variable_an_unset_or_a_bad_name_is_refused() {
 fn passing_a_name_the_supervisor_sets_itself_is_refused() {
     for name in ["HOME", "TMPDIR", "CLAUDE_CONFIG_DIR", "PI_TELEMETRY"] {
         let own = own().chain([(OsString::from(name), OsString::from("v"))]);
-        let err = baseline_env(own, &[name.to_owned()]).unwrap_err();
+        let err = baseline_env(own, &[name.to_owned()], &[]).unwrap_err();
         assert_eq!(
                 err.to_string(),
                 format!("--pass-env {name}: the supervisor sets {name} itself; a passed value would be replaced")
             );
     }
     let own_x = own().chain([(OsString::from("PITCREW_X"), OsString::from("v"))]);
-    let err = baseline_env(own_x, &["PITCREW_X".into()]).unwrap_err();
+    let err = baseline_env(own_x, &["PITCREW_X".into()], &[]).unwrap_err();
     assert_eq!(
         err.to_string(),
         "--pass-env PITCREW_X: reserved, PITCREW_* (the supervisor's namespace)"
     );
-    let err = baseline_env(own(), &["ld_preload".into()]).unwrap_err();
+    let err = baseline_env(own(), &["ld_preload".into()], &[]).unwrap_err();
     assert!(err.to_string().contains("loader rule"), "{err}");
     // PATH and the locale are passed anyway.
-    let env = baseline_env(own(), &["PATH".into(), "LC_ALL".into()]).unwrap();
+    let env = baseline_env(own(), &["PATH".into(), "LC_ALL".into()], &[]).unwrap();
     assert_eq!(
         names(&env),
         ["PATH", "LANG", "LC_ALL", "PITCREW_PASSED_ENV"]
@@ -107,7 +107,7 @@ fn proxy_ca_shell_and_git_variables_may_be_passed() {
     ];
     let own = own().chain(pass.map(|n| (OsString::from(n), OsString::from("v"))));
     let passed: Vec<String> = pass.iter().map(|n| (*n).to_owned()).collect();
-    let env = baseline_env(own, &passed).unwrap();
+    let env = baseline_env(own, &passed, &[]).unwrap();
     for name in pass {
         assert!(names(&env).iter().any(|n| n == name), "{name}");
     }
@@ -117,7 +117,7 @@ fn proxy_ca_shell_and_git_variables_may_be_passed() {
 fn only_the_locale_categories_pass_not_every_lc_name() {
     let own = own().chain([(OsString::from("LC_TERMINAL"), OsString::from("iTerm2"))]);
     assert_eq!(
-        names(&baseline_env(own, &[]).unwrap()),
+        names(&baseline_env(own, &[], &[]).unwrap()),
         ["PATH", "LANG", "LC_ALL"]
     );
 }
@@ -140,4 +140,24 @@ fn supervisor_flag_is_checked_by_the_one_lookup_rule() {
     std::fs::write(&exe, b"").unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(find_supervisor(Some(&exe)).unwrap(), exe);
+}
+
+#[test]
+fn a_model_credential_reaches_a_local_sandbox_as_its_placeholder_only() {
+    let own = || {
+        [("ANTHROPIC_API_KEY", "sk-real"), ("PATH", "/usr/bin")]
+            .into_iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+    };
+    let pass = ["ANTHROPIC_API_KEY".to_string()];
+    let env = baseline_env(own(), &pass, &pass).unwrap();
+    let key = env
+        .iter()
+        .find(|(k, _)| k == "ANTHROPIC_API_KEY")
+        .map(|(_, v)| v.clone());
+    assert_eq!(
+        key,
+        Some(OsString::from("pitcrew-placeholder-ANTHROPIC_API_KEY"))
+    );
+    assert!(!env.iter().any(|(_, v)| v == "sk-real"));
 }

@@ -410,3 +410,37 @@ fn pi_reaches_the_azure_endpoint_its_environment_names() {
         "allow gw.example:8443 (env AZURE_OPENAI_BASE_URL)"
     );
 }
+
+#[test]
+fn the_variables_an_api_key_reads_in_each_pi_release_are_found() {
+    for (key, want) in [
+        ("SCRIPTED_MODEL_KEY", vec!["SCRIPTED_MODEL_KEY"]),
+        ("$OPENAI_API_KEY", vec!["OPENAI_API_KEY"]),
+        ("${A}-${B_2}", vec!["A", "B_2"]),
+        ("Bearer $TOKEN.x", vec!["TOKEN"]),
+        ("$$NOT $!NOT", vec![]),
+        ("!cat /secret", vec![]),
+        ("sk-literal", vec![]),
+        ("${unclosed", vec![]),
+        ("", vec![]),
+    ] {
+        assert_eq!(api_key_variables(key), want, "{key:?}");
+    }
+}
+
+#[test]
+fn plain_endpoints_and_key_variables_are_read_from_models_json() {
+    let m = read_models_json(
+        br#"{"providers": {
+            "a": {"baseUrl": "http://127.0.0.1:8377/v1", "apiKey": "$A_KEY"},
+            "b": {"baseUrl": "https://api.example.com/v1", "apiKey": "B_KEY"},
+            "c": {"apiKey": "literal-key", "models": [{"id": "m", "baseUrl": "HTTP://localhost:9"}]}
+        }}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        m.plain_endpoints,
+        [endpoint("127.0.0.1:8377"), endpoint("localhost:9")]
+    );
+    assert_eq!(m.api_key_vars, ["A_KEY", "B_KEY"]);
+}

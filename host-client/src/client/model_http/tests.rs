@@ -1,0 +1,250 @@
+use super::*;
+
+fn cred(name: &str, value: &str) -> Credential {
+    Credential {
+        name: name.into(),
+        placeholder: pitcrew_core::manifest::model::placeholder(name).into_bytes(),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+fn creds() -> Vec<Credential> {
+    vec![
+        cred("ANTHROPIC_API_KEY", "sk-real-1"),
+        cred("ANTHROPIC_AUTH_TOKEN", "tok-real-2"),
+    ]
+}
+
+fn rewriter() -> RequestRewriter {
+    RequestRewriter::new(&creds(), "api.example:443", "")
+}
+
+/// Feeds `input` in pieces of `split` bytes (every one when 1), returns what went out.
+fn feed_split(r: &mut RequestRewriter, input: &[u8], split: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    for piece in input.chunks(split.max(1)) {
+        r.feed(piece, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const KEY: &str = "pitcrew-placeholder-ANTHROPIC_API_KEY";
+
+#[test]
+fn the_placeholder_is_replaced_host_set_and_the_body_passed_on() {
+    let req = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:4000\r\nX-Api-Key: {KEY}\r\n\
+         Content-Length: 5\r\n\r\nhello"
+    );
+    let mut r = rewriter();
+    let out = text(&feed_split(&mut r, req.as_bytes(), 4096).unwrap());
+    assert_eq!(
+        out,
+        "POST /v1/messages HTTP/1.1\r\nHost: api.example:443\r\nX-Api-Key: sk-real-1\r\n\
+         Content-Length: 5\r\n\r\nhello"
+    );
+    assert_eq!(r.take_injected(), ["ANTHROPIC_API_KEY"]);
+    assert!(r.take_injected().is_empty(), "each name said once");
+}
+
+#[test]
+fn every_split_of_pipelined_requests_gives_the_same_bytes() {
+    let a = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: {KEY}\r\ncontent-length: 11\r\n\r\n\
+         {{\"a\":\"b\"}}\n"
+    );
+    let b = "POST /v1/messages?beta=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \
+             pitcrew-placeholder-ANTHROPIC_AUTH_TOKEN\r\nTransfer-Encoding: chunked\r\n\r\n\
+             4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: 1\r\n\r\n";
+    let c = format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nx-api-key: {KEY}\r\n\r\n");
+    let all = format!("{a}{b}{c}");
+    let whole = feed_split(&mut rewriter(), all.as_bytes(), all.len()).unwrap();
+    let whole_text = text(&whole);
+    assert_eq!(whole_text.matches("Host: api.example:443\r\n").count(), 3);
+    assert_eq!(whole_text.matches("sk-real-1").count(), 2);
+    assert!(whole_text.contains("Authorization: Bearer tok-real-2\r\n"));
+    assert!(whole_text.contains("4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: 1\r\n\r\nGET"));
+    assert!(!whole_text.contains("placeholder"));
+    for split in [1, 2, 3, 7, 13, 64] {
+        let mut r = rewriter();
+        assert_eq!(
+            feed_split(&mut r, all.as_bytes(), split).unwrap(),
+            whole,
+            "split {split}"
+        );
+        let mut names = r.take_injected();
+        names.sort();
+        assert_eq!(names, ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"]);
+    }
+}
+
+#[test]
+fn a_placeholder_inside_a_body_is_left_alone() {
+    let body = format!("{{\"k\":\"{KEY}\"}}");
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nX-Other: {KEY}\r\n\r\n{body}",
+        body.len()
+    );
+    let out = text(&feed_split(&mut rewriter(), req.as_bytes(), 5).unwrap());
+    assert!(out.ends_with(&body), "{out}");
+    assert!(out.contains(&format!("X-Other: {KEY}\r\n")), "{out}");
+    assert!(!out.contains("sk-real"), "{out}");
+}
+
+#[test]
+fn the_route_prefix_goes_before_the_target() {
+    let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic/");
+    let out = feed_split(&mut r, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 100).unwrap();
+    assert!(text(&out).starts_with("GET /anthropic/v1/models HTTP/1.1\r\nHost: gw.example\r\n"));
+}
+
+#[test]
+fn requests_this_side_cannot_frame_for_certain_end_the_connection() {
+    for (req, why) in [
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "both",
+        ),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "disagree",
+        ),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+            "Content-Length",
+        ),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "only one",
+        ),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "only one",
+        ),
+        ("CONNECT a:443 HTTP/1.1\r\n\r\n", "CONNECT"),
+        ("GET http://evil.example/ HTTP/1.1\r\n\r\n", "not a path"),
+        ("NOT HTTP\r\n\r\n", "not HTTP"),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "chunk-size",
+        ),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY",
+            "CRLF",
+        ),
+    ] {
+        for split in [1, 1000] {
+            let err = feed_split(&mut rewriter(), req.as_bytes(), split).unwrap_err();
+            assert!(err.contains(why), "{req:?} split {split}: {err}");
+        }
+    }
+    let huge = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_HEAD + 10));
+    assert!(feed_split(&mut rewriter(), huge.as_bytes(), 1000)
+        .unwrap_err()
+        .contains("over"));
+}
+
+#[test]
+fn a_body_cut_short_waits_and_nothing_of_the_next_request_leaks_into_it() {
+    let mut r = rewriter();
+    let mut out = Vec::new();
+    r.feed(
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345",
+        &mut out,
+    )
+    .unwrap();
+    assert!(text(&out).ends_with("\r\n\r\n12345"));
+    out.clear();
+    // The rest of the body holds what looks like a head with a placeholder: it is body.
+    r.feed(
+        format!("67890GET / HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n").as_bytes(),
+        &mut out,
+    )
+    .unwrap();
+    let t = text(&out);
+    assert!(
+        t.starts_with("67890GET / HTTP/1.1\r\nHost: api.example:443\r\n"),
+        "{t}"
+    );
+    assert!(t.contains("x-api-key: sk-real-1"), "{t}");
+}
+
+#[test]
+fn header_replacement_takes_whole_placeholders_only() {
+    let c = vec![cred("K", "v1"), cred("K_LONG", "v2"), cred("EMPTYV", "")];
+    let mut sorted = c.clone();
+    sorted.sort_by_key(|c| std::cmp::Reverse(c.placeholder.len()));
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("pitcrew-placeholder-K", "v1", &["K"]),
+        ("Bearer pitcrew-placeholder-K", "Bearer v1", &["K"]),
+        ("pitcrew-placeholder-K_LONG", "v2", &["K_LONG"]),
+        (
+            "pitcrew-placeholder-K,pitcrew-placeholder-K_LONG pitcrew-placeholder-K",
+            "v1,v2 v1",
+            &["K", "K_LONG"],
+        ),
+        // Not whole tokens: left as they are.
+        ("pitcrew-placeholder-KX", "pitcrew-placeholder-KX", &[]),
+        ("xpitcrew-placeholder-K", "xpitcrew-placeholder-K", &[]),
+        (
+            "pitcrew-placeholder-K_LONGER",
+            "pitcrew-placeholder-K_LONGER",
+            &[],
+        ),
+        ("pitcrew-placeholder-", "pitcrew-placeholder-", &[]),
+        ("PITCREW-PLACEHOLDER-K", "PITCREW-PLACEHOLDER-K", &[]),
+        // Another credential value altogether: forwarded unchanged.
+        ("sk-ant-someone-elses", "sk-ant-someone-elses", &[]),
+        ("", "", &[]),
+        ("pitcrew-placeholder-EMPTYV", "", &["EMPTYV"]),
+    ];
+    for (input, want, names) in cases {
+        let (out, got) = replace_placeholders(input.as_bytes(), &sorted);
+        assert_eq!(text(&out), *want, "{input:?}");
+        assert_eq!(got, *names, "{input:?}");
+    }
+    // Bytes that are not UTF-8 pass through.
+    let raw = b"\xff pitcrew-placeholder-K \xfe";
+    assert_eq!(replace_placeholders(raw, &sorted).0, b"\xff v1 \xfe");
+}
+
+#[test]
+fn only_x_api_key_and_authorization_get_values_and_case_does_not_matter() {
+    let req = format!(
+        "GET / HTTP/1.1\r\nAUTHORIZATION: {KEY}\r\nx-API-key: {KEY}\r\n\
+         Proxy-Authorization: {KEY}\r\nCookie: {KEY}\r\n\r\n"
+    );
+    let out = text(&feed_split(&mut rewriter(), req.as_bytes(), 9).unwrap());
+    assert!(out.contains("AUTHORIZATION: sk-real-1\r\n"), "{out}");
+    assert!(out.contains("x-API-key: sk-real-1\r\n"), "{out}");
+    assert!(
+        out.contains(&format!("Proxy-Authorization: {KEY}\r\n")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("Cookie: {KEY}\r\n")), "{out}");
+    assert!(
+        out.starts_with("GET / HTTP/1.1\r\nHost: api.example:443\r\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_debug_form_of_a_credential_has_no_value() {
+    let shown = format!("{:?}", cred("K", "sk-secret"));
+    assert!(
+        shown.contains('K') && !shown.contains("sk-secret"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn an_upgrade_is_never_offered_to_the_upstream() {
+    let req = b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+    let out = text(&feed_split(&mut rewriter(), req, 3).unwrap());
+    assert!(!out.to_ascii_lowercase().contains("upgrade: "), "{out}");
+    assert!(out.ends_with("Connection: Upgrade\r\n\r\n"), "{out}");
+}

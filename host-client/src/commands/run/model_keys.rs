@@ -1,0 +1,423 @@
+//! Model credentials that stay on the host (`--model-key NAME`, and the runtime's well-known key
+//! variables passed with `--pass-env` whenever the network is not `open`): the sandbox gets
+//! [`placeholder`] in their place, and the agent's model requests reach the provider through
+//! this host, which puts the values in ([`crate::client::tunnel::ModelUpstream`]).
+//!
+//! The route follows the runtime's model endpoint: Claude Code's `ANTHROPIC_BASE_URL` (the
+//! harness `env:`'s, else `https://api.anthropic.com`) is pinned to the supervisor's model
+//! listener. pi reads no base-URL variable for its providers (0.73.1, 0.87.1 and 1.6.0 hand the
+//! model's `baseUrl` to their SDKs; only Azure's has one): its key stays on the host only when
+//! its pinned `models.json` sends it to one loopback `http://` endpoint, whose mirror then
+//! carries the model connections; otherwise a key passed with `--pass-env` enters the sandbox
+//! as it is, said in a note ([`pi_note`]), and `--model-key` is refused. `command` has no model
+//! endpoint pitcrew knows: `--model-key` is refused.
+
+use crate::client::model_http::Credential;
+use crate::client::tunnel::ModelUpstream;
+use anyhow::bail;
+use pitcrew_core::harness::{url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST};
+use pitcrew_core::manifest::model::placeholder;
+use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
+
+/// The key variables of each runtime that become model credentials when passed with
+/// `--pass-env` (and the network is not `open`).
+/// pi's also include each variable a `models.json` provider names as its `apiKey`.
+pub const WELL_KNOWN: &[(Runtime, &str)] = &[
+    (Runtime::Claude, "ANTHROPIC_API_KEY"),
+    (Runtime::Claude, "ANTHROPIC_AUTH_TOKEN"),
+    (Runtime::Pi, "ANTHROPIC_API_KEY"),
+    (Runtime::Pi, "OPENAI_API_KEY"),
+];
+
+/// What a run does with model credentials.
+#[derive(Debug, Clone, Default)]
+pub struct ModelPlan {
+    /// The credentials' names: the sandbox gets their placeholders.
+    pub names: Vec<String>,
+    /// The manifest's route and this host's end of it (`None` when there is no credential, or
+    /// the network carries nothing).
+    pub route: Option<(ModelRoute, ModelUpstream)>,
+    /// What the operator should know: a well-known key that enters the sandbox as it is.
+    pub notes: Vec<String>,
+}
+
+/// The one loopback `http://` endpoint of pi's pinned `models.json` that `policy` allows, or
+/// why there is none.
+fn pi_upstream(
+    pi: &PiModelConfig,
+    policy: &NetworkPolicy,
+) -> Result<pitcrew_core::manifest::Endpoint, String> {
+    let loopback: Vec<_> = pi
+        .plain_endpoints
+        .iter()
+        .filter(|e| e.host == "localhost" || e.ip().is_some_and(|ip| ip.is_loopback()))
+        .filter(|e| policy.allows(&e.host, e.port))
+        .collect();
+    match loopback.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(
+            "pi reads no base-URL variable for its providers, and its pinned models.json sends \
+             the model to no loopback http:// endpoint (with network: unset) that the host could \
+             add the key on"
+                .into(),
+        ),
+        _ => Err(format!(
+            "pi's pinned models.json names {} loopback http:// endpoints; the host adds a key \
+             for one model endpoint",
+            loopback.len()
+        )),
+    }
+}
+
+/// What `validate` says about a pi harness whose key cannot stay on the host: a key passed
+/// with `--pass-env` enters the sandbox as it is.
+pub fn pi_note(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Option<String> {
+    if h.runtime != Runtime::Pi || !matches!(policy, NetworkPolicy::Allow { .. }) {
+        return None;
+    }
+    let why = pi_upstream(pi, policy).err()?;
+    Some(format!(
+        "model key: {why}: a key passed with --pass-env enters the sandbox as it is \
+         (--model-key is refused)"
+    ))
+}
+
+/// The plan for a run: `explicit` (`--model-key`), the well-known names among `pass_env`, the
+/// harness's runtime and endpoint (`pi`: what its pinned configuration says), the `policy` that
+/// applies, values from `lookup`.
+pub fn plan(
+    explicit: &[String],
+    pass_env: &[String],
+    h: &Harness,
+    pi: &PiModelConfig,
+    policy: Option<&NetworkPolicy>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<ModelPlan> {
+    let open = matches!(policy, Some(NetworkPolicy::Open) | None);
+    if let Some(name) = explicit.first().filter(|_| open) {
+        bail!(
+            "--model-key {name}: the network is open, so pitcrew carries no model connection to \
+             add the key to; give the harness network: allow (or leave network: unset)"
+        );
+    }
+    let mut names: Vec<String> = Vec::new();
+    for name in explicit {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let mut notes = Vec::new();
+    if !open {
+        // A passed key stays on the host only where its endpoint can be carried: otherwise it
+        // goes in as it is, said once.
+        let blocked = match policy {
+            Some(p @ NetworkPolicy::Allow { .. }) => route_for(h, pi, p).err(),
+            _ => None,
+        };
+        for name in pass_env {
+            let known = WELL_KNOWN
+                .iter()
+                .any(|(rt, n)| *rt == h.runtime && n == name)
+                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name));
+            if !known || names.contains(name) {
+                continue;
+            }
+            match &blocked {
+                Some(why) => notes.push(format!(
+                    "--pass-env {name}: the key enters the sandbox as it is: {why}"
+                )),
+                None => names.push(name.clone()),
+            }
+        }
+    }
+    if names.is_empty() {
+        return Ok(ModelPlan {
+            notes,
+            ..ModelPlan::default()
+        });
+    }
+    for name in &names {
+        if h.env.contains_key(name) {
+            bail!(
+                "--model-key {name}: the harness `env:` sets {name}, and its value would reach \
+                 the sandbox; keep the key in pitcrew's environment only"
+            );
+        }
+    }
+    let mut credentials = Vec::new();
+    for name in &names {
+        let Some(value) = lookup(name) else {
+            bail!("--model-key {name}: not set in pitcrew's environment");
+        };
+        if value.is_empty() {
+            bail!("--model-key {name}: empty in pitcrew's environment");
+        }
+        credentials.push(Credential {
+            name: name.clone(),
+            placeholder: placeholder(name).into_bytes(),
+            value: value.into_bytes(),
+        });
+    }
+    let Some(policy @ NetworkPolicy::Allow { .. }) = policy else {
+        // `none`: nothing leaves, the placeholders stand in all the same.
+        return Ok(ModelPlan {
+            names,
+            route: None,
+            notes,
+        });
+    };
+    let (base_url_env, url, endpoint) = route_for(h, pi, policy)
+        .map_err(|why| anyhow::anyhow!("--model-key {}: {why}", names[0]))?;
+    let tls = url.to_ascii_lowercase().starts_with("https://");
+    let route = ModelRoute {
+        base_url_env: base_url_env.map(str::to_string),
+        upstream: endpoint.clone(),
+        credentials: names.clone(),
+    };
+    let upstream = ModelUpstream {
+        endpoint,
+        tls,
+        prefix: url_path(&url),
+        credentials,
+    };
+    Ok(ModelPlan {
+        names,
+        route: Some((route, upstream)),
+        notes,
+    })
+}
+
+/// Where the runtime's model requests go under `policy`: the base-URL variable to pin (none
+/// for pi, whose endpoint's mirror carries them), the base URL and its endpoint; `Err` says why
+/// the key cannot stay on the host.
+fn route_for(
+    h: &Harness,
+    pi: &PiModelConfig,
+    policy: &NetworkPolicy,
+) -> Result<
+    (
+        Option<&'static str>,
+        String,
+        pitcrew_core::manifest::Endpoint,
+    ),
+    String,
+> {
+    let (base_url_env, url) = match h.runtime {
+        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
+        // The mirror of the endpoint carries the model connections: the agent's requests
+        // already name it and its path.
+        Runtime::Pi => (None, format!("http://{}", pi_upstream(pi, policy)?)),
+        Runtime::Command => {
+            return Err(
+                "the command runtime has no model endpoint pitcrew knows; pass the key with \
+                 --pass-env (it enters the sandbox as it is)"
+                    .into(),
+            )
+        }
+    };
+    let endpoint = url_endpoint(&url).map_err(|e| format!("model endpoint: {e}"))?;
+    if !policy.allows(&endpoint.host, endpoint.port) {
+        return Err(format!(
+            "the model endpoint {endpoint} is not among the endpoints the harness's network \
+             allows"
+        ));
+    }
+    Ok((base_url_env, url, endpoint))
+}
+
+/// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
+/// backend switched on (`CLAUDE_CODE_USE_BEDROCK`, …) signs its requests otherwise and is
+/// refused.
+fn claude_url(h: &Harness) -> Result<String, String> {
+    for backend in ["BEDROCK", "VERTEX", "FOUNDRY"] {
+        let var = format!("CLAUDE_CODE_USE_{backend}");
+        if h.env
+            .get(&var)
+            .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+        {
+            return Err(format!(
+                "the harness sets {var}; only Anthropic's API (ANTHROPIC_BASE_URL) is served \
+                 with a key kept on the host"
+            ));
+        }
+    }
+    Ok(h.env
+        .get("ANTHROPIC_BASE_URL")
+        .cloned()
+        .unwrap_or_else(|| format!("https://{CLAUDE_API_HOST}")))
+}
+
+/// The path of a base URL, without its trailing `/`: `https://gw.example/anthropic/` →
+/// `/anthropic`; empty for none.
+fn url_path(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    match rest.find('/') {
+        Some(i) => rest[i..].trim_end_matches('/').to_string(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A validated harness from `yaml` (with `files` beside it).
+    fn validated(
+        yaml: &str,
+        files: &[(&str, &str)],
+    ) -> (tempfile::TempDir, pitcrew_core::harness::Validated) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        std::fs::write(dir.path().join("h.yaml"), yaml).unwrap();
+        let v = pitcrew_core::harness::validate(&dir.path().join("h.yaml")).unwrap();
+        assert!(v.is_ok(), "{:?}", v.problems);
+        (dir, v)
+    }
+
+    fn plan_for(
+        v: &pitcrew_core::harness::Validated,
+        explicit: &[&str],
+        pass: &[&str],
+    ) -> anyhow::Result<ModelPlan> {
+        let h = v.harness.as_ref().unwrap();
+        let explicit: Vec<String> = explicit.iter().map(|s| s.to_string()).collect();
+        let pass: Vec<String> = pass.iter().map(|s| s.to_string()).collect();
+        let network = v.network().unwrap();
+        plan(
+            &explicit,
+            &pass,
+            h,
+            &v.pi_config,
+            Some(&network.policy),
+            |n| Some(format!("value-of-{n}")),
+        )
+    }
+
+    const CLAUDE: &str = "runtime: claude\nprompt: hi\n";
+
+    #[test]
+    fn claudes_passed_key_is_kept_on_the_host_through_anthropics_api() {
+        let (_d, v) = validated(CLAUDE, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY", "OTHER"]).unwrap();
+        assert_eq!(p.names, ["ANTHROPIC_API_KEY"]);
+        let (route, up) = p.route.unwrap();
+        assert_eq!(route.base_url_env.as_deref(), Some("ANTHROPIC_BASE_URL"));
+        assert_eq!(up.endpoint.to_string(), "api.anthropic.com:443");
+        assert!(up.tls && up.prefix.is_empty());
+        assert_eq!(up.authority(), "api.anthropic.com");
+        assert_eq!(up.credentials[0].value, b"value-of-ANTHROPIC_API_KEY");
+    }
+
+    #[test]
+    fn claudes_base_url_gives_the_upstream_its_scheme_and_path() {
+        let yaml = format!("{CLAUDE}env:\n  ANTHROPIC_BASE_URL: http://127.0.0.1:8377/gw/\n");
+        let (_d, v) = validated(&yaml, &[]);
+        let (_, up) = plan_for(&v, &["ANTHROPIC_AUTH_TOKEN"], &[])
+            .unwrap()
+            .route
+            .unwrap();
+        assert!(!up.tls);
+        assert_eq!(
+            (up.prefix.as_str(), up.authority()),
+            ("/gw", "127.0.0.1:8377".into())
+        );
+    }
+
+    #[test]
+    fn an_open_network_hands_the_key_in_and_refuses_model_key() {
+        let (_d, v) = validated(&format!("{CLAUDE}network: open\n"), &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty() && p.route.is_none());
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network is open"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_cannot_stay_on_the_host_is_said_or_refused() {
+        // A Bedrock backend signs its requests otherwise: a passed key goes in, with a note.
+        let yaml = format!(
+            "{CLAUDE}env:\n  CLAUDE_CODE_USE_BEDROCK: \"1\"\nnetwork:\n  allow: [bedrock.example:443]\n"
+        );
+        let (_d, v) = validated(&yaml, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty());
+        assert!(
+            p.notes[0].contains("CLAUDE_CODE_USE_BEDROCK"),
+            "{:?}",
+            p.notes
+        );
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CLAUDE_CODE_USE_BEDROCK"), "{err}");
+        // An explicit network without the model endpoint.
+        let (_d, v) = validated(
+            &format!("{CLAUDE}network:\n  allow: [x.example:443]\n"),
+            &[],
+        );
+        let err = plan_for(&v, &["ANTHROPIC_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not among the endpoints"), "{err}");
+        // `command` has no model endpoint.
+        let (_d, v) = validated(
+            "runtime: command\ncommand: [/bin/true]\nnetwork:\n  allow: [x.example:443]\n",
+            &[],
+        );
+        let err = plan_for(&v, &["K"], &[]).unwrap_err().to_string();
+        assert!(err.contains("command runtime"), "{err}");
+    }
+
+    #[test]
+    fn pis_key_named_by_models_json_is_kept_when_its_endpoint_is_loopback_http() {
+        let models = r#"{"providers": {"mock": {"baseUrl": "http://127.0.0.1:8377/v1",
+            "api": "openai-completions", "apiKey": "$MOCK_KEY",
+            "models": [{"id": "m"}]}}}"#;
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: mock/m\nadapters:\n  - path: config/models.json\n    role: config\n";
+        let (_d, v) = validated(yaml, &[("config/models.json", models)]);
+        let p = plan_for(&v, &[], &["MOCK_KEY", "OPENAI_API_KEY"]).unwrap();
+        assert_eq!(p.names, ["MOCK_KEY", "OPENAI_API_KEY"]);
+        let (route, up) = p.route.unwrap();
+        assert_eq!(route.base_url_env, None);
+        assert_eq!(route.upstream.to_string(), "127.0.0.1:8377");
+        assert!(!up.tls && up.prefix.is_empty());
+        assert!(pi_note(
+            v.harness.as_ref().unwrap(),
+            &v.pi_config,
+            &v.network().unwrap().policy
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn pis_key_for_a_built_in_provider_goes_in_with_a_note() {
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\n";
+        let (_d, v) = validated(yaml, &[]);
+        let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
+        assert!(p.names.is_empty() && p.route.is_none());
+        assert!(p.notes[0].starts_with("--pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads no base-URL variable"), "{:?}", p.notes);
+        let note = pi_note(
+            v.harness.as_ref().unwrap(),
+            &v.pi_config,
+            &v.network().unwrap().policy,
+        );
+        assert!(note
+            .unwrap()
+            .starts_with("model key: pi reads no base-URL variable"));
+    }
+
+    #[test]
+    fn a_base_urls_path_is_the_prefix() {
+        assert_eq!(url_path("https://api.anthropic.com"), "");
+        assert_eq!(url_path("https://api.anthropic.com/"), "");
+        assert_eq!(url_path("http://127.0.0.1:8/v1/"), "/v1");
+        assert_eq!(url_path("https://gw.example/a/b?x=1"), "/a/b");
+    }
+}

@@ -1,0 +1,161 @@
+//! The model endpoint whose credential never enters the sandbox (the manifest's `model`).
+//!
+//! The host keeps each model credential (`pitcrew run --model-key NAME`) and hands the sandbox
+//! [`placeholder`] in its place. The agent's model requests reach the host through a listener
+//! of the supervisor's (a base-URL variable the runtime reads, [`BASE_URL_VARS`], pinned to
+//! `http://127.0.0.1:<port>`) or through the mirror of a loopback `upstream`; the host puts
+//! the real value where the placeholder is and sends the request on. The manifest carries the
+//! credentials' names only, for the record.
+
+use super::network::{Endpoint, NetworkPolicy};
+use serde::{Deserialize, Serialize};
+
+/// The base-URL variables a model listener may be pinned to: Claude Code's.
+pub const BASE_URL_VARS: &[&str] = &["ANTHROPIC_BASE_URL"];
+
+/// The most credentials one route names.
+pub const MAX_CREDENTIALS: usize = 16;
+
+/// What the sandbox sees in place of credential `name`'s value.
+pub fn placeholder(name: &str) -> String {
+    format!("pitcrew-placeholder-{name}")
+}
+
+/// Where the agent's model requests go and which credentials the host adds to them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRoute {
+    /// The variable the supervisor pins to its model listener's URL (one of
+    /// [`BASE_URL_VARS`]); absent, no listener: the mirror of the loopback `upstream` carries
+    /// the model's connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
+    /// The provider's endpoint, which the policy allows.
+    pub upstream: Endpoint,
+    /// The names of the credentials the host adds (never their values).
+    pub credentials: Vec<String>,
+}
+
+impl ModelRoute {
+    /// The base-URL variable as the pins name it.
+    pub fn base_url_var(&self) -> Option<&'static str> {
+        let name = self.base_url_env.as_deref()?;
+        BASE_URL_VARS.iter().copied().find(|v| *v == name)
+    }
+
+    /// Checks the route against the manifest's `network`; the message says what is wrong.
+    pub fn check(&self, network: Option<&NetworkPolicy>) -> Result<(), String> {
+        if let Some(name) = &self.base_url_env {
+            if self.base_url_var().is_none() {
+                return Err(format!(
+                    "base_url_env {name:?} is none of {}",
+                    BASE_URL_VARS.join(", ")
+                ));
+            }
+        }
+        let Some(NetworkPolicy::Allow { .. }) = network else {
+            return Err("a model route needs network mode allow".into());
+        };
+        if network.is_some_and(|p| !p.allows(&self.upstream.host, self.upstream.port)) {
+            return Err(format!(
+                "upstream {} is not an endpoint the network allows",
+                self.upstream
+            ));
+        }
+        let loopback = self.upstream.host == "localhost"
+            || self.upstream.ip().is_some_and(|ip| ip.is_loopback());
+        if self.base_url_env.is_none() && !loopback {
+            return Err(format!(
+                "upstream {} is not a loopback address, and no base_url_env is pinned",
+                self.upstream
+            ));
+        }
+        if self.credentials.is_empty() || self.credentials.len() > MAX_CREDENTIALS {
+            return Err(format!(
+                "credentials: from 1 to {MAX_CREDENTIALS} names, not {}",
+                self.credentials.len()
+            ));
+        }
+        for (i, name) in self.credentials.iter().enumerate() {
+            let valid = !name.is_empty()
+                && name.len() <= 128
+                && name.bytes().enumerate().all(|(i, b)| {
+                    b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit())
+                });
+            if !valid {
+                return Err(format!("credentials[{i}]: {name:?} is not a variable name"));
+            }
+            if self.credentials[..i].contains(name) {
+                return Err(format!("credentials[{i}]: {name} appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allow(list: &[&str]) -> NetworkPolicy {
+        NetworkPolicy::Allow {
+            allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
+        }
+    }
+
+    fn route(env: Option<&str>, upstream: &str, creds: &[&str]) -> ModelRoute {
+        ModelRoute {
+            base_url_env: env.map(str::to_string),
+            upstream: Endpoint::parse(upstream).unwrap(),
+            credentials: creds.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_route_needs_an_allowed_upstream_a_known_variable_and_valid_names() {
+        let net = allow(&["api.anthropic.com:443", "127.0.0.1:8080"]);
+        let ok = route(
+            Some("ANTHROPIC_BASE_URL"),
+            "api.anthropic.com:443",
+            &["ANTHROPIC_API_KEY"],
+        );
+        assert_eq!(ok.check(Some(&net)), Ok(()));
+        assert_eq!(ok.base_url_var(), Some("ANTHROPIC_BASE_URL"));
+        assert!(route(None, "127.0.0.1:8080", &["K"])
+            .check(Some(&net))
+            .is_ok());
+        for (bad, why) in [
+            (
+                route(Some("PATH"), "api.anthropic.com:443", &["K"]),
+                "none of",
+            ),
+            (route(None, "api.anthropic.com:443", &["K"]), "loopback"),
+            (route(None, "127.0.0.1:9", &["K"]), "not an endpoint"),
+            (route(None, "127.0.0.1:8080", &[]), "credentials"),
+            (route(None, "127.0.0.1:8080", &["A B"]), "variable name"),
+            (route(None, "127.0.0.1:8080", &["K", "K"]), "twice"),
+        ] {
+            let err = bad.check(Some(&net)).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        assert!(ok.check(Some(&NetworkPolicy::Open)).is_err());
+        assert!(ok.check(None).is_err());
+    }
+
+    #[test]
+    fn localhost_is_a_loopback_upstream() {
+        let local = allow(&["localhost:8080"]);
+        assert_eq!(
+            route(None, "localhost:8080", &["K"]).check(Some(&local)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_placeholder_names_the_variable() {
+        assert_eq!(
+            placeholder("ANTHROPIC_API_KEY"),
+            "pitcrew-placeholder-ANTHROPIC_API_KEY"
+        );
+    }
+}
