@@ -2614,17 +2614,46 @@ fn attack_harness__a_skill_named_like_a_plugin_is_refused_by_validate() {
 /// The model credential of [`attack_secrets__the_model_key_never_enters_the_sandbox`]: the probe
 /// builds it from two halves inside a process substitution, so no command line, transcript or
 /// file of the sandbox holds it whole unless pitcrew put it there.
-const SECRET: &str = "sk-ant-e2e-KEEPOUT-7f3a9c41";
+fn secret() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| format!("sk-ant-e2e-KEEP{}", secret_tail()))
+}
+
+/// The second half of [`secret`]: random per test process, so that no file of this machine
+/// holds the key whole (this test's source and binary included, wherever the checkout is).
+fn secret_tail() -> &'static str {
+    static TAIL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAIL.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("OUT-{:08x}{:x}", now.subsec_nanos(), std::process::id())
+    })
+}
 
 /// What the model asks the Bash tool to run: the key and base URL the agent has, the
 /// environment searched, then every readable file of the agent's own places (its processes'
 /// environments and command lines, home, tmp, `/dev/shm`, `/run`, `/etc`, the workspace, the
 /// upload root with the plugins, Claude's config dir) grepped for the key.
-const SECRET_PROBE: &str = "pat() { printf '%s%s\\n' sk-ant-e2e-KEEP OUT-7f3a9c41; }; \
+/// [`secret_probe`] as the one command of an iteration.
+fn secret_probes() -> &'static [&'static str] {
+    static PROBES: std::sync::OnceLock<[&'static str; 1]> = std::sync::OnceLock::new();
+    PROBES.get_or_init(|| [secret_probe()])
+}
+
+fn secret_probe() -> &'static str {
+    static PROBE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+    let tail = secret_tail();
+    format!(
+        "pat() {{ printf '%s%s\\n' sk-ant-e2e-KEEP {tail}; }}; \
 echo \"KEY=$ANTHROPIC_API_KEY BASE=$ANTHROPIC_BASE_URL\"; \
 env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
 timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \"$CLAUDE_CONFIG_DIR\" | sed 's/^/FOUND /'; \
-echo \"SCAN_DONE rc=${PIPESTATUS[0]}\"";
+echo \"SCAN_DONE rc=${{PIPESTATUS[0]}}\""
+    )
+    })
+}
 
 /// Every file under `dir` whose bytes hold `needle`.
 fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {
@@ -2655,9 +2684,9 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
     if !gate() {
         return;
     }
-    let server = ModelServer::start(one_command_per_iteration("Bash", &[SECRET_PROBE], bash));
+    let server = ModelServer::start(one_command_per_iteration("Bash", secret_probes(), bash));
     // Only the real key gets an answer: the iteration succeeds only if the host put it in.
-    server.require_key(SECRET);
+    server.require_key(secret());
     let fx = fixture(&server, 1);
     let root = fx.harness.parent().unwrap().to_path_buf();
     // The workspace's `.env` tries to send the model traffic elsewhere and to set the key.
@@ -2672,7 +2701,7 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
         &fx.harness,
         &fx.state,
         &["--pass-env", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", SECRET)],
+        &[("ANTHROPIC_API_KEY", secret())],
     );
     assert_eq!(code, Some(0), "{doc:#}");
     let results = server.tool_results();
@@ -2694,7 +2723,7 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
     let host = server.origin().trim_start_matches("http://").to_string();
     for h in &headers {
         assert!(
-            h.contains(&("x-api-key".into(), SECRET.into())),
+            h.contains(&("x-api-key".into(), secret().into())),
             "{headers:?}"
         );
         assert!(h.contains(&("host".into(), host.clone())), "{headers:?}");
@@ -2729,7 +2758,7 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
     );
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     assert_eq!(
-        files_holding(&run_dir, SECRET.as_bytes()),
+        files_holding(&run_dir, secret().as_bytes()),
         Vec::<PathBuf>::new(),
         "the records hold the key"
     );
@@ -2743,8 +2772,8 @@ fn control_a_key_passed_under_an_open_network_is_found_by_the_same_probe() {
     if !gate() {
         return;
     }
-    let server = ModelServer::start(one_command_per_iteration("Bash", &[SECRET_PROBE], bash));
-    server.require_key(SECRET);
+    let server = ModelServer::start(one_command_per_iteration("Bash", secret_probes(), bash));
+    server.require_key(secret());
     let fx = fixture(&server, 1);
     let yaml = fs::read_to_string(&fx.harness).unwrap() + "network: open\n";
     fs::write(&fx.harness, yaml).unwrap();
@@ -2752,12 +2781,12 @@ fn control_a_key_passed_under_an_open_network_is_found_by_the_same_probe() {
         &fx.harness,
         &fx.state,
         &["--pass-env", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", SECRET)],
+        &[("ANTHROPIC_API_KEY", secret())],
     );
     assert_eq!(code, Some(0), "{doc:#}");
     let results = server.tool_results();
     let out = results.first().expect("the probe's result");
-    assert!(out.contains(&format!("KEY={SECRET}")), "{out}");
+    assert!(out.contains(&format!("KEY={}", secret())), "{out}");
     assert!(out.contains("FOUND env ANTHROPIC_API_KEY="), "{out}");
     assert!(out.contains("FOUND /proc/self/environ"), "{out}");
 }
@@ -2774,13 +2803,13 @@ fn model_key_alone_keeps_the_key_on_the_host_and_claude_reaches_its_model() {
         &["echo \"KEY=$ANTHROPIC_API_KEY\""],
         bash,
     ));
-    server.require_key(SECRET);
+    server.require_key(secret());
     let fx = fixture(&server, 1);
     let (code, doc) = pitcrew_run_status(
         &fx.harness,
         &fx.state,
         &["--model-key", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", SECRET)],
+        &[("ANTHROPIC_API_KEY", secret())],
     );
     assert_eq!(code, Some(0), "{doc:#}");
     let results = server.tool_results();
@@ -2818,7 +2847,7 @@ fn batch_hands_model_key_to_every_jobs_run() {
         ],
         bash,
     ));
-    server.require_key(SECRET);
+    server.require_key(secret());
     let fx = fixture(&server, 1);
     let root = fx.harness.parent().unwrap().to_path_buf();
     let jobs = root.join("jobs.jsonl");
@@ -2850,7 +2879,7 @@ fn batch_hands_model_key_to_every_jobs_run() {
         String::from_utf8_lossy(&refused.stderr)
     );
     assert!(!root.join("jobs.batch").exists());
-    let out = batch(&[("ANTHROPIC_API_KEY", SECRET)]);
+    let out = batch(&[("ANTHROPIC_API_KEY", secret())]);
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -2310,16 +2310,45 @@ fn context_links_as_is(pi: Pi) {
 /// The model credential of the `attack_secrets__` tests: the probe builds it from two halves
 /// inside a process substitution, so no command line, transcript or file of the sandbox holds it
 /// whole unless pitcrew put it there.
-const SECRET: &str = "sk-pi-e2e-KEEPOUT-5b2e81d0";
+fn secret() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| format!("sk-pi-e2e-KEEP{}", secret_tail()))
+}
+
+/// The second half of [`secret`]: random per test process, so that no file of this machine
+/// holds the key whole (this test's source and binary included, wherever the checkout is).
+fn secret_tail() -> &'static str {
+    static TAIL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAIL.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("OUT-{:08x}{:x}", now.subsec_nanos(), std::process::id())
+    })
+}
 
 /// pi's bash tool: the key the agent has, its environment searched, then every readable file of
 /// its own places (its processes' environments and command lines, home, tmp, `/dev/shm`, `/run`,
 /// `/etc`, the workspace, the upload root, pi's config dir) grepped for the key.
-const SECRET_PROBE: &str = "pat() { printf '%s%s\\n' sk-pi-e2e-KEEP OUT-5b2e81d0; }; \
+/// [`secret_probe`] as the one command of an iteration.
+fn secret_probes() -> &'static [&'static str] {
+    static PROBES: std::sync::OnceLock<[&'static str; 1]> = std::sync::OnceLock::new();
+    PROBES.get_or_init(|| [secret_probe()])
+}
+
+fn secret_probe() -> &'static str {
+    static PROBE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+    let tail = secret_tail();
+    format!(
+        "pat() {{ printf '%s%s\\n' sk-pi-e2e-KEEP {tail}; }}; \
 echo \"KEY=$SCRIPTED_MODEL_KEY\"; \
 env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
 timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \"$PI_CODING_AGENT_DIR\" | sed 's/^/FOUND /'; \
-echo \"SCAN_DONE rc=${PIPESTATUS[0]}\"";
+echo \"SCAN_DONE rc=${{PIPESTATUS[0]}}\""
+    )
+    })
+}
 
 each_pi_named!(model_key_stays_on_the_host:
     attack_secrets__the_model_key_never_enters_the_sandbox_pi_0_73_1,
@@ -2339,10 +2368,10 @@ fn model_key_stays_on_the_host(pi: Pi) {
     }
     let server = ModelServer::start(one_command_per_iteration(
         "bash",
-        &[SECRET_PROBE],
+        secret_probes(),
         |c| json!({ "command": c }),
     ));
-    server.require_key(SECRET);
+    server.require_key(secret());
     let fx = fixture_for(pi, &server, 1);
     fx.agent_option("tools: [bash]");
     let root = fx.harness.parent().unwrap().to_path_buf();
@@ -2363,7 +2392,7 @@ fn model_key_stays_on_the_host(pi: Pi) {
     fs::write(&fx.harness, yaml).unwrap();
     let doc = fx.run(
         &["--pass-env", "SCRIPTED_MODEL_KEY"],
-        &[("SCRIPTED_MODEL_KEY", SECRET)],
+        &[("SCRIPTED_MODEL_KEY", secret())],
     );
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     let results = server.tool_results();
@@ -2378,7 +2407,7 @@ fn model_key_stays_on_the_host(pi: Pi) {
         "the scan timed out: {out}"
     );
     assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
-    let bearer = format!("Bearer {SECRET}");
+    let bearer = format!("Bearer {}", secret());
     for h in server.headers() {
         assert!(
             h.iter().any(|(n, v)| n == "authorization" && *v == bearer),
@@ -2433,7 +2462,7 @@ fn a_pi_key_for_a_built_in_provider_is_said_to_enter_the_sandbox_and_model_key_i
         &harness,
         &state,
         &["--model-key", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", SECRET)],
+        &[("ANTHROPIC_API_KEY", secret())],
     );
     assert_ne!(code, Some(0), "{doc:#}");
     let message = doc["error"]["message"].as_str().unwrap_or_default();
@@ -2446,7 +2475,7 @@ fn a_pi_key_for_a_built_in_provider_is_said_to_enter_the_sandbox_and_model_key_i
         &harness,
         &state,
         &["--pass-env", "ANTHROPIC_API_KEY", "--iterations", "1"],
-        &[("ANTHROPIC_API_KEY", SECRET)],
+        &[("ANTHROPIC_API_KEY", secret())],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
