@@ -185,6 +185,24 @@ pub fn agent_safe_path(path: &str, agent_dirs: &[&str]) -> (String, Vec<String>)
     (kept.join(":"), dropped)
 }
 
+/// Why an `XDG_*` variable is removed although a trusted layer set it ([`points_into_agent_dirs`]).
+pub const XDG_IN_AGENT_DIR: &str = "XDG_* naming a directory the agent writes that outlives the \
+     iteration (the workdir, confinement.read_write): git, Claude Code and other tools would read \
+     the configuration and data an earlier iteration's agent left there";
+
+/// Whether `value` (a directory, or a `:`-separated list of them as in `XDG_DATA_DIRS`) names a
+/// directory in one of `dirs`, or a relative one (resolved in the workspace, where the runtime
+/// runs its tools), or one with a `..` component.
+pub fn points_into_agent_dirs(value: &str, dirs: &[&str]) -> bool {
+    value.split(':').filter(|e| !e.is_empty()).any(|entry| {
+        let p = std::path::Path::new(entry);
+        !p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+            || dirs.iter().any(|d| p.starts_with(d))
+    })
+}
+
 impl EnvOutcome {
     /// The value of `name` in the built environment.
     pub fn get(&self, name: &str) -> Option<&str> {
@@ -527,6 +545,22 @@ pub fn build_with(
     let mut agent_dirs: Vec<&str> = vec![manifest.workdir.as_str()];
     agent_dirs.extend(dirs.agent_dirs());
     agent_dirs.extend(manifest.confinement.read_write.iter().map(String::as_str));
+    // Only trusted layers may set `XDG_*`, but one of them may still point it where the agent
+    // writes and nothing resets: the workdir, `confinement.read_write`.
+    let persistent: Vec<&str> = std::iter::once(manifest.workdir.as_str())
+        .chain(manifest.confinement.read_write.iter().map(String::as_str))
+        .collect();
+    vars.retain(|name, (value, source)| {
+        if !name.starts_with("XDG_") || !points_into_agent_dirs(value, &persistent) {
+            return true;
+        }
+        outcome.removed.push(RemovedVar {
+            name: name.clone(),
+            source: source.clone(),
+            rule: XDG_IN_AGENT_DIR.to_string(),
+        });
+        false
+    });
     let current_path = vars
         .get("PATH")
         .map(|(p, source)| {

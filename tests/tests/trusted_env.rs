@@ -266,3 +266,46 @@ fn attack_env__a_workspace_dotenv_cannot_replace_what_pass_env_passed_when_the_s
         record["env"]["layers"]["FOO_SETTING"]
     );
 }
+
+/// The harness sets `XDG_CONFIG_HOME` to a directory of the workspace (`.xdg`, resolved in the
+/// workdir where the runtime runs its tools): what the first iteration's agent writes there, a
+/// git alias that runs a program, would be the next iteration's git configuration. The variable
+/// is removed from every iteration's environment and named in the record; the second
+/// iteration's git reads no alias.
+#[test]
+fn attack_env__a_trusted_xdg_home_in_the_workspace_does_not_carry_config_to_the_next_iteration() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let script = "mkdir -p output\n\
+        if [ -f .xdg/git/config ]; then\n\
+          echo \"xdg=${XDG_CONFIG_HOME:-unset}\" > output/seen\n\
+          git config --get alias.planted >> output/seen || echo no-alias >> output/seen\n\
+        else\n\
+          mkdir -p .xdg/git\n\
+          printf '[alias]\\n\\tplanted = !echo PLANTED\\n' > .xdg/git/config\n\
+        fi";
+    let fx = LocalFixture::new(
+        script,
+        2,
+        "keep_output: true\nenv:\n  XDG_CONFIG_HOME: .xdg\n",
+        false,
+    );
+    let doc = pitcrew_run(&fx.harness, &fx.state, &[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let seen = read_text(&iteration_dir(&doc, 2).join("output/seen"));
+    assert_eq!(seen, "xdg=unset\nno-alias\n", "{seen}");
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        let removed = record["env"]["removed"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            removed
+                .iter()
+                .any(|r| r["name"] == "XDG_CONFIG_HOME" && r["source"] == "harness"),
+            "iteration {n}: {record:#}"
+        );
+    }
+}

@@ -967,3 +967,49 @@ fn attack_env__path_entries_of_the_agents_own_directories_are_dropped() {
     let (kept, dropped) = agent_safe_path("/usr/bin:/bin", &dirs);
     assert_eq!((kept.as_str(), dropped.len()), ("/usr/bin:/bin", 0));
 }
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__a_trusted_xdg_home_in_the_workspace_is_removed() {
+    let mut m = manifest("claude", None);
+    m.env.set.insert(
+        "XDG_CONFIG_HOME".into(),
+        "/sandbox/workspace/.config".into(),
+    );
+    m.env.set.insert(
+        "XDG_DATA_DIRS".into(),
+        "/usr/share:/sandbox/workspace/share".into(),
+    );
+    m.env.set.insert("XDG_CACHE_HOME".into(), "cache".into());
+    m.env
+        .set
+        .insert("XDG_STATE_HOME".into(), "/var/../sandbox/workspace".into());
+    let o = build(
+        &m,
+        &base(&[
+            ("XDG_RUNTIME_DIR", "/sandbox/workspace/run"),
+            ("XDG_CONFIG_DIRS", "/etc/xdg"),
+        ]),
+    )
+    .unwrap();
+    for name in [
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_DIRS",
+        "XDG_CACHE_HOME",
+        "XDG_STATE_HOME",
+        "XDG_RUNTIME_DIR",
+    ] {
+        assert!(o.get(name).is_none(), "{name} reached the agent");
+        let removed = o.removed.iter().find(|r| r.name == name).unwrap();
+        assert_eq!(removed.rule, XDG_IN_AGENT_DIR);
+    }
+    assert_eq!(
+        o.removed
+            .iter()
+            .find(|r| r.name == "XDG_RUNTIME_DIR")
+            .unwrap()
+            .source,
+        EnvSource::Baseline
+    );
+    assert_eq!(o.get("XDG_CONFIG_DIRS"), Some("/etc/xdg"));
+}
