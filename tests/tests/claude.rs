@@ -2979,12 +2979,10 @@ fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_
 /// A verified plugin whose hook command reaches out of its own tree
 /// (`bash ${CLAUDE_PLUGIN_ROOT}/../../workspace/hook.sh`): the hook's text is verified, what it
 /// runs is the workspace's, which the agent writes. pi's loader has the same hole (a
-/// `package.json` `main` or `pi.extensions` entry with `..`), and `validate` refuses it there;
-/// here `validate` only notes that the plugin has hooks, and the hook runs the script the
-/// agent's Bash tool wrote one call earlier. Held when `validate` refuses the command or the
-/// script never runs.
+/// `package.json` `main` or `pi.extensions` entry with `..`), and `validate` refuses both: before,
+/// it only noted the plugin's hooks, and the hook ran the script the agent's Bash tool wrote one
+/// call earlier. Now `validate` and `run` refuse the plugin, naming the file and the command.
 #[test]
-#[ignore = "break: a verified plugin's hook command naming ${CLAUDE_PLUGIN_ROOT}/../ runs a file outside the verified tree (the agent's workspace); validate only notes the hooks"]
 fn attack_harness__a_plugin_hook_reaching_outside_its_tree_never_runs_what_the_agent_wrote() {
     if !gate() {
         return;
@@ -3015,16 +3013,13 @@ fn attack_harness__a_plugin_hook_reaching_outside_its_tree_never_runs_what_the_a
         .replace("agent:\n", "agent:\n  tools: [Bash]\n");
     fs::write(&fx.harness, yaml).unwrap();
     let (code, _, stderr) = pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
-    if code == Some(1) && stderr.contains("..") {
-        return;
-    }
-    let (code, doc) = fx.run_status();
-    assert_eq!(code, Some(0), "{doc:#}");
-    let results = server.tool_results();
-    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        results[2].contains("NOT_RUN"),
-        "the verified hook ran a script the agent wrote: {}",
-        results[2]
+        stderr.contains("hooks/hooks.json") && stderr.contains("reaches outside the plugin"),
+        "{stderr}"
     );
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert!(server.requests().is_empty(), "Claude Code was started");
+    assert!(server.tool_results().is_empty());
 }
