@@ -547,6 +547,10 @@ const SHELL_SNAPSHOT: &str =
 const GIT_CONFIG: &str =
     "git, which the runtimes run, reads the commands it runs from it (core.fsmonitor, core.pager, hooks)";
 
+/// What Node does with its global module folders in `HOME`.
+const NODE_GLOBAL: &str = "Node resolves a bare require() or import there (after the node_modules \
+     of the importing file's directories) for pi and its extensions, and for a plugin's Node hooks";
+
 /// Paths below `HOME` that a runtime reads at startup (or runs through the tools it starts)
 /// whatever its config dir, each with the runtimes that do (`None`: both) and what reads it: a
 /// `dirs.home_keep` entry that is one of them, lies inside one or holds one would carry what an
@@ -583,6 +587,8 @@ pub const RUNTIME_HOME_PATHS: &[(&str, Option<Runtime>, &str)] = &[
         "Claude Code's installed releases",
     ),
     (".agents", None, "the runtimes' user-level skills"),
+    (".node_modules", None, NODE_GLOBAL),
+    (".node_libraries", None, NODE_GLOBAL),
     (
         ".pi",
         Some(Runtime::Pi),

@@ -1475,6 +1475,10 @@ fn keep_home_refuses_what_the_runtime_reads_at_startup() {
         (Runtime::Pi, ".gitconfig", ".gitconfig"),
         (Runtime::Pi, ".pi/agent", ".pi"),
         (Runtime::Pi, ".agents", ".agents"),
+        (Runtime::Pi, ".node_modules", ".node_modules"),
+        (Runtime::Pi, ".node_modules/left-pad", ".node_modules"),
+        (Runtime::Pi, ".node_libraries", ".node_libraries"),
+        (Runtime::Claude, ".node_modules", ".node_modules"),
     ] {
         let problem = home_keep_problem(runtime, keep).unwrap_or_default();
         assert!(problem.contains(&format!("~/{path} ")), "{keep}: {problem}");

@@ -39,6 +39,7 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<ClaudePlugin>, ClassifyError> {
     };
     let read = manifest == DOT_MANIFEST;
     check_component_paths(ctx, manifest, &obj)?;
+    check_commands_stay_inside(ctx, manifest, &obj)?;
     Ok(Some(ClaudePlugin {
         manifest: manifest.to_owned(),
         name,
@@ -47,6 +48,65 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<ClaudePlugin>, ClassifyError> {
         has_mcp: ctx.exists(".mcp.json") || (read && obj.contains_key("mcpServers")),
         has_bin: ctx.exists("bin"),
     }))
+}
+
+/// Files whose strings Claude Code runs as commands with `${CLAUDE_PLUGIN_ROOT}` expanded.
+const COMMAND_FILES: [&str; 3] = ["hooks/hooks.json", ".mcp.json", ".lsp.json"];
+
+/// Refuses a hook, MCP or LSP server command (in [`COMMAND_FILES`] or inline in the manifest
+/// Claude reads) naming a path below `${CLAUDE_PLUGIN_ROOT}` with a `..` component: the verified
+/// text would run what lies outside the plugin, the agent's workspace included.
+fn check_commands_stay_inside(
+    ctx: &Ctx,
+    manifest: &str,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), ClassifyError> {
+    let mut sources: Vec<(String, serde_json::Value)> = Vec::new();
+    for file in COMMAND_FILES {
+        // A file that is not JSON runs nothing (Claude Code reports `hook-load-failed`, which
+        // the judge fails on): left to that.
+        if ctx.kind(file)? == Some(super::Kind::File) {
+            if let Ok(value) = ctx.read_json(file) {
+                sources.push((file.to_owned(), value));
+            }
+        }
+    }
+    if manifest == DOT_MANIFEST {
+        sources.push((manifest.to_owned(), serde_json::Value::Object(obj.clone())));
+    }
+    for (file, value) in sources {
+        if let Some(command) = outside_command(&value) {
+            return Err(ClassifyError::ClaudeCommandOutside {
+                dir: ctx.dir.clone(),
+                file,
+                command: command.chars().take(200).collect(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The first string in `value` where a path after `${CLAUDE_PLUGIN_ROOT}` (or
+/// `$CLAUDE_PLUGIN_ROOT`) has a `..` component.
+fn outside_command(value: &serde_json::Value) -> Option<&str> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => {
+            let leaves = |marker: &str| {
+                s.match_indices(marker).any(|(at, _)| {
+                    let rest = &s[at + marker.len()..];
+                    let end = rest
+                        .find(|c: char| c.is_whitespace() || "\"';:|&<>()`".contains(c))
+                        .unwrap_or(rest.len());
+                    rest[..end].split('/').any(|c| c == "..")
+                })
+            };
+            (leaves("${CLAUDE_PLUGIN_ROOT}") || leaves("$CLAUDE_PLUGIN_ROOT")).then_some(s.as_str())
+        }
+        Value::Array(items) => items.iter().find_map(outside_command),
+        Value::Object(map) => map.values().find_map(outside_command),
+        _ => None,
+    }
 }
 
 /// Parses one manifest: a JSON object with a non-empty string `name`.

@@ -71,6 +71,20 @@ pub enum ClassifyError {
         problem: &'static str,
     },
     /// A path in a Claude manifest's component fields (`commands`, `hooks`, …) that Claude
+    /// A command of a Claude plugin (a hook, an MCP or LSP server) names a path below
+    /// `${CLAUDE_PLUGIN_ROOT}` that leaves the plugin through `..`.
+    #[error(
+        "{}: `{file}`: the command {command:?} reaches outside the plugin through `..` after ${{CLAUDE_PLUGIN_ROOT}}: Claude Code would run what lies there (the workspace is the agent's to write), never verified; ship it inside the plugin",
+        dir.display()
+    )]
+    ClaudeCommandOutside {
+        /// The plugin directory as given.
+        dir: PathBuf,
+        /// The file holding the command, relative to the plugin.
+        file: String,
+        /// The command as written (at most 200 characters).
+        command: String,
+    },
     /// would refuse or report as a load error (`path-not-found`), loading the plugin without it.
     #[error(
         "{}: Claude manifest `{file}` `{field}`: {path:?} {problem} (Claude's component path rule)",

@@ -320,6 +320,45 @@ fn join(a: &str, b: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A hook, MCP or LSP command naming `${CLAUDE_PLUGIN_ROOT}/../…` would run what lies
+    /// outside the verified plugin (the workspace); one staying inside is fine.
+    #[test]
+    fn a_claude_command_leaving_the_plugin_root_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let plugin = root.path().join("p");
+        fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+        fs::create_dir_all(plugin.join("hooks")).unwrap();
+        fs::write(
+            plugin.join(".claude-plugin/plugin.json"),
+            r#"{"name": "p"}"#,
+        )
+        .unwrap();
+        let hook = |command: &str| {
+            serde_json::json!({"hooks": {"PreToolUse": [{"hooks": [
+                {"type": "command", "command": command}]}]}})
+            .to_string()
+        };
+        for (file, text) in [
+            ("hooks/hooks.json", hook("bash ${CLAUDE_PLUGIN_ROOT}/../../workspace/h.sh")),
+            ("hooks/hooks.json", hook("node \"$CLAUDE_PLUGIN_ROOT/x/..\"")),
+            (".mcp.json", r#"{"mcpServers": {"s": {"command": "node", "args": ["${CLAUDE_PLUGIN_ROOT}/../s.js"]}}}"#.to_owned()),
+        ] {
+            let _ = fs::remove_file(plugin.join("hooks/hooks.json"));
+            let _ = fs::remove_file(plugin.join(".mcp.json"));
+            fs::write(plugin.join(file), &text).unwrap();
+            let err = classify(&plugin).unwrap_err().to_string();
+            assert!(err.contains("reaches outside the plugin"), "{text}: {err}");
+            assert!(err.contains(file), "{err}");
+        }
+        let _ = fs::remove_file(plugin.join(".mcp.json"));
+        fs::write(
+            plugin.join("hooks/hooks.json"),
+            hook("bash ${CLAUDE_PLUGIN_ROOT}/hooks/h.sh ../relative-arg"),
+        )
+        .unwrap();
+        classify(&plugin).unwrap();
+    }
+
     /// Found with the `pi_manifest` fuzz target's fixture: a `package.json` (or `plugin.json`)
     /// that is a fifo made `classify` (and so `pitcrew classify`, `validate`, `discover`) block
     /// for ever in `open`. A manifest that is not a regular file is refused now.
