@@ -2916,66 +2916,6 @@ fn job_record(records: &std::path::Path) -> Value {
     read_json(&run.join("iteration-1/result.json"))
 }
 
-/// What the agent's Bash tool writes into Node's global module folder in its home: a package
-/// that, once loaded, leaves a marker in the workspace.
-const PLANT_NODE_GLOBAL: &str = "mkdir -p \"$HOME/.node_modules/pitcrew-optional-dep\" && \
-echo \"require('fs').writeFileSync('$PWD/LOADED_BY_HOOK', 'agent code');\" \
-> \"$HOME/.node_modules/pitcrew-optional-dep/index.js\" && echo planted";
-
-/// A verified plugin's `PreToolUse` hook is a Node script that loads an optional package it
-/// does not ship (a bare `require`, in a `try`). The agent's Bash tool writes that package into
-/// `~/.node_modules`; at the next Bash call Node resolves the hook's `require` there (its global
-/// folders, `$HOME/.node_modules` and `$HOME/.node_libraries`), so code the agent wrote runs as
-/// the verified hook, which decides whether the call goes ahead, named nowhere in the record.
-#[test]
-#[ignore = "break: Node's global folders ~/.node_modules and ~/.node_libraries are in the agent's HOME; a verified plugin's Node hook's bare require of a package it does not ship loads what the agent wrote there in the same iteration"]
-fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_node_hook()
-{
-    if !gate() {
-        return;
-    }
-    let turn = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |_request: &Value| {
-        let command = match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => PLANT_NODE_GLOBAL,
-            1 => "echo second",
-            2 => "cat LOADED_BY_HOOK 2>/dev/null || echo NOT_LOADED",
-            _ => return Reply::Text("done".into()),
-        };
-        Reply::ToolCall {
-            name: "Bash".into(),
-            arguments: bash(command),
-        }
-    });
-    let fx = fixture(&server, 1);
-    let plugin = fx.harness.parent().unwrap().join("plugins/hello-claude");
-    fs::create_dir_all(plugin.join("hooks")).unwrap();
-    fs::write(
-        plugin.join("hooks/hooks.json"),
-        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "node ${CLAUDE_PLUGIN_ROOT}/hook.js"}]}]}}"#,
-    )
-    .unwrap();
-    fs::write(
-        plugin.join("hook.js"),
-        "try { require(\"pitcrew-optional-dep\"); } catch (e) {}\nprocess.exit(0);\n",
-    )
-    .unwrap();
-    let yaml = fs::read_to_string(&fx.harness)
-        .unwrap()
-        .replace("agent:\n", "agent:\n  tools: [Bash]\n");
-    fs::write(&fx.harness, yaml).unwrap();
-    let (code, doc) = fx.run_status();
-    assert_eq!(code, Some(0), "{doc:#}");
-    let results = server.tool_results();
-    assert_eq!(results.len(), 3, "{results:?}");
-    assert!(results[0].contains("planted"), "{results:?}");
-    assert!(
-        results[2].contains("NOT_LOADED"),
-        "the verified hook loaded a package the agent wrote: {}",
-        results[2]
-    );
-}
-
 /// A verified plugin whose hook command reaches out of its own tree
 /// (`bash ${CLAUDE_PLUGIN_ROOT}/../../workspace/hook.sh`): the hook's text is verified, what it
 /// runs is the workspace's, which the agent writes. pi's loader has the same hole (a

@@ -2523,12 +2523,6 @@ fn optional_dep_extension(fx: &Fixture) {
     fs::write(&fx.harness, yaml).unwrap();
 }
 
-/// What the agent's `bash` tool writes into Node's global folders in its home.
-const PLANT_NODE_GLOBAL: &str = r#"for d in .node_modules .node_libraries; do
-  mkdir -p "$HOME/$d/pitcrew-optional-dep"
-  echo "exports.mark = 'AGENT_WROTE_IN_$d';" > "$HOME/$d/pitcrew-optional-dep/index.js"
-done; echo planted"#;
-
 /// `keep_home` may not keep Node's global module folders: what the first iteration's agent
 /// wrote there would be what a verified extension's bare `require` loads in the next.
 fn node_global_kept(pi: Pi) {
@@ -2563,62 +2557,3 @@ each_pi!(
     attack_leftovers__node_global_folders_kept_in_home_never_reach_a_verified_extension,
     node_global_kept
 );
-
-/// Within one iteration: the agent's `bash` tool writes a package into `~/.node_modules` and
-/// `~/.node_libraries`, then the model calls the verified extension's tool, whose bare
-/// `require` of a package it does not ship must not load what the agent wrote (it would run
-/// inside pi's process, beside the hook adapters, with nothing in the record naming it).
-fn node_global_same_iteration(pi: Pi) {
-    if !pi.gate() {
-        return;
-    }
-    let turn = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |_request: &Value| {
-        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => Reply::ToolCall {
-                name: "bash".into(),
-                arguments: json!({ "command": PLANT_NODE_GLOBAL }),
-            },
-            1 => Reply::ToolCall {
-                name: "hello_tool".into(),
-                arguments: json!({"name": "pitcrew"}),
-            },
-            _ => Reply::Text("done".into()),
-        }
-    });
-    let fx = fixture_for(pi, &server, 1);
-    optional_dep_extension(&fx);
-    fx.agent_option("tools: [bash]");
-    let doc = fx.run(&[], &[]);
-    assert_eq!(doc["exit_code"], 0, "{doc:#}");
-    let results = server.tool_results();
-    assert_eq!(results.len(), 2, "{results:?}");
-    assert!(results[0].contains("planted"), "{results:?}");
-    assert!(
-        !results[1].contains("AGENT_WROTE"),
-        "the verified extension loaded a package the agent wrote: {}",
-        results[1]
-    );
-    assert!(results[1].contains("none: MODULE_NOT_FOUND"), "{results:?}");
-}
-
-#[test]
-#[ignore = "break: Node's global folders ~/.node_modules and ~/.node_libraries are in the agent's HOME; a verified extension's bare require of a package it does not ship loads what the agent wrote there in the same iteration"]
-fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_extension_pi_0_73_1(
-) {
-    node_global_same_iteration(PI_0_73)
-}
-
-#[test]
-#[ignore = "break: Node's global folders ~/.node_modules and ~/.node_libraries are in the agent's HOME; a verified extension's bare require of a package it does not ship loads what the agent wrote there in the same iteration"]
-fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_extension_pi_0_87_1(
-) {
-    node_global_same_iteration(PI_0_87)
-}
-
-#[test]
-#[ignore = "break: Node's global folders ~/.node_modules and ~/.node_libraries are in the agent's HOME; a verified extension's bare require of a package it does not ship loads what the agent wrote there in the same iteration"]
-fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_extension_pi_1_6_0(
-) {
-    node_global_same_iteration(PI_1_6)
-}
