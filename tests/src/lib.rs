@@ -507,3 +507,41 @@ impl Drop for LocalFixture {
         }
     }
 }
+
+/// A model key for the `attack_secrets__` tests: `head` followed by a tail random per test
+/// process, so that no file of this machine holds it whole (the tests' source and binaries
+/// included, wherever the checkout is) unless pitcrew put it there.
+pub fn model_secret(head: &str) -> String {
+    format!("{head}{}", secret_tail())
+}
+
+fn secret_tail() -> &'static str {
+    static TAIL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAIL.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("OUT-{:08x}{:x}", now.subsec_nanos(), std::process::id())
+    })
+}
+
+/// The one command of an iteration that looks for [`model_secret`]`(head)` from inside the
+/// sandbox: it prints `shown` (an `echo` line of what the agent has), then searches the
+/// environment and every readable file of the agent's own places (its processes' environments
+/// and command lines, home, tmp, `/dev/shm`, `/run`, `/etc`, the workspace and its parent, the
+/// runtime's config dir `$config_var`) for the key, which it builds from two halves inside a
+/// process substitution (no command line or transcript holds it whole). Prints `FOUND …` per
+/// hit and `SCAN_DONE rc=N` at the end.
+pub fn secret_scan(head: &str, shown: &str, config_var: &str) -> &'static [&'static str] {
+    let tail = secret_tail();
+    let probe = format!(
+        "pat() {{ printf '%s%s\\n' {head} {tail}; }}; {shown}; \
+         env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
+         timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ \
+         /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \
+         \"${config_var}\" | sed 's/^/FOUND /'; \
+         echo \"SCAN_DONE rc=${{PIPESTATUS[0]}}\""
+    );
+    // A test's commands live as long as its model server: leaked once per test.
+    Box::leak(Box::new([&*Box::leak(probe.into_boxed_str())]))
+}

@@ -2307,47 +2307,21 @@ fn context_links_as_is(pi: Pi) {
     }
 }
 
-/// The model credential of the `attack_secrets__` tests: the probe builds it from two halves
-/// inside a process substitution, so no command line, transcript or file of the sandbox holds it
-/// whole unless pitcrew put it there.
+/// The model credential of the `attack_secrets__` tests (random per test process:
+/// [`pitcrew_e2e::model_secret`]).
 fn secret() -> &'static str {
     static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| format!("sk-pi-e2e-KEEP{}", secret_tail()))
+    KEY.get_or_init(|| pitcrew_e2e::model_secret("sk-pi-e2e-KEEP"))
 }
 
-/// The second half of [`secret`]: random per test process, so that no file of this machine
-/// holds the key whole (this test's source and binary included, wherever the checkout is).
-fn secret_tail() -> &'static str {
-    static TAIL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TAIL.get_or_init(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        format!("OUT-{:08x}{:x}", now.subsec_nanos(), std::process::id())
-    })
-}
-
-/// pi's bash tool: the key the agent has, its environment searched, then every readable file of
-/// its own places (its processes' environments and command lines, home, tmp, `/dev/shm`, `/run`,
-/// `/etc`, the workspace, the upload root, pi's config dir) grepped for the key.
-/// [`secret_probe`] as the one command of an iteration.
+/// The iteration's one command: what the agent has, then a search for [`secret`] in the
+/// sandbox ([`pitcrew_e2e::secret_scan`]).
 fn secret_probes() -> &'static [&'static str] {
-    static PROBES: std::sync::OnceLock<[&'static str; 1]> = std::sync::OnceLock::new();
-    PROBES.get_or_init(|| [secret_probe()])
-}
-
-fn secret_probe() -> &'static str {
-    static PROBE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| {
-    let tail = secret_tail();
-    format!(
-        "pat() {{ printf '%s%s\\n' sk-pi-e2e-KEEP {tail}; }}; \
-echo \"KEY=$SCRIPTED_MODEL_KEY\"; \
-env | grep -F -f <(pat) | sed 's/^/FOUND env /'; \
-timeout 100 grep -rlsF -f <(pat) /proc/self/environ /proc/[0-9]*/environ /proc/[0-9]*/cmdline \"$HOME\" /tmp /var/tmp /dev/shm /run /etc \"$PWD\" .. \"$PI_CODING_AGENT_DIR\" | sed 's/^/FOUND /'; \
-echo \"SCAN_DONE rc=${{PIPESTATUS[0]}}\""
+    pitcrew_e2e::secret_scan(
+        "sk-pi-e2e-KEEP",
+        "echo \"KEY=$SCRIPTED_MODEL_KEY\"",
+        "PI_CODING_AGENT_DIR",
     )
-    })
 }
 
 each_pi_named!(model_key_stays_on_the_host:
