@@ -51,11 +51,12 @@ fn validate_json_of_a_missing_harness_fails_with_an_error_object() {
     );
 }
 
-#[test]
-fn inspect_json_of_an_unknown_sandbox_fails_with_an_error_object() {
+/// `pitcrew COMMAND pc-nosuch --engine local --json` on an empty state directory: exits 1 with
+/// an error object; returns its `error`.
+fn unknown_sandbox_error(command: &str) -> Value {
     let state = tempfile::tempdir().unwrap();
     let out = pitcrew(&[
-        "inspect",
+        command,
         "pc-nosuch",
         "--engine",
         "local",
@@ -64,7 +65,12 @@ fn inspect_json_of_an_unknown_sandbox_fails_with_an_error_object() {
         "--json",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    let error = error_object(&out, "failed");
+    error_object(&out, "failed")
+}
+
+#[test]
+fn inspect_json_of_an_unknown_sandbox_fails_with_an_error_object() {
+    let error = unknown_sandbox_error("inspect");
     assert!(
         error["message"].as_str().unwrap().contains("pc-nosuch"),
         "{error:#}"
@@ -73,34 +79,12 @@ fn inspect_json_of_an_unknown_sandbox_fails_with_an_error_object() {
 
 #[test]
 fn down_json_of_an_unknown_sandbox_fails_with_an_error_object() {
-    let state = tempfile::tempdir().unwrap();
-    let out = pitcrew(&[
-        "down",
-        "pc-nosuch",
-        "--engine",
-        "local",
-        "--state-dir",
-        state.path().to_str().unwrap(),
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    error_object(&out, "failed");
+    unknown_sandbox_error("down");
 }
 
 #[test]
 fn logs_json_of_an_unknown_sandbox_fails_with_an_error_object_naming_it() {
-    let state = tempfile::tempdir().unwrap();
-    let out = pitcrew(&[
-        "logs",
-        "pc-nosuch",
-        "--engine",
-        "local",
-        "--state-dir",
-        state.path().to_str().unwrap(),
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let error = error_object(&out, "failed");
+    let error = unknown_sandbox_error("logs");
     assert!(
         error["message"].as_str().unwrap().contains("pc-nosuch"),
         "{error:#}"
