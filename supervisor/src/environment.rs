@@ -171,12 +171,7 @@ pub fn agent_safe_path(path: &str, agent_dirs: &[&str]) -> (String, Vec<String>)
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for entry in path.split(':') {
-        let p = std::path::Path::new(entry);
-        let agents = !p.is_absolute()
-            || p.components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-            || agent_dirs.iter().any(|d| p.starts_with(d));
-        if agents {
+        if entry.is_empty() || names_agent_dir(entry, agent_dirs) {
             dropped.push(entry.to_string());
         } else {
             kept.push(entry);
@@ -194,13 +189,20 @@ pub const XDG_IN_AGENT_DIR: &str = "XDG_* naming a directory the agent writes th
 /// directory in one of `dirs`, or a relative one (resolved in the workspace, where the runtime
 /// runs its tools), or one with a `..` component.
 pub fn points_into_agent_dirs(value: &str, dirs: &[&str]) -> bool {
-    value.split(':').filter(|e| !e.is_empty()).any(|entry| {
-        let p = std::path::Path::new(entry);
-        !p.is_absolute()
-            || p.components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-            || dirs.iter().any(|d| p.starts_with(d))
-    })
+    value
+        .split(':')
+        .filter(|e| !e.is_empty())
+        .any(|entry| names_agent_dir(entry, dirs))
+}
+
+/// Whether the directory `entry` may be one the agent writes: relative (resolved in the
+/// workspace, where the runtime runs its tools), with a `..` component, or in one of `dirs`.
+fn names_agent_dir(entry: &str, dirs: &[&str]) -> bool {
+    let p = std::path::Path::new(entry);
+    !p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        || dirs.iter().any(|d| p.starts_with(d))
 }
 
 impl EnvOutcome {
