@@ -126,9 +126,7 @@ impl RequestRewriter {
                 Ok(Some(used))
             }
             State::Fixed(left) => {
-                let n = usize::try_from(left).unwrap_or(usize::MAX).min(rest.len());
-                out.extend_from_slice(&rest[..n]);
-                let left = left - n as u64;
+                let (n, left) = copy_body(left, rest, out);
                 self.state = if left == 0 {
                     State::Head
                 } else {
@@ -153,9 +151,7 @@ impl RequestRewriter {
                 Ok(Some(line))
             }
             State::ChunkData(left) => {
-                let n = usize::try_from(left).unwrap_or(usize::MAX).min(rest.len());
-                out.extend_from_slice(&rest[..n]);
-                let left = left - n as u64;
+                let (n, left) = copy_body(left, rest, out);
                 self.state = if left == 0 {
                     State::ChunkEnd
                 } else {
@@ -335,6 +331,14 @@ pub fn replace_placeholders(value: &[u8], creds: &[Credential]) -> (Vec<u8>, Vec
         }
     }
     (out, names)
+}
+
+/// Copies to `out` what `rest` holds of a body part with `left` bytes to go: how many bytes it
+/// took, and how many are left after them.
+fn copy_body(left: u64, rest: &[u8], out: &mut Vec<u8>) -> (usize, u64) {
+    let n = usize::try_from(left).unwrap_or(usize::MAX).min(rest.len());
+    out.extend_from_slice(&rest[..n]);
+    (n, left - n as u64)
 }
 
 #[cfg(test)]
