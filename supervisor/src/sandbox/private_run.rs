@@ -77,3 +77,17 @@ fn mount_empty(dir: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Only the refusal is tested here: a mount would cover the test machine's own /run (the
+    // mount is tested end to end, in the sandbox's namespace, by the egress tests).
+    #[test]
+    fn a_supervisor_path_under_run_is_refused_before_anything_is_mounted() {
+        let err = hide(&[Path::new("/run/pitcrew-test/sandboxes/x/run/control.sock")]).unwrap_err();
+        assert!(err.contains("lies under /run"), "{err}");
+        assert!(err.contains("--state-dir"), "{err}");
+    }
+}
