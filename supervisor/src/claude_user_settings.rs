@@ -14,7 +14,7 @@
 //!   replaces its own entries there (Claude Code keeps its state in it), but the sticky bit keeps
 //!   it from removing or renaming root's: the guards and the pinned files;
 //! - each name of [`GUARDED`] that the harness does not pin gets a root-owned, read-only guard
-//!   in its place: for the two user settings files a file holding `{}` ([`GUARD`]), for every
+//!   in its place: for the two user settings files a file holding `{}` ([`root_guard::SETTINGS`]), for every
 //!   other name an empty directory (mode `0555`), which Claude Code reads as no skills, no
 //!   agents, … and, where it expects a file, as no file. A pinned name's directory is made
 //!   root's and not writable by the agent's group or others;
@@ -27,27 +27,15 @@
 //! alone; its record names nothing as guarded.
 
 use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
-use crate::sandbox::nofollow;
-use rustix::fs::{Mode, OFlags};
+use crate::root_guard;
+pub use crate::root_guard::Guard;
+use rustix::fs::Mode;
 use serde::{Deserialize, Serialize};
-use std::io::{Read as _, Write as _};
-use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
-
-/// The content of the user settings files the supervisor puts in the config dir: no settings.
-pub const GUARD: &[u8] = b"{}\n";
 
 /// The name of Claude Code's user settings file in its config dir.
 pub const USER_SETTINGS: &str = "settings.json";
-
-/// What the supervisor puts in place of a name of [`GUARDED`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Guard {
-    /// A root-owned regular file, mode `0444`, holding [`GUARD`].
-    Settings,
-    /// A root-owned empty directory, mode `0555`.
-    Empty,
-}
 
 /// The names Claude Code reads from its config dir and never needs to write in a run under
 /// pitcrew, each with the guard put in its place when the harness pins nothing there. The list
@@ -105,10 +93,6 @@ pub const AGENT_WRITABLE: &[&str] = &[
     "debug",
 ];
 
-/// The mode of the config dir while Claude Code runs: root's, the agent's group may create
-/// entries, the sticky bit keeps root's entries root's.
-const CONFIG_DIR_MODE: u32 = 0o1770;
-
 /// The record's `claude_config`: what of Claude Code's config dir the agent could not write
 /// during the iteration, and what it could.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,14 +132,7 @@ pub fn protect(
         return Ok(Some(record));
     }
     let config = Path::new(&dirs.config);
-    // The walk gives a path descriptor; the directory itself, opened through it, takes chown
-    // and chmod.
-    let dir = open_dir_at(nofollow::open_dir(config)?.as_fd(), ".", config)?;
-    let gid = rustix::fs::Gid::from_raw_unchecked(manifest.user.gid);
-    rustix::fs::fchown(&dir, Some(rustix::fs::Uid::ROOT), Some(gid))
-        .map_err(|e| format!("{}: chown: {e}", config.display()))?;
-    rustix::fs::fchmod(&dir, Mode::from_raw_mode(CONFIG_DIR_MODE))
-        .map_err(|e| format!("{}: chmod: {e}", config.display()))?;
+    let dir = root_guard::make_sticky(config, manifest.user.gid)?;
     for (name, guard) in GUARDED {
         guard_one(manifest, dir.as_fd(), config, name, *guard)?;
         record.guarded.push(name.to_string());
@@ -184,7 +161,7 @@ fn guard_one(
                 if rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::Directory =>
             {
-                let fd = open_dir_at(dir, name, &path)?;
+                let fd = root_guard::open_dir_at(dir, name, &path)?;
                 rustix::fs::fchown(&fd, Some(rustix::fs::Uid::ROOT), None)
                     .map_err(|e| format!("{}: chown: {e}", path.display()))?;
                 let mode = st.st_mode & 0o755;
@@ -194,102 +171,20 @@ fn guard_one(
             _ => Ok(()),
         };
     }
-    if is_guard(dir, name, guard) {
-        return Ok(());
-    }
-    match guard {
-        Guard::Settings => {
-            let fd = rustix::fs::openat(
-                dir,
-                name,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o444),
-            )
-            .map_err(|e| format!("{}: create: {e}", path.display()))?;
-            // The mode asked for is cut by the umask; the file is root's and read-only whatever
-            // it is.
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o444))
-                .map_err(|e| format!("{}: chmod: {e}", path.display()))?;
-            std::fs::File::from(fd)
-                .write_all(GUARD)
-                .map_err(|e| format!("{}: write: {e}", path.display()))
-        }
-        Guard::Empty => {
-            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o555))
-                .map_err(|e| format!("{}: create: {e}", path.display()))?;
-            let fd = open_dir_at(dir, name, &path)?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o555))
-                .map_err(|e| format!("{}: chmod: {e}", path.display()))
-        }
-    }
-}
-
-fn open_dir_at(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<OwnedFd, String> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{}: open: {e}", path.display()))
+    root_guard::put(dir, config, name, guard)
 }
 
 /// The names of [`GUARDED`] in the config dir `config` that hold the supervisor's guard: a
-/// regular file of root's holding exactly [`GUARD`], or an empty directory of root's, mode
+/// regular file of root's holding exactly [`root_guard::SETTINGS`], or an empty directory of root's, mode
 /// `0555` (the agent can make nothing of root's). Nothing when the directory cannot be opened.
 pub fn guards_present(config: &Path) -> Vec<PathBuf> {
-    let Ok(dir) = nofollow::open_dir(config) else {
-        return Vec::new();
-    };
-    GUARDED
-        .iter()
-        .filter(|(name, guard)| is_guard(dir.as_fd(), name, *guard))
-        .map(|(name, _)| PathBuf::from(name))
-        .collect()
-}
-
-fn is_guard(dir: BorrowedFd<'_>, name: &str, guard: Guard) -> bool {
-    let flags = match guard {
-        Guard::Settings => OFlags::RDONLY | OFlags::NONBLOCK,
-        Guard::Empty => OFlags::RDONLY | OFlags::DIRECTORY,
-    };
-    let Ok(fd) = rustix::fs::openat(
-        dir,
-        name,
-        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return false;
-    };
-    let Ok(stat) = rustix::fs::fstat(&fd) else {
-        return false;
-    };
-    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
-    if stat.st_uid != 0 {
-        return false;
-    }
-    match guard {
-        Guard::Settings => {
-            if kind != rustix::fs::FileType::RegularFile || stat.st_size != GUARD.len() as i64 {
-                return false;
-            }
-            let mut bytes = Vec::new();
-            std::fs::File::from(fd)
-                .take(GUARD.len() as u64 + 1)
-                .read_to_end(&mut bytes)
-                .is_ok_and(|_| bytes == GUARD)
-        }
-        Guard::Empty => {
-            kind == rustix::fs::FileType::Directory
-                && stat.st_mode & 0o7777 == 0o555
-                && crate::bounded_tree::entry_names(fd.as_fd()).is_ok_and(|n| n.is_empty())
-        }
-    }
+    root_guard::present(config, GUARDED)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::root_guard::SETTINGS as GUARD;
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
     fn manifest(runtime: &str, workdir: &Path) -> Manifest {
@@ -324,7 +219,10 @@ mod tests {
         let record = protect(&m, &dirs).unwrap().unwrap();
         let meta = std::fs::metadata(config).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (0, 65534));
-        assert_eq!(meta.permissions().mode() & 0o7777, CONFIG_DIR_MODE);
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            root_guard::STICKY_DIR_MODE
+        );
         let settings = config.join(USER_SETTINGS);
         let meta = std::fs::symlink_metadata(&settings).unwrap();
         assert!(meta.is_file());

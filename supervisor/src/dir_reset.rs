@@ -135,6 +135,11 @@ pub fn reset_home_and_tmp(
         }
         let other = if dir == home { tmp } else { home };
         let mut kept: BTreeSet<PathBuf> = extra.iter().map(PathBuf::from).collect();
+        // The supervisor's guards of Node's global folders, put there before the last launch:
+        // kept, so that no record names them as removed.
+        if dir == home {
+            kept.extend(crate::home_guard::guards_present(home));
+        }
         kept.extend(below(dir, other));
         for path in &named {
             if dir.starts_with(path) {

@@ -304,6 +304,11 @@ pub fn common_pins(dirs: &RuntimeDirPaths, current_path: Option<&str>) -> Vec<Pi
         // caches compiled code under $TMPDIR/node-compile-cache, agent-writable between
         // iterations.
         ("NODE_DISABLE_COMPILE_CACHE", "1".to_string()),
+        // PYTHONNOUSERSITE=1: Python puts the user site directory in HOME
+        // (~/.local/lib/pythonX.Y/site-packages) on sys.path before the system's and runs the
+        // `.pth` files there at every start, so a verified Python hook would run what the
+        // agent's tools wrote there.
+        ("PYTHONNOUSERSITE", "1".to_string()),
         // HOME: a private home the supervisor chose, so dotfiles of an earlier layer or of the
         // image user are not read.
         ("HOME", dirs.home.clone()),

@@ -259,6 +259,9 @@ fn prepare(
         .map_err(|err| Stop::supervisor(format!("claude-config: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
+    // With HOME emptied: Node's global module folders there made root's empty directories.
+    record.home_guarded = crate::home_guard::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [

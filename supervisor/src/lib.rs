@@ -47,6 +47,9 @@
 //!   iteration without following a symlink.
 //! - `claude_user_settings` (Linux): Claude Code's user settings file made root's and
 //!   read-only before each launch, in a config dir whose sticky bit keeps it so.
+//! - `home_guard` (Linux): Node's global module folders in `HOME` made root's empty
+//!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
+//! - `root_guard` (Linux): the root-owned, read-only stand-ins both of those put in place.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
@@ -80,6 +83,8 @@ pub mod git_config;
 pub mod harness;
 pub mod hash_command;
 #[cfg(target_os = "linux")]
+pub mod home_guard;
+#[cfg(target_os = "linux")]
 pub mod iteration;
 pub mod judge;
 pub mod logging;
@@ -90,6 +95,8 @@ pub mod protocol;
 pub mod record;
 pub mod record_names;
 pub mod result;
+#[cfg(target_os = "linux")]
+pub mod root_guard;
 pub mod runtime_argv;
 pub mod runtime_version;
 #[cfg(target_os = "linux")]

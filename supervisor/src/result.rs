@@ -73,6 +73,11 @@ pub struct IterationResult {
     /// other runtimes, and when the iteration stopped before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_config: Option<crate::claude_user_settings::ClaudeConfigRecord>,
+    /// Node's global module folders in `HOME` that were root's empty directories while the
+    /// agent ran (`.node_modules`, `.node_libraries`; absent when the supervisor is not root or
+    /// the agent is, and when the iteration stopped before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub home_guarded: Vec<String>,
     /// The context files the runtime reads (`agent.context_files`), found after the reap and
     /// before launch, and what was reset of them (absent for `command`, and when the iteration
     /// stopped before).
@@ -681,6 +686,7 @@ impl IterationResult {
             supervisor_restored: None,
             workspace_config: Vec::new(),
             claude_config: None,
+            home_guarded: Vec::new(),
             context_files: None,
             verification: None,
             env: EnvRecord::default(),

@@ -2936,3 +2936,89 @@ fn attack_harness__a_plugin_hook_reaching_outside_its_tree_never_runs_what_the_a
     assert!(server.requests().is_empty(), "Claude Code was started");
     assert!(server.tool_results().is_empty());
 }
+
+/// Runs one Claude Code iteration whose verified plugin has a `PreToolUse` hook for Bash,
+/// `hook_command` running the plugin's `hook_file` (`hook_source`), while the model has the
+/// Bash tool run `plant`, then `echo second`, then `cat LOADED_BY_HOOK`. Returns the three tool
+/// results and the iteration's record.
+fn hook_after_plant(
+    plant: &str,
+    hook_command: &str,
+    hook_file: &str,
+    hook_source: &str,
+) -> (Vec<String>, Value) {
+    let plant = plant.to_string();
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |_request: &Value| {
+        let command = match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => plant.as_str(),
+            1 => "echo second",
+            2 => "cat LOADED_BY_HOOK 2>/dev/null || echo NOT_LOADED",
+            _ => return Reply::Text("done".into()),
+        };
+        Reply::ToolCall {
+            name: "Bash".into(),
+            arguments: bash(command),
+        }
+    });
+    let fx = fixture(&server, 1);
+    let plugin = fx.harness.parent().unwrap().join("plugins/hello-claude");
+    fs::create_dir_all(plugin.join("hooks")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": hook_command}
+    ]}]}});
+    fs::write(plugin.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    fs::write(plugin.join(hook_file), hook_source).unwrap();
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace("agent:\n", "agent:\n  tools: [Bash]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    (
+        results,
+        read_json(&iteration_dir(&doc, 1).join("result.json")),
+    )
+}
+
+/// What the agent's Bash tool tries in Node's global module folder in its home: replace the
+/// supervisor's empty folder, then write a package that, once loaded, leaves a marker in the
+/// workspace.
+const PLANT_NODE_GLOBAL: &str = "mv \"$HOME/.node_modules\" \"$HOME/moved\" 2>&1; \
+mkdir -p \"$HOME/.node_modules/pitcrew-optional-dep\" 2>&1; \
+echo \"require('fs').writeFileSync('$PWD/LOADED_BY_HOOK', 'agent code');\" \
+> \"$HOME/.node_modules/pitcrew-optional-dep/index.js\" 2>&1; echo planted";
+
+/// A verified plugin's `PreToolUse` hook is a Node script that loads an optional package it
+/// does not ship (a bare `require`, in a `try`). The agent's Bash tool tries to write that
+/// package into `~/.node_modules`, where Node resolves the hook's `require` after the
+/// `node_modules` of the hook's own directories: the folder is root's, empty and read-only in a
+/// sticky `HOME`, so the write is refused and the hook that decides the next call loads nothing
+/// of the agent's.
+#[test]
+fn attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_node_hook()
+{
+    if !gate() {
+        return;
+    }
+    let (results, record) = hook_after_plant(
+        PLANT_NODE_GLOBAL,
+        "node ${CLAUDE_PLUGIN_ROOT}/hook.js",
+        "hook.js",
+        "try { require(\"pitcrew-optional-dep\"); } catch (e) {}\nprocess.exit(0);\n",
+    );
+    assert!(results[0].contains("Permission denied"), "{results:?}");
+    assert!(
+        results[2].contains("NOT_LOADED"),
+        "the verified hook loaded a package the agent wrote: {}",
+        results[2]
+    );
+    assert_eq!(
+        record["home_guarded"],
+        json!([".node_modules", ".node_libraries"]),
+        "{record:#}"
+    );
+}

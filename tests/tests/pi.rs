@@ -2531,3 +2531,146 @@ each_pi!(
     attack_leftovers__node_global_folders_kept_in_home_never_reach_a_verified_extension,
     node_global_kept
 );
+
+/// What the agent's `bash` tool tries on Node's global folders in its home: move or remove the
+/// supervisor's empty folders, then write a package into each.
+const PLANT_NODE_GLOBAL: &str = r#"mv "$HOME/.node_modules" "$HOME/moved" 2>&1
+rm -rf "$HOME/.node_libraries" 2>&1
+chmod 700 "$HOME" 2>&1
+for d in .node_modules .node_libraries; do
+  mkdir -p "$HOME/$d/pitcrew-optional-dep" 2>&1
+  echo "exports.mark = 'AGENT_WROTE_IN_$d';" > "$HOME/$d/pitcrew-optional-dep/index.js"
+done 2>&1; echo planted"#;
+
+/// Within one iteration: the agent's `bash` tool tries to write a package into
+/// `~/.node_modules` and `~/.node_libraries`, then the model calls the verified extension's
+/// tool, whose bare `require` of a package it does not ship must not load what the agent wrote
+/// (it would run inside pi's process, beside the hook adapters, named nowhere in the record).
+/// Both folders are root's empty directories in a sticky `HOME`: every write is refused.
+fn node_global_same_iteration(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |_request: &Value| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({ "command": PLANT_NODE_GLOBAL }),
+            },
+            1 => Reply::ToolCall {
+                name: "hello_tool".into(),
+                arguments: json!({"name": "pitcrew"}),
+            },
+            _ => Reply::Text("done".into()),
+        }
+    });
+    let fx = fixture_for(pi, &server, 1);
+    optional_dep_extension(&fx);
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        results[0].matches("Permission denied").count()
+            + results[0].matches("Operation not permitted").count()
+            >= 4,
+        "a write in Node's global folders went through: {}",
+        results[0]
+    );
+    assert!(
+        !results[1].contains("AGENT_WROTE"),
+        "the verified extension loaded a package the agent wrote: {}",
+        results[1]
+    );
+    assert!(results[1].contains("none: MODULE_NOT_FOUND"), "{results:?}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(
+        record["home_guarded"],
+        json!([".node_modules", ".node_libraries"]),
+        "{record:#}"
+    );
+}
+
+each_pi!(
+    attack_runtime_tamper__a_package_the_agent_writes_in_home_never_loads_into_a_verified_extension,
+    node_global_same_iteration
+);
+
+/// A verified extension whose tool runs a Python helper of its own tree with the interpreter of
+/// the image: Python reads the user site directory in `HOME` and runs its `.pth` files at start.
+const PYTHON_HELPER_EXTENSION: &str = r#"import { Type } from "@sinclair/typebox";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+
+export default function (pi: any) {
+	pi.registerTool({
+		name: "hello_tool",
+		label: "Hello",
+		description: "Asks its Python helper",
+		parameters: Type.Object({ name: Type.String() }),
+		async execute(_id: string, _params: { name: string }) {
+			const out = execFileSync("/usr/bin/python3", [join(__dirname, "helper.py")]).toString();
+			return { content: [{ type: "text", text: out }], details: {} };
+		},
+	});
+}
+"#;
+
+/// What the agent's `bash` tool writes into Python's user site directory in its home: a `.pth`
+/// file, whose `import` lines Python runs at every start that reads the user site.
+const PLANT_PYTHON_USER_SITE: &str = r#"d=$(/usr/bin/python3 -m site --user-site)
+mkdir -p "$d" && echo "import sys; print('AGENT_PTH_RAN', file=sys.stdout)" > "$d/zz-agent.pth" && echo planted"#;
+
+/// Within one iteration: the agent's `bash` tool writes a `.pth` file into Python's user site
+/// directory (`~/.local/lib/python3.X/site-packages`), then the model calls the verified
+/// extension's tool, which runs a Python helper of its verified tree. The supervisor pins
+/// `PYTHONNOUSERSITE=1` for the runtime, so the helper starts without the user site and runs
+/// nothing of the agent's.
+fn python_user_site_same_iteration(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |_request: &Value| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({ "command": PLANT_PYTHON_USER_SITE }),
+            },
+            1 => Reply::ToolCall {
+                name: "hello_tool".into(),
+                arguments: json!({"name": "pitcrew"}),
+            },
+            _ => Reply::Text("done".into()),
+        }
+    });
+    let fx = fixture_for(pi, &server, 1);
+    optional_dep_extension(&fx);
+    let root = fx.harness.parent().unwrap();
+    fs::write(root.join("plugins/hello/index.ts"), PYTHON_HELPER_EXTENSION).unwrap();
+    fs::write(
+        root.join("plugins/hello/helper.py"),
+        "import site\nprint('helper user site', site.ENABLE_USER_SITE)\n",
+    )
+    .unwrap();
+    fx.agent_option("tools: [bash]");
+    let doc = fx.run(&[], &[]);
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(results[1].contains("helper user site"), "{results:?}");
+    assert!(
+        !results[1].contains("AGENT_PTH_RAN"),
+        "the verified extension's Python helper ran a .pth file the agent wrote: {}",
+        results[1]
+    );
+}
+
+each_pi!(
+    attack_runtime_tamper__a_pth_file_the_agent_writes_never_runs_in_a_verified_extensions_python,
+    python_user_site_same_iteration
+);
