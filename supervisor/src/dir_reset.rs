@@ -72,6 +72,9 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
     if manifest.runtime == crate::manifest::Runtime::Claude {
         pinned.extend(crate::claude_user_settings::guards_present(config));
     }
+    // pi's models.json of the supervisor's (a model route's pi_provider): written anew before
+    // each launch, kept here so that no record names it as removed.
+    pinned.extend(crate::pi_model_route::kept(manifest, config));
     let sessions = dirs
         .uses_sessions
         .then(|| below(config, Path::new(&dirs.sessions)))

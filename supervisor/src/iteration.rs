@@ -259,6 +259,9 @@ fn prepare(
         .map_err(|err| Stop::supervisor(format!("claude-config: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
+    // pi's built-in provider pointed at the model listener (its key stays on the host).
+    crate::pi_model_route::write(manifest, dirs, observer.model_listener_url().as_deref())
+        .map_err(|err| Stop::supervisor(format!("model-route: {err}")))?;
     // With HOME emptied: Node's global module folders there made root's empty directories.
     record.home_guarded = crate::home_guard::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;

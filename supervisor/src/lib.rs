@@ -49,6 +49,8 @@
 //!   read-only before each launch, in a config dir whose sticky bit keeps it so.
 //! - `home_guard` (Linux): Node's global module folders in `HOME` made root's empty
 //!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
+//! - `pi_model_route`: pi's built-in provider pointed at the supervisor's model listener by a
+//!   `models.json` of the supervisor's, so that its key stays on the host.
 //! - `root_guard` (Linux): the root-owned, read-only stand-ins both of those put in place.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
@@ -89,6 +91,8 @@ pub mod iteration;
 pub mod judge;
 pub mod logging;
 pub mod manifest;
+#[cfg(unix)]
+pub mod pi_model_route;
 pub mod plugin_format;
 pub mod protocol;
 #[cfg(unix)]

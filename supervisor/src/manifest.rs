@@ -874,6 +874,21 @@ impl Manifest {
             model
                 .check(self.network.as_ref())
                 .map_err(|e| field("model", e))?;
+            if model.pi_provider.is_some() {
+                if self.runtime != Runtime::Pi {
+                    return Err(field("model.pi_provider", "only for the pi runtime"));
+                }
+                let models_json = Path::new(&self.runtime_dirs().config).join("models.json");
+                if self.files.iter().any(|f| Path::new(&f.path) == models_json) {
+                    return Err(field(
+                        "model.pi_provider",
+                        format!(
+                            "the manifest pins {}, which the supervisor would write",
+                            models_json.display()
+                        ),
+                    ));
+                }
+            }
         }
         if self.runtime != Runtime::Command && self.prompt.is_none() {
             return Err(field(

@@ -167,6 +167,14 @@ pub struct ModelRouteRecord {
     /// mirror of `upstream` carried the model connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<String>,
+    /// The pi built-in provider whose `baseUrl` the supervisor's own `models.json` in pi's
+    /// config dir set to `listener` (absent for other routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_provider: Option<String>,
+    /// The supervisor's model listener the runtime was pointed at, `http://127.0.0.1:<port>`
+    /// (absent when the mirror of `upstream` carried the model connections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
     /// The credentials the host kept, by variable name; the sandbox had their placeholders.
     pub credentials: Vec<String>,
 }

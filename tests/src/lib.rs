@@ -545,3 +545,27 @@ pub fn secret_scan(head: &str, shown: &str, config_var: &str) -> &'static [&'sta
     // A test's commands live as long as its model server: leaked once per test.
     Box::leak(Box::new([&*Box::leak(probe.into_boxed_str())]))
 }
+
+/// Every file under `dir` whose bytes hold `needle`.
+pub fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}

@@ -2628,30 +2628,6 @@ fn secret_probes() -> &'static [&'static str] {
     )
 }
 
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let Ok(kind) = e.file_type() else { continue };
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                let bytes = fs::read(&path).unwrap_or_default();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path);
-                }
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn attack_secrets__the_model_key_never_enters_the_sandbox() {
     if !gate() {
@@ -2731,7 +2707,7 @@ fn attack_secrets__the_model_key_never_enters_the_sandbox() {
     );
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
     assert_eq!(
-        files_holding(&run_dir, secret().as_bytes()),
+        pitcrew_e2e::files_holding(&run_dir, secret().as_bytes()),
         Vec::<PathBuf>::new(),
         "the records hold the key"
     );

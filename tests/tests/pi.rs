@@ -2415,57 +2415,71 @@ fn model_key_stays_on_the_host(pi: Pi) {
     assert!(route.get("base_url_env").is_none(), "{route:#}");
 }
 
-/// pi with a built-in provider over `https://`: pi reads no base-URL variable, so the host
-/// cannot add the key; `validate` says a passed key enters the sandbox as it is, `run` refuses
-/// `--model-key` before a sandbox exists and says so when the key is passed with `--pass-env`.
-#[test]
-fn a_pi_key_for_a_built_in_provider_is_said_to_enter_the_sandbox_and_model_key_is_refused() {
-    if !gate() {
+/// pi with a built-in provider over `https://` and no pinned `models.json`: pi reads no
+/// base-URL variable, so the supervisor writes its own `models.json` giving the provider its
+/// model listener as `baseUrl`, and the host is to add the key and send the request to the
+/// provider over TLS. Offline, the provider cannot be reached: the test shows the route up to
+/// the host's connection (pi's request arrives at the listener and is carried as a model
+/// connection to `api.anthropic.com:443`), the sandbox having only the placeholder, and the
+/// key in no record.
+fn builtin_provider_key(pi: Pi) {
+    if !pi.gate() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let harness = dir.path().join("harness.yaml");
     fs::write(
         &harness,
-        "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\ntimeout: 5s\n",
+        format!(
+            "runtime: pi\nprompt: hi\nagent:\n  binary: {}\n  model: anthropic/claude-sonnet-4-5\ntimeout: 10s\n",
+            pi.binary()
+        ),
     )
     .unwrap();
     let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(
-        out.contains("network: note: model key: pi reads no base-URL variable"),
-        "{out}"
-    );
+    assert!(!out.contains("model key:"), "{out}");
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
-    let (code, doc) = pitcrew_run_status(
-        &harness,
-        &state,
-        &["--model-key", "ANTHROPIC_API_KEY"],
-        &[("ANTHROPIC_API_KEY", secret())],
+    let path = pi.path();
+    let mut env = vec![("ANTHROPIC_API_KEY", secret())];
+    if let Some(path) = &path {
+        env.push(("PATH", path));
+    }
+    let (_, doc) = pitcrew_run_status(&harness, &state, &["--pass-env", "ANTHROPIC_API_KEY"], &env);
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let route = &record["network"]["model"];
+    assert_eq!(route["pi_provider"], "anthropic", "{route:#}");
+    assert_eq!(route["upstream"], "api.anthropic.com:443", "{route:#}");
+    assert_eq!(
+        route["credentials"],
+        json!(["ANTHROPIC_API_KEY"]),
+        "{route:#}"
     );
-    assert_ne!(code, Some(0), "{doc:#}");
-    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    let listener = route["listener"].as_str().unwrap_or_default();
+    assert!(listener.starts_with("http://127.0.0.1:"), "{route:#}");
+    assert!(route.get("base_url_env").is_none(), "{route:#}");
+    // pi sent its model request to the listener: a model connection the host carried.
+    let conns = record["network"]["connections"].as_array().unwrap();
     assert!(
-        message.contains("--model-key ANTHROPIC_API_KEY: pi reads no base-URL variable"),
-        "{doc:#}"
+        conns.iter().any(|c| c["via"] == "model"),
+        "{:#}",
+        record["network"]
     );
-    // Passed with --pass-env, the key goes in as it is, and the run says so.
-    let (out, _) = pitcrew_e2e::pitcrew_run_output(
-        &harness,
-        &state,
-        &["--pass-env", "ANTHROPIC_API_KEY", "--iterations", "1"],
-        &[("ANTHROPIC_API_KEY", secret())],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(
-            "note: --pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads \
-             no base-URL variable"
-        ),
-        "{stderr}"
+    let layers = &record["env"]["layers"];
+    assert_eq!(layers["ANTHROPIC_API_KEY"], "pin", "{layers:#}");
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(
+        pitcrew_e2e::files_holding(&run_dir, secret().as_bytes()),
+        Vec::<PathBuf>::new(),
+        "the records hold the key"
     );
 }
+
+each_pi!(
+    a_pi_key_for_a_built_in_provider_stays_on_the_host_through_the_supervisors_models_json,
+    builtin_provider_key
+);
 
 /// A verified extension whose tool loads an optional package it does not ship
 /// (`require("pitcrew-optional-dep")`, a bare name, at run time): Node looks for it in the

@@ -1,6 +1,6 @@
 //! The requests of a model connection, on their way from the agent to the provider: HTTP/1.1
-//! request heads read with `httparse`, each credential's placeholder in the `x-api-key` and
-//! `authorization` values replaced by the credential's value, `Host` set to the upstream, the
+//! request heads read with `httparse`, each credential's placeholder in the `x-api-key`,
+//! `authorization` and `x-goog-api-key` values replaced by the credential's value, `Host` set to the upstream, the
 //! route's path prefix put before the target, an `Upgrade` header left out; bodies (`Content-Length` or chunked) passed on
 //! as they are, so that requests follow one another on one connection (keep-alive,
 //! pipelining). Responses are not read here: they go back to the agent byte for byte.
@@ -9,6 +9,10 @@
 //! `Transfer-Encoding`, a transfer coding other than `chunked`, `Content-Length`s that
 //! disagree, a `CONNECT`, a target that is not a path) ends the connection: what the provider
 //! would read as a request boundary must be where this side saw one.
+
+/// The headers a credential's placeholder is replaced in: Anthropic's `x-api-key`, the
+/// `Authorization` of OpenAI-style APIs, Google's `x-goog-api-key`.
+const CREDENTIAL_HEADERS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
 
 /// The largest request head (request line and headers) taken.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -251,7 +255,9 @@ impl RequestRewriter {
             }
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
-            if name.eq_ignore_ascii_case("x-api-key") || name.eq_ignore_ascii_case("authorization")
+            if CREDENTIAL_HEADERS
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h))
             {
                 let (value, names) = replace_placeholders(h.value, &self.creds);
                 out.extend_from_slice(&value);

@@ -49,6 +49,62 @@ pub const PI_PROVIDER_HOSTS: &[(&str, &str)] = &[
     ("huggingface", "router.huggingface.co"),
 ];
 
+/// The base URL of each pi built-in provider whose models all name one (pi-ai's model list of
+/// pi 0.73.1, 0.87.1 and 1.6.0 alike) and whose key goes in an `Authorization`, `x-api-key` or
+/// `x-goog-api-key` header: the providers whose requests the host can carry with a key kept on
+/// the host, pi pointed at the supervisor's model listener by a `models.json` of the
+/// supervisor's (OpenRouter and Fireworks are not here: their models name two base URLs).
+pub const PI_PROVIDER_URLS: &[(&str, &str)] = &[
+    ("anthropic", "https://api.anthropic.com"),
+    ("openai", "https://api.openai.com/v1"),
+    ("google", "https://generativelanguage.googleapis.com/v1beta"),
+    ("groq", "https://api.groq.com/openai/v1"),
+    ("cerebras", "https://api.cerebras.ai/v1"),
+    ("xai", "https://api.x.ai/v1"),
+    ("mistral", "https://api.mistral.ai"),
+    ("deepseek", "https://api.deepseek.com"),
+    ("huggingface", "https://router.huggingface.co/v1"),
+];
+
+/// The pi built-in provider a key kept on the host can be carried for, with its base URL
+/// ([`PI_PROVIDER_URLS`]): the provider pi uses ([`pi_provider`]) when the harness pins no
+/// `models.json` (the supervisor writes its own there); `Err` says why there is none.
+pub fn pi_builtin_route(h: &Harness, pi: &PiModelConfig) -> Result<(String, &'static str), String> {
+    let pinned = h
+        .adapters
+        .iter()
+        .any(|a| a.role == PinRole::Config && a.destination() == "models.json");
+    if pinned {
+        return Err(
+            "the harness pins pi's models.json, so the supervisor cannot point a \
+                    built-in provider at its model listener"
+                .into(),
+        );
+    }
+    let Some((provider, why)) = pi_provider(h, pi) else {
+        return Err(
+            "no agent.args --provider, agent.model provider/ or settings.json \
+                    defaultProvider names pi's provider"
+                .into(),
+        );
+    };
+    PI_PROVIDER_URLS
+        .iter()
+        .find(|(p, _)| p.eq_ignore_ascii_case(&provider))
+        .map(|(p, url)| (p.to_string(), *url))
+        .ok_or_else(|| {
+            format!(
+                "pi's provider {provider:?} (from {why}) is none of the built-in providers the \
+                 host carries with a key of its own ({})",
+                PI_PROVIDER_URLS
+                    .iter()
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
 /// pi's built-in providers whose host depends on an account, a region or the environment
 /// (0.73.1, 0.87.1, 1.6.0): recognised in `agent.model`, with no default endpoint.
 const PI_PROVIDERS_ELSEWHERE: &[&str] = &[
@@ -318,7 +374,7 @@ fn pi_provider_default(
 /// The provider pi uses and what named it: `--provider` in `agent.args`, the `provider/`
 /// prefix of `agent.model` when it names a provider pi knows, or `settings.json`'s
 /// `defaultProvider`.
-fn pi_provider(h: &Harness, pi: &PiModelConfig) -> Option<(String, &'static str)> {
+pub fn pi_provider(h: &Harness, pi: &PiModelConfig) -> Option<(String, &'static str)> {
     let args = &h.agent.args;
     for (i, arg) in args.iter().enumerate() {
         if let Some(p) = arg.strip_prefix("--provider=") {

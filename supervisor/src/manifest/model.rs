@@ -3,7 +3,9 @@
 //! The host keeps each model credential (`pitcrew run --model-key NAME`) and hands the sandbox
 //! [`placeholder`] in its place. The agent's model requests reach the host through a listener
 //! of the supervisor's (a base-URL variable the runtime reads, [`BASE_URL_VARS`], pinned to
-//! `http://127.0.0.1:<port>`) or through the mirror of a loopback `upstream`; the host puts
+//! `http://127.0.0.1:<port>`, or for a pi built-in provider a `models.json` the supervisor
+//! writes, which gives that provider the listener as its `baseUrl`) or through the mirror of a
+//! loopback `upstream`; the host puts
 //! the real value where the placeholder is and sends the request on. The manifest carries the
 //! credentials' names only, for the record.
 
@@ -30,6 +32,11 @@ pub struct ModelRoute {
     /// the model's connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<String>,
+    /// The pi built-in provider (`anthropic`, `openai`, …) whose `baseUrl` the supervisor sets
+    /// to its model listener in a `models.json` of its own in pi's config dir (pi reads no
+    /// base-URL variable); absent for every other route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_provider: Option<String>,
     /// The provider's endpoint, which the policy allows.
     pub upstream: Endpoint,
     /// The names of the credentials the host adds (never their values).
@@ -53,6 +60,21 @@ impl ModelRoute {
                 ));
             }
         }
+        if let Some(provider) = &self.pi_provider {
+            if self.base_url_env.is_some() {
+                return Err("pi_provider and base_url_env exclude each other".into());
+            }
+            let valid = !provider.is_empty()
+                && provider.len() <= 64
+                && provider
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !valid {
+                return Err(format!(
+                    "pi_provider {provider:?} is not a provider name (a-z, 0-9, -)"
+                ));
+            }
+        }
         let Some(NetworkPolicy::Allow { .. }) = network else {
             return Err("a model route needs network mode allow".into());
         };
@@ -64,9 +86,10 @@ impl ModelRoute {
         }
         let loopback = self.upstream.host == "localhost"
             || self.upstream.ip().is_some_and(|ip| ip.is_loopback());
-        if self.base_url_env.is_none() && !loopback {
+        if self.base_url_env.is_none() && self.pi_provider.is_none() && !loopback {
             return Err(format!(
-                "upstream {} is not a loopback address, and no base_url_env is pinned",
+                "upstream {} is not a loopback address, and neither base_url_env nor \
+                 pi_provider points the runtime at a listener",
                 self.upstream
             ));
         }
@@ -106,6 +129,7 @@ mod tests {
     fn route(env: Option<&str>, upstream: &str, creds: &[&str]) -> ModelRoute {
         ModelRoute {
             base_url_env: env.map(str::to_string),
+            pi_provider: None,
             upstream: Endpoint::parse(upstream).unwrap(),
             credentials: creds.iter().map(|c| c.to_string()).collect(),
         }
@@ -140,6 +164,24 @@ mod tests {
         }
         assert!(ok.check(Some(&NetworkPolicy::Open)).is_err());
         assert!(ok.check(None).is_err());
+    }
+
+    #[test]
+    fn a_pi_provider_route_needs_no_variable_and_takes_a_provider_name() {
+        let net = allow(&["api.anthropic.com:443"]);
+        let pi = |provider: &str, env: Option<&str>| ModelRoute {
+            pi_provider: Some(provider.to_string()),
+            ..route(env, "api.anthropic.com:443", &["ANTHROPIC_API_KEY"])
+        };
+        assert_eq!(pi("anthropic", None).check(Some(&net)), Ok(()));
+        for (bad, why) in [
+            (pi("anthropic", Some("ANTHROPIC_BASE_URL")), "exclude"),
+            (pi("", None), "not a provider name"),
+            (pi("Anthropic\"", None), "not a provider name"),
+        ] {
+            let err = bad.check(Some(&net)).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub trait IterationObserver {
     fn network_pins(&self) -> Vec<crate::environment::IterationPin> {
         Vec::new()
     }
+    /// The model listener's URL (`http://127.0.0.1:<port>`) when the iteration's model route
+    /// has one: where the supervisor's own `models.json` points a pi built-in provider
+    /// ([`crate::pi_model_route`]).
+    fn model_listener_url(&self) -> Option<String> {
+        None
+    }
     /// Where the run's context-file baseline is kept from one iteration to the next
     /// ([`crate::context_files::Baseline`]: emptied when the workspace is uploaded or the
     /// manifest set); `None` for an observer that keeps none (each iteration takes its own).

@@ -166,7 +166,7 @@ impl Egress {
         let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
         let model = match model {
-            Some(route) if route.base_url_var().is_some() => {
+            Some(route) if route.base_url_var().is_some() || route.pi_provider.is_some() => {
                 let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|err| {
                     format!("network: cannot open the model listener on 127.0.0.1: {err}")
                 })?;
@@ -176,9 +176,11 @@ impl Egress {
             None => None,
         };
         let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
-        let model_record = model.as_ref().map(|(r, _)| ModelRouteRecord {
+        let model_record = model.as_ref().map(|(r, l)| ModelRouteRecord {
             upstream: r.upstream.to_string(),
             base_url_env: r.base_url_env.clone(),
+            pi_provider: r.pi_provider.clone(),
+            listener: l.as_ref().and_then(listener_url),
             credentials: r.credentials.clone(),
         });
         for l in mirrors
@@ -218,15 +220,25 @@ impl Egress {
         self.proxy.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
+    /// The model listener's URL (`http://127.0.0.1:<port>`), when the route has one.
+    pub(super) fn model_listener_url(&self) -> Option<String> {
+        self.model
+            .as_ref()
+            .and_then(|(_, l)| l.as_ref())
+            .and_then(listener_url)
+    }
+
     /// The variables that point the agent at the listeners: the proxy's
     /// ([`crate::environment::network_pins`]), the model route's base-URL variable at the model
     /// listener, and each model credential at its placeholder.
     pub(super) fn pins(&self) -> Vec<crate::environment::IterationPin> {
         let mut pins = crate::environment::network_pins(self.proxy_port());
         if let Some((route, listener)) = &self.model {
-            if let (Some(var), Some(l)) = (route.base_url_var(), listener) {
-                let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
-                pins.push((var.to_string(), format!("http://127.0.0.1:{port}")));
+            if let (Some(var), Some(url)) = (
+                route.base_url_var(),
+                listener.as_ref().and_then(listener_url),
+            ) {
+                pins.push((var.to_string(), url));
             }
             for name in &route.credentials {
                 pins.push((name.clone(), crate::manifest::model::placeholder(name)));
@@ -861,6 +873,12 @@ fn parse_connect(head: &str) -> Result<(String, u16), String> {
     Ok((endpoint.host, endpoint.port))
 }
 
+/// The URL of a model listener on 127.0.0.1.
+fn listener_url(l: &TcpListener) -> Option<String> {
+    let port = l.local_addr().ok()?.port();
+    Some(format!("http://127.0.0.1:{port}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -921,6 +939,7 @@ mod tests {
         };
         let route = ModelRoute {
             base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+            pi_provider: None,
             upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
             credentials: vec!["ANTHROPIC_API_KEY".into()],
         };

@@ -414,6 +414,12 @@ impl IterationObserver for Server {
             .unwrap_or_default()
     }
 
+    fn model_listener_url(&self) -> Option<String> {
+        self.egress
+            .as_ref()
+            .and_then(super::egress::Egress::model_listener_url)
+    }
+
     fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {
         Some(&mut self.context_baseline)
     }

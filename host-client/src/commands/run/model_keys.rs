@@ -6,16 +6,21 @@
 //! The route follows the runtime's model endpoint: Claude Code's `ANTHROPIC_BASE_URL` (the
 //! harness `env:`'s, else `https://api.anthropic.com`) is pinned to the supervisor's model
 //! listener. pi reads no base-URL variable for its providers (0.73.1, 0.87.1 and 1.6.0 hand the
-//! model's `baseUrl` to their SDKs; only Azure's has one): its key stays on the host only when
-//! its pinned `models.json` sends it to one loopback `http://` endpoint, whose mirror then
-//! carries the model connections; otherwise a key passed with `--pass-env` enters the sandbox
-//! as it is, said in a note ([`pi_note`]), and `--model-key` is refused. `command` has no model
-//! endpoint pitcrew knows: `--model-key` is refused.
+//! model's `baseUrl` to their SDKs; only Azure's has one): its key stays on the host when its
+//! pinned `models.json` sends it to one loopback `http://` endpoint, whose mirror then carries
+//! the model connections, or, with no `models.json` pinned, when pi uses a built-in provider
+//! of [`pitcrew_core::harness::PI_PROVIDER_URLS`]: the supervisor's own `models.json` gives that provider its model
+//! listener as `baseUrl`, and the host sends the requests to the provider's URL. Otherwise a
+//! key passed with `--pass-env` enters the sandbox as it is, said in a note ([`pi_note`]), and
+//! `--model-key` is refused. `command` has no model endpoint pitcrew knows: `--model-key` is
+//! refused.
 
 use crate::client::model_http::Credential;
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
-use pitcrew_core::harness::{url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST};
+use pitcrew_core::harness::{
+    pi_builtin_route, url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST,
+};
 use pitcrew_core::manifest::model::placeholder;
 use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
 
@@ -69,13 +74,32 @@ fn pi_upstream(
     }
 }
 
+/// Where pi's model requests go with a key kept on the host under `policy`: the built-in
+/// provider the supervisor points at its model listener (none when the mirror of a loopback
+/// endpoint of the pinned `models.json` carries them) and the base URL; `Err` says why there
+/// is no such route.
+fn pi_route(
+    h: &Harness,
+    pi: &PiModelConfig,
+    policy: &NetworkPolicy,
+) -> Result<(Option<String>, String), String> {
+    let loopback = match pi_upstream(pi, policy) {
+        Ok(endpoint) => return Ok((None, format!("http://{endpoint}"))),
+        Err(why) => why,
+    };
+    match pi_builtin_route(h, pi) {
+        Ok((provider, url)) => Ok((Some(provider), url.to_string())),
+        Err(builtin) => Err(format!("{loopback}; and {builtin}")),
+    }
+}
+
 /// What `validate` says about a pi harness whose key cannot stay on the host: a key passed
 /// with `--pass-env` enters the sandbox as it is.
 pub fn pi_note(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Option<String> {
     if h.runtime != Runtime::Pi || !matches!(policy, NetworkPolicy::Allow { .. }) {
         return None;
     }
-    let why = pi_upstream(pi, policy).err()?;
+    let why = pi_route(h, pi, policy).err()?;
     Some(format!(
         "model key: {why}: a key passed with --pass-env enters the sandbox as it is \
          (--model-key is refused)"
@@ -166,11 +190,17 @@ pub fn plan(
             notes,
         });
     };
-    let (base_url_env, url, endpoint) = route_for(h, pi, policy)
+    let Route {
+        base_url_env,
+        pi_provider,
+        url,
+        endpoint,
+    } = route_for(h, pi, policy)
         .map_err(|why| anyhow::anyhow!("--model-key {}: {why}", names[0]))?;
     let tls = url.to_ascii_lowercase().starts_with("https://");
     let route = ModelRoute {
         base_url_env: base_url_env.map(str::to_string),
+        pi_provider,
         upstream: endpoint.clone(),
         credentials: names.clone(),
     };
@@ -187,26 +217,30 @@ pub fn plan(
     })
 }
 
-/// Where the runtime's model requests go under `policy`: the base-URL variable to pin (none
-/// for pi, whose endpoint's mirror carries them), the base URL and its endpoint; `Err` says why
-/// the key cannot stay on the host.
-fn route_for(
-    h: &Harness,
-    pi: &PiModelConfig,
-    policy: &NetworkPolicy,
-) -> Result<
-    (
-        Option<&'static str>,
-        String,
-        pitcrew_core::manifest::Endpoint,
-    ),
-    String,
-> {
-    let (base_url_env, url) = match h.runtime {
-        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
-        // The mirror of the endpoint carries the model connections: the agent's requests
-        // already name it and its path.
-        Runtime::Pi => (None, format!("http://{}", pi_upstream(pi, policy)?)),
+/// Where a runtime's model requests go with a key kept on the host.
+struct Route {
+    /// The base-URL variable pinned to the model listener (none for pi).
+    base_url_env: Option<&'static str>,
+    /// The pi built-in provider the supervisor points at its model listener.
+    pi_provider: Option<String>,
+    /// The base URL the host sends the requests to.
+    url: String,
+    /// Its endpoint.
+    endpoint: pitcrew_core::manifest::Endpoint,
+}
+
+/// Where the runtime's model requests go under `policy` ([`Route`]); `Err` says why the key
+/// cannot stay on the host.
+fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<Route, String> {
+    let (base_url_env, pi_provider, url) = match h.runtime {
+        Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), None, claude_url(h)?),
+        // The mirror of a loopback endpoint carries the model connections (the agent's
+        // requests already name it and its path), or the listener a built-in provider is
+        // pointed at.
+        Runtime::Pi => {
+            let (provider, url) = pi_route(h, pi, policy)?;
+            (None, provider, url)
+        }
         Runtime::Command => {
             return Err(
                 "the command runtime has no model endpoint pitcrew knows; pass the key with \
@@ -222,7 +256,12 @@ fn route_for(
              allows"
         ));
     }
-    Ok((base_url_env, url, endpoint))
+    Ok(Route {
+        base_url_env,
+        pi_provider,
+        url,
+        endpoint,
+    })
 }
 
 /// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
@@ -397,20 +436,73 @@ mod tests {
     }
 
     #[test]
-    fn pis_key_for_a_built_in_provider_goes_in_with_a_note() {
-        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\n";
-        let (_d, v) = validated(yaml, &[]);
+    fn pis_key_for_a_built_in_provider_is_kept_through_the_supervisors_models_json() {
+        for (model, key, upstream, prefix) in [
+            (
+                "anthropic/claude-sonnet-4-5",
+                "ANTHROPIC_API_KEY",
+                "api.anthropic.com:443",
+                "",
+            ),
+            (
+                "openai/gpt-5",
+                "OPENAI_API_KEY",
+                "api.openai.com:443",
+                "/v1",
+            ),
+        ] {
+            let yaml = format!("runtime: pi\nprompt: hi\nagent:\n  model: {model}\n");
+            let (_d, v) = validated(&yaml, &[]);
+            let p = plan_for(&v, &[], &[key]).unwrap();
+            assert_eq!(p.names, [key]);
+            assert!(p.notes.is_empty(), "{:?}", p.notes);
+            let (route, up) = p.route.unwrap();
+            let provider = model.split('/').next().unwrap();
+            assert_eq!(route.pi_provider.as_deref(), Some(provider));
+            assert_eq!(route.base_url_env, None);
+            assert_eq!(route.upstream.to_string(), upstream);
+            assert!(up.tls);
+            assert_eq!(up.prefix, prefix);
+            let h = v.harness.as_ref().unwrap();
+            assert!(pi_note(h, &v.pi_config, &v.network().unwrap().policy).is_none());
+        }
+    }
+
+    #[test]
+    fn pis_key_goes_in_with_a_note_when_no_route_can_carry_it() {
+        // A pinned models.json sending the provider to an https endpoint: the supervisor may
+        // not write its own, and the host cannot read what goes there.
+        let models = r#"{"providers": {"anthropic": {"baseUrl": "https://gw.example/anthropic"}}}"#;
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\nadapters:\n  - path: config/models.json\n    role: config\n";
+        let (_d, v) = validated(yaml, &[("config/models.json", models)]);
         let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
         assert!(p.names.is_empty() && p.route.is_none());
-        assert!(p.notes[0].starts_with("--pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads no base-URL variable"), "{:?}", p.notes);
-        let note = pi_note(
-            v.harness.as_ref().unwrap(),
-            &v.pi_config,
-            &v.network().unwrap().policy,
+        assert!(
+            p.notes[0].starts_with("--pass-env ANTHROPIC_API_KEY: the key enters the sandbox as it is: pi reads no base-URL variable"),
+            "{:?}",
+            p.notes
         );
-        assert!(note
-            .unwrap()
-            .starts_with("model key: pi reads no base-URL variable"));
+        assert!(
+            p.notes[0].contains("the harness pins pi's models.json"),
+            "{:?}",
+            p.notes
+        );
+        let h = v.harness.as_ref().unwrap();
+        let note = pi_note(h, &v.pi_config, &v.network().unwrap().policy).unwrap();
+        assert!(
+            note.starts_with("model key: pi reads no base-URL variable"),
+            "{note}"
+        );
+        // A built-in provider whose models name two base URLs.
+        let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: openrouter/x\n";
+        let (_d, v) = validated(yaml, &[]);
+        let err = plan_for(&v, &["OPENROUTER_API_KEY"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"openrouter\" (from agent.model) is none of"),
+            "{err}"
+        );
     }
 
     #[test]
