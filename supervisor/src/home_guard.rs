@@ -46,7 +46,7 @@ pub fn protect(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String
         return Ok(Vec::new());
     }
     let home = Path::new(&dirs.home);
-    if let Some(problem) = replaceable_by(home, manifest) {
+    if let Some(problem) = replaceable_by(home, manifest, dirs) {
         return Err(format!(
             "{}: the agent could put another HOME in its place ({problem}), and with it Node's \
              global module folders: give dirs.home a parent only root may change",
@@ -69,8 +69,20 @@ pub fn guards_present(home: &Path) -> Vec<PathBuf> {
 /// or `None` when no directory above it lets it: each must be neither the agent's nor writable
 /// by one of its groups or by everyone without the sticky bit (which, in a directory the agent
 /// does not own, keeps it from renaming what is not its own).
-fn replaceable_by(path: &Path, manifest: &Manifest) -> Option<String> {
+///
+/// In a user namespace other than the initial one (rootless), an owner the namespace does not
+/// map reads as the overflow id, 65534, which may be the agent's own id as well: such an owner
+/// counts as the agent's only for the agent's own directories (`dirs`, the workdir) and what
+/// lies in them.
+fn replaceable_by(path: &Path, manifest: &Manifest, dirs: &RuntimeDirPaths) -> Option<String> {
     let user = &manifest.user;
+    let overflow =
+        crate::user_namespace::current().map(|_| (overflow_id("uid"), overflow_id("gid")));
+    let agents_own = |dir: &Path| {
+        std::iter::once(manifest.workdir.as_str())
+            .chain(dirs.agent_dirs())
+            .any(|d| dir.starts_with(d))
+    };
     for dir in path.ancestors().skip(1) {
         let stat = match nofollow::open_dir(dir).and_then(|fd| {
             rustix::fs::fstat(&fd).map_err(|e| format!("{}: stat: {e}", dir.display()))
@@ -79,8 +91,11 @@ fn replaceable_by(path: &Path, manifest: &Manifest) -> Option<String> {
             Err(err) => return Some(err),
         };
         let sticky = stat.st_mode & 0o1000 != 0;
-        let group = stat.st_gid == user.gid || user.groups.contains(&stat.st_gid);
-        let why = if stat.st_uid == user.uid {
+        let unmapped_uid = overflow.is_some_and(|(uid, _)| stat.st_uid == uid) && !agents_own(dir);
+        let unmapped_gid = overflow.is_some_and(|(_, gid)| stat.st_gid == gid) && !agents_own(dir);
+        let group =
+            !unmapped_gid && (stat.st_gid == user.gid || user.groups.contains(&stat.st_gid));
+        let why = if stat.st_uid == user.uid && !unmapped_uid {
             "is the agent's"
         } else if sticky {
             continue;
@@ -94,6 +109,15 @@ fn replaceable_by(path: &Path, manifest: &Manifest) -> Option<String> {
         return Some(format!("{} {why}", dir.display()));
     }
     None
+}
+
+/// The id (`uid` or `gid`) an unmapped owner reads as in a user namespace
+/// (`/proc/sys/kernel/overflowuid`, `overflowgid`; 65534 when it cannot be read).
+fn overflow_id(kind: &str) -> u32 {
+    std::fs::read_to_string(format!("/proc/sys/kernel/overflow{kind}"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(65534)
 }
 
 #[cfg(test)]
