@@ -126,6 +126,10 @@ pub fn run_iteration(
         .as_ref()
         .map(|policy| crate::result::NetworkRecord {
             mode: policy.mode_name().to_string(),
+            platform: match policy {
+                crate::manifest::NetworkPolicy::Platform { platform } => Some(platform.clone()),
+                _ => None,
+            },
             allow: policy.allowed().iter().map(ToString::to_string).collect(),
             hidden: ctx.hidden_run.clone(),
             ..Default::default()
@@ -545,15 +549,14 @@ fn launch_step(
     let survey = crate::sandbox::netns::interfaces();
     let network_refusal = match (&survey, &manifest.network) {
         (Ok(found), policy) => crate::sandbox::netns::refusal(policy.as_ref(), found),
-        (Err(err), Some(policy)) if !matches!(policy, crate::manifest::NetworkPolicy::Open) => {
-            Some(format!(
-                "network: cannot list the sandbox's network interfaces (/proc/self/net/dev: \
+        (Err(err), Some(policy)) if !policy.unenforced() => Some(format!(
+            "network: cannot list the sandbox's network interfaces (/proc/self/net/dev: \
                  {err}), so `network: {}` cannot be enforced; say `network: open` to run anyway",
-                policy.mode_name()
-            ))
-        }
+            policy.mode_name()
+        )),
         (Err(_), _) => None,
-    };
+    }
+    .or_else(|| crate::sandbox::netns::platform_refusal(manifest.network.as_ref(), &env.env));
     if let Some(reason) = network_refusal {
         return Err(refused(observer, reason));
     }

@@ -741,7 +741,8 @@ impl Default for UploadLimits {
 /// system allocates for it, [`crate::unpack::file_cost`]: the host may count them so too),
 /// `network` (the manifest's `network` enforced, `claim` with `tunnel`, the tunnel messages and
 /// channel 5, [`tunnel`]), `network.model` (the manifest's `model`: a model listener, `tunnel_open`
-/// with `model`, `tunnel_injected`).
+/// with `model`, `tunnel_injected`), `network.platform` (the manifest's `network` naming a
+/// platform whose own policy holds the agent, its proxy required in the agent's environment).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -761,6 +762,7 @@ pub const FEATURES: &[&str] = &[
     "record.entry_cost",
     "network",
     "network.model",
+    "network.platform",
 ];
 
 /// A message from the supervisor.

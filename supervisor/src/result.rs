@@ -130,8 +130,11 @@ pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
 /// pitcrew's listeners in the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct NetworkRecord {
-    /// `none`, `allow` or `open`.
+    /// `none`, `allow`, `open` or `platform`.
     pub mode: String,
+    /// Under `platform`, the platform whose own policy held the agent (`openshell`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
     /// The endpoints allowed, as `host:port`.
     #[serde(default)]
     pub allow: Vec<String>,

@@ -322,6 +322,65 @@ fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interf
     assert!(!iteration_dir(&doc, 2).join("output/ran").exists());
 }
 
+/// `network: {platform: openshell}` names the platform's own egress policy: pitcrew takes the
+/// sandbox's network as it is (the local engine shares this machine's), says so, and launches
+/// the agent only where the platform's proxy is in its environment; the record names the
+/// platform.
+#[test]
+fn a_named_platform_policy_runs_on_the_sandboxs_network_only_with_its_proxy_in_place() {
+    if !require_pid_namespaces() {
+        return;
+    }
+    let fx = LocalFixture::new(
+        "mkdir -p output && echo \"proxy=$HTTPS_PROXY\" > output/ran\n",
+        1,
+        "network:\n  platform: openshell\n",
+        false,
+    );
+    let (code, out, err) =
+        pitcrew_e2e::pitcrew_output(&["validate".as_ref(), fx.harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("network: platform openshell"), "{out}");
+    assert!(
+        err.contains("warning: network: platform openshell: the platform's own policy"),
+        "{err}"
+    );
+    // No proxy in the agent's environment: nothing says the platform's policy holds it.
+    let (code, doc) = pitcrew_run_status(&fx.harness, &fx.state, &[], &[]);
+    assert_eq!(code, Some(125), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("openshell's egress policy") && reason.contains("HTTPS_PROXY"),
+        "{reason}"
+    );
+    assert!(!iteration_dir(&doc, 1).join("output/ran").exists());
+    // The platform's proxy in place (here from the operator's environment): the agent runs on
+    // the sandbox's network, and the record names the platform.
+    let proxy = "http://127.0.0.1:3128";
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "HTTPS_PROXY"],
+        &[("HTTPS_PROXY", proxy)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let ran = std::fs::read_to_string(it.join("output/ran")).unwrap_or_default();
+    assert_eq!(ran.trim(), format!("proxy={proxy}"));
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(
+        record["network"]["mode"], "platform",
+        "{:#}",
+        record["network"]
+    );
+    assert_eq!(
+        record["network"]["platform"], "openshell",
+        "{:#}",
+        record["network"]
+    );
+}
+
 /// A name other than `localhost` that this machine's `/etc/hosts` gives a loopback address.
 fn loopback_name() -> Option<String> {
     let hosts = std::fs::read_to_string("/etc/hosts").ok()?;

@@ -158,11 +158,17 @@ fn print_network(v: &Validated) -> std::io::Result<()> {
     for note in network_notes(v, &network) {
         line(&format!("  network: note: {note}"))?;
     }
-    if network.policy == NetworkPolicy::Open {
-        errln!(
+    match &network.policy {
+        NetworkPolicy::Open => errln!(
             "warning: network: open: the agent reaches whatever the engine's network reaches; \
              pitcrew neither limits nor accounts its connections"
-        );
+        ),
+        NetworkPolicy::Platform { platform } => errln!(
+            "warning: network: platform {platform}: the platform's own policy decides what the \
+             agent reaches; pitcrew neither limits nor accounts its connections, and starts the \
+             agent only where the platform's proxy is in the sandbox's environment"
+        ),
+        _ => {}
     }
     Ok(())
 }

@@ -477,8 +477,9 @@ fn tokens(n: u64) -> String {
     }
 }
 
-/// The `net` cell: `open` (said loudly: pitcrew enforced nothing), `none`, or the allowed and
-/// refused connection attempts (`3 ok/1 refused`, attempts past the record's list counted).
+/// The `net` cell: `open` and `platform` (said loudly: pitcrew enforced nothing; the platform's
+/// name after it), `none`, or the allowed and refused connection attempts (`3 ok/1 refused`,
+/// attempts past the record's list counted).
 pub fn network_cell(network: &pitcrew_core::result::NetworkRecord) -> String {
     match network.mode.as_str() {
         "allow" => {
@@ -491,6 +492,10 @@ pub fn network_cell(network: &pitcrew_core::result::NetworkRecord) -> String {
             cell
         }
         "open" => "OPEN".to_string(),
+        "platform" => format!(
+            "PLATFORM {}",
+            escape_controls(network.platform.as_deref().unwrap_or("?"))
+        ),
         other => escape_controls(other).into_owned(),
     }
 }

@@ -437,6 +437,7 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
     };
     let allow = NetworkRecord {
         mode: "allow".into(),
+        platform: None,
         allow: vec!["api.example.com:443".into()],
         connections: vec![conn(true), conn(true), conn(false)],
         dropped: 4,
@@ -450,6 +451,12 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
         ..NetworkRecord::default()
     };
     assert_eq!(network_cell(&open), "OPEN");
+    let platform = NetworkRecord {
+        mode: "platform".into(),
+        platform: Some("openshell".into()),
+        ..NetworkRecord::default()
+    };
+    assert_eq!(network_cell(&platform), "PLATFORM openshell");
     let info = SupervisorInfo {
         pid1: true,
         mode: SupervisorMode::Pid1,

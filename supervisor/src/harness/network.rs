@@ -162,6 +162,9 @@ impl NetworkChoice {
     /// `none (the default for runtime command)`, `open`.
     pub fn summary(&self) -> String {
         let mut out = self.policy.mode_name().to_string();
+        if let NetworkPolicy::Platform { platform } = &self.policy {
+            out.push_str(&format!(" {platform}"));
+        }
         for (i, (endpoint, source)) in self.policy.allowed().iter().zip(&self.sources).enumerate() {
             out.push_str(if i == 0 { " " } else { ", " });
             out.push_str(&format!("{endpoint} ({source})"));

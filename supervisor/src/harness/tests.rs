@@ -1415,6 +1415,12 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         ("network: none\n", NetworkPolicy::None),
         ("network: open\n", NetworkPolicy::Open),
         (
+            "network:\n  platform: openshell\n",
+            NetworkPolicy::Platform {
+                platform: "openshell".into(),
+            },
+        ),
+        (
             "network:\n  allow: [\"127.0.0.1:8080\", \"*.Example.com:443\", \"[::1]:9\"]\n",
             NetworkPolicy::Allow {
                 allow: ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
@@ -1434,6 +1440,18 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         ("network: closed\n", "network", "no network mode", 3),
         ("network:\n  deny: []\n", "network.deny", "unknown key", 4),
         ("network: {}\n", "network", "needs `allow", 3),
+        (
+            "network:\n  platform: kubernetes\n",
+            "network.platform",
+            "none of openshell",
+            4,
+        ),
+        (
+            "network:\n  platform: openshell\n  allow: [\"a:1\"]\n",
+            "network",
+            "exclude each other",
+            4,
+        ),
         (
             "network:\n  allow:\n    - example.com\n    - \"a:1\"\n    - \"a:1\"\n",
             "network.allow[0]",

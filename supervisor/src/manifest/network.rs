@@ -32,7 +32,25 @@ pub enum NetworkPolicy {
     },
     /// The engine's network as it is: pitcrew enforces nothing and says so.
     Open,
+    /// The platform's own egress policy holds the agent, named by the harness (one of
+    /// [`PLATFORMS`]): pitcrew enforces nothing of it and says so, and starts the agent only
+    /// where that policy's proxy is in the sandbox's environment.
+    Platform {
+        /// The platform, one of [`PLATFORMS`].
+        platform: String,
+    },
 }
+
+/// The platforms whose own egress policy a harness may name (`network: {platform: NAME}`),
+/// with what enforces it.
+pub const PLATFORMS: &[(&str, &str)] = &[(
+    "openshell",
+    "OpenShell's policy proxy (the sandbox's HTTPS_PROXY)",
+)];
+
+/// The variables that carry a platform's egress proxy into the sandbox: one of them must be in
+/// the agent's environment under `platform`.
+pub const PLATFORM_PROXY_VARS: &[&str] = &["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"];
 
 impl NetworkPolicy {
     /// The mode's name as harnesses, manifests and records write it.
@@ -41,6 +59,7 @@ impl NetworkPolicy {
             NetworkPolicy::None => "none",
             NetworkPolicy::Allow { .. } => "allow",
             NetworkPolicy::Open => "open",
+            NetworkPolicy::Platform { .. } => "platform",
         }
     }
 
@@ -48,7 +67,7 @@ impl NetworkPolicy {
     pub fn allowed(&self) -> &[Endpoint] {
         match self {
             NetworkPolicy::Allow { allow } => allow,
-            NetworkPolicy::None | NetworkPolicy::Open => &[],
+            NetworkPolicy::None | NetworkPolicy::Open | NetworkPolicy::Platform { .. } => &[],
         }
     }
 
@@ -59,9 +78,28 @@ impl NetworkPolicy {
         self.allowed().iter().any(|e| e.matches(host, port))
     }
 
-    /// Checks the policy as a manifest carries it: at most [`MAX_ALLOWED_ENDPOINTS`] endpoints,
-    /// each well-formed, none twice. The message names the index.
+    /// Whether pitcrew enforces nothing of it (`open`, `platform`): the sandbox's network is
+    /// taken as it is.
+    pub fn unenforced(&self) -> bool {
+        matches!(self, NetworkPolicy::Open | NetworkPolicy::Platform { .. })
+    }
+
+    /// Checks the policy as a manifest carries it: a platform of [`PLATFORMS`]; at most
+    /// [`MAX_ALLOWED_ENDPOINTS`] endpoints, each well-formed, none twice. The message names the
+    /// index.
     pub fn check(&self) -> Result<(), String> {
+        if let NetworkPolicy::Platform { platform } = self {
+            if !PLATFORMS.iter().any(|(p, _)| p == platform) {
+                return Err(format!(
+                    "platform {platform:?} is none of {}",
+                    PLATFORMS
+                        .iter()
+                        .map(|(p, _)| *p)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
         let allow = self.allowed();
         if allow.len() > MAX_ALLOWED_ENDPOINTS {
             return Err(format!(
@@ -264,6 +302,28 @@ fn is_label(label: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_platform_is_named_from_the_list_and_allows_nothing_pitcrew_carries() {
+        let open_shell = NetworkPolicy::Platform {
+            platform: "openshell".into(),
+        };
+        assert_eq!(open_shell.check(), Ok(()));
+        assert_eq!(open_shell.mode_name(), "platform");
+        assert!(open_shell.unenforced() && NetworkPolicy::Open.unenforced());
+        assert!(!NetworkPolicy::None.unenforced());
+        assert!(!open_shell.allows("api.anthropic.com", 443));
+        let json = serde_json::to_string(&open_shell).unwrap();
+        assert_eq!(json, r#"{"mode":"platform","platform":"openshell"}"#);
+        assert_eq!(
+            serde_json::from_str::<NetworkPolicy>(&json).unwrap(),
+            open_shell
+        );
+        let other = NetworkPolicy::Platform {
+            platform: "k8s".into(),
+        };
+        assert!(other.check().unwrap_err().contains("none of openshell"));
+    }
 
     fn ep(s: &str) -> Endpoint {
         Endpoint::parse(s).unwrap()

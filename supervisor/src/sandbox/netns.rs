@@ -67,10 +67,10 @@ fn parse_net_dev(text: &str) -> Vec<String> {
 }
 
 /// Why an iteration under `policy` must not start in a namespace with `interfaces`: `none` and
-/// `allow` need loopback only; `open` (and no policy) take the namespace as it is.
+/// `allow` need loopback only; `open`, `platform` (and no policy) take the namespace as it is.
 pub fn refusal(policy: Option<&NetworkPolicy>, interfaces: &[String]) -> Option<String> {
     let policy = policy?;
-    if matches!(policy, NetworkPolicy::Open) {
+    if policy.unenforced() {
         return None;
     }
     let others: Vec<&str> = interfaces
@@ -85,11 +85,37 @@ pub fn refusal(policy: Option<&NetworkPolicy>, interfaces: &[String]) -> Option<
         "network: the agent's network is `{}` (the harness's `network:`, or without it the \
          runtime's default) but the sandbox's network namespace has interfaces besides lo \
          ({}), so pitcrew cannot keep the agent from them; start the sandbox without a network \
-         (podman/docker `--network=none`, the local engine's own namespace) or say \
+         (podman/docker `--network=none`, the local engine's own namespace), name the \
+         platform whose policy holds it (`network: {{platform: openshell}}`), or say \
          `network: open` in the harness to run with the engine's network as it is",
         policy.mode_name(),
         others.join(", ")
     ))
+}
+
+/// Why an iteration under a `platform` policy must not start with the agent's environment
+/// `env`: the platform's proxy variable ([`crate::manifest::PLATFORM_PROXY_VARS`]) is not in
+/// it, so nothing says its policy is in place. `None` for any other policy.
+pub fn platform_refusal(
+    policy: Option<&NetworkPolicy>,
+    env: &[(String, String)],
+) -> Option<String> {
+    let Some(NetworkPolicy::Platform { platform }) = policy else {
+        return None;
+    };
+    let vars = crate::manifest::PLATFORM_PROXY_VARS;
+    let present = env
+        .iter()
+        .any(|(name, value)| vars.contains(&name.as_str()) && !value.trim().is_empty());
+    (!present).then(|| {
+        format!(
+            "network: the harness names {platform}'s egress policy (`network: {{platform: \
+             {platform}}}`), but the agent's environment has none of {} (the platform's proxy, \
+             from the sandbox's own environment), so nothing says that policy holds the agent; \
+             run where it does, or say `network: open`",
+            vars.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -109,7 +135,22 @@ mod tests {
             "{why}"
         );
         assert!(refusal(Some(&NetworkPolicy::Open), &names).is_none());
+        let platform = NetworkPolicy::Platform {
+            platform: "openshell".into(),
+        };
+        assert!(refusal(Some(&platform), &names).is_none());
         assert!(refusal(None, &names).is_none());
+        let proxy = |name: &str, value: &str| vec![(name.to_string(), value.to_string())];
+        let why = platform_refusal(Some(&platform), &proxy("HOME", "/h")).unwrap();
+        assert!(
+            why.contains("openshell's egress policy") && why.contains("HTTPS_PROXY"),
+            "{why}"
+        );
+        assert!(platform_refusal(Some(&platform), &proxy("HTTPS_PROXY", " ")).is_some());
+        assert!(
+            platform_refusal(Some(&platform), &proxy("https_proxy", "http://p:3128")).is_none()
+        );
+        assert!(platform_refusal(Some(&none), &[]).is_none());
         let allow = NetworkPolicy::Allow { allow: Vec::new() };
         assert!(refusal(Some(&allow), &["lo".to_string()]).is_none());
     }

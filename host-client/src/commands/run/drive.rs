@@ -174,12 +174,18 @@ pub(super) fn drive(
             .map(|(_, upstream)| upstream.clone());
         conn.client().carry_connections(policy.clone(), model);
     }
-    let open = prepared.as_ref().and_then(|(m, _)| m.network.as_ref());
-    if matches!(open, Some(pitcrew_core::manifest::NetworkPolicy::Open)) {
-        progress.warn(
+    match prepared.as_ref().and_then(|(m, _)| m.network.as_ref()) {
+        Some(pitcrew_core::manifest::NetworkPolicy::Open) => progress.warn(
             "network: open: the agent has the sandbox engine's network as it is; pitcrew \
              neither limits nor records its connections",
-        );
+        ),
+        Some(pitcrew_core::manifest::NetworkPolicy::Platform { platform }) => {
+            progress.warn(&format!(
+                "network: platform {platform}: the platform's own policy decides what the \
+                 agent reaches; pitcrew neither limits nor records its connections"
+            ))
+        }
+        _ => {}
     }
     if claims {
         conn.client()
@@ -493,10 +499,7 @@ pub(super) fn older_supervisor(
     // refuse the field (a release before it) or not hold the agent to it. A harness that says
     // `none` or `allow` is refused below; the runtime's default (or `open`) is dropped, and the
     // agent reaches what the engine gives it, as before egress control, said once.
-    let explicit = h
-        .network
-        .as_ref()
-        .is_some_and(|n| *n != pitcrew_core::manifest::NetworkPolicy::Open);
+    let explicit = h.network.as_ref().is_some_and(|n| !n.unenforced());
     if !has(NETWORK_FEATURE) && !explicit && manifest.network.take().is_some() {
         progress.warn(
             "the sandbox's pitcrew-init is older than this pitcrew: it does not control egress, \
@@ -553,6 +556,14 @@ pub(super) fn older_supervisor(
             "--runner-env",
         ),
         ("network", explicit, "network"),
+        (
+            "network.platform",
+            matches!(
+                h.network,
+                Some(pitcrew_core::manifest::NetworkPolicy::Platform { .. })
+            ),
+            "network: {platform: …}",
+        ),
     ];
     let missing: Vec<&str> = asked
         .iter()

@@ -117,7 +117,7 @@ pub fn plan(
     policy: Option<&NetworkPolicy>,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<ModelPlan> {
-    let open = matches!(policy, Some(NetworkPolicy::Open) | None);
+    let open = policy.is_none_or(NetworkPolicy::unenforced);
     if let Some(name) = explicit.first().filter(|_| open) {
         bail!(
             "--model-key {name}: the network is open, so pitcrew carries no model connection to \

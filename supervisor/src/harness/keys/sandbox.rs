@@ -126,8 +126,9 @@ impl Checker<'_> {
         paths
     }
 
-    /// `network:`, what the agent may reach: `none`, `open`, or `{allow: [host:port, …]}`
-    /// (each entry parsed by [`Endpoint::parse`], none twice). Absent: `None`.
+    /// `network:`, what the agent may reach: `none`, `open`, `{allow: [host:port, …]}` (each
+    /// entry parsed by [`Endpoint::parse`], none twice), or `{platform: NAME}` (a platform of
+    /// [`crate::manifest::PLATFORMS`] whose own policy holds the agent). Absent: `None`.
     pub(super) fn network(&mut self, top: &MarkedMappingNode) -> Option<NetworkPolicy> {
         let n = top.get_node("network")?;
         if let marked_yaml::Node::Scalar(s) = n {
@@ -139,8 +140,8 @@ impl Checker<'_> {
                         location(n),
                         "network",
                         format!(
-                            "{other:?} is no network mode: write none, open, or \
-                             {{allow: [host:port, …]}}"
+                            "{other:?} is no network mode: write none, open, \
+                             {{allow: [host:port, …]}} or {{platform: openshell}}"
                         ),
                     );
                     None
@@ -148,12 +149,33 @@ impl Checker<'_> {
             };
         }
         let map = self.mapping(n, "network")?;
-        self.unknown_keys(map, "network", &["allow"]);
+        self.unknown_keys(map, "network", &["allow", "platform"]);
+        if let Some(p) = map.get_node("platform") {
+            if map.get_node("allow").is_some() {
+                self.problem(
+                    location(n),
+                    "network",
+                    "`platform` and `allow` exclude each other: the platform's policy decides \
+                     what the agent reaches",
+                );
+                return None;
+            }
+            let name = self.string(p, "network.platform")?;
+            let policy = NetworkPolicy::Platform { platform: name };
+            return match policy.check() {
+                Ok(()) => Some(policy),
+                Err(why) => {
+                    self.problem(location(p), "network.platform", why);
+                    None
+                }
+            };
+        }
         let Some(list) = map.get_node("allow") else {
             self.problem(
                 location(n),
                 "network",
-                "a mapping needs `allow: [host:port, …]` (or write none or open)",
+                "a mapping needs `allow: [host:port, …]` or `platform: NAME` (or write none or \
+                 open)",
             );
             return None;
         };
