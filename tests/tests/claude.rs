@@ -3155,18 +3155,3 @@ fn attack_runtime_tamper__a_gitconfig_the_agent_writes_mid_iteration_never_runs_
         "the agent's core.fsmonitor ran inside the verified hook: {results:?}"
     );
 }
-
-#[test]
-fn probe_claude_tmp() {
-    if !gate() {
-        return;
-    }
-    let cmd = r#"exec 2>&1; echo TMPDIR=$TMPDIR HOME=$HOME CFG=$CLAUDE_CONFIG_DIR; ls -laR $TMPDIR | head -50; for p in /proc/[0-9]*; do c=$(cat $p/comm); echo "$p $c"; grep -v " /usr\| /lib" $p/maps 2>/dev/null | awk '{print $6}' | sort -u | grep . | head -20; done; ls -la $HOME $CLAUDE_CONFIG_DIR; echo planted"#;
-    let cmd: &'static str = Box::leak(cmd.to_string().into_boxed_str());
-    let commands: &'static [&'static str] = Box::leak(Box::new([cmd]));
-    let server = ModelServer::start(one_command_per_iteration("Bash", commands, bash));
-    let fx = fixture(&server, 1);
-    let (_code, _doc) = fx.run_status();
-    eprintln!("{}", server.tool_results().join("\n====\n"));
-    panic!("probe");
-}
