@@ -3155,3 +3155,57 @@ fn attack_runtime_tamper__a_gitconfig_the_agent_writes_mid_iteration_never_runs_
         "the agent's core.fsmonitor ran inside the verified hook: {results:?}"
     );
 }
+
+/// The skill's arguments as the model gives them: inline shell, which Claude Code runs when it
+/// finds it in a skill's text (`` !`cmd` ``), writing a marker into the record's `output/`.
+const SKILL_ARGS_SHELL: &str = "!`mkdir -p output && touch output/SKILL_ARGS_SHELL_RAN`";
+
+/// A verified skill invoked through the `Skill` tool with arguments that hold inline shell:
+/// Claude Code puts the arguments into the skill's text (`$ARGUMENTS`, or an `ARGUMENTS:` line
+/// it appends). The skill's own text is escaped by the supervisor; what the model passes as
+/// arguments must not become a command either (with `tools: [Skill]` the model has no shell).
+/// Held on Claude Code 2.1.332: it escapes the arguments itself (`\! `) before it looks for
+/// inline shell, in the `ARGUMENTS:` line and in place of `$ARGUMENTS` alike.
+#[test]
+fn attack_harness__inline_shell_in_a_skills_arguments_never_runs() {
+    if !gate() {
+        return;
+    }
+    for body in ["Review the change.", "Review $ARGUMENTS now."] {
+        let server = ModelServer::start(|request: &Value| match last_tool_result(request) {
+            None => Reply::ToolCall {
+                name: "Skill".into(),
+                arguments: json!({"skill": "review:review", "args": SKILL_ARGS_SHELL}),
+            },
+            Some(_) => Reply::Text("done".into()),
+        });
+        let fx = fixture(&server, 1);
+        let root = fx.harness.parent().unwrap().to_path_buf();
+        fs::create_dir_all(root.join("skills/review")).unwrap();
+        fs::write(
+            root.join("skills/review/SKILL.md"),
+            format!("---\nname: review\ndescription: VERIFIED_SKILL_review\n---\n{body}\n"),
+        )
+        .unwrap();
+        let yaml = fs::read_to_string(&fx.harness)
+            .unwrap()
+            .replace("agent:\n", "agent:\n  tools: [Skill]\n")
+            + "skills:\n  - skills/review\n";
+        fs::write(&fx.harness, yaml).unwrap();
+        let (code, doc) = fx.run_status();
+        assert_eq!(code, Some(0), "{doc:#}");
+        let results = server.tool_results();
+        assert_eq!(results.len(), 1, "{results:?}");
+        // The arguments reached the model as text, in the skill's content.
+        let requests = server.requests();
+        let last = requests.last().unwrap().to_string();
+        let after = &last[last.find("Launching skill").unwrap_or(0)..];
+        assert!(after.contains("SKILL_ARGS_SHELL_RAN"), "{body}: {last}");
+        assert!(
+            !iteration_dir(&doc, 1)
+                .join("output/SKILL_ARGS_SHELL_RAN")
+                .exists(),
+            "{body}: the skill's arguments ran as a command: {results:?}"
+        );
+    }
+}
