@@ -3209,3 +3209,45 @@ fn attack_harness__inline_shell_in_a_skills_arguments_never_runs() {
         );
     }
 }
+
+/// What the first iteration's agent writes: a `~/.bash_logout` (bash runs it when a login shell
+/// exits through `exit`) and the other start-up files `validate` does not name, each appending to
+/// a mark in the workspace.
+const PLANT_LOGOUT: &str = r#"for f in .bash_logout .inputrc; do printf 'echo "%s RAN" >> %s/LOGOUT_MARK\n' "$f" "$PWD" > "$HOME/$f"; done; echo planted"#;
+
+/// A harness keeping `~/.bash_logout` (which `validate` accepts) between iterations: Claude Code
+/// makes its shell snapshot with a login shell when it launches, before the model asks for
+/// anything. What the first iteration's agent wrote there must not run when the second starts.
+/// Held on Claude Code 2.1.332 (its snapshot shell ends without reading `~/.bash_logout`); a
+/// release that ends it with `exit` would run it, and `validate` would not say so.
+#[test]
+fn attack_leftovers__a_bash_logout_kept_in_home_never_runs_when_claude_starts() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "Bash",
+        &[
+            PLANT_LOGOUT,
+            "cat LOGOUT_MARK 2>/dev/null || echo NOTHING_RAN; ls -A \"$HOME\"",
+        ],
+        bash,
+    ));
+    let fx = fixture(&server, 2);
+    let plain = fs::read_to_string(&fx.harness).unwrap();
+    fs::write(
+        &fx.harness,
+        format!("{plain}keep_home: [.bash_logout, .inputrc]\n"),
+    )
+    .unwrap();
+    let (code, doc) = fx.run_status();
+    let results = server.tool_results();
+    assert_eq!(results.len(), 2, "{code:?} {results:?}\n{doc:#}");
+    assert!(results[0].contains("planted"), "{results:?}");
+    assert!(
+        results[1].contains("NOTHING_RAN"),
+        "a start-up file the first agent kept in HOME ran: {results:?}"
+    );
+    // The files were kept: what held is that Claude Code's shells never read them.
+    assert!(results[1].contains(".bash_logout"), "{results:?}");
+}
