@@ -43,7 +43,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut longer = data.to_vec();
     longer.extend_from_slice(&[0x16, 3, 3, 0, 1, 0]);
-    assert_eq!(server_name(&longer), answer, "bytes after the answer changed it");
+    assert_eq!(
+        server_name(&longer),
+        answer,
+        "bytes after the answer changed it"
+    );
     for cut in [data.len() / 2, data.len().saturating_sub(1)] {
         let prefix = server_name(&data[..cut]);
         assert!(

@@ -20,7 +20,6 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub mod model_http;
 pub mod tunnel;
 pub mod upstream;
 

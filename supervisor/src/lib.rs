@@ -51,6 +51,8 @@
 //!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
 //! - `pi_model_route`: pi's built-in provider pointed at the supervisor's model listener by a
 //!   `models.json` of the supervisor's, so that its key stays on the host.
+//! - `model_http` (feature `host`): the model requests the host carries, each credential's
+//!   placeholder replaced by its value.
 //! - `root_guard` (Linux): the root-owned, read-only stand-ins both of those put in place.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
@@ -91,6 +93,8 @@ pub mod iteration;
 pub mod judge;
 pub mod logging;
 pub mod manifest;
+#[cfg(feature = "host")]
+pub mod model_http;
 #[cfg(unix)]
 pub mod pi_model_route;
 pub mod plugin_format;

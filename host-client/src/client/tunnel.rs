@@ -6,16 +6,16 @@
 //!
 //! A *model connection* (`tunnel_open` with `model`) goes to this host's own model route
 //! ([`ModelUpstream`]), whatever the message names beyond checking it: its requests are
-//! rewritten on the way ([`super::model_http`]: each credential's value in place of its
+//! rewritten on the way ([`pitcrew_core::model_http`]: each credential's value in place of its
 //! placeholder, `Host` the upstream's), over TLS for an `https://` base URL; each credential
 //! put in is said once per connection (`tunnel_injected`), by name, for the record.
 //!
 //! Writes to the control stream share the client's writer (the lease thread's too), one whole
 //! frame under its lock at a time.
 
-use super::model_http::{Credential, RequestRewriter};
 use super::upstream::{self, Upstream};
 use pitcrew_core::manifest::Endpoint;
+use pitcrew_core::model_http::{Credential, RequestRewriter};
 
 use pitcrew_core::manifest::NetworkPolicy;
 use pitcrew_core::protocol::{tunnel, write_frame, Channel, Frame, Request, Response};

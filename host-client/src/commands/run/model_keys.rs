@@ -15,7 +15,6 @@
 //! `--model-key` is refused. `command` has no model endpoint pitcrew knows: `--model-key` is
 //! refused.
 
-use crate::client::model_http::Credential;
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
 use pitcrew_core::harness::{
@@ -23,6 +22,7 @@ use pitcrew_core::harness::{
 };
 use pitcrew_core::manifest::model::placeholder;
 use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
+use pitcrew_core::model_http::Credential;
 
 /// The key variables of each runtime that become model credentials when passed with
 /// `--pass-env` (and the network is not `open`).

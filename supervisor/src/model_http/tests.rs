@@ -3,7 +3,7 @@ use super::*;
 fn cred(name: &str, value: &str) -> Credential {
     Credential {
         name: name.into(),
-        placeholder: pitcrew_core::manifest::model::placeholder(name).into_bytes(),
+        placeholder: crate::manifest::model::placeholder(name).into_bytes(),
         value: value.as_bytes().to_vec(),
     }
 }
