@@ -564,6 +564,7 @@ fn launch_step(
         dirs,
         &verified.binary,
         verified.version.as_deref(),
+        &env.env,
         verified.claude_md.as_deref(),
         verified.claude_settings.as_deref(),
         &extension_tools,

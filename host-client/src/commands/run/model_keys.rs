@@ -9,7 +9,9 @@
 //! model's `baseUrl` to their SDKs; only Azure's has one): its key stays on the host only when
 //! its pinned `models.json` sends it to one loopback `http://` endpoint, whose mirror then
 //! carries the model connections; otherwise a key passed with `--pass-env` enters the sandbox
-//! as it is, said in a note ([`pi_note`]), and `--model-key` is refused. `command` has no model
+//! as it is, said in a note ([`pi_note`]), and `--model-key` is refused. Codex's endpoint is
+//! the `base_url` of the model provider pitcrew gives it, `OPENAI_BASE_URL` (the harness
+//! `env:`'s, else `https://api.openai.com/v1`), pinned to the listener like Claude Code's. `command` has no model
 //! endpoint pitcrew knows: `--model-key` is refused.
 
 use crate::client::model_http::Credential;
@@ -27,6 +29,7 @@ pub const WELL_KNOWN: &[(Runtime, &str)] = &[
     (Runtime::Claude, "ANTHROPIC_AUTH_TOKEN"),
     (Runtime::Pi, "ANTHROPIC_API_KEY"),
     (Runtime::Pi, "OPENAI_API_KEY"),
+    (Runtime::Codex, "OPENAI_API_KEY"),
 ];
 
 /// What a run does with model credentials.
@@ -204,6 +207,14 @@ fn route_for(
 > {
     let (base_url_env, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), claude_url(h)?),
+        // pitcrew gives Codex a model provider whose base_url is OPENAI_BASE_URL's value.
+        Runtime::Codex => (
+            Some(pitcrew_core::runtime_argv::CODEX_BASE_URL_VAR),
+            h.env
+                .get(pitcrew_core::runtime_argv::CODEX_BASE_URL_VAR)
+                .cloned()
+                .unwrap_or_else(|| CODEX_API_URL.to_string()),
+        ),
         // The mirror of the endpoint carries the model connections: the agent's requests
         // already name it and its path.
         Runtime::Pi => (None, format!("http://{}", pi_upstream(pi, policy)?)),
@@ -224,6 +235,9 @@ fn route_for(
     }
     Ok((base_url_env, url, endpoint))
 }
+
+/// Where Codex sends its model requests without `OPENAI_BASE_URL` (its own default).
+const CODEX_API_URL: &str = "https://api.openai.com/v1";
 
 /// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
 /// backend switched on (`CLAUDE_CODE_USE_BEDROCK`, …) signs its requests otherwise and is

@@ -1,0 +1,322 @@
+//! The real Codex CLI (`@openai/codex` from npm, its static native binary) supervised by
+//! `pitcrew-init`, driven by `pitcrew run` on the local engine, against the scripted model
+//! server of `pitcrew_e2e::model_server` (OpenAI Responses API) on 127.0.0.1: the model asks
+//! Codex's `exec_command` tool to run one command, which reports what the agent process sees.
+//!
+//! Needs root, PID namespaces and `codex` on `PATH` (`scripts/install-agents`, which `.ci/run`
+//! runs, links it as /usr/local/bin/codex); skipped otherwise, or a failure with
+//! `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
+
+use pitcrew_e2e::model_server::{
+    last_tool_result, one_command_per_iteration, ModelServer, Reply, CACHE_READ_TOKENS,
+    OUTPUT_TOKENS, PROMPT_TOKENS,
+};
+use pitcrew_e2e::{
+    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
+    read_text, require_pid_namespaces,
+};
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+
+/// The Codex CLI release these tests run.
+const CODEX_VERSION: &str = "0.169.1";
+
+/// The key pitcrew's environment holds; the sandbox sees its placeholder only.
+const KEY: &str = "sk-e2e-real-key";
+
+fn gate() -> bool {
+    let version = agent_version("codex");
+    require_pid_namespaces()
+        && prerequisite(
+            version
+                .as_deref()
+                .is_some_and(|v| v == format!("codex-cli {CODEX_VERSION}")),
+            &format!(
+                "needs the Codex CLI {CODEX_VERSION} on PATH (scripts/install-agents), found {version:?}"
+            ),
+        )
+}
+
+/// `exec_command`'s arguments for `command`.
+fn exec(command: &str) -> Value {
+    json!({ "cmd": command })
+}
+
+/// What the model asks Codex to run: the agent's uid, the key and config dir it sees, and the
+/// confinement it runs under (Codex's own sandbox is off: pitcrew's confines it).
+const PROBE: &str = "id -u; \
+echo \"KEY=${OPENAI_API_KEY-unset} CODEX_HOME=${CODEX_HOME-unset}\"; \
+grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status";
+
+/// A harness for Codex with `OPENAI_BASE_URL` pointing at `server`, in a temp dir the agent's
+/// uid can read, its workspace holding `AGENTS.md`; and a state dir for `pitcrew`.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
+    fs::write(
+        root.join("workspace/AGENTS.md"),
+        "UPLOADED_AGENTS_MARK: the repository's own instructions\n",
+    )
+    .unwrap();
+    let harness = root.join("harness.yaml");
+    fs::write(
+        &harness,
+        format!(
+            "runtime: codex\nprompt: \"please probe the sandbox\"\nagent:\n  model: mock-model\nenv:\n  OPENAI_BASE_URL: \"{}\"\niterations: {iterations}\ntimeout: 120s\nworkdir: workspace\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    Fixture {
+        _dir: dir,
+        harness,
+        state,
+    }
+}
+
+impl Fixture {
+    /// `pitcrew run` with the API key passed by name (kept on the host: the sandbox gets its
+    /// placeholder): its exit code and document.
+    fn run_status(&self) -> (Option<i32>, Value) {
+        pitcrew_run_status(
+            &self.harness,
+            &self.state,
+            &["--pass-env", "OPENAI_API_KEY"],
+            &[("OPENAI_API_KEY", KEY)],
+        )
+    }
+}
+
+/// Every text of a Responses request the model reads: `instructions` and each input item.
+fn model_visible(request: &Value) -> String {
+    format!("{}\n{}", request["instructions"], request["input"])
+}
+
+#[test]
+fn codex_runs_a_command_confined_as_the_agent_and_the_model_hears_it() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("exec_command", &[PROBE], exec));
+    server.require_key(KEY);
+    let fx = fixture(&server, 1);
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", KEY)],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    // The tools Codex offers: its shell and nothing pitcrew turned off (web search, skills).
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().or(t["type"].as_str()))
+        .collect();
+    assert!(tools.contains(&"exec_command"), "{tools:?}");
+    assert!(!tools.contains(&"web_search"), "{tools:?}");
+    let probe = last_tool_result(&requests[1]).expect("the second request carries the result");
+    // The command ran as the agent's uid, saw the placeholder and its fresh config dir.
+    assert!(
+        probe.contains("\n65534\n") || probe.contains("Output:\n65534"),
+        "{probe}"
+    );
+    assert!(
+        probe.contains("KEY=pitcrew-placeholder-OPENAI_API_KEY CODEX_HOME=/"),
+        "{probe}"
+    );
+    assert!(!probe.contains(KEY), "{probe}");
+    // pitcrew's confinement: no new privileges, a seccomp filter.
+    assert!(
+        probe.contains("NoNewPrivs:\t1") || probe.contains("NoNewPrivs:1"),
+        "{probe}"
+    );
+    // The host added the real key to each model request.
+    for headers in server.headers() {
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "authorization" && v == &format!("Bearer {KEY}")),
+            "{headers:?}"
+        );
+    }
+
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(output.contains(r#""type":"turn.completed""#), "{output}");
+    assert!(output.contains("the tool said:"), "{output}");
+    // Both model calls' tokens, as the model server reported them.
+    let usage = &record["usage"];
+    assert_eq!(usage["source"], "codex-json", "{record:#}");
+    assert_eq!(
+        [
+            &usage["input_tokens"],
+            &usage["output_tokens"],
+            &usage["cache_read_tokens"],
+        ],
+        [
+            2 * (PROMPT_TOKENS - CACHE_READ_TOKENS),
+            2 * OUTPUT_TOKENS,
+            2 * CACHE_READ_TOKENS,
+        ],
+        "{usage:#}"
+    );
+    // The argv pitcrew ran, the prompt hidden, and the release it found.
+    let argv: Vec<&str> = record["agent"]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(&argv[1..3], ["exec", "--json"], "{argv:?}");
+    assert_eq!(argv.last(), Some(&"<prompt>"), "{argv:?}");
+    assert!(argv.contains(&"--ignore-user-config"), "{argv:?}");
+    assert_eq!(
+        record["verification"]["agent"]["version"], CODEX_VERSION,
+        "{record:#}"
+    );
+}
+
+/// A model error Codex cannot get past fails the iteration, whatever Codex exits with.
+#[test]
+fn a_model_error_fails_the_codex_iteration() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Error {
+        status: 400,
+        message: "scripted model failure".into(),
+    });
+    let fx = fixture(&server, 1);
+    let (code, doc) = fx.run_status();
+    assert_ne!(code, Some(0), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_ne!(record["exit_code"], 0, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(
+        output.contains("turn.failed") && output.contains("scripted model failure"),
+        "{output}"
+    );
+}
+
+/// What iteration 1's agent plants everywhere Codex 0.169.1 would read instructions, skills or
+/// configuration from at its next start.
+const PLANT: &str = r#"set -e
+skill() { mkdir -p "$1/planted"; printf -- '---\nname: planted-%s\ndescription: PLANTED_SKILL_%s\n---\nx\n' "$2" "$2" > "$1/planted/SKILL.md"; }
+echo 'PLANTED_AGENTS_MD' >> AGENTS.md
+echo 'PLANTED_OVERRIDE_MD' > AGENTS.override.md
+mkdir -p .codex && printf 'developer_instructions = "PLANTED_PROJECT_CONFIG"\n' > .codex/config.toml
+skill .codex/skills repo; skill .agents/skills agents
+mkdir -p "$HOME/.codex" && printf 'developer_instructions = "PLANTED_HOME_CONFIG"\n' > "$HOME/.codex/config.toml"
+echo 'PLANTED_HOME_AGENTS' > "$HOME/.codex/AGENTS.md"
+skill "$HOME/.agents/skills" home
+printf 'developer_instructions = "PLANTED_CODEX_HOME_CONFIG"\n' > "$CODEX_HOME/config.toml"
+echo 'PLANTED_CODEX_HOME_AGENTS' > "$CODEX_HOME/AGENTS.md"
+skill "$CODEX_HOME/skills" codexhome
+echo planted"#;
+
+/// Nothing iteration 1 planted (in the workspace, `HOME` or `CODEX_HOME`) reaches the model in
+/// iteration 2, while the repository's own `AGENTS.md` does.
+#[test]
+fn attack_leftovers__what_codex_reads_at_start_is_never_what_an_earlier_iteration_wrote() {
+    if !gate() {
+        return;
+    }
+    let (record, seen) = plant_then_look(None);
+    assert!(!seen.contains("PLANTED_"), "{seen}");
+    assert!(seen.contains("UPLOADED_AGENTS_MARK"), "{seen}");
+    // The record names the context file Codex read and the ones set back.
+    let context = record["context_files"].to_string();
+    assert!(
+        context.contains("AGENTS.md") && context.contains("AGENTS.override.md"),
+        "{context}"
+    );
+    // The control: with the workspace's context files as they are, Codex reads the override
+    // the first iteration wrote (so the markers above would have been seen), and still none
+    // of the rest.
+    let (_, seen) = plant_then_look(Some("as-is"));
+    assert!(seen.contains("PLANTED_OVERRIDE_MD"), "{seen}");
+    let others = seen.replace("PLANTED_OVERRIDE_MD", "");
+    assert!(!others.contains("PLANTED_"), "{seen}");
+}
+
+/// Two iterations, the first running [`PLANT`], under `agent.context_files: context` (the
+/// harness default when `None`): the second iteration's record and what the model was given in
+/// it.
+fn plant_then_look(context: Option<&str>) -> (Value, String) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PLANT, "echo second"],
+        exec,
+    ));
+    let fx = fixture(&server, 2);
+    if let Some(context) = context {
+        let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+            "  model: mock-model\n",
+            &format!("  model: mock-model\n  context_files: {context}\n"),
+        );
+        fs::write(&fx.harness, yaml).unwrap();
+    }
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.lines().any(|l| l == "planted"), "{planted}");
+    let seen = requests[2..].iter().map(model_visible).collect();
+    (read_json(&iteration_dir(&doc, 2).join("result.json")), seen)
+}
+
+/// `codex exec --help` of the installed release lists exactly the options pitcrew's table
+/// classifies (`supervisor/src/env_policy/codex_options.rs`).
+#[test]
+fn the_codex_option_table_matches_the_installed_release() {
+    if !gate() {
+        return;
+    }
+    let out = std::process::Command::new("codex")
+        .args(["exec", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let mut listed: Vec<String> = Vec::new();
+    for line in help.lines() {
+        let line = line.trim_start();
+        if !line.starts_with('-') {
+            continue;
+        }
+        for word in line.split([',', ' ']).filter(|w| w.starts_with('-')) {
+            listed.push(word.to_string());
+        }
+    }
+    listed.sort();
+    listed.dedup();
+    let (_, table) = pitcrew_core::env_policy::codex_options::CODEX_RELEASES
+        .iter()
+        .find(|(v, _)| *v == CODEX_VERSION)
+        .unwrap();
+    let mut known: Vec<String> = table.iter().map(|o| o.name.to_string()).collect();
+    known.sort();
+    assert_eq!(listed, known, "{help}");
+}
