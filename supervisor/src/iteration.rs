@@ -570,6 +570,12 @@ fn launch_step(
         &extension_tools,
     )
     .map_err(|err| refused(observer, format!("argv: {err}")))?;
+    if manifest.runtime == crate::manifest::Runtime::Codex {
+        let etc = std::path::Path::new("/etc");
+        if let Some(reason) = crate::codex_system::system_config_problem(&manifest.user, etc) {
+            return Err(refused(observer, reason));
+        }
+    }
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
         .agent_cgroups

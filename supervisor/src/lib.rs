@@ -47,6 +47,8 @@
 //!   iteration without following a symlink.
 //! - `claude_user_settings` (Linux): Claude Code's user settings file made root's and
 //!   read-only before each launch, in a config dir whose sticky bit keeps it so.
+//! - `codex_system` (Unix): the Codex CLI's `/etc/codex` files, refused when the agent could
+//!   write them.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
@@ -66,6 +68,8 @@ pub mod claude_skills;
 #[cfg(target_os = "linux")]
 pub mod claude_user_settings;
 pub mod clock;
+#[cfg(unix)]
+pub mod codex_system;
 #[cfg(target_os = "linux")]
 pub mod context_files;
 #[cfg(unix)]
