@@ -166,6 +166,14 @@ impl Checker<'_> {
                 ),
                 _ => {}
             }
+            if runtime == Some(Runtime::Codex) && role == Some(PinRole::HookAdapter) {
+                self.problem(
+                    m.get_node("role").and_then(location),
+                    format!("{field}.role"),
+                    "runtime codex runs no hook adapter yet (pitcrew turns Codex's hooks off): \
+                     the harness would run without it; remove it or use runtime pi or claude",
+                );
+            }
             let to = m.get_node("to").and_then(|n| {
                 let to = self.string(n, &format!("{field}.to"))?;
                 let problem = match role {
@@ -276,6 +284,18 @@ pub(super) fn config_place_problem(to: &str, runtime: Option<Runtime>) -> Option
     }
     if let Some(long) = to.split('/').find(|c| c.len() > MAX_NAME) {
         return Some(format!("the name {long:?} is longer than {MAX_NAME} bytes"));
+    }
+    if runtime == Some(Runtime::Codex)
+        && to
+            .split('/')
+            .next_back()
+            .is_some_and(|name| name.ends_with("config.toml") || name == "hooks.json")
+    {
+        return Some(format!(
+            "{to:?}: pitcrew runs Codex with --ignore-user-config and its hooks off, so Codex \
+             would not read it; pitcrew sets Codex's configuration itself (agent.model, \
+             agent.tools, agent.context_files)"
+        ));
     }
     if runtime == Some(Runtime::Pi) && to.split('/').next() == Some("sessions") {
         return Some(format!(

@@ -1541,6 +1541,22 @@ fn codex_refuses_tools_plugins_and_skills_it_cannot_honour() {
     for field in ["agent.tools", "agent.args[0]", "plugins[0]", "skills[0]"] {
         assert!(fields.contains(&field), "{field}: {:?}", v.problems);
     }
+    // A hook adapter Codex would not run, a config it would not read.
+    std::fs::write(dir.path().join("hook.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(dir.path().join("c.toml"), "model = \"m\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "runtime: codex\nprompt: hi\nadapters:\n  - path: hook.sh\n    role: hook-adapter\n  - path: c.toml\n    role: config\n    to: config.toml\n",
+    )
+    .unwrap();
+    let adapters = validate(&file).unwrap();
+    let fields: Vec<&str> = adapters.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["adapters[0].role", "adapters[1].to"],
+        "{:?}",
+        adapters.problems
+    );
     let tools = v
         .problems
         .iter()
