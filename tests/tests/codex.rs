@@ -145,10 +145,9 @@ fn codex_runs_a_command_confined_as_the_agent_and_the_model_hears_it() {
     );
     assert!(!probe.contains(KEY), "{probe}");
     // pitcrew's confinement: no new privileges, a seccomp filter.
-    assert!(
-        probe.contains("NoNewPrivs:\t1") || probe.contains("NoNewPrivs:1"),
-        "{probe}"
-    );
+    for line in ["NoNewPrivs:\t1", "Seccomp:\t2"] {
+        assert!(probe.contains(line), "{line}: {probe}");
+    }
     // The host added the real key to each model request.
     for headers in server.headers() {
         assert!(
@@ -197,7 +196,8 @@ fn codex_runs_a_command_confined_as_the_agent_and_the_model_hears_it() {
     );
 }
 
-/// A model error Codex cannot get past fails the iteration, whatever Codex exits with.
+/// A model error Codex cannot get past fails the iteration: Codex 0.169.1 ends the turn with
+/// `turn.failed` and exits 1, the iteration's code.
 #[test]
 fn a_model_error_fails_the_codex_iteration() {
     if !gate() {
@@ -209,10 +209,10 @@ fn a_model_error_fails_the_codex_iteration() {
     });
     let fx = fixture(&server, 1);
     let (code, doc) = fx.run_status();
-    assert_ne!(code, Some(0), "{doc:#}");
+    assert_eq!(code, Some(1), "{doc:#}");
     let it = iteration_dir(&doc, 1);
     let record = read_json(&it.join("result.json"));
-    assert_ne!(record["exit_code"], 0, "{record:#}");
+    assert_eq!(record["exit_code"], 1, "{record:#}");
     let output = read_text(&it.join("output.jsonl"));
     assert!(
         output.contains("turn.failed") && output.contains("scripted model failure"),
@@ -319,4 +319,39 @@ fn the_codex_option_table_matches_the_installed_release() {
     let mut known: Vec<String> = table.iter().map(|o| o.name.to_string()).collect();
     known.sort();
     assert_eq!(listed, known, "{help}");
+}
+
+/// `agent.args` that would load configuration, grant project trust or bypass a sandbox are
+/// refused by `validate` and by `run` (nothing starts: the model server hears nothing), each
+/// named with its line, the release and why.
+#[test]
+fn attack_harness__codex_agent_args_never_load_config_or_grant_trust() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "  model: mock-model\n",
+        "  model: mock-model\n  args: [\"-c\", \"mcp_servers.x.command=\\\"sh\\\"\", \"--trust\", \"--dangerously-bypass-approvals-and-sandbox\"]\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    for option in [
+        "-c is an option of Codex CLI 0.169.1",
+        "--trust",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ] {
+        assert!(text.contains(option), "{option}: {text}");
+    }
+    let (code, doc) = fx.run_status();
+    assert_ne!(code, Some(0), "{doc:#}");
+    assert!(server.requests().is_empty(), "{:#?}", server.requests());
 }
