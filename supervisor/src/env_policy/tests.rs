@@ -731,6 +731,7 @@ fn attack_egress__dotenv_and_plugin_env_cannot_point_the_runtime_at_another_prox
 }
 
 #[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_env__codex_home_and_configuration_are_for_trusted_layers_only() {
     // CODEX_HOME is pinned (never the harness's); the rest of Codex's names, its CA file and
     // its provider variables only a trusted layer may set.
