@@ -31,7 +31,7 @@
 //!   config reset) and in each directory from the git root down to its cwd (the workdir), the
 //!   first of `AGENTS.override.md`, `AGENTS.md` (a symlink followed; never `CLAUDE.md`).
 //!   `none` passes `-c project_doc_max_bytes=0`, which drops the project's files; a pinned
-//!   `AGENTS.md` of the config dir is still read.
+//!   `AGENTS.md` of the config dir is still read, and named.
 //!
 //! The choices ([`ContextFiles`]): `as-is` reads what is there; `none` reads nothing;
 //! `uploaded` sets the workspace's context files back to the run's [`Baseline`] before launch.
@@ -772,6 +772,9 @@ pub fn prepare(
             pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
             return Ok(Some(prepared));
         }
+        // Codex under `none` still reads its `CODEX_HOME` (the config dir's pinned file):
+        // named below, the project's files not.
+        ContextFiles::None if manifest.runtime == Runtime::Codex => {}
         ContextFiles::None => return Ok(Some(prepared)),
         ContextFiles::AsIs => {
             prepared.record.git_status = manifest.runtime == Runtime::Claude;
@@ -785,7 +788,9 @@ pub fn prepare(
     match manifest.runtime {
         Runtime::Pi | Runtime::Codex => {
             let mut dirs = vec![(config.clone(), "config")];
-            dirs.extend(project_dirs(manifest));
+            if mode != ContextFiles::None {
+                dirs.extend(project_dirs(manifest));
+            }
             for (dir_path, scope) in dirs {
                 let dir = open_dir(&dir_path)?;
                 for name in names {

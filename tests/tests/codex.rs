@@ -259,6 +259,11 @@ fn attack_leftovers__what_codex_reads_at_start_is_never_what_an_earlier_iteratio
     assert!(seen.contains("PLANTED_OVERRIDE_MD"), "{seen}");
     let others = seen.replace("PLANTED_OVERRIDE_MD", "");
     assert!(!others.contains("PLANTED_"), "{seen}");
+    // `none`: not even the repository's own file.
+    let (record, seen) = plant_then_look(Some("none"));
+    assert!(!seen.contains("PLANTED_"), "{seen}");
+    assert!(!seen.contains("UPLOADED_AGENTS_MARK"), "{seen}");
+    assert_eq!(record["context_files"]["mode"], "none", "{record:#}");
 }
 
 /// Two iterations, the first running [`PLANT`], under `agent.context_files: context` (the
