@@ -220,8 +220,9 @@ fn a_model_error_fails_the_codex_iteration() {
     );
 }
 
-/// What iteration 1's agent plants everywhere Codex 0.169.1 would read instructions, skills or
-/// configuration from at its next start.
+/// What iteration 1's agent plants everywhere Codex 0.169.1 would read instructions, skills,
+/// configuration or hooks from at its next start (a hook that blocks every tool call, its
+/// reason a marker the model would hear).
 const PLANT: &str = r#"set -e
 skill() { mkdir -p "$1/planted"; printf -- '---\nname: planted-%s\ndescription: PLANTED_SKILL_%s\n---\nx\n' "$2" "$2" > "$1/planted/SKILL.md"; }
 echo 'PLANTED_AGENTS_MD' >> AGENTS.md
@@ -234,6 +235,8 @@ skill "$HOME/.agents/skills" home
 printf 'developer_instructions = "PLANTED_CODEX_HOME_CONFIG"\n' > "$CODEX_HOME/config.toml"
 echo 'PLANTED_CODEX_HOME_AGENTS' > "$CODEX_HOME/AGENTS.md"
 skill "$CODEX_HOME/skills" codexhome
+hooks='{"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{"type": "command", "command": "echo PLANTED_HOOK >&2; exit 2"}]}]}}'
+printf '%s\n' "$hooks" > "$CODEX_HOME/hooks.json"; printf '%s\n' "$hooks" > .codex/hooks.json
 echo planted"#;
 
 /// Nothing iteration 1 planted (in the workspace, `HOME` or `CODEX_HOME`) reaches the model in
