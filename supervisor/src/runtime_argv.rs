@@ -31,11 +31,11 @@
 //! - **codex**: `exec --json --skip-git-repo-check --ephemeral --ignore-user-config
 //!   --ignore-rules --strict-config --sandbox danger-full-access`, then Codex's configuration as
 //!   `-c` overrides and `--disable` features ([`CODEX_CONFIG`]: no analytics, plugins, hooks,
-//!   bundled or discovered skills, web search or shell snapshot; `project_doc_max_bytes=0` under
-//!   `context_files: none`), the model provider `pitcrew` when the agent's environment has an
-//!   `OPENAI_BASE_URL` (its value as `base_url`, Responses API, key from `OPENAI_API_KEY`), the
-//!   tools `agent.tools` leaves out turned off ([`CODEX_TOOLS`]), `--model`, `agent.args`, the
-//!   prompt last. `--ignore-user-config` keeps `$CODEX_HOME/config.toml` unread: everything
+//!   bundled or discovered skills, web search, shell snapshot or unbounded connection retries;
+//!   `project_doc_max_bytes=0` under `context_files: none`), the model provider `pitcrew` when
+//!   the agent's environment has an `OPENAI_BASE_URL` (its value as `base_url`, Responses API,
+//!   key from `OPENAI_API_KEY`), the tools `agent.tools` leaves out turned off
+//!   ([`CODEX_TOOLS`]), `--model`, `agent.args`, the prompt last. `--ignore-user-config` keeps `$CODEX_HOME/config.toml` unread: everything
 //!   Codex is configured with is in the argv the record shows. Codex's own sandbox is off:
 //!   pitcrew's confinement is the sandbox (docs/agent-support.md says why).
 //! - **command**: the binary and `agent.args`.
@@ -455,12 +455,15 @@ pub const CODEX_KEY_VAR: &str = "OPENAI_API_KEY";
 /// yet; none of the skills built into Codex and no list of the skills it discovers (in a
 /// repository's `.codex/skills` and `.agents/skills`, trusted or not, and in `~/.agents`): no
 /// skill reaches the model unverified; no web search (the provider's, past pitcrew's network);
-/// no shell snapshot (Codex would run the login shell's start-up files).
+/// no shell snapshot (Codex would run the login shell's start-up files); no unbounded
+/// connection retries (an unreachable model endpoint would have Codex wait for the network
+/// until the iteration's timeout; bounded, the turn fails after its 5 retries).
 pub const CODEX_CONFIG: &[(&str, &str)] = &[
     ("-c", "analytics.enabled=false"),
     ("--disable", "plugins"),
     ("--disable", "hooks"),
     ("--disable", "shell_snapshot"),
+    ("--disable", "unbounded_connection_retries"),
     ("-c", "skills.bundled.enabled=false"),
     ("-c", "skills.include_instructions=false"),
     ("-c", "web_search=\"disabled\""),

@@ -363,3 +363,33 @@ fn attack_harness__codex_agent_args_never_load_config_or_grant_trust() {
     assert_ne!(code, Some(0), "{doc:#}");
     assert!(server.requests().is_empty(), "{:#?}", server.requests());
 }
+
+/// A model endpoint nobody listens on fails the iteration once Codex's bounded retries are
+/// spent (`turn.failed`, exit 1); by default Codex 0.169.1 would wait for the network until
+/// the iteration's timeout.
+#[test]
+fn an_unreachable_model_fails_the_codex_iteration_instead_of_waiting() {
+    if !gate() {
+        return;
+    }
+    // A port that was free a moment ago: nothing answers there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace(&server.base_url(), &format!("http://127.0.0.1:{port}/v1"))
+        .replace("timeout: 120s", "timeout: 300s");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["agent"]["timed_out"], false, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(output.contains(r#""type":"turn.failed""#), "{output}");
+}
