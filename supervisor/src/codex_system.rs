@@ -1,5 +1,5 @@
-//! The Codex CLI's system configuration, `/etc/codex/{config,managed_config,requirements}.toml`,
-//! which Codex 0.169.1 reads at every start whatever its flags (`--ignore-user-config` skips
+//! The Codex CLI's system configuration, `/etc/codex/{config,managed_config,requirements}.toml`
+//! and the `hooks.json` beside them, which Codex 0.169.1 reads at every start whatever its flags (`--ignore-user-config` skips
 //! `$CODEX_HOME/config.toml` only). The image's own files there are the operator's; a file the
 //! agent could have written would be the agent's configuration for the next iteration (a model
 //! provider, MCP servers, hooks, a sandbox mode), unverified. So before every launch of Codex,
@@ -11,7 +11,12 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 /// The files Codex reads below its system directory.
-pub const SYSTEM_FILES: &[&str] = &["config.toml", "managed_config.toml", "requirements.toml"];
+pub const SYSTEM_FILES: &[&str] = &[
+    "config.toml",
+    "managed_config.toml",
+    "requirements.toml",
+    "hooks.json",
+];
 
 /// Whether `user` may write what `meta` describes (an entry of a directory it describes, for a
 /// directory): it owns it (and so may change its mode), or its group or other bits allow it.

@@ -30,9 +30,12 @@
 //!   `--model`, `agent.args`, `--dangerously-skip-permissions`, the prompt last.
 //! - **codex**: `exec --json --skip-git-repo-check --ephemeral --ignore-user-config
 //!   --ignore-rules --strict-config --sandbox danger-full-access`, then Codex's configuration as
-//!   `-c` overrides and `--disable` features ([`CODEX_CONFIG`]: no analytics, plugins, hooks,
-//!   bundled or discovered skills, web search, shell snapshot or unbounded connection retries;
-//!   `project_doc_max_bytes=0` under `context_files: none`), the model provider `pitcrew` when
+//!   `-c` overrides and `--disable` features ([`CODEX_CONFIG`]: no analytics, plugins, bundled
+//!   or discovered skills, web search, shell snapshot or unbounded connection retries;
+//!   `project_doc_max_bytes=0` under `context_files: none`), the hooks (`--disable hooks`, or,
+//!   when the harness pins `hooks.json` in the config dir, `--dangerously-bypass-hook-trust`:
+//!   pitcrew verified it, and no other hooks file is read: [`codex_hooks_pinned`]), the model
+//!   provider `pitcrew` when
 //!   the agent's environment has an `OPENAI_BASE_URL` (its value as `base_url`, Responses API,
 //!   key from `OPENAI_API_KEY`), the tools `agent.tools` leaves out turned off
 //!   ([`CODEX_TOOLS`]), `--model`, `agent.args`, the prompt last. `--ignore-user-config` keeps `$CODEX_HOME/config.toml` unread: everything
@@ -164,7 +167,7 @@ pub fn argv(
                 .iter()
                 .find(|(name, _)| name == CODEX_BASE_URL_VAR)
                 .map(|(_, value)| value.as_str());
-            codex_args(manifest, base_url, &mut v)?;
+            codex_args(manifest, dirs, base_url, &mut v)?;
         }
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
@@ -451,8 +454,7 @@ pub const CODEX_KEY_VAR: &str = "OPENAI_API_KEY";
 
 /// What every Codex run is configured with (0.169.1), beside the model provider: each a `-c`
 /// override or a `--disable` feature. No analytics (`analytics.enabled`) and no plugins (the
-/// marketplace would be fetched from GitHub); no hooks, since no verified adapter delivers them
-/// yet; none of the skills built into Codex and no list of the skills it discovers (in a
+/// marketplace would be fetched from GitHub); none of the skills built into Codex and no list of the skills it discovers (in a
 /// repository's `.codex/skills` and `.agents/skills`, trusted or not, and in `~/.agents`): no
 /// skill reaches the model unverified; no web search (the provider's, past pitcrew's network);
 /// no shell snapshot (Codex would run the login shell's start-up files); no unbounded
@@ -461,7 +463,6 @@ pub const CODEX_KEY_VAR: &str = "OPENAI_API_KEY";
 pub const CODEX_CONFIG: &[(&str, &str)] = &[
     ("-c", "analytics.enabled=false"),
     ("--disable", "plugins"),
-    ("--disable", "hooks"),
     ("--disable", "shell_snapshot"),
     ("--disable", "unbounded_connection_retries"),
     ("-c", "skills.bundled.enabled=false"),
@@ -494,7 +495,23 @@ fn toml_string(value: &str) -> String {
     out
 }
 
-fn codex_args(m: &Manifest, base_url: Option<&str>, v: &mut Vec<String>) -> Result<(), ArgvError> {
+/// Whether the harness pins `hooks.json` in Codex's config dir (`CODEX_HOME`): Codex 0.169.1
+/// loads it at start whatever `--ignore-user-config` says, and runs it once trusted. Pinned, it
+/// is verified before every launch (drift: exit 98) and the config reset removes every other
+/// file there; a repository's `.codex/hooks.json` is not loaded in an untrusted project, and
+/// plugins (whose hooks would run too) are off. So pitcrew passes
+/// `--dangerously-bypass-hook-trust` for it, and `--disable hooks` without it.
+pub fn codex_hooks_pinned(m: &Manifest, dirs: &RuntimeDirPaths) -> bool {
+    let hooks = format!("{}/hooks.json", dirs.config.trim_end_matches('/'));
+    m.files.iter().any(|f| f.path == hooks)
+}
+
+fn codex_args(
+    m: &Manifest,
+    dirs: &RuntimeDirPaths,
+    base_url: Option<&str>,
+    v: &mut Vec<String>,
+) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
     push(
         v,
@@ -512,6 +529,11 @@ fn codex_args(m: &Manifest, base_url: Option<&str>, v: &mut Vec<String>) -> Resu
     );
     for (option, value) in CODEX_CONFIG {
         push(v, &[option, value]);
+    }
+    if codex_hooks_pinned(m, dirs) {
+        push(v, &["--dangerously-bypass-hook-trust"]);
+    } else {
+        push(v, &["--disable", "hooks"]);
     }
     if m.agent.context_files == ContextFiles::None {
         push(v, &["-c", "project_doc_max_bytes=0"]);
@@ -620,11 +642,13 @@ mod tests {
             joined.starts_with(
                 "/c exec --json --skip-git-repo-check --ephemeral --ignore-user-config \
                  --ignore-rules --strict-config --sandbox danger-full-access -c \
-                 analytics.enabled=false --disable plugins --disable hooks"
+                 analytics.enabled=false --disable plugins"
             ),
             "{joined}"
         );
         assert!(joined.contains("-c project_doc_max_bytes=0"), "{joined}");
+        assert!(joined.contains("--disable hooks"), "{joined}");
+        assert!(!joined.contains("hook-trust"), "{joined}");
         assert!(
             got.contains(
                 &r#"model_providers.pitcrew.base_url="http://127.0.0.1:9/v\"1""#.to_string()
@@ -654,6 +678,20 @@ mod tests {
         bad.agent.args = vec!["-c".into(), "sandbox_mode=\"x\"".into()];
         let err = argv(&bad, Path::new("/c"), None, None, None, &[]).unwrap_err();
         assert!(matches!(err, ArgvError::AgentArgs(_)), "{err}");
+        // A pinned hooks.json in the config dir: hooks on, its trust pitcrew's verification.
+        let mut hooked = m.clone();
+        let config = m.runtime_dirs().config;
+        hooked.files =
+            vec![
+                serde_json::from_value(file(&format!("{config}/hooks.json"), "config", "verify"))
+                    .unwrap(),
+            ];
+        let with_hooks = argv(&hooked, Path::new("/c"), None, None, None, &[]).unwrap();
+        assert!(with_hooks.contains(&"--dangerously-bypass-hook-trust".to_string()));
+        assert!(
+            !with_hooks.join(" ").contains("--disable hooks"),
+            "{with_hooks:?}"
+        );
         let (shown, prompt) = recorded(&m, &got);
         assert_eq!(shown.last().map(String::as_str), Some("<prompt>"));
         assert_eq!(prompt.map(|p| p.bytes), Some(6));

@@ -101,6 +101,21 @@ impl Fixture {
     }
 }
 
+/// Pins `hooks.json` in Codex's config dir (`role: config`, `to: hooks.json`): a `PreToolUse`
+/// hook that blocks any command naming `FORBIDDEN`, telling the model why.
+fn pin_blocking_hooks(fx: &Fixture) {
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: config\n    to: hooks.json\n";
+    fs::write(&fx.harness, yaml).unwrap();
+}
+
 /// Every text of a Responses request the model reads: `instructions` and each input item.
 fn model_visible(request: &Value) -> String {
     format!("{}\n{}", request["instructions"], request["input"])
@@ -392,4 +407,88 @@ fn an_unreachable_model_fails_the_codex_iteration_instead_of_waiting() {
     assert_eq!(record["agent"]["timed_out"], false, "{record:#}");
     let output = read_text(&it.join("output.jsonl"));
     assert!(output.contains(r#""type":"turn.failed""#), "{output}");
+}
+
+/// A `hooks.json` the harness pins in Codex's config dir (`role: config`, `to: hooks.json`)
+/// is the one set of hooks Codex runs: its `PreToolUse` hook blocks a command and the model
+/// hears why, and the repository's own `.codex/hooks.json` does not run; pitcrew has Codex
+/// trust the verified file (`--dangerously-bypass-hook-trust`) in place of `--disable hooks`.
+#[test]
+fn a_pinned_hooks_json_blocks_a_command_and_codex_hears_why() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["mkdir -p output; echo FORBIDDEN > output/proof"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    pin_blocking_hooks(&fx);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    // The repository's own hooks are not run with it (an untrusted project).
+    let planted = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command", "command": "echo PLANTED_PROJECT_HOOK >&2; exit 2",
+    }]}]}});
+    fs::create_dir_all(root.join("workspace/.codex")).unwrap();
+    fs::write(
+        root.join("workspace/.codex/hooks.json"),
+        planted.to_string(),
+    )
+    .unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(result.contains("blocked by the verified hook"), "{result}");
+    assert!(!result.contains("PLANTED_PROJECT_HOOK"), "{result}");
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    let argv = record["agent"]["argv"].to_string();
+    assert!(argv.contains("--dangerously-bypass-hook-trust"), "{argv}");
+    assert!(!argv.contains(r#""--disable","hooks""#), "{argv}");
+}
+
+/// The agent replaces the pinned `hooks.json` in `CODEX_HOME` (its config dir, which Codex
+/// writes its state into) mid-iteration: Codex read its hooks at start, so the next
+/// `FORBIDDEN` command of the same run is still blocked.
+#[test]
+fn attack_runtime_tamper__a_hooks_json_rewritten_mid_iteration_never_turns_off_the_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        let outputs = request["input"].as_array().map_or(0, |i| {
+            i.iter()
+                .filter(|i| i["type"] == "function_call_output")
+                .count()
+        });
+        let cmd = match outputs {
+            0 => {
+                r#"mv "$CODEX_HOME/hooks.json" "$CODEX_HOME/was.json"; echo '{"hooks": {}}' > "$CODEX_HOME/hooks.json" && echo rewrote"#
+            }
+            1 => "mkdir -p output; echo FORBIDDEN > output/proof",
+            _ => return Reply::Text("done".into()),
+        };
+        Reply::ToolCall {
+            name: "exec_command".into(),
+            arguments: exec(cmd),
+        }
+    });
+    let fx = fixture(&server, 1);
+    pin_blocking_hooks(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let rewrote = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(rewrote.lines().any(|l| l == "rewrote"), "{rewrote}");
+    let blocked = last_tool_result(&requests[2]).unwrap_or_default();
+    assert!(
+        blocked.contains("blocked by the verified hook"),
+        "{blocked}"
+    );
+    assert!(!iteration_dir(&doc, 1).join("output/proof").exists());
 }

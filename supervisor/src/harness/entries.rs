@@ -170,8 +170,9 @@ impl Checker<'_> {
                 self.problem(
                     m.get_node("role").and_then(location),
                     format!("{field}.role"),
-                    "runtime codex runs no hook adapter yet (pitcrew turns Codex's hooks off): \
-                     the harness would run without it; remove it or use runtime pi or claude",
+                    "runtime codex runs no hook adapter of this kind: give Codex its hooks as \
+                     a config adapter placed at its hooks file (role: config, to: hooks.json), \
+                     which pitcrew verifies and has Codex trust",
                 );
             }
             let to = m.get_node("to").and_then(|n| {
@@ -285,16 +286,14 @@ pub(super) fn config_place_problem(to: &str, runtime: Option<Runtime>) -> Option
     if let Some(long) = to.split('/').find(|c| c.len() > MAX_NAME) {
         return Some(format!("the name {long:?} is longer than {MAX_NAME} bytes"));
     }
+    let name = to.split('/').next_back().unwrap_or_default();
     if runtime == Some(Runtime::Codex)
-        && to
-            .split('/')
-            .next_back()
-            .is_some_and(|name| name.ends_with("config.toml") || name == "hooks.json")
+        && (name.ends_with("config.toml") || (name == "hooks.json" && to != "hooks.json"))
     {
         return Some(format!(
-            "{to:?}: pitcrew runs Codex with --ignore-user-config and its hooks off, so Codex \
-             would not read it; pitcrew sets Codex's configuration itself (agent.model, \
-             agent.tools, agent.context_files)"
+            "{to:?}: Codex would not read it (pitcrew runs it with --ignore-user-config and \
+             sets its configuration itself: agent.model, agent.tools, agent.context_files; \
+             its hooks come from hooks.json at the top of its config dir)"
         ));
     }
     if runtime == Some(Runtime::Pi) && to.split('/').next() == Some("sessions") {

@@ -1557,6 +1557,17 @@ fn codex_refuses_tools_plugins_and_skills_it_cannot_honour() {
         "{:?}",
         adapters.problems
     );
+    // Codex's hooks: a config adapter at hooks.json, and only there.
+    std::fs::write(dir.path().join("hooks.json"), r#"{"hooks": {}}"#).unwrap();
+    for (to, ok) in [("hooks.json", true), ("sub/hooks.json", false)] {
+        std::fs::write(
+            &file,
+            format!("runtime: codex\nprompt: hi\nadapters:\n  - path: hooks.json\n    role: config\n    to: {to}\n"),
+        )
+        .unwrap();
+        let v = validate(&file).unwrap();
+        assert_eq!(v.is_ok(), ok, "{to}: {:?}", v.problems);
+    }
     let tools = v
         .problems
         .iter()
