@@ -492,3 +492,126 @@ fn attack_runtime_tamper__a_hooks_json_rewritten_mid_iteration_never_turns_off_t
     );
     assert!(!iteration_dir(&doc, 1).join("output/proof").exists());
 }
+
+/// The real key of this test process (two halves, [`pitcrew_e2e::model_secret`]).
+fn secret() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| pitcrew_e2e::model_secret("sk-codex-e2e-KEEP"))
+}
+
+/// The iteration's one command: what the agent has, then a search for [`secret`] in the
+/// sandbox ([`pitcrew_e2e::secret_scan`]).
+fn secret_probes() -> &'static [&'static str] {
+    pitcrew_e2e::secret_scan(
+        "sk-codex-e2e-KEEP",
+        "echo \"KEY=$OPENAI_API_KEY BASE=$OPENAI_BASE_URL\"",
+        "CODEX_HOME",
+    )
+}
+
+/// Codex gives every command its model runs its whole environment: the key passed with
+/// `--pass-env` must not be in it, nor anywhere else in the sandbox; a `.env` that would
+/// redirect the model traffic or set the key is refused; the host adds the key to each model
+/// request, and the records never hold it.
+#[test]
+fn attack_secrets__the_model_key_never_enters_codexs_sandbox() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        secret_probes(),
+        exec,
+    ));
+    server.require_key(secret());
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::write(
+        root.join("workspace/.env"),
+        "OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=sk-from-dotenv\nCODEX_HOME=/tmp\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "dotenv: .env\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", secret())],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(
+        out.contains("KEY=pitcrew-placeholder-OPENAI_API_KEY BASE=http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("SCAN_DONE rc="), "{out}");
+    assert!(
+        !out.contains("SCAN_DONE rc=124"),
+        "the scan timed out: {out}"
+    );
+    assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
+    for h in server.headers() {
+        assert!(
+            h.contains(&("authorization".into(), format!("Bearer {}", secret()))),
+            "{h:?}"
+        );
+    }
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let route = &record["network"]["model"];
+    assert_eq!(route["credentials"], json!(["OPENAI_API_KEY"]), "{route:#}");
+    assert_eq!(route["base_url_env"], "OPENAI_BASE_URL", "{route:#}");
+    let refused = record["env"]["dotenv_refused"].to_string();
+    for name in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME"] {
+        assert!(refused.contains(name), "{name}: {refused}");
+    }
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let mut stack = vec![run_dir];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = fs::read(&path).unwrap_or_default();
+                assert!(
+                    !bytes
+                        .windows(secret().len())
+                        .any(|w| w == secret().as_bytes()),
+                    "the record file {} holds the key",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The control of [`attack_secrets__the_model_key_never_enters_codexs_sandbox`]: under
+/// `network: open` the key passed with `--pass-env` enters the sandbox as it is, and the same
+/// probe finds it (so its finding nothing above means something).
+#[test]
+fn control_a_key_passed_to_codex_under_an_open_network_is_found_by_the_same_probe() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        secret_probes(),
+        exec,
+    ));
+    server.require_key(secret());
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "network: open\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", secret())],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(out.contains("FOUND env OPENAI_API_KEY="), "{out}");
+}
