@@ -615,3 +615,56 @@ fn control_a_key_passed_to_codex_under_an_open_network_is_found_by_the_same_prob
     let out = results.first().expect("the probe's result");
     assert!(out.contains("FOUND env OPENAI_API_KEY="), "{out}");
 }
+
+/// The runner's values (`--runner-env FULLSEND_*=…`) reach the verified hook Codex runs: it
+/// blocks the call naming the allowlist it was given, and the record names the variable
+/// `runner`, never its value.
+#[test]
+fn the_runner_env_reaches_codexs_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["mkdir -p output; echo RAN > output/proof"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "echo \"exec_command is not in the allowlist ${FULLSEND_TOOL_ALLOWLIST-unset}\" >&2; exit 2",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: config\n    to: hooks.json\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--pass-env",
+            "OPENAI_API_KEY",
+            "--runner-env",
+            "FULLSEND_TOOL_ALLOWLIST=read_file",
+        ],
+        &[("OPENAI_API_KEY", KEY)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(
+        result.contains("exec_command is not in the allowlist read_file"),
+        "{result}"
+    );
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(
+        record["env"]["layers"]["FULLSEND_TOOL_ALLOWLIST"], "runner",
+        "{record:#}"
+    );
+    assert!(!record.to_string().contains("read_file"), "{record:#}");
+}
