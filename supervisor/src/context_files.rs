@@ -27,6 +27,11 @@
 //!   model's context: no reset can take back what an iteration committed, so `uploaded` and
 //!   `none` turn it off (`CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`) and `as-is` names it in the
 //!   record (`git_status`).
+//! - **Codex CLI 0.169.1**: in `CODEX_HOME` (the config dir: pinned files only after the
+//!   config reset) and in each directory from the git root down to its cwd (the workdir), the
+//!   first of `AGENTS.override.md`, `AGENTS.md` (a symlink followed; never `CLAUDE.md`).
+//!   `none` passes `-c project_doc_max_bytes=0`, which drops the project's files; a pinned
+//!   `AGENTS.md` of the config dir is still read, and named.
 //!
 //! The choices ([`ContextFiles`]): `as-is` reads what is there; `none` reads nothing;
 //! `uploaded` sets the workspace's context files back to the run's [`Baseline`] before launch.
@@ -79,6 +84,10 @@ const PI_PROJECT_FILES: &[&str] = &["SYSTEM.md", "APPEND_SYSTEM.md", "settings.j
 fn reads_pi_project(manifest: &Manifest, version: Option<&str>) -> bool {
     manifest.runtime == Runtime::Pi && PiFeatures::of(version).reads_project_files
 }
+
+/// The names the Codex CLI tries in `CODEX_HOME` and in each project directory, in order
+/// (0.169.1: an `AGENTS.override.md` is read in place of the `AGENTS.md` beside it).
+const CODEX_NAMES: &[&str] = &["AGENTS.override.md", "AGENTS.md"];
 
 /// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
 const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
@@ -149,6 +158,7 @@ pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str]
         Runtime::Pi if PiFeatures::of(version).agents_override => PI_OVERRIDE_NAMES,
         Runtime::Pi => PI_NAMES,
         Runtime::Claude => CLAUDE_NAMES,
+        Runtime::Codex => CODEX_NAMES,
         Runtime::Command => &[],
     }
 }
@@ -177,7 +187,9 @@ fn project_dirs(manifest: &Manifest) -> Vec<(PathBuf, &'static str)> {
             dirs.push((workdir.to_path_buf(), "workdir"));
             dirs
         }
-        Runtime::Claude => vec![(workdir.to_path_buf(), "workdir")],
+        // Codex reads each directory from the git root down to its cwd: the workdir, which is
+        // the repository's root in a sandbox.
+        Runtime::Claude | Runtime::Codex => vec![(workdir.to_path_buf(), "workdir")],
         Runtime::Command => Vec::new(),
     }
 }
@@ -760,6 +772,9 @@ pub fn prepare(
             pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
             return Ok(Some(prepared));
         }
+        // Codex under `none` still reads its `CODEX_HOME` (the config dir's pinned file):
+        // named below, the project's files not.
+        ContextFiles::None if manifest.runtime == Runtime::Codex => {}
         ContextFiles::None => return Ok(Some(prepared)),
         ContextFiles::AsIs => {
             prepared.record.git_status = manifest.runtime == Runtime::Claude;
@@ -771,9 +786,11 @@ pub fn prepare(
     let config_dir = open_dir(&config)?;
     let read = &mut prepared.record.read;
     match manifest.runtime {
-        Runtime::Pi => {
+        Runtime::Pi | Runtime::Codex => {
             let mut dirs = vec![(config.clone(), "config")];
-            dirs.extend(project_dirs(manifest));
+            if mode != ContextFiles::None {
+                dirs.extend(project_dirs(manifest));
+            }
             for (dir_path, scope) in dirs {
                 let dir = open_dir(&dir_path)?;
                 for name in names {

@@ -452,6 +452,18 @@ pub const TRUSTED_ONLY_RULES: &[DenyRule] = &[
         "pi reads settings and models (which can run commands) from it (pinned for the pi runtime)",
     ),
     rule(
+        Exact("CODEX_HOME"),
+        "Codex reads config.toml, hooks, skills, rules and AGENTS.md from it (pinned for the codex runtime)",
+    ),
+    rule(
+        Exact("CODEX_CA_CERTIFICATE"),
+        "Codex trusts the certificate authorities of the file it names for its model connections",
+    ),
+    rule(
+        Prefix("CODEX_"),
+        "the Codex CLI's configuration (home, sandbox, network switches) is the operator's",
+    ),
+    rule(
         Prefix("PI_"),
         "pi's configuration (agent dir, offline mode, packages) is the operator's",
     ),
@@ -575,6 +587,7 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     rule(Exact("CLAUDE_CODE_SIMPLE"), PINNED),
     rule(Exact("CLAUDE_CODE_SAFE_MODE"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
+    rule(Exact("CODEX_HOME"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),
     rule(
@@ -615,6 +628,7 @@ pub const EGRESS_ENV_RULES: &[DenyRule] = &[
     rule(Exact("NODE_USE_ENV_PROXY"), PITCREW_PROXY),
     rule(Exact("NODE_EXTRA_CA_CERTS"), PITCREW_TLS),
     rule(Exact("SSL_CERT_FILE"), PITCREW_TLS),
+    rule(Exact("CODEX_CA_CERTIFICATE"), PITCREW_TLS),
     rule(Exact("SSL_CERT_DIR"), PITCREW_TLS),
     rule(Exact("REQUESTS_CA_BUNDLE"), PITCREW_TLS),
     rule(Exact("CURL_CA_BUNDLE"), PITCREW_TLS),
@@ -766,6 +780,7 @@ fn entry_problems(
 
 pub mod agent_args;
 pub mod claude_options;
+pub mod codex_options;
 pub mod pi_options;
 
 pub use agent_args::{agent_args_problems, Against, AgentArgProblem};

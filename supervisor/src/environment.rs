@@ -378,6 +378,16 @@ pub fn claude_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     ]
 }
 
+/// Pins for the Codex CLI.
+pub fn codex_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
+    vec![
+        // CODEX_HOME: replaces ~/.codex (config.toml, AGENTS.md, skills, hooks, rules, state);
+        // the config dir, emptied to the pinned files before every iteration (`dir_reset`), so
+        // nothing one iteration's Codex or agent wrote there is read by the next.
+        ("CODEX_HOME", dirs.config.clone()),
+    ]
+}
+
 /// The pins for Claude Code by `agent.context_files`. Under `uploaded` and `none`,
 /// `CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`: Claude Code otherwise puts a snapshot of the
 /// workdir's repository into the model's context at startup (its branch, `git status`, the
@@ -409,6 +419,7 @@ pub fn pinned_names() -> Vec<&'static str> {
         .into_iter()
         .chain(pi_pins(&dirs))
         .chain(claude_pins(&dirs))
+        .chain(codex_pins(&dirs))
         .chain(claude_context_pins(ContextFiles::None))
         .map(|(name, _)| name)
         .collect();
@@ -430,6 +441,7 @@ pub fn runner_pins(
             pins.extend(claude_pins(dirs));
             pins.extend(claude_context_pins(manifest.agent.context_files));
         }
+        Runtime::Codex => pins.extend(codex_pins(dirs)),
         Runtime::Command => {}
     }
     pins

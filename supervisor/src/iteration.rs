@@ -573,11 +573,18 @@ fn launch_step(
         dirs,
         &verified.binary,
         verified.version.as_deref(),
+        &env.env,
         verified.claude_md.as_deref(),
         verified.claude_settings.as_deref(),
         &extension_tools,
     )
     .map_err(|err| refused(observer, format!("argv: {err}")))?;
+    if manifest.runtime == crate::manifest::Runtime::Codex {
+        let etc = std::path::Path::new("/etc");
+        if let Some(reason) = crate::codex_system::system_config_problem(&manifest.user, etc) {
+            return Err(refused(observer, reason));
+        }
+    }
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
         .agent_cgroups

@@ -60,6 +60,7 @@ pub fn judge_within(runtime: Runtime, stdout: impl Read + Seek, bounds: Bounds) 
         Runtime::Command => None,
         Runtime::Pi => judge_pi(objects()),
         Runtime::Claude => judge_claude(objects()),
+        Runtime::Codex => judge_codex(objects()),
     }
 }
 
@@ -271,6 +272,36 @@ fn judge_claude(events: impl Iterator<Item = Value>) -> Option<String> {
     None
 }
 
+/// Codex `exec --json`: the last of its turn outcomes decides. `turn.completed` passes;
+/// `turn.failed` (its `error.message`) or a top-level `error` event after the last
+/// `turn.completed` fails. An `error` Codex recovers from (`Reconnecting... 2/5`) is followed
+/// by its turn's outcome; an `item.completed` of type `error` is a warning (`Model metadata …
+/// not found`) and is not read.
+fn judge_codex(events: impl Iterator<Item = Value>) -> Option<String> {
+    let mut last: Option<String> = None;
+    for event in events {
+        match event.get("type").and_then(Value::as_str) {
+            Some("turn.completed") => last = None,
+            Some("turn.failed") => {
+                let text = event
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("turn.failed");
+                last = Some(format!("judge: codex-turn-failed: {}", excerpt(text)));
+            }
+            Some("error") => {
+                let text = event
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error");
+                last = Some(format!("judge: codex-error: {}", excerpt(text)));
+            }
+            _ => {}
+        }
+    }
+    last
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,6 +429,36 @@ mod tests {
         assert_eq!(run(Runtime::Claude, &stream), None);
         let bad = [r#"{"type":"result","is_error":true}"#];
         assert_eq!(run(Runtime::Command, &bad), None);
+    }
+
+    #[test]
+    fn codex_turn_outcomes_decide() {
+        let ok = [
+            r#"{"type":"thread.started","thread_id":"t"}"#,
+            r#"{"type":"item.completed","item":{"id":"i","type":"error","message":"Model metadata for `m` not found"}}"#,
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"error","message":"Reconnecting... 2/5 (stream disconnected)"}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#,
+        ];
+        assert_eq!(run(Runtime::Codex, &ok), None);
+        let failed = [
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"error","message":"unexpected status 400: scripted model failure"}"#,
+            r#"{"type":"turn.failed","error":{"message":"unexpected status 400: scripted model failure"}}"#,
+        ];
+        let reason = run(Runtime::Codex, &failed).unwrap();
+        assert!(
+            reason.starts_with("judge: codex-turn-failed: unexpected status 400"),
+            "{reason}"
+        );
+        let error_last = [
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"error","message":"boom"}"#,
+        ];
+        assert_eq!(
+            run(Runtime::Codex, &error_last).as_deref(),
+            Some("judge: codex-error: boom")
+        );
     }
 
     #[test]

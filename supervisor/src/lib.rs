@@ -54,6 +54,8 @@
 //! - `model_http` (feature `host`): the model requests the host carries, each credential's
 //!   placeholder replaced by its value.
 //! - `root_guard` (Linux): the root-owned, read-only stand-ins both of those put in place.
+//! - `codex_system` (Unix): the Codex CLI's `/etc/codex` files, refused when the agent could
+//!   write them.
 //! - `server` (Linux): the long-lived mode (`serve`, `attach`): the control protocol server.
 //! - `sandbox` (Linux): the process side (signals, reaping, confinement, launch, supervision).
 //! - `harness` (feature `harness`): the YAML harness file and its validation.
@@ -73,6 +75,8 @@ pub mod claude_skills;
 #[cfg(target_os = "linux")]
 pub mod claude_user_settings;
 pub mod clock;
+#[cfg(unix)]
+pub mod codex_system;
 #[cfg(target_os = "linux")]
 pub mod context_files;
 #[cfg(unix)]

@@ -76,6 +76,8 @@ pub enum Runtime {
     Pi,
     /// Claude Code (`claude -p --output-format stream-json …`).
     Claude,
+    /// Codex CLI (`codex exec --json …`).
+    Codex,
     /// Any argv: `agent.binary` followed by `agent.args`.
     Command,
 }
@@ -86,15 +88,18 @@ impl Runtime {
         match self {
             Runtime::Pi => "pi",
             Runtime::Claude => "claude",
+            Runtime::Codex => "codex",
             Runtime::Command => "command",
         }
     }
 
-    /// The default agent binary name for this runtime (`pi`, `claude`); none for `command`.
+    /// The default agent binary name for this runtime (`pi`, `claude`, `codex`); none for
+    /// `command`.
     pub fn default_binary(self) -> Option<&'static str> {
         match self {
             Runtime::Pi => Some("pi"),
             Runtime::Claude => Some("claude"),
+            Runtime::Codex => Some("codex"),
             Runtime::Command => None,
         }
     }
@@ -644,6 +649,7 @@ impl Manifest {
         let config_name = match self.runtime {
             Runtime::Pi => "pi-config",
             Runtime::Claude => "claude-config",
+            Runtime::Codex => "codex-home",
             Runtime::Command => "config",
         };
         let config = dirs

@@ -672,6 +672,8 @@ pub enum UsageSource {
     /// Claude Code `--output-format stream-json`: its `result` event (or, without one, its
     /// assistant messages).
     ClaudeStreamJson,
+    /// Codex `exec --json`: its `turn.completed` events' `usage`.
+    CodexJson,
 }
 
 impl IterationResult {

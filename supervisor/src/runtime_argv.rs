@@ -28,6 +28,19 @@
 //!   (`<parent>/.pitcrew-claude-skills/<name>`, holding only `skills/<name>/` with a
 //!   `SKILL.md` derived from the verified one: nothing of the skills tree runs), `--agent`,
 //!   `--model`, `agent.args`, `--dangerously-skip-permissions`, the prompt last.
+//! - **codex**: `exec --json --skip-git-repo-check --ephemeral --ignore-user-config
+//!   --ignore-rules --strict-config --sandbox danger-full-access`, then Codex's configuration as
+//!   `-c` overrides and `--disable` features ([`CODEX_CONFIG`]: no analytics, plugins, bundled
+//!   or discovered skills, web search, shell snapshot or unbounded connection retries;
+//!   `project_doc_max_bytes=0` under `context_files: none`), the hooks (`--disable hooks`, or,
+//!   when the harness pins `hooks.json` in the config dir, `--dangerously-bypass-hook-trust`:
+//!   pitcrew verified it, and no other hooks file is read: [`codex_hooks_pinned`]), the model
+//!   provider `pitcrew` when
+//!   the agent's environment has an `OPENAI_BASE_URL` (its value as `base_url`, Responses API,
+//!   key from `OPENAI_API_KEY`), the tools `agent.tools` leaves out turned off
+//!   ([`CODEX_TOOLS`]), `--model`, `agent.args`, the prompt last. `--ignore-user-config` keeps `$CODEX_HOME/config.toml` unread: everything
+//!   Codex is configured with is in the argv the record shows. Codex's own sandbox is off:
+//!   pitcrew's confinement is the sandbox (docs/agent-support.md says why).
 //! - **command**: the binary and `agent.args`.
 //!
 //! `agent.args` of pi and claude is checked first against the release found in the sandbox
@@ -114,16 +127,19 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 /// The full argv (`argv[0]` = the resolved absolute binary) for the manifest's runtime, whose
 /// release is `version` when known ([`crate::runtime_version::detect`]); `agent.args` checked
 /// against that release first (against every supported one when it is unknown).
-/// `claude_md` is the workdir's `CLAUDE.md` the context step found for Claude Code
+/// `agent_env` is the environment the agent is launched with (Codex's model endpoint is its
+/// `OPENAI_BASE_URL`). `claude_md` is the workdir's `CLAUDE.md` the context step found for Claude Code
 /// ([`crate::context_files`]); `claude_settings` the settings derived from the pinned
 /// `claude-settings` file (`crate::claude_settings`), which Claude Code needs when one is
 /// pinned; `extension_tools` the tools the verified pi extensions register
 /// ([`extension_tools`]), added to a non-empty `agent.tools` for pi.
+#[allow(clippy::too_many_arguments)] // each input is a separate step's finding
 pub fn argv(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
     binary: &Path,
     version: Option<&str>,
+    agent_env: &[(String, String)],
     claude_md: Option<&str>,
     claude_settings: Option<&str>,
     extension_tools: &[String],
@@ -146,6 +162,13 @@ pub fn argv(
             &mut v,
         )?,
         Runtime::Claude => claude_args(manifest, claude_md, claude_settings, &mut v)?,
+        Runtime::Codex => {
+            let base_url = agent_env
+                .iter()
+                .find(|(name, _)| name == CODEX_BASE_URL_VAR)
+                .map(|(_, value)| value.as_str());
+            codex_args(manifest, dirs, base_url, &mut v)?;
+        }
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
     if let Some(index) = v.iter().position(|a| a.contains('\0')) {
@@ -165,7 +188,10 @@ pub fn argv(
 /// `agent.record_prompt`; and the prompt's place, length and SHA-256.
 pub fn recorded(manifest: &Manifest, argv: &[String]) -> (Vec<String>, Option<PromptRecord>) {
     let mut shown = argv.to_vec();
-    let carries_prompt = matches!(manifest.runtime, Runtime::Pi | Runtime::Claude);
+    let carries_prompt = matches!(
+        manifest.runtime,
+        Runtime::Pi | Runtime::Claude | Runtime::Codex
+    );
     let prompt = match (carries_prompt, shown.last_mut()) {
         (true, Some(last)) => {
             use sha2::Digest as _;
@@ -419,6 +445,131 @@ fn claude_args(
     Ok(())
 }
 
+/// The variable of the agent's environment whose value is the `base_url` of the model provider
+/// pitcrew gives Codex (as `ANTHROPIC_BASE_URL` is Claude Code's endpoint).
+pub const CODEX_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+
+/// The variable Codex reads the API key of pitcrew's model provider from.
+pub const CODEX_KEY_VAR: &str = "OPENAI_API_KEY";
+
+/// What every Codex run is configured with (0.169.1), beside the model provider: each a `-c`
+/// override or a `--disable` feature. No analytics (`analytics.enabled`) and no plugins (the
+/// marketplace would be fetched from GitHub); none of the skills built into Codex and no list of the skills it discovers (in a
+/// repository's `.codex/skills` and `.agents/skills`, trusted or not, and in `~/.agents`): no
+/// skill reaches the model unverified; no web search (the provider's, past pitcrew's network);
+/// no shell snapshot (Codex would run the login shell's start-up files); no unbounded
+/// connection retries (an unreachable model endpoint would have Codex wait for the network
+/// until the iteration's timeout; bounded, the turn fails after its 5 retries).
+pub const CODEX_CONFIG: &[(&str, &str)] = &[
+    ("-c", "analytics.enabled=false"),
+    ("--disable", "plugins"),
+    ("--disable", "shell_snapshot"),
+    ("--disable", "unbounded_connection_retries"),
+    ("-c", "skills.bundled.enabled=false"),
+    ("-c", "skills.include_instructions=false"),
+    ("-c", "web_search=\"disabled\""),
+];
+
+/// The tool names `agent.tools` may list for Codex, each with the features that turn it off
+/// when it is left out: `shell` is `exec_command` and `write_stdin`. Codex has no allowlist:
+/// its `request_user_input` tool (which `exec` answers itself) stays.
+pub const CODEX_TOOLS: &[(&str, &[&str])] = &[
+    ("shell", &["shell_tool", "unified_exec"]),
+    ("view_image", &["view_image"]),
+    ("goals", &["goals"]),
+    ("multi_agent", &["multi_agent"]),
+];
+
+/// A TOML basic string holding `value`.
+fn toml_string(value: &str) -> String {
+    let mut out = String::from("\"");
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Whether the harness pins `hooks.json` in Codex's config dir (`CODEX_HOME`): Codex 0.169.1
+/// loads it at start whatever `--ignore-user-config` says, and runs it once trusted. Pinned, it
+/// is verified before every launch (drift: exit 98) and the config reset removes every other
+/// file there; a repository's `.codex/hooks.json` is not loaded in an untrusted project, and
+/// plugins (whose hooks would run too) are off. So pitcrew passes
+/// `--dangerously-bypass-hook-trust` for it, and `--disable hooks` without it.
+pub fn codex_hooks_pinned(m: &Manifest, dirs: &RuntimeDirPaths) -> bool {
+    let hooks = format!("{}/hooks.json", dirs.config.trim_end_matches('/'));
+    m.files.iter().any(|f| f.path == hooks)
+}
+
+fn codex_args(
+    m: &Manifest,
+    dirs: &RuntimeDirPaths,
+    base_url: Option<&str>,
+    v: &mut Vec<String>,
+) -> Result<(), ArgvError> {
+    let prompt = prompt(m)?;
+    push(
+        v,
+        &[
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--ignore-user-config",
+            "--ignore-rules",
+            "--strict-config",
+            "--sandbox",
+            "danger-full-access",
+        ],
+    );
+    for (option, value) in CODEX_CONFIG {
+        push(v, &[option, value]);
+    }
+    if codex_hooks_pinned(m, dirs) {
+        push(v, &["--dangerously-bypass-hook-trust"]);
+    } else {
+        push(v, &["--disable", "hooks"]);
+    }
+    if m.agent.context_files == ContextFiles::None {
+        push(v, &["-c", "project_doc_max_bytes=0"]);
+    }
+    if let Some(url) = base_url {
+        let provider = [
+            ("model_provider", toml_string("pitcrew")),
+            ("model_providers.pitcrew.name", toml_string("pitcrew")),
+            ("model_providers.pitcrew.base_url", toml_string(url)),
+            ("model_providers.pitcrew.wire_api", toml_string("responses")),
+            (
+                "model_providers.pitcrew.env_key",
+                toml_string(CODEX_KEY_VAR),
+            ),
+        ];
+        for (key, value) in provider {
+            push(v, &["-c", &format!("{key}={value}")]);
+        }
+    }
+    if let Some(tools) = &m.agent.tools {
+        for (tool, features) in CODEX_TOOLS {
+            if !tools.iter().any(|t| t == tool) {
+                for feature in *features {
+                    push(v, &["--disable", feature]);
+                }
+            }
+        }
+    }
+    if let Some(model) = &m.agent.model {
+        push(v, &["--model", model]);
+    }
+    v.extend(m.agent.args.iter().cloned());
+    v.push(prompt.to_string());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +589,7 @@ mod tests {
             &m.runtime_dirs(),
             binary,
             version,
+            &[],
             claude_md,
             claude_settings,
             extension_tools,
@@ -461,6 +613,88 @@ mod tests {
 
     fn file(path: &str, role: &str, usage: &str) -> serde_json::Value {
         json!({"path": path, "role": role, "sha256": "b".repeat(64), "use": usage})
+    }
+
+    #[test]
+    fn codex_gets_its_configuration_the_provider_and_the_tools_left_out_turned_off() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "codex", "prompt": "fix it", "workdir": "/w",
+            "agent": {"binary": "codex", "model": "m1", "tools": ["shell"],
+                      "context_files": "none", "args": ["--color", "never"]},
+        }));
+        let env = [(
+            "OPENAI_BASE_URL".to_string(),
+            "http://127.0.0.1:9/v\"1".to_string(),
+        )];
+        let got = super::argv(
+            &m,
+            &m.runtime_dirs(),
+            Path::new("/c"),
+            None,
+            &env,
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
+        let joined = got.join(" ");
+        assert!(
+            joined.starts_with(
+                "/c exec --json --skip-git-repo-check --ephemeral --ignore-user-config \
+                 --ignore-rules --strict-config --sandbox danger-full-access -c \
+                 analytics.enabled=false --disable plugins"
+            ),
+            "{joined}"
+        );
+        assert!(joined.contains("-c project_doc_max_bytes=0"), "{joined}");
+        assert!(joined.contains("--disable hooks"), "{joined}");
+        assert!(!joined.contains("hook-trust"), "{joined}");
+        assert!(
+            got.contains(
+                &r#"model_providers.pitcrew.base_url="http://127.0.0.1:9/v\"1""#.to_string()
+            ),
+            "{got:?}"
+        );
+        assert!(joined.contains("--disable view_image --disable goals --disable multi_agent"));
+        assert!(!joined.contains("--disable shell_tool"), "{joined}");
+        assert!(
+            joined.ends_with("--model m1 --color never fix it"),
+            "{joined}"
+        );
+        // Without OPENAI_BASE_URL, Codex's own provider; a config option in agent.args is refused.
+        let plain = super::argv(
+            &m,
+            &m.runtime_dirs(),
+            Path::new("/c"),
+            None,
+            &[],
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
+        assert!(!plain.join(" ").contains("model_provider"), "{plain:?}");
+        let mut bad = m.clone();
+        bad.agent.args = vec!["-c".into(), "sandbox_mode=\"x\"".into()];
+        let err = argv(&bad, Path::new("/c"), None, None, None, &[]).unwrap_err();
+        assert!(matches!(err, ArgvError::AgentArgs(_)), "{err}");
+        // A pinned hooks.json in the config dir: hooks on, its trust pitcrew's verification.
+        let mut hooked = m.clone();
+        let config = m.runtime_dirs().config;
+        hooked.files =
+            vec![
+                serde_json::from_value(file(&format!("{config}/hooks.json"), "config", "verify"))
+                    .unwrap(),
+            ];
+        let with_hooks = argv(&hooked, Path::new("/c"), None, None, None, &[]).unwrap();
+        assert!(with_hooks.contains(&"--dangerously-bypass-hook-trust".to_string()));
+        assert!(
+            !with_hooks.join(" ").contains("--disable hooks"),
+            "{with_hooks:?}"
+        );
+        let (shown, prompt) = recorded(&m, &got);
+        assert_eq!(shown.last().map(String::as_str), Some("<prompt>"));
+        assert_eq!(prompt.map(|p| p.bytes), Some(6));
     }
 
     fn pi_manifest() -> serde_json::Value {

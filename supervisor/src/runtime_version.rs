@@ -5,7 +5,9 @@
 //! `claude`, a native executable) lies inside its package, whose `package.json` names the
 //! package and its version. Reading that file is one small read where `pi --version` would
 //! start Node every iteration, and it is the package's own statement, as root-owned as the
-//! binary it sits next to. A binary outside a known package has no version: the argv then
+//! binary it sits next to. The Codex CLI's native binary lies in its platform package
+//! (`vendor/<target>/bin/codex`), whose version carries the platform after the release
+//! (`0.169.1-linux-x64`). A binary outside a known package has no version: the argv then
 //! assumes the oldest supported release.
 
 use std::path::Path;
@@ -15,7 +17,25 @@ const PACKAGES: &[&str] = &[
     "@mariozechner/pi-coding-agent",
     "@earendil-works/pi-coding-agent",
     "@anthropic-ai/claude-code",
+    "@openai/codex",
 ];
+
+/// The version of a Codex platform package (`@openai/codex-linux-x64` is published as
+/// `@openai/codex` at `0.169.1-linux-x64`, and holds the native binary): the release without
+/// its platform suffix. Other versions are returned as they are.
+fn release_of(name: &str, version: String) -> String {
+    if name != "@openai/codex" {
+        return version;
+    }
+    let platform = ["-linux-", "-darwin-", "-win32-"]
+        .iter()
+        .filter_map(|os| version.rfind(os))
+        .max();
+    match platform {
+        Some(at) if !version[at + 1..].contains(['.', '+']) => version[..at].to_string(),
+        _ => version,
+    }
+}
 
 /// How many directories above the binary a `package.json` is looked for (pi 1.6's binary is
 /// `dist/bundle/cli.js`).
@@ -48,12 +68,11 @@ pub fn detect(binary: &Path) -> Option<String> {
         let Ok(package) = serde_json::from_slice::<Package>(&text) else {
             continue;
         };
-        if package
+        if let Some(name) = package
             .name
-            .as_deref()
-            .is_some_and(|name| PACKAGES.contains(&name))
+            .filter(|name| PACKAGES.contains(&name.as_str()))
         {
-            return package.version;
+            return package.version.map(|v| release_of(&name, v));
         }
     }
     None
@@ -147,6 +166,28 @@ mod tests {
         let bin = package(&other, "left-pad", "1.0.0", "bin/x");
         assert_eq!(detect(&bin), None);
         assert_eq!(detect(Path::new("/nonexistent/pi")), None);
+    }
+
+    #[test]
+    fn a_codex_platform_package_gives_its_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir
+            .path()
+            .join("codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::write(&bin, "").unwrap();
+        std::fs::write(
+            dir.path().join("codex-linux-x64/package.json"),
+            r#"{"name": "@openai/codex", "version": "0.169.1-linux-x64"}"#,
+        )
+        .unwrap();
+        assert_eq!(detect(&bin).as_deref(), Some("0.169.1"));
+        assert_eq!(
+            release_of("@openai/codex", "0.170.0-alpha.2".into()),
+            "0.170.0-alpha.2"
+        );
+        assert_eq!(release_of("@openai/codex", "0.170.0".into()), "0.170.0");
+        assert_eq!(release_of("x", "1.0.0-linux-x64".into()), "1.0.0-linux-x64");
     }
 
     #[test]

@@ -16,6 +16,10 @@
 //!   message id once (Claude repeats a message's usage in the event of each of its content
 //!   blocks, one after the other), and no cost.
 //!
+//! - Codex `exec --json`: the sum of the `usage` of its `turn.completed` events
+//!   (`input_tokens`, of them `cached_input_tokens`, `cache_write_input_tokens`,
+//!   `output_tokens`); no cost.
+//!
 //! The stream is the agent's to write, so this reads only the record file the capture wrote
 //! (at most its 1 GiB), once, front to back: lines longer than 16 MiB are skipped without being
 //! buffered, and a line whose leading `"type"` names an event without usage (pi's
@@ -60,6 +64,7 @@ pub fn usage_within(
         Runtime::Command => None,
         Runtime::Pi => pi(events(&[b"message_end", b"agent_end"])),
         Runtime::Claude => claude(events(&[b"assistant", b"result"])),
+        Runtime::Codex => codex(events(&[b"turn.completed"])),
     }
 }
 
@@ -273,6 +278,30 @@ fn claude(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
     tally.record(UsageSource::ClaudeStreamJson)
 }
 
+/// Codex `exec --json`: the sum of its `turn.completed` events' `usage`. Its `input_tokens`
+/// count the cached ones (`cached_input_tokens`) too, which the record counts apart.
+fn codex(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
+    let mut sum = Tally::default();
+    for event in events {
+        if event.get("type").and_then(Value::as_str) != Some("turn.completed") {
+            continue;
+        }
+        let Some(usage) = event.get("usage").filter(|u| u.is_object()) else {
+            continue;
+        };
+        let cached = count(usage, "cached_input_tokens");
+        sum.add(Tally {
+            input: count(usage, "input_tokens").saturating_sub(cached),
+            output: count(usage, "output_tokens"),
+            cache_read: cached,
+            cache_write: count(usage, "cache_write_input_tokens"),
+            cost: None,
+            reports: 1,
+        });
+    }
+    sum.record(UsageSource::CodexJson)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,6 +410,27 @@ mod tests {
             serde_json::json!({"input_tokens": 4, "output_tokens": 2, "cache_read_tokens": 0,
                 "cache_write_tokens": 0, "cost_usd": null, "source": "pi-json"})
         );
+    }
+
+    #[test]
+    fn codex_sums_its_completed_turns_cached_tokens_apart() {
+        let lines = [
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":20,"cached_input_tokens":6,"cache_write_input_tokens":1,"output_tokens":10,"reasoning_output_tokens":0}}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":0,"output_tokens":2}}"#,
+        ];
+        let u = run(Runtime::Codex, &lines).unwrap();
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cache_read_tokens,
+                u.cache_write_tokens,
+                u.output_tokens
+            ),
+            (19, 6, 1, 12)
+        );
+        assert_eq!((u.cost_usd, u.source), (None, UsageSource::CodexJson));
+        assert_eq!(run(Runtime::Codex, &[r#"{"type":"turn.failed"}"#]), None);
     }
 
     #[test]

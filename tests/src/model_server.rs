@@ -4,7 +4,10 @@
 //! - OpenAI chat completions (`POST /v1/chat/completions`), which pi speaks through a
 //!   `models.json` provider with `api: openai-completions`;
 //! - Anthropic Messages (`POST /v1/messages`, Claude Code with `ANTHROPIC_BASE_URL`), streamed,
-//!   or one JSON message when the request does not ask for a stream.
+//!   or one JSON message when the request does not ask for a stream;
+//! - OpenAI Responses (`POST /v1/responses`), which Codex speaks through a model provider with
+//!   `wire_api = "responses"`: `response.created`, one `response.output_item.done` (a `message`
+//!   or a `function_call`) and `response.completed` with the usage.
 //!
 //! The script is a function from the request's JSON body to a [`Reply`]. Every request body is
 //! kept, in arrival order, so a test can assert what the agent sent (tools offered, tool results),
@@ -53,7 +56,7 @@ struct Shared {
 }
 
 /// The usage every answer reports: prompt tokens (cache reads included), of them read from the
-/// prompt cache, and output tokens (both APIs); tokens written to the cache (Anthropic only:
+/// prompt cache, and output tokens (every API); tokens written to the cache (Anthropic only:
 /// `cache_creation_input_tokens`, besides the prompt tokens).
 pub const PROMPT_TOKENS: u64 = 10;
 /// See [`PROMPT_TOKENS`].
@@ -258,6 +261,7 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, shared: &Shared, scrip
         let api = match (request.method.as_str(), path) {
             ("POST", "/v1/chat/completions") => Some(Api::OpenAi),
             ("POST", "/v1/messages") => Some(Api::Anthropic),
+            ("POST", "/v1/responses") => Some(Api::Responses),
             _ => None,
         };
         shared
@@ -303,6 +307,9 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, shared: &Shared, scrip
                         "text/event-stream",
                         &chat_completion_events(&reply),
                     ),
+                    (_, Api::Responses) => {
+                        http_response("200 OK", "text/event-stream", &response_events(&reply))
+                    }
                     (_, Api::Anthropic) if body["stream"] == true => {
                         http_response("200 OK", "text/event-stream", &message_events(&reply))
                     }
@@ -323,7 +330,9 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>, shared: &Shared, scrip
 /// An HTTP error response in the shape of `api`'s error bodies.
 fn error_response(status: u16, message: &str, api: Api) -> String {
     let body = match api {
-        Api::OpenAi => json!({"error": {"message": message, "type": "invalid_request_error"}}),
+        Api::OpenAi | Api::Responses => {
+            json!({"error": {"message": message, "type": "invalid_request_error"}})
+        }
         Api::Anthropic => json!({
             "type": "error",
             "error": {"type": "invalid_request_error", "message": message},
@@ -341,6 +350,7 @@ fn error_response(status: u16, message: &str, api: Api) -> String {
 enum Api {
     OpenAi,
     Anthropic,
+    Responses,
 }
 
 fn http_response(status: &str, content_type: &str, body: &str) -> String {
@@ -398,6 +408,54 @@ fn chat_completion_events(reply: &Reply) -> String {
     let mut events: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
     events.push_str("data: [DONE]\n\n");
     events
+}
+
+/// The server-sent events of a streamed OpenAI Responses answer carrying `reply`: the output
+/// item (a `message` with `output_text`, or a `function_call` whose `arguments` is the JSON
+/// text) then `response.completed` with the usage.
+fn response_events(reply: &Reply) -> String {
+    let id = tool_use_id();
+    let item = match reply {
+        Reply::ToolCall { name, arguments } => json!({
+            "type": "function_call", "id": format!("fc_{id}"), "call_id": format!("call_{id}"),
+            "name": name, "arguments": arguments.to_string(), "status": "completed",
+        }),
+        Reply::Text(text) | Reply::Error { message: text, .. } => json!({
+            "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }),
+    };
+    let response = |status: &str| {
+        json!({"id": format!("resp_{id}"), "object": "response", "status": status,
+               "model": "mock-model", "output": []})
+    };
+    let mut completed = response("completed");
+    completed["output"] = json!([item.clone()]);
+    completed["usage"] = json!({
+        "input_tokens": PROMPT_TOKENS,
+        "input_tokens_details": {"cached_tokens": CACHE_READ_TOKENS},
+        "output_tokens": OUTPUT_TOKENS,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": PROMPT_TOKENS + OUTPUT_TOKENS,
+    });
+    let events = [
+        (
+            "response.created",
+            json!({"type": "response.created", "response": response("in_progress")}),
+        ),
+        (
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ),
+        (
+            "response.completed",
+            json!({"type": "response.completed", "response": completed}),
+        ),
+    ];
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
 }
 
 /// A tool-use id of its own for each tool call answered: Claude Code keeps one call of an id in
@@ -500,8 +558,26 @@ pub fn one_command_per_iteration(
 }
 
 /// The text of the last tool result in a model request, if any: the last `role: tool` message
-/// (OpenAI), or the last `tool_result` block of a user message (Anthropic).
+/// (OpenAI chat), the last `tool_result` block of a user message (Anthropic), or the last
+/// `function_call_output` input item (OpenAI Responses).
 pub fn last_tool_result(request: &Value) -> Option<String> {
+    if let Some(input) = request["input"].as_array() {
+        return input
+            .iter()
+            .rev()
+            .find(|item| item["type"] == "function_call_output")
+            .and_then(|item| match &item["output"] {
+                Value::String(text) => Some(text.clone()),
+                Value::Array(parts) => Some(
+                    parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(""),
+                ),
+                _ => None,
+            });
+    }
     let messages = request["messages"].as_array()?;
     let text = |content: &Value| match content {
         Value::String(text) => Some(text.clone()),
@@ -534,8 +610,14 @@ pub fn example_script(request: &Value) -> Reply {
     if let Some(result) = last_tool_result(request) {
         return Reply::Text(format!("the tool said: {result}"));
     }
-    // Anthropic Messages requests carry a top-level `system`; pi's OpenAI requests do not.
-    if request.get("system").is_some() {
+    // OpenAI Responses requests (Codex) carry `input`; Anthropic Messages requests a top-level
+    // `system`; pi's OpenAI chat requests neither.
+    if request.get("input").is_some() {
+        Reply::ToolCall {
+            name: "exec_command".into(),
+            arguments: json!({"cmd": "echo hello from the sandbox > hello.txt && cat hello.txt"}),
+        }
+    } else if request.get("system").is_some() {
         Reply::ToolCall {
             name: "Bash".into(),
             arguments: json!({
@@ -582,6 +664,50 @@ mod tests {
             last_tool_result(&json!({"messages": [{"role": "user", "content": "hi"}]})),
             None
         );
+        let responses = json!({"input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r3"},
+        ]});
+        assert_eq!(last_tool_result(&responses).as_deref(), Some("r3"));
+        let parts = json!({"input": [{"type": "function_call_output", "call_id": "c",
+            "output": [{"type": "input_text", "text": "r"}, {"type": "input_text", "text": "4"}]}]});
+        assert_eq!(last_tool_result(&parts).as_deref(), Some("r4"));
+        assert_eq!(last_tool_result(&json!({"input": []})), None);
+    }
+
+    #[test]
+    fn responses_events_carry_the_item_and_complete() {
+        let events = response_events(&Reply::ToolCall {
+            name: "exec_command".into(),
+            arguments: json!({"cmd": "id -u"}),
+        });
+        let data: Vec<Value> = events
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let types: Vec<_> = data.iter().map(|d| d["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        let item = &data[1]["item"];
+        assert_eq!(item["type"], "function_call");
+        assert_eq!(item["name"], "exec_command");
+        assert_eq!(item["arguments"], r#"{"cmd":"id -u"}"#);
+        assert!(data[2]["response"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("resp_"));
+        assert_eq!(data[2]["response"]["usage"]["output_tokens"], OUTPUT_TOKENS);
+        let text = response_events(&Reply::Text("hello".into()));
+        assert!(text.contains(r#""type":"output_text""#) && text.contains(r#""text":"hello""#));
+        assert!(text.starts_with("event: response.created\ndata: "));
     }
 
     #[test]

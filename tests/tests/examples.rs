@@ -1,5 +1,5 @@
 //! The examples run as an operator would run them: the quickstart (`runtime: command`), and the
-//! offline pi and Claude Code examples, each copied to a directory the agent's uid can read,
+//! offline pi, Claude Code and Codex examples, each copied to a directory the agent's uid can read,
 //! its model address pointed at a scripted model server on a free port (the examples name
 //! 8377), and `pitcrew run` on it.
 //!
@@ -76,6 +76,11 @@ fn validate_shows_each_examples_default_network_and_where_it_came_from() {
         (
             "claude",
             "  network: allow 127.0.0.1:8377 (env ANTHROPIC_BASE_URL)",
+            Some("127.0.0.1:8377"),
+        ),
+        (
+            "codex",
+            "  network: allow 127.0.0.1:8377 (env OPENAI_BASE_URL)",
             Some("127.0.0.1:8377"),
         ),
     ] {
@@ -182,6 +187,40 @@ fn the_claude_example_runs_offline() {
     assert_eq!(row["exit_code"], 0, "{doc:#}");
     assert_eq!(row["verified"], true, "{doc:#}");
     // The model's Bash call ran in the sandbox's workspace, and came back in the record.
+    let record = PathBuf::from(row["record_dir"].as_str().unwrap());
+    assert_eq!(
+        read_text(&record.join("workspace/hello.txt")),
+        "hello from the sandbox\n"
+    );
+    let results = server.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("hello from the sandbox")),
+        "{results:#?}"
+    );
+}
+
+#[test]
+fn the_codex_example_runs_offline() {
+    if !require_pid_namespaces()
+        || !prerequisite(
+            agent_version("codex").is_some(),
+            "needs the Codex CLI on PATH (scripts/install-agents)",
+        )
+    {
+        return;
+    }
+    let server = ModelServer::start(example_script);
+    let (_dir, harness, state) = prepared("codex", &server);
+    let doc = pitcrew_run(
+        &harness,
+        &state,
+        &["--pass-env", "OPENAI_API_KEY", "--collect-workspace"],
+        &[("OPENAI_API_KEY", "offline")],
+    );
+    let row = &doc["iterations"][0];
+    assert_eq!(row["exit_code"], 0, "{doc:#}");
+    assert_eq!(row["verified"], true, "{doc:#}");
+    // The model's exec_command call ran in the sandbox's workspace, and came back in the record.
     let record = PathBuf::from(row["record_dir"].as_str().unwrap());
     assert_eq!(
         read_text(&record.join("workspace/hello.txt")),

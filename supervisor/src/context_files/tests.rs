@@ -528,3 +528,54 @@ fn none_sets_back_pi_0_73s_project_prompts_and_leaves_the_context_files() {
     let p = prepare(&m, Some("1.6.0"), 3, None).unwrap().unwrap();
     assert_eq!(p.record.baseline_iteration, None);
 }
+
+#[test]
+fn codex_reads_the_override_first_and_under_none_only_its_config_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    fs::create_dir(dir.path().join("codex-home")).unwrap();
+    fs::write(dir.path().join("codex-home/AGENTS.md"), "global\n").unwrap();
+    fs::write(ws.join("AGENTS.md"), "agents\n").unwrap();
+    fs::write(ws.join("AGENTS.override.md"), "override\n").unwrap();
+    // Codex never reads a CLAUDE.md, nor the workdir's parents.
+    fs::write(ws.join("CLAUDE.md"), "claude\n").unwrap();
+    fs::write(dir.path().join("AGENTS.md"), "parent\n").unwrap();
+    let manifest = |context: &str| {
+        let v = json!({
+            "version": 1, "runtime": "codex",
+            "agent": {"binary": "codex", "context_files": context},
+            "prompt": "hi", "workdir": ws,
+        });
+        Manifest::from_json(v.to_string().as_bytes()).unwrap()
+    };
+    let named = |p: &Prepared| -> Vec<(String, String)> {
+        let root = dir.path().display().to_string();
+        p.record
+            .read
+            .iter()
+            .map(|r| (r.path[root.len()..].to_string(), r.scope.clone()))
+            .collect()
+    };
+    let p = prepare(&manifest("as-is"), Some("0.169.1"), 1, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        named(&p),
+        [
+            ("/codex-home/AGENTS.md".to_string(), "config".to_string()),
+            ("/ws/AGENTS.override.md".to_string(), "workdir".to_string()),
+        ]
+    );
+    let p = prepare(&manifest("none"), Some("0.169.1"), 1, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        named(&p),
+        [("/codex-home/AGENTS.md".to_string(), "config".to_string())]
+    );
+    assert_eq!(
+        names(Runtime::Codex, None),
+        ["AGENTS.override.md", "AGENTS.md"]
+    );
+}

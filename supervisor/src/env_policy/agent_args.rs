@@ -1,4 +1,4 @@
-//! What `agent.args` may carry for pi and Claude Code, per release.
+//! What `agent.args` may carry for pi, Claude Code and the Codex CLI, per release.
 //!
 //! pitcrew builds the runtime's argv itself: what it loads (the verified trees and files, each
 //! by its own option), the model, the tools, the output mode, the session directory, project
@@ -191,12 +191,13 @@ pub struct RuntimeOption {
     pub verdict: Verdict,
 }
 
-/// The supported releases of `runtime` (pi, claude), oldest first, each with its options sorted
+/// The supported releases of `runtime` (pi, claude, codex), oldest first, each with its options sorted
 /// by name; empty for `command`.
 pub fn releases(runtime: Runtime) -> &'static [(&'static str, &'static [RuntimeOption])] {
     match runtime {
         Runtime::Pi => super::pi_options::PI_RELEASES,
         Runtime::Claude => super::claude_options::CLAUDE_RELEASES,
+        Runtime::Codex => super::codex_options::CODEX_RELEASES,
         Runtime::Command => &[],
     }
 }
@@ -205,6 +206,7 @@ pub fn releases(runtime: Runtime) -> &'static [(&'static str, &'static [RuntimeO
 fn runtime_name(runtime: Runtime) -> &'static str {
     match runtime {
         Runtime::Claude => "Claude Code",
+        Runtime::Codex => "Codex CLI",
         _ => runtime.as_str(),
     }
 }
@@ -465,7 +467,7 @@ pub fn agent_args_doc() -> String {
     for why in Why::ALL {
         out.push_str(&format!("- **{}**: {}\n", why.label(), why.text()));
     }
-    for runtime in [Runtime::Pi, Runtime::Claude] {
+    for runtime in [Runtime::Pi, Runtime::Claude, Runtime::Codex] {
         let releases = releases(runtime);
         let name = runtime_name(runtime);
         out.push_str(&format!("\n### {name}\n\n| option |"));

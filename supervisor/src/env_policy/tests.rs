@@ -729,3 +729,27 @@ fn attack_egress__dotenv_and_plugin_env_cannot_point_the_runtime_at_another_prox
         .reason
         .contains("pitcrew sets the proxy"));
 }
+
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_env__codex_home_and_configuration_are_for_trusted_layers_only() {
+    // CODEX_HOME is pinned (never the harness's); the rest of Codex's names, its CA file and
+    // its provider variables only a trusted layer may set.
+    for name in ["CODEX_HOME", "codex_home"] {
+        assert!(untrusted_denial(name).is_some(), "{name}");
+        assert!(sandbox_env_reserved(name).is_some(), "{name}");
+    }
+    for name in [
+        "CODEX_CA_CERTIFICATE",
+        "CODEX_SANDBOX_NETWORK_DISABLED",
+        "CODEX_MANAGED_CONFIG_PATH",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+    ] {
+        assert!(untrusted_denial(name).is_some(), "{name}");
+        assert!(plugin_env_denial(name).is_some(), "{name}");
+    }
+    // The CA file changes TLS trust: pitcrew's egress decides it, not the harness.
+    assert!(harness_env_denial("CODEX_CA_CERTIFICATE").is_some());
+    assert!(harness_env_denial("OPENAI_BASE_URL").is_none());
+}

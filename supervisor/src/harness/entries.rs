@@ -166,6 +166,15 @@ impl Checker<'_> {
                 ),
                 _ => {}
             }
+            if runtime == Some(Runtime::Codex) && role == Some(PinRole::HookAdapter) {
+                self.problem(
+                    m.get_node("role").and_then(location),
+                    format!("{field}.role"),
+                    "runtime codex runs no hook adapter of this kind: give Codex its hooks as \
+                     a config adapter placed at its hooks file (role: config, to: hooks.json), \
+                     which pitcrew verifies and has Codex trust",
+                );
+            }
             let to = m.get_node("to").and_then(|n| {
                 let to = self.string(n, &format!("{field}.to"))?;
                 let problem = match role {
@@ -276,6 +285,16 @@ pub(super) fn config_place_problem(to: &str, runtime: Option<Runtime>) -> Option
     }
     if let Some(long) = to.split('/').find(|c| c.len() > MAX_NAME) {
         return Some(format!("the name {long:?} is longer than {MAX_NAME} bytes"));
+    }
+    let name = to.split('/').next_back().unwrap_or_default();
+    if runtime == Some(Runtime::Codex)
+        && (name.ends_with("config.toml") || (name == "hooks.json" && to != "hooks.json"))
+    {
+        return Some(format!(
+            "{to:?}: Codex would not read it (pitcrew runs it with --ignore-user-config and \
+             sets its configuration itself: agent.model, agent.tools, agent.context_files; \
+             its hooks come from hooks.json at the top of its config dir)"
+        ));
     }
     if runtime == Some(Runtime::Pi) && to.split('/').next() == Some("sessions") {
         return Some(format!(

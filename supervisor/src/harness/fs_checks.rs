@@ -334,6 +334,19 @@ impl Checker<'_> {
                     ),
                 );
             }
+            if h.runtime == Runtime::Codex {
+                // No Codex plugin is delivered yet: refused by name rather than skipped, so a
+                // harness never runs without what it names.
+                self.problem(
+                    at,
+                    &field,
+                    format!(
+                        "{}: runtime codex loads no plugin yet (pitcrew turns Codex's plugins \
+                         off); remove it or use runtime pi or claude",
+                        spec.name
+                    ),
+                );
+            }
             if spec.single_file {
                 if let Some(found) = self.plugin_file(h, spec, at, &field, out, progress) {
                     registered.push(found);
@@ -427,6 +440,18 @@ impl Checker<'_> {
                     at,
                     format!("skills[{i}]"),
                     format!("a second skills directory named {:?}", spec.name),
+                );
+            }
+            if h.runtime == Runtime::Codex {
+                self.problem(
+                    at,
+                    format!("skills[{i}]"),
+                    format!(
+                        "{}: runtime codex is given no skill yet (pitcrew turns off Codex's \
+                         skill list, so none the repository or an earlier iteration brings \
+                         reaches the model); remove it or use runtime pi or claude",
+                        spec.name
+                    ),
                 );
             }
             if h.runtime == Runtime::Claude {

@@ -211,6 +211,7 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     match h.runtime {
         Runtime::Command => {}
         Runtime::Claude => claude_default(h, &mut allowed, &mut notes),
+        Runtime::Codex => codex_default(h, &mut allowed, &mut notes),
         Runtime::Pi => {
             for (endpoint, source) in &pi.endpoints {
                 allowed.add(endpoint.clone(), source.clone());
@@ -305,6 +306,25 @@ fn claude_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
         ),
     }
 }
+
+/// The Codex CLI's default endpoint: its model provider's `base_url`, which pitcrew takes from
+/// `OPENAI_BASE_URL` ([`crate::runtime_argv::CODEX_BASE_URL_VAR`]), else OpenAI's API.
+fn codex_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
+    let var = crate::runtime_argv::CODEX_BASE_URL_VAR;
+    match h.env.get(var) {
+        Some(url) => env_url(url, var, allowed, notes),
+        None => allowed.add(
+            Endpoint {
+                host: CODEX_API_HOST.into(),
+                port: 443,
+            },
+            "the Codex CLI's API endpoint (OpenAI's)".into(),
+        ),
+    }
+}
+
+/// OpenAI's API host, where Codex sends its model requests without `OPENAI_BASE_URL`.
+const CODEX_API_HOST: &str = "api.openai.com";
 
 /// The endpoints pi's Azure provider takes from the environment over `models.json`
 /// (`AZURE_OPENAI_BASE_URL`, else `https://<AZURE_OPENAI_RESOURCE_NAME>.openai.azure.com`),
@@ -565,6 +585,7 @@ fn endpoint_variables(runtime: Runtime) -> &'static [&'static str] {
             "ANTHROPIC_FOUNDRY_BASE_URL",
         ],
         Runtime::Pi => &["AZURE_OPENAI_BASE_URL"],
+        Runtime::Codex => &["OPENAI_BASE_URL"],
         Runtime::Command => &[],
     }
 }

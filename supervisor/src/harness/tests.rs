@@ -70,11 +70,15 @@ fn runtime_and_adapter_use_names_are_the_enums_names() {
             .iter()
             .map(|p| (p.field.as_str(), p.message.as_str()))
             .collect::<Vec<_>>(),
-        [("runtime", "\"Pi\" is not a runtime (pi, claude or command)")]
+        [(
+            "runtime",
+            "\"Pi\" is not a runtime (pi, claude, codex or command)"
+        )]
     );
     for (name, runtime) in [
         ("pi", Runtime::Pi),
         ("claude", Runtime::Claude),
+        ("codex", Runtime::Codex),
         ("command", Runtime::Command),
     ] {
         let extra = if runtime == Runtime::Command {
@@ -1527,4 +1531,79 @@ fn keep_home_refuses_what_the_runtime_reads_at_startup() {
         v.problems
     );
     assert!(!v.problems.iter().any(|p| p.field == "keep_home[0]"));
+}
+
+#[test]
+fn codex_refuses_tools_plugins_and_skills_it_cannot_honour() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("sk")).unwrap();
+    std::fs::write(
+        dir.path().join("sk/SKILL.md"),
+        "---\nname: sk\ndescription: a skill\n---\nbody\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("plug/.claude-plugin")).unwrap();
+    std::fs::write(
+        dir.path().join("plug/.claude-plugin/plugin.json"),
+        r#"{"name": "plug"}"#,
+    )
+    .unwrap();
+    let file = dir.path().join("harness.yaml");
+    std::fs::write(
+        &file,
+        "runtime: codex\nprompt: hi\nagent:\n  tools: [shell, Bash]\n  args: [--trust]\nplugins:\n  - plug\nskills:\n  - sk\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    let fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
+    for field in ["agent.tools", "agent.args[0]", "plugins[0]", "skills[0]"] {
+        assert!(fields.contains(&field), "{field}: {:?}", v.problems);
+    }
+    // A hook adapter Codex would not run, a config it would not read.
+    std::fs::write(dir.path().join("hook.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(dir.path().join("c.toml"), "model = \"m\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "runtime: codex\nprompt: hi\nadapters:\n  - path: hook.sh\n    role: hook-adapter\n  - path: c.toml\n    role: config\n    to: config.toml\n",
+    )
+    .unwrap();
+    let adapters = validate(&file).unwrap();
+    let fields: Vec<&str> = adapters.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["adapters[0].role", "adapters[1].to"],
+        "{:?}",
+        adapters.problems
+    );
+    // Codex's hooks: a config adapter at hooks.json, and only there.
+    std::fs::write(dir.path().join("hooks.json"), r#"{"hooks": {}}"#).unwrap();
+    for (to, ok) in [("hooks.json", true), ("sub/hooks.json", false)] {
+        std::fs::write(
+            &file,
+            format!("runtime: codex\nprompt: hi\nadapters:\n  - path: hooks.json\n    role: config\n    to: {to}\n"),
+        )
+        .unwrap();
+        let v = validate(&file).unwrap();
+        assert_eq!(v.is_ok(), ok, "{to}: {:?}", v.problems);
+    }
+    let tools = v
+        .problems
+        .iter()
+        .find(|p| p.field == "agent.tools")
+        .unwrap();
+    assert!(tools.message.contains("\"Bash\""), "{}", tools.message);
+    // The default network: OpenAI's API, or the endpoint OPENAI_BASE_URL names.
+    let ok = check("runtime: codex\nprompt: hi\nagent:\n  tools: [shell]\n");
+    assert!(ok.is_ok(), "{:?}", ok.problems);
+    let network = ok.network().unwrap();
+    assert_eq!(
+        network.policy.allowed()[0].to_string(),
+        "api.openai.com:443"
+    );
+    let local =
+        check("runtime: codex\nprompt: hi\nenv:\n  OPENAI_BASE_URL: http://127.0.0.1:8377/v1\n");
+    assert_eq!(
+        local.network().unwrap().policy.allowed()[0].to_string(),
+        "127.0.0.1:8377"
+    );
 }

@@ -12,8 +12,9 @@
 use super::network::{Endpoint, NetworkPolicy};
 use serde::{Deserialize, Serialize};
 
-/// The base-URL variables a model listener may be pinned to: Claude Code's.
-pub const BASE_URL_VARS: &[&str] = &["ANTHROPIC_BASE_URL"];
+/// The base-URL variables a model listener may be pinned to: Claude Code's, and the one whose
+/// value pitcrew makes Codex's model provider `base_url` ([`crate::runtime_argv`]).
+pub const BASE_URL_VARS: &[&str] = &["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
 
 /// The most credentials one route names.
 pub const MAX_CREDENTIALS: usize = 16;

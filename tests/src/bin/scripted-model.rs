@@ -1,6 +1,6 @@
 //! `scripted-model [PORT]`: the scripted model server of the tests, for the offline examples
-//! (`examples/pi`, `examples/claude`): OpenAI chat completions for pi and Anthropic Messages for
-//! Claude Code on 127.0.0.1:PORT (default 8377, the port the examples name). Each iteration's
+//! (`examples/pi`, `examples/claude`): OpenAI chat completions for pi, Anthropic Messages for
+//! Claude Code and OpenAI Responses for the Codex CLI on 127.0.0.1:PORT (default 8377, the port the examples name). Each iteration's
 //! first request gets a tool call, the next the tool's result as text. Runs until killed.
 
 use pitcrew_e2e::model_server::{example_script, ModelServer, EXAMPLE_PORT};
@@ -10,8 +10,9 @@ const USAGE: &str = "\
 Usage: scripted-model [PORT]
 
 The scripted model server of pitcrew's tests, for the offline examples (examples/pi,
-examples/claude): OpenAI chat completions for pi and Anthropic Messages for Claude Code on
-127.0.0.1:PORT (default 8377, the port the examples name). Each iteration's first request gets a
+examples/claude): OpenAI chat completions for pi, Anthropic Messages for Claude Code and
+OpenAI Responses for the Codex CLI (POST /v1/responses) on 127.0.0.1:PORT (default 8377, the
+port the examples name). Each iteration's first request gets a
 tool call, the next the tool's result as text. Runs until killed (Ctrl-C).
 
 Options:

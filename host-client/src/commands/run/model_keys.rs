@@ -12,8 +12,10 @@
 //! of [`pitcrew_core::harness::PI_PROVIDER_URLS`]: the supervisor's own `models.json` gives that provider its model
 //! listener as `baseUrl`, and the host sends the requests to the provider's URL. Otherwise a
 //! key passed with `--pass-env` enters the sandbox as it is, said in a note ([`pi_note`]), and
-//! `--model-key` is refused. `command` has no model endpoint pitcrew knows: `--model-key` is
-//! refused.
+//! `--model-key` is refused. Codex's endpoint is the `base_url` of the model provider pitcrew
+//! gives it, `OPENAI_BASE_URL` (the harness `env:`'s, else `https://api.openai.com/v1`), pinned
+//! to the listener like Claude Code's. `command` has no model endpoint pitcrew knows:
+//! `--model-key` is refused.
 
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
@@ -32,6 +34,7 @@ pub const WELL_KNOWN: &[(Runtime, &str)] = &[
     (Runtime::Claude, "ANTHROPIC_AUTH_TOKEN"),
     (Runtime::Pi, "ANTHROPIC_API_KEY"),
     (Runtime::Pi, "OPENAI_API_KEY"),
+    (Runtime::Codex, "OPENAI_API_KEY"),
 ];
 
 /// What a run does with model credentials.
@@ -234,6 +237,15 @@ struct Route {
 fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<Route, String> {
     let (base_url_env, pi_provider, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), None, claude_url(h)?),
+        // pitcrew gives Codex a model provider whose base_url is OPENAI_BASE_URL's value.
+        Runtime::Codex => (
+            Some(pitcrew_core::runtime_argv::CODEX_BASE_URL_VAR),
+            None,
+            h.env
+                .get(pitcrew_core::runtime_argv::CODEX_BASE_URL_VAR)
+                .cloned()
+                .unwrap_or_else(|| CODEX_API_URL.to_string()),
+        ),
         // The mirror of a loopback endpoint carries the model connections (the agent's
         // requests already name it and its path), or the listener a built-in provider is
         // pointed at.
@@ -263,6 +275,9 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
         endpoint,
     })
 }
+
+/// Where Codex sends its model requests without `OPENAI_BASE_URL` (its own default).
+const CODEX_API_URL: &str = "https://api.openai.com/v1";
 
 /// Claude Code's base URL: the harness `env:`'s `ANTHROPIC_BASE_URL`, else Anthropic's API; a
 /// backend switched on (`CLAUDE_CODE_USE_BEDROCK`, …) signs its requests otherwise and is

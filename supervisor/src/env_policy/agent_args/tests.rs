@@ -24,7 +24,7 @@ fn refused(runtime: Runtime, against: Against<'_>, args: &[&str]) -> Vec<(usize,
 
 #[test]
 fn the_tables_are_sorted_and_every_release_knows_pitcrews_own_options() {
-    for runtime in [Runtime::Pi, Runtime::Claude] {
+    for runtime in [Runtime::Pi, Runtime::Claude, Runtime::Codex] {
         for (version, options) in releases(runtime) {
             assert!(
                 options.windows(2).all(|w| w[0].name < w[1].name),
@@ -455,4 +455,39 @@ fn agent_args_doc_in_agent_support_md_is_generated_from_the_tables() {
              and commit the result"
         );
     }
+}
+
+#[test]
+fn codex_refuses_what_loads_config_bypasses_its_sandbox_or_grants_trust() {
+    let all = Against::Supported;
+    let refused = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+        agent_args_problems(Runtime::Codex, all, &args)
+    };
+    for args in [
+        &["-c", "model_provider=\"x\""][..],
+        &["--config=mcp_servers.x.command=\"sh\""],
+        &["-p", "evil"],
+        &["--profile", "evil"],
+        &["--dangerously-bypass-approvals-and-sandbox"],
+        &["--dangerously-bypass-hook-trust"],
+        &["--trust"],
+        &["--add-dir", "/"],
+        &["-s", "danger-full-access"],
+        &["-sdanger-full-access"],
+        &["--enable", "hooks"],
+        &["-m", "gpt"],
+        &["--json"],
+        &["resume"],
+        &["--no-such-option"],
+    ] {
+        let problems = refused(args);
+        assert!(!problems.is_empty(), "{args:?} passed");
+    }
+    assert_eq!(refused(&["--color", "never"]), []);
+    let text = refused(&["--trust"])[0].1.to_string();
+    assert!(
+        text.contains("Codex CLI 0.169.1") && text.contains("trust"),
+        "{text}"
+    );
 }

@@ -22,10 +22,14 @@ const AGENT_KEYS: &[&str] = &[
 ];
 
 impl Checker<'_> {
-    /// `runtime:` (required): pi, claude or command.
+    /// `runtime:` (required): pi, claude, codex or command.
     pub(super) fn runtime_key(&mut self, node: &Node, top: &MarkedMappingNode) -> Option<Runtime> {
         let Some(n) = top.get_node("runtime") else {
-            self.problem(location(node), "runtime", "missing (pi, claude or command)");
+            self.problem(
+                location(node),
+                "runtime",
+                "missing (pi, claude, codex or command)",
+            );
             return None;
         };
         let name = self.string(n, "runtime")?;
@@ -34,7 +38,7 @@ impl Checker<'_> {
             self.problem(
                 location(n),
                 "runtime",
-                format!("{name:?} is not a runtime (pi, claude or command)"),
+                format!("{name:?} is not a runtime (pi, claude, codex or command)"),
             );
         }
         runtime
@@ -289,10 +293,14 @@ impl Checker<'_> {
     /// fewer tools than the harness meant (Claude Code, which only took `agent.tools` since it
     /// is passed as `--tools`, is the likely case).
     fn tool_names(&mut self, at: Option<Location>, runtime: Runtime, tools: &[String]) {
+        if runtime == Runtime::Codex {
+            self.codex_tool_names(at, tools);
+            return;
+        }
         let other_kind = |t: &String| match runtime {
             Runtime::Pi => t.starts_with(|c: char| c.is_ascii_uppercase()),
             Runtime::Claude => t.starts_with(|c: char| c.is_ascii_lowercase()),
-            Runtime::Command => false,
+            Runtime::Codex | Runtime::Command => false,
         };
         if let Some(name) = tools.iter().find(|t| other_kind(t)) {
             self.note(
@@ -311,13 +319,34 @@ impl Checker<'_> {
         }
     }
 
+    /// Codex has no tool allowlist: pitcrew turns off each tool group `agent.tools` leaves out
+    /// ([`crate::runtime_argv::CODEX_TOOLS`]), so a name that is none of them cannot be honoured.
+    fn codex_tool_names(&mut self, at: Option<Location>, tools: &[String]) {
+        let known: Vec<&str> = crate::runtime_argv::CODEX_TOOLS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        for name in tools.iter().filter(|t| !known.contains(&t.as_str())) {
+            self.problem(
+                at,
+                "agent.tools",
+                format!(
+                    "{name:?} is no tool pitcrew can give or take from codex: it has no \
+                     allowlist, and pitcrew turns off each of {} that the list leaves out \
+                     (request_user_input always stays)",
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+
     /// Skills reach the model only through a tool that reads them.
     fn skill_readers(&mut self, at: Option<Location>, runtime: Runtime, tools: &[String]) {
         let readers: &[&str] = match runtime {
             // pi 0.73.1 lists skills only with `read`; later versions with `bash` too.
             Runtime::Pi => &["read"],
             Runtime::Claude => &["Skill"],
-            Runtime::Command => &[],
+            Runtime::Codex | Runtime::Command => &[],
         };
         if !readers.is_empty() && !tools.iter().any(|t| readers.contains(&t.as_str())) {
             self.note(

@@ -1,0 +1,670 @@
+//! The real Codex CLI (`@openai/codex` from npm, its static native binary) supervised by
+//! `pitcrew-init`, driven by `pitcrew run` on the local engine, against the scripted model
+//! server of `pitcrew_e2e::model_server` (OpenAI Responses API) on 127.0.0.1: the model asks
+//! Codex's `exec_command` tool to run one command, which reports what the agent process sees.
+//!
+//! Needs root, PID namespaces and `codex` on `PATH` (`scripts/install-agents`, which `.ci/run`
+//! runs, links it as /usr/local/bin/codex); skipped otherwise, or a failure with
+//! `PITCREW_REQUIRE_E2E=1`.
+#![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
+
+use pitcrew_e2e::model_server::{
+    last_tool_result, one_command_per_iteration, ModelServer, Reply, CACHE_READ_TOKENS,
+    OUTPUT_TOKENS, PROMPT_TOKENS,
+};
+use pitcrew_e2e::{
+    agent_version, iteration_dir, pitcrew_run, pitcrew_run_status, prerequisite, read_json,
+    read_text, require_pid_namespaces,
+};
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+
+/// The Codex CLI release these tests run.
+const CODEX_VERSION: &str = "0.169.1";
+
+/// The key pitcrew's environment holds; the sandbox sees its placeholder only.
+const KEY: &str = "sk-e2e-real-key";
+
+fn gate() -> bool {
+    let version = agent_version("codex");
+    require_pid_namespaces()
+        && prerequisite(
+            version
+                .as_deref()
+                .is_some_and(|v| v == format!("codex-cli {CODEX_VERSION}")),
+            &format!(
+                "needs the Codex CLI {CODEX_VERSION} on PATH (scripts/install-agents), found {version:?}"
+            ),
+        )
+}
+
+/// `exec_command`'s arguments for `command`.
+fn exec(command: &str) -> Value {
+    json!({ "cmd": command })
+}
+
+/// What the model asks Codex to run: the agent's uid, the key and config dir it sees, and the
+/// confinement it runs under (Codex's own sandbox is off: pitcrew's confines it).
+const PROBE: &str = "id -u; \
+echo \"KEY=${OPENAI_API_KEY-unset} CODEX_HOME=${CODEX_HOME-unset}\"; \
+grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status";
+
+/// A harness for Codex with `OPENAI_BASE_URL` pointing at `server`, in a temp dir the agent's
+/// uid can read, its workspace holding `AGENTS.md`; and a state dir for `pitcrew`.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    harness: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(root.join("workspace")).unwrap();
+    fs::write(root.join("workspace/README.md"), "work\n").unwrap();
+    fs::write(
+        root.join("workspace/AGENTS.md"),
+        "UPLOADED_AGENTS_MARK: the repository's own instructions\n",
+    )
+    .unwrap();
+    let harness = root.join("harness.yaml");
+    fs::write(
+        &harness,
+        format!(
+            "runtime: codex\nprompt: \"please probe the sandbox\"\nagent:\n  model: mock-model\nenv:\n  OPENAI_BASE_URL: \"{}\"\niterations: {iterations}\ntimeout: 120s\nworkdir: workspace\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let state = root.join("state");
+    fs::create_dir(&state).unwrap();
+    Fixture {
+        _dir: dir,
+        harness,
+        state,
+    }
+}
+
+impl Fixture {
+    /// `pitcrew run` with the API key passed by name (kept on the host: the sandbox gets its
+    /// placeholder): its exit code and document.
+    fn run_status(&self) -> (Option<i32>, Value) {
+        pitcrew_run_status(
+            &self.harness,
+            &self.state,
+            &["--pass-env", "OPENAI_API_KEY"],
+            &[("OPENAI_API_KEY", KEY)],
+        )
+    }
+}
+
+/// Pins `hooks.json` in Codex's config dir (`role: config`, `to: hooks.json`): a `PreToolUse`
+/// hook that blocks any command naming `FORBIDDEN`, telling the model why.
+fn pin_blocking_hooks(fx: &Fixture) {
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "if grep -q FORBIDDEN; then echo 'blocked by the verified hook' >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: config\n    to: hooks.json\n";
+    fs::write(&fx.harness, yaml).unwrap();
+}
+
+/// Every text of a Responses request the model reads: `instructions` and each input item.
+fn model_visible(request: &Value) -> String {
+    format!("{}\n{}", request["instructions"], request["input"])
+}
+
+#[test]
+fn codex_runs_a_command_confined_as_the_agent_and_the_model_hears_it() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration("exec_command", &[PROBE], exec));
+    server.require_key(KEY);
+    let fx = fixture(&server, 1);
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", KEY)],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    // The tools Codex offers: its shell and nothing pitcrew turned off (web search, skills).
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().or(t["type"].as_str()))
+        .collect();
+    assert!(tools.contains(&"exec_command"), "{tools:?}");
+    assert!(!tools.contains(&"web_search"), "{tools:?}");
+    let probe = last_tool_result(&requests[1]).expect("the second request carries the result");
+    // The command ran as the agent's uid, saw the placeholder and its fresh config dir.
+    assert!(
+        probe.contains("\n65534\n") || probe.contains("Output:\n65534"),
+        "{probe}"
+    );
+    assert!(
+        probe.contains("KEY=pitcrew-placeholder-OPENAI_API_KEY CODEX_HOME=/"),
+        "{probe}"
+    );
+    assert!(!probe.contains(KEY), "{probe}");
+    // pitcrew's confinement: no new privileges, a seccomp filter.
+    for line in ["NoNewPrivs:\t1", "Seccomp:\t2"] {
+        assert!(probe.contains(line), "{line}: {probe}");
+    }
+    // The host added the real key to each model request.
+    for headers in server.headers() {
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "authorization" && v == &format!("Bearer {KEY}")),
+            "{headers:?}"
+        );
+    }
+
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(output.contains(r#""type":"turn.completed""#), "{output}");
+    assert!(output.contains("the tool said:"), "{output}");
+    // Both model calls' tokens, as the model server reported them.
+    let usage = &record["usage"];
+    assert_eq!(usage["source"], "codex-json", "{record:#}");
+    assert_eq!(
+        [
+            &usage["input_tokens"],
+            &usage["output_tokens"],
+            &usage["cache_read_tokens"],
+        ],
+        [
+            2 * (PROMPT_TOKENS - CACHE_READ_TOKENS),
+            2 * OUTPUT_TOKENS,
+            2 * CACHE_READ_TOKENS,
+        ],
+        "{usage:#}"
+    );
+    // The argv pitcrew ran, the prompt hidden, and the release it found.
+    let argv: Vec<&str> = record["agent"]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(&argv[1..3], ["exec", "--json"], "{argv:?}");
+    assert_eq!(argv.last(), Some(&"<prompt>"), "{argv:?}");
+    assert!(argv.contains(&"--ignore-user-config"), "{argv:?}");
+    assert_eq!(
+        record["verification"]["agent"]["version"], CODEX_VERSION,
+        "{record:#}"
+    );
+}
+
+/// A model error Codex cannot get past fails the iteration: Codex 0.169.1 ends the turn with
+/// `turn.failed` and exits 1, the iteration's code.
+#[test]
+fn a_model_error_fails_the_codex_iteration() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Error {
+        status: 400,
+        message: "scripted model failure".into(),
+    });
+    let fx = fixture(&server, 1);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["exit_code"], 1, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(
+        output.contains("turn.failed") && output.contains("scripted model failure"),
+        "{output}"
+    );
+}
+
+/// What iteration 1's agent plants everywhere Codex 0.169.1 would read instructions, skills,
+/// configuration or hooks from at its next start (a hook that blocks every tool call, its
+/// reason a marker the model would hear).
+const PLANT: &str = r#"set -e
+skill() { mkdir -p "$1/planted"; printf -- '---\nname: planted-%s\ndescription: PLANTED_SKILL_%s\n---\nx\n' "$2" "$2" > "$1/planted/SKILL.md"; }
+echo 'PLANTED_AGENTS_MD' >> AGENTS.md
+echo 'PLANTED_OVERRIDE_MD' > AGENTS.override.md
+mkdir -p .codex && printf 'developer_instructions = "PLANTED_PROJECT_CONFIG"\n' > .codex/config.toml
+skill .codex/skills repo; skill .agents/skills agents
+mkdir -p "$HOME/.codex" && printf 'developer_instructions = "PLANTED_HOME_CONFIG"\n' > "$HOME/.codex/config.toml"
+echo 'PLANTED_HOME_AGENTS' > "$HOME/.codex/AGENTS.md"
+skill "$HOME/.agents/skills" home
+printf 'developer_instructions = "PLANTED_CODEX_HOME_CONFIG"\n' > "$CODEX_HOME/config.toml"
+echo 'PLANTED_CODEX_HOME_AGENTS' > "$CODEX_HOME/AGENTS.md"
+skill "$CODEX_HOME/skills" codexhome
+hooks='{"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{"type": "command", "command": "echo PLANTED_HOOK >&2; exit 2"}]}]}}'
+printf '%s\n' "$hooks" > "$CODEX_HOME/hooks.json"; printf '%s\n' "$hooks" > .codex/hooks.json
+echo planted"#;
+
+/// Nothing iteration 1 planted (in the workspace, `HOME` or `CODEX_HOME`) reaches the model in
+/// iteration 2, while the repository's own `AGENTS.md` does.
+#[test]
+fn attack_leftovers__what_codex_reads_at_start_is_never_what_an_earlier_iteration_wrote() {
+    if !gate() {
+        return;
+    }
+    let (record, seen) = plant_then_look(None);
+    assert!(!seen.contains("PLANTED_"), "{seen}");
+    assert!(seen.contains("UPLOADED_AGENTS_MARK"), "{seen}");
+    // The record names the context file Codex read and the ones set back.
+    let context = record["context_files"].to_string();
+    assert!(
+        context.contains("AGENTS.md") && context.contains("AGENTS.override.md"),
+        "{context}"
+    );
+    // The control: with the workspace's context files as they are, Codex reads the override
+    // the first iteration wrote (so the markers above would have been seen), and still none
+    // of the rest.
+    let (_, seen) = plant_then_look(Some("as-is"));
+    assert!(seen.contains("PLANTED_OVERRIDE_MD"), "{seen}");
+    let others = seen.replace("PLANTED_OVERRIDE_MD", "");
+    assert!(!others.contains("PLANTED_"), "{seen}");
+    // `none`: not even the repository's own file.
+    let (record, seen) = plant_then_look(Some("none"));
+    assert!(!seen.contains("PLANTED_"), "{seen}");
+    assert!(!seen.contains("UPLOADED_AGENTS_MARK"), "{seen}");
+    assert_eq!(record["context_files"]["mode"], "none", "{record:#}");
+}
+
+/// Two iterations, the first running [`PLANT`], under `agent.context_files: context` (the
+/// harness default when `None`): the second iteration's record and what the model was given in
+/// it.
+fn plant_then_look(context: Option<&str>) -> (Value, String) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PLANT, "echo second"],
+        exec,
+    ));
+    let fx = fixture(&server, 2);
+    if let Some(context) = context {
+        let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+            "  model: mock-model\n",
+            &format!("  model: mock-model\n  context_files: {context}\n"),
+        );
+        fs::write(&fx.harness, yaml).unwrap();
+    }
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.lines().any(|l| l == "planted"), "{planted}");
+    let seen = requests[2..].iter().map(model_visible).collect();
+    (read_json(&iteration_dir(&doc, 2).join("result.json")), seen)
+}
+
+/// `codex exec --help` of the installed release lists exactly the options pitcrew's table
+/// classifies (`supervisor/src/env_policy/codex_options.rs`).
+#[test]
+fn the_codex_option_table_matches_the_installed_release() {
+    if !gate() {
+        return;
+    }
+    let out = std::process::Command::new("codex")
+        .args(["exec", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let mut listed: Vec<String> = Vec::new();
+    for line in help.lines() {
+        let line = line.trim_start();
+        if !line.starts_with('-') {
+            continue;
+        }
+        for word in line.split([',', ' ']).filter(|w| w.starts_with('-')) {
+            listed.push(word.to_string());
+        }
+    }
+    listed.sort();
+    listed.dedup();
+    let (_, table) = pitcrew_core::env_policy::codex_options::CODEX_RELEASES
+        .iter()
+        .find(|(v, _)| *v == CODEX_VERSION)
+        .unwrap();
+    let mut known: Vec<String> = table.iter().map(|o| o.name.to_string()).collect();
+    known.sort();
+    assert_eq!(listed, known, "{help}");
+}
+
+/// `agent.args` that would load configuration, grant project trust or bypass a sandbox are
+/// refused by `validate` and by `run` (nothing starts: the model server hears nothing), each
+/// named with its line, the release and why.
+#[test]
+fn attack_harness__codex_agent_args_never_load_config_or_grant_trust() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap().replace(
+        "  model: mock-model\n",
+        "  model: mock-model\n  args: [\"-c\", \"mcp_servers.x.command=\\\"sh\\\"\", \"--trust\", \"--dangerously-bypass-approvals-and-sandbox\"]\n",
+    );
+    fs::write(&fx.harness, yaml).unwrap();
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    for option in [
+        "-c is an option of Codex CLI 0.169.1",
+        "--trust",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ] {
+        assert!(text.contains(option), "{option}: {text}");
+    }
+    let (code, doc) = fx.run_status();
+    assert_ne!(code, Some(0), "{doc:#}");
+    assert!(server.requests().is_empty(), "{:#?}", server.requests());
+}
+
+/// A model endpoint nobody listens on fails the iteration once Codex's bounded retries are
+/// spent (`turn.failed`, exit 1); by default Codex 0.169.1 would wait for the network until
+/// the iteration's timeout.
+#[test]
+fn an_unreachable_model_fails_the_codex_iteration_instead_of_waiting() {
+    if !gate() {
+        return;
+    }
+    // A port that was free a moment ago: nothing answers there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace(&server.base_url(), &format!("http://127.0.0.1:{port}/v1"))
+        .replace("timeout: 120s", "timeout: 300s");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(1), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(record["agent"]["timed_out"], false, "{record:#}");
+    let output = read_text(&it.join("output.jsonl"));
+    assert!(output.contains(r#""type":"turn.failed""#), "{output}");
+}
+
+/// A `hooks.json` the harness pins in Codex's config dir (`role: config`, `to: hooks.json`)
+/// is the one set of hooks Codex runs: its `PreToolUse` hook blocks a command and the model
+/// hears why, and the repository's own `.codex/hooks.json` does not run; pitcrew has Codex
+/// trust the verified file (`--dangerously-bypass-hook-trust`) in place of `--disable hooks`.
+#[test]
+fn a_pinned_hooks_json_blocks_a_command_and_codex_hears_why() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["mkdir -p output; echo FORBIDDEN > output/proof"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    pin_blocking_hooks(&fx);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    // The repository's own hooks are not run with it (an untrusted project).
+    let planted = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command", "command": "echo PLANTED_PROJECT_HOOK >&2; exit 2",
+    }]}]}});
+    fs::create_dir_all(root.join("workspace/.codex")).unwrap();
+    fs::write(
+        root.join("workspace/.codex/hooks.json"),
+        planted.to_string(),
+    )
+    .unwrap();
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(result.contains("blocked by the verified hook"), "{result}");
+    assert!(!result.contains("PLANTED_PROJECT_HOOK"), "{result}");
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    let argv = record["agent"]["argv"].to_string();
+    assert!(argv.contains("--dangerously-bypass-hook-trust"), "{argv}");
+    assert!(!argv.contains(r#""--disable","hooks""#), "{argv}");
+}
+
+/// The agent replaces the pinned `hooks.json` in `CODEX_HOME` (its config dir, which Codex
+/// writes its state into) mid-iteration: Codex read its hooks at start, so the next
+/// `FORBIDDEN` command of the same run is still blocked.
+#[test]
+fn attack_runtime_tamper__a_hooks_json_rewritten_mid_iteration_never_turns_off_the_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        let outputs = request["input"].as_array().map_or(0, |i| {
+            i.iter()
+                .filter(|i| i["type"] == "function_call_output")
+                .count()
+        });
+        let cmd = match outputs {
+            0 => {
+                r#"mv "$CODEX_HOME/hooks.json" "$CODEX_HOME/was.json"; echo '{"hooks": {}}' > "$CODEX_HOME/hooks.json" && echo rewrote"#
+            }
+            1 => "mkdir -p output; echo FORBIDDEN > output/proof",
+            _ => return Reply::Text("done".into()),
+        };
+        Reply::ToolCall {
+            name: "exec_command".into(),
+            arguments: exec(cmd),
+        }
+    });
+    let fx = fixture(&server, 1);
+    pin_blocking_hooks(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let rewrote = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(rewrote.lines().any(|l| l == "rewrote"), "{rewrote}");
+    let blocked = last_tool_result(&requests[2]).unwrap_or_default();
+    assert!(
+        blocked.contains("blocked by the verified hook"),
+        "{blocked}"
+    );
+    assert!(!iteration_dir(&doc, 1).join("output/proof").exists());
+}
+
+/// The real key of this test process (two halves, [`pitcrew_e2e::model_secret`]).
+fn secret() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| pitcrew_e2e::model_secret("sk-codex-e2e-KEEP"))
+}
+
+/// The iteration's one command: what the agent has, then a search for [`secret`] in the
+/// sandbox ([`pitcrew_e2e::secret_scan`]).
+fn secret_probes() -> &'static [&'static str] {
+    pitcrew_e2e::secret_scan(
+        "sk-codex-e2e-KEEP",
+        "echo \"KEY=$OPENAI_API_KEY BASE=$OPENAI_BASE_URL\"",
+        "CODEX_HOME",
+    )
+}
+
+/// Codex gives every command its model runs its whole environment: the key passed with
+/// `--pass-env` must not be in it, nor anywhere else in the sandbox; a `.env` that would
+/// redirect the model traffic or set the key is refused; the host adds the key to each model
+/// request, and the records never hold it.
+#[test]
+fn attack_secrets__the_model_key_never_enters_codexs_sandbox() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        secret_probes(),
+        exec,
+    ));
+    server.require_key(secret());
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::write(
+        root.join("workspace/.env"),
+        "OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=sk-from-dotenv\nCODEX_HOME=/tmp\n",
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "dotenv: .env\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", secret())],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(
+        out.contains("KEY=pitcrew-placeholder-OPENAI_API_KEY BASE=http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("SCAN_DONE rc="), "{out}");
+    assert!(
+        !out.contains("SCAN_DONE rc=124"),
+        "the scan timed out: {out}"
+    );
+    assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
+    for h in server.headers() {
+        assert!(
+            h.contains(&("authorization".into(), format!("Bearer {}", secret()))),
+            "{h:?}"
+        );
+    }
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let route = &record["network"]["model"];
+    assert_eq!(route["credentials"], json!(["OPENAI_API_KEY"]), "{route:#}");
+    assert_eq!(route["base_url_env"], "OPENAI_BASE_URL", "{route:#}");
+    let refused = record["env"]["dotenv_refused"].to_string();
+    for name in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME"] {
+        assert!(refused.contains(name), "{name}: {refused}");
+    }
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    let mut stack = vec![run_dir];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = fs::read(&path).unwrap_or_default();
+                assert!(
+                    !bytes
+                        .windows(secret().len())
+                        .any(|w| w == secret().as_bytes()),
+                    "the record file {} holds the key",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The control of [`attack_secrets__the_model_key_never_enters_codexs_sandbox`]: under
+/// `network: open` the key passed with `--pass-env` enters the sandbox as it is, and the same
+/// probe finds it (so its finding nothing above means something).
+#[test]
+fn control_a_key_passed_to_codex_under_an_open_network_is_found_by_the_same_probe() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        secret_probes(),
+        exec,
+    ));
+    server.require_key(secret());
+    let fx = fixture(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "network: open\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &["--pass-env", "OPENAI_API_KEY"],
+        &[("OPENAI_API_KEY", secret())],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(out.contains("FOUND env OPENAI_API_KEY="), "{out}");
+}
+
+/// The runner's values (`--runner-env FULLSEND_*=…`) reach the verified hook Codex runs: it
+/// blocks the call naming the allowlist it was given, and the record names the variable
+/// `runner`, never its value.
+#[test]
+fn the_runner_env_reaches_codexs_verified_hook() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["mkdir -p output; echo RAN > output/proof"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    fs::create_dir_all(root.join("adapters")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "echo \"exec_command is not in the allowlist ${FULLSEND_TOOL_ALLOWLIST-unset}\" >&2; exit 2",
+    }]}]}});
+    fs::write(root.join("adapters/hooks.json"), hooks.to_string()).unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + "adapters:\n  - path: adapters/hooks.json\n    role: config\n    to: hooks.json\n";
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--pass-env",
+            "OPENAI_API_KEY",
+            "--runner-env",
+            "FULLSEND_TOOL_ALLOWLIST=read_file",
+        ],
+        &[("OPENAI_API_KEY", KEY)],
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let result = last_tool_result(&requests[1]).expect("the tool's result");
+    assert!(
+        result.contains("exec_command is not in the allowlist read_file"),
+        "{result}"
+    );
+    let it = iteration_dir(&doc, 1);
+    assert!(!it.join("output/proof").exists(), "the blocked command ran");
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(
+        record["env"]["layers"]["FULLSEND_TOOL_ALLOWLIST"], "runner",
+        "{record:#}"
+    );
+    assert!(!record.to_string().contains("read_file"), "{record:#}");
+}
