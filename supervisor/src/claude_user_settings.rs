@@ -29,9 +29,8 @@
 use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
 use crate::root_guard;
 pub use crate::root_guard::Guard;
-use rustix::fs::Mode;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsFd as _, BorrowedFd};
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
 /// The name of Claude Code's user settings file in its config dir.
@@ -134,44 +133,10 @@ pub fn protect(
     let config = Path::new(&dirs.config);
     let dir = root_guard::make_sticky(config, manifest.user.gid)?;
     for (name, guard) in GUARDED {
-        guard_one(manifest, dir.as_fd(), config, name, *guard)?;
+        root_guard::put_unless_pinned(manifest, dir.as_fd(), config, name, *guard)?;
         record.guarded.push(name.to_string());
     }
     Ok(Some(record))
-}
-
-/// Puts `guard` in place of `name` in the config dir `dir` (at `config`), unless it is one
-/// already or the harness pins something there: a pinned directory is made root's and not
-/// writable by group or others, a pinned file is verification's.
-fn guard_one(
-    manifest: &Manifest,
-    dir: BorrowedFd<'_>,
-    config: &Path,
-    name: &str,
-    guard: Guard,
-) -> Result<(), String> {
-    let path = config.join(name);
-    let pinned = manifest
-        .files
-        .iter()
-        .any(|f| Path::new(&f.path).starts_with(&path));
-    if pinned {
-        return match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st)
-                if rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    == rustix::fs::FileType::Directory =>
-            {
-                let fd = root_guard::open_dir_at(dir, name, &path)?;
-                rustix::fs::fchown(&fd, Some(rustix::fs::Uid::ROOT), None)
-                    .map_err(|e| format!("{}: chown: {e}", path.display()))?;
-                let mode = st.st_mode & 0o755;
-                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
-                    .map_err(|e| format!("{}: chmod: {e}", path.display()))
-            }
-            _ => Ok(()),
-        };
-    }
-    root_guard::put(dir, config, name, guard)
 }
 
 /// The names of [`GUARDED`] in the config dir `config` that hold the supervisor's guard: a

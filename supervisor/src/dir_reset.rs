@@ -69,8 +69,12 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
         .collect();
     // The supervisor's own read-only guards in Claude Code's config dir, put there before the
     // last launch: kept, so that no record names them as removed.
-    if manifest.runtime == crate::manifest::Runtime::Claude {
-        pinned.extend(crate::claude_user_settings::guards_present(config));
+    match manifest.runtime {
+        crate::manifest::Runtime::Claude => {
+            pinned.extend(crate::claude_user_settings::guards_present(config))
+        }
+        crate::manifest::Runtime::Pi => pinned.extend(crate::pi_config::guards_present(config)),
+        _ => {}
     }
     // pi's models.json of the supervisor's (a model route's pi_provider): written anew before
     // each launch, kept here so that no record names it as removed.

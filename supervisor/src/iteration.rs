@@ -261,6 +261,9 @@ fn prepare(
     // made root's, the agent unable to create one it would load mid-iteration.
     record.claude_config = crate::claude_user_settings::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("claude-config: {err}")))?;
+    // pi's the same way (pi reads auth.json there again while it runs).
+    record.pi_config = crate::pi_config::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("pi-config: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     // pi's built-in provider pointed at the model listener (its key stays on the host).

@@ -49,6 +49,9 @@
 //!   read-only before each launch, in a config dir whose sticky bit keeps it so.
 //! - `home_guard` (Linux): Node's global module folders in `HOME` made root's empty
 //!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
+//! - `pi_config` (Linux): pi's credentials, catalogs and settings in its config dir made root's
+//!   and read-only before each launch, in a config dir whose sticky bit keeps them so (pi
+//!   0.87.1 and 1.6.0 read `auth.json` there again while they run).
 //! - `pi_model_route`: pi's built-in provider pointed at the supervisor's model listener by a
 //!   `models.json` of the supervisor's, so that its key stays on the host.
 //! - `model_http` (feature `host`): the model requests the host carries, each credential's
@@ -99,6 +102,8 @@ pub mod logging;
 pub mod manifest;
 #[cfg(feature = "host")]
 pub mod model_http;
+#[cfg(target_os = "linux")]
+pub mod pi_config;
 #[cfg(unix)]
 pub mod pi_model_route;
 pub mod plugin_format;

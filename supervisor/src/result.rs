@@ -73,6 +73,11 @@ pub struct IterationResult {
     /// other runtimes, and when the iteration stopped before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_config: Option<crate::claude_user_settings::ClaudeConfigRecord>,
+    /// pi's config dir during the iteration: the names pi reads there that were root's and
+    /// read-only to the agent (absent for other runtimes, a supervisor that is not root, and
+    /// when the iteration stopped before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_config: Option<crate::pi_config::PiConfigRecord>,
     /// Node's global module folders in `HOME` that were root's empty directories while the
     /// agent ran (`.node_modules`, `.node_libraries`; absent when the supervisor is not root or
     /// the agent is, and when the iteration stopped before).
@@ -699,6 +704,7 @@ impl IterationResult {
             supervisor_restored: None,
             workspace_config: Vec::new(),
             claude_config: None,
+            pi_config: None,
             home_guarded: Vec::new(),
             context_files: None,
             verification: None,

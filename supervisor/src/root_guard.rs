@@ -13,6 +13,7 @@
 //! All of it needs root: a supervisor that is not root cannot own a file the agent cannot
 //! replace, and its callers leave their directories alone.
 
+use crate::manifest::Manifest;
 use crate::sandbox::nofollow;
 use rustix::fs::{FileType, Gid, Mode, OFlags, Uid};
 use std::io::{Read as _, Write as _};
@@ -82,6 +83,40 @@ pub fn put(dir: BorrowedFd<'_>, path: &Path, name: &str, guard: Guard) -> Result
                 .map_err(|e| format!("{}: chmod: {e}", at.display()))
         }
     }
+}
+
+/// Puts `guard` in place of `name` in the config dir `dir` (at `config`), unless it is one
+/// already or the manifest pins something there: a pinned directory is made root's and not
+/// writable by group or others, a pinned file is verification's.
+pub fn put_unless_pinned(
+    manifest: &Manifest,
+    dir: BorrowedFd<'_>,
+    config: &Path,
+    name: &str,
+    guard: Guard,
+) -> Result<(), String> {
+    let path = config.join(name);
+    let pinned = manifest
+        .files
+        .iter()
+        .any(|f| Path::new(&f.path).starts_with(&path));
+    if pinned {
+        return match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st)
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Directory =>
+            {
+                let fd = open_dir_at(dir, name, &path)?;
+                rustix::fs::fchown(&fd, Some(rustix::fs::Uid::ROOT), None)
+                    .map_err(|e| format!("{}: chown: {e}", path.display()))?;
+                let mode = st.st_mode & 0o755;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| format!("{}: chmod: {e}", path.display()))
+            }
+            _ => Ok(()),
+        };
+    }
+    put(dir, config, name, guard)
 }
 
 /// Opens the directory `name` in `dir` (at `path`, for the error) without following a symlink.

@@ -353,12 +353,15 @@ fn verified_extension(pi: Pi) {
         assert!(output.contains("tool_execution_end"), "{output}");
         assert!(output.contains("the tool said:"), "{output}");
     }
-    // What pi wrote into its config dir in the first iteration (its `auth.json`, the session)
-    // is gone before the second is verified; the pinned files stay and verify.
+    // What pi wrote into its config dir in the first iteration (the session) is gone before
+    // the second is verified; the pinned files stay and verify, and `auth.json`, which pi
+    // would write too, is the supervisor's root-owned `{}` (kept, not removed).
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
     let reset = second["config_reset"]["paths"].to_string();
-    assert!(reset.contains("\"auth.json\""), "{second:#}");
+    assert!(!reset.contains("\"auth.json\""), "{second:#}");
     assert!(reset.contains("sessions/"), "{second:#}");
+    let guarded = second["pi_config"]["guarded"].to_string();
+    assert!(guarded.contains("\"auth.json\""), "{second:#}");
 }
 
 /// What the agent plants in the first iteration: an extension pi would auto-discover in the
@@ -399,9 +402,13 @@ fn planted_extensions(pi: Pi) {
     // The planted files are there (the workspace persists), and none of them was loaded.
     assert!(results[1].contains("NOTHING_LOADED"), "{results:?}");
     assert!(results[1].contains("evil.ts"), "{results:?}");
+    // The agent dir's `extensions` is the supervisor's empty root-owned directory: the plant
+    // there failed, and nothing of it is left to remove.
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
+    let guarded = second["pi_config"]["guarded"].to_string();
+    assert!(guarded.contains("\"extensions\""), "{second:#}");
     let reset = second["config_reset"]["paths"].to_string();
-    assert!(reset.contains("extensions"), "{second:#}");
+    assert!(!reset.contains("evil.ts"), "{second:#}");
     // The project settings pi 0.73 still merges whatever its flags are set back before the
     // second iteration (`agent.context_files: uploaded`, the default: the workspace had none),
     // so no record names them as read. Later releases, run with `--no-approve`, read none of
@@ -2710,9 +2717,10 @@ fn plant_auth_command() -> Value {
 /// `!command` key for the provider pi is talking to, and the model asks again. pi must not run
 /// the command: it would be the agent's code started by the runtime itself, outside every tool
 /// call a hook adapter sees (here: with no shell tool at all), named nowhere in the record.
-/// pi 0.73.1 reads `auth.json` once, at startup, before any tool runs (and the config reset
-/// removes it before the next iteration). Seen: pi 0.87.1 and 1.6.0 read it again for the next
-/// request and run the command (`output/AUTH_COMMAND_RAN` is in the record).
+/// pi 0.73.1 reads `auth.json` once, at startup, before any tool runs; pi 0.87.1 and 1.6.0 read
+/// it again for the next request and ran the command (`output/AUTH_COMMAND_RAN` was in the
+/// record) until the config dir was made root's with the sticky bit and `auth.json` a
+/// root-owned `{}` (`pi_config`).
 fn auth_command_same_iteration(pi: Pi) {
     if !pi.gate() {
         return;
@@ -2733,7 +2741,11 @@ fn auth_command_same_iteration(pi: Pi) {
     assert_eq!(doc["exit_code"], 0, "{doc:#}");
     let results = server.tool_results();
     assert_eq!(results.len(), 1, "{results:?}");
-    assert!(results[0].contains("Successfully"), "{results:?}");
+    // `auth.json` is a root-owned `{}` in a sticky config dir: the write is refused.
+    assert!(results[0].contains("EACCES"), "{results:?}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let guarded = record["pi_config"]["guarded"].to_string();
+    assert!(guarded.contains("\"auth.json\""), "{record:#}");
     assert!(
         !iteration_dir(&doc, 1)
             .join("output/AUTH_COMMAND_RAN")
@@ -2748,12 +2760,10 @@ mod attack_runtime_tamper__an_auth_json_command_the_agent_writes_never_runs_in_p
         super::auth_command_same_iteration(super::PI_0_73)
     }
     #[test]
-    #[ignore = "break: pi 0.87.1 re-reads auth.json from its agent dir (the config dir the agent writes) and runs a !command key as the runtime"]
     fn pi_0_87_1() {
         super::auth_command_same_iteration(super::PI_0_87)
     }
     #[test]
-    #[ignore = "break: pi 1.6.0 re-reads auth.json from its agent dir (the config dir the agent writes) and runs a !command key as the runtime"]
     fn pi_1_6_0() {
         super::auth_command_same_iteration(super::PI_1_6)
     }
