@@ -11,8 +11,11 @@
 //!
 //! - `HOME` is made root's, group the agent's, mode `1770`: the agent still creates whatever it
 //!   likes there, but the sticky bit keeps it from removing or renaming root's entries;
-//! - each of Node's global folders ([`GUARDED`]) is a root-owned empty directory, mode `0555`
-//!   ([`crate::root_guard`]), so a lookup there finds nothing;
+//! - each of Node's global folders is a root-owned empty directory, mode `0555`
+//!   ([`crate::root_guard`]), so a lookup there finds nothing; and the start-up files a
+//!   verified hook's tools read from `HOME` (`~/.jq`, `~/.curlrc`, `~/.wgetrc`, `~/.npmrc`:
+//!   [`GUARDED`]) are root-owned empty files, so that the agent cannot write, say, the `jq`
+//!   definitions a hook deciding with `jq` would run;
 //! - no directory above `HOME` may let the agent replace `HOME` itself (a directory it owns, or
 //!   one its groups or everyone may write without the sticky bit): Node takes the folders' paths
 //!   from `HOME` when it starts, so a `HOME` renamed away and made anew would be the agent's.
@@ -32,10 +35,17 @@ use crate::sandbox::nofollow;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
-/// Node's global module folders in `HOME`, each kept an empty directory of root's.
+/// What in `HOME` the tools of verified code read without being asked, each kept a guard of
+/// root's: Node's global module folders (an empty directory), and the start-up files of `jq`
+/// (definitions put before every program), `curl` and `wget` (options for every transfer) and
+/// `npm` (`node-options`, `script-shell`: programs every `npm`/`npx` runs), each an empty file.
 pub const GUARDED: &[(&str, Guard)] = &[
     (".node_modules", Guard::Empty),
     (".node_libraries", Guard::Empty),
+    (".jq", Guard::EmptyFile),
+    (".curlrc", Guard::EmptyFile),
+    (".wgetrc", Guard::EmptyFile),
+    (".npmrc", Guard::EmptyFile),
 ];
 
 /// Makes `HOME` root's with the sticky bit and puts an empty root-owned directory in place of
@@ -155,23 +165,46 @@ mod tests {
         let m = manifest(&tmp.path().join("work"), &home);
         assert!(guards_present(&home).is_empty());
         let guarded = protect(&m, &m.runtime_dirs()).unwrap();
-        assert_eq!(guarded, [".node_modules", ".node_libraries"]);
+        assert_eq!(
+            guarded,
+            [
+                ".node_modules",
+                ".node_libraries",
+                ".jq",
+                ".curlrc",
+                ".wgetrc",
+                ".npmrc"
+            ]
+        );
         let meta = std::fs::metadata(&home).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (0, 65534));
         assert_eq!(meta.permissions().mode() & 0o7777, 0o1770);
-        for (name, _) in GUARDED {
+        for (name, guard) in GUARDED {
             let meta = std::fs::symlink_metadata(home.join(name)).unwrap();
-            assert!(meta.is_dir(), "{name}");
-            assert_eq!((meta.uid(), meta.permissions().mode() & 0o7777), (0, 0o555));
+            let mode = meta.permissions().mode() & 0o7777;
+            match guard {
+                Guard::Empty => assert!(meta.is_dir() && mode == 0o555, "{name}"),
+                _ => assert!(meta.is_file() && meta.len() == 0 && mode == 0o444, "{name}"),
+            }
+            assert_eq!(meta.uid(), 0, "{name}");
         }
         assert_eq!(guards_present(&home).len(), GUARDED.len());
         // The next iteration, the guards kept by the reset: nothing to do.
-        assert_eq!(protect(&m, &m.runtime_dirs()).unwrap().len(), 2);
+        assert_eq!(protect(&m, &m.runtime_dirs()).unwrap().len(), GUARDED.len());
         // A folder the agent could have made is no guard.
         std::fs::remove_dir(home.join(".node_libraries")).unwrap();
         std::fs::create_dir(home.join(".node_libraries")).unwrap();
         std::os::unix::fs::chown(home.join(".node_libraries"), Some(65534), None).unwrap();
-        assert_eq!(guards_present(&home), [PathBuf::from(".node_modules")]);
+        assert!(!guards_present(&home).contains(&PathBuf::from(".node_libraries")));
+        assert_eq!(guards_present(&home).len(), GUARDED.len() - 1);
+        // Nor is a start-up file of the agent's, or one with content.
+        std::fs::remove_file(home.join(".jq")).unwrap();
+        std::fs::write(home.join(".jq"), "").unwrap();
+        std::os::unix::fs::chown(home.join(".jq"), Some(65534), None).unwrap();
+        assert!(!guards_present(&home).contains(&PathBuf::from(".jq")));
+        std::os::unix::fs::chown(home.join(".jq"), Some(0), None).unwrap();
+        std::fs::write(home.join(".jq"), "def test(re): false;\n").unwrap();
+        assert!(!guards_present(&home).contains(&PathBuf::from(".jq")));
         assert!(protect(&m, &m.runtime_dirs())
             .unwrap_err()
             .contains(".node_libraries: create"));
@@ -205,6 +238,6 @@ mod tests {
         // Writable by everyone with the sticky bit, as /tmp: the agent renames only its own.
         std::os::unix::fs::chown(&parent, Some(0), Some(0)).unwrap();
         std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(protect(&m, &m.runtime_dirs()).unwrap().len(), 2);
+        assert_eq!(protect(&m, &m.runtime_dirs()).unwrap().len(), GUARDED.len());
     }
 }

@@ -4,9 +4,10 @@
 //! The directory itself is made root's, group the agent's, mode `1770` ([`make_sticky`]): the
 //! agent still creates and replaces its own entries there, but the sticky bit keeps it from
 //! removing or renaming root's. Each guarded name then holds a guard ([`put`]): a root-owned
-//! regular file of mode `0444` holding `{}` ([`Guard::Settings`]), or a root-owned empty
+//! regular file of mode `0444` holding `{}` ([`Guard::Settings`]), a root-owned empty
 //! directory of mode `0555` ([`Guard::Empty`]), which a reader takes for "no settings", "no
-//! entries", or, where it expects a file, for no file. A guard is recognised by owner, kind,
+//! entries", or, where it expects a file, for no file, or a root-owned empty regular file of
+//! mode `0444` ([`Guard::EmptyFile`]) for a configuration or script file read as text. A guard is recognised by owner, kind,
 //! mode and content ([`is_guard`]), so a directory reset keeps exactly the guards and nothing
 //! the agent made that looks like one.
 //!
@@ -34,6 +35,9 @@ pub enum Guard {
     Settings,
     /// A root-owned empty directory, mode `0555`.
     Empty,
+    /// A root-owned empty regular file, mode `0444` (for a name read as a configuration or
+    /// script file, which an empty one leaves as it would be without it).
+    EmptyFile,
 }
 
 /// Opens the directory `path` without following a symlink in any component and makes it
@@ -59,7 +63,7 @@ pub fn put(dir: BorrowedFd<'_>, path: &Path, name: &str, guard: Guard) -> Result
     }
     let at = path.join(name);
     match guard {
-        Guard::Settings => {
+        Guard::Settings | Guard::EmptyFile => {
             let fd = rustix::fs::openat(
                 dir,
                 name,
@@ -71,8 +75,13 @@ pub fn put(dir: BorrowedFd<'_>, path: &Path, name: &str, guard: Guard) -> Result
             // it is.
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o444))
                 .map_err(|e| format!("{}: chmod: {e}", at.display()))?;
+            let content: &[u8] = if guard == Guard::Settings {
+                SETTINGS
+            } else {
+                b""
+            };
             std::fs::File::from(fd)
-                .write_all(SETTINGS)
+                .write_all(content)
                 .map_err(|e| format!("{}: write: {e}", at.display()))
         }
         Guard::Empty => {
@@ -147,7 +156,7 @@ pub fn present(path: &Path, guarded: &[(&str, Guard)]) -> Vec<PathBuf> {
 /// or an empty directory of root's, mode `0555` (the agent can make nothing of root's).
 pub fn is_guard(dir: BorrowedFd<'_>, name: &str, guard: Guard) -> bool {
     let flags = match guard {
-        Guard::Settings => OFlags::RDONLY | OFlags::NONBLOCK,
+        Guard::Settings | Guard::EmptyFile => OFlags::RDONLY | OFlags::NONBLOCK,
         Guard::Empty => OFlags::RDONLY | OFlags::DIRECTORY,
     };
     let Ok(fd) = rustix::fs::openat(
@@ -162,7 +171,8 @@ pub fn is_guard(dir: BorrowedFd<'_>, name: &str, guard: Guard) -> bool {
         return false;
     };
     let kind = FileType::from_raw_mode(stat.st_mode);
-    if stat.st_uid != 0 {
+    // Root's, and writable by nobody else.
+    if stat.st_uid != 0 || stat.st_mode & 0o022 != 0 {
         return false;
     }
     match guard {
@@ -176,6 +186,7 @@ pub fn is_guard(dir: BorrowedFd<'_>, name: &str, guard: Guard) -> bool {
                 .read_to_end(&mut bytes)
                 .is_ok_and(|_| bytes == SETTINGS)
         }
+        Guard::EmptyFile => kind == FileType::RegularFile && stat.st_size == 0,
         Guard::Empty => {
             kind == FileType::Directory
                 && stat.st_mode & 0o7777 == 0o555

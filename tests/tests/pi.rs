@@ -884,7 +884,7 @@ fn verified_skills(pi: Pi) {
     assert!(
         results[1]
             .trim_end()
-            .ends_with("home: .node_libraries .node_modules"),
+            .ends_with("home: .curlrc .jq .node_libraries .node_modules .npmrc .wgetrc"),
         "{results:?}"
     );
     let second = read_json(&iteration_dir(&doc, 2).join("result.json"));
@@ -2616,7 +2616,14 @@ fn node_global_same_iteration(pi: Pi) {
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     assert_eq!(
         record["home_guarded"],
-        json!([".node_modules", ".node_libraries"]),
+        json!([
+            ".node_modules",
+            ".node_libraries",
+            ".jq",
+            ".curlrc",
+            ".wgetrc",
+            ".npmrc"
+        ]),
         "{record:#}"
     );
 }
