@@ -172,6 +172,8 @@ struct Setup<'a> {
     args: Vec<&'a str>,
     /// Leave out `OPENCODE_DISABLE_MODELS_FETCH=1`.
     models_fetch: bool,
+    /// `PATH` instead of `/usr/bin:/bin`.
+    path: Option<String>,
 }
 
 /// Runs `opencode run --format json <args> "say hi"` in `lab` against a model server answering
@@ -232,7 +234,7 @@ fn run_in_private_net(
         .current_dir(lab.proj())
         .env_clear()
         .env("HOME", lab.home())
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", setup.path.as_deref().unwrap_or("/usr/bin:/bin"))
         .env("OPENCODE_CONFIG_CONTENT", config.to_string())
         .stdin(Stdio::null())
         .stdout(fs::File::create(&stdout).unwrap())
@@ -308,11 +310,23 @@ fn assert_offline(out: &Outcome) {
 
 /// A script that calls `bash` with `command`, then answers the tool's result with text quoting it.
 fn bash_then_text(command: String) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    tool_then_text(
+        "bash",
+        json!({"command": command, "description": "a command"}),
+    )
+}
+
+/// A script that calls the tool `name` with `arguments`, then answers the tool's result with
+/// text quoting it.
+fn tool_then_text(
+    name: &'static str,
+    arguments: Value,
+) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
     move |request| match last_tool_result(request) {
         Some(result) => Reply::Text(format!("the tool said: {result}")),
         None => Reply::ToolCall {
-            name: "bash".into(),
-            arguments: json!({"command": command, "description": "a command"}),
+            name: name.into(),
+            arguments: arguments.clone(),
         },
     }
 }
@@ -669,10 +683,14 @@ fn config_files_agents_and_mcp_commands_load_from_every_layer() {
             "instructions": [format!("{root}/MARK_project_json.md")],
             "mcp": {"m": {"type": "local",
                           "command": ["sh", "-c", format!("touch {root}/ran-mcp; sleep 1")]}},
+            // Config text substitutes {file:PATH} (relative to the file) and {env:NAME}.
+            "agent": {"x": {"description": "{file:../secret.txt} {env:PITCREW_TEST_SECRET}",
+                            "mode": "subagent", "prompt": "p"}},
         })
         .to_string(),
     );
     lab.put("MARK_project_json.md", "MARK_project_json");
+    lab.put("secret.txt", "MARK_file_substituted");
     let agent = |path: &str, marker: &str| {
         lab.put(
             path,
@@ -689,6 +707,8 @@ fn config_files_agents_and_mcp_commands_load_from_every_layer() {
         "MARK_project_json",
         "MARK_config_agent",
         "MARK_project_agent",
+        "MARK_file_substituted",
+        "MARK_env_substituted",
     ];
     let setup = |project: bool| Setup {
         env: [
@@ -698,6 +718,7 @@ fn config_files_agents_and_mcp_commands_load_from_every_layer() {
                 "OPENCODE_TEST_MANAGED_CONFIG_DIR",
                 format!("{root}/managed"),
             ),
+            ("PITCREW_TEST_SECRET", "MARK_env_substituted".into()),
         ]
         .into_iter()
         .chain((!project).then(|| ("OPENCODE_DISABLE_PROJECT_CONFIG", "1".to_string())))
@@ -831,6 +852,72 @@ fn a_command_outside_the_project_is_rejected_in_run_unless_auto() {
     assert_eq!(
         out.events_of("tool_use")[0]["part"]["state"]["status"],
         "completed"
+    );
+    assert_offline(&out);
+}
+
+#[test]
+fn grep_and_glob_run_rg_from_path_or_fetch_it_from_github() {
+    let Some(bin) = gate() else { return };
+    let rg = Command::new("/usr/bin/rg").arg("--version").output();
+    if !prerequisite(
+        rg.is_ok_and(|o| o.status.success()),
+        "needs /usr/bin/rg (Debian package ripgrep; .ci/run installs it)",
+    ) {
+        return;
+    }
+    let lab = quiet_lab();
+    lab.put("proj/src/a.txt", "needle here\n");
+    for tool in ["grep", "glob"] {
+        let arguments = match tool {
+            "grep" => json!({"pattern": "needle"}),
+            _ => json!({"pattern": "**/*.txt"}),
+        };
+        let out = run(
+            &bin,
+            &lab,
+            Setup::default(),
+            tool_then_text(tool, arguments.clone()),
+        );
+        assert_offline(&out);
+        let state = &out.events_of("tool_use")[0]["part"]["state"];
+        assert_eq!(state["status"], "completed", "{tool}: {state}");
+        assert!(
+            state["output"].as_str().unwrap().contains("src/a.txt"),
+            "{state}"
+        );
+        // Without rg on PATH (nor in ~/.cache/opencode/bin) the release downloads ripgrep 15.1.0
+        // from GitHub.
+        let bare = lab.root().join(format!("bin-{tool}"));
+        fs::create_dir_all(&bare).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", bare.join("sh")).unwrap();
+        let no_rg = Setup {
+            path: Some(bare.display().to_string()),
+            ..Setup::default()
+        };
+        let out = run(&bin, &lab, no_rg, tool_then_text(tool, arguments));
+        assert_eq!(out.outbound, ["github.com:443"], "{tool}");
+        let state = &out.events_of("tool_use")[0]["part"]["state"];
+        assert_eq!(state["error"], "ripgrep execution failed", "{tool}");
+    }
+}
+
+#[test]
+fn tools_inherit_the_environment_with_the_config_content_and_its_key() {
+    let Some(bin) = gate() else { return };
+    let lab = quiet_lab();
+    let out = run(
+        &bin,
+        &lab,
+        Setup::default(),
+        bash_then_text("printenv OPENCODE_CONFIG_CONTENT HOME".into()),
+    );
+    let state = &out.events_of("tool_use")[0]["part"]["state"];
+    let output = state["output"].as_str().unwrap();
+    assert!(output.contains("placeholder-key"), "{output}");
+    assert!(
+        output.contains(&lab.home().display().to_string()),
+        "{output}"
     );
     assert_offline(&out);
 }
