@@ -846,7 +846,7 @@ fn a_command_outside_the_project_is_rejected_in_run_unless_auto() {
         args: vec!["--auto"],
         ..Setup::default()
     };
-    let out = run(&bin, &lab, auto, bash_then_text(command));
+    let out = run(&bin, &lab, auto, bash_then_text(command.clone()));
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert!(lab.ran("outside"));
     assert_eq!(
@@ -854,6 +854,32 @@ fn a_command_outside_the_project_is_rejected_in_run_unless_auto() {
         "completed"
     );
     assert_offline(&out);
+    // `deny` instead of `ask`: the model hears the refusal and the turn goes on.
+    fs::remove_file(lab.root().join("ran-outside")).unwrap();
+    let deny = Setup {
+        config: json!({"permission": {"external_directory": "deny"}}),
+        ..Setup::default()
+    };
+    let out = run(&bin, &lab, deny, bash_then_text(command));
+    assert!(!lab.ran("outside"));
+    let agent = out.agent_requests();
+    assert_eq!(agent.len(), 2);
+    let refusal = last_tool_result(agent[1]).unwrap();
+    assert!(
+        refusal.starts_with("The user has specified a rule which prevents you"),
+        "{refusal}"
+    );
+    // The check reads the command's text: a path it cannot see is not asked about.
+    let hidden = format!(
+        "sh -c \"touch $(printf %s {}/ran-outside)\" && echo done",
+        lab.root().display()
+    );
+    let out = run(&bin, &lab, Setup::default(), bash_then_text(hidden));
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        lab.ran("outside"),
+        "OpenCode's permission check is no confinement"
+    );
 }
 
 #[test]
