@@ -947,3 +947,140 @@ fn tools_inherit_the_environment_with_the_config_content_and_its_key() {
     );
     assert_offline(&out);
 }
+
+/// A custom tool module (`{tool,tools}/*.{js,ts}` of a config dir) that writes `ran-<name>`
+/// when OpenCode imports it and offers a tool described by `MARK_<name>`.
+fn custom_tool(lab: &Lab, path: &str, name: &str) {
+    let marker = lab.root().join(format!("ran-{name}"));
+    lab.put(
+        path,
+        &format!(
+            "require(\"fs\").writeFileSync({:?}, \"1\")\n\
+             export default {{ description: \"MARK_{name}\", args: {{}}, async execute() {{ return \"ok\" }} }}\n",
+            marker.display().to_string()
+        ),
+    );
+}
+
+#[test]
+fn custom_tool_modules_execute_even_when_pure() {
+    let Some(bin) = gate() else { return };
+    let lab = quiet_lab();
+    lab.seed("proj/.opencode");
+    custom_tool(&lab, "proj/.opencode/tools/proj_tool.ts", "proj_tool");
+    custom_tool(
+        &lab,
+        "home/.config/opencode/tool/config_tool.js",
+        "config_tool",
+    );
+    let pure = Setup {
+        args: vec!["--pure"],
+        ..Setup::default()
+    };
+    let out = run(&bin, &lab, pure, text);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_offline(&out);
+    assert!(lab.ran("proj_tool") && lab.ran("config_tool"));
+    let offered = tools_offered(&out);
+    assert!(
+        offered.contains(&"proj_tool".to_string()) && offered.contains(&"config_tool".to_string()),
+        "{offered:?}"
+    );
+    assert!(out.told("MARK_proj_tool") && out.told("MARK_config_tool"));
+    // Project config off: the config dir's tool still loads.
+    for name in ["proj_tool", "config_tool"] {
+        fs::remove_file(lab.root().join(format!("ran-{name}"))).unwrap();
+    }
+    let no_project = Setup {
+        env: vec![("OPENCODE_DISABLE_PROJECT_CONFIG", "1".into())],
+        ..Setup::default()
+    };
+    let out = run(&bin, &lab, no_project, text);
+    assert!(!lab.ran("proj_tool") && lab.ran("config_tool"));
+    assert!(!out.told("MARK_proj_tool"));
+}
+
+#[test]
+fn git_commands_the_project_repository_plants_never_run() {
+    let Some(bin) = gate() else { return };
+    let lab = quiet_lab();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(lab.proj())
+            .env("HOME", lab.home())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "git {args:?}");
+    };
+    if !prerequisite(
+        Command::new("git").arg("--version").output().is_ok(),
+        "needs git",
+    ) {
+        return;
+    }
+    git(&["init", "-q"]);
+    lab.put("proj/f.txt", "one\n");
+    git(&["add", "f.txt"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "init",
+    ]);
+    let root = lab.root().display().to_string();
+    let script = format!("{root}/planted.sh");
+    lab.put(
+        "planted.sh",
+        &format!("#!/bin/sh\ntouch {root}/ran-git-$(basename \"$0\")-\"$1\"\n"),
+    );
+    fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for (key, value) in [
+        ("core.fsmonitor", script.as_str()),
+        ("diff.external", script.as_str()),
+        ("core.pager", script.as_str()),
+        ("core.hooksPath", &format!("{root}/hooks")),
+    ] {
+        git(&["config", key, value]);
+    }
+    for hook in [
+        "post-checkout",
+        "pre-commit",
+        "post-commit",
+        "post-index-change",
+    ] {
+        fs::create_dir_all(lab.root().join("hooks")).unwrap();
+        std::os::unix::fs::symlink(&script, lab.root().join("hooks").join(hook)).unwrap();
+    }
+    // A tool call that changes a tracked file: OpenCode snapshots the work tree around it.
+    let out = run(
+        &bin,
+        &lab,
+        Setup::default(),
+        bash_then_text("echo two >> f.txt && echo changed".into()),
+    );
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(
+        out.events_of("tool_use")[0]["part"]["state"]["status"],
+        "completed"
+    );
+    let ran = || -> Vec<String> {
+        fs::read_dir(lab.root())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("ran-git"))
+            .collect()
+    };
+    assert_eq!(ran(), Vec::<String>::new());
+    // The control: git itself, in the project, runs what was planted.
+    git(&["status", "--short"]);
+    assert!(
+        !ran().is_empty(),
+        "the planted fsmonitor runs under git status"
+    );
+    // OpenCode's own snapshot repository lives in its data dir, not in the project.
+    assert!(lab.home().join(".local/share/opencode/snapshot").is_dir());
+}
