@@ -2559,6 +2559,25 @@ each_pi!(
     node_global_kept
 );
 
+/// A model server whose model has the agent's `bash` tool run `plant`, then calls the
+/// verified extension's `hello_tool`, then says it is done.
+fn bash_then_hello_tool(plant: &'static str) -> ModelServer {
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    ModelServer::start(move |_request: &Value| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({ "command": plant }),
+            },
+            1 => Reply::ToolCall {
+                name: "hello_tool".into(),
+                arguments: json!({"name": "pitcrew"}),
+            },
+            _ => Reply::Text("done".into()),
+        }
+    })
+}
+
 /// What the agent's `bash` tool tries on Node's global folders in its home: move or remove the
 /// supervisor's empty folders, then write a package into each.
 const PLANT_NODE_GLOBAL: &str = r#"mv "$HOME/.node_modules" "$HOME/moved" 2>&1
@@ -2578,20 +2597,7 @@ fn node_global_same_iteration(pi: Pi) {
     if !pi.gate() {
         return;
     }
-    let turn = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |_request: &Value| {
-        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => Reply::ToolCall {
-                name: "bash".into(),
-                arguments: json!({ "command": PLANT_NODE_GLOBAL }),
-            },
-            1 => Reply::ToolCall {
-                name: "hello_tool".into(),
-                arguments: json!({"name": "pitcrew"}),
-            },
-            _ => Reply::Text("done".into()),
-        }
-    });
+    let server = bash_then_hello_tool(PLANT_NODE_GLOBAL);
     let fx = fixture_for(pi, &server, 1);
     optional_dep_extension(&fx);
     fx.agent_option("tools: [bash]");
@@ -2667,20 +2673,7 @@ fn python_user_site_same_iteration(pi: Pi) {
     if !pi.gate() {
         return;
     }
-    let turn = std::sync::atomic::AtomicUsize::new(0);
-    let server = ModelServer::start(move |_request: &Value| {
-        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => Reply::ToolCall {
-                name: "bash".into(),
-                arguments: json!({ "command": PLANT_PYTHON_USER_SITE }),
-            },
-            1 => Reply::ToolCall {
-                name: "hello_tool".into(),
-                arguments: json!({"name": "pitcrew"}),
-            },
-            _ => Reply::Text("done".into()),
-        }
-    });
+    let server = bash_then_hello_tool(PLANT_PYTHON_USER_SITE);
     let fx = fixture_for(pi, &server, 1);
     optional_dep_extension(&fx);
     let root = fx.harness.parent().unwrap();
