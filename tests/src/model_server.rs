@@ -416,10 +416,18 @@ fn chat_completion_events(reply: &Reply) -> String {
 fn response_events(reply: &Reply) -> String {
     let id = tool_use_id();
     let item = match reply {
-        Reply::ToolCall { name, arguments } => json!({
-            "type": "function_call", "id": format!("fc_{id}"), "call_id": format!("call_{id}"),
-            "name": name, "arguments": arguments.to_string(), "status": "completed",
-        }),
+        Reply::ToolCall { name, arguments } => {
+            // `namespace::name` calls a tool of a namespace (Codex's `multi_agent_v1`).
+            let mut item = json!({
+                "type": "function_call", "id": format!("fc_{id}"), "call_id": format!("call_{id}"),
+                "name": name, "arguments": arguments.to_string(), "status": "completed",
+            });
+            if let Some((namespace, tool)) = name.split_once("::") {
+                item["namespace"] = json!(namespace);
+                item["name"] = json!(tool);
+            }
+            item
+        }
         Reply::Text(text) | Reply::Error { message: text, .. } => json!({
             "type": "message", "id": format!("msg_{id}"), "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}],

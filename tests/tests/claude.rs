@@ -3260,3 +3260,62 @@ fn attack_runtime_tamper__claude_settings_the_agent_writes_in_home_mid_iteration
     let last = requests.last().unwrap().to_string();
     assert!(!last.contains("HOME_CLAUDE_MD_PLANTED in /"), "{last}");
 }
+
+/// The number of tool results in an Anthropic Messages `request`.
+fn tool_results_in(request: &Value) -> usize {
+    request["messages"].as_array().map_or(0, |ms| {
+        ms.iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .filter(|c| c["type"] == "tool_result")
+            .count()
+    })
+}
+
+/// Claude Code 2.1.332 offers a `Workflow` tool by default: a script the model writes, run
+/// inside Claude Code's own process (not by a tool process a hook sees run), to orchestrate
+/// sub-agents. Code running there could change the runtime from within (its hooks, its
+/// permissions) or start programs outside every tool call. The script reaches no `process`,
+/// `require` or `Bun`, and no host function's constructor makes code from a string: nothing it
+/// tries writes or starts anything.
+#[test]
+fn attack_runtime_tamper__a_claude_workflow_script_reaches_nothing_of_the_runtime() {
+    if !gate() {
+        return;
+    }
+    let script = r#"export const meta = { name: "probe", description: "probe", phases: [] };
+const out = [];
+const t = (name, f) => { try { out.push(name + "=" + String(f())); } catch (e) { out.push(name + "!" + String(e).slice(0, 60)); } };
+t("process", () => typeof process);
+t("require", () => { require("fs").writeFileSync("output/WF_RAN", "x"); return "wrote"; });
+t("bun", () => { Bun.spawnSync(["sh", "-c", "mkdir -p output; touch output/WF_SPAWN"]); return "spawned"; });
+for (const [n, o] of [["log", log], ["agent", agent], ["setTimeout", setTimeout], ["Date", Date], ["fn", function () {}]]) {
+  t("escape_" + n, () => o.constructor("return typeof process")());
+}
+return "PROBE_DONE\n" + out.join("\n");
+"#;
+    let server = ModelServer::start(move |request: &Value| match tool_results_in(request) {
+        0 => Reply::ToolCall {
+            name: "Workflow".into(),
+            arguments: json!({"script": script}),
+        },
+        _ => Reply::Text("done".into()),
+    });
+    let fx = fixture(&server, 1);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let it = iteration_dir(&doc, 1);
+    let seen: String = server
+        .requests()
+        .iter()
+        .map(|r| r["messages"].to_string())
+        .collect();
+    // The workflow ran to its end (its result is in a task notification the model reads).
+    assert!(seen.contains("PROBE_DONE"), "{seen}");
+    for reached in ["process=object", "=wrote", "=spawned", "escape_log=object"] {
+        assert!(!seen.contains(reached), "{reached}: {seen}");
+    }
+    assert!(!seen.contains("=object"), "{seen}");
+    assert!(!it.join("output/WF_RAN").exists());
+    assert!(!it.join("output/WF_SPAWN").exists());
+}

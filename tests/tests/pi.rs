@@ -2768,3 +2768,44 @@ mod attack_runtime_tamper__an_auth_json_command_the_agent_writes_never_runs_in_p
         super::auth_command_same_iteration(super::PI_1_6)
     }
 }
+
+/// pi 1.6.0 reads its config dir again mid-iteration (`auth.json`, `models-store.json`): the
+/// files the harness pins there (`models.json`, `settings.json`) must not be the agent's to
+/// rewrite in place either, or a `!command` key or another `baseUrl` would reach pi in the same
+/// iteration. They are root's, in a root-owned sticky directory: the agent's `bash` can neither
+/// append to them nor move them away.
+#[test]
+fn attack_runtime_tamper__files_pinned_in_pis_config_dir_are_not_the_agents_to_rewrite() {
+    let pi = PI_1_6;
+    if !pi.gate() {
+        return;
+    }
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let server = ModelServer::start(move |_request: &Value| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({"command": concat!(
+                    "cd \"$PI_CODING_AGENT_DIR\"; ",
+                    "for f in models.json settings.json; do ",
+                    "(echo ' ' >> $f && echo APPENDED_$f) 2>&1; ",
+                    "(mv $f $f.was && echo MOVED_$f) 2>&1; ",
+                    "(ln $f $f.link && echo LINKED_$f) 2>&1; done; echo tried"
+                )}),
+            },
+            _ => Reply::Text("done".into()),
+        }
+    });
+    let fx = fixture_for(pi, &server, 1);
+    let doc = fx.run(&[], &[]);
+    let results = server.tool_results();
+    assert_eq!(results.len(), 1, "{results:?}");
+    let out = &results[0];
+    assert!(out.contains("tried"), "{out}");
+    for verb in ["APPENDED_", "MOVED_"] {
+        assert!(!out.contains(verb), "{out}");
+    }
+    assert!(out.contains("models.json: Permission denied"), "{out}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    assert_eq!(record["exit_code"], 0, "{record:#}");
+}
