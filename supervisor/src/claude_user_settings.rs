@@ -30,7 +30,6 @@ use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
 use crate::root_guard;
 pub use crate::root_guard::Guard;
 use serde::{Deserialize, Serialize};
-use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
 /// The name of Claude Code's user settings file in its config dir.
@@ -130,12 +129,8 @@ pub fn protect(
             .extend(GUARDED.iter().map(|(n, _)| n.to_string()));
         return Ok(Some(record));
     }
-    let config = Path::new(&dirs.config);
-    let dir = root_guard::make_sticky(config, manifest.user.gid)?;
-    for (name, guard) in GUARDED {
-        root_guard::put_unless_pinned(manifest, dir.as_fd(), config, name, *guard)?;
-        record.guarded.push(name.to_string());
-    }
+    record.guarded =
+        root_guard::guard_config_dir(manifest, Path::new(&dirs.config), GUARDED, |_| false)?;
     Ok(Some(record))
 }
 

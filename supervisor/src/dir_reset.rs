@@ -74,6 +74,9 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
             pinned.extend(crate::claude_user_settings::guards_present(config))
         }
         crate::manifest::Runtime::Pi => pinned.extend(crate::pi_config::guards_present(config)),
+        crate::manifest::Runtime::Codex => {
+            pinned.extend(crate::codex_config::guards_present(config))
+        }
         _ => {}
     }
     // pi's models.json of the supervisor's (a model route's pi_provider): written anew before

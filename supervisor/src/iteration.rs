@@ -264,6 +264,9 @@ fn prepare(
     // pi's the same way (pi reads auth.json there again while it runs).
     record.pi_config = crate::pi_config::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("pi-config: {err}")))?;
+    // Codex's too (a sub-agent reads hooks.json and AGENTS.md there again when spawned).
+    record.codex_config = crate::codex_config::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("codex-config: {err}")))?;
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     // pi's built-in provider pointed at the model listener (its key stays on the host).

@@ -49,6 +49,8 @@
 //!   read-only before each launch, in a config dir whose sticky bit keeps it so.
 //! - `home_guard` (Linux): Node's global module folders in `HOME` made root's empty
 //!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
+//! - `codex_config` (Linux): Codex's hooks, configuration and instructions in `CODEX_HOME` made
+//!   root's and read-only before each launch (a sub-agent reads them again when spawned).
 //! - `pi_config` (Linux): pi's credentials, catalogs and settings in its config dir made root's
 //!   and read-only before each launch, in a config dir whose sticky bit keeps them so (pi
 //!   0.87.1 and 1.6.0 read `auth.json` there again while they run).
@@ -78,6 +80,8 @@ pub mod claude_skills;
 #[cfg(target_os = "linux")]
 pub mod claude_user_settings;
 pub mod clock;
+#[cfg(target_os = "linux")]
+pub mod codex_config;
 #[cfg(unix)]
 pub mod codex_system;
 #[cfg(target_os = "linux")]

@@ -25,7 +25,6 @@
 use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
 use crate::root_guard::{self, Guard};
 use serde::{Deserialize, Serialize};
-use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
 /// The names pi 0.73.1, 0.87.1 and 1.6.0 read from their agent dir and do not write in a run
@@ -72,21 +71,15 @@ pub fn protect(
     {
         return Ok(None);
     }
-    let config = Path::new(&dirs.config);
-    let dir = root_guard::make_sticky(config, manifest.user.gid)?;
     let supervisors_models = manifest
         .model
         .as_ref()
         .is_some_and(|m| m.pi_provider.is_some());
-    let mut record = PiConfigRecord::default();
-    for (name, guard) in GUARDED {
-        // The supervisor writes its own models.json after this (root's, read-only).
-        if !(supervisors_models && *name == crate::pi_model_route::FILE) {
-            root_guard::put_unless_pinned(manifest, dir.as_fd(), config, name, *guard)?;
-        }
-        record.guarded.push(name.to_string());
-    }
-    Ok(Some(record))
+    // The supervisor writes its own models.json after this (root's, read-only).
+    let guarded = root_guard::guard_config_dir(manifest, Path::new(&dirs.config), GUARDED, |n| {
+        supervisors_models && n == crate::pi_model_route::FILE
+    })?;
+    Ok(Some(PiConfigRecord { guarded }))
 }
 
 /// The names of [`GUARDED`] in the config dir `config` that hold the supervisor's guard.

@@ -78,6 +78,11 @@ pub struct IterationResult {
     /// when the iteration stopped before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pi_config: Option<crate::pi_config::PiConfigRecord>,
+    /// Codex's config dir (`CODEX_HOME`) during the iteration: the names Codex reads there
+    /// that were root's and read-only to the agent (absent for other runtimes, a supervisor
+    /// that is not root, and when the iteration stopped before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_config: Option<crate::codex_config::CodexConfigRecord>,
     /// Node's global module folders in `HOME` that were root's empty directories while the
     /// agent ran (`.node_modules`, `.node_libraries`; absent when the supervisor is not root or
     /// the agent is, and when the iteration stopped before).
@@ -705,6 +710,7 @@ impl IterationResult {
             workspace_config: Vec::new(),
             claude_config: None,
             pi_config: None,
+            codex_config: None,
             home_guarded: Vec::new(),
             context_files: None,
             verification: None,

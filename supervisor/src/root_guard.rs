@@ -128,6 +128,25 @@ pub fn put_unless_pinned(
     put(dir, config, name, guard)
 }
 
+/// Makes the config dir `config` of `manifest` root's, group the agent's, with the sticky bit
+/// ([`make_sticky`]) and puts each guard of `guarded` in place ([`put_unless_pinned`]) but for
+/// the names `left` says the supervisor writes itself. Returns the names of `guarded`, for the
+/// record. Errors name the path.
+pub fn guard_config_dir(
+    manifest: &Manifest,
+    config: &Path,
+    guarded: &[(&str, Guard)],
+    left: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, String> {
+    let dir = make_sticky(config, manifest.user.gid)?;
+    for (name, guard) in guarded {
+        if !left(name) {
+            put_unless_pinned(manifest, dir.as_fd(), config, name, *guard)?;
+        }
+    }
+    Ok(guarded.iter().map(|(name, _)| name.to_string()).collect())
+}
+
 /// Opens the directory `name` in `dir` (at `path`, for the error) without following a symlink.
 pub fn open_dir_at(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<OwnedFd, String> {
     rustix::fs::openat(

@@ -472,7 +472,8 @@ pub const CODEX_CONFIG: &[(&str, &str)] = &[
 
 /// The tool names `agent.tools` may list for Codex, each with the features that turn it off
 /// when it is left out: `shell` is `exec_command` and `write_stdin`. Codex has no allowlist:
-/// its `request_user_input` tool (which `exec` answers itself) stays.
+/// its `request_user_input` tool (which `exec` answers itself) stays. Without `agent.tools`
+/// every one is on but `multi_agent` (sub-agents), which only a list naming it turns on.
 pub const CODEX_TOOLS: &[(&str, &[&str])] = &[
     ("shell", &["shell_tool", "unified_exec"]),
     ("view_image", &["view_image"]),
@@ -553,14 +554,19 @@ fn codex_args(
             push(v, &["-c", &format!("{key}={value}")]);
         }
     }
-    if let Some(tools) = &m.agent.tools {
-        for (tool, features) in CODEX_TOOLS {
-            if !tools.iter().any(|t| t == tool) {
-                for feature in *features {
-                    push(v, &["--disable", feature]);
+    match &m.agent.tools {
+        Some(tools) => {
+            for (tool, features) in CODEX_TOOLS {
+                if !tools.iter().any(|t| t == tool) {
+                    for feature in *features {
+                        push(v, &["--disable", feature]);
+                    }
                 }
             }
         }
+        // Sub-agents only when `agent.tools` names them: a sub-agent reads the workdir's
+        // context files again when it is spawned, past what the record names.
+        None => push(v, &["--disable", "multi_agent"]),
     }
     if let Some(model) = &m.agent.model {
         push(v, &["--model", model]);
@@ -674,6 +680,13 @@ mod tests {
         )
         .unwrap();
         assert!(!plain.join(" ").contains("model_provider"), "{plain:?}");
+        // Without agent.tools, every tool but sub-agents.
+        let mut untold = m.clone();
+        untold.agent.tools = None;
+        let all = argv(&untold, Path::new("/c"), None, None, None, &[]).unwrap();
+        let all = all.join(" ");
+        assert!(all.contains("--disable multi_agent"), "{all}");
+        assert!(!all.contains("--disable view_image"), "{all}");
         let mut bad = m.clone();
         bad.agent.args = vec!["-c".into(), "sandbox_mode=\"x\"".into()];
         let err = argv(&bad, Path::new("/c"), None, None, None, &[]).unwrap_err();

@@ -89,6 +89,14 @@ fn fixture(server: &ModelServer, iterations: u32) -> Fixture {
 }
 
 impl Fixture {
+    /// Sets the harness's `agent.tools` to `list` (YAML).
+    fn agent_tools(&self, list: &str) {
+        let yaml = fs::read_to_string(&self.harness)
+            .unwrap()
+            .replace("agent:\n", &format!("agent:\n  tools: {list}\n"));
+        fs::write(&self.harness, yaml).unwrap();
+    }
+
     /// `pitcrew run` with the API key passed by name (kept on the host: the sandbox gets its
     /// placeholder): its exit code and document.
     fn run_status(&self) -> (Option<i32>, Value) {
@@ -247,11 +255,12 @@ skill .codex/skills repo; skill .agents/skills agents
 mkdir -p "$HOME/.codex" && printf 'developer_instructions = "PLANTED_HOME_CONFIG"\n' > "$HOME/.codex/config.toml"
 echo 'PLANTED_HOME_AGENTS' > "$HOME/.codex/AGENTS.md"
 skill "$HOME/.agents/skills" home
-printf 'developer_instructions = "PLANTED_CODEX_HOME_CONFIG"\n' > "$CODEX_HOME/config.toml"
-echo 'PLANTED_CODEX_HOME_AGENTS' > "$CODEX_HOME/AGENTS.md"
+# CODEX_HOME's hooks, configuration and instructions are root's guards: these writes are refused.
+printf 'developer_instructions = "PLANTED_CODEX_HOME_CONFIG"\n' > "$CODEX_HOME/config.toml" || true
+echo 'PLANTED_CODEX_HOME_AGENTS' > "$CODEX_HOME/AGENTS.md" || true
 skill "$CODEX_HOME/skills" codexhome
 hooks='{"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{"type": "command", "command": "echo PLANTED_HOOK >&2; exit 2"}]}]}}'
-printf '%s\n' "$hooks" > "$CODEX_HOME/hooks.json"; printf '%s\n' "$hooks" > .codex/hooks.json
+printf '%s\n' "$hooks" > "$CODEX_HOME/hooks.json" || true; printf '%s\n' "$hooks" > .codex/hooks.json
 echo planted"#;
 
 /// Nothing iteration 1 planted (in the workspace, `HOME` or `CODEX_HOME`) reaches the model in
@@ -483,8 +492,10 @@ fn attack_runtime_tamper__a_hooks_json_rewritten_mid_iteration_never_turns_off_t
     assert_eq!(code, Some(0), "{doc:#}");
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "{requests:#?}");
+    // The pinned `hooks.json` is root's in a sticky config dir: neither moved nor overwritten.
     let rewrote = last_tool_result(&requests[1]).unwrap_or_default();
-    assert!(rewrote.lines().any(|l| l == "rewrote"), "{rewrote}");
+    assert!(!rewrote.lines().any(|l| l == "rewrote"), "{rewrote}");
+    assert!(rewrote.contains("Operation not permitted"), "{rewrote}");
     let blocked = last_tool_result(&requests[2]).unwrap_or_default();
     assert!(
         blocked.contains("blocked by the verified hook"),
@@ -815,6 +826,7 @@ fn attack_runtime_tamper__a_codex_subagent_runs_under_the_verified_hook() {
     }
     let server = ModelServer::start(subagent_model(&[]));
     let fx = fixture(&server, 1);
+    fx.agent_tools("[shell, multi_agent]");
     pin_blocking_hooks(&fx);
     let (code, doc) = fx.run_status();
     let it = iteration_dir(&doc, 1);
@@ -841,15 +853,14 @@ fn attack_runtime_tamper__a_codex_subagent_runs_under_the_verified_hook() {
     );
 }
 
-/// The main thread replaces the pinned `hooks.json` in `CODEX_HOME` (the config dir, the agent's
-/// to write), then spawns a sub-agent (`multi_agent_v1`, on unless `agent.tools` leaves it out):
-/// the sub-agent's `FORBIDDEN` command must still be blocked by the verified hook, as the main
-/// thread's is (`a_hooks_json_rewritten_mid_iteration_never_turns_off_the_verified_hook`). The
-/// agent puts the pinned file back once the sub-agent is done, so the next iteration's
-/// verification finds no drift: seen on 0.169.1, the command ran in both iterations, both
-/// exited 0 and no record named it.
+/// The main thread tries to replace the pinned `hooks.json` in `CODEX_HOME` (the config dir),
+/// then spawns a sub-agent (`multi_agent_v1`, named in `agent.tools`), which reads `hooks.json`
+/// again when spawned: the sub-agent's `FORBIDDEN` command must still be blocked by the
+/// verified hook, as the main thread's is. Seen on 0.169.1 while the config dir was the
+/// agent's: the replacement (put back once the sub-agent was done, so no drift) turned the hook
+/// off for the sub-agent in both iterations, named nowhere. Now the config dir is root's with
+/// the sticky bit and the pinned file root's (`codex_config`).
 #[test]
-#[ignore = "break: a Codex sub-agent reads $CODEX_HOME/hooks.json again when spawned; the agent's replacement turns the verified hook off for it, put back after without drift"]
 fn attack_runtime_tamper__a_hooks_json_rewritten_before_a_codex_subagent_spawns_never_turns_off_the_verified_hook(
 ) {
     if !gate() {
@@ -863,15 +874,14 @@ fn attack_runtime_tamper__a_hooks_json_rewritten_before_a_codex_subagent_spawns_
         &[r#"mv -f "$CODEX_HOME/was.json" "$CODEX_HOME/hooks.json" && echo restored"#],
     ));
     let fx = fixture(&server, 2);
+    fx.agent_tools("[shell, multi_agent]");
     pin_blocking_hooks(&fx);
     let (code, doc) = fx.run_status();
     let results = server.tool_results();
+    // `hooks.json` is pinned, root's, in a sticky config dir: the agent can neither move it
+    // nor write in its place.
     assert!(
-        results.iter().any(|r| r.contains("rewrote")),
-        "{results:#?}"
-    );
-    assert!(
-        results.iter().any(|r| r.contains("restored")),
+        !results.iter().any(|r| r.contains("rewrote")),
         "{results:#?}"
     );
     let requests = server.requests();
@@ -901,10 +911,12 @@ fn attack_runtime_tamper__a_hooks_json_rewritten_before_a_codex_subagent_spawns_
 }
 
 /// The main thread writes `AGENTS.md` in `CODEX_HOME` and `AGENTS.override.md` in the workdir,
-/// then spawns a sub-agent: neither reaches the sub-agent's model unless the record names the
-/// file read (it names the workdir's `AGENTS.md` as read at start, with its digest).
+/// then asks for a sub-agent, which would read both again when spawned, past what the record
+/// names (seen on 0.169.1 while sub-agents were on by default and the config dir the agent's).
+/// Now `CODEX_HOME/AGENTS.md` is a root-owned empty file the agent cannot write, and without
+/// `agent.tools` naming `multi_agent` Codex has no sub-agents: no request but the main
+/// thread's, and none carries what the agent wrote.
 #[test]
-#[ignore = "break: a Codex sub-agent reads AGENTS.md/AGENTS.override.md again when spawned; what the agent wrote mid-iteration is its instructions, the record names the start's files"]
 fn attack_runtime_tamper__context_files_written_mid_iteration_never_reach_a_codex_subagent_unrecorded(
 ) {
     if !gate() {
@@ -918,20 +930,16 @@ fn attack_runtime_tamper__context_files_written_mid_iteration_never_reach_a_code
     let (code, doc) = fx.run_status();
     assert_eq!(code, Some(0), "{doc:#}");
     let requests = server.requests();
-    let subs: Vec<&Value> = requests.iter().filter(|r| is_subagent(r)).collect();
-    assert!(!subs.is_empty(), "no sub-agent request: {requests:#?}");
+    assert!(
+        !requests.iter().any(is_subagent),
+        "a sub-agent ran without agent.tools naming multi_agent: {requests:#?}"
+    );
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(
+        planted.contains("AGENTS.md: Permission denied"),
+        "{planted}"
+    );
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
-    let named = record["context_files"]["read"].to_string();
-    for r in subs {
-        let seen = model_visible(r);
-        for (mark, file) in [
-            ("PLANTED_HOME_AGENTS_MARK", "AGENTS.md\",\"scope\":\"config"),
-            ("PLANTED_OVERRIDE_MARK", "AGENTS.override.md"),
-        ] {
-            assert!(
-                !seen.contains(mark) || named.contains(file),
-                "{mark} reached the sub-agent, the record names {named}"
-            );
-        }
-    }
+    let guarded = record["codex_config"]["guarded"].to_string();
+    assert!(guarded.contains("\"AGENTS.md\""), "{record:#}");
 }
