@@ -1018,6 +1018,7 @@ fn attack_env__a_trusted_xdg_home_in_the_workspace_is_removed() {
 /// agent's environment: a `.env` in the workspace (any spelling, `export`, spaces, mixed case)
 /// or a plugin's `env:` cannot supply it, so the launch is still refused.
 #[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_egress__a_platform_proxy_variable_from_dotenv_or_a_plugin_is_not_the_platforms() {
     let (_t, dir) = tmp();
     let dotenv = dir.join(".env");

@@ -281,6 +281,7 @@ fn lenient_chunked_body(out: &[u8]) -> Option<Vec<u8>> {
 /// authenticated request (a file upload, a prompt) the provider may give back.
 #[test]
 #[ignore = "break: a bare LF in a chunk extension desyncs the rewriter from a bare-LF-tolerant upstream; the key lands in a request body"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
     let head_a = "POST /v1/files HTTP/1.1\r\nHost: x\r\nx-api-key: pitcrew-placeholder-ANTHROPIC_API_KEY\r\nTransfer-Encoding: chunked\r\n\r\n";
     let head_b = format!(
@@ -288,7 +289,7 @@ fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
     );
     // What the upstream will see of head B once rewritten (the agent can guess the key's
     // length: a provider's keys have one).
-    let head_b_out = format!("GET /v1/models HTTP/1.1\r\nHost: api.example:443\r\nx-api-key: sk-real-1\r\nContent-Length: 30\r\n\r\n");
+    let head_b_out = "GET /v1/models HTTP/1.1\r\nHost: api.example:443\r\nx-api-key: sk-real-1\r\nContent-Length: 30\r\n\r\n";
     let pad = 30 - "\r\n0\r\n\r\n".len();
     let covered = "0\r\n\r\n".len() + head_b_out.len() + pad;
     let size = format!("{covered:03x}");
@@ -318,6 +319,7 @@ fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
 /// route's prefix).
 #[test]
 #[ignore = "break: a bare LF in a trailer line smuggles an unrewritten request (agent's Host, path outside the prefix) to a bare-LF-tolerant upstream"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_egress__bare_lf_in_a_trailer_smuggles_an_unrewritten_request() {
     let mut r = RequestRewriter::new(&creds(), "api.example:443", "/v1");
     let attack = "POST /chat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
@@ -338,6 +340,7 @@ fn attack_egress__bare_lf_in_a_trailer_smuggles_an_unrewritten_request() {
 /// upstream's next request.
 #[test]
 #[ignore = "break: HTTP/1.0 with Transfer-Encoding chunked is passed on; an upstream ignoring TE for 1.0 reads the chunk data as an unrewritten request"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_egress__http_1_0_with_transfer_encoding_is_refused() {
     let smuggled = "GET /escape HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n";
     let attack = format!(
