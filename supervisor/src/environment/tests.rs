@@ -1013,3 +1013,46 @@ fn attack_env__a_trusted_xdg_home_in_the_workspace_is_removed() {
     );
     assert_eq!(o.get("XDG_CONFIG_DIRS"), Some("/etc/xdg"));
 }
+
+/// `network: {platform: openshell}` launches only with the platform's proxy variable in the
+/// agent's environment: a `.env` in the workspace (any spelling, `export`, spaces, mixed case)
+/// or a plugin's `env:` cannot supply it, so the launch is still refused.
+#[test]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_egress__a_platform_proxy_variable_from_dotenv_or_a_plugin_is_not_the_platforms() {
+    let (_t, dir) = tmp();
+    let dotenv = dir.join(".env");
+    std::fs::write(
+        &dotenv,
+        "HTTPS_PROXY=http://planted:1\nexport https_proxy=http://planted:2\n\
+         ALL_PROXY = http://planted:3\nall_proxy='http://planted:4'\nHttps_Proxy=http://planted:5\n\
+         \u{feff}HTTPS_PROXY=http://planted:6\n",
+    )
+    .unwrap();
+    let mut m = manifest("command", Some(&dotenv));
+    m.network = Some(crate::manifest::NetworkPolicy::Platform {
+        platform: "openshell".into(),
+    });
+    let o = build(&m, &base(&[("PATH", "/usr/bin")])).unwrap();
+    assert!(
+        !serde_json::to_string(&o.env).unwrap().contains("planted"),
+        "{:?}",
+        o.env
+    );
+    assert!(crate::sandbox::netns::platform_refusal(m.network.as_ref(), &o.env).is_some());
+    for name in ["HTTPS_PROXY", "all_proxy"] {
+        let mut m = manifest("command", None);
+        m.network = Some(crate::manifest::NetworkPolicy::Platform {
+            platform: "openshell".into(),
+        });
+        m.trees
+            .push(tree_with_env("p", &[(name, "http://planted:7")]));
+        match build(&m, &base(&[])) {
+            Err(_) => {}
+            Ok(o) => assert!(
+                crate::sandbox::netns::platform_refusal(m.network.as_ref(), &o.env).is_some(),
+                "{name} from a plugin satisfied the platform check"
+            ),
+        }
+    }
+}

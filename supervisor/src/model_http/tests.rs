@@ -248,3 +248,109 @@ fn an_upgrade_is_never_offered_to_the_upstream() {
     assert!(!out.to_ascii_lowercase().contains("upgrade: "), "{out}");
     assert!(out.ends_with("Connection: Upgrade\r\n\r\n"), "{out}");
 }
+
+/// The body of the first request in `out` as a parser that ends a chunk line at a bare LF
+/// reads it (Go's net/http before 1.24.2, CVE-2025-22871, and the other "funky chunks"
+/// parsers): chunk data concatenated, `None` when that parser would refuse it.
+fn lenient_chunked_body(out: &[u8]) -> Option<Vec<u8>> {
+    let mut at = out.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let mut body = Vec::new();
+    loop {
+        let lf = out[at..].iter().position(|b| *b == b'\n')?;
+        let line = &out[at..at + lf];
+        at += lf + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let size_text = line.split(|b| *b == b';').next()?;
+        let size = usize::from_str_radix(std::str::from_utf8(size_text).ok()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.extend_from_slice(out.get(at..at + size)?);
+        at += size;
+        if out.get(at..at + 2)? != b"\r\n" {
+            return None;
+        }
+        at += 2;
+    }
+}
+
+/// A chunk-size line whose extension holds a bare LF: this side reads the line up to the
+/// CRLF (httparse takes any byte in an extension), an upstream that ends the line at the LF
+/// reads the next bytes as chunk data and the following "size" as a new chunk covering the
+/// next request head, the one the key was put in. The key lands in the body of an
+/// authenticated request (a file upload, a prompt) the provider may give back.
+#[test]
+#[ignore = "break: a bare LF in a chunk extension desyncs the rewriter from a bare-LF-tolerant upstream; the key lands in a request body"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
+    let head_a = "POST /v1/files HTTP/1.1\r\nHost: x\r\nx-api-key: pitcrew-placeholder-ANTHROPIC_API_KEY\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head_b = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: x\r\nx-api-key: {KEY}\r\nContent-Length: 30\r\n\r\n"
+    );
+    // What the upstream will see of head B once rewritten (the agent can guess the key's
+    // length: a provider's keys have one).
+    let head_b_out = "GET /v1/models HTTP/1.1\r\nHost: api.example:443\r\nx-api-key: sk-real-1\r\nContent-Length: 30\r\n\r\n";
+    let pad = 30 - "\r\n0\r\n\r\n".len();
+    let covered = "0\r\n\r\n".len() + head_b_out.len() + pad;
+    let size = format!("{covered:03x}");
+    assert_eq!(size.len(), 3);
+    // This side: size 3 (ext "a\nabc"), data = the hex text, CRLF, last chunk, head B.
+    // Upstream: size 3 at the LF, data "abc", CRLF, chunk of `covered` bytes, last chunk.
+    let attack = format!(
+        "{head_a}3;a\nabc\r\n{size}\r\n0\r\n\r\n{head_b}{}\r\n0\r\n\r\n",
+        "z".repeat(pad)
+    );
+    match feed_split(&mut rewriter(), attack.as_bytes(), 4096) {
+        Err(_) => {}
+        Ok(out) => {
+            let body = lenient_chunked_body(&out).expect("the lenient upstream takes it");
+            assert!(
+                !text(&body).contains("sk-real-1"),
+                "the key is in the body of request A as the upstream reads it: {:?}",
+                text(&body)
+            );
+        }
+    }
+}
+
+/// A trailer line ending in a bare LF followed by CRLF: an upstream that takes a bare LF as a
+/// line end ends the trailers there and reads what this side still takes for trailer lines
+/// as a request head: one this side never rewrote (the agent's `Host`, a path outside the
+/// route's prefix).
+#[test]
+#[ignore = "break: a bare LF in a trailer line smuggles an unrewritten request (agent's Host, path outside the prefix) to a bare-LF-tolerant upstream"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_egress__bare_lf_in_a_trailer_smuggles_an_unrewritten_request() {
+    let mut r = RequestRewriter::new(&creds(), "api.example:443", "/v1");
+    let attack = "POST /chat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+                  0\r\na: b\n\r\nGET /escape HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n";
+    if let Ok(out) = feed_split(&mut r, attack.as_bytes(), 4096) {
+        let out = text(&out);
+        assert!(out.starts_with("POST /v1/chat HTTP/1.1\r\n"), "{out:?}");
+        assert!(
+            !out.contains("\n\r\nGET /escape HTTP/1.1\r\nHost: elsewhere.example\r\n"),
+            "a request head passed on unrewritten: {out:?}"
+        );
+    }
+}
+
+/// `Transfer-Encoding: chunked` on an HTTP/1.0 request: this side passes a chunked body on,
+/// while RFC 9112 6.1 says such framing is faulty and Go's net/http ignores the header for
+/// HTTP/1.0 (no body): the chunk data, a request head this side never rewrote, is the
+/// upstream's next request.
+#[test]
+#[ignore = "break: HTTP/1.0 with Transfer-Encoding chunked is passed on; an upstream ignoring TE for 1.0 reads the chunk data as an unrewritten request"]
+#[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+fn attack_egress__http_1_0_with_transfer_encoding_is_refused() {
+    let smuggled = "GET /escape HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n";
+    let attack = format!(
+        "POST /chat HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n{smuggled}\r\n0\r\n\r\n",
+        smuggled.len()
+    );
+    let mut r = RequestRewriter::new(&creds(), "api.example:443", "/v1");
+    assert!(
+        feed_split(&mut r, attack.as_bytes(), 4096).is_err(),
+        "HTTP/1.0 with Transfer-Encoding passed on"
+    );
+}

@@ -527,4 +527,33 @@ mod tests {
         assert_eq!(url_path("http://127.0.0.1:8/v1/"), "/v1");
         assert_eq!(url_path("https://gw.example/a/b?x=1"), "/a/b");
     }
+
+    /// pi's built-in route takes every well-known key passed (and every `--model-key`) as a
+    /// credential of the one provider's route, whatever provider the key is for: with
+    /// `agent.model: groq/...` (or `openai/...`) and `--pass-env ANTHROPIC_API_KEY`, the agent
+    /// puts the Anthropic key's placeholder in `Authorization` and the host sends Anthropic's
+    /// key to api.groq.com (api.openai.com, whose 401 quotes part of a wrong key back).
+    #[test]
+    #[ignore = "break: pi's built-in route carries a key for one provider (ANTHROPIC_API_KEY) to another provider's API (groq, openai)"]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_secrets__a_pi_route_carries_no_key_to_another_providers_api() {
+        for (model, pass) in [
+            ("groq/llama-3.3-70b-versatile", &["ANTHROPIC_API_KEY"][..]),
+            ("openai/gpt-5", &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"][..]),
+        ] {
+            let yaml = format!("runtime: pi\nprompt: hi\nagent:\n  model: {model}\n");
+            let (_d, v) = validated(&yaml, &[]);
+            let Ok(p) = plan_for(&v, &[], pass) else {
+                continue;
+            };
+            if let Some((route, up)) = p.route {
+                let carried = route.credentials.iter().any(|c| c == "ANTHROPIC_API_KEY");
+                assert!(
+                    !carried || up.endpoint.host == "api.anthropic.com",
+                    "{model}: ANTHROPIC_API_KEY is a credential of the route to {}",
+                    up.endpoint
+                );
+            }
+        }
+    }
 }
