@@ -146,7 +146,8 @@ impl RequestRewriter {
                     Ok(httparse::Status::Complete((_, size))) => size,
                     _ => return Err("a chunk-size line that is not one".into()),
                 };
-                out.extend_from_slice(&rest[..line]);
+                // Written anew, without extensions: the upstream reads the size this side read.
+                out.extend_from_slice(format!("{size:x}\r\n").as_bytes());
                 self.state = if size == 0 {
                     State::Trailers(0)
                 } else {
@@ -181,8 +182,9 @@ impl RequestRewriter {
                 if seen + line > MAX_TRAILERS {
                     return Err(format!("trailers over {MAX_TRAILERS} bytes"));
                 }
-                out.extend_from_slice(&rest[..line]);
+                // Trailers are read and left out: only the chunked body's end goes on.
                 self.state = if line == 2 {
+                    out.extend_from_slice(b"\r\n");
                     State::Head
                 } else {
                     State::Trailers(seen + line)
@@ -215,6 +217,12 @@ impl RequestRewriter {
         }
         if !path.starts_with('/') {
             return Err(format!("the request target {path:?} is not a path"));
+        }
+        if dot_segment(path) {
+            return Err(format!(
+                "the request target {path:?} has a `.` or `..` segment (it would leave the \
+                 route's path)"
+            ));
         }
         let mut out = Vec::with_capacity(used + 64);
         out.extend_from_slice(method.as_bytes());
@@ -272,6 +280,9 @@ impl RequestRewriter {
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
+        if chunked && req.version == Some(0) {
+            return Err("Transfer-Encoding in an HTTP/1.0 request".into());
+        }
         let framing = match (chunked, length) {
             (true, Some(_)) => {
                 return Err("both Content-Length and Transfer-Encoding".into());
@@ -285,14 +296,34 @@ impl RequestRewriter {
 }
 
 /// Where the CRLF-terminated line at the start of `rest` ends (after its CRLF); `None` when
-/// it has not ended yet.
+/// it has not ended yet. A CR or LF anywhere else in the line is refused: an upstream that
+/// ended the line at a bare LF would read the bytes after it otherwise than this side.
 fn line_end(rest: &[u8], max: usize, what: &str) -> Result<Option<usize>, String> {
-    match rest.windows(2).position(|w| w == b"\r\n") {
-        Some(i) if i + 2 <= max => Ok(Some(i + 2)),
+    let bare = || Err(format!("{what} with a bare CR or LF"));
+    match rest.iter().position(|&b| b == b'\n') {
+        Some(i) if i == 0 || rest[i - 1] != b'\r' || rest[..i - 1].contains(&b'\r') => bare(),
+        Some(i) if i < max => Ok(Some(i + 1)),
         Some(_) => Err(format!("{what} over {max} bytes")),
+        None if rest
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'\r' && i + 1 < rest.len()) =>
+        {
+            bare()
+        }
         None if rest.len() > max => Err(format!("{what} over {max} bytes")),
         None => Ok(None),
     }
+}
+
+/// Whether the path of a request target (before any `?`) has a `.` or `..` segment, written
+/// plainly or percent-encoded.
+fn dot_segment(target: &str) -> bool {
+    let path = target.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|segment| {
+        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+        decoded == "." || decoded == ".."
+    })
 }
 
 /// Whether `b` may stand next to a placeholder: a placeholder counts only as a whole token,

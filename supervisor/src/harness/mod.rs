@@ -57,9 +57,9 @@ pub use self::model::{
     Harness, HarnessError, Location, PluginSpec, Problem, SkillSpec, Validated,
 };
 pub use self::network::{
-    network_default, network_for, pi_builtin_route, read_models_json, read_settings_json,
-    url_endpoint, NetworkChoice, PiModelConfig, CLAUDE_API_HOST, PI_PROVIDER_HOSTS,
-    PI_PROVIDER_URLS,
+    network_default, network_for, pi_builtin_route, pi_provider_keys, read_models_json,
+    read_settings_json, url_endpoint, NetworkChoice, PiModelConfig, CLAUDE_API_HOST,
+    PI_PROVIDER_HOSTS, PI_PROVIDER_URLS,
 };
 pub use self::overrides::Overrides;
 pub use self::remote::{

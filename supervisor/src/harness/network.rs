@@ -66,6 +66,30 @@ pub const PI_PROVIDER_URLS: &[(&str, &str)] = &[
     ("huggingface", "https://router.huggingface.co/v1"),
 ];
 
+/// The variables pi reads the key of each provider of [`PI_PROVIDER_URLS`] from (pi-ai's
+/// `getEnvApiKey` of pi 0.73.1, 0.87.1 and 1.6.0): a route to that provider carries only these,
+/// never one provider's key to another's endpoint.
+pub const PI_PROVIDER_KEYS: &[(&str, &[&str])] = &[
+    ("anthropic", &["ANTHROPIC_API_KEY", "ANTHROPIC_OAUTH_TOKEN"]),
+    ("openai", &["OPENAI_API_KEY"]),
+    ("google", &["GEMINI_API_KEY"]),
+    ("groq", &["GROQ_API_KEY"]),
+    ("cerebras", &["CEREBRAS_API_KEY"]),
+    ("xai", &["XAI_API_KEY"]),
+    ("mistral", &["MISTRAL_API_KEY"]),
+    ("deepseek", &["DEEPSEEK_API_KEY"]),
+    ("huggingface", &["HF_TOKEN"]),
+];
+
+/// The key variables of pi built-in provider `provider` ([`PI_PROVIDER_KEYS`]); none for
+/// another name.
+pub fn pi_provider_keys(provider: &str) -> &'static [&'static str] {
+    PI_PROVIDER_KEYS
+        .iter()
+        .find(|(p, _)| *p == provider)
+        .map_or(&[], |(_, keys)| keys)
+}
+
 /// The pi built-in provider a key kept on the host can be carried for, with its base URL
 /// ([`PI_PROVIDER_URLS`]): the provider pi uses ([`pi_provider`]) when the harness pins no
 /// `models.json` (the supervisor writes its own there); `Err` says why there is none.

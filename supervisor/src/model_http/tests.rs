@@ -67,7 +67,8 @@ fn every_split_of_pipelined_requests_gives_the_same_bytes() {
     assert_eq!(whole_text.matches("Host: api.example:443\r\n").count(), 3);
     assert_eq!(whole_text.matches("sk-real-1").count(), 2);
     assert!(whole_text.contains("Authorization: Bearer tok-real-2\r\n"));
-    assert!(whole_text.contains("4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: 1\r\n\r\nGET"));
+    // Chunk-size lines written anew (no extension), trailers left out.
+    assert!(whole_text.contains("4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\nGET"));
     assert!(!whole_text.contains("placeholder"));
     for split in [1, 2, 3, 7, 13, 64] {
         let mut r = rewriter();
@@ -100,6 +101,23 @@ fn the_route_prefix_goes_before_the_target() {
     let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic/");
     let out = feed_split(&mut r, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 100).unwrap();
     assert!(text(&out).starts_with("GET /anthropic/v1/models HTTP/1.1\r\nHost: gw.example\r\n"));
+}
+
+#[test]
+#[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+fn attack_secrets__a_target_with_a_dot_segment_never_leaves_the_routes_path() {
+    for target in ["/../openai/v1/x", "/v1/%2e%2E/x", "/v1/./x", "/a/..?q=1"] {
+        let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic");
+        let req = format!("GET {target} HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n");
+        let mut out = Vec::new();
+        let err = r.feed(req.as_bytes(), &mut out).unwrap_err();
+        assert!(err.contains("segment"), "{target}: {err}");
+        assert!(!text(&out).contains("sk-real-1"), "{target}");
+    }
+    // A dot inside a name is no segment.
+    let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic");
+    let out = feed_split(&mut r, b"GET /v1/a..b/.x HTTP/1.1\r\n\r\n", 100).unwrap();
+    assert!(text(&out).starts_with("GET /anthropic/v1/a..b/.x HTTP/1.1\r\n"));
 }
 
 #[test]
@@ -280,7 +298,6 @@ fn lenient_chunked_body(out: &[u8]) -> Option<Vec<u8>> {
 /// next request head, the one the key was put in. The key lands in the body of an
 /// authenticated request (a file upload, a prompt) the provider may give back.
 #[test]
-#[ignore = "break: a bare LF in a chunk extension desyncs the rewriter from a bare-LF-tolerant upstream; the key lands in a request body"]
 #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
     let head_a = "POST /v1/files HTTP/1.1\r\nHost: x\r\nx-api-key: pitcrew-placeholder-ANTHROPIC_API_KEY\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -318,7 +335,6 @@ fn attack_secrets__bare_lf_in_a_chunk_extension_puts_the_key_in_a_body() {
 /// as a request head: one this side never rewrote (the agent's `Host`, a path outside the
 /// route's prefix).
 #[test]
-#[ignore = "break: a bare LF in a trailer line smuggles an unrewritten request (agent's Host, path outside the prefix) to a bare-LF-tolerant upstream"]
 #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_egress__bare_lf_in_a_trailer_smuggles_an_unrewritten_request() {
     let mut r = RequestRewriter::new(&creds(), "api.example:443", "/v1");
@@ -339,7 +355,6 @@ fn attack_egress__bare_lf_in_a_trailer_smuggles_an_unrewritten_request() {
 /// HTTP/1.0 (no body): the chunk data, a request head this side never rewrote, is the
 /// upstream's next request.
 #[test]
-#[ignore = "break: HTTP/1.0 with Transfer-Encoding chunked is passed on; an upstream ignoring TE for 1.0 reads the chunk data as an unrewritten request"]
 #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
 fn attack_egress__http_1_0_with_transfer_encoding_is_refused() {
     let smuggled = "GET /escape HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n";
