@@ -23,8 +23,9 @@
 //!
 //! The next reset keeps the guards (each is recognised by owner, kind and content:
 //! [`guards_present`]) so that no iteration's record names them as removed. A supervisor that is
-//! not root (unprivileged mode) cannot own a file the agent cannot replace and leaves all this
-//! alone; its record names nothing as guarded.
+//! not root (unprivileged mode) cannot own a file the agent cannot replace, and an agent that
+//! runs as root passes any guard ([`root_guard::applies`]): both leave all this alone, and the
+//! record names nothing as guarded.
 
 use crate::manifest::{Manifest, Runtime, RuntimeDirPaths};
 use crate::root_guard;
@@ -123,7 +124,7 @@ pub fn protect(
         agent_writable: AGENT_WRITABLE.iter().map(|n| n.to_string()).collect(),
         managed: crate::claude_managed::list(Path::new(crate::claude_managed::MANAGED_DIR)),
     };
-    if !nix::unistd::geteuid().is_root() {
+    if !root_guard::applies(manifest) {
         record
             .agent_writable
             .extend(GUARDED.iter().map(|(n, _)| n.to_string()));

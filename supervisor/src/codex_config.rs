@@ -51,10 +51,7 @@ pub fn protect(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
 ) -> Result<Option<CodexConfigRecord>, String> {
-    if manifest.runtime != Runtime::Codex
-        || !nix::unistd::geteuid().is_root()
-        || manifest.user.uid == 0
-    {
+    if manifest.runtime != Runtime::Codex || !root_guard::applies(manifest) {
         return Ok(None);
     }
     let guarded =

@@ -52,7 +52,7 @@ pub const GUARDED: &[(&str, Guard)] = &[
 /// each of Node's global folders (see the module docs). Returns the names guarded, for the
 /// record (none when the supervisor is not root or the agent is). Errors name the path.
 pub fn protect(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String>, String> {
-    if !nix::unistd::geteuid().is_root() || manifest.user.uid == 0 {
+    if !root_guard::applies(manifest) {
         return Ok(Vec::new());
     }
     let home = Path::new(&dirs.home);

@@ -65,10 +65,7 @@ pub fn protect(
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
 ) -> Result<Option<PiConfigRecord>, String> {
-    if manifest.runtime != Runtime::Pi
-        || !nix::unistd::geteuid().is_root()
-        || manifest.user.uid == 0
-    {
+    if manifest.runtime != Runtime::Pi || !root_guard::applies(manifest) {
         return Ok(None);
     }
     let supervisors_models = manifest

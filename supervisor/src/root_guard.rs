@@ -128,6 +128,13 @@ pub fn put_unless_pinned(
     put(dir, config, name, guard)
 }
 
+/// Whether guards can hold for `manifest`'s agent: the supervisor is root (only then can it own
+/// a file the agent cannot replace) and the agent is not (root would pass any guard). The one
+/// rule of every caller: `HOME` and the config dirs of Claude Code, pi and Codex.
+pub fn applies(manifest: &Manifest) -> bool {
+    nix::unistd::geteuid().is_root() && manifest.user.uid != 0
+}
+
 /// Makes the config dir `config` of `manifest` root's, group the agent's, with the sticky bit
 /// ([`make_sticky`]) and puts each guard of `guarded` in place ([`put_unless_pinned`]) but for
 /// the names `left` says the supervisor writes itself. Returns the names of `guarded`, for the
