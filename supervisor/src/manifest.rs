@@ -885,7 +885,14 @@ impl Manifest {
                     return Err(field("model.pi_provider", "only for the pi runtime"));
                 }
                 let models_json = Path::new(&self.runtime_dirs().config).join("models.json");
-                if self.files.iter().any(|f| Path::new(&f.path) == models_json) {
+                let pinned = self.files.iter().any(|f| Path::new(&f.path) == models_json);
+                if model.rewritten_models_json.is_some() && !pinned {
+                    return Err(field(
+                        "model.rewritten_models_json",
+                        format!("the manifest does not pin {}", models_json.display()),
+                    ));
+                }
+                if model.rewritten_models_json.is_none() && pinned {
                     return Err(field(
                         "model.pi_provider",
                         format!(
