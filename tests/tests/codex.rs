@@ -943,3 +943,157 @@ fn attack_runtime_tamper__context_files_written_mid_iteration_never_reach_a_code
     let guarded = record["codex_config"]["guarded"].to_string();
     assert!(guarded.contains("\"AGENTS.md\""), "{record:#}");
 }
+
+/// A Codex plugin bundle (`.codex-plugin/plugin.json`) at `plugins/probe-codex` beside the
+/// harness, listed in its `plugins:`: a skill and an MCP server (`.mcp.json`, started in the
+/// plugin's directory) whose one tool's description says the uid and `NoNewPrivs` it runs
+/// with, and a `PreToolUse` hook (`hooks/hooks.json`) blocking a command naming
+/// `PLUGIN_FORBIDDEN`, saying the uid it runs as.
+fn add_codex_plugin(fx: &Fixture) {
+    let root = fx.harness.parent().unwrap().join("plugins/probe-codex");
+    fs::create_dir_all(root.join(".codex-plugin")).unwrap();
+    fs::create_dir_all(root.join("hooks")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "if grep -q PLUGIN_FORBIDDEN; then echo \"blocked by the plugin's hook uid=$(id -u)\" >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    fs::create_dir_all(root.join("skills/probe-skill")).unwrap();
+    fs::write(
+        root.join(".codex-plugin/plugin.json"),
+        r#"{"name": "probe-codex", "version": "1.0.0", "description": "pitcrew's probe"}"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("skills/probe-skill/SKILL.md"),
+        "---\nname: probe-skill\ndescription: VERIFIED_PLUGIN_SKILL\n---\nbody\n",
+    )
+    .unwrap();
+    fs::write(
+        root.join(".mcp.json"),
+        r#"{"mcpServers": {"verified": {"command": "python3", "args": ["server.py"], "cwd": "."}}}"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("server.py"),
+        r#"import json, os, sys
+nnp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs:")][0]
+info = "VERIFIED_MCP_TOOL uid=%d nnp=%s" % (os.getuid(), nnp)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        res = {"protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+               "capabilities": {"tools": {}}, "serverInfo": {"name": "verified", "version": "1"}}
+    elif msg.get("method") == "tools/list":
+        res = {"tools": [{"name": "verified_probe", "description": info,
+                          "inputSchema": {"type": "object", "properties": {}}}]}
+    else:
+        res = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) + "\n")
+    sys.stdout.flush()
+"#,
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "plugins:\n  - plugins/probe-codex\n";
+    fs::write(&fx.harness, yaml).unwrap();
+}
+
+/// What iteration 1 plants to have Codex load a plugin of its own in iteration 2: a marketplace
+/// and plugin in the repository and in `HOME`, a project config enabling it, and (refused: the
+/// supervisor's, root's) a plugin in `CODEX_HOME`'s cache and a `config.toml` enabling it.
+const PLANT_PLUGIN: &str = r#"plugin() { mkdir -p "$1/.codex-plugin" "$1/skills/planted"; echo '{"name": "planted"}' > "$1/.codex-plugin/plugin.json"; printf -- '---\nname: planted\ndescription: PLANTED_PLUGIN_SKILL\n---\nx\n' > "$1/skills/planted/SKILL.md"; echo '{"mcpServers": {"plantedmcp": {"command": "sh", "args": ["-c", "echo PLANTED_MCP_RAN > /tmp/planted-mcp"]}}}' > "$1/.mcp.json"; }
+market='{"name": "planted-market", "plugins": [{"name": "planted", "source": {"source": "local", "path": "./plugins/planted"}}]}'
+plugin plugins/planted; mkdir -p .agents/plugins; echo "$market" > .agents/plugins/marketplace.json
+mkdir -p .codex; printf '[plugins."planted@planted-market"]\nenabled = true\n' > .codex/config.toml
+plugin "$HOME/plugins/planted"; mkdir -p "$HOME/.agents/plugins"; echo "$market" > "$HOME/.agents/plugins/marketplace.json"
+plugin "$CODEX_HOME/plugins/cache/pitcrew/planted/local" 2>/dev/null || echo "codex-home cache refused"
+printf '[plugins."planted@pitcrew"]\nenabled = true\n' >> "$CODEX_HOME/config.toml" 2>/dev/null || echo "config.toml refused"
+plugin "$CODEX_HOME/plugins/cache/pitcrew/probe-codex/0-planted" 2>/dev/null || echo "version dir refused"
+echo planted"#;
+
+/// A verified Codex plugin is loaded from the copy the supervisor made in Codex's plugin cache:
+/// its MCP server runs as the agent's uid under pitcrew's confinement and its tool reaches the
+/// model; its skill does not (Codex's skill list stays off). The record names the plugin.
+/// What iteration 1 plants (a marketplace and plugin in the repository and `HOME`, a project
+/// config enabling it, writes to `CODEX_HOME`'s cache and `config.toml`, refused) loads nothing
+/// in iteration 2, where the verified plugin's tool is there again.
+#[test]
+fn attack_leftovers__a_plugin_planted_by_codex_never_loads_and_the_verified_one_does() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PLANT_PLUGIN, "echo second"],
+        exec,
+    ));
+    let fx = fixture(&server, 2);
+    add_codex_plugin(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.lines().any(|l| l == "planted"), "{planted}");
+    for refused in [
+        "codex-home cache refused",
+        "config.toml refused",
+        "version dir refused",
+    ] {
+        assert!(planted.contains(refused), "{planted}");
+    }
+    for (i, request) in requests.iter().enumerate() {
+        let tools = request["tools"].to_string();
+        assert!(
+            tools.contains("VERIFIED_MCP_TOOL uid=65534 nnp=1"),
+            "{i}: {tools}"
+        );
+        let all = format!("{}\n{tools}", model_visible(request));
+        assert!(!all.contains("VERIFIED_PLUGIN_SKILL"), "{i}: {all}");
+        if i >= 2 {
+            assert!(
+                !all.contains("PLANTED_") && !all.contains("plantedmcp"),
+                "{i}: {all}"
+            );
+        }
+    }
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(
+            record["codex_config"]["plugins"],
+            json!(["probe-codex@pitcrew"]),
+            "{record:#}"
+        );
+        let argv = record["agent"]["argv"].to_string();
+        assert!(
+            !argv.contains("--ignore-user-config") && !argv.contains("\"plugins\""),
+            "{argv}"
+        );
+    }
+}
+
+/// A verified Codex plugin's hook (`hooks/hooks.json`) runs, as the agent's uid, without a
+/// pinned `hooks.json`: it blocks the command the model asks for, and Codex tells the model why.
+#[test]
+fn a_verified_codex_plugins_hook_blocks_a_command_and_codex_hears_why() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["echo PLUGIN_FORBIDDEN"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    add_codex_plugin(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let heard = last_tool_result(requests.last().unwrap()).unwrap_or_default();
+    assert!(
+        heard.contains("blocked by the plugin's hook uid=65534"),
+        "{heard}"
+    );
+}
