@@ -320,8 +320,9 @@ fn plant_then_look(context: Option<&str>) -> (Value, String) {
     (read_json(&iteration_dir(&doc, 2).join("result.json")), seen)
 }
 
-/// `codex exec --help` of the installed release lists exactly the options pitcrew's table
-/// classifies (`supervisor/src/env_policy/codex_options.rs`).
+/// `codex exec --help` of the installed release is the one its table was generated from
+/// (`scripts/codex-help/<v>.txt`, by `scripts/codex-options`) and lists exactly the options
+/// pitcrew's table classifies (`supervisor/src/env_policy/codex_options.rs`).
 #[test]
 fn the_codex_option_table_matches_the_installed_release() {
     if !gate() {
@@ -332,6 +333,14 @@ fn the_codex_option_table_matches_the_installed_release() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
+    let saved = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../scripts/codex-help/{CODEX_VERSION}.txt"));
+    assert_eq!(
+        help,
+        fs::read_to_string(&saved).unwrap(),
+        "Codex {CODEX_VERSION}'s exec options changed; run scripts/codex-options and commit \
+         the result"
+    );
     let mut listed: Vec<String> = Vec::new();
     for line in help.lines() {
         let line = line.trim_start();
