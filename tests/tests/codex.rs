@@ -8,6 +8,7 @@
 //! `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
+use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::model_server::{
     last_tool_result, one_command_per_iteration, ModelServer, Reply, CACHE_READ_TOKENS,
     OUTPUT_TOKENS, PROMPT_TOKENS,
@@ -1105,4 +1106,72 @@ fn a_verified_codex_plugins_hook_blocks_a_command_and_codex_hears_why() {
         heard.contains("blocked by the plugin's hook uid=65534"),
         "{heard}"
     );
+}
+
+/// The real Codex CLI of the production image (`scripts/build-image codex`: its static binary
+/// from the npm package inside the image, nothing of the host's mounted) in a container podman
+/// creates without a network: two iterations against the model server on the host, reached
+/// through pitcrew with the harness's default network (`OPENAI_BASE_URL`'s `127.0.0.1:PORT`),
+/// the API key passed by name and kept on the host, the command run as the agent's uid under
+/// `NoNewPrivs` and pitcrew's seccomp filter, and no container left afterwards.
+#[test]
+fn codex_in_the_production_image_under_podman() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PROBE, PROBE],
+        exec,
+    ));
+    server.require_key(KEY);
+    let fx = fixture(&server, 2);
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("codex");
+    let env = engine.env_with(&[("OPENAI_API_KEY", KEY)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            "podman",
+            "--image",
+            &image,
+            "--pass-env",
+            "OPENAI_API_KEY",
+        ],
+        &env,
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    for n in [1, 2] {
+        let probe = last_tool_result(&requests[2 * n - 1]).unwrap_or_default();
+        assert!(
+            probe.lines().any(|l| l == "65534"),
+            "iteration {n}: {probe}"
+        );
+        assert!(!probe.contains(KEY), "iteration {n}: {probe}");
+        assert!(probe.contains("NoNewPrivs:\t1"), "iteration {n}: {probe}");
+        assert!(probe.contains("Seccomp:\t2"), "iteration {n}: {probe}");
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        assert_eq!(
+            record["verification"]["agent"]["version"], CODEX_VERSION,
+            "{record:#}"
+        );
+        let conns = record["network"]["connections"].as_array().cloned();
+        let conns = conns.unwrap_or_default();
+        assert!(
+            !conns.is_empty()
+                && conns.iter().all(|c| c["via"] == "model"
+                    && c["allowed"] == true
+                    && c["injected"] == json!(["OPENAI_API_KEY"])),
+            "{record:#}"
+        );
+    }
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
 }
