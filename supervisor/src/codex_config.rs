@@ -120,6 +120,19 @@ pub fn deliver_plugins(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Ve
         return Ok(Vec::new());
     }
     let config = Path::new(&dirs.config);
+    // What the supervisor writes there must not be a file the manifest pins (the harness
+    // refuses a config adapter at config.toml for Codex; a manifest made otherwise is refused
+    // here rather than have a verified file removed).
+    if let Some(f) = manifest.files.iter().find(|f| {
+        let p = Path::new(&f.path);
+        p == config.join(CONFIG_TOML) || p.starts_with(config.join(PLUGINS_DIR))
+    }) {
+        return Err(format!(
+            "{} is pinned, but with verified plugins the supervisor writes {CONFIG_TOML} and \
+             {PLUGINS_DIR}/ in Codex's config dir itself",
+            f.path
+        ));
+    }
     let dir = nofollow::open_dir(config)?;
     for name in [CONFIG_TOML, PLUGINS_DIR] {
         let label = config.join(name).display().to_string();
@@ -391,6 +404,17 @@ mod tests {
         std::fs::write(tree.join("hooks/run.sh"), "#!/bin/sh\nevil\n").unwrap();
         let err = deliver_plugins(&m, &dirs).unwrap_err();
         assert!(err.contains("changed since it was verified"), "{err}");
+        // A manifest pinning config.toml is refused.
+        let mut pinned = m.clone();
+        pinned.files.push(
+            serde_json::from_value(serde_json::json!({
+                "path": format!("{}/config.toml", dirs.config), "role": "config",
+                "sha256": "b".repeat(64), "use": "verify",
+            }))
+            .unwrap(),
+        );
+        let err = deliver_plugins(&pinned, &dirs).unwrap_err();
+        assert!(err.contains("config.toml is pinned"), "{err}");
         // Other runtimes get nothing.
         assert!(plugins_kept(&manifest("pi", tmp.path())).is_empty());
     }
