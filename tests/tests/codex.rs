@@ -1175,3 +1175,93 @@ fn codex_in_the_production_image_under_podman() {
     let id = doc["sandbox"].as_str().unwrap();
     assert!(!engine.has_container(id), "{id} was left");
 }
+
+/// Why `skills:` stays refused for Codex 0.169.1, run by hand outside pitcrew (`codex debug
+/// prompt-input` prints what the model is given, and asks no model): with its skill list on, a
+/// plugin's skill (Codex's only way to be given a skill from a place of pitcrew's) is listed
+/// beside the skills a repository's `.codex/skills` and `.agents/skills` hold, and
+/// `[[skills.config]]` naming those directories turns none of them off; with the list off
+/// (`skills.include_instructions=false`, as pitcrew runs it) none is listed.
+#[test]
+fn control_codex_lists_a_repositorys_skills_beside_a_plugins_whenever_its_skill_list_is_on() {
+    if !gate() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (home, codex_home, repo) = (
+        dir.path().join("home"),
+        dir.path().join("codex-home"),
+        dir.path().join("repo"),
+    );
+    let skill = |at: PathBuf, name: &str, marker: &str| {
+        fs::create_dir_all(at.join(name)).unwrap();
+        fs::write(
+            at.join(name).join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {marker}\n---\nbody\n"),
+        )
+        .unwrap();
+    };
+    let plugin = codex_home.join("plugins/cache/pitcrew/given/local");
+    fs::create_dir_all(plugin.join(".codex-plugin")).unwrap();
+    fs::write(
+        plugin.join(".codex-plugin/plugin.json"),
+        r#"{"name": "given"}"#,
+    )
+    .unwrap();
+    skill(plugin.join("skills"), "given", "GIVEN_PLUGIN_SKILL");
+    skill(repo.join(".codex/skills"), "repo-codex", "REPO_CODEX_SKILL");
+    skill(
+        repo.join(".agents/skills"),
+        "repo-agents",
+        "REPO_AGENTS_SKILL",
+    );
+    fs::create_dir_all(&home).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    let config = format!(
+        "[plugins.\"given@pitcrew\"]\nenabled = true\n\
+         [[skills.config]]\npath = \"{0}/.codex/skills\"\nenabled = false\n\
+         [[skills.config]]\npath = \"{0}/.agents/skills\"\nenabled = false\n",
+        repo.display()
+    );
+    fs::write(codex_home.join("config.toml"), config).unwrap();
+    let listed = |extra: &[&str]| -> String {
+        let out = std::process::Command::new("codex")
+            .args([
+                "debug",
+                "prompt-input",
+                "-c",
+                "skills.bundled.enabled=false",
+            ])
+            .args(extra)
+            .arg("hi")
+            .current_dir(&repo)
+            .env("HOME", &home)
+            .env("CODEX_HOME", &codex_home)
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let on = listed(&[]);
+    for marker in [
+        "GIVEN_PLUGIN_SKILL",
+        "REPO_CODEX_SKILL",
+        "REPO_AGENTS_SKILL",
+    ] {
+        assert!(on.contains(marker), "{marker}: {on}");
+    }
+    let off = listed(&["-c", "skills.include_instructions=false"]);
+    assert!(!off.contains("_SKILL"), "{off}");
+}
