@@ -221,6 +221,9 @@ pub enum TreeKind {
     PiExtension,
     /// A Claude plugin: loaded with `--plugin-dir`.
     ClaudePlugin,
+    /// A Codex plugin bundle: put in Codex's plugin cache and enabled in the `config.toml` the
+    /// supervisor writes ([`crate::codex_config`]).
+    CodexPlugin,
     /// Skills, hook scripts or other data: verified, not passed on the command line.
     Data,
 }
