@@ -243,4 +243,47 @@ mod tests {
             ("gw", &["GW".to_string()][..])
         );
     }
+
+    #[test]
+    fn a_models_json_pi_reads_with_comments_and_trailing_commas_is_rewritten() {
+        // pi 0.73.1, 0.87.1 and 1.6.0 read models.json through stripJsonComments (`//` comments,
+        // trailing commas; 0.87.1 and 1.6.0 a BOM too): the file below is one pi uses. Refused
+        // here, the route falls back to handing the key in as it is.
+        let file = "\u{feff}{\n  // the team's gateway\n  \"providers\": {\n    \"gw\": {\"baseUrl\": \"https://gw.example/v1\", \"apiKey\": \"GW_KEY\",},\n  },\n}\n";
+        let out = rewrite(
+            &harness("gw/m"),
+            &PiModelConfig::default(),
+            file.as_bytes(),
+            LISTENER,
+        );
+        let out = out.unwrap();
+        assert_eq!(out.url, "https://gw.example/v1");
+    }
+
+    #[test]
+    fn the_rewritten_file_is_no_larger_than_the_size_read() {
+        // The harness's file is read up to 16 MiB; pretty-printing a deeply nested one grows it
+        // by its depth (each element on a line of its own, indented): a 16 MiB file becomes
+        // gigabytes held by the host and uploaded. Here: ~200 KiB in.
+        let depth = 100;
+        let inner = vec!["0"; 100_000].join(",");
+        let file = format!(
+            "{{\"providers\": {{\"gw\": {{\"baseUrl\": \"https://gw.example\", \"x\": {}{inner}{}}}}}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let out = rewrite(
+            &harness("gw/m"),
+            &PiModelConfig::default(),
+            file.as_bytes(),
+            LISTENER,
+        )
+        .unwrap();
+        assert!(
+            out.bytes.len() <= 2 * file.len() + 4096,
+            "{} bytes in, {} out",
+            file.len(),
+            out.bytes.len()
+        );
+    }
 }
