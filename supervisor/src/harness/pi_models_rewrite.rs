@@ -18,9 +18,10 @@
 
 use super::model::Harness;
 use super::network::{
-    api_key_variables, pi_provider, pi_provider_keys, read_models_json, PiModelConfig,
-    PI_PROVIDER_URLS,
+    api_key_variables, parse_pi_json, pi_provider, pi_provider_keys, read_models_json,
+    PiModelConfig, MAX_CONFIG_BYTES, PI_PROVIDER_URLS,
 };
+use crate::manifest::model::CREDENTIAL_HEADERS;
 use serde_json::{Map, Value};
 
 /// pi's `models.json` with one provider sent to the model listener.
@@ -31,9 +32,13 @@ pub struct RewrittenModels {
     /// The base URL the file named for it (or the built-in provider's): where the host sends
     /// its requests.
     pub url: String,
-    /// The key variables the provider's requests may carry: its `apiKey`'s, and a built-in
-    /// provider's own.
+    /// The key variables the provider's requests carry where the host puts a key in: its
+    /// `apiKey`'s (a built-in provider's own variables when it names none) and those of its
+    /// and its models' credential headers (`Authorization`, `x-api-key`, `x-goog-api-key`).
     pub keys: Vec<String>,
+    /// Other names its `apiKey` and headers mention (a `!command`'s words, a variable in
+    /// another header): a key of that name would reach the provider only from the sandbox.
+    pub unrouted: Vec<String>,
     /// The rewritten file.
     pub bytes: Vec<u8>,
 }
@@ -59,8 +64,7 @@ pub fn rewrite(
                 .into(),
         );
     };
-    let mut doc: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("pi's pinned models.json: {e}"))?;
+    let mut doc = parse_pi_json(bytes).map_err(|e| format!("pi's pinned models.json: {e}"))?;
     let top = doc
         .as_object_mut()
         .ok_or("pi's pinned models.json: not a JSON object")?;
@@ -90,23 +94,93 @@ pub fn rewrite(
     };
     redirect_models(entry, &provider, &url, listener)?;
     entry.insert("baseUrl".into(), Value::String(listener.to_string()));
-    let mut keys: Vec<String> = match entry.get("apiKey") {
-        Some(Value::String(key)) => api_key_variables(key),
-        _ => Vec::new(),
-    };
-    for key in pi_provider_keys(&provider) {
-        if !keys.iter().any(|k| k == key) {
-            keys.push(key.to_string());
-        }
-    }
-    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    let (keys, unrouted) = key_variables(entry, &provider);
+    // Compact: the size of what is uploaded stays within the size read.
+    let mut bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
     bytes.push(b'\n');
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "pi's pinned models.json rewritten is larger than {MAX_CONFIG_BYTES} bytes"
+        ));
+    }
     Ok(RewrittenModels {
         provider,
         url,
         keys,
+        unrouted,
         bytes,
     })
+}
+
+/// The key variables of the provider `entry` the host puts a key in for, and the other names
+/// its `apiKey` and headers mention. An `apiKey` decides alone (pi sends it, never a built-in
+/// provider's variable, 0.73.1, 0.87.1 and 1.6.0); with none, a built-in provider's own.
+fn key_variables(entry: &Map<String, Value>, provider: &str) -> (Vec<String>, Vec<String>) {
+    let mut keys: Vec<String> = Vec::new();
+    let mut unrouted: Vec<String> = Vec::new();
+    let mut mentioned = |value: &str, routed: bool| {
+        let vars = api_key_variables(value);
+        for name in words(value) {
+            let list = if routed && vars.contains(&name) {
+                &mut keys
+            } else {
+                &mut unrouted
+            };
+            if !list.contains(&name) {
+                list.push(name);
+            }
+        }
+    };
+    match entry.get("apiKey") {
+        Some(Value::String(key)) => mentioned(key, !key.starts_with('!')),
+        Some(_) => {}
+        None => {
+            for key in pi_provider_keys(provider) {
+                mentioned(key, true);
+            }
+        }
+    }
+    let models = entry
+        .get("models")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .chain(
+            entry
+                .get("modelOverrides")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|o| o.values()),
+        );
+    for headers in std::iter::once(entry)
+        .chain(models.filter_map(Value::as_object))
+        .filter_map(|o| o.get("headers")?.as_object())
+    {
+        for (name, value) in headers {
+            if let Value::String(value) = value {
+                let routed = CREDENTIAL_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+                    && !value.starts_with('!');
+                mentioned(value, routed);
+            }
+        }
+    }
+    unrouted.retain(|n| !keys.contains(n));
+    (keys, unrouted)
+}
+
+/// The variable-like words of `value` (`[A-Za-z_][A-Za-z0-9_]*`), each once.
+fn words(value: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in value.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        let named = word
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if named && !out.iter().any(|w| w == word) {
+            out.push(word.to_string());
+        }
+    }
+    out
 }
 
 /// Points each model and model override of `provider` (the object `entry`) whose `baseUrl`
@@ -242,6 +316,43 @@ mod tests {
             (out.provider.as_str(), out.keys.as_slice()),
             ("gw", &["GW".to_string()][..])
         );
+    }
+
+    #[test]
+    fn keys_come_from_the_api_key_or_credential_headers_and_the_rest_is_unrouted() {
+        let file = br#"{"providers": {"openai": {"baseUrl": "https://gw.example/v1",
+            "apiKey": "!vault read GW_TOKEN",
+            "headers": {"Authorization": "Bearer $GW_KEY", "X-Team": "$TEAM_SECRET"},
+            "models": [{"id": "m", "headers": {"x-api-key": "${MODEL_KEY}"}}]}}}"#;
+        let out = rewrite(
+            &harness("openai/m"),
+            &PiModelConfig::default(),
+            file,
+            LISTENER,
+        )
+        .unwrap();
+        assert_eq!(out.keys, ["GW_KEY", "MODEL_KEY"]);
+        // A command's words and another header's variable; never the built-in's variable.
+        for name in ["GW_TOKEN", "TEAM_SECRET"] {
+            assert!(
+                out.unrouted.contains(&name.to_string()),
+                "{:?}",
+                out.unrouted
+            );
+        }
+        assert!(!out.keys.contains(&"OPENAI_API_KEY".to_string()));
+    }
+
+    #[test]
+    fn comments_and_trailing_commas_go_and_strings_stay_as_pi_reads_them() {
+        use crate::harness::network::strip_json_comments;
+        assert_eq!(
+            strip_json_comments("{\"a\": \"x // y ,}\", // note\n \"b\": [1, 2,\n ],}"),
+            "{\"a\": \"x // y ,}\", \n \"b\": [1, 2\n ]}"
+        );
+        // An escaped quote keeps the string open; an unclosed one is plain text to the end.
+        assert_eq!(strip_json_comments(r#"["a\"//b",]"#), r#"["a\"//b"]"#);
+        assert_eq!(strip_json_comments("\"open // c"), "\"open ");
     }
 
     #[test]

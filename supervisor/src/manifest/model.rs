@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// value pitcrew makes Codex's model provider `base_url` ([`crate::runtime_argv`]).
 pub const BASE_URL_VARS: &[&str] = &["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
 
+/// The headers the host replaces a credential's placeholder in (lowercase): Anthropic's
+/// `x-api-key`, the `Authorization` of OpenAI-style APIs, Google's `x-goog-api-key`.
+pub const CREDENTIAL_HEADERS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
+
 /// The most credentials one route names.
 pub const MAX_CREDENTIALS: usize = 16;
 

@@ -103,6 +103,8 @@ pub struct Rewritten {
     pub harness_sha256: String,
     /// The key variables of the rewritten provider.
     keys: Vec<String>,
+    /// Other names its `apiKey` and headers mention: a key of that name passed goes in, said.
+    unrouted: Vec<String>,
 }
 
 /// The first port from which the host picks the model listener's port it writes into pi's
@@ -165,6 +167,7 @@ fn pi_route(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<P
             port,
             harness_sha256: pinned.sha256.clone(),
             keys: out.keys,
+            unrouted: out.unrouted,
         }),
     })
 }
@@ -221,12 +224,29 @@ pub fn plan(
         // A passed key stays on the host only where its endpoint can be carried, and only on
         // the route of the provider it is for: otherwise it goes in as it is, said once.
         for name in pass_env {
+            let rewritten = match &carried {
+                Some(Ok(Route {
+                    rewritten: Some(r), ..
+                })) => Some(r),
+                _ => None,
+            };
             let known = WELL_KNOWN
                 .iter()
                 .any(|(rt, n)| *rt == h.runtime && n == name)
                 || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name))
-                || matches!(&carried, Some(Ok(Route { rewritten: Some(r), .. })) if r.keys.contains(name));
-            if !known || names.contains(name) {
+                || rewritten.is_some_and(|r| r.keys.contains(name));
+            if names.contains(name) {
+                continue;
+            }
+            if !known {
+                if rewritten.is_some_and(|r| r.unrouted.contains(name)) {
+                    notes.push(format!(
+                        "--pass-env {name}: the key enters the sandbox as it is: pi's pinned \
+                         models.json reads it where the host puts no key (a !command, or a \
+                         header other than {})",
+                        pitcrew_core::manifest::model::CREDENTIAL_HEADERS.join(", ")
+                    ));
+                }
                 continue;
             }
             let refused = match &carried {
@@ -291,6 +311,9 @@ pub fn plan(
     }
     .map_err(|why| anyhow::anyhow!("--model-key {}: {why}", names[0]))?;
     let tls = url.to_ascii_lowercase().starts_with("https://");
+    let prefix = url_path(&url).map_err(|why| {
+        anyhow::anyhow!("--model-key {}: model endpoint {url:?}: {why}", names[0])
+    })?;
     let route = ModelRoute {
         base_url_env: base_url_env.map(str::to_string),
         pi_provider,
@@ -304,7 +327,7 @@ pub fn plan(
     let upstream = ModelUpstream {
         endpoint,
         tls,
-        prefix: url_path(&url),
+        prefix,
         credentials,
     };
     Ok(ModelPlan {
@@ -441,14 +464,32 @@ fn claude_url(h: &Harness) -> Result<String, String> {
 }
 
 /// The path of a base URL, without its trailing `/`: `https://gw.example/anthropic/` →
-/// `/anthropic`; empty for none.
-fn url_path(url: &str) -> String {
+/// `/anthropic`; empty for none. The host writes it before each request's target, so a byte
+/// a URL path may not hold as it is (RFC 3986: letters, digits, `-._~!$&'()*+,;=:@/` and `%`
+/// escapes), which would write the request line or a header, is refused.
+fn url_path(url: &str) -> Result<String, String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    match rest.find('/') {
+    let path = match rest.find('/') {
         Some(i) => rest[i..].trim_end_matches('/').to_string(),
         None => String::new(),
+    };
+    let bytes = path.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+        let escape = b == b'%'
+            && bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        let escaped = i >= 2 && bytes[i - 2] == b'%' || i >= 1 && bytes[i - 1] == b'%';
+        if !(plain || escape || escaped && b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "its path {path:?} holds {:?}, which a URL path may not hold as it is",
+                char::from(b)
+            ));
+        }
     }
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -712,10 +753,19 @@ mod tests {
 
     #[test]
     fn a_base_urls_path_is_the_prefix() {
-        assert_eq!(url_path("https://api.anthropic.com"), "");
-        assert_eq!(url_path("https://api.anthropic.com/"), "");
-        assert_eq!(url_path("http://127.0.0.1:8/v1/"), "/v1");
-        assert_eq!(url_path("https://gw.example/a/b?x=1"), "/a/b");
+        assert_eq!(url_path("https://api.anthropic.com").unwrap(), "");
+        assert_eq!(url_path("https://api.anthropic.com/").unwrap(), "");
+        assert_eq!(url_path("http://127.0.0.1:8/v1/").unwrap(), "/v1");
+        assert_eq!(url_path("https://gw.example/a/b?x=1").unwrap(), "/a/b");
+        assert_eq!(url_path("https://gw.example/a%20b").unwrap(), "/a%20b");
+        for bad in [
+            "https://gw.example/a b",
+            "https://gw.example/a\r\nb",
+            "https://gw.example/a%2",
+            "https://gw.example/a\"b",
+        ] {
+            assert!(url_path(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// pi's built-in route takes every well-known key passed (and every `--model-key`) as a
