@@ -142,6 +142,11 @@ pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
 pub struct NetworkRecord {
     /// `none`, `allow`, `open` or `platform`.
     pub mode: String,
+    /// The network namespace the agent ran in: `sandbox` (the sandbox's own) or `agent` (one
+    /// of its own, made for the iteration inside a sandbox that has a network); absent when
+    /// the agent was not launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Under `platform`, the platform whose own policy held the agent (`openshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
