@@ -300,7 +300,10 @@ mod tests {
         assert_eq!(devices, ["lo", "eth0"]);
         let v6 = "00000000000000000000000000000001 80 00000000000000000000000000000000 00 \
                   00000000000000000000000000000000 00000000 00000001 00000000 80200001       lo\n";
-        assert_eq!(v6.lines().filter_map(ipv6_route_device).collect::<Vec<_>>(), ["lo"]);
+        assert_eq!(
+            v6.lines().filter_map(ipv6_route_device).collect::<Vec<_>>(),
+            ["lo"]
+        );
     }
 
     /// Root only (skipped otherwise): a namespace made here holds `lo` only, up, with no route
