@@ -313,8 +313,10 @@ mod tests {
     fn an_agent_namespace_holds_loopback_only_and_shares_no_abstract_socket() {
         use std::os::linux::net::SocketAddrExt;
         use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: needs root to unshare a network namespace");
+        if !pitcrew_test_support::prerequisite(
+            nix::unistd::geteuid().is_root(),
+            "needs root to unshare a network namespace",
+        ) {
             return;
         }
         let name = format!("pitcrew-netns-test-{}", std::process::id());
