@@ -247,9 +247,7 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     let policy = if allowed.endpoints.is_empty() {
         NetworkPolicy::None
     } else {
-        NetworkPolicy::Allow {
-            allow: allowed.endpoints,
-        }
+        NetworkPolicy::allow(allowed.endpoints)
     };
     NetworkChoice {
         policy,

@@ -288,7 +288,7 @@ mod tests {
             platform_refusal(Some(&platform), &proxy("https_proxy", "http://p:3128")).is_none()
         );
         assert!(platform_refusal(Some(&none), &[]).is_none());
-        let allow = NetworkPolicy::Allow { allow: Vec::new() };
+        let allow = NetworkPolicy::allow(Vec::new());
         assert!(refusal(Some(&allow), &["lo".to_string()], "").is_none());
         assert!(!needs_agent_namespace(Some(&allow), &["lo".to_string()]));
     }

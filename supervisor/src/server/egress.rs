@@ -934,9 +934,7 @@ mod tests {
 
     #[test]
     fn the_model_listener_is_pinned_carried_as_a_model_connection_and_names_what_was_injected() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.anthropic.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.anthropic.com:443").unwrap()]);
         let route = ModelRoute {
             base_url_env: Some("ANTHROPIC_BASE_URL".into()),
             pi_provider: None,
@@ -999,9 +997,7 @@ mod tests {
 
     #[test]
     fn a_proxied_connection_is_opened_relayed_within_the_window_and_recorded() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
@@ -1053,9 +1049,7 @@ mod tests {
 
     #[test]
     fn a_client_that_half_closes_after_its_head_is_carried_and_its_end_passed_on() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
@@ -1098,9 +1092,7 @@ mod tests {
 
     #[test]
     fn the_agent_sends_no_more_than_the_window_before_the_host_acknowledges() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
@@ -1156,9 +1148,7 @@ mod tests {
 
     #[test]
     fn without_a_host_and_past_the_policy_the_proxy_refuses_naming_why() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
