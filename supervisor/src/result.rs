@@ -153,6 +153,10 @@ pub struct NetworkRecord {
     /// The endpoints allowed, as `host:port`.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// `sandbox` when the supervisor dialled the allowed connections (but model connections)
+    /// from the sandbox's network namespace; absent when the host dialled them (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// The connection attempts, in the order they came (at most
     /// [`MAX_RECORDED_CONNECTIONS`]).
     #[serde(default)]
@@ -222,6 +226,10 @@ pub struct ConnectionRecord {
     /// by variable name (never a value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub injected: Vec<String>,
+    /// `sandbox` when the supervisor dialled it from the sandbox's network namespace
+    /// (`network: {allow: […], from: sandbox}`); absent when the host carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.

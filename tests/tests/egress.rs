@@ -538,18 +538,24 @@ fn loopback_name() -> Option<String> {
 
 #[test]
 fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_host() {
-    loopback_behind_a_name(probe);
+    loopback_behind_a_name(probe, "");
 }
 
 #[test]
 fn attack_egress__in_a_networked_sandbox_an_allowed_name_resolving_to_loopback_is_refused() {
-    loopback_behind_a_name(probe_networked);
+    loopback_behind_a_name(probe_networked, "");
+}
+
+#[test]
+fn attack_egress__from_sandbox_an_allowed_name_resolving_to_loopback_is_refused_by_the_supervisor()
+{
+    loopback_behind_a_name(probe_networked, "  from: sandbox\n");
 }
 
 /// An allowed name that resolves to a loopback address is refused by whoever dials it, the
 /// refusal named in the proxy's answer and the record (`run`: [`probe`] or
-/// [`probe_networked`]).
-fn loopback_behind_a_name(run: fn(&str, &str) -> Option<(Value, Value)>) {
+/// [`probe_networked`]; `from`: more of the `network:` mapping, `from: sandbox` or nothing).
+fn loopback_behind_a_name(run: fn(&str, &str) -> Option<(Value, Value)>, from: &str) {
     let name = loopback_name();
     if !pitcrew_e2e::prerequisite(
         name.is_some(),
@@ -559,11 +565,16 @@ fn loopback_behind_a_name(run: fn(&str, &str) -> Option<(Value, Value)>) {
     }
     let name = name.unwrap_or_default();
     let port = echo_server();
-    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n");
+    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n{from}");
     let cases = format!("res['via_name'] = proxy('{name}', {port})\n");
     let Some((probe, record)) = run(&network, &cases) else {
         return;
     };
+    let dialler = (!from.is_empty()).then_some("sandbox");
+    assert_eq!(
+        record["network"]["connections"][0]["from"].as_str(),
+        dialler
+    );
     assert_eq!(probe["via_name"][0], "502", "{probe:#}");
     let body = probe["via_name"][1].as_str().unwrap_or_default();
     assert!(body.contains("a loopback address"), "{body}");
@@ -574,6 +585,78 @@ fn loopback_behind_a_name(run: fn(&str, &str) -> Option<(Value, Value)>) {
         .as_str()
         .unwrap_or_default()
         .contains("list that address itself"));
+}
+
+/// `allow … from: sandbox` in a networked sandbox: the supervisor dials the allowed
+/// connections itself, from the sandbox's namespace (here this machine's), and relays them
+/// between the agent's own namespace and the endpoint; each is recorded with `from: sandbox`,
+/// the refused ones too.
+#[test]
+fn allow_from_sandbox_in_a_networked_sandbox_is_dialled_by_the_supervisor() {
+    let mirrored = echo_server();
+    let named = echo_server();
+    let network = format!(
+        "network:\n  allow: [\"127.0.0.1:{mirrored}\", \"localhost:{named}\"]\n  from: sandbox\n"
+    );
+    let cases = format!(
+        "res['mirror'] = echo_via(('127.0.0.1', {mirrored}), b'hello mirror')\n\
+         res['proxy'] = proxy('localhost', {named}, b'x' * 300000)\n\
+         res['refused'] = proxy('example.com', 443)\n"
+    );
+    let Some((probe, record)) = probe_networked(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["mirror"], "hello mirror", "{probe:#}");
+    assert_eq!(probe["proxy"][0], "200", "{probe:#}");
+    assert_eq!(
+        probe["proxy"][1].as_str().map(str::len),
+        Some(300_000),
+        "more than a window each way"
+    );
+    assert_eq!(probe["refused"][0], "403", "{probe:#}");
+    let network = &record["network"];
+    assert_eq!(network["from"], "sandbox", "{network:#}");
+    assert_eq!(network["namespace"], "agent", "{network:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 3, "{conns:#?}");
+    // Dialled by the supervisor; the third was refused by the policy before any dial.
+    assert!(
+        conns[..2].iter().all(|c| c["from"] == "sandbox"),
+        "{conns:#?}"
+    );
+    assert_eq!(conns[0]["allowed"], true, "{conns:#?}");
+    assert_eq!(conns[0]["bytes_down"], 12, "{conns:#?}");
+    assert_eq!(conns[1]["allowed"], true, "{conns:#?}");
+    assert_eq!(conns[1]["bytes_up"], 300_000, "{conns:#?}");
+    assert_eq!(conns[2]["allowed"], false, "{conns:#?}");
+}
+
+/// `allow … from: sandbox` in a sandbox without a network (the local engine's own namespace):
+/// the supervisor dials from there, where this machine's loopback servers are not, so the
+/// allowed endpoint is refused, named in the record; and the agent still runs in a namespace of
+/// its own (the supervisor never dials one of its own listeners).
+#[test]
+fn attack_egress__from_sandbox_dials_from_the_sandboxs_namespace_not_the_hosts() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n  from: sandbox\n");
+    let cases = format!(
+        "try:\n    res['mirror'] = echo_via(('127.0.0.1', {port}), b'x')\n\
+         except OSError as e:\n    res['mirror'] = errno.errorcode.get(e.errno, str(e))\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_ne!(probe["mirror"], "x", "{probe:#}");
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    assert_eq!(conns[0]["allowed"], false, "{conns:#?}");
+    assert_eq!(conns[0]["from"], "sandbox", "{conns:#?}");
+    let reason = conns[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("dialling 127.0.0.1:{port} failed")),
+        "{reason}"
+    );
 }
 
 /// A server on the host's 127.0.0.1 that reads what arrives once and closes: a TLS client
@@ -592,8 +675,19 @@ fn closing_server() -> u16 {
 
 #[test]
 fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_cut() {
+    tls_for_another_name(probe, "");
+}
+
+#[test]
+fn attack_egress__from_sandbox_a_connect_carrying_tls_for_another_name_is_cut() {
+    tls_for_another_name(probe_networked, "  from: sandbox\n");
+}
+
+/// A `CONNECT` to an allowed name whose TLS ClientHello names another server is cut before
+/// its first byte leaves, whoever dials (`run`, `from` as for [`loopback_behind_a_name`]).
+fn tls_for_another_name(run: fn(&str, &str) -> Option<(Value, Value)>, from: &str) {
     let port = closing_server();
-    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n");
+    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n{from}");
     // The same CONNECT twice: a ClientHello for the allowed name, then one for another.
     let cases = format!(
         "import ssl\n\
@@ -611,7 +705,7 @@ fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_
          res['same'] = hello('localhost')\n\
          res['other'] = hello('evil.example.com')\n"
     );
-    let Some((probe, record)) = probe(&network, &cases) else {
+    let Some((probe, record)) = run(&network, &cases) else {
         return;
     };
     assert_eq!(probe["same"], "ended", "{probe:#}");

@@ -13,7 +13,7 @@
 //! Where that namespace cannot be made (no `CAP_SYS_ADMIN`, a seccomp profile refusing
 //! `unshare`), [`refusal`] says why before launch.
 
-use crate::manifest::NetworkPolicy;
+use crate::manifest::{DialFrom, NetworkPolicy};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -90,9 +90,14 @@ fn others(interfaces: &[String]) -> Vec<&str> {
 
 /// Whether an iteration under `policy` in a namespace with `interfaces` needs a network
 /// namespace of the agent's own: `none` or `allow` where the sandbox's namespace has an
-/// interface besides `lo`.
+/// interface besides `lo`, and always under `allow … from: sandbox` (the supervisor dials from
+/// the sandbox's namespace, the agent's listeners are elsewhere: a loopback endpoint the
+/// supervisor dials is never one of its own listeners).
 pub fn needs_agent_namespace(policy: Option<&NetworkPolicy>, interfaces: &[String]) -> bool {
-    policy.is_some_and(|p| !p.unenforced()) && !others(interfaces).is_empty()
+    let Some(policy) = policy.filter(|p| !p.unenforced()) else {
+        return false;
+    };
+    !others(interfaces).is_empty() || policy.dial_from() == DialFrom::Sandbox
 }
 
 /// Why an iteration under `policy` must not start in a namespace with `interfaces`, where the
@@ -107,6 +112,13 @@ pub fn refusal(
         return None;
     }
     let mode = policy.map(NetworkPolicy::mode_name).unwrap_or_default();
+    if others(interfaces).is_empty() {
+        return Some(format!(
+            "network: `allow` with `from: sandbox` runs the agent in a network namespace of its \
+             own, which could not be made ({unmade}); give the supervisor CAP_SYS_ADMIN and a \
+             seccomp profile that allows unshare, or drop `from: sandbox` (the host dials)"
+        ));
+    }
     Some(format!(
         "network: the agent's network is `{mode}` (the harness's `network:`, or without it the \
          runtime's default) but the sandbox's network namespace has interfaces besides lo \
@@ -291,6 +303,16 @@ mod tests {
         let allow = NetworkPolicy::allow(Vec::new());
         assert!(refusal(Some(&allow), &["lo".to_string()], "").is_none());
         assert!(!needs_agent_namespace(Some(&allow), &["lo".to_string()]));
+        let direct = NetworkPolicy::Allow {
+            allow: Vec::new(),
+            from: DialFrom::Sandbox,
+        };
+        assert!(needs_agent_namespace(Some(&direct), &["lo".to_string()]));
+        let why = refusal(Some(&direct), &["lo".to_string()], "EPERM").unwrap();
+        assert!(
+            why.contains("from: sandbox") && why.contains("EPERM"),
+            "{why}"
+        );
     }
 
     #[test]
