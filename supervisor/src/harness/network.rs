@@ -196,6 +196,9 @@ impl NetworkChoice {
         if !self.explicit && self.policy.allowed().is_empty() {
             out.push_str(" (the runtime's default)");
         }
+        if self.policy.dial_from() == crate::manifest::DialFrom::Sandbox {
+            out.push_str("; dialled from the sandbox by its supervisor");
+        }
         out
     }
 }

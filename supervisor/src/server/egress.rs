@@ -1460,6 +1460,75 @@ mod tests {
         assert!(record.connections.iter().all(|c| !c.allowed));
     }
 
+    /// An address of this machine's on an interface other than `lo`, if it has one (a UDP
+    /// `connect` sends nothing).
+    fn outside_address() -> Option<IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        s.connect("192.0.2.1:9").ok()?;
+        Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    }
+
+    #[test]
+    fn under_from_sandbox_the_supervisor_dials_without_a_host_and_the_host_hears_nothing() {
+        let Some(ip) = outside_address() else {
+            pitcrew_test_support::skip("needs a network interface besides lo with an address");
+            return;
+        };
+        // An echo server on that address (not loopback: no mirror takes its port).
+        let server = TcpListener::bind((ip, 0)).unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = server.accept() {
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got);
+                let _ = s.write_all(&got);
+            }
+        });
+        let target = SocketAddr::new(ip, port).to_string();
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse(&target).unwrap()],
+            from: DialFrom::Sandbox,
+        };
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        agent
+            .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        agent.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut sent = false;
+        let answer = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        for _ in 0..2000 {
+            // No host holds the run: the supervisor's own dials need none.
+            egress.service(false);
+            let mut buf = [0u8; 512];
+            match agent.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+            if !sent && got.starts_with(answer) {
+                agent.write_all(b"straight out").unwrap();
+                agent.shutdown(Shutdown::Write).unwrap();
+                sent = true;
+            }
+        }
+        let back = got.get(answer.len()..).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(back), "straight out", "{got:?}");
+        assert!(sent && sent_nothing(&mut egress));
+        let (record, frames) = egress.close();
+        assert!(frames.is_empty(), "{frames:?}");
+        assert_eq!(record.from.as_deref(), Some("sandbox"));
+        let c = &record.connections[0];
+        assert_eq!((c.allowed, c.from.as_deref()), (true, Some("sandbox")));
+        assert_eq!((c.bytes_up, c.bytes_down), (12, 12));
+    }
+
+    /// Whether the egress has no frame for the host.
+    fn sent_nothing(egress: &mut Egress) -> bool {
+        egress.take_outbox().is_empty()
+    }
+
     #[test]
     fn loopback_endpoints_are_mirrored_and_names_are_not() {
         let ep = |s: &str| Endpoint::parse(s).unwrap();
