@@ -158,6 +158,9 @@ fn run_steps(
     let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
     claude_skills_step(manifest, dirs, observer)?;
+    // 2b''. Codex's verified plugins, copied from the verified trees, and the config.toml
+    // enabling exactly them.
+    codex_plugins_step(manifest, dirs, record)?;
     // 2b'. Claude Code's --settings, from the verified claude-settings file.
     verified.claude_settings = claude_settings_step(manifest, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
@@ -391,6 +394,25 @@ fn claude_skills_step(
             Err(Stop::supervisor(reason))
         }
     }
+}
+
+/// Step 2b'', for Codex with verified plugins: each copied into Codex's plugin cache and
+/// enabled by the supervisor's `config.toml` ([`crate::codex_config::deliver_plugins`]), named in
+/// the record's `codex_config.plugins`.
+fn codex_plugins_step(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    record: &mut IterationResult,
+) -> Result<(), Stop> {
+    let plugins = crate::codex_config::deliver_plugins(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("codex-plugins: {err}")))?;
+    if !plugins.is_empty() {
+        record
+            .codex_config
+            .get_or_insert_with(Default::default)
+            .plugins = plugins;
+    }
+    Ok(())
 }
 
 /// Step 2b', for Claude Code with a pinned `claude-settings` file: the `--settings` it is

@@ -221,6 +221,9 @@ pub enum TreeKind {
     PiExtension,
     /// A Claude plugin: loaded with `--plugin-dir`.
     ClaudePlugin,
+    /// A Codex plugin bundle: put in Codex's plugin cache and enabled in the `config.toml` the
+    /// supervisor writes ([`crate::codex_config`]).
+    CodexPlugin,
     /// Skills, hook scripts or other data: verified, not passed on the command line.
     Data,
 }
@@ -885,7 +888,14 @@ impl Manifest {
                     return Err(field("model.pi_provider", "only for the pi runtime"));
                 }
                 let models_json = Path::new(&self.runtime_dirs().config).join("models.json");
-                if self.files.iter().any(|f| Path::new(&f.path) == models_json) {
+                let pinned = self.files.iter().any(|f| Path::new(&f.path) == models_json);
+                if model.rewritten_models_json.is_some() && !pinned {
+                    return Err(field(
+                        "model.rewritten_models_json",
+                        format!("the manifest does not pin {}", models_json.display()),
+                    ));
+                }
+                if model.rewritten_models_json.is_none() && pinned {
                     return Err(field(
                         "model.pi_provider",
                         format!(

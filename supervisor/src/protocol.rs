@@ -745,7 +745,9 @@ impl Default for UploadLimits {
 /// platform whose own policy holds the agent, its proxy required in the agent's environment),
 /// `network.from-sandbox` (`allow … from: sandbox`: the supervisor dials the allowed
 /// connections itself, the agent in a network namespace of its own; `network.namespace` and
-/// the connections' `from` in the record).
+/// the connections' `from` in the record),
+/// `network.model.rewritten` (the manifest's `model.rewritten_models_json`: pi's pinned
+/// `models.json` rewritten by the host, its model listener at the port the host chose).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -767,6 +769,7 @@ pub const FEATURES: &[&str] = &[
     "network.model",
     "network.platform",
     "network.from-sandbox",
+    "network.model.rewritten",
 ];
 
 /// A message from the supervisor.

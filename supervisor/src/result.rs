@@ -189,10 +189,16 @@ pub struct ModelRouteRecord {
     /// mirror of `upstream` carried the model connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<String>,
-    /// The pi built-in provider whose `baseUrl` the supervisor's own `models.json` in pi's
-    /// config dir set to `listener` (absent for other routes).
+    /// The pi provider whose `baseUrl` was set to `listener`: in the supervisor's own
+    /// `models.json` in pi's config dir, or in the pinned one the host rewrote (absent for
+    /// other routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pi_provider: Option<String>,
+    /// With `pi_provider`: the harness pinned pi's `models.json`, and the host rewrote that
+    /// provider's `baseUrl` to `listener` (the file verified is the rewritten one; the
+    /// harness's own is named by its SHA-256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_models_json: Option<crate::manifest::model::RewrittenModelsJson>,
     /// The supervisor's model listener the runtime was pointed at, `http://127.0.0.1:<port>`
     /// (absent when the mirror of `upstream` carried the model connections).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -111,6 +111,7 @@ pub fn run(args: &DiscoverArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 pi.entries.join(", ")
             ))?,
             Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name))?,
+            Some(PluginClass::Codex(cx)) => line(format!("  codex plugin {:?}", cx.name))?,
             None => {}
         }
         if let Some(sha) = &c.sha256 {

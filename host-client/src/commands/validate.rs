@@ -103,6 +103,9 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
             PluginClass::Claude(c) => format!("claude plugin {:?} ({})", c.name, c.manifest),
+            PluginClass::Codex(c) => {
+                format!("codex plugin {:?} (.codex-plugin/plugin.json)", c.name)
+            }
         };
         let skipped = if p.loaded {
             ""

@@ -166,6 +166,21 @@ pub struct PiModelConfig {
     /// variable of that name, when it is set), in provider order, each once.
     #[serde(skip)]
     pub api_key_vars: Vec<String>,
+    /// The host's copy of the pinned `models.json` (read whether or not the harness names its
+    /// `network:`): the host rewrites a provider's `baseUrl` in it to keep that provider's key
+    /// ([`super::pi_models_rewrite`]).
+    #[serde(skip)]
+    pub models_json: Option<PinnedConfig>,
+}
+
+/// A pinned configuration file's bytes, read from the host's copy and checked against the
+/// pinned digest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PinnedConfig {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Their SHA-256 (lowercase hex), the pinned digest.
+    pub sha256: String,
 }
 
 /// The network that applies to a harness.
@@ -651,6 +666,12 @@ impl Checker<'_> {
     ) -> PiModelConfig {
         let mut out = PiModelConfig::default();
         if h.network.is_some() {
+            // Only the bytes, for a rewrite of the route's provider (nothing is asked of them).
+            out.models_json = adapters
+                .iter()
+                .find(|a| a.spec.role == PinRole::Config && a.spec.destination() == "models.json")
+                .and_then(|a| pinned_bytes(a).ok().map(|b| (b, a.sha256.clone())))
+                .map(|(bytes, sha256)| PinnedConfig { bytes, sha256 });
             return out;
         }
         for (name, value) in &h.env {
@@ -685,6 +706,10 @@ impl Checker<'_> {
                     read_models_json(&bytes).map(|m| {
                         out = PiModelConfig {
                             default_provider: out.default_provider.take(),
+                            models_json: Some(PinnedConfig {
+                                sha256: a.sha256.clone(),
+                                bytes,
+                            }),
                             ..m
                         };
                     })

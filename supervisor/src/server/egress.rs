@@ -270,23 +270,27 @@ impl Egress {
                 }
             }
         }
-        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
+        // The model listener first: a port the host wrote into pi's pinned models.json is
+        // taken before the proxy's is picked.
         let model = match model {
             Some(route) if route.base_url_var().is_some() || route.pi_provider.is_some() => {
-                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|err| {
-                    format!("network: cannot open the model listener on 127.0.0.1: {err}")
+                let port = route.rewritten_models_json.as_ref().map_or(0, |r| r.port);
+                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|err| {
+                    format!("network: cannot open the model listener on 127.0.0.1:{port}: {err}")
                 })?;
                 Some((route.clone(), Some(l)))
             }
             Some(route) => Some((route.clone(), None)),
             None => None,
         };
+        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
         let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
         let model_record = model.as_ref().map(|(r, l)| ModelRouteRecord {
             upstream: r.upstream.to_string(),
             base_url_env: r.base_url_env.clone(),
             pi_provider: r.pi_provider.clone(),
+            rewritten_models_json: r.rewritten_models_json.clone(),
             listener: l.as_ref().and_then(listener_url),
             credentials: r.credentials.clone(),
         });
@@ -1210,6 +1214,7 @@ mod tests {
         let route = ModelRoute {
             base_url_env: Some("ANTHROPIC_BASE_URL".into()),
             pi_provider: None,
+            rewritten_models_json: None,
             upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
             credentials: vec!["ANTHROPIC_API_KEY".into()],
         };

@@ -20,9 +20,10 @@
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
 use pitcrew_core::harness::{
-    pi_builtin_route, pi_provider_keys, url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST,
+    pi_builtin_route, pi_provider_keys, rewrite_pi_models_json, url_endpoint, Harness,
+    PiModelConfig, CLAUDE_API_HOST,
 };
-use pitcrew_core::manifest::model::placeholder;
+use pitcrew_core::manifest::model::{placeholder, RewrittenModelsJson};
 use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
 use pitcrew_core::model_http::Credential;
 
@@ -47,6 +48,9 @@ pub struct ModelPlan {
     pub route: Option<(ModelRoute, ModelUpstream)>,
     /// What the operator should know: a well-known key that enters the sandbox as it is.
     pub notes: Vec<String>,
+    /// pi's pinned `models.json` rewritten for the route: uploaded and pinned in place of the
+    /// harness's own.
+    pub rewritten: Option<Rewritten>,
 }
 
 /// The one loopback `http://` endpoint of pi's pinned `models.json` that `policy` allows, or
@@ -77,23 +81,92 @@ fn pi_upstream(
     }
 }
 
-/// Where pi's model requests go with a key kept on the host under `policy`: the built-in
-/// provider the supervisor points at its model listener (none when the mirror of a loopback
-/// endpoint of the pinned `models.json` carries them) and the base URL; `Err` says why there
-/// is no such route.
-fn pi_route(
-    h: &Harness,
-    pi: &PiModelConfig,
-    policy: &NetworkPolicy,
-) -> Result<(Option<String>, String), String> {
+/// Where pi's model requests go with a key kept on the host.
+struct PiRoute {
+    /// The provider pointed at the supervisor's model listener (none when the mirror of a
+    /// loopback endpoint of the pinned `models.json` carries them).
+    provider: Option<String>,
+    /// The base URL the host sends the requests to.
+    url: String,
+    /// The pinned `models.json` rewritten by the host to send `provider` to the listener.
+    rewritten: Option<Rewritten>,
+}
+
+/// pi's pinned `models.json` as the host rewrote it, and what the manifest says of it.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    /// The rewritten file, which the manifest pins in the harness's file's place.
+    pub bytes: Vec<u8>,
+    /// The listener's port written into it.
+    pub port: u16,
+    /// The SHA-256 of the harness's own file.
+    pub harness_sha256: String,
+    /// The key variables of the rewritten provider.
+    keys: Vec<String>,
+}
+
+/// The first port from which the host picks the model listener's port it writes into pi's
+/// pinned `models.json` (below Linux's ephemeral range, so the supervisor's other listeners,
+/// which take an ephemeral port, never hold it).
+const REWRITTEN_LISTENER_PORT: u16 = 17170;
+
+/// The model listener's port for a rewritten `models.json` under `policy`: the first from
+/// [`REWRITTEN_LISTENER_PORT`] that no allowed loopback endpoint (which the supervisor mirrors
+/// at its own port) uses.
+fn rewritten_port(policy: &NetworkPolicy) -> u16 {
+    let taken: Vec<u16> = policy
+        .allowed()
+        .iter()
+        .filter(|e| e.host == "localhost" || e.ip().is_some_and(|ip| ip.is_loopback()))
+        .map(|e| e.port)
+        .collect();
+    (REWRITTEN_LISTENER_PORT..)
+        .find(|p| !taken.contains(p))
+        .unwrap_or(REWRITTEN_LISTENER_PORT)
+}
+
+/// Where pi's model requests go with a key kept on the host under `policy`: the mirror of a
+/// loopback endpoint of the pinned `models.json`; a built-in provider the supervisor points at
+/// its model listener (no `models.json` pinned); or the pinned `models.json` rewritten by the
+/// host to point the provider pi uses at the listener. `Err` says why there is no such route.
+fn pi_route(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<PiRoute, String> {
     let loopback = match pi_upstream(pi, policy) {
-        Ok(endpoint) => return Ok((None, format!("http://{endpoint}"))),
+        Ok(endpoint) => {
+            return Ok(PiRoute {
+                provider: None,
+                url: format!("http://{endpoint}"),
+                rewritten: None,
+            })
+        }
         Err(why) => why,
     };
-    match pi_builtin_route(h, pi) {
-        Ok((provider, url)) => Ok((Some(provider), url.to_string())),
-        Err(builtin) => Err(format!("{loopback}; and {builtin}")),
-    }
+    let builtin = match pi_builtin_route(h, pi) {
+        Ok((provider, url)) => {
+            return Ok(PiRoute {
+                provider: Some(provider),
+                url: url.to_string(),
+                rewritten: None,
+            })
+        }
+        Err(why) => why,
+    };
+    let Some(pinned) = &pi.models_json else {
+        return Err(format!("{loopback}; and {builtin}"));
+    };
+    let port = rewritten_port(policy);
+    let listener = format!("http://127.0.0.1:{port}");
+    let out = rewrite_pi_models_json(h, pi, &pinned.bytes, &listener)
+        .map_err(|why| format!("{loopback}; and {why}"))?;
+    Ok(PiRoute {
+        provider: Some(out.provider),
+        url: out.url,
+        rewritten: Some(Rewritten {
+            bytes: out.bytes,
+            port,
+            harness_sha256: pinned.sha256.clone(),
+            keys: out.keys,
+        }),
+    })
 }
 
 /// What `validate` says about a pi harness whose key cannot stay on the host: a key passed
@@ -151,7 +224,8 @@ pub fn plan(
             let known = WELL_KNOWN
                 .iter()
                 .any(|(rt, n)| *rt == h.runtime && n == name)
-                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name));
+                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name))
+                || matches!(&carried, Some(Ok(Route { rewritten: Some(r), .. })) if r.keys.contains(name));
             if !known || names.contains(name) {
                 continue;
             }
@@ -202,6 +276,7 @@ pub fn plan(
             names,
             route: None,
             notes,
+            rewritten: None,
         });
     };
     let Route {
@@ -209,6 +284,7 @@ pub fn plan(
         pi_provider,
         url,
         endpoint,
+        rewritten,
     } = match carried {
         Some(route) => route,
         None => route_for(h, pi, policy),
@@ -218,6 +294,10 @@ pub fn plan(
     let route = ModelRoute {
         base_url_env: base_url_env.map(str::to_string),
         pi_provider,
+        rewritten_models_json: rewritten.as_ref().map(|r| RewrittenModelsJson {
+            port: r.port,
+            harness_sha256: r.harness_sha256.clone(),
+        }),
         upstream: endpoint.clone(),
         credentials: names.clone(),
     };
@@ -231,6 +311,7 @@ pub fn plan(
         names,
         route: Some((route, upstream)),
         notes,
+        rewritten,
     })
 }
 
@@ -244,6 +325,8 @@ struct Route {
     url: String,
     /// Its endpoint.
     endpoint: pitcrew_core::manifest::Endpoint,
+    /// pi's pinned `models.json` rewritten to send `pi_provider` to the listener.
+    rewritten: Option<Rewritten>,
 }
 
 impl Route {
@@ -254,6 +337,11 @@ impl Route {
     /// endpoint. `Err` says why not.
     fn takes(&self, h: &Harness, pi: &PiModelConfig, name: &str) -> Result<(), String> {
         let keys: Vec<&str> = match (h.runtime, &self.pi_provider) {
+            (Runtime::Pi, Some(_)) if self.rewritten.is_some() => self
+                .rewritten
+                .iter()
+                .flat_map(|r| r.keys.iter().map(String::as_str))
+                .collect(),
             (Runtime::Pi, Some(provider)) => pi_provider_keys(provider).to_vec(),
             (Runtime::Pi, None) => pi.api_key_vars.iter().map(String::as_str).collect(),
             (Runtime::Codex, _) => vec![pitcrew_core::runtime_argv::CODEX_KEY_VAR],
@@ -283,6 +371,7 @@ impl Route {
 /// Where the runtime's model requests go under `policy` ([`Route`]); `Err` says why the key
 /// cannot stay on the host.
 fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<Route, String> {
+    let mut rewritten = None;
     let (base_url_env, pi_provider, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), None, claude_url(h)?),
         // pitcrew gives Codex a model provider whose base_url is OPENAI_BASE_URL's value.
@@ -298,8 +387,9 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
         // requests already name it and its path), or the listener a built-in provider is
         // pointed at.
         Runtime::Pi => {
-            let (provider, url) = pi_route(h, pi, policy)?;
-            (None, provider, url)
+            let route = pi_route(h, pi, policy)?;
+            rewritten = route.rewritten;
+            (None, route.provider, route.url)
         }
         Runtime::Command => {
             return Err(
@@ -321,6 +411,7 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
         pi_provider,
         url,
         endpoint,
+        rewritten,
     })
 }
 
@@ -543,10 +634,50 @@ mod tests {
     }
 
     #[test]
+    fn pis_pinned_models_json_is_rewritten_to_keep_an_https_providers_key() {
+        let models = r#"{"providers": {"gw": {"baseUrl": "https://gw.example/v1",
+            "api": "openai-completions", "apiKey": "GW_KEY", "models": [{"id": "m"}]}}}"#;
+        for network in ["", "network:\n  allow: [gw.example:443, 127.0.0.1:17170]\n"] {
+            let yaml = format!(
+                "runtime: pi\nprompt: hi\nagent:\n  model: gw/m\nadapters:\n  - path: config/models.json\n    role: config\n{network}"
+            );
+            let (_d, v) = validated(&yaml, &[("config/models.json", models)]);
+            let p = plan_for(&v, &[], &["GW_KEY", "ANTHROPIC_API_KEY"]).unwrap();
+            assert_eq!(p.names, ["GW_KEY"], "{network}");
+            // Another provider's key is not carried to this one's endpoint.
+            assert!(p.notes[0].contains("ANTHROPIC_API_KEY"), "{:?}", p.notes);
+            let (route, up) = p.route.unwrap();
+            assert_eq!(route.pi_provider.as_deref(), Some("gw"));
+            assert_eq!(route.upstream.to_string(), "gw.example:443");
+            assert!(up.tls);
+            assert_eq!(up.prefix, "/v1");
+            let rewritten = p.rewritten.unwrap();
+            let meta = route.rewritten_models_json.unwrap();
+            // A port an allowed loopback endpoint holds is passed over.
+            let port = if network.is_empty() { 17170 } else { 17171 };
+            assert_eq!(meta.port, port);
+            assert_eq!(rewritten.port, port);
+            let doc: serde_json::Value = serde_json::from_slice(&rewritten.bytes).unwrap();
+            assert_eq!(
+                doc["providers"]["gw"]["baseUrl"],
+                format!("http://127.0.0.1:{port}")
+            );
+            use sha2::Digest as _;
+            assert_eq!(
+                meta.harness_sha256,
+                hex::encode(sha2::Sha256::digest(models.as_bytes()))
+            );
+            let h = v.harness.as_ref().unwrap();
+            assert!(pi_note(h, &v.pi_config, &v.network().unwrap().policy).is_none());
+        }
+    }
+
+    #[test]
     fn pis_key_goes_in_with_a_note_when_no_route_can_carry_it() {
-        // A pinned models.json sending the provider to an https endpoint: the supervisor may
-        // not write its own, and the host cannot read what goes there.
-        let models = r#"{"providers": {"anthropic": {"baseUrl": "https://gw.example/anthropic"}}}"#;
+        // A pinned models.json sending one of the provider's models to an https endpoint of
+        // its own: the host carries one endpoint, and cannot read what goes to the other.
+        let models = r#"{"providers": {"anthropic": {"baseUrl": "https://gw.example/anthropic",
+            "models": [{"id": "m", "baseUrl": "https://elsewhere.example"}]}}}"#;
         let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\nadapters:\n  - path: config/models.json\n    role: config\n";
         let (_d, v) = validated(yaml, &[("config/models.json", models)]);
         let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
@@ -557,7 +688,7 @@ mod tests {
             p.notes
         );
         assert!(
-            p.notes[0].contains("the harness pins pi's models.json"),
+            p.notes[0].contains("the host carries one endpoint"),
             "{:?}",
             p.notes
         );
