@@ -1529,6 +1529,33 @@ mod tests {
         assert_eq!((c.bytes_up, c.bytes_down), (12, 12));
     }
 
+    #[test]
+    fn under_from_sandbox_a_model_connection_still_goes_through_the_host() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.anthropic.com:443").unwrap()],
+            from: DialFrom::Sandbox,
+        };
+        let route = ModelRoute {
+            base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+            pi_provider: None,
+            upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
+            rewritten_models_json: None,
+            credentials: vec!["ANTHROPIC_API_KEY".into()],
+        };
+        let mut egress = Egress::open(&policy, Some(&route), 1).unwrap();
+        let url = egress.model_listener_url().unwrap();
+        let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+        let _agent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let got = service_until_sent(&mut egress);
+        assert!(
+            matches!(
+                got.first(),
+                Some(Ok(Response::TunnelOpen { model: true, .. }))
+            ),
+            "{got:?}"
+        );
+    }
+
     /// Whether the egress has no frame for the host.
     fn sent_nothing(egress: &mut Egress) -> bool {
         egress.take_outbox().is_empty()
