@@ -926,7 +926,9 @@ pub use limits::{
     Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
 };
 pub use model::ModelRoute;
-pub use network::{Endpoint, EndpointError, NetworkPolicy, PLATFORMS, PLATFORM_PROXY_VARS};
+pub use network::{
+    DialFrom, Endpoint, EndpointError, NetworkPolicy, PLATFORMS, PLATFORM_PROXY_VARS,
+};
 pub use stored_listing::{ListingWriter, StoredListing};
 
 #[cfg(test)]

@@ -142,12 +142,21 @@ pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
 pub struct NetworkRecord {
     /// `none`, `allow`, `open` or `platform`.
     pub mode: String,
+    /// The network namespace the agent ran in: `sandbox` (the sandbox's own) or `agent` (one
+    /// of its own, made for the iteration inside a sandbox that has a network); absent when
+    /// the agent was not launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Under `platform`, the platform whose own policy held the agent (`openshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
     /// The endpoints allowed, as `host:port`.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// `sandbox` when the supervisor dialled the allowed connections (but model connections)
+    /// from the sandbox's network namespace; absent when the host dialled them (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// The connection attempts, in the order they came (at most
     /// [`MAX_RECORDED_CONNECTIONS`]).
     #[serde(default)]
@@ -223,6 +232,10 @@ pub struct ConnectionRecord {
     /// by variable name (never a value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub injected: Vec<String>,
+    /// `sandbox` when the supervisor dialled it from the sandbox's network namespace
+    /// (`network: {allow: […], from: sandbox}`); absent when the host carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.

@@ -199,6 +199,7 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
         "runtime": v.harness.as_ref().map(|h| h.runtime.as_str()),
         "network": v.network().map(|n| serde_json::json!({
             "mode": n.policy.mode_name(),
+            "from": n.policy.dial_from().name(),
             "allow": n.policy.allowed().iter().zip(&n.sources).map(|(e, from)| serde_json::json!({
                 "endpoint": e.to_string(), "from": from,
             })).collect::<Vec<_>>(),

@@ -211,6 +211,9 @@ impl NetworkChoice {
         if !self.explicit && self.policy.allowed().is_empty() {
             out.push_str(" (the runtime's default)");
         }
+        if self.policy.dial_from() == crate::manifest::DialFrom::Sandbox {
+            out.push_str("; dialled from the sandbox by its supervisor");
+        }
         out
     }
 }
@@ -262,9 +265,7 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     let policy = if allowed.endpoints.is_empty() {
         NetworkPolicy::None
     } else {
-        NetworkPolicy::Allow {
-            allow: allowed.endpoints,
-        }
+        NetworkPolicy::allow(allowed.endpoints)
     };
     NetworkChoice {
         policy,

@@ -1426,11 +1426,18 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         ),
         (
             "network:\n  allow: [\"127.0.0.1:8080\", \"*.Example.com:443\", \"[::1]:9\"]\n",
-            NetworkPolicy::Allow {
-                allow: ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
+            NetworkPolicy::allow(
+                ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
                     .iter()
                     .map(|e| Endpoint::parse(e).unwrap())
                     .collect(),
+            ),
+        ),
+        (
+            "network:\n  allow: [\"a.example.com:443\"]\n  from: sandbox\n",
+            NetworkPolicy::Allow {
+                allow: vec![Endpoint::parse("a.example.com:443").unwrap()],
+                from: crate::manifest::DialFrom::Sandbox,
             },
         ),
     ] {
@@ -1453,8 +1460,14 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         (
             "network:\n  platform: openshell\n  allow: [\"a:1\"]\n",
             "network",
-            "exclude each other",
+            "excludes `allow` and `from`",
             4,
+        ),
+        (
+            "network:\n  allow: [\"a:1\"]\n  from: pod\n",
+            "network.from",
+            "write host",
+            5,
         ),
         (
             "network:\n  allow:\n    - example.com\n    - \"a:1\"\n    - \"a:1\"\n",

@@ -182,9 +182,7 @@ mod tests {
     use super::*;
 
     fn allow(list: &[&str]) -> NetworkPolicy {
-        NetworkPolicy::Allow {
-            allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
-        }
+        NetworkPolicy::allow(list.iter().map(|e| Endpoint::parse(e).unwrap()).collect())
     }
 
     fn route(env: Option<&str>, upstream: &str, creds: &[&str]) -> ModelRoute {

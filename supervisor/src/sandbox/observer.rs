@@ -59,6 +59,12 @@ pub trait IterationObserver {
     fn model_listener_url(&self) -> Option<String> {
         None
     }
+    /// The agent's own network namespace for this iteration, when the observer made one (its
+    /// listeners are bound in it, [`super::netns::AgentNamespace`]); the launch makes one
+    /// itself when it needs one and the observer has none.
+    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
     /// Where the run's context-file baseline is kept from one iteration to the next
     /// ([`crate::context_files::Baseline`]: emptied when the workspace is uploaded or the
     /// manifest set); `None` for an observer that keeps none (each iteration takes its own).

@@ -125,8 +125,10 @@ impl Server {
         }
         self.pump_tails(STREAM_CAP);
         if let Some(network) = self.close_egress() {
+            let namespace = record.network.as_mut().and_then(|n| n.namespace.take());
             record.network = Some(crate::result::NetworkRecord {
                 hidden: ctx.hidden_run.clone(),
+                namespace,
                 ..network
             });
         }
@@ -266,28 +268,36 @@ impl Server {
         self.keep_record(record.iteration, dir, record.to_json_line());
     }
 
-    /// Opens the iteration's listeners for a manifest with `network: allow` (not where the
-    /// launch step will refuse the namespace anyway); `Err` is the iteration's reason.
+    /// Opens the iteration's listeners for a manifest with `network: allow`: in the sandbox's
+    /// network namespace when it has loopback only, else in a namespace of the agent's own made
+    /// for the iteration (where that cannot be made, none: the launch step refuses, naming
+    /// why). `Err` is the iteration's reason.
     fn open_egress(&mut self, manifest: &Manifest) -> Result<(), String> {
         self.egress = None;
+        self.agent_netns = None;
         let Some(policy @ NetworkPolicy::Allow { .. }) = &manifest.network else {
             return Ok(());
         };
+        let (model, first) = (manifest.model.as_ref(), self.egress_next_id);
         let namespace = crate::sandbox::netns::interfaces().unwrap_or_default();
-        if crate::sandbox::netns::refusal(Some(policy), &namespace).is_some() {
+        if !crate::sandbox::netns::needs_agent_namespace(Some(policy), &namespace) {
+            self.egress = Some(super::egress::Egress::open(policy, model, first)?);
             return Ok(());
         }
-        self.egress = Some(super::egress::Egress::open(
-            policy,
-            manifest.model.as_ref(),
-            self.egress_next_id,
-        )?);
+        let made = crate::sandbox::netns::AgentNamespace::create(|| {
+            super::egress::Egress::open(policy, model, first)
+        });
+        if let Ok((ns, egress)) = made {
+            self.egress = Some(egress?);
+            self.agent_netns = Some(ns);
+        }
         Ok(())
     }
 
     /// Closes the iteration's listeners and connections; the record's `network` when there
     /// were listeners.
     fn close_egress(&mut self) -> Option<NetworkRecord> {
+        self.agent_netns = None;
         let egress = self.egress.take()?;
         self.egress_next_id = egress.next_id();
         let host = self.tunnel_conn();
@@ -412,6 +422,12 @@ impl IterationObserver for Server {
             .as_ref()
             .map(super::egress::Egress::pins)
             .unwrap_or_default()
+    }
+
+    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.agent_netns
+            .as_ref()
+            .map(crate::sandbox::netns::AgentNamespace::fd)
     }
 
     fn model_listener_url(&self) -> Option<String> {

@@ -584,6 +584,13 @@ pub(super) fn older_supervisor(
             ),
             "network: {platform: …}",
         ),
+        (
+            "network.from-sandbox",
+            h.network
+                .as_ref()
+                .is_some_and(|p| p.dial_from() == pitcrew_core::manifest::DialFrom::Sandbox),
+            "network: {allow: …, from: sandbox}",
+        ),
     ];
     let missing: Vec<&str> = asked
         .iter()
