@@ -152,6 +152,8 @@ fn run_steps(
 ) -> Result<Verdict, Stop> {
     // 1. Reap: nothing but the supervisor may run while we verify.
     reap_before(ctx, manifest, dirs, record, observer)?;
+    // 1a. The observer's listeners (egress), opened once nothing of an earlier agent runs.
+    observer.after_reap(manifest).map_err(Stop::supervisor)?;
     // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
     prepare(ctx, manifest, dirs, record, observer)?;
     // 2. Verify.

@@ -28,6 +28,12 @@ pub enum ObserverAction {
 pub trait IterationObserver {
     /// A step `started` or `finished`, with details.
     fn step(&mut self, _step: Step, _state: StepState, _detail: EventDetail) {}
+    /// Called once the iteration's first reap has left nothing of an earlier agent running:
+    /// the observer opens what the iteration needs (the egress listeners, at ports no leftover
+    /// can hold any more). `Err` is the iteration's reason.
+    fn after_reap(&mut self, _manifest: &crate::manifest::Manifest) -> Result<(), String> {
+        Ok(())
+    }
     /// Descriptors to wait on (readable) while the agent runs.
     fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         Vec::new()

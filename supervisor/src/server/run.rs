@@ -102,12 +102,13 @@ impl Server {
             ],
             behind: false,
         });
-        // The agent's directories are prepared in `after_reap`, once nothing of an earlier
-        // agent runs any more.
         // The runtime directories, resolved once for the whole iteration and its record.
         let dirs = manifest.runtime_dirs();
-        let events = events.map(drop).and_then(|()| self.open_egress(&manifest));
-        let mut record = match events {
+        // The egress listeners are opened in `after_reap`, once nothing of an earlier agent
+        // runs any more.
+        self.egress = None;
+        self.agent_netns = None;
+        let mut record = match events.map(drop) {
             Ok(()) => run_iteration(ctx, &manifest, &dirs, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
@@ -434,6 +435,10 @@ impl IterationObserver for Server {
         self.egress
             .as_ref()
             .and_then(super::egress::Egress::model_listener_url)
+    }
+
+    fn after_reap(&mut self, manifest: &Manifest) -> Result<(), String> {
+        self.open_egress(manifest)
     }
 
     fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {
