@@ -579,11 +579,12 @@ fn launch_step(
     // the agent's own; refused before the fork when neither can be had.
     let netns = agent_network(manifest, &env.env, observer).map_err(|r| refused(observer, r))?;
     if let Some(network) = &mut record.network {
-        let placed = match netns {
+        let placed = match &netns {
             Some(_) => crate::sandbox::netns::IN_AGENT,
             None => crate::sandbox::netns::IN_SANDBOX,
         };
         network.namespace = Some(placed.to_string());
+        network.namespace_via = netns.as_ref().map(|ns| ns.via().to_string());
     }
     // Only a pi `--tools` list needs them (the scan reads the verified trees).
     let extension_tools = match (manifest.runtime, &manifest.agent.tools) {
@@ -663,8 +664,8 @@ fn launch_step(
         ),
         None => None,
     };
-    if let Some(fd) = netns {
-        plan.join_network(fd);
+    if let Some(ns) = netns {
+        plan.join_network(ns);
     }
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
@@ -718,7 +719,7 @@ fn agent_network(
     manifest: &Manifest,
     env: &[(String, String)],
     observer: &dyn IterationObserver,
-) -> Result<Option<std::os::fd::OwnedFd>, String> {
+) -> Result<Option<crate::sandbox::netns::AgentNamespace>, String> {
     use crate::sandbox::netns;
     let policy = manifest.network.as_ref();
     if let Some(reason) = netns::platform_refusal(policy, env) {
@@ -739,13 +740,13 @@ fn agent_network(
         return Ok(None);
     }
     let made = match observer.agent_namespace() {
-        Some(fd) => fd
-            .try_clone_to_owned()
+        Some(ns) => ns
+            .try_clone()
             .map_err(|e| format!("the agent's network namespace: dup: {e}")),
-        None => netns::AgentNamespace::create(|| ()).map(|(ns, ())| ns.into_fd()),
+        None => netns::AgentNamespace::create(|_| ()).map(|(ns, ())| ns),
     };
     match made {
-        Ok(fd) => Ok(Some(fd)),
+        Ok(ns) => Ok(Some(ns)),
         Err(unmade) => Err(netns::refusal(policy, &found, &unmade).unwrap_or(unmade)),
     }
 }

@@ -33,6 +33,10 @@ enum Command {
     Serve(ServeArgs),
     /// Bridge stdin/stdout to the control socket (for `podman exec -i … pitcrew-init attach`).
     Attach(AttachArgs),
+    /// Internal: makes a user and network namespace pair for the agent of an unprivileged
+    /// supervisor and binds its listeners there (stdin: the supervisor's socket).
+    #[command(name = "netns-helper", hide = true)]
+    NetnsHelper,
 }
 
 /// Arguments of `serve`.
@@ -183,8 +187,12 @@ fn main() -> ExitCode {
                 }
             }
         }
+        #[cfg(target_os = "linux")]
+        Command::NetnsHelper => {
+            ExitCode::from(pitcrew_core::sandbox::netns_helper::helper_main().clamp(0, 255) as u8)
+        }
         #[cfg(not(target_os = "linux"))]
-        Command::Run(_) | Command::Serve(_) | Command::Attach(_) => {
+        Command::Run(_) | Command::Serve(_) | Command::Attach(_) | Command::NetnsHelper => {
             pitcrew_core::say!("run, serve and attach are only available on Linux");
             ExitCode::from(125)
         }

@@ -147,6 +147,11 @@ pub struct NetworkRecord {
     /// the agent was not launched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// How the agent's own network namespace was made (`namespace: agent`): `unshare` (the
+    /// supervisor holds `CAP_SYS_ADMIN`) or `user-namespace` (inside an unprivileged user
+    /// namespace of its own, the supervisor lacking it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_via: Option<String>,
     /// Under `platform`, the platform whose own policy held the agent (`openshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,

@@ -288,21 +288,33 @@ fn attack_leftovers__an_unreadable_home_is_still_emptied_in_the_unprivileged_mod
 /// Podman's default seccomp profile with the `landlock_*` calls refused (EPERM), written to
 /// `path`: a platform whose filter would stop pitcrew's own confinement.
 fn profile_refusing_landlock(path: &std::path::Path) {
+    profile_refusing(
+        path,
+        &[
+            "landlock_create_ruleset",
+            "landlock_add_rule",
+            "landlock_restrict_self",
+        ],
+    );
+}
+
+/// Podman's default seccomp profile with the system calls `names` refused (EPERM), written to
+/// `path`.
+fn profile_refusing(path: &std::path::Path, names: &[&str]) {
     let text = fs::read_to_string("/usr/share/containers/seccomp.json")
         .expect("podman's default seccomp profile");
     let mut profile: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let landlock = |n: &serde_json::Value| n.as_str().is_some_and(|n| n.starts_with("landlock_"));
     for rule in profile["syscalls"].as_array_mut().unwrap() {
         rule["names"]
             .as_array_mut()
             .unwrap()
-            .retain(|n| !landlock(n));
+            .retain(|n| !n.as_str().is_some_and(|n| names.contains(&n)));
     }
     profile["syscalls"]
         .as_array_mut()
         .unwrap()
         .push(serde_json::json!({
-            "names": ["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"],
+            "names": names,
             "action": "SCMP_ACT_ERRNO",
             "errnoRet": 1,
         }));
@@ -646,4 +658,219 @@ fn attack_record__an_unreadable_collected_file_forgets_nothing_in_the_unprivileg
     // The run collected all three records; a new session must still know it.
     let uncollected = uncollected(&engine, &sandbox, &layout_args("/sandbox", RECORDS));
     assert_eq!(uncollected["count"], 0, "{uncollected}");
+}
+
+/// The agent under `network: allow` in a networked sandbox, as a node script (the image's):
+/// an echo through the mirror of `MIRRORED`, then what must fail (direct TCP to this machine's
+/// outside address and to its loopback's `UNLISTED` port, UDP, DNS, IPv6, the abstract socket
+/// `ABSTRACT` of the sandbox's namespace), its interfaces, ids, id map and capability and
+/// `no_new_privs`/seccomp lines, and whether it can join the sandbox's network namespace or
+/// make one of its own; into `output/probe.json`.
+const NET_PROBE: &str = r#"mkdir -p output
+node - <<'PROBE'
+const net = require('net'), dgram = require('dgram'), dns = require('dns'), fs = require('fs');
+const cp = require('child_process');
+const res = {};
+const fail = (p) => p.then(() => 'connected', (e) => e.code || String(e));
+const conn = (opts) => new Promise((ok, no) => {
+  const s = net.connect(opts, () => { s.destroy(); ok(); });
+  s.on('error', no); s.setTimeout(5000, () => { s.destroy(); no(new Error('ETIMEDOUT')); });
+});
+const echo = (port, data) => new Promise((ok, no) => {
+  let out = '';
+  const s = net.connect({ host: '127.0.0.1', port }, () => s.end(data));
+  s.on('data', (d) => out += d); s.on('end', () => ok(out)); s.on('error', (e) => no(e));
+});
+const sh = (cmd) => { try { cp.execSync(cmd, { stdio: 'ignore' }); return 'allowed'; } catch (e) { return 'refused'; } };
+(async () => {
+  res.mirror = await echo(MIRRORED, 'hello mirror').catch((e) => e.code);
+  res.outside = OUTSIDE ? await fail(conn({ host: OUTSIDE, port: UNLISTED })) : 'ENETUNREACH';
+  res.loopback = await fail(conn({ host: '127.0.0.1', port: UNLISTED }));
+  res.udp = await new Promise((ok) => { const u = dgram.createSocket('udp4');
+    u.send('x', 53, '8.8.8.8', (e) => { u.close(); ok(e ? e.code : 'sent'); }); });
+  res.dns = await dns.promises.lookup('example.com').then(() => 'resolved', (e) => e.code);
+  res.ipv6 = await fail(conn({ host: '2606:4700::1111', port: 443 }));
+  res.abstract = await fail(conn({ path: '\0ABSTRACT' }));
+  res.dev = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').slice(2)
+    .map((l) => l.split(':')[0].trim()).filter((n) => n);
+  res.uid = process.getuid(); res.gid = process.getgid();
+  res.uid_map = fs.readFileSync('/proc/self/uid_map', 'utf8').trim().split(/\s+/).join(' ');
+  res.status = fs.readFileSync('/proc/self/status', 'utf8').split('\n')
+    .filter((l) => /^(Cap(Inh|Prm|Eff|Amb)|NoNewPrivs|Seccomp):/.test(l))
+    .map((l) => l.replace(/\s+/g, ' '));
+  res.setns_sandbox = sh('nsenter --net=/proc/1/ns/net true');
+  res.setns_user = sh('nsenter --user=/proc/1/ns/user true');
+  res.unshare_net = sh('unshare --net true');
+  fs.writeFileSync('output/probe.json', JSON.stringify(res));
+})();
+PROBE
+"#;
+
+/// The unprivileged mode in a sandbox with this machine's network (`podman run --network
+/// host`): the supervisor, without CAP_SYS_ADMIN, cannot unshare a network namespace, and makes
+/// the agent's through an unprivileged user namespace. The allowed endpoint is reached through
+/// the mirror and recorded; direct TCP, UDP, DNS, IPv6 and the sandbox's abstract sockets are
+/// not; the agent keeps its uid and gid, has no capability, no_new_privs and seccomp, and can
+/// neither join the sandbox's namespaces nor unshare a network namespace of its own.
+#[test]
+fn attack_egress__an_unprivileged_supervisor_in_a_networked_sandbox_confines_the_agent_through_a_user_namespace(
+) {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let sandbox = ForeignInit::start(&engine, &image, "unpriv-net", &["--network=host"]);
+    let (mirrored, unlisted) = (echo_server("127.0.0.1"), echo_server("0.0.0.0"));
+    let abstract_name = format!("pitcrew-unpriv-abstract-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt as _;
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    };
+    let outside = outside_address()
+        .map(|ip| format!("'{ip}'"))
+        .unwrap_or("''".into());
+    let script = NET_PROBE
+        .replace("MIRRORED", &mirrored.to_string())
+        .replace("UNLISTED", &unlisted.to_string())
+        .replace("OUTSIDE", &outside)
+        .replace("ABSTRACT", &abstract_name);
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("keep_output: true\nnetwork:\n  allow: [\"127.0.0.1:{mirrored}\"]\n");
+    let harness = write_command_harness(dir.path(), &script, 1, "60s", false, &network);
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let args = sandbox.run_args("timeout 600");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    assert_eq!(out.status.code(), Some(0), "{doc:#}\n{record:#}");
+    let probe = read_json(&it.join("output/probe.json"));
+    assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert_eq!(
+        record["network"]["namespace_via"], "user-namespace",
+        "{record:#}"
+    );
+    assert_eq!(probe["mirror"], "hello mirror", "{probe:#}");
+    let conns = record["network"]["connections"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(conns.len(), 1, "{record:#}");
+    assert_eq!(
+        (conns[0]["via"].as_str(), conns[0]["allowed"].as_bool()),
+        (Some("mirror"), Some(true))
+    );
+    for (case, errno) in [
+        ("outside", "ENETUNREACH"),
+        ("loopback", "ECONNREFUSED"),
+        ("udp", "ENETUNREACH"),
+        ("ipv6", "ENETUNREACH"),
+        ("abstract", "ECONNREFUSED"),
+    ] {
+        assert_eq!(probe[case], errno, "{case}: {probe:#}");
+    }
+    assert_ne!(probe["dns"], "resolved", "{probe:#}");
+    assert!(
+        abstract_listener.accept().is_err(),
+        "the abstract socket was reached"
+    );
+    assert_eq!(probe["dev"], serde_json::json!(["lo"]), "{probe:#}");
+    // Its ids as before, seen from inside (the map is its own uid only) and from the sandbox.
+    assert_eq!(
+        (probe["uid"].as_u64(), probe["gid"].as_u64()),
+        (Some(1000), Some(1000))
+    );
+    assert_eq!(probe["uid_map"], "1000 1000 1", "{probe:#}");
+    assert_eq!(record["confinement"]["uid"], 1000, "{record:#}");
+    let status: Vec<&str> = probe["status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for line in [
+        "CapInh: 0000000000000000",
+        "CapPrm: 0000000000000000",
+        "CapEff: 0000000000000000",
+        "CapAmb: 0000000000000000",
+        "NoNewPrivs: 1",
+        "Seccomp: 2",
+    ] {
+        assert!(status.contains(&line), "{line}: {status:?}");
+    }
+    for case in ["setns_sandbox", "setns_user", "unshare_net"] {
+        assert_eq!(probe[case], "refused", "{case}: {probe:#}");
+    }
+}
+
+/// Where user namespaces are refused too (here a seccomp profile refusing `unshare`, as a
+/// hardened platform's would), the unprivileged mode in a networked sandbox refuses `network:
+/// allow` before launch (125), naming both attempts and their errnos.
+#[test]
+fn attack_egress__an_unprivileged_supervisor_without_user_namespaces_refuses_a_networked_allow() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("pi");
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("seccomp.json");
+    profile_refusing(&profile, &["unshare"]);
+    let opt = format!("seccomp={}", profile.display());
+    let sandbox = ForeignInit::start(
+        &engine,
+        &image,
+        "unpriv-nouserns",
+        &["--network=host", "--security-opt", &opt],
+    );
+    let network = "network:\n  allow: [\"127.0.0.1:9\"]\n";
+    let harness = write_command_harness(dir.path(), "echo ran\n", 1, "60s", false, network);
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let args = sandbox.run_args("timeout 600");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+    assert_eq!(out.status.code(), Some(125), "{doc:#}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("unshare(CLONE_NEWNET): EPERM")
+            && reason.contains("unshare(CLONE_NEWUSER|CLONE_NEWNET): EPERM"),
+        "{record:#}"
+    );
+}
+
+/// An echo server on this machine's `addr` (its port).
+fn echo_server(addr: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind((addr, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = stream.read_to_end(&mut got);
+                let _ = stream.write_all(&got);
+            });
+        }
+    });
+    port
+}
+
+/// An address of this machine's on an interface other than `lo`, if it has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
 }

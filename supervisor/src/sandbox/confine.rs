@@ -100,6 +100,9 @@ pub struct ConfinePlan {
     /// The agent's own network namespace, joined before the privileges go
     /// ([`ConfinePlan::join_network`]).
     netns: Option<OwnedFd>,
+    /// The user namespace the agent's network namespace was made in, when not the sandbox's
+    /// (an unprivileged supervisor's, [`super::netns_helper`]): joined first.
+    userns: Option<OwnedFd>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -384,6 +387,7 @@ impl ConfinePlan {
                 .then(|| rlim(manifest.limits.memory_bytes)),
             file_size: manifest.limits.disk_bytes.map(rlim),
             netns: None,
+            userns: None,
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -426,10 +430,14 @@ impl ConfinePlan {
         })
     }
 
-    /// Makes the agent join the network namespace `fd` (its own, [`super::netns::AgentNamespace`])
-    /// in the child, before it gives up its privileges.
-    pub fn join_network(&mut self, fd: OwnedFd) {
-        self.netns = Some(fd);
+    /// Makes the agent join its own network namespace ([`super::netns::AgentNamespace`]) in
+    /// the child, before it gives up its privileges: the user namespace it was made in first,
+    /// when it has one (only a supervisor that changes no identity makes one: the agent's ids
+    /// are the helper's, the only ones mapped there).
+    pub fn join_network(&mut self, ns: super::netns::AgentNamespace) {
+        let (net, user) = ns.into_fds();
+        self.netns = Some(net);
+        self.userns = user;
     }
 
     /// The child's half: applies everything, in the order of the module doc.
@@ -474,7 +482,20 @@ impl ConfinePlan {
             }
         }
 
-        // Into the agent's own network namespace while CAP_SYS_ADMIN is still held.
+        // Into the user namespace the agent's network namespace was made in: the child, in the
+        // parent namespace with the owner's euid, holds CAP_SYS_ADMIN there, and gains every
+        // capability in it (cleared below; its exec as a non-zero uid there, with no ambient
+        // capabilities and no_new_privs, leaves it none).
+        if let Some(fd) = &self.userns {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns takes an fd the plan owns (open until exec, close-on-exec) and a flag;
+            // this child is single-threaded and shares no filesystem information.
+            if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
+                return Err(fail(Stage::Userns));
+            }
+        }
+        // Into the agent's own network namespace while CAP_SYS_ADMIN is still held (over the
+        // sandbox's user namespace, or the one just joined).
         if let Some(fd) = &self.netns {
             use std::os::fd::AsRawFd;
             // SAFETY: setns takes an fd the plan owns (open until exec, close-on-exec) and a flag.

@@ -40,6 +40,7 @@ pub mod heap;
 pub mod landlock;
 pub mod launch;
 pub mod netns;
+pub mod netns_helper;
 pub mod nofollow;
 pub mod observer;
 pub mod own_limits;

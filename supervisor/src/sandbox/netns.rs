@@ -15,6 +15,7 @@
 
 use crate::manifest::{DialFrom, NetworkPolicy};
 use std::io;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// `network.namespace` of the record: the agent ran in the sandbox's own network namespace.
@@ -132,65 +133,154 @@ pub fn refusal(
     ))
 }
 
+/// `network.namespace_via` of the record: the supervisor unshared the agent's network
+/// namespace itself (it holds `CAP_SYS_ADMIN`).
+pub const VIA_UNSHARE: &str = "unshare";
+
+/// `network.namespace_via` of the record: the agent's network namespace was made inside an
+/// unprivileged user namespace by a helper ([`super::netns_helper`]), the supervisor lacking
+/// `CAP_SYS_ADMIN`.
+pub const VIA_USER_NAMESPACE: &str = "user-namespace";
+
+/// Binds a TCP listener where the iteration's listeners belong (`TcpListener::bind` on the
+/// thread in the namespace, or a request to the helper that made it).
+pub type Bind<'a> = dyn FnMut(SocketAddr) -> io::Result<TcpListener> + 'a;
+
+/// [`Bind`] in the caller's own network namespace.
+pub fn bind_here(at: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(at)
+}
+
 /// A network namespace of the agent's own, made for one iteration inside a sandbox whose
 /// namespace has a network: loopback only, up, checked to hold no other interface and no
 /// route off `lo`. The supervisor stays in the sandbox's namespace; the agent joins this one
-/// before exec ([`crate::sandbox::confine::ConfinePlan::join_network`]). Dropping the last
-/// descriptor (and the last process and socket in it) ends the namespace.
+/// before exec ([`crate::sandbox::confine::ConfinePlan::join_network`]), after joining `user`
+/// when it was made inside a user namespace of its own. Dropping the last descriptor (and the
+/// last process and socket in it) ends the namespace.
 #[derive(Debug)]
 pub struct AgentNamespace {
-    fd: OwnedFd,
+    net: OwnedFd,
+    user: Option<OwnedFd>,
 }
 
 impl AgentNamespace {
-    /// Makes the namespace on a short-lived thread and runs `inside` on that thread once it is
-    /// in place: the sockets `inside` makes (the iteration's listeners) stay in the namespace.
-    /// `Err` names the step and errno (`unshare(CLONE_NEWNET): EPERM …`). The thread is joined
-    /// before this returns (the fork invariant of [`crate::sandbox::launch`]).
-    pub fn create<T: Send>(
-        inside: impl FnOnce() -> T + Send,
-    ) -> Result<(AgentNamespace, T), String> {
-        std::thread::scope(|scope| {
+    /// Makes the namespace and runs `inside` once it is in place, with a [`Bind`] that makes
+    /// the iteration's listeners in it. First on a short-lived thread that
+    /// `unshare(CLONE_NEWNET)`s (network namespaces are per thread; the thread is joined
+    /// before this returns, the fork invariant of [`crate::sandbox::launch`]); where that is
+    /// refused and the supervisor is not root, through an unprivileged user namespace
+    /// ([`super::netns_helper`]). `Err` names each step tried and its errno.
+    pub fn create<T: Send, F>(inside: F) -> Result<(AgentNamespace, T), String>
+    where
+        F: FnOnce(&mut Bind<'_>) -> T + Send,
+    {
+        let unshared = std::thread::scope(|scope| {
             let thread = std::thread::Builder::new()
                 .name("agent-netns".into())
-                .spawn_scoped(scope, move || -> Result<(OwnedFd, T), String> {
-                    // SAFETY: unshare takes a flag; it moves only this thread to a new network
-                    // namespace (a multi-threaded process may unshare CLONE_NEWNET).
-                    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                        return Err(errno_text("unshare(CLONE_NEWNET)"));
-                    }
-                    bring_up_loopback().map_err(|e| format!("bringing up lo: {e}"))?;
-                    let fd = std::fs::File::open("/proc/thread-self/ns/net")
-                        .map_err(|e| format!("/proc/thread-self/ns/net: {e}"))?;
-                    check_loopback_only()?;
-                    Ok((OwnedFd::from(fd), inside()))
+                .spawn_scoped(
+                    scope,
+                    move || -> Result<(OwnedFd, T), (String, Option<F>)> {
+                        // SAFETY: unshare takes a flag; it moves only this thread to a new network
+                        // namespace (a multi-threaded process may unshare CLONE_NEWNET).
+                        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                            return Err((errno_text("unshare(CLONE_NEWNET)"), Some(inside)));
+                        }
+                        let made = bring_up_loopback()
+                            .map_err(|e| format!("bringing up lo: {e}"))
+                            .and_then(|()| {
+                                std::fs::File::open("/proc/thread-self/ns/net")
+                                    .map_err(|e| format!("/proc/thread-self/ns/net: {e}"))
+                            })
+                            .and_then(|fd| check_loopback_only().map(|()| fd));
+                        match made {
+                            Ok(fd) => Ok((OwnedFd::from(fd), inside(&mut bind_here))),
+                            Err(reason) => Err((reason, None)),
+                        }
+                    },
+                )
+                .map_err(|e| {
+                    (
+                        format!("a thread for the agent's network namespace: {e}"),
+                        None,
+                    )
+                })?;
+            thread.join().map_err(|_| {
+                (
+                    "the agent's network namespace thread failed".to_string(),
+                    None,
+                )
+            })?
+        });
+        match unshared {
+            Ok((net, out)) => Ok((AgentNamespace { net, user: None }, out)),
+            Err((reason, Some(inside))) if !nix::unistd::geteuid().is_root() => {
+                Self::through_user_namespace(inside).map_err(|why| {
+                    format!("{reason}; and through a user namespace of its own: {why}")
                 })
-                .map_err(|e| format!("a thread for the agent's network namespace: {e}"))?;
-            let (fd, out) = thread
-                .join()
-                .map_err(|_| "the agent's network namespace thread failed".to_string())??;
-            Ok((AgentNamespace { fd }, out))
+            }
+            Err((reason, _)) => Err(reason),
+        }
+    }
+
+    /// The namespace pair made by [`super::netns_helper`], `inside` run with its binder.
+    fn through_user_namespace<T>(
+        inside: impl FnOnce(&mut Bind<'_>) -> T,
+    ) -> Result<(AgentNamespace, T), String> {
+        let mut helper = super::netns_helper::Helper::start()?;
+        let out = inside(&mut |at| helper.bind(at));
+        let (user, net) = helper.finish();
+        Ok((
+            AgentNamespace {
+                net,
+                user: Some(user),
+            },
+            out,
+        ))
+    }
+
+    /// The network namespace's descriptor.
+    pub fn net(&self) -> BorrowedFd<'_> {
+        self.net.as_fd()
+    }
+
+    /// The user namespace the network namespace was made in, when not the sandbox's.
+    pub fn user(&self) -> Option<BorrowedFd<'_>> {
+        self.user.as_ref().map(AsFd::as_fd)
+    }
+
+    /// How it was made: [`VIA_UNSHARE`] or [`VIA_USER_NAMESPACE`].
+    pub fn via(&self) -> &'static str {
+        if self.user.is_some() {
+            VIA_USER_NAMESPACE
+        } else {
+            VIA_UNSHARE
+        }
+    }
+
+    /// Another handle on the same namespaces (the descriptors duplicated).
+    pub fn try_clone(&self) -> io::Result<AgentNamespace> {
+        Ok(AgentNamespace {
+            net: self.net.try_clone()?,
+            user: self.user.as_ref().map(OwnedFd::try_clone).transpose()?,
         })
     }
 
-    /// The namespace's descriptor (`/proc/thread-self/ns/net` of the thread that made it).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    /// The namespace's descriptor, owned.
-    pub fn into_fd(self) -> OwnedFd {
-        self.fd
+    /// The descriptors `(net, user)`.
+    pub fn into_fds(self) -> (OwnedFd, Option<OwnedFd>) {
+        (self.net, self.user)
     }
 }
 
 /// `what` failed: its errno by name and text (`unshare(CLONE_NEWNET): EPERM: Operation not
 /// permitted`), with what an `EPERM` means here.
-fn errno_text(what: &str) -> String {
+pub(super) fn errno_text(what: &str) -> String {
     let errno = nix::errno::Errno::last();
     let hint = if errno == nix::errno::Errno::EPERM {
         " (the supervisor lacks CAP_SYS_ADMIN, as in a podman/docker container with the \
          default capabilities, or a seccomp profile refuses unshare)"
+    } else if errno == nix::errno::Errno::ENOSPC {
+        " (user namespaces are off: sysctl user.max_user_namespaces is 0, or the limit is \
+         reached)"
     } else {
         ""
     };
@@ -199,7 +289,7 @@ fn errno_text(what: &str) -> String {
 
 /// Checks, from a thread inside a new network namespace, that it holds `lo` only and no route
 /// but `lo`'s: `/proc/thread-self/net/{dev,route,ipv6_route}` (the thread's own namespace).
-fn check_loopback_only() -> Result<(), String> {
+pub(super) fn check_loopback_only() -> Result<(), String> {
     let read = |name: &str| {
         std::fs::read_to_string(format!("/proc/thread-self/net/{name}"))
             .map_err(|e| format!("/proc/thread-self/net/{name}: {e}"))
@@ -344,8 +434,8 @@ mod tests {
         let name = format!("pitcrew-netns-test-{}", std::process::id());
         let outside = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _held = UnixListener::bind_addr(&outside).unwrap();
-        let (ns, (listener, from_inside)) = AgentNamespace::create(|| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (ns, (listener, from_inside)) = AgentNamespace::create(|bind| {
+            let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let reached = UnixStream::connect_addr(&outside).map_err(|e| e.kind());
             (l, reached)
         })

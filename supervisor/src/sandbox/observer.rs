@@ -68,7 +68,7 @@ pub trait IterationObserver {
     /// The agent's own network namespace for this iteration, when the observer made one (its
     /// listeners are bound in it, [`super::netns::AgentNamespace`]); the launch makes one
     /// itself when it needs one and the observer has none.
-    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
+    fn agent_namespace(&self) -> Option<&super::netns::AgentNamespace> {
         None
     }
     /// Where the run's context-file baseline is kept from one iteration to the next

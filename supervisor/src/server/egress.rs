@@ -246,6 +246,7 @@ impl Egress {
         policy: &NetworkPolicy,
         model: Option<&ModelRoute>,
         first_id: u32,
+        bind: &mut crate::sandbox::netns::Bind<'_>,
     ) -> Result<Egress, String> {
         let mut mirrors = Vec::new();
         let mut bound: Vec<SocketAddr> = Vec::new();
@@ -258,7 +259,7 @@ impl Egress {
                     continue;
                 }
                 bound.push(at);
-                match TcpListener::bind(at) {
+                match bind(at) {
                     Ok(l) => mirrors.push((l, endpoint.host.clone(), endpoint.port)),
                     // `localhost` stands for both; a namespace without IPv6 keeps the other.
                     Err(_) if ip.is_ipv6() && addrs.len() > 1 => continue,
@@ -275,7 +276,7 @@ impl Egress {
         let model = match model {
             Some(route) if route.base_url_var().is_some() || route.pi_provider.is_some() => {
                 let port = route.rewritten_models_json.as_ref().map_or(0, |r| r.port);
-                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|err| {
+                let l = bind((Ipv4Addr::LOCALHOST, port).into()).map_err(|err| {
                     format!("network: cannot open the model listener on 127.0.0.1:{port}: {err}")
                 })?;
                 Some((route.clone(), Some(l)))
@@ -283,7 +284,7 @@ impl Egress {
             Some(route) => Some((route.clone(), None)),
             None => None,
         };
-        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        let proxy = bind((Ipv4Addr::LOCALHOST, 0).into())
             .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
         let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
         let model_record = model.as_ref().map(|(r, l)| ModelRouteRecord {
@@ -1218,7 +1219,13 @@ mod tests {
             upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
             credentials: vec!["ANTHROPIC_API_KEY".into()],
         };
-        let mut egress = Egress::open(&policy, Some(&route), 1).unwrap();
+        let mut egress = Egress::open(
+            &policy,
+            Some(&route),
+            1,
+            &mut crate::sandbox::netns::bind_here,
+        )
+        .unwrap();
         let pins = egress.pins();
         let pinned = |name: &str| pins.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
         let url = pinned("ANTHROPIC_BASE_URL").unwrap();
@@ -1275,7 +1282,8 @@ mod tests {
     #[test]
     fn a_proxied_connection_is_opened_relayed_within_the_window_and_recorded() {
         let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
-        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut egress =
+            Egress::open(&policy, None, 1, &mut crate::sandbox::netns::bind_here).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
         agent
@@ -1327,7 +1335,8 @@ mod tests {
     #[test]
     fn a_client_that_half_closes_after_its_head_is_carried_and_its_end_passed_on() {
         let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
-        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut egress =
+            Egress::open(&policy, None, 1, &mut crate::sandbox::netns::bind_here).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -1370,7 +1379,8 @@ mod tests {
     #[test]
     fn the_agent_sends_no_more_than_the_window_before_the_host_acknowledges() {
         let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
-        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut egress =
+            Egress::open(&policy, None, 1, &mut crate::sandbox::netns::bind_here).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n")
@@ -1426,7 +1436,8 @@ mod tests {
     #[test]
     fn without_a_host_and_past_the_policy_the_proxy_refuses_naming_why() {
         let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
-        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut egress =
+            Egress::open(&policy, None, 1, &mut crate::sandbox::netns::bind_here).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
             ("api.example.com:443", false, "503"),
@@ -1494,7 +1505,8 @@ mod tests {
             allow: vec![Endpoint::parse(&target).unwrap()],
             from: DialFrom::Sandbox,
         };
-        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut egress =
+            Egress::open(&policy, None, 1, &mut crate::sandbox::netns::bind_here).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
             .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
@@ -1542,7 +1554,13 @@ mod tests {
             rewritten_models_json: None,
             credentials: vec!["ANTHROPIC_API_KEY".into()],
         };
-        let mut egress = Egress::open(&policy, Some(&route), 1).unwrap();
+        let mut egress = Egress::open(
+            &policy,
+            Some(&route),
+            1,
+            &mut crate::sandbox::netns::bind_here,
+        )
+        .unwrap();
         let url = egress.model_listener_url().unwrap();
         let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
         let _agent = TcpStream::connect(("127.0.0.1", port)).unwrap();

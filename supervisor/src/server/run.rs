@@ -126,10 +126,14 @@ impl Server {
         }
         self.pump_tails(STREAM_CAP);
         if let Some(network) = self.close_egress() {
-            let namespace = record.network.as_mut().and_then(|n| n.namespace.take());
+            let placed = record.network.as_mut();
+            let (namespace, namespace_via) = placed
+                .map(|n| (n.namespace.take(), n.namespace_via.take()))
+                .unwrap_or_default();
             record.network = Some(crate::result::NetworkRecord {
                 hidden: ctx.hidden_run.clone(),
                 namespace,
+                namespace_via,
                 ..network
             });
         }
@@ -282,11 +286,12 @@ impl Server {
         let (model, first) = (manifest.model.as_ref(), self.egress_next_id);
         let namespace = crate::sandbox::netns::interfaces().unwrap_or_default();
         if !crate::sandbox::netns::needs_agent_namespace(Some(policy), &namespace) {
-            self.egress = Some(super::egress::Egress::open(policy, model, first)?);
+            let bind = &mut crate::sandbox::netns::bind_here;
+            self.egress = Some(super::egress::Egress::open(policy, model, first, bind)?);
             return Ok(());
         }
-        let made = crate::sandbox::netns::AgentNamespace::create(|| {
-            super::egress::Egress::open(policy, model, first)
+        let made = crate::sandbox::netns::AgentNamespace::create(|bind| {
+            super::egress::Egress::open(policy, model, first, bind)
         });
         if let Ok((ns, egress)) = made {
             self.egress = Some(egress?);
@@ -425,10 +430,8 @@ impl IterationObserver for Server {
             .unwrap_or_default()
     }
 
-    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
-        self.agent_netns
-            .as_ref()
-            .map(crate::sandbox::netns::AgentNamespace::fd)
+    fn agent_namespace(&self) -> Option<&crate::sandbox::netns::AgentNamespace> {
+        self.agent_netns.as_ref()
     }
 
     fn model_listener_url(&self) -> Option<String> {
