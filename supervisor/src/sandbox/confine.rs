@@ -40,7 +40,8 @@
 //! injection); join the agent's cgroups (while still root: their `cgroup.procs` are root's,
 //! [`super::cgroup`]); join the agent's own network namespace when the iteration has one
 //! (`setns`, which needs `CAP_SYS_ADMIN`: before the bounding set and the uid change,
-//! [`super::netns::AgentNamespace`]); dumpable again when the supervisor is not (unprivileged mode), then
+//! [`super::netns::AgentNamespace`]; first the user namespace it was made in when an
+//! unprivileged supervisor made it through one, [`super::netns_helper`]); dumpable again when the supervisor is not (unprivileged mode), then
 //! `oom_score_adj` 1000 (before the uid change makes `/proc/self` root's); drop the capability bounding
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every

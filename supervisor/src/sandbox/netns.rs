@@ -10,8 +10,10 @@
 //! made on a short-lived thread (network namespaces are per thread), its `lo` brought up, the
 //! iteration's listeners bound there (a socket stays in the namespace it was made in), and the
 //! agent `setns`ed into it before exec; the supervisor itself stays in the sandbox's namespace.
-//! Where that namespace cannot be made (no `CAP_SYS_ADMIN`, a seccomp profile refusing
-//! `unshare`), [`refusal`] says why before launch.
+//! A supervisor without `CAP_SYS_ADMIN` that is not root (the unprivileged mode) makes it
+//! inside an unprivileged user namespace instead ([`super::netns_helper`]). Where neither can
+//! be made (no `CAP_SYS_ADMIN`, user namespaces off, a seccomp profile refusing `unshare`),
+//! [`refusal`] says why before launch.
 
 use crate::manifest::{DialFrom, NetworkPolicy};
 use std::io;
@@ -116,16 +118,17 @@ pub fn refusal(
     if others(interfaces).is_empty() {
         return Some(format!(
             "network: `allow` with `from: sandbox` runs the agent in a network namespace of its \
-             own, which could not be made ({unmade}); give the supervisor CAP_SYS_ADMIN and a \
-             seccomp profile that allows unshare, or drop `from: sandbox` (the host dials)"
+             own, which could not be made ({unmade}); give the supervisor CAP_SYS_ADMIN, or a \
+             non-root supervisor user namespaces, and a seccomp profile that allows unshare, \
+             or drop `from: sandbox` (the host dials)"
         ));
     }
     Some(format!(
         "network: the agent's network is `{mode}` (the harness's `network:`, or without it the \
          runtime's default) but the sandbox's network namespace has interfaces besides lo \
          ({}) and the agent's own network namespace could not be made ({unmade}), so pitcrew \
-         cannot keep the agent from them; give the supervisor CAP_SYS_ADMIN and a seccomp \
-         profile that allows unshare, start the sandbox without a network (podman/docker \
+         cannot keep the agent from them; give the supervisor CAP_SYS_ADMIN (or, in the \
+         unprivileged mode, user namespaces) and a seccomp profile that allows unshare, start the sandbox without a network (podman/docker \
          `--network=none`, the local engine's own namespace), name the platform whose policy \
          holds it (`network: {{platform: openshell}}`), or say `network: open` in the harness \
          to run with the engine's network as it is",

@@ -200,16 +200,13 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        // Its end of the socket closes first, so a helper waiting for a request ends itself.
-        // SAFETY: shutdown of a socket this value owns.
-        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
-        match self.child.try_wait() {
-            Ok(Some(_)) => {}
-            _ => {
-                if let Err(err) = self.child.wait() {
-                    tracing::warn!("waiting for the namespace helper: {err}");
-                }
-            }
+        // The helper has nothing to finish once its work is taken (or given up on): ended
+        // here, never waited for unbounded. Our unreaped child, so the pid is still its.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        if let Err(err) = self.child.wait() {
+            tracing::warn!("waiting for the namespace helper: {err}");
         }
     }
 }
