@@ -372,7 +372,10 @@ mod tests {
         assert!(needs_agent_namespace(Some(&none), &names));
         let why = refusal(Some(&none), &names, "unshare(CLONE_NEWNET): EPERM").unwrap();
         assert!(
-            why.contains("(eth0)") && why.contains("network: open") && why.contains("EPERM"),
+            why.contains("(eth0)")
+                && why.contains("network: open")
+                && why.contains("EPERM")
+                && why.contains("user namespaces"),
             "{why}"
         );
         assert!(refusal(Some(&NetworkPolicy::Open), &names, "").is_none());
