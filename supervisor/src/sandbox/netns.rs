@@ -278,7 +278,10 @@ impl AgentNamespace {
 /// permitted`), with what an `EPERM` means here.
 pub(super) fn errno_text(what: &str) -> String {
     let errno = nix::errno::Errno::last();
-    let hint = if errno == nix::errno::Errno::EPERM {
+    let user_namespace = what.contains("CLONE_NEWUSER");
+    let hint = if errno == nix::errno::Errno::EPERM && user_namespace {
+        " (a seccomp profile or a security module refuses user namespaces to the supervisor)"
+    } else if errno == nix::errno::Errno::EPERM {
         " (the supervisor lacks CAP_SYS_ADMIN, as in a podman/docker container with the \
          default capabilities, or a seccomp profile refuses unshare)"
     } else if errno == nix::errno::Errno::ENOSPC {

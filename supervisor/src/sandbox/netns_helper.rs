@@ -274,7 +274,8 @@ impl Helper {
             ));
         }
         let listener = TcpListener::from(fd);
-        if listener.local_addr()?.ip() != at.ip() {
+        let local = listener.local_addr()?;
+        if local.ip() != at.ip() || (at.port() != 0 && local.port() != at.port()) {
             return Err(io::Error::other(
                 "the namespace helper bound another address",
             ));
