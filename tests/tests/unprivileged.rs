@@ -708,7 +708,8 @@ PROBE
 
 /// The unprivileged mode in a sandbox with this machine's network (`podman run --network
 /// host`): the supervisor, without CAP_SYS_ADMIN, cannot unshare a network namespace, and makes
-/// the agent's through an unprivileged user namespace. The allowed endpoint is reached through
+/// the agent's through an unprivileged user namespace, under `none` (nothing reached, lo only)
+/// and under `allow`. The allowed endpoint is reached through
 /// the mirror and recorded; direct TCP, UDP, DNS, IPv6 and the sandbox's abstract sockets are
 /// not; the agent keeps its uid and gid, has no capability, no_new_privs and seccomp, and can
 /// neither join the sandbox's namespaces nor unshare a network namespace of its own.
@@ -739,20 +740,39 @@ fn attack_egress__an_unprivileged_supervisor_in_a_networked_sandbox_confines_the
         .replace("UNLISTED", &unlisted.to_string())
         .replace("OUTSIDE", &outside)
         .replace("ABSTRACT", &abstract_name);
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("keep_output: true\nnetwork:\n  allow: [\"127.0.0.1:{mirrored}\"]\n");
-    let harness = write_command_harness(dir.path(), &script, 1, "60s", false, &network);
-    let state = dir.path().join("state");
-    fs::create_dir(&state).unwrap();
-    let args = sandbox.run_args("timeout 600");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = engine.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
-    let it = iteration_dir(&doc, 1);
-    let record = read_json(&it.join("result.json"));
-    assert_eq!(out.status.code(), Some(0), "{doc:#}\n{record:#}");
-    let probe = read_json(&it.join("output/probe.json"));
+    // One `pitcrew run` of the probe under `network` (a harness of its own; the sandbox's
+    // iteration `n`): record and probe.
+    let run = |network: &str, n: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = format!("keep_output: true\n{network}");
+        let harness = write_command_harness(dir.path(), &script, 1, "60s", false, &extra);
+        let state = dir.path().join("state");
+        fs::create_dir(&state).unwrap();
+        let args = sandbox.run_args("timeout 600");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env = engine.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (out, doc) = pitcrew_run_output(&harness, &state, &args, &env);
+        let it = iteration_dir(&doc, n);
+        let record = read_json(&it.join("result.json"));
+        assert_eq!(out.status.code(), Some(0), "{doc:#}\n{record:#}");
+        (record, read_json(&it.join("output/probe.json")))
+    };
+    // `none` first: the same namespace, no listener in it.
+    let (record, probe) = run("network: none\n", 1);
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert_eq!(
+        record["network"]["namespace_via"], "user-namespace",
+        "{record:#}"
+    );
+    assert_eq!(probe["mirror"], "ECONNREFUSED", "{probe:#}");
+    assert_eq!(probe["outside"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["dev"], serde_json::json!(["lo"]), "{probe:#}");
+    assert_eq!(probe["uid"], 1000, "{probe:#}");
+    let (record, probe) = run(
+        &format!("network:\n  allow: [\"127.0.0.1:{mirrored}\"]\n"),
+        2,
+    );
     assert_eq!(record["supervisor"]["mode"], "unprivileged", "{record:#}");
     assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
     assert_eq!(
