@@ -696,7 +696,7 @@ const sh = (cmd) => { try { cp.execSync(cmd, { stdio: 'ignore' }); return 'allow
   res.uid = process.getuid(); res.gid = process.getgid();
   res.uid_map = fs.readFileSync('/proc/self/uid_map', 'utf8').trim().split(/\s+/).join(' ');
   res.status = fs.readFileSync('/proc/self/status', 'utf8').split('\n')
-    .filter((l) => /^(Cap(Inh|Prm|Eff|Amb)|NoNewPrivs|Seccomp):/.test(l))
+    .filter((l) => /^(Cap(Inh|Prm|Eff|Amb|Bnd)|NoNewPrivs|Seccomp):/.test(l))
     .map((l) => l.replace(/\s+/g, ' '));
   res.setns_sandbox = sh('nsenter --net=/proc/1/ns/net true');
   res.setns_user = sh('nsenter --user=/proc/1/ns/user true');
@@ -822,6 +822,7 @@ fn attack_egress__an_unprivileged_supervisor_in_a_networked_sandbox_confines_the
         "CapPrm: 0000000000000000",
         "CapEff: 0000000000000000",
         "CapAmb: 0000000000000000",
+        "CapBnd: 0000000000000000",
         "NoNewPrivs: 1",
         "Seccomp: 2",
     ] {

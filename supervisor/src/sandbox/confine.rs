@@ -533,7 +533,9 @@ impl ConfinePlan {
 
         // The bounding set can only be lowered with CAP_SETPCAP: before the uid change.
         // `self.caps` holds only capabilities the kernel supports, so no EINVAL to tolerate.
-        if self.privileged {
+        // Joining a user namespace made the bounding set full there (and gave CAP_SETPCAP in
+        // it): emptied too, though no_new_privs already keeps exec from raising anything.
+        if self.privileged || self.userns.is_some() {
             for &cap in &self.caps {
                 if caps::drop(None, CapSet::Bounding, cap).is_err() {
                     return Err(fail(Stage::Bounding));
