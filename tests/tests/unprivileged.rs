@@ -811,6 +811,8 @@ fn attack_egress__an_unprivileged_supervisor_in_a_networked_sandbox_confines_the
     );
     assert_eq!(probe["uid_map"], "1000 1000 1", "{probe:#}");
     assert_eq!(record["confinement"]["uid"], 1000, "{record:#}");
+    // Its bounding set, full in the user namespace it joined, emptied before exec.
+    assert_eq!(record["confinement"]["caps_cleared"], true, "{record:#}");
     let status: Vec<&str> = probe["status"]
         .as_array()
         .unwrap()
