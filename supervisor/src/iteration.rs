@@ -743,7 +743,7 @@ fn agent_network(
         Some(ns) => ns
             .try_clone()
             .map_err(|e| format!("the agent's network namespace: dup: {e}")),
-        None => netns::AgentNamespace::create(|_| ()).map(|(ns, ())| ns),
+        None => netns::AgentNamespace::create(&manifest.user, |_| ()).map(|(ns, ())| ns),
     };
     match made {
         Ok(ns) => Ok(Some(ns)),

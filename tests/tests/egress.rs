@@ -901,31 +901,33 @@ fn attack_egress__a_host_unix_socket_under_run_is_out_of_reach() {
     );
 }
 
-/// A podman container with a network (podman's default bridge) and podman's default
-/// capabilities, which leave out `CAP_SYS_ADMIN`: the supervisor cannot make the agent a
-/// network namespace of its own, so `network: allow` is refused before launch (125), the
-/// errno and the way out named in the record; the agent never runs.
-#[test]
-fn attack_egress__a_podman_container_with_a_network_and_no_cap_sys_admin_refuses_allow() {
+/// `pitcrew run` of a `network: allow` harness whose agent runs `script`, in a podman container
+/// started with `run_args` and podman's default capabilities, which leave out `CAP_SYS_ADMIN`
+/// (the supervisor is root there): its exit code and the iteration's record. `None` when
+/// podman is missing. The iteration's directory and the temporary directory holding it.
+fn in_a_root_container_without_cap_sys_admin(
+    run_args: &[&str],
+    script: &str,
+) -> Option<(Option<i32>, Value, std::path::PathBuf, tempfile::TempDir)> {
     use pitcrew_e2e::container::{containers_conf, podman_usable, Container};
     if !pitcrew_e2e::prerequisite(
         podman_usable(),
         "needs root, podman and busybox-static (.ci/run installs them)",
     ) {
-        return;
+        return None;
     }
-    let container = Container::start(&["--network=podman"]);
+    let container = Container::start(run_args);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let harness = pitcrew_e2e::write_command_harness(
         root,
-        "mkdir -p output && echo ran > output/ran\n",
+        script,
         1,
         "60s",
         false,
-        "network:\n  allow: [\"example.com:443\"]\n",
+        "keep_output: true\nnetwork:\n  allow: [\"example.com:443\"]\n",
     );
     let (code, doc) = pitcrew_run_status(
         &harness,
@@ -936,16 +938,104 @@ fn attack_egress__a_podman_container_with_a_network_and_no_cap_sys_admin_refuses
             containers_conf().to_str().expect("utf-8"),
         )],
     );
-    assert_eq!(code, Some(125), "{doc:#}");
-    let dir = iteration_dir(&doc, 1);
-    let record = read_json(&dir.join("result.json"));
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    Some((code, record, it, dir))
+}
+
+/// A podman container with a network (podman's default bridge) and podman's default
+/// capabilities, which leave out `CAP_SYS_ADMIN`: the root supervisor cannot unshare a network
+/// namespace, and makes the agent's inside a user namespace of its own that maps the agent's
+/// ids only. The agent sees `lo` alone and no route, keeps its uid, and has no capability
+/// (its bounding set, full in the namespace it joined, emptied), `no_new_privs` and seccomp.
+#[test]
+fn attack_egress__a_root_supervisor_without_cap_sys_admin_confines_the_agent_through_a_user_namespace(
+) {
+    let script = "mkdir -p output\n\
+                  grep -E '^(Cap(Inh|Prm|Eff|Amb|Bnd)|NoNewPrivs|Seccomp):' /proc/self/status > output/status\n\
+                  tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > output/dev\n\
+                  tail -n +2 /proc/net/route | wc -l > output/routes\n\
+                  cat /proc/self/uid_map > output/uid_map\n\
+                  id -u > output/uid\n";
+    let Some((code, record, it, _dir)) =
+        in_a_root_container_without_cap_sys_admin(&["--network=podman"], script)
+    else {
+        return;
+    };
+    assert_eq!(code, Some(0), "{record:#}");
+    let network = &record["network"];
+    assert_eq!(network["namespace"], "agent", "{record:#}");
+    assert_eq!(network["namespace_via"], "user-namespace", "{record:#}");
+    let read = |name: &str| {
+        std::fs::read_to_string(it.join("output").join(name))
+            .unwrap_or_else(|e| panic!("output/{name}: {e}\n{record:#}"))
+    };
+    assert_eq!(read("dev").trim(), "lo");
+    assert_eq!(read("routes").trim(), "0");
+    let uid = record["confinement"]["uid"]
+        .as_u64()
+        .expect("the agent's uid");
+    assert_eq!(read("uid").trim(), uid.to_string());
+    let map: Vec<String> = read("uid_map")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(map, [uid.to_string(), uid.to_string(), "1".to_string()]);
+    let status = read("status");
+    for line in ["CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd"] {
+        assert!(
+            status.contains(&format!("{line}:\t0000000000000000")),
+            "{line}: {status}"
+        );
+    }
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    assert!(status.contains("Seccomp:\t2"), "{status}");
+    assert_eq!(record["confinement"]["caps_cleared"], true, "{record:#}");
+}
+
+/// The same container where a seccomp profile refuses `unshare` (as docker's default does
+/// without `CAP_SYS_ADMIN`): neither namespace can be made, so `network: allow` is refused
+/// before launch (125), both errnos and the way out named in the record; the agent never runs.
+#[test]
+fn attack_egress__a_podman_container_with_a_network_and_no_namespace_to_make_refuses_allow() {
+    let profile_dir = tempfile::tempdir().expect("tempdir");
+    let profile = profile_dir.path().join("seccomp.json");
+    let text = std::fs::read_to_string("/usr/share/containers/seccomp.json").unwrap_or_default();
+    let Ok(mut seccomp) = serde_json::from_str::<Value>(&text) else {
+        assert!(
+            !pitcrew_e2e::e2e_required(),
+            "podman's default seccomp profile is missing"
+        );
+        return;
+    };
+    for rule in seccomp["syscalls"].as_array_mut().expect("syscalls") {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|n| n != "unshare");
+        }
+    }
+    seccomp["syscalls"]
+        .as_array_mut()
+        .expect("syscalls")
+        .push(serde_json::json!({"names": ["unshare"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}));
+    std::fs::write(&profile, seccomp.to_string()).expect("write the profile");
+    let opt = format!("seccomp={}", profile.display());
+    let script = "mkdir -p output && echo ran > output/ran\n";
+    let Some((code, record, it, _dir)) = in_a_root_container_without_cap_sys_admin(
+        &["--network=podman", "--security-opt", &opt],
+        script,
+    ) else {
+        return;
+    };
+    assert_eq!(code, Some(125), "{record:#}");
     assert_eq!(record["exit_code"], 125, "{record:#}");
     let reason = record["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("interfaces besides lo"), "{reason}");
     assert!(
-        reason.contains("unshare(CLONE_NEWNET): EPERM") && reason.contains("CAP_SYS_ADMIN"),
+        reason.contains("unshare(CLONE_NEWNET): EPERM")
+            && reason.contains("CAP_SYS_ADMIN")
+            && reason.contains("unshare(CLONE_NEWUSER|CLONE_NEWNET): EPERM"),
         "{reason}"
     );
     assert!(reason.contains("network: open"), "{reason}");
-    assert!(!dir.join("output/ran").exists());
+    assert!(!it.join("output/ran").exists());
 }

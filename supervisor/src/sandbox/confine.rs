@@ -40,10 +40,11 @@
 //! injection); join the agent's cgroups (while still root: their `cgroup.procs` are root's,
 //! [`super::cgroup`]); join the agent's own network namespace when the iteration has one
 //! (`setns`, which needs `CAP_SYS_ADMIN`: before the bounding set and the uid change,
-//! [`super::netns::AgentNamespace`]; first the user namespace it was made in when an
-//! unprivileged supervisor made it through one, [`super::netns_helper`]); dumpable again when the supervisor is not (unprivileged mode), then
-//! `oom_score_adj` 1000 (before the uid change makes `/proc/self` root's); drop the capability bounding
-//! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
+//! [`super::netns::AgentNamespace`]; first the user namespace it was made in when a
+//! supervisor without `CAP_SYS_ADMIN` made it through one, [`super::netns_helper`]); dumpable
+//! again when the supervisor is not (unprivileged mode), then `oom_score_adj` 1000 (before the
+//! uid change makes `/proc/self` root's); drop the capability bounding set while still
+//! privileged (or after joining such a user namespace, which made it full); `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
 //! capability set (bounding, ambient, effective, permitted, inheritable); `chdir` to the workdir
 //! as the agent; mark every fd ≥ 3 close-on-exec; the rlimits (`RLIMIT_CORE` 0,
@@ -102,7 +103,7 @@ pub struct ConfinePlan {
     /// ([`ConfinePlan::join_network`]).
     netns: Option<OwnedFd>,
     /// The user namespace the agent's network namespace was made in, when not the sandbox's
-    /// (an unprivileged supervisor's, [`super::netns_helper`]): joined first.
+    /// (a supervisor without `CAP_SYS_ADMIN`, [`super::netns_helper`]): joined first.
     userns: Option<OwnedFd>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
@@ -433,8 +434,8 @@ impl ConfinePlan {
 
     /// Makes the agent join its own network namespace ([`super::netns::AgentNamespace`]) in
     /// the child, before it gives up its privileges: the user namespace it was made in first,
-    /// when it has one (only a supervisor that changes no identity makes one: the agent's ids
-    /// are the helper's, the only ones mapped there).
+    /// when it has one (where the agent's ids, and only those, are mapped: a non-root
+    /// supervisor's own, or the manifest's user's for a root one).
     pub fn join_network(&mut self, ns: super::netns::AgentNamespace) {
         let (net, user) = ns.into_fds();
         self.netns = Some(net);

@@ -10,12 +10,13 @@
 //! made on a short-lived thread (network namespaces are per thread), its `lo` brought up, the
 //! iteration's listeners bound there (a socket stays in the namespace it was made in), and the
 //! agent `setns`ed into it before exec; the supervisor itself stays in the sandbox's namespace.
-//! A supervisor without `CAP_SYS_ADMIN` that is not root (the unprivileged mode) makes it
-//! inside an unprivileged user namespace instead ([`super::netns_helper`]). Where neither can
+//! A supervisor without `CAP_SYS_ADMIN` (the unprivileged mode, root in a container with the
+//! default capabilities) makes it inside a user namespace instead ([`super::netns_helper`]). Where neither can
 //! be made (no `CAP_SYS_ADMIN`, user namespaces off, a seccomp profile refusing `unshare`),
 //! [`refusal`] says why before launch.
 
-use crate::manifest::{DialFrom, NetworkPolicy};
+use super::netns_helper::AgentIds;
+use crate::manifest::{AgentUser, DialFrom, NetworkPolicy};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -118,17 +119,16 @@ pub fn refusal(
     if others(interfaces).is_empty() {
         return Some(format!(
             "network: `allow` with `from: sandbox` runs the agent in a network namespace of its \
-             own, which could not be made ({unmade}); give the supervisor CAP_SYS_ADMIN, or a \
-             non-root supervisor user namespaces, and a seccomp profile that allows unshare, \
-             or drop `from: sandbox` (the host dials)"
+             own, which could not be made ({unmade}); give the supervisor CAP_SYS_ADMIN or user \
+             namespaces, and a seccomp profile that allows unshare, or drop `from: sandbox` (the host dials)"
         ));
     }
     Some(format!(
         "network: the agent's network is `{mode}` (the harness's `network:`, or without it the \
          runtime's default) but the sandbox's network namespace has interfaces besides lo \
          ({}) and the agent's own network namespace could not be made ({unmade}), so pitcrew \
-         cannot keep the agent from them; give the supervisor CAP_SYS_ADMIN (or, in the \
-         unprivileged mode, user namespaces) and a seccomp profile that allows unshare, start the sandbox without a network (podman/docker \
+         cannot keep the agent from them; give the supervisor CAP_SYS_ADMIN or user \
+         namespaces, and a seccomp profile that allows unshare, start the sandbox without a network (podman/docker \
          `--network=none`, the local engine's own namespace), name the platform whose policy \
          holds it (`network: {{platform: openshell}}`), or say `network: open` in the harness \
          to run with the engine's network as it is",
@@ -171,9 +171,10 @@ impl AgentNamespace {
     /// the iteration's listeners in it. First on a short-lived thread that
     /// `unshare(CLONE_NEWNET)`s (network namespaces are per thread; the thread is joined
     /// before this returns, the fork invariant of [`crate::sandbox::launch`]); where that is
-    /// refused and the supervisor is not root, through an unprivileged user namespace
-    /// ([`super::netns_helper`]). `Err` names each step tried and its errno.
-    pub fn create<T: Send, F>(inside: F) -> Result<(AgentNamespace, T), String>
+    /// refused, through a user namespace of its own ([`super::netns_helper`]) mapping the
+    /// agent's ids (`agent`; a non-root supervisor's agent has its own, the only ones it may
+    /// map; a root agent gets none). `Err` names each step tried and its errno.
+    pub fn create<T: Send, F>(agent: &AgentUser, inside: F) -> Result<(AgentNamespace, T), String>
     where
         F: FnOnce(&mut Bind<'_>) -> T + Send,
     {
@@ -216,8 +217,18 @@ impl AgentNamespace {
         });
         match unshared {
             Ok((net, out)) => Ok((AgentNamespace { net, user: None }, out)),
-            Err((reason, Some(inside))) if !nix::unistd::geteuid().is_root() => {
-                Self::through_user_namespace(inside).map_err(|why| {
+            Err((reason, Some(inside))) => {
+                let ids = nix::unistd::geteuid().is_root().then(|| AgentIds {
+                    uid: agent.uid,
+                    gid: agent.gid,
+                    groups: agent.groups.clone(),
+                });
+                if ids.as_ref().is_some_and(|ids| ids.uid == 0) {
+                    return Err(format!(
+                        "{reason}; no user namespace is made for an agent running as root"
+                    ));
+                }
+                Self::through_user_namespace(ids.as_ref(), inside).map_err(|why| {
                     format!("{reason}; and through a user namespace of its own: {why}")
                 })
             }
@@ -227,9 +238,10 @@ impl AgentNamespace {
 
     /// The namespace pair made by [`super::netns_helper`], `inside` run with its binder.
     fn through_user_namespace<T>(
+        agent: Option<&AgentIds>,
         inside: impl FnOnce(&mut Bind<'_>) -> T,
     ) -> Result<(AgentNamespace, T), String> {
-        let mut helper = super::netns_helper::Helper::start()?;
+        let mut helper = super::netns_helper::Helper::start(agent)?;
         let out = inside(&mut |at| helper.bind(at));
         let (user, net) = helper.finish();
         Ok((
@@ -443,7 +455,7 @@ mod tests {
         let name = format!("pitcrew-netns-test-{}", std::process::id());
         let outside = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _held = UnixListener::bind_addr(&outside).unwrap();
-        let (ns, (listener, from_inside)) = AgentNamespace::create(|bind| {
+        let (ns, (listener, from_inside)) = AgentNamespace::create(&AgentUser::default(), |bind| {
             let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let reached = UnixStream::connect_addr(&outside).map_err(|e| e.kind());
             (l, reached)

@@ -1,14 +1,15 @@
-//! The agent's own network namespace made through an unprivileged user namespace, for a
-//! supervisor that cannot `unshare(CLONE_NEWNET)` itself (no `CAP_SYS_ADMIN`: the unprivileged
-//! mode, a container without it).
+//! The agent's own network namespace made through a user namespace, for a supervisor that
+//! cannot `unshare(CLONE_NEWNET)` itself (no `CAP_SYS_ADMIN`: the unprivileged mode, root in a
+//! container without it).
 //!
 //! A multi-threaded process cannot `unshare(CLONE_NEWUSER)`, and joining a network namespace
 //! needs `CAP_SYS_ADMIN` in the caller's own user namespace too, so the supervisor can neither
 //! make the pair nor enter it. A short-lived helper does: a fresh exec of this binary
 //! (`pitcrew-init netns-helper`, hidden; a fresh image holds none of the supervisor's memory
 //! and is single-threaded) with one end of a `SOCK_SEQPACKET` socketpair as its stdin. It
-//! `unshare(CLONE_NEWUSER | CLONE_NEWNET)`s, denies `setgroups`, maps its own uid and gid only
-//! (`X X 1`), brings `lo` up (it holds `CAP_NET_ADMIN` in its new user namespace), checks the
+//! `unshare(CLONE_NEWUSER | CLONE_NEWNET)`s, denies `setgroups` and maps its own uid and gid
+//! only (`X X 1`) when it is not root (a root supervisor writes the agent's ids instead, each
+//! to itself, never root's), brings `lo` up (it holds `CAP_NET_ADMIN` in its new user namespace), checks the
 //! namespace holds `lo` only, and sends its `/proc/self/ns/user` and `/proc/self/ns/net`
 //! descriptors back (`SCM_RIGHTS`). Then it binds each listener the supervisor asks for and
 //! sends it back, until the supervisor closes its end.
@@ -18,8 +19,8 @@
 //! supervisor's, and every listener lives in that network namespace (`SIOCGSKNS`). The agent
 //! joins both before exec ([`super::confine::ConfinePlan::join_network`]): the user namespace
 //! first (as its owner's uid in the parent namespace it may), which gives it every capability
-//! there, then the network namespace; its exec as a non-zero uid with no ambient capabilities
-//! and `no_new_privs` leaves it none.
+//! there and a full bounding set, then the network namespace; the bounding set is emptied and
+//! the other sets cleared, and its exec as a non-zero uid with `no_new_privs` leaves it none.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, TcpListener};
@@ -107,9 +108,13 @@ fn make_namespaces() -> Result<(OwnedFd, OwnedFd), String> {
         std::fs::write(format!("/proc/self/{name}"), text)
             .map_err(|e| format!("writing /proc/self/{name} of the new user namespace: {e}"))
     };
-    write("setgroups", "deny".into())?;
-    write("uid_map", format!("{uid} {uid} 1\n"))?;
-    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    // A root helper's maps are the supervisor's to write (the agent's ids, which root may
+    // map); any other maps its own ids, the only ones it may.
+    if uid != 0 {
+        write("setgroups", "deny".into())?;
+        write("uid_map", format!("{uid} {uid} 1\n"))?;
+        write("gid_map", format!("{gid} {gid} 1\n"))?;
+    }
     super::netns::bring_up_loopback().map_err(|e| format!("bringing up lo: {e}"))?;
     super::netns::check_loopback_only()?;
     let open = |name: &str| {
@@ -222,7 +227,10 @@ pub struct Helper {
 impl Helper {
     /// Starts the helper and takes its namespaces. `Err` names the step and errno
     /// (`unshare(CLONE_NEWUSER|CLONE_NEWNET): ENOSPC …` where user namespaces are refused).
-    pub fn start() -> Result<Helper, String> {
+    /// `agent`: for a root supervisor, the agent's ids, which it maps in the new user
+    /// namespace (each to itself, and nothing else: not root); `None` for a non-root one,
+    /// whose helper maps its own.
+    pub fn start(agent: Option<&AgentIds>) -> Result<Helper, String> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -249,6 +257,9 @@ impl Helper {
             .try_into()
             .map_err(|_| "the namespace helper sent no namespaces".to_string())?;
         check_pair(user.as_fd(), net.as_fd())?;
+        if let Some(agent) = agent {
+            write_maps(conn.child.id(), agent)?;
+        }
         Ok(Helper { conn, user, net })
     }
 
@@ -310,6 +321,48 @@ impl From<Answer> for String {
     }
 }
 
+/// The agent's ids, for a root supervisor to map in the user namespace it joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentIds {
+    /// Its uid (never 0: a root agent gets no user namespace).
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// Its supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// Most lines of an id map (the kernel's limit).
+const MAX_MAP_LINES: usize = 340;
+
+/// The `uid_map` and `gid_map` texts mapping `agent`'s ids each to itself.
+fn map_texts(agent: &AgentIds) -> Result<(String, String), String> {
+    let mut gids: Vec<u32> = agent.groups.iter().copied().chain([agent.gid]).collect();
+    gids.sort_unstable();
+    gids.dedup();
+    if gids.len() > MAX_MAP_LINES {
+        return Err(format!(
+            "the agent's {} groups are more than a user namespace maps ({MAX_MAP_LINES})",
+            gids.len()
+        ));
+    }
+    let gid_map = gids.iter().map(|g| format!("{g} {g} 1\n")).collect();
+    Ok((format!("{0} {0} 1\n", agent.uid), gid_map))
+}
+
+/// Writes the helper's (`pid`, our unreaped child, alive until its socket closes) id maps for
+/// `agent`: a root supervisor, with `CAP_SETUID` and `CAP_SETGID` in the parent namespace, may
+/// map any ids, and leaves `setgroups` allowed (the agent's groups are set after it joins).
+fn write_maps(pid: u32, agent: &AgentIds) -> Result<(), String> {
+    let (uid_map, gid_map) = map_texts(agent)?;
+    for (name, text) in [("uid_map", uid_map), ("gid_map", gid_map)] {
+        let path = format!("/proc/{pid}/{name}");
+        std::fs::write(&path, text)
+            .map_err(|e| format!("writing {path} of the namespace helper: {e}"))?;
+    }
+    Ok(())
+}
+
 /// `/proc/self/ns/<name>` of the supervisor.
 fn open_own(name: &str) -> Result<OwnedFd, String> {
     std::fs::File::open(format!("/proc/self/ns/{name}"))
@@ -364,4 +417,26 @@ fn check_pair(user: BorrowedFd<'_>, net: BorrowedFd<'_>) -> Result<(), String> {
         return Err("the helper's user namespace is not a child of the supervisor's".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_supervisors_maps_name_the_agents_ids_only() {
+        let agent = AgentIds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![27, 1000, 4],
+        };
+        let (uid_map, gid_map) = map_texts(&agent).unwrap();
+        assert_eq!(uid_map, "1000 1000 1\n");
+        assert_eq!(gid_map, "4 4 1\n27 27 1\n1000 1000 1\n");
+        let many = AgentIds {
+            groups: (0..400).collect(),
+            ..agent
+        };
+        assert!(map_texts(&many).unwrap_err().contains("340"));
+    }
 }

@@ -290,7 +290,7 @@ impl Server {
             self.egress = Some(super::egress::Egress::open(policy, model, first, bind)?);
             return Ok(());
         }
-        let made = crate::sandbox::netns::AgentNamespace::create(|bind| {
+        let made = crate::sandbox::netns::AgentNamespace::create(&manifest.user, |bind| {
             super::egress::Egress::open(policy, model, first, bind)
         });
         if let Ok((ns, egress)) = made {
