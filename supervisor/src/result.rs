@@ -568,6 +568,10 @@ pub struct SeccompRecord {
     /// ring's operations would pass this filter unseen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent_syscalls: Vec<String>,
+    /// The only address families `socket` and `socketpair` create (others fail with
+    /// `EAFNOSUPPORT`: `AF_VSOCK` reaches the hypervisor whatever the network namespace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub socket_families: Vec<String>,
 }
 
 /// What Landlock enforced.

@@ -343,6 +343,9 @@ impl ConfinePlan {
                         .map(|s| s.to_string())
                         .collect(),
                     absent_syscalls: super::seccomp::ABSENT_SYSCALLS.map(String::from).to_vec(),
+                    socket_families: super::seccomp::SOCKET_FAMILIES
+                        .map(|(name, _)| name.to_string())
+                        .to_vec(),
                 },
             ),
             Err(why) => {
