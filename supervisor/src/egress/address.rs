@@ -181,6 +181,74 @@ mod tests {
         }
     }
 
+    /// The name this test's private `/etc/hosts` gives the machine's own outside address.
+    const OWN_NAME: &str = "pitcrew-own-address.test";
+
+    /// An address of this machine's on an interface other than `lo` (the source address it
+    /// would use towards a documentation address; a UDP `connect` sends nothing), if any.
+    fn own_outside_address() -> Option<IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        s.connect("192.0.2.1:9").ok()?;
+        Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    }
+
+    /// Root and util-linux's `unshare` only (skipped otherwise). Under `from: sandbox` the
+    /// dialler is the supervisor in the sandbox's network namespace (in a local sandbox
+    /// started for `open`, this machine's): a name that resolves to one of that namespace's
+    /// own addresses reaches every service listening there on the wildcard address, as a
+    /// loopback address would, yet only loopback is refused behind a name. The test re-runs
+    /// itself in a mount namespace whose `/etc/hosts` gives [`OWN_NAME`] the machine's outside
+    /// address, with a server on `0.0.0.0`; the allowed name must be refused, not dialled.
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_egress__a_name_resolving_to_the_dialling_namespaces_own_address_is_refused() {
+        if let Some(own) = std::env::var_os("PITCREW_OWN_ADDRESS_INNER") {
+            let own: IpAddr = own.to_str().unwrap().parse().unwrap();
+            let server = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+            let port = server.local_addr().unwrap().port();
+            let p = allow(&[&format!("{OWN_NAME}:{port}")]);
+            let resolved = resolve(&p, OWN_NAME, port);
+            assert_eq!(
+                resolved.as_deref().ok(),
+                None::<&[SocketAddr]>,
+                "{OWN_NAME} resolves to {own}, this namespace's own address, and is dialled: \
+                 {:?}",
+                dial(&p, OWN_NAME, port, Duration::from_secs(5)).map(|s| s.peer_addr())
+            );
+            return;
+        }
+        let own = own_outside_address();
+        let unshare = std::process::Command::new("unshare")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !pitcrew_test_support::prerequisite(
+            nix::unistd::geteuid().is_root() && unshare && own.is_some(),
+            "needs root, util-linux's unshare and an interface besides lo with an address",
+        ) {
+            return;
+        }
+        let own = own.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("hosts");
+        std::fs::write(&hosts, format!("127.0.0.1 localhost\n{own} {OWN_NAME}\n")).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind \"$1\" /etc/hosts && exec \"$2\" --exact \"$3\" --nocapture")
+            .arg("sh")
+            .arg(&hosts)
+            .arg(&exe)
+            .arg("egress::address::tests::attack_egress__a_name_resolving_to_the_dialling_namespaces_own_address_is_refused")
+            .env("PITCREW_OWN_ADDRESS_INNER", own.to_string())
+            .env_remove("PITCREW_REQUIRE_E2E")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    }
+
     #[test]
     fn a_listed_literal_is_dialled_and_an_unlisted_one_refused() {
         let p = allow(&["127.0.0.1:8080", "localhost:9"]);
