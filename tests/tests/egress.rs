@@ -901,6 +901,38 @@ fn attack_egress__a_host_unix_socket_under_run_is_out_of_reach() {
     );
 }
 
+/// In a networked sandbox (the local engine's, started for `open`, reused under `none`), the
+/// agent gets a network namespace of its own, but the host's `/run` stays the sandbox's: a
+/// world-writable listener of the host's there (where D-Bus, systemd-resolved's varlink socket,
+/// `nscd`, a database keep theirs) is reached by the agent, and the record names nothing
+/// hidden. Under `none` and `allow` the agent must not reach it, as in a sandbox started for
+/// them ([`attack_egress__a_host_unix_socket_under_run_is_out_of_reach`]).
+#[test]
+fn attack_egress__in_a_reused_open_sandbox_a_host_unix_socket_under_run_is_out_of_reach() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::net::UnixListener;
+    let path = format!("/run/pitcrew-egress-reused-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap_or_else(|e| panic!("bind {path}: {e}"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let cases = format!(
+        "def unix():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.connect('{path}')\n    s.sendall(b'x')\nres['unix'] = err(unix)\n"
+    );
+    let ran = probe_networked("network: none\n", &cases);
+    let seen = listener.accept().is_ok();
+    let _ = std::fs::remove_file(&path);
+    let Some((probe, record)) = ran else {
+        return;
+    };
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert!(
+        !seen && probe["unix"] == "ENOENT",
+        "the agent under `none` reached the host's socket {path}: {probe:#}\n{:#}",
+        record["network"]
+    );
+}
+
 /// A podman container with a network (podman's default bridge) and podman's default
 /// capabilities, which leave out `CAP_SYS_ADMIN`: the supervisor cannot make the agent a
 /// network namespace of its own, so `network: allow` is refused before launch (125), the
