@@ -249,6 +249,35 @@ res['packet'] = err(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
     assert_eq!(probe["packet"], "EPERM", "{probe:#}");
 }
 
+/// A vsock socket is no network namespace's: on a virtual machine (Firecracker, Hyper-V's
+/// `hv_sock`, a cloud VM with a vsock device) an `AF_VSOCK` connection from the agent's
+/// loopback-only namespace still goes to the hypervisor's host (CID 2), past pitcrew's proxy and
+/// unrecorded. Docker's and containerd's default seccomp profiles refuse `socket(AF_VSOCK)`;
+/// under `none` the agent must not get one either. Skipped where this kernel has no vsock.
+#[test]
+fn attack_egress__a_vsock_socket_is_refused() {
+    // SAFETY: socket takes plain integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    let here = fd >= 0;
+    if here {
+        // SAFETY: `fd` was just returned by socket and is owned by nothing else.
+        unsafe { libc::close(fd) };
+    }
+    if !pitcrew_e2e::prerequisite(here, "needs a kernel with vsock (CONFIG_VSOCKETS)") {
+        return;
+    }
+    let cases = "\
+res['vsock'] = err(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM))
+";
+    let Some((probe, _)) = probe("network: none\n", cases) else {
+        return;
+    };
+    assert_ne!(
+        probe["vsock"], "ok",
+        "the agent made an AF_VSOCK socket: {probe:#}"
+    );
+}
+
 #[test]
 fn attack_egress__a_listener_of_the_agents_cannot_take_pitcrews_ports_or_get_its_traffic() {
     let port = echo_server();
