@@ -181,6 +181,29 @@ mod tests {
         }
     }
 
+    /// Metadata and credential endpoints of other clouds than the three listed, and an IPv4
+    /// address carried in the IPv4-translated form (`::ffff:0:a.b.c.d`, RFC 2765's SIIT, which
+    /// a translating gateway delivers to the IPv4 address): a name resolving to one must be
+    /// refused as `169.254.169.254` is. Google Compute Engine's IPv6 metadata server
+    /// (`fd20:ce::254`), EKS Pod Identity's IPv6 agent (`fd00:ec2::23`), Scaleway's IPv6
+    /// metadata (`fd00:42::42`) and Oracle Cloud Classic's (`192.0.0.192`).
+    #[test]
+    #[allow(non_snake_case)] // attack_<class>__<case>: the security report's naming
+    fn attack_egress__other_clouds_metadata_addresses_are_forbidden_behind_a_name() {
+        let passed: Vec<&str> = [
+            "fd20:ce::254",
+            "fd00:ec2::23",
+            "fd00:42::42",
+            "192.0.0.192",
+            "::ffff:0:169.254.169.254",
+            "::ffff:0:127.0.0.1",
+        ]
+        .into_iter()
+        .filter(|a| forbidden_address(a.parse().unwrap()).is_none())
+        .collect();
+        assert!(passed.is_empty(), "dialled behind a name: {passed:?}");
+    }
+
     /// The name this test's private `/etc/hosts` gives the machine's own outside address.
     const OWN_NAME: &str = "pitcrew-own-address.test";
 
