@@ -665,6 +665,15 @@ fn launch_step(
     };
     if let Some(fd) = netns {
         plan.join_network(fd);
+        // A sandbox that shares the host's filesystem and was not started with its own
+        // network hid no /run: the agent's child hides it for itself.
+        if ctx.hidden_run.is_empty() {
+            let run = agent_run(manifest, dirs).map_err(|reason| refused(observer, reason))?;
+            if let Some(network) = &mut record.network {
+                network.hidden = run.names().to_vec();
+            }
+            plan.hide_run(run);
+        }
     }
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
@@ -714,6 +723,21 @@ fn launch_step(
 /// observer's, whose listeners are bound in it, or one made here). `Err` is why the iteration
 /// cannot start: the interfaces could not be listed, the agent's namespace could not be made,
 /// or a `platform` policy's proxy is missing.
+/// `/run` hidden for the agent alone ([`crate::sandbox::private_run::AgentRun`]), unless a path
+/// it needs lies there.
+fn agent_run(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+) -> Result<crate::sandbox::private_run::AgentRun, String> {
+    let needed: Vec<&Path> = std::iter::once(manifest.workdir.as_str())
+        .chain(dirs.agent_dirs())
+        .chain(manifest.trees.iter().map(|t| t.path.as_str()))
+        .chain(manifest.files.iter().map(|f| f.path.as_str()))
+        .map(Path::new)
+        .collect();
+    crate::sandbox::private_run::AgentRun::prepare(&needed)
+}
+
 fn agent_network(
     manifest: &Manifest,
     env: &[(String, String)],

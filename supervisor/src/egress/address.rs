@@ -28,7 +28,8 @@ fn forbidden_v4(v4: Ipv4Addr) -> Option<&'static str> {
     match v4 {
         v4 if v4.is_loopback() => Some("a loopback address"),
         v4 if v4 == Ipv4Addr::new(169, 254, 169, 254)
-            || v4 == Ipv4Addr::new(100, 100, 100, 200) =>
+            || v4 == Ipv4Addr::new(100, 100, 100, 200)
+            || v4 == Ipv4Addr::new(192, 0, 0, 192) =>
         {
             Some("a cloud metadata address")
         }
@@ -49,9 +50,7 @@ fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
         v6 if v6.is_unspecified() => Some("an unspecified address"),
         v6 if v6.is_multicast() => Some("a multicast address"),
         _ if (segments[0] & 0xffc0) == 0xfe80 => Some("a link-local address"),
-        v6 if v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => {
-            Some("a cloud metadata address")
-        }
+        v6 if METADATA_V6.contains(&v6) => Some("a cloud metadata address"),
         _ if segments[0] == 0x2001 && segments[1] == 0 => {
             Some("a Teredo address (the IPv4 address it carries is hidden)")
         }
@@ -59,14 +58,27 @@ fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
+/// The clouds' IPv6 metadata and credential addresses: AWS IMDS (`fd00:ec2::254`) and EKS Pod
+/// Identity (`fd00:ec2::23`), Google Compute Engine (`fd20:ce::254`), Scaleway (`fd00:42::42`).
+const METADATA_V6: [Ipv6Addr; 4] = [
+    Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+    Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23),
+    Ipv6Addr::new(0xfd20, 0xce, 0, 0, 0, 0, 0, 0x254),
+    Ipv6Addr::new(0xfd00, 0x42, 0, 0, 0, 0, 0, 0x42),
+];
+
 /// The IPv4 address an IPv6 one carries to a gateway or a dual stack: IPv4-mapped
-/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, not `::` or `::1`), NAT64 (`64:ff9b::/96`,
+/// (`::ffff:a.b.c.d`), IPv4-translated (`::ffff:0:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, not
+/// `::` or `::1`), NAT64 (`64:ff9b::/96`,
 /// `64:ff9b:1::/48` with the address in its last 32 bits) and 6to4 (`2002:AABB:CCDD::/48`).
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
     let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
+    }
+    if s[..5] == [0, 0, 0, 0, 0xffff] && s[5] == 0 {
+        return Some(low(s[6], s[7]));
     }
     if s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
         return Some(low(s[6], s[7]));
@@ -112,7 +124,22 @@ pub fn resolve(policy: &NetworkPolicy, host: &str, port: u16) -> Result<Vec<Sock
     if found.is_empty() {
         return Err(format!("{host} has no address"));
     }
+    if let Some(addr) = found.iter().find(|a| own_address(a.ip())) {
+        return Err(format!(
+            "{host} resolves to {} (an address of the dialling side's own network namespace, \
+             which reaches its services as a loopback address would); list that address \
+             itself to allow it",
+            addr.ip()
+        ));
+    }
     Ok(found)
+}
+
+/// Whether `ip` is an address of the calling thread's network namespace: a socket binds to
+/// an address only where it is assigned (`EADDRNOTAVAIL` elsewhere; Linux's
+/// `ip_nonlocal_bind` would widen that, and is off by default).
+fn own_address(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// Dials `host`:`port` under `policy` ([`resolve`]), each address within `timeout` in turn;
@@ -124,9 +151,17 @@ pub fn dial(
     timeout: Duration,
 ) -> Result<TcpStream, String> {
     let addrs = resolve(policy, host, port)?;
+    // Only a name's addresses are held to the rules; a listed literal (or `localhost`) is
+    // dialled as it is.
+    let named = host != "localhost" && host.parse::<IpAddr>().is_err();
     let mut last = String::new();
     for addr in &addrs {
         match TcpStream::connect_timeout(addr, timeout) {
+            // A connection whose two ends share an address went to the dialling side itself
+            // (an address assigned since the check): closed before a byte is sent.
+            Ok(stream) if named && stream.local_addr().is_ok_and(|l| l.ip() == addr.ip()) => {
+                last = format!("{addr}: an address of the dialling side's own");
+            }
             Ok(stream) => return Ok(stream),
             Err(err) => last = format!("{addr}: {err}"),
         }

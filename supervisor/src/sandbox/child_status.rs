@@ -53,10 +53,13 @@ pub enum Stage {
     Dumpable = 22,
     /// Joining the agent's own network namespace (`setns`, [`super::netns::AgentNamespace`]).
     Netns = 23,
+    /// Hiding `/run` in a mount namespace of the agent's own, with its own network namespace
+    /// ([`super::private_run::AgentRun`]).
+    PrivateRun = 24,
 }
 
 impl Stage {
-    const ALL: [Stage; 23] = [
+    const ALL: [Stage; 24] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -80,6 +83,7 @@ impl Stage {
         Stage::OomScore,
         Stage::Dumpable,
         Stage::Netns,
+        Stage::PrivateRun,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -108,6 +112,7 @@ impl Stage {
             Stage::OomScore => "oom-score",
             Stage::Dumpable => "dumpable",
             Stage::Netns => "network-namespace",
+            Stage::PrivateRun => "private-run",
         }
     }
 

@@ -100,6 +100,8 @@ pub struct ConfinePlan {
     /// The agent's own network namespace, joined before the privileges go
     /// ([`ConfinePlan::join_network`]).
     netns: Option<OwnedFd>,
+    /// `/run` hidden in the agent's own mount namespace ([`ConfinePlan::hide_run`]).
+    private_run: Option<super::private_run::AgentRun>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -387,6 +389,7 @@ impl ConfinePlan {
                 .then(|| rlim(manifest.limits.memory_bytes)),
             file_size: manifest.limits.disk_bytes.map(rlim),
             netns: None,
+            private_run: None,
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -433,6 +436,12 @@ impl ConfinePlan {
     /// in the child, before it gives up its privileges.
     pub fn join_network(&mut self, fd: OwnedFd) {
         self.netns = Some(fd);
+    }
+
+    /// Makes the agent's child hide `/run` in a mount namespace of its own, after it joined
+    /// its network namespace ([`super::private_run::AgentRun`]).
+    pub fn hide_run(&mut self, run: super::private_run::AgentRun) {
+        self.private_run = Some(run);
     }
 
     /// The child's half: applies everything, in the order of the module doc.
@@ -483,6 +492,16 @@ impl ConfinePlan {
             // SAFETY: setns takes an fd the plan owns (open until exec, close-on-exec) and a flag.
             if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 return Err(fail(Stage::Netns));
+            }
+        }
+        // The host's sockets under /run out of its reach, where the sandbox did not hide them.
+        if let Some(run) = &self.private_run {
+            // SAFETY: the forked child before exec, still holding CAP_SYS_ADMIN.
+            if let Err(errno) = unsafe { run.apply_in_child() } {
+                return Err(ChildFailure {
+                    stage: Stage::PrivateRun,
+                    errno,
+                });
             }
         }
 

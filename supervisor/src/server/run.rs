@@ -127,8 +127,13 @@ impl Server {
         self.pump_tails(STREAM_CAP);
         if let Some(network) = self.close_egress() {
             let namespace = record.network.as_mut().and_then(|n| n.namespace.take());
+            // The sandbox's hidden /run, or the agent's own (its own network namespace).
+            let hidden = match record.network.as_mut() {
+                Some(n) if ctx.hidden_run.is_empty() => std::mem::take(&mut n.hidden),
+                _ => ctx.hidden_run.clone(),
+            };
             record.network = Some(crate::result::NetworkRecord {
-                hidden: ctx.hidden_run.clone(),
+                hidden,
                 namespace,
                 ..network
             });
