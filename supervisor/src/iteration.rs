@@ -166,7 +166,9 @@ fn run_steps(
     // (after the context step, which may have set some of it back).
     workspace_config_step(manifest, &verified, record, observer);
     // 3. Environment.
-    let env = environment_step(ctx, manifest, dirs, record, observer)?;
+    let mut env = environment_step(ctx, manifest, dirs, record, observer)?;
+    // 3b. OpenCode's configuration, from the agent's environment (its model endpoint).
+    opencode_config_step(manifest, &verified, &mut env, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
     let mut running = launch_step(
@@ -275,6 +277,15 @@ fn prepare(
     // With HOME emptied: Node's global module folders there made root's empty directories.
     record.home_guarded = crate::home_guard::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;
+    // OpenCode's config dir and the other config dirs it would load from, root's.
+    if let Some(guarded) = crate::opencode_config::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-config: {err}")))?
+    {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .guarded = guarded;
+    }
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
@@ -511,6 +522,42 @@ fn environment_step(
     };
     observer.step(Step::Environment, Finished, EventDetail::of(&counts));
     Ok(env)
+}
+
+/// Step 3b, for OpenCode: its whole configuration written into `OPENCODE_CONFIG_CONTENT`
+/// ([`crate::opencode_config::config`]), a pin of the supervisor's, and named in the record
+/// (the key hidden).
+fn opencode_config_step(
+    manifest: &Manifest,
+    verified: &Verified,
+    env: &mut EnvOutcome,
+    record: &mut IterationResult,
+    observer: &mut dyn IterationObserver,
+) -> Result<(), Stop> {
+    if manifest.runtime != crate::manifest::Runtime::Opencode {
+        return Ok(());
+    }
+    let agents_md = verified
+        .claude_md
+        .as_deref()
+        .filter(|_| crate::opencode_config::passes_agents_md(manifest));
+    let config = crate::opencode_config::config(manifest, &env.env, agents_md).map_err(|err| {
+        let reason = format!("opencode-config: {err}");
+        observer.step(Step::Environment, Finished, failed(&reason));
+        Stop::supervisor(reason)
+    })?;
+    let name = crate::opencode_config::CONTENT_VAR.to_string();
+    env.env.retain(|(n, _)| *n != name);
+    env.env.push((name.clone(), config.to_string()));
+    env.env.sort();
+    env.layers
+        .insert(name.clone(), crate::environment::EnvSource::Pin);
+    record.env.layers.insert(name, "pin".to_string());
+    record
+        .opencode_config
+        .get_or_insert_with(Default::default)
+        .content = Some(crate::opencode_config::shown(config));
+    Ok(())
 }
 
 /// A cancel that arrived while reaping or verifying: nothing is launched.

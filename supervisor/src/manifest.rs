@@ -78,6 +78,8 @@ pub enum Runtime {
     Claude,
     /// Codex CLI (`codex exec --json …`).
     Codex,
+    /// OpenCode (`opencode run --format json …`).
+    Opencode,
     /// Any argv: `agent.binary` followed by `agent.args`.
     Command,
 }
@@ -89,6 +91,7 @@ impl Runtime {
             Runtime::Pi => "pi",
             Runtime::Claude => "claude",
             Runtime::Codex => "codex",
+            Runtime::Opencode => "opencode",
             Runtime::Command => "command",
         }
     }
@@ -100,6 +103,7 @@ impl Runtime {
             Runtime::Pi => Some("pi"),
             Runtime::Claude => Some("claude"),
             Runtime::Codex => Some("codex"),
+            Runtime::Opencode => Some("opencode"),
             Runtime::Command => None,
         }
     }
@@ -599,6 +603,36 @@ pub const RUNTIME_HOME_PATHS: &[(&str, Option<Runtime>, &str)] = &[
         Some(Runtime::Pi),
         "pi's default agent dir (extensions, skills, settings)",
     ),
+    (
+        ".config/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's user config dir (config, plugins, tools, agents, AGENTS.md)",
+    ),
+    (
+        ".opencode",
+        Some(Runtime::Opencode),
+        "an OpenCode config dir (plugins, tools, agents)",
+    ),
+    (
+        ".local/share/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's data dir (auth.json, whose well-known entries fetch remote config)",
+    ),
+    (
+        ".local/state/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's state dir",
+    ),
+    (
+        ".cache/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's cache (npm plugins and providers it imports, rg, the models catalogue)",
+    ),
+    (
+        ".claude/CLAUDE.md",
+        Some(Runtime::Opencode),
+        "OpenCode's user instructions (off by OPENCODE_DISABLE_CLAUDE_CODE, kept out all the same)",
+    ),
 ];
 
 /// Why `runtime` may not keep the `dirs.home_keep` entry `keep`: the path of
@@ -650,6 +684,7 @@ impl Manifest {
             Runtime::Pi => "pi-config",
             Runtime::Claude => "claude-config",
             Runtime::Codex => "codex-home",
+            Runtime::Opencode => "opencode-config",
             Runtime::Command => "config",
         };
         let config = dirs

@@ -203,7 +203,7 @@ impl Validated {
                 // The harness's default: the context files the run's workspace began with.
                 context_files: match h.runtime {
                     Runtime::Command => ContextFiles::AsIs,
-                    Runtime::Pi | Runtime::Claude | Runtime::Codex => {
+                    Runtime::Pi | Runtime::Claude | Runtime::Codex | Runtime::Opencode => {
                         h.agent.context_files.unwrap_or(ContextFiles::Uploaded)
                     }
                 },

@@ -347,6 +347,18 @@ impl Checker<'_> {
                     ),
                 );
             }
+            if h.runtime == Runtime::Opencode {
+                // No OpenCode plugin module is delivered yet (OpenCode runs --pure).
+                self.problem(
+                    at,
+                    &field,
+                    format!(
+                        "{}: runtime opencode loads no plugin yet (pitcrew runs OpenCode \
+                         --pure); remove it or use runtime pi or claude",
+                        spec.name
+                    ),
+                );
+            }
             if spec.single_file {
                 if let Some(found) = self.plugin_file(h, spec, at, &field, out, progress) {
                     registered.push(found);

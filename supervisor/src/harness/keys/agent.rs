@@ -297,10 +297,14 @@ impl Checker<'_> {
             self.codex_tool_names(at, tools);
             return;
         }
+        if runtime == Runtime::Opencode {
+            self.opencode_tool_names(at, tools);
+            return;
+        }
         let other_kind = |t: &String| match runtime {
             Runtime::Pi => t.starts_with(|c: char| c.is_ascii_uppercase()),
             Runtime::Claude => t.starts_with(|c: char| c.is_ascii_lowercase()),
-            Runtime::Codex | Runtime::Command => false,
+            Runtime::Codex | Runtime::Opencode | Runtime::Command => false,
         };
         if let Some(name) = tools.iter().find(|t| other_kind(t)) {
             self.note(
@@ -340,12 +344,39 @@ impl Checker<'_> {
         }
     }
 
+    /// OpenCode's `agent.tools` turns off each of its built-in tools the list leaves out
+    /// ([`crate::opencode_config::BUILTIN_TOOLS`]): a name that is none of them cannot be
+    /// honoured.
+    fn opencode_tool_names(&mut self, at: Option<Location>, tools: &[String]) {
+        let known = crate::opencode_config::BUILTIN_TOOLS;
+        for name in tools.iter().filter(|t| !known.contains(&t.as_str())) {
+            self.problem(
+                at,
+                "agent.tools",
+                format!(
+                    "{name:?} is no built-in tool of opencode; pitcrew turns off each of {} \
+                     that the list leaves out",
+                    known.join(", ")
+                ),
+            );
+        }
+        let one = |t: &str| tools.iter().any(|x| x == t);
+        if one("write") != one("edit") {
+            self.note(
+                at,
+                "agent.tools",
+                "write and edit share OpenCode's edit permission: the list gives opencode both",
+            );
+        }
+    }
+
     /// Skills reach the model only through a tool that reads them.
     fn skill_readers(&mut self, at: Option<Location>, runtime: Runtime, tools: &[String]) {
         let readers: &[&str] = match runtime {
             // pi 0.73.1 lists skills only with `read`; later versions with `bash` too.
             Runtime::Pi => &["read"],
             Runtime::Claude => &["Skill"],
+            Runtime::Opencode => &["skill"],
             Runtime::Codex | Runtime::Command => &[],
         };
         if !readers.is_empty() && !tools.iter().any(|t| readers.contains(&t.as_str())) {
