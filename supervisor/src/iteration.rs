@@ -638,6 +638,13 @@ fn launch_step(
             return Err(refused(observer, reason));
         }
     }
+    // OpenCode's managed configuration (`/etc/opencode`), merged over pitcrew's own.
+    if manifest.runtime == crate::manifest::Runtime::Opencode {
+        let etc = std::path::Path::new("/etc");
+        if let Some(reason) = crate::codex_system::opencode_system_problem(&manifest.user, etc) {
+            return Err(refused(observer, reason));
+        }
+    }
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
         .agent_cgroups

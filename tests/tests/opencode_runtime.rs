@@ -514,3 +514,71 @@ fn opencode_asks_for_no_permission_under_pitcrew() {
         "{results:?}"
     );
 }
+
+/// `opencode run --help` of the installed release lists exactly the options pitcrew's table
+/// classifies.
+#[test]
+fn the_opencode_option_table_matches_the_installed_release() {
+    if !gate() {
+        return;
+    }
+    let out = std::process::Command::new("opencode")
+        .args(["run", "--help"])
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let mut listed: Vec<String> = Vec::new();
+    for line in help.lines() {
+        let line = line.trim_start();
+        if !line.starts_with('-') {
+            continue;
+        }
+        // `-h, --help   show help`: the names before the description.
+        let names = line.split("  ").next().unwrap_or_default();
+        for word in names.split([',', ' ']).filter(|w| w.starts_with('-')) {
+            listed.push(word.to_string());
+        }
+    }
+    listed.sort();
+    listed.dedup();
+    let (_, table) = pitcrew_core::env_policy::opencode_options::OPENCODE_RELEASES
+        .iter()
+        .find(|(v, _)| *v == VERSION)
+        .unwrap();
+    let mut known: Vec<String> = table.iter().map(|o| o.name.to_string()).collect();
+    known.sort();
+    assert_eq!(listed, known, "{help}");
+}
+
+/// `agent.args` that would load configuration, approve every permission, run another command
+/// or take plugins back are refused by `validate` and by `run` (nothing starts: the model server
+/// hears nothing), each named with the release and why.
+#[test]
+fn attack_harness__opencode_agent_args_never_load_config_or_approve_permissions() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = Fixture::new(&server, 1);
+    fx.agent(r#"args: ["--auto", "--agent", "planted", "--attach", "http://127.0.0.1:1", "--no-pure"]"#);
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    for option in [
+        "--auto is an option of OpenCode 1.18.33",
+        "--agent",
+        "--attach",
+        "--no-pure is not an option of OpenCode 1.18.33",
+    ] {
+        assert!(text.contains(option), "{option}: {text}");
+    }
+    let (code, doc) = fx.run();
+    assert_ne!(code, Some(0), "{doc:#}");
+    assert!(server.requests().is_empty(), "{:#?}", server.requests());
+}
