@@ -104,7 +104,10 @@ mod tests {
         std::fs::set_permissions(etc.join("opencode"), std::fs::Permissions::from_mode(0o777))
             .unwrap();
         let why = opencode_system_problem(&user(4242), etc).unwrap_or_default();
-        assert!(why.starts_with("opencode: ") && why.contains("OpenCode reads"), "{why}");
+        assert!(
+            why.starts_with("opencode: ") && why.contains("OpenCode reads"),
+            "{why}"
+        );
         assert_eq!(opencode_system_problem(&user(0), etc), None);
     }
 

@@ -110,6 +110,14 @@ pub enum ConfigError {
     /// OpenCode needs a model of pitcrew's provider.
     #[error("the opencode runtime needs agent.model (the model of pitcrew's provider)")]
     MissingModel,
+    /// A skills tree holds a `SKILL.md` below its root ([`nested_skill_md`]).
+    #[error("the skills tree {tree} holds {nested}: OpenCode would offer it as a skill too")]
+    NestedSkill {
+        /// The tree's path.
+        tree: String,
+        /// The nested file, relative to the tree.
+        nested: String,
+    },
 }
 
 /// OpenCode's configuration for `manifest` (see the module docs), the agent's environment
@@ -186,11 +194,27 @@ pub fn config(
     if !tools.is_empty() {
         config["tools"] = Value::Object(tools);
     }
+    for tree in manifest.skill_trees() {
+        let files: Vec<String> = tree.files.records().map(|r| r.path).collect();
+        if let Some(nested) = nested_skill_md(files.iter().map(String::as_str)) {
+            return Err(ConfigError::NestedSkill {
+                tree: tree.path.clone(),
+                nested: nested.to_string(),
+            });
+        }
+    }
     let skills: Vec<String> = manifest.skill_trees().map(|t| t.path.clone()).collect();
     if !skills.is_empty() {
         config["skills"] = json!({ "paths": skills });
     }
     Ok(config)
+}
+
+/// The first `SKILL.md` below the root among a skills tree's `files` (relative paths):
+/// OpenCode 1.18.33 offers every `SKILL.md` under a `skills.paths` entry (seen), so a tree
+/// holding one would offer it beside the verified skill.
+pub fn nested_skill_md<'a>(files: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    files.into_iter().find(|p| p.ends_with("/SKILL.md"))
 }
 
 /// [`config`] as the record shows it: the provider's key replaced by `<OPENAI_API_KEY>`.
@@ -361,6 +385,11 @@ mod tests {
         assert_eq!(c["instructions"], json!([]));
         let all = manifest(json!({"binary": "opencode", "model": "m1"}));
         assert!(config(&all, &[], None).unwrap().get("tools").is_none());
+        assert_eq!(nested_skill_md(["SKILL.md", "refs/a.md"]), None);
+        assert_eq!(
+            nested_skill_md(["SKILL.md", "sub/SKILL.md"]),
+            Some("sub/SKILL.md")
+        );
         let no_model = manifest(json!({"binary": "opencode"}));
         assert_eq!(config(&no_model, &[], None), Err(ConfigError::MissingModel));
     }

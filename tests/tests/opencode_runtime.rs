@@ -527,7 +527,8 @@ fn the_opencode_option_table_matches_the_installed_release() {
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
         .output()
         .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let help =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let mut listed: Vec<String> = Vec::new();
     for line in help.lines() {
         let line = line.trim_start();
@@ -561,7 +562,9 @@ fn attack_harness__opencode_agent_args_never_load_config_or_approve_permissions(
     }
     let server = ModelServer::start(|_| Reply::Text("never asked".into()));
     let fx = Fixture::new(&server, 1);
-    fx.agent(r#"args: ["--auto", "--agent", "planted", "--attach", "http://127.0.0.1:1", "--no-pure"]"#);
+    fx.agent(
+        r#"args: ["--auto", "--agent", "planted", "--attach", "http://127.0.0.1:1", "--no-pure"]"#,
+    );
     let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
         .arg("validate")
         .arg(&fx.harness)
@@ -581,4 +584,74 @@ fn attack_harness__opencode_agent_args_never_load_config_or_approve_permissions(
     let (code, doc) = fx.run();
     assert_ne!(code, Some(0), "{doc:#}");
     assert!(server.requests().is_empty(), "{:#?}", server.requests());
+}
+
+/// A verified skill reaches OpenCode's model through the `skills.paths` of pitcrew's
+/// configuration (its name and description in the `skill` tool), and none the repository or
+/// `HOME` holds does.
+#[test]
+fn opencode_is_offered_the_verified_skill_and_none_the_repository_holds() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        if is_title_request(request) {
+            Reply::Text("A title".into())
+        } else {
+            Reply::Text("nothing to do".into())
+        }
+    });
+    let fx = Fixture::new(&server, 1);
+    let skill = fx.root().join("skills/review");
+    fs::create_dir_all(&skill).unwrap();
+    fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: review\ndescription: VERIFIED_SKILL_MARK reviews code\n---\nReview it.\n",
+    )
+    .unwrap();
+    for dir in [
+        ".agents/skills/repo",
+        ".claude/skills/repo2",
+        ".opencode/skills/repo3",
+    ] {
+        let d = fx.root().join("workspace").join(dir);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(
+            d.join("SKILL.md"),
+            "---\nname: repo\ndescription: REPO_SKILL_MARK\n---\nx\n",
+        )
+        .unwrap();
+    }
+    fx.append("skills:\n  - skills/review\n");
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let agent = agent_requests(&requests);
+    let first = agent[0].to_string();
+    assert!(first.contains("VERIFIED_SKILL_MARK"), "{first}");
+    assert!(!first.contains("REPO_SKILL_MARK"), "{first}");
+    let record = record(&doc, 1);
+    let paths = &record["opencode_config"]["content"]["skills"]["paths"];
+    assert!(paths.to_string().contains("review"), "{record:#}");
+    // OpenCode offers every SKILL.md under a skills path (seen: a nested one was offered
+    // beside the verified skill): a tree holding one is refused by validate and run.
+    fs::create_dir_all(skill.join("sub")).unwrap();
+    fs::write(
+        skill.join("sub/SKILL.md"),
+        "---\nname: nested\ndescription: NESTED_SKILL_MARK\n---\nx\n",
+    )
+    .unwrap();
+    let before = server.requests().len();
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("sub/SKILL.md below its root"), "{text}");
+    let (code, doc) = fx.run();
+    assert_ne!(code, Some(0), "{doc:#}");
+    assert_eq!(server.requests().len(), before);
 }
