@@ -77,6 +77,11 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
         crate::manifest::Runtime::Codex => {
             pinned.extend(crate::codex_config::guards_present(config))
         }
+        // The supervisor's links to the verified plugin modules (made anew before each
+        // launch, in a config dir the agent cannot write).
+        crate::manifest::Runtime::Opencode => {
+            pinned.insert(PathBuf::from(crate::opencode_config::PLUGINS_DIR));
+        }
         _ => {}
     }
     // pi's models.json of the supervisor's (a model route's pi_provider): written anew before

@@ -277,6 +277,15 @@ fn prepare(
     // With HOME emptied: Node's global module folders there made root's empty directories.
     record.home_guarded = crate::home_guard::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;
+    // OpenCode's verified plugin modules, linked into its config dir.
+    let plugins = crate::opencode_config::deliver_plugins(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-plugins: {err}")))?;
+    if !plugins.is_empty() {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .plugins = plugins;
+    }
     // OpenCode's config dir and the other config dirs it would load from, root's.
     if let Some(guarded) = crate::opencode_config::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("opencode-config: {err}")))?

@@ -225,6 +225,9 @@ pub enum TreeKind {
     PiExtension,
     /// A Claude plugin: loaded with `--plugin-dir`.
     ClaudePlugin,
+    /// An OpenCode plugin: its entries (plugin modules) linked into the config dir OpenCode is
+    /// pinned to, which it imports them from.
+    OpencodePlugin,
     /// Skills, hook scripts or other data: verified, not passed on the command line.
     Data,
 }
@@ -255,7 +258,8 @@ pub struct TreePin {
     /// empty in memory): never part of the manifest a host sends.
     #[serde(skip)]
     pub stored: Option<StoredListing>,
-    /// pi entry files, relative to `path` (pi extensions only).
+    /// Entry files, relative to `path`: pi's (`-e`) for a pi extension, the plugin modules of an
+    /// OpenCode plugin.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<String>,
     /// Validated plugin environment, exported last.
@@ -798,6 +802,18 @@ impl Manifest {
                 return Err(field(
                     at("entries"),
                     "a pi extension needs at least one entry",
+                ));
+            }
+            if tree.kind == TreeKind::OpencodePlugin
+                && (tree.entries.is_empty()
+                    || tree
+                        .entries
+                        .iter()
+                        .any(|e| !(e.ends_with(".ts") || e.ends_with(".js"))))
+            {
+                return Err(field(
+                    at("entries"),
+                    "an OpenCode plugin needs at least one entry, each a .ts or .js module",
                 ));
             }
             for (key, value) in &tree.env {

@@ -251,6 +251,10 @@ pub struct OpencodeConfigRecord {
     /// root's and read-only to the agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guarded: Vec<String>,
+    /// The verified plugin modules OpenCode was given ([`deliver_plugins`]); OpenCode runs
+    /// `--pure` (no plugin module at all) without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<String>,
 }
 
 /// Before each launch of OpenCode, after the config reset and `HOME`'s guard: the config dir
@@ -310,6 +314,57 @@ fn make_dirs(home: &Path, rel: &str, gid: u32) -> Result<(), String> {
         root_guard::make_sticky(&path, gid)?;
     }
     Ok(())
+}
+
+/// The directory of OpenCode's config dir its loader imports plugin modules from, which the
+/// supervisor fills ([`deliver_plugins`]).
+pub const PLUGINS_DIR: &str = "plugins";
+
+/// The name of the link in [`PLUGINS_DIR`] to entry `entry` of the `index`-th OpenCode plugin
+/// tree `tree`: ordered as the manifest lists the trees (OpenCode imports them sorted), unique,
+/// ending as the entry does (`.ts`, `.js`).
+pub fn plugin_link_name(index: usize, tree: &str, entry: &str) -> String {
+    format!("{index:03}-{tree}-{}", entry.replace('/', "-"))
+}
+
+/// Before each launch of OpenCode, after the config reset: the config dir's [`PLUGINS_DIR`]
+/// made anew holding one symlink per entry of each verified OpenCode plugin tree (the verified
+/// module itself, read-only to the agent), and nothing else; absent when the manifest has no
+/// such tree. Returns the links' targets, for the record. Errors name the path.
+pub fn deliver_plugins(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Vec<String>, String> {
+    if manifest.runtime != Runtime::Opencode {
+        return Ok(Vec::new());
+    }
+    let dir = Path::new(&dirs.config).join(PLUGINS_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&dir),
+        Ok(_) => std::fs::remove_file(&dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("{}: remove: {e}", dir.display()))?;
+    let trees: Vec<_> = manifest
+        .trees
+        .iter()
+        .filter(|t| t.kind == crate::manifest::TreeKind::OpencodePlugin)
+        .collect();
+    if trees.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::create_dir(&dir).map_err(|e| format!("{}: mkdir: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| format!("{}: chmod: {e}", dir.display()))?;
+    let mut delivered = Vec::new();
+    for (i, tree) in trees.iter().enumerate() {
+        for entry in &tree.entries {
+            let target = Path::new(&tree.path).join(entry);
+            let link = dir.join(plugin_link_name(i, &tree.name, entry));
+            std::os::unix::fs::symlink(&target, &link)
+                .map_err(|e| format!("{}: symlink: {e}", link.display()))?;
+            delivered.push(target.display().to_string());
+        }
+    }
+    Ok(delivered)
 }
 
 /// Whether `manifest` is OpenCode's under `context_files` that passes the workdir's

@@ -577,10 +577,12 @@ fn codex_args(
     Ok(())
 }
 
-/// Whether OpenCode loads plugin modules for `m`: none is delivered yet, so OpenCode always
-/// runs `--pure` (no plugin module of any config dir, no npm plugin).
-pub fn opencode_plugins(_m: &Manifest) -> bool {
-    false
+/// Whether OpenCode loads plugin modules for `m`: only when the harness verified some
+/// (`opencode-plugin` trees, linked into the pinned config dir:
+/// `crate::opencode_config::deliver_plugins`); otherwise `--pure` (no plugin module of any
+/// config dir, no npm plugin).
+pub fn opencode_plugins(m: &Manifest) -> bool {
+    m.trees.iter().any(|t| t.kind == TreeKind::OpencodePlugin)
 }
 
 fn opencode_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {

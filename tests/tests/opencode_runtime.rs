@@ -305,13 +305,28 @@ echo PLANTED
 /// home and pitcrew's config dirs are root's.
 #[test]
 fn attack_leftovers__what_opencode_loads_is_never_what_an_earlier_iteration_planted() {
-    if !gate() {
-        return;
+    if gate() {
+        plant_then_look(false);
     }
+}
+
+/// The same with a verified plugin, so that OpenCode runs without `--pure`: the project's and
+/// `HOME`'s plugin modules an earlier iteration planted still never run.
+#[test]
+fn attack_leftovers__planted_plugin_modules_never_run_beside_a_verified_plugin() {
+    if gate() {
+        plant_then_look(true);
+    }
+}
+
+fn plant_then_look(with_plugin: bool) {
     let look = "ls -a; ls ran-* 2>/dev/null; echo ITERATION_2_LOOKED".to_string();
     let server = ModelServer::start(bash_per_iteration(vec![PLANT.to_string(), look]));
     server.require_key(KEY);
     let fx = Fixture::new(&server, 2);
+    if with_plugin {
+        pin_hello_plugin(&fx);
+    }
     let (code, doc) = fx.run();
     assert_eq!(code, Some(0), "{doc:#}");
     let requests = server.requests();
@@ -338,7 +353,14 @@ fn attack_leftovers__what_opencode_loads_is_never_what_an_earlier_iteration_plan
     assert!(second.contains("UPLOADED_AGENTS_MARK"), "{second}");
     let looked = last_tool_result(agent[3]).unwrap();
     assert!(looked.contains("ITERATION_2_LOOKED"), "{looked}");
-    assert!(!looked.contains("ran-"), "planted code ran: {looked}");
+    for planted in ["ran-proj", "ran-json", "ran-home", "ran-mcp"] {
+        assert!(!looked.contains(planted), "planted code ran: {looked}");
+    }
+    assert_eq!(
+        looked.contains("ran-verified-plugin"),
+        with_plugin,
+        "{looked}"
+    );
     let record = record(&doc, 2);
     let reset = record["context_files"]["reset"].to_string();
     assert!(reset.contains("AGENTS.md"), "{record:#}");
@@ -654,4 +676,113 @@ fn opencode_is_offered_the_verified_skill_and_none_the_repository_holds() {
     let (code, doc) = fx.run();
     assert_ne!(code, Some(0), "{doc:#}");
     assert_eq!(server.requests().len(), before);
+}
+
+/// A verified OpenCode plugin (`plugins/hello/plugins/hello.ts`): a `hello_tool` tool and a
+/// `tool.execute.before` hook that blocks any bash command naming `FORBIDDEN`.
+const HELLO_PLUGIN: &str = r#"export const Hello = async ({ directory }) => {
+  require("fs").writeFileSync(directory + "/ran-verified-plugin", String(process.getuid()));
+  return {
+    tool: {
+      hello_tool: {
+        description: "HELLO_TOOL_MARK says hello",
+        args: {},
+        async execute() { return "Hello from the verified plugin, uid " + process.getuid(); },
+      },
+    },
+    "tool.execute.before": async (input, output) => {
+      if (input.tool === "bash" && String(output.args.command).includes("FORBIDDEN")) {
+        throw new Error("blocked by the verified plugin");
+      }
+    },
+  };
+};
+"#;
+
+/// Adds the verified plugin [`HELLO_PLUGIN`] to `fx`'s harness.
+fn pin_hello_plugin(fx: &Fixture) {
+    let dir = fx.root().join("plugins/hello/plugins");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("hello.ts"), HELLO_PLUGIN).unwrap();
+    fs::create_dir_all(fx.root().join("plugins/hello/tools")).unwrap();
+    fs::write(
+        fx.root().join("plugins/hello/tools/skipped.ts"),
+        "export default { description: \"SKIPPED_TOOL_MARK\", args: {}, async execute() { return \"x\" } }\n",
+    )
+    .unwrap();
+    fx.append("plugins:\n  - plugins/hello\n");
+}
+
+/// The verified plugin module loads (OpenCode runs without `--pure`, its modules linked into
+/// the config dir pitcrew pins), its tool runs as the agent's uid and its hook blocks a bash
+/// call; the tree's `tools/` is not given to OpenCode; `validate` names the plugin.
+#[test]
+fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        let results = request["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+        match results {
+            0 => Reply::ToolCall {
+                name: "hello_tool".into(),
+                arguments: json!({}),
+            },
+            1 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({"command": "echo FORBIDDEN > forbidden-ran", "description": "x"}),
+            },
+            2 => Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({"command": "cat ran-verified-plugin; echo; echo tamper >> \"$(readlink -f \"$OPENCODE_CONFIG_DIR\"/plugins/*)\" 2>&1 || echo PLUGIN_READ_ONLY", "description": "x"}),
+            },
+            _ => Reply::Text("done".into()),
+        }
+    });
+    let fx = Fixture::new(&server, 1);
+    pin_hello_plugin(&fx);
+    let out = std::process::Command::new(pitcrew_e2e::binary("pitcrew"))
+        .arg("validate")
+        .arg(&fx.harness)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("opencode plugin: plugins/hello.ts"), "{text}");
+    assert!(text.contains("tools of the tree are not loaded"), "{text}");
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let agent = agent_requests(&requests);
+    let first = agent[0].to_string();
+    assert!(first.contains("HELLO_TOOL_MARK"), "{first}");
+    assert!(!first.contains("SKIPPED_TOOL_MARK"), "{first}");
+    let results = server.tool_results();
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("Hello from the verified plugin, uid 65534")),
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("blocked by the verified plugin")),
+        "{results:?}"
+    );
+    let last = results.last().unwrap();
+    assert!(last.starts_with("65534"), "{last}");
+    assert!(last.contains("PLUGIN_READ_ONLY"), "{last}");
+    let it = iteration_dir(&doc, 1);
+    let record = read_json(&it.join("result.json"));
+    let argv = record["agent"]["argv"].to_string();
+    assert!(!argv.contains("--pure"), "{argv}");
+    let plugins = record["opencode_config"]["plugins"].to_string();
+    assert!(plugins.contains("hello/plugins/hello.ts"), "{record:#}");
 }

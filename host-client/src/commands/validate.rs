@@ -103,6 +103,7 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
             PluginClass::Claude(c) => format!("claude plugin {:?} ({})", c.name, c.manifest),
+            PluginClass::Opencode(o) => format!("opencode plugin: {}", o.entries.join(", ")),
         };
         let skipped = if p.loaded {
             ""

@@ -88,6 +88,7 @@ impl Validated {
             let (kind, entries) = match &p.class {
                 PluginClass::Pi(pi) => (TreeKind::PiExtension, pi.entries.clone()),
                 PluginClass::Claude(_) => (TreeKind::ClaudePlugin, Vec::new()),
+                PluginClass::Opencode(o) => (TreeKind::OpencodePlugin, o.entries.clone()),
             };
             // A plugin the runtime does not load is still uploaded and verified (it is part of
             // the harness), but it is data for this runtime.
@@ -109,7 +110,7 @@ impl Validated {
                 files: FileListing::from_records(&p.digest.listing.files).ok()?,
                 dirs: p.digest.listing.dirs.clone(),
                 stored: None,
-                entries: if kind == TreeKind::PiExtension {
+                entries: if matches!(kind, TreeKind::PiExtension | TreeKind::OpencodePlugin) {
                     entries
                 } else {
                     Vec::new()

@@ -347,17 +347,20 @@ impl Checker<'_> {
                     ),
                 );
             }
-            if h.runtime == Runtime::Opencode {
-                // No OpenCode plugin module is delivered yet (OpenCode runs --pure).
+            if h.runtime == Runtime::Opencode && spec.single_file {
+                // OpenCode is given plugin directories (their plugin modules): refused by name
+                // rather than skipped, so a harness never runs without what it names.
                 self.problem(
                     at,
                     &field,
                     format!(
-                        "{}: runtime opencode loads no plugin yet (pitcrew runs OpenCode \
-                         --pure); remove it or use runtime pi or claude",
+                        "{}: runtime opencode takes plugin directories whose \
+                         {{plugin,plugins}}/*.{{ts,js}} it imports, not a single file; put it \
+                         in plugins/ of a directory",
                         spec.name
                     ),
                 );
+                continue;
             }
             if spec.single_file {
                 if let Some(found) = self.plugin_file(h, spec, at, &field, out, progress) {
@@ -409,6 +412,29 @@ impl Checker<'_> {
                         );
                     }
                     h.runtime == Runtime::Claude
+                }
+                (PluginClass::Opencode(o), _) => {
+                    if !spec.pi_args.is_empty() {
+                        self.problem(
+                            at,
+                            format!("{field}.pi"),
+                            "an OpenCode plugin takes no pi: options",
+                        );
+                    }
+                    if h.runtime == Runtime::Opencode && !o.skipped.is_empty() {
+                        self.note(
+                            at,
+                            &field,
+                            format!(
+                                "{}: OpenCode is given its plugin modules ({}) only; {} of the \
+                                 tree are not loaded",
+                                spec.name,
+                                o.entries.join(", "),
+                                o.skipped.join(", ")
+                            ),
+                        );
+                    }
+                    h.runtime == Runtime::Opencode
                 }
             };
             if !loaded {
