@@ -752,6 +752,7 @@ pub fn policy_doc() -> String {
         ("all", common_pins(&dirs, None)),
         ("pi", pi_pins(&dirs)),
         ("claude", claude_pins(&dirs)),
+        ("opencode", opencode_pins(&dirs)),
         (
             "claude, `agent.context_files: uploaded`",
             claude_context_pins(ContextFiles::Uploaded),
