@@ -692,7 +692,7 @@ const HELLO_PLUGIN: &str = r#"export const Hello = async ({ directory }) => {
     },
     "tool.execute.before": async (input, output) => {
       if (input.tool === "bash" && String(output.args.command).includes("FORBIDDEN")) {
-        throw new Error("blocked by the verified plugin");
+        throw new Error("blocked by the verified plugin, allowlist " + (process.env.FULLSEND_TOOL_ALLOWLIST ?? "unset"));
       }
     },
   };
@@ -715,7 +715,8 @@ fn pin_hello_plugin(fx: &Fixture) {
 
 /// The verified plugin module loads (OpenCode runs without `--pure`, its modules linked into
 /// the config dir pitcrew pins), its tool runs as the agent's uid and its hook blocks a bash
-/// call; the tree's `tools/` is not given to OpenCode; `validate` names the plugin.
+/// call, naming the runner's value (`--runner-env FULLSEND_*`) it read; the tree's `tools/` is
+/// not given to OpenCode; `validate` names the plugin.
 #[test]
 fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
     if !gate() {
@@ -756,7 +757,17 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("opencode plugin: plugins/hello.ts"), "{text}");
     assert!(text.contains("tools of the tree are not loaded"), "{text}");
-    let (code, doc) = fx.run();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--pass-env",
+            "OPENAI_API_KEY",
+            "--runner-env",
+            "FULLSEND_TOOL_ALLOWLIST=read_file",
+        ],
+        &[("OPENAI_API_KEY", KEY)],
+    );
     assert_eq!(code, Some(0), "{doc:#}");
     let requests = server.requests();
     let agent = agent_requests(&requests);
@@ -773,7 +784,7 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
     assert!(
         results
             .iter()
-            .any(|r| r.contains("blocked by the verified plugin")),
+            .any(|r| r.contains("blocked by the verified plugin, allowlist read_file")),
         "{results:?}"
     );
     let last = results.last().unwrap();
@@ -785,4 +796,9 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
     assert!(!argv.contains("--pure"), "{argv}");
     let plugins = record["opencode_config"]["plugins"].to_string();
     assert!(plugins.contains("hello/plugins/hello.ts"), "{record:#}");
+    assert!(!it.join("workspace/forbidden-ran").exists());
+    assert_eq!(
+        record["env"]["layers"]["FULLSEND_TOOL_ALLOWLIST"], "runner",
+        "{record:#}"
+    );
 }

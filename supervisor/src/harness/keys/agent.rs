@@ -285,6 +285,14 @@ impl Checker<'_> {
         if harness.runtime == Runtime::Claude {
             self.claude_context(top, harness);
         }
+        if harness.runtime == Runtime::Opencode && harness.agent.model.is_none() {
+            self.problem(
+                top.get_node("agent").and_then(location),
+                "agent.model",
+                "runtime opencode needs agent.model: pitcrew gives OpenCode one provider \
+                 (its baseURL OPENAI_BASE_URL) and the model of it to use",
+            );
+        }
         self.agent_on_this_host(top, harness);
     }
 
