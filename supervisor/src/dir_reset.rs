@@ -154,6 +154,10 @@ pub fn reset_home_and_tmp(
         // kept, so that no record names them as removed.
         if dir == home {
             kept.extend(crate::home_guard::guards_present(home));
+            // OpenCode's guards below HOME: kept (their directories are emptied of the rest).
+            if manifest.runtime == crate::manifest::Runtime::Opencode {
+                kept.extend(crate::opencode_config::home_guards_present(home));
+            }
         }
         kept.extend(below(dir, other));
         for path in &named {

@@ -240,6 +240,19 @@ pub const HOME_GUARDED: &[(&str, &str, Guard)] = &[
     (".cache/opencode", "bin", Guard::Empty),
 ];
 
+/// The paths (relative to `home`) of [`HOME_GUARDED`] that hold the supervisor's guard, for the
+/// `HOME` reset to keep: so that no record names them as removed.
+pub fn home_guards_present(home: &Path) -> Vec<std::path::PathBuf> {
+    HOME_GUARDED
+        .iter()
+        .filter_map(|(dir, name, guard)| {
+            let rel = Path::new(dir);
+            let found = root_guard::present(&home.join(rel), &[(*name, *guard)]);
+            found.into_iter().next().map(|n| rel.join(n))
+        })
+        .collect()
+}
+
 /// The record's `opencode_config`: the configuration pitcrew wrote (key hidden), and what of
 /// OpenCode's config dirs the agent could not write while OpenCode ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

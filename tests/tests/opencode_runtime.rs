@@ -364,6 +364,22 @@ fn plant_then_look(with_plugin: bool) {
     let record = record(&doc, 2);
     let reset = record["context_files"]["reset"].to_string();
     assert!(reset.contains("AGENTS.md"), "{record:#}");
+    // The HOME reset before iteration 2 kept the supervisor's guards (no record names them as
+    // removed) and removed what OpenCode and the agent wrote.
+    let removed: Vec<&str> = record["home_reset"]["paths"]
+        .as_array()
+        .map(|p| p.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for guard in [
+        ".opencode",
+        ".config/opencode",
+        ".local/share/opencode/auth.json",
+    ] {
+        assert!(
+            !removed.iter().any(|p| p.ends_with(guard)),
+            "{guard}: {removed:?}"
+        );
+    }
 }
 
 fn secret() -> &'static str {
