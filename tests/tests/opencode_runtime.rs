@@ -818,3 +818,38 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
         "{record:#}"
     );
 }
+
+/// `agent.context_files: none`: OpenCode is given no instruction file, and reads none of the
+/// repository's (`AGENTS.md`, `CLAUDE.md`, `CONTEXT.md`) on its own; the record names none.
+#[test]
+fn context_files_none_gives_opencodes_model_no_project_instructions() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        if is_title_request(request) {
+            Reply::Text("A title".into())
+        } else {
+            Reply::Text("nothing to do".into())
+        }
+    });
+    let fx = Fixture::new(&server, 1);
+    for (name, mark) in [("CLAUDE.md", "CLAUDE_MARK"), ("CONTEXT.md", "CONTEXT_MARK")] {
+        fs::write(fx.root().join("workspace").join(name), mark).unwrap();
+    }
+    fx.agent("context_files: none");
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let first = agent_requests(&requests)[0].to_string();
+    for mark in ["UPLOADED_AGENTS_MARK", "CLAUDE_MARK", "CONTEXT_MARK"] {
+        assert!(!first.contains(mark), "{mark}: {first}");
+    }
+    let record = record(&doc, 1);
+    assert_eq!(
+        record["opencode_config"]["content"]["instructions"],
+        json!([]),
+        "{record:#}"
+    );
+    assert_eq!(record["context_files"]["mode"], "none", "{record:#}");
+}
