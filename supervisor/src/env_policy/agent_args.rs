@@ -191,7 +191,7 @@ pub struct RuntimeOption {
     pub verdict: Verdict,
 }
 
-/// The supported releases of `runtime` (pi, claude, codex), oldest first, each with its options sorted
+/// The supported releases of `runtime` (pi, claude, codex, opencode), oldest first, each with its options sorted
 /// by name; empty for `command`.
 pub fn releases(runtime: Runtime) -> &'static [(&'static str, &'static [RuntimeOption])] {
     match runtime {

@@ -72,19 +72,20 @@ fn runtime_and_adapter_use_names_are_the_enums_names() {
             .collect::<Vec<_>>(),
         [(
             "runtime",
-            "\"Pi\" is not a runtime (pi, claude, codex or command)"
+            "\"Pi\" is not a runtime (pi, claude, codex, opencode or command)"
         )]
     );
     for (name, runtime) in [
         ("pi", Runtime::Pi),
         ("claude", Runtime::Claude),
         ("codex", Runtime::Codex),
+        ("opencode", Runtime::Opencode),
         ("command", Runtime::Command),
     ] {
-        let extra = if runtime == Runtime::Command {
-            "command: [/bin/true]\n"
-        } else {
-            "prompt: hi\n"
+        let extra = match runtime {
+            Runtime::Command => "command: [/bin/true]\n",
+            Runtime::Opencode => "prompt: hi\nagent:\n  model: m\n",
+            _ => "prompt: hi\n",
         };
         let v = check(&format!("runtime: {name}\n{extra}"));
         assert!(v.is_ok(), "{name}: {:?}", v.problems);

@@ -22,13 +22,13 @@ const AGENT_KEYS: &[&str] = &[
 ];
 
 impl Checker<'_> {
-    /// `runtime:` (required): pi, claude, codex or command.
+    /// `runtime:` (required): pi, claude, codex, opencode or command.
     pub(super) fn runtime_key(&mut self, node: &Node, top: &MarkedMappingNode) -> Option<Runtime> {
         let Some(n) = top.get_node("runtime") else {
             self.problem(
                 location(node),
                 "runtime",
-                "missing (pi, claude, codex or command)",
+                "missing (pi, claude, codex, opencode or command)",
             );
             return None;
         };
@@ -38,7 +38,7 @@ impl Checker<'_> {
             self.problem(
                 location(n),
                 "runtime",
-                format!("{name:?} is not a runtime (pi, claude, codex or command)"),
+                format!("{name:?} is not a runtime (pi, claude, codex, opencode or command)"),
             );
         }
         runtime
