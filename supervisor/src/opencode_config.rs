@@ -110,6 +110,13 @@ pub enum ConfigError {
     /// OpenCode needs a model of pitcrew's provider.
     #[error("the opencode runtime needs agent.model (the model of pitcrew's provider)")]
     MissingModel,
+    /// The manifest pins a file OpenCode would read as configuration, or one where the
+    /// supervisor links the plugin modules, in the config dir.
+    #[error("{path} is pinned in OpenCode's config dir, where OpenCode would read it as configuration or a plugin module beside pitcrew's (validate refuses the adapter)")]
+    PinnedConfig {
+        /// The pinned file.
+        path: String,
+    },
     /// A skills tree holds a `SKILL.md` below its root ([`nested_skill_md`]).
     #[error("the skills tree {tree} holds {nested}: OpenCode would offer it as a skill too")]
     NestedSkill {
@@ -194,6 +201,9 @@ pub fn config(
     if !tools.is_empty() {
         config["tools"] = Value::Object(tools);
     }
+    if let Some(path) = pinned_config(manifest, dirs_config(manifest)) {
+        return Err(ConfigError::PinnedConfig { path });
+    }
     for tree in manifest.skill_trees() {
         let files: Vec<String> = tree.files.records().map(|r| r.path).collect();
         if let Some(nested) = nested_skill_md(files.iter().map(String::as_str)) {
@@ -208,6 +218,25 @@ pub fn config(
         config["skills"] = json!({ "paths": skills });
     }
     Ok(config)
+}
+
+/// The manifest's config dir.
+fn dirs_config(manifest: &Manifest) -> String {
+    manifest.runtime_dirs().config
+}
+
+/// The first file `manifest` pins in the config dir `config` that OpenCode would read as
+/// configuration (`opencode.json`, `opencode.jsonc`, `config.json`) or that lies where the
+/// supervisor links the plugin modules (`plugin/`, `plugins/`).
+pub fn pinned_config(manifest: &Manifest, config: String) -> Option<String> {
+    let config = Path::new(&config);
+    manifest.files.iter().find_map(|f| {
+        let rel = Path::new(&f.path).strip_prefix(config).ok()?;
+        let first = rel.components().next()?.as_os_str().to_str()?;
+        let reads = ["opencode.json", "opencode.jsonc", "config.json"].contains(&first)
+            && rel.components().count() == 1;
+        (reads || first == "plugin" || first == PLUGINS_DIR).then(|| f.path.clone())
+    })
 }
 
 /// The first `SKILL.md` below the root among a skills tree's `files` (relative paths):
@@ -402,6 +431,10 @@ mod tests {
         .unwrap()
     }
 
+    fn config_of(m: &Manifest) -> Result<Value, ConfigError> {
+        config(m, &[], None)
+    }
+
     #[test]
     fn the_config_names_pitcrews_provider_no_ask_and_the_tools_left_out() {
         let m = manifest(json!({"binary": "opencode", "model": "m1", "tools": ["bash", "read"]}));
@@ -458,6 +491,17 @@ mod tests {
             nested_skill_md(["SKILL.md", "sub/SKILL.md"]),
             Some("sub/SKILL.md")
         );
+        let mut pinned = manifest(json!({"binary": "opencode", "model": "m1"}));
+        let dir = pinned.runtime_dirs().config;
+        pinned.files = vec![serde_json::from_value(json!({
+            "path": format!("{dir}/opencode.json"), "role": "config",
+            "sha256": "b".repeat(64), "use": "verify",
+        }))
+        .unwrap()];
+        assert!(matches!(
+            config_of(&pinned),
+            Err(ConfigError::PinnedConfig { .. })
+        ));
         let no_model = manifest(json!({"binary": "opencode"}));
         assert_eq!(config(&no_model, &[], None), Err(ConfigError::MissingModel));
     }
