@@ -169,7 +169,7 @@ fn make_plugin(tree: &TreePin) -> Result<(), String> {
 
 /// The tree's listing that hashes to its pin: the manifest's (or the one kept on disk), else
 /// the tree scanned now.
-fn verified_listing(tree: &TreePin) -> Result<TreeListing, String> {
+pub(crate) fn verified_listing(tree: &TreePin) -> Result<TreeListing, String> {
     if let Ok(listing) = tree.expected_listing() {
         if listing.digest(tree.format) == tree.sha256 {
             return Ok(listing);

@@ -75,7 +75,10 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
         }
         crate::manifest::Runtime::Pi => pinned.extend(crate::pi_config::guards_present(config)),
         crate::manifest::Runtime::Codex => {
-            pinned.extend(crate::codex_config::guards_present(config))
+            pinned.extend(crate::codex_config::guards_present(config));
+            // The verified plugins and the config.toml enabling them: written anew before
+            // each launch, kept here so that no record names them as removed.
+            pinned.extend(crate::codex_config::plugins_kept(manifest));
         }
         // The supervisor's links to the verified plugin modules (made anew before each
         // launch, in a config dir the agent cannot write).

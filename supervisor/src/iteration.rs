@@ -152,12 +152,17 @@ fn run_steps(
 ) -> Result<Verdict, Stop> {
     // 1. Reap: nothing but the supervisor may run while we verify.
     reap_before(ctx, manifest, dirs, record, observer)?;
+    // 1a. The observer's listeners (egress), opened once nothing of an earlier agent runs.
+    observer.after_reap(manifest).map_err(Stop::supervisor)?;
     // 1b. Prepare: private IPC, the agent's directories, the config dir reset.
     prepare(ctx, manifest, dirs, record, observer)?;
     // 2. Verify.
     let mut verified = verify_step(ctx, manifest, record, observer)?;
     // 2b. Claude Code's skill plugins, from the verified skills trees.
     claude_skills_step(manifest, dirs, observer)?;
+    // 2b''. Codex's verified plugins, copied from the verified trees, and the config.toml
+    // enabling exactly them.
+    codex_plugins_step(manifest, dirs, record)?;
     // 2b'. Claude Code's --settings, from the verified claude-settings file.
     verified.claude_settings = claude_settings_step(manifest, observer)?;
     // 2c. The context files: set back to the run's baseline where asked, and named.
@@ -413,6 +418,25 @@ fn claude_skills_step(
     }
 }
 
+/// Step 2b'', for Codex with verified plugins: each copied into Codex's plugin cache and
+/// enabled by the supervisor's `config.toml` ([`crate::codex_config::deliver_plugins`]), named in
+/// the record's `codex_config.plugins`.
+fn codex_plugins_step(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+    record: &mut IterationResult,
+) -> Result<(), Stop> {
+    let plugins = crate::codex_config::deliver_plugins(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("codex-plugins: {err}")))?;
+    if !plugins.is_empty() {
+        record
+            .codex_config
+            .get_or_insert_with(Default::default)
+            .plugins = plugins;
+    }
+    Ok(())
+}
+
 /// Step 2b', for Claude Code with a pinned `claude-settings` file: the `--settings` it is
 /// given, derived from the file's verified bytes (`crate::claude_settings`): hooks kept on
 /// whatever user settings the agent writes, built-in plugins off unless the file names them.
@@ -607,20 +631,15 @@ fn launch_step(
         observer.step(Step::Launch, Finished, failed(&reason));
         Stop::supervisor(reason)
     };
-    // `network: none` or `allow` needs a namespace with loopback only: refused before the fork.
-    let survey = crate::sandbox::netns::interfaces();
-    let network_refusal = match (&survey, &manifest.network) {
-        (Ok(found), policy) => crate::sandbox::netns::refusal(policy.as_ref(), found),
-        (Err(err), Some(policy)) if !policy.unenforced() => Some(format!(
-            "network: cannot list the sandbox's network interfaces (/proc/self/net/dev: \
-                 {err}), so `network: {}` cannot be enforced; say `network: open` to run anyway",
-            policy.mode_name()
-        )),
-        (Err(_), _) => None,
-    }
-    .or_else(|| crate::sandbox::netns::platform_refusal(manifest.network.as_ref(), &env.env));
-    if let Some(reason) = network_refusal {
-        return Err(refused(observer, reason));
+    // `network: none` or `allow` needs a namespace with loopback only: the sandbox's, or one of
+    // the agent's own; refused before the fork when neither can be had.
+    let netns = agent_network(manifest, &env.env, observer).map_err(|r| refused(observer, r))?;
+    if let Some(network) = &mut record.network {
+        let placed = match netns {
+            Some(_) => crate::sandbox::netns::IN_AGENT,
+            None => crate::sandbox::netns::IN_SANDBOX,
+        };
+        network.namespace = Some(placed.to_string());
     }
     // Only a pi `--tools` list needs them (the scan reads the verified trees).
     let extension_tools = match (manifest.runtime, &manifest.agent.tools) {
@@ -707,6 +726,9 @@ fn launch_step(
         ),
         None => None,
     };
+    if let Some(fd) = netns {
+        plan.join_network(fd);
+    }
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
     let mut confinement = plan.record.clone();
@@ -748,6 +770,47 @@ fn launch_step(
         cgroups,
         disk,
     })
+}
+
+/// The network namespace the agent joins before exec, if not the sandbox's: under `none` or
+/// `allow` in a sandbox whose namespace has an interface besides `lo`, the agent's own (the
+/// observer's, whose listeners are bound in it, or one made here). `Err` is why the iteration
+/// cannot start: the interfaces could not be listed, the agent's namespace could not be made,
+/// or a `platform` policy's proxy is missing.
+fn agent_network(
+    manifest: &Manifest,
+    env: &[(String, String)],
+    observer: &dyn IterationObserver,
+) -> Result<Option<std::os::fd::OwnedFd>, String> {
+    use crate::sandbox::netns;
+    let policy = manifest.network.as_ref();
+    if let Some(reason) = netns::platform_refusal(policy, env) {
+        return Err(reason);
+    }
+    let found = match (netns::interfaces(), policy) {
+        (Ok(found), _) => found,
+        (Err(err), Some(policy)) if !policy.unenforced() => {
+            return Err(format!(
+                "network: cannot list the sandbox's network interfaces (/proc/self/net/dev: \
+                 {err}), so `network: {}` cannot be enforced; say `network: open` to run anyway",
+                policy.mode_name()
+            ))
+        }
+        (Err(_), _) => return Ok(None),
+    };
+    if !netns::needs_agent_namespace(policy, &found) {
+        return Ok(None);
+    }
+    let made = match observer.agent_namespace() {
+        Some(fd) => fd
+            .try_clone_to_owned()
+            .map_err(|e| format!("the agent's network namespace: dup: {e}")),
+        None => netns::AgentNamespace::create(|| ()).map(|(ns, ())| ns.into_fd()),
+    };
+    match made {
+        Ok(fd) => Ok(Some(fd)),
+        Err(unmade) => Err(netns::refusal(policy, &found, &unmade).unwrap_or(unmade)),
+    }
 }
 
 /// The reap after the agent (or after a failed launch): records it, never changes the code.

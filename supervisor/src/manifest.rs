@@ -225,6 +225,9 @@ pub enum TreeKind {
     PiExtension,
     /// A Claude plugin: loaded with `--plugin-dir`.
     ClaudePlugin,
+    /// A Codex plugin bundle: put in Codex's plugin cache and enabled in the `config.toml` the
+    /// supervisor writes ([`crate::codex_config`]).
+    CodexPlugin,
     /// An OpenCode plugin: its entries (plugin modules) linked into the config dir OpenCode is
     /// pinned to, which it imports them from.
     OpencodePlugin,
@@ -936,7 +939,14 @@ impl Manifest {
                     return Err(field("model.pi_provider", "only for the pi runtime"));
                 }
                 let models_json = Path::new(&self.runtime_dirs().config).join("models.json");
-                if self.files.iter().any(|f| Path::new(&f.path) == models_json) {
+                let pinned = self.files.iter().any(|f| Path::new(&f.path) == models_json);
+                if model.rewritten_models_json.is_some() && !pinned {
+                    return Err(field(
+                        "model.rewritten_models_json",
+                        format!("the manifest does not pin {}", models_json.display()),
+                    ));
+                }
+                if model.rewritten_models_json.is_none() && pinned {
                     return Err(field(
                         "model.pi_provider",
                         format!(
@@ -967,7 +977,9 @@ pub use limits::{
     Limits, Retention, DEFAULT_MEMORY_BYTES, DEFAULT_PROCESSES, MIN_DISK_BYTES, MIN_MEMORY_BYTES,
 };
 pub use model::ModelRoute;
-pub use network::{Endpoint, EndpointError, NetworkPolicy, PLATFORMS, PLATFORM_PROXY_VARS};
+pub use network::{
+    DialFrom, Endpoint, EndpointError, NetworkPolicy, PLATFORMS, PLATFORM_PROXY_VARS,
+};
 pub use stored_listing::{ListingWriter, StoredListing};
 
 #[cfg(test)]

@@ -10,9 +10,7 @@
 //! disagree, a `CONNECT`, a target that is not a path) ends the connection: what the provider
 //! would read as a request boundary must be where this side saw one.
 
-/// The headers a credential's placeholder is replaced in: Anthropic's `x-api-key`, the
-/// `Authorization` of OpenAI-style APIs, Google's `x-goog-api-key`.
-const CREDENTIAL_HEADERS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
+use crate::manifest::model::CREDENTIAL_HEADERS;
 
 /// The largest request head (request line and headers) taken.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -218,10 +216,9 @@ impl RequestRewriter {
         if !path.starts_with('/') {
             return Err(format!("the request target {path:?} is not a path"));
         }
-        if dot_segment(path) {
+        if let Some(why) = path_escape(path) {
             return Err(format!(
-                "the request target {path:?} has a `.` or `..` segment (it would leave the \
-                 route's path)"
+                "the request target {path:?} {why} (it could leave the route's path)"
             ));
         }
         let mut out = Vec::with_capacity(used + 64);
@@ -316,14 +313,28 @@ fn line_end(rest: &[u8], max: usize, what: &str) -> Result<Option<usize>, String
     }
 }
 
-/// Whether the path of a request target (before any `?`) has a `.` or `..` segment, written
-/// plainly or percent-encoded.
-fn dot_segment(target: &str) -> bool {
+/// What in the path of a request target (before any `?`) could take an upstream outside the
+/// route's path, or `None`: a `.` or `..` segment (a `;` parameter after it included, which
+/// some servers drop before resolving), a `\` (which WHATWG URL parsers read as `/`), or an
+/// encoded `.`, `/`, `\` or `%` (which a server decoding before it resolves dot segments, as
+/// nginx does, would read as one; a model API's path needs none of them).
+fn path_escape(target: &str) -> Option<&'static str> {
     let path = target.split(['?', '#']).next().unwrap_or_default();
-    path.split('/').any(|segment| {
-        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
-        decoded == "." || decoded == ".."
-    })
+    if path.contains('\\') {
+        return Some("has a `\\`");
+    }
+    let lower = path.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c", "%25"]
+        .iter()
+        .any(|e| lower.contains(e))
+    {
+        return Some("has an encoded `.`, `/`, `\\` or `%`");
+    }
+    let dot = path.split('/').any(|segment| {
+        let segment = segment.split(';').next().unwrap_or_default();
+        segment == "." || segment == ".."
+    });
+    dot.then_some("has a `.` or `..` segment")
 }
 
 /// Whether `b` may stand next to a placeholder: a placeholder counts only as a whole token,

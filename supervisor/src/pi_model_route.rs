@@ -16,6 +16,10 @@
 //! the network policy governs: the key never enters the sandbox either way. The next config
 //! reset keeps a root-owned `models.json` ([`kept`]: only the supervisor makes one) so that no
 //! record names it as removed; it is written anew before every launch.
+//!
+//! When the harness pins its own `models.json`, the host rewrites that provider's `baseUrl` in
+//! it to the listener at a port of the host's choosing (`model.rewritten_models_json`), the
+//! manifest pins the rewritten bytes, and the supervisor writes nothing here.
 
 use crate::manifest::{Manifest, RuntimeDirPaths};
 use std::os::unix::fs::MetadataExt as _;
@@ -44,7 +48,7 @@ pub fn write(
         manifest
             .model
             .as_ref()
-            .and_then(|m| m.pi_provider.as_deref()),
+            .and_then(|m| m.supervisors_pi_provider()),
         url,
     ) else {
         return Ok(None);
@@ -62,7 +66,7 @@ pub fn write(
 /// supervisor can make one) when the manifest's route names a `pi_provider` and the supervisor
 /// is root.
 pub fn kept(manifest: &Manifest, config: &Path) -> Option<PathBuf> {
-    manifest.model.as_ref()?.pi_provider.as_ref()?;
+    manifest.model.as_ref()?.supervisors_pi_provider()?;
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
@@ -158,5 +162,34 @@ mod tests {
         v["runtime"] = "claude".into();
         let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
         assert!(err.to_string().contains("only for the pi runtime"), "{err}");
+    }
+
+    #[test]
+    fn a_models_json_the_host_rewrote_is_pinned_and_never_written_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = manifest(&tmp.path().join("work"), Some("anthropic"));
+        let config = Path::new(&m.runtime_dirs().config).to_path_buf();
+        let mut v = serde_json::to_value(&m).unwrap();
+        v["model"]["rewritten_models_json"] =
+            serde_json::json!({"port": 17170, "harness_sha256": "a".repeat(64)});
+        // Rewritten, the file must be the manifest's.
+        let err = Manifest::from_json(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("does not pin"), "{err}");
+        v["files"] = serde_json::json!([{
+            "path": config.join(FILE), "sha256": "0".repeat(64), "role": "config",
+        }]);
+        let rewritten = Manifest::from_json(v.to_string().as_bytes()).unwrap();
+        let dirs = rewritten.runtime_dirs();
+        std::fs::create_dir_all(&dirs.config).unwrap();
+        std::fs::write(config.join(FILE), "{\"pinned\": true}").unwrap();
+        assert_eq!(
+            write(&rewritten, &dirs, Some("http://127.0.0.1:17170")).unwrap(),
+            None
+        );
+        assert_eq!(
+            std::fs::read(config.join(FILE)).unwrap(),
+            b"{\"pinned\": true}"
+        );
+        assert_eq!(kept(&rewritten, &config), None);
     }
 }

@@ -742,7 +742,12 @@ impl Default for UploadLimits {
 /// `network` (the manifest's `network` enforced, `claim` with `tunnel`, the tunnel messages and
 /// channel 5, [`tunnel`]), `network.model` (the manifest's `model`: a model listener, `tunnel_open`
 /// with `model`, `tunnel_injected`), `network.platform` (the manifest's `network` naming a
-/// platform whose own policy holds the agent, its proxy required in the agent's environment).
+/// platform whose own policy holds the agent, its proxy required in the agent's environment),
+/// `network.from-sandbox` (`allow … from: sandbox`: the supervisor dials the allowed
+/// connections itself, the agent in a network namespace of its own; `network.namespace` and
+/// the connections' `from` in the record),
+/// `network.model.rewritten` (the manifest's `model.rewritten_models_json`: pi's pinned
+/// `models.json` rewritten by the host, its model listener at the port the host chose).
 pub const FEATURES: &[&str] = &[
     "agent.tools-empty",
     "agent.record_prompt",
@@ -763,6 +768,8 @@ pub const FEATURES: &[&str] = &[
     "network",
     "network.model",
     "network.platform",
+    "network.from-sandbox",
+    "network.model.rewritten",
 ];
 
 /// A message from the supervisor.

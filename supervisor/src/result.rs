@@ -147,12 +147,21 @@ pub const MAX_RECORDED_CONNECTIONS: usize = 1000;
 pub struct NetworkRecord {
     /// `none`, `allow`, `open` or `platform`.
     pub mode: String,
+    /// The network namespace the agent ran in: `sandbox` (the sandbox's own) or `agent` (one
+    /// of its own, made for the iteration inside a sandbox that has a network); absent when
+    /// the agent was not launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Under `platform`, the platform whose own policy held the agent (`openshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
     /// The endpoints allowed, as `host:port`.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// `sandbox` when the supervisor dialled the allowed connections (but model connections)
+    /// from the sandbox's network namespace; absent when the host dialled them (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// The connection attempts, in the order they came (at most
     /// [`MAX_RECORDED_CONNECTIONS`]).
     #[serde(default)]
@@ -185,10 +194,16 @@ pub struct ModelRouteRecord {
     /// mirror of `upstream` carried the model connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<String>,
-    /// The pi built-in provider whose `baseUrl` the supervisor's own `models.json` in pi's
-    /// config dir set to `listener` (absent for other routes).
+    /// The pi provider whose `baseUrl` was set to `listener`: in the supervisor's own
+    /// `models.json` in pi's config dir, or in the pinned one the host rewrote (absent for
+    /// other routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pi_provider: Option<String>,
+    /// With `pi_provider`: the harness pinned pi's `models.json`, and the host rewrote that
+    /// provider's `baseUrl` to `listener` (the file verified is the rewritten one; the
+    /// harness's own is named by its SHA-256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_models_json: Option<crate::manifest::model::RewrittenModelsJson>,
     /// The supervisor's model listener the runtime was pointed at, `http://127.0.0.1:<port>`
     /// (absent when the mirror of `upstream` carried the model connections).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +237,10 @@ pub struct ConnectionRecord {
     /// by variable name (never a value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub injected: Vec<String>,
+    /// `sandbox` when the supervisor dialled it from the sandbox's network namespace
+    /// (`network: {allow: […], from: sandbox}`); absent when the host carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// A full filesystem under the records, found when an iteration ended.

@@ -34,12 +34,16 @@
 //!   or discovered skills, web search, shell snapshot or unbounded connection retries;
 //!   `project_doc_max_bytes=0` under `context_files: none`), the hooks (`--disable hooks`, or,
 //!   when the harness pins `hooks.json` in the config dir, `--dangerously-bypass-hook-trust`:
-//!   pitcrew verified it, and no other hooks file is read: [`codex_hooks_pinned`]), the model
+//!   pitcrew verified it, and no other hooks file is read: [`codex_hooks_pinned`]; also with
+//!   verified plugins, whose `hooks/hooks.json` Codex runs only so), the model
 //!   provider `pitcrew` when
 //!   the agent's environment has an `OPENAI_BASE_URL` (its value as `base_url`, Responses API,
 //!   key from `OPENAI_API_KEY`), the tools `agent.tools` leaves out turned off
-//!   ([`CODEX_TOOLS`]), `--model`, `agent.args`, the prompt last. `--ignore-user-config` keeps `$CODEX_HOME/config.toml` unread: everything
-//!   Codex is configured with is in the argv the record shows. Codex's own sandbox is off:
+//!   ([`CODEX_TOOLS`]), `--model`, `agent.args`, the prompt last. `--ignore-user-config` keeps
+//!   `$CODEX_HOME/config.toml` unread: everything Codex is configured with is in the argv the
+//!   record shows; with verified plugins ([`codex_plugins_delivered`]) it is left out and
+//!   `--disable plugins` too, Codex reading the `config.toml` the supervisor wrote, which only
+//!   enables them. Codex's own sandbox is off:
 //!   pitcrew's confinement is the sandbox (docs/agent-support.md says why).
 //! - **command**: the binary and `agent.args`.
 //!
@@ -501,11 +505,22 @@ fn toml_string(value: &str) -> String {
 /// loads it at start whatever `--ignore-user-config` says, and runs it once trusted. Pinned, it
 /// is verified before every launch (drift: exit 98) and the config reset removes every other
 /// file there; a repository's `.codex/hooks.json` is not loaded in an untrusted project, and
-/// plugins (whose hooks would run too) are off. So pitcrew passes
-/// `--dangerously-bypass-hook-trust` for it, and `--disable hooks` without it.
+/// the only plugins are the verified ones. So pitcrew passes `--dangerously-bypass-hook-trust`
+/// for it (and for verified plugins' hooks: [`codex_plugins_delivered`]), and `--disable hooks`
+/// without either.
 pub fn codex_hooks_pinned(m: &Manifest, dirs: &RuntimeDirPaths) -> bool {
     let hooks = format!("{}/hooks.json", dirs.config.trim_end_matches('/'));
     m.files.iter().any(|f| f.path == hooks)
+}
+
+/// Whether the manifest gives Codex verified plugins (trees of kind `codex-plugin`): then its
+/// plugins stay on, it reads `CODEX_HOME/config.toml`, which the supervisor writes
+/// ([`crate::codex_config::deliver_plugins`]), and its hooks are on with
+/// `--dangerously-bypass-hook-trust` (Codex runs a plugin's `hooks/hooks.json` only trusted;
+/// without a pinned `hooks.json` the config dir's is the supervisor's `{}`, a repository's is not
+/// read in an untrusted project); otherwise `--disable plugins` and `--ignore-user-config`.
+pub fn codex_plugins_delivered(m: &Manifest) -> bool {
+    m.trees.iter().any(|t| t.kind == TreeKind::CodexPlugin)
 }
 
 fn codex_args(
@@ -515,14 +530,19 @@ fn codex_args(
     v: &mut Vec<String>,
 ) -> Result<(), ArgvError> {
     let prompt = prompt(m)?;
+    // With verified plugins, Codex reads the config.toml the supervisor writes (the only
+    // place Codex 0.169.1 enables a plugin) and keeps its plugins on.
+    let plugins = codex_plugins_delivered(m);
+    push(
+        v,
+        &["exec", "--json", "--skip-git-repo-check", "--ephemeral"],
+    );
+    if !plugins {
+        push(v, &["--ignore-user-config"]);
+    }
     push(
         v,
         &[
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "--ephemeral",
-            "--ignore-user-config",
             "--ignore-rules",
             "--strict-config",
             "--sandbox",
@@ -530,9 +550,12 @@ fn codex_args(
         ],
     );
     for (option, value) in CODEX_CONFIG {
+        if plugins && *value == "plugins" {
+            continue;
+        }
         push(v, &[option, value]);
     }
-    if codex_hooks_pinned(m, dirs) {
+    if codex_hooks_pinned(m, dirs) || plugins {
         push(v, &["--dangerously-bypass-hook-trust"]);
     } else {
         push(v, &["--disable", "hooks"]);
@@ -664,6 +687,38 @@ mod tests {
 
     fn file(path: &str, role: &str, usage: &str) -> serde_json::Value {
         json!({"path": path, "role": role, "sha256": "b".repeat(64), "use": usage})
+    }
+
+    /// With a verified Codex plugin, Codex keeps its plugins on and reads the user config the
+    /// supervisor writes: no `--disable plugins`, no `--ignore-user-config`; the rest is as
+    /// without.
+    #[test]
+    fn codex_with_a_verified_plugin_reads_the_supervisors_config_with_plugins_on() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "codex", "prompt": "fix it", "workdir": "/w",
+            "agent": {"binary": "codex"},
+            "trees": [tree("cx", "codex-plugin", json!({}))],
+        }));
+        let got = argv(&m, Path::new("/c"), None, None, None, &[]).unwrap();
+        let joined = got.join(" ");
+        assert!(
+            joined.starts_with(
+                "/c exec --json --skip-git-repo-check --ephemeral --ignore-rules \
+                 --strict-config --sandbox danger-full-access -c analytics.enabled=false \
+                 --disable shell_snapshot"
+            ),
+            "{joined}"
+        );
+        assert!(!joined.contains("--disable plugins"), "{joined}");
+        assert!(
+            joined.contains("-c skills.include_instructions=false"),
+            "{joined}"
+        );
+        assert!(!joined.contains("--disable hooks"), "{joined}");
+        assert!(
+            joined.contains("--dangerously-bypass-hook-trust"),
+            "{joined}"
+        );
     }
 
     #[test]

@@ -98,6 +98,7 @@ fn builds_of_different_contents_get_different_default_tags() {
         print_tag("pi", &other, BASE, &[]),
         print_tag("pi", &init, "localhost/pitcrew-base:other", &[]),
         print_tag("claude", &init, BASE, &[]),
+        print_tag("codex", &init, BASE, &[]),
     ];
     for t in &others {
         assert_ne!(t, &tag);
@@ -112,6 +113,16 @@ fn builds_of_different_contents_get_different_default_tags() {
         )),
         "{}",
         others[2]
+    );
+    assert!(
+        others[3].starts_with(&format!(
+            "localhost/pitcrew-codex:{}-init{}-codex{}-ctx",
+            env!("CARGO_PKG_VERSION"),
+            sha8(&init),
+            pinned("codex", "@openai/codex")
+        )),
+        "{}",
+        others[3]
     );
 
     // --tag is taken as given.

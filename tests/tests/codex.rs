@@ -8,6 +8,7 @@
 //! `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
+use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::model_server::{
     last_tool_result, one_command_per_iteration, ModelServer, Reply, CACHE_READ_TOKENS,
     OUTPUT_TOKENS, PROMPT_TOKENS,
@@ -320,8 +321,9 @@ fn plant_then_look(context: Option<&str>) -> (Value, String) {
     (read_json(&iteration_dir(&doc, 2).join("result.json")), seen)
 }
 
-/// `codex exec --help` of the installed release lists exactly the options pitcrew's table
-/// classifies (`supervisor/src/env_policy/codex_options.rs`).
+/// `codex exec --help` of the installed release is the one its table was generated from
+/// (`scripts/codex-help/<v>.txt`, by `scripts/codex-options`) and lists exactly the options
+/// pitcrew's table classifies (`supervisor/src/env_policy/codex_options.rs`).
 #[test]
 fn the_codex_option_table_matches_the_installed_release() {
     if !gate() {
@@ -332,6 +334,14 @@ fn the_codex_option_table_matches_the_installed_release() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
+    let saved = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../scripts/codex-help/{CODEX_VERSION}.txt"));
+    assert_eq!(
+        help,
+        fs::read_to_string(&saved).unwrap(),
+        "Codex {CODEX_VERSION}'s exec options changed; run scripts/codex-options and commit \
+         the result"
+    );
     let mut listed: Vec<String> = Vec::new();
     for line in help.lines() {
         let line = line.trim_start();
@@ -942,4 +952,316 @@ fn attack_runtime_tamper__context_files_written_mid_iteration_never_reach_a_code
     let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
     let guarded = record["codex_config"]["guarded"].to_string();
     assert!(guarded.contains("\"AGENTS.md\""), "{record:#}");
+}
+
+/// A Codex plugin bundle (`.codex-plugin/plugin.json`) at `plugins/probe-codex` beside the
+/// harness, listed in its `plugins:`: a skill and an MCP server (`.mcp.json`, started in the
+/// plugin's directory) whose one tool's description says the uid and `NoNewPrivs` it runs
+/// with, and a `PreToolUse` hook (`hooks/hooks.json`) blocking a command naming
+/// `PLUGIN_FORBIDDEN`, saying the uid it runs as.
+fn add_codex_plugin(fx: &Fixture) {
+    let root = fx.harness.parent().unwrap().join("plugins/probe-codex");
+    fs::create_dir_all(root.join(".codex-plugin")).unwrap();
+    fs::create_dir_all(root.join("hooks")).unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "if grep -q PLUGIN_FORBIDDEN; then echo \"blocked by the plugin's hook uid=$(id -u)\" >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    fs::create_dir_all(root.join("skills/probe-skill")).unwrap();
+    fs::write(
+        root.join(".codex-plugin/plugin.json"),
+        r#"{"name": "probe-codex", "version": "1.0.0", "description": "pitcrew's probe"}"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("skills/probe-skill/SKILL.md"),
+        "---\nname: probe-skill\ndescription: VERIFIED_PLUGIN_SKILL\n---\nbody\n",
+    )
+    .unwrap();
+    fs::write(
+        root.join(".mcp.json"),
+        r#"{"mcpServers": {"verified": {"command": "python3", "args": ["server.py"], "cwd": "."}}}"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("server.py"),
+        r#"import json, os, sys
+nnp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs:")][0]
+info = "VERIFIED_MCP_TOOL uid=%d nnp=%s" % (os.getuid(), nnp)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        res = {"protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+               "capabilities": {"tools": {}}, "serverInfo": {"name": "verified", "version": "1"}}
+    elif msg.get("method") == "tools/list":
+        res = {"tools": [{"name": "verified_probe", "description": info,
+                          "inputSchema": {"type": "object", "properties": {}}}]}
+    else:
+        res = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) + "\n")
+    sys.stdout.flush()
+"#,
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&fx.harness).unwrap() + "plugins:\n  - plugins/probe-codex\n";
+    fs::write(&fx.harness, yaml).unwrap();
+}
+
+/// What iteration 1 plants to have Codex load a plugin of its own in iteration 2: a marketplace
+/// and plugin in the repository and in `HOME`, a project config enabling it, and (refused: the
+/// supervisor's, root's) a plugin in `CODEX_HOME`'s cache and a `config.toml` enabling it.
+const PLANT_PLUGIN: &str = r#"plugin() { mkdir -p "$1/.codex-plugin" "$1/skills/planted"; echo '{"name": "planted"}' > "$1/.codex-plugin/plugin.json"; printf -- '---\nname: planted\ndescription: PLANTED_PLUGIN_SKILL\n---\nx\n' > "$1/skills/planted/SKILL.md"; echo '{"mcpServers": {"plantedmcp": {"command": "sh", "args": ["-c", "echo PLANTED_MCP_RAN > /tmp/planted-mcp"]}}}' > "$1/.mcp.json"; }
+market='{"name": "planted-market", "plugins": [{"name": "planted", "source": {"source": "local", "path": "./plugins/planted"}}]}'
+plugin plugins/planted; mkdir -p .agents/plugins; echo "$market" > .agents/plugins/marketplace.json
+mkdir -p .codex; printf '[plugins."planted@planted-market"]\nenabled = true\n' > .codex/config.toml
+plugin "$HOME/plugins/planted"; mkdir -p "$HOME/.agents/plugins"; echo "$market" > "$HOME/.agents/plugins/marketplace.json"
+plugin "$CODEX_HOME/plugins/cache/pitcrew/planted/local" 2>/dev/null || echo "codex-home cache refused"
+printf '[plugins."planted@pitcrew"]\nenabled = true\n' >> "$CODEX_HOME/config.toml" 2>/dev/null || echo "config.toml refused"
+plugin "$CODEX_HOME/plugins/cache/pitcrew/probe-codex/0-planted" 2>/dev/null || echo "version dir refused"
+echo planted"#;
+
+/// A verified Codex plugin is loaded from the copy the supervisor made in Codex's plugin cache:
+/// its MCP server runs as the agent's uid under pitcrew's confinement and its tool reaches the
+/// model; its skill does not (Codex's skill list stays off). The record names the plugin.
+/// What iteration 1 plants (a marketplace and plugin in the repository and `HOME`, a project
+/// config enabling it, writes to `CODEX_HOME`'s cache and `config.toml`, refused) loads nothing
+/// in iteration 2, where the verified plugin's tool is there again.
+#[test]
+fn attack_leftovers__a_plugin_planted_by_codex_never_loads_and_the_verified_one_does() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PLANT_PLUGIN, "echo second"],
+        exec,
+    ));
+    let fx = fixture(&server, 2);
+    add_codex_plugin(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.lines().any(|l| l == "planted"), "{planted}");
+    for refused in [
+        "codex-home cache refused",
+        "config.toml refused",
+        "version dir refused",
+    ] {
+        assert!(planted.contains(refused), "{planted}");
+    }
+    for (i, request) in requests.iter().enumerate() {
+        let tools = request["tools"].to_string();
+        assert!(
+            tools.contains("VERIFIED_MCP_TOOL uid=65534 nnp=1"),
+            "{i}: {tools}"
+        );
+        let all = format!("{}\n{tools}", model_visible(request));
+        assert!(!all.contains("VERIFIED_PLUGIN_SKILL"), "{i}: {all}");
+        if i >= 2 {
+            assert!(
+                !all.contains("PLANTED_") && !all.contains("plantedmcp"),
+                "{i}: {all}"
+            );
+        }
+    }
+    for n in [1, 2] {
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(
+            record["codex_config"]["plugins"],
+            json!(["probe-codex@pitcrew"]),
+            "{record:#}"
+        );
+        let argv = record["agent"]["argv"].to_string();
+        assert!(
+            !argv.contains("--ignore-user-config") && !argv.contains("\"plugins\""),
+            "{argv}"
+        );
+    }
+}
+
+/// A verified Codex plugin's hook (`hooks/hooks.json`) runs, as the agent's uid, without a
+/// pinned `hooks.json`: it blocks the command the model asks for, and Codex tells the model why.
+#[test]
+fn a_verified_codex_plugins_hook_blocks_a_command_and_codex_hears_why() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &["echo PLUGIN_FORBIDDEN"],
+        exec,
+    ));
+    let fx = fixture(&server, 1);
+    add_codex_plugin(&fx);
+    let (code, doc) = fx.run_status();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let requests = server.requests();
+    let heard = last_tool_result(requests.last().unwrap()).unwrap_or_default();
+    assert!(
+        heard.contains("blocked by the plugin's hook uid=65534"),
+        "{heard}"
+    );
+}
+
+/// The real Codex CLI of the production image (`scripts/build-image codex`: its static binary
+/// from the npm package inside the image, nothing of the host's mounted) in a container podman
+/// creates without a network: two iterations against the model server on the host, reached
+/// through pitcrew with the harness's default network (`OPENAI_BASE_URL`'s `127.0.0.1:PORT`),
+/// the API key passed by name and kept on the host, the command run as the agent's uid under
+/// `NoNewPrivs` and pitcrew's seccomp filter, and no container left afterwards.
+#[test]
+fn codex_in_the_production_image_under_podman() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "exec_command",
+        &[PROBE, PROBE],
+        exec,
+    ));
+    server.require_key(KEY);
+    let fx = fixture(&server, 2);
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("codex");
+    let env = engine.env_with(&[("OPENAI_API_KEY", KEY)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = pitcrew_run(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            "podman",
+            "--image",
+            &image,
+            "--pass-env",
+            "OPENAI_API_KEY",
+        ],
+        &env,
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    for n in [1, 2] {
+        let probe = last_tool_result(&requests[2 * n - 1]).unwrap_or_default();
+        assert!(
+            probe.lines().any(|l| l == "65534"),
+            "iteration {n}: {probe}"
+        );
+        assert!(!probe.contains(KEY), "iteration {n}: {probe}");
+        assert!(probe.contains("NoNewPrivs:\t1"), "iteration {n}: {probe}");
+        assert!(probe.contains("Seccomp:\t2"), "iteration {n}: {probe}");
+        let record = read_json(&iteration_dir(&doc, n).join("result.json"));
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        assert_eq!(
+            record["verification"]["agent"]["version"], CODEX_VERSION,
+            "{record:#}"
+        );
+        let conns = record["network"]["connections"].as_array().cloned();
+        let conns = conns.unwrap_or_default();
+        assert!(
+            !conns.is_empty()
+                && conns.iter().all(|c| c["via"] == "model"
+                    && c["allowed"] == true
+                    && c["injected"] == json!(["OPENAI_API_KEY"])),
+            "{record:#}"
+        );
+    }
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
+}
+
+/// Why `skills:` stays refused for Codex 0.169.1, run by hand outside pitcrew (`codex debug
+/// prompt-input` prints what the model is given, and asks no model): with its skill list on, a
+/// plugin's skill (Codex's only way to be given a skill from a place of pitcrew's) is listed
+/// beside the skills a repository's `.codex/skills` and `.agents/skills` hold, and
+/// `[[skills.config]]` naming those directories turns none of them off; with the list off
+/// (`skills.include_instructions=false`, as pitcrew runs it) none is listed.
+#[test]
+fn control_codex_lists_a_repositorys_skills_beside_a_plugins_whenever_its_skill_list_is_on() {
+    if !gate() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (home, codex_home, repo) = (
+        dir.path().join("home"),
+        dir.path().join("codex-home"),
+        dir.path().join("repo"),
+    );
+    let skill = |at: PathBuf, name: &str, marker: &str| {
+        fs::create_dir_all(at.join(name)).unwrap();
+        fs::write(
+            at.join(name).join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {marker}\n---\nbody\n"),
+        )
+        .unwrap();
+    };
+    let plugin = codex_home.join("plugins/cache/pitcrew/given/local");
+    fs::create_dir_all(plugin.join(".codex-plugin")).unwrap();
+    fs::write(
+        plugin.join(".codex-plugin/plugin.json"),
+        r#"{"name": "given"}"#,
+    )
+    .unwrap();
+    skill(plugin.join("skills"), "given", "GIVEN_PLUGIN_SKILL");
+    skill(repo.join(".codex/skills"), "repo-codex", "REPO_CODEX_SKILL");
+    skill(
+        repo.join(".agents/skills"),
+        "repo-agents",
+        "REPO_AGENTS_SKILL",
+    );
+    fs::create_dir_all(&home).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    let config = format!(
+        "[plugins.\"given@pitcrew\"]\nenabled = true\n\
+         [[skills.config]]\npath = \"{0}/.codex/skills\"\nenabled = false\n\
+         [[skills.config]]\npath = \"{0}/.agents/skills\"\nenabled = false\n",
+        repo.display()
+    );
+    fs::write(codex_home.join("config.toml"), config).unwrap();
+    let listed = |extra: &[&str]| -> String {
+        let out = std::process::Command::new("codex")
+            .args([
+                "debug",
+                "prompt-input",
+                "-c",
+                "skills.bundled.enabled=false",
+            ])
+            .args(extra)
+            .arg("hi")
+            .current_dir(&repo)
+            .env("HOME", &home)
+            .env("CODEX_HOME", &codex_home)
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let on = listed(&[]);
+    for marker in [
+        "GIVEN_PLUGIN_SKILL",
+        "REPO_CODEX_SKILL",
+        "REPO_AGENTS_SKILL",
+    ] {
+        assert!(on.contains(marker), "{marker}: {on}");
+    }
+    let off = listed(&["-c", "skills.include_instructions=false"]);
+    assert!(!off.contains("_SKILL"), "{off}");
 }

@@ -4,6 +4,11 @@
 //! (a mirror of an allowed loopback endpoint, the `CONNECT` proxy for names), every attempt in
 //! the record; and attacks from the agent's side, each ending in a refusal.
 //!
+//! A *networked* sandbox is one the local engine started for a `network: open` harness: it
+//! shares this machine's network namespace (`eth0` and all), and a later `none` or `allow`
+//! harness run in it (`--sandbox ID`) gets the agent a namespace of its own
+//! ([`probe_networked`]).
+//!
 //! Needs root, PID namespaces and python3; skipped otherwise, or a failure with
 //! `PITCREW_REQUIRE_E2E=1`.
 
@@ -16,7 +21,12 @@ use std::net::{TcpListener, TcpStream};
 /// An echo server on the host's 127.0.0.1: each connection gets back what it sent, once the
 /// client finished writing. Returns its port.
 fn echo_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    echo_server_on("127.0.0.1")
+}
+
+/// [`echo_server`] on `addr` (`0.0.0.0`: every address of this machine's).
+fn echo_server_on(addr: &str) -> u16 {
+    let listener = TcpListener::bind((addr, 0)).expect("bind");
     let port = listener.local_addr().expect("addr").port();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -90,6 +100,47 @@ fn probe(network: &str, cases: &str) -> Option<(Value, Value)> {
     assert_eq!(code, Some(0), "{doc:#}\n{record:#}");
     let probe = read_json(&dir.join("output/probe.json"));
     Some((probe, record))
+}
+
+/// [`probe`] in a networked sandbox: one the local engine started for a `network: open`
+/// harness (this machine's network namespace), kept, then given the probe's harness under
+/// `network` (its second iteration). `None` when the prerequisites are missing.
+fn probe_networked(network: &str, cases: &str) -> Option<(Value, Value)> {
+    if !require_pid_namespaces()
+        || !pitcrew_e2e::prerequisite(
+            outside_address().is_some(),
+            "needs a network interface besides lo with an address (a sandbox with this \
+             machine's network has nothing to keep the agent from otherwise)",
+        )
+    {
+        return None;
+    }
+    let fx = LocalFixture::new("true\n", 1, "network: open\n", false);
+    let h = fx.harness.to_str().expect("utf-8 path");
+    let kept = fx.output(&["run", h, "--json", "--keep"]);
+    let doc: Value = serde_json::from_slice(&kept.stdout).expect("json");
+    assert!(kept.status.success(), "{doc:#}");
+    let id = doc["sandbox"].as_str().expect("sandbox id").to_string();
+    let code =
+        format!("{PRELUDE}\n{cases}\nopen('output/probe.json', 'w').write(json.dumps(res))\n");
+    let script = format!("mkdir -p output\npython3 - <<'PROBE'\n{code}PROBE\n");
+    let extra = format!("keep_output: true\n{network}");
+    let harness = pitcrew_e2e::write_command_harness(&fx.root, &script, 1, "60s", false, &extra);
+    let (code, doc) = pitcrew_run_status(&harness, &fx.state, &["--sandbox", &id], &[]);
+    let _ = fx.output(&["down", &id]);
+    let dir = iteration_dir(&doc, 2);
+    let record = read_json(&dir.join("result.json"));
+    assert_eq!(code, Some(0), "{doc:#}\n{record:#}");
+    let probe = read_json(&dir.join("output/probe.json"));
+    Some((probe, record))
+}
+
+/// An address of this machine's on an interface other than `lo` (the source address it would
+/// use towards a public address; a UDP `connect` sends nothing), if it has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
 }
 
 /// The record's connections.
@@ -273,53 +324,141 @@ fn attack_egress__a_flood_of_connections_is_bounded_and_named() {
     assert!(conns.iter().filter(|c| c["allowed"] == true).count() <= 64);
 }
 
+/// The probe's cases of a network namespace with loopback only: its interfaces and routes,
+/// direct TCP to this machine's outside address and to a port of its loopback the policy does
+/// not allow, UDP, DNS, IPv6, and an abstract Unix socket bound in the sandbox's namespace.
+fn isolation_cases(
+    outside: Option<std::net::IpAddr>,
+    loopback_port: u16,
+    abstract_name: &str,
+) -> String {
+    let outside = outside.map(|ip| ip.to_string()).unwrap_or_default();
+    format!(
+        "res['dev'] = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n\
+         res['routes'] = len(open('/proc/net/route').read().splitlines()) - 1\n\
+         res['outside'] = err(lambda: socket.create_connection(('{outside}', {loopback_port}), timeout=5)) if '{outside}' else 'ENETUNREACH'\n\
+         res['loopback'] = err(lambda: socket.create_connection(('127.0.0.1', {loopback_port}), timeout=5))\n\
+         def udp():\n    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    u.sendto(b'x', ('8.8.8.8', 53))\n\
+         res['udp'] = err(udp)\n\
+         def dns():\n    try:\n        socket.getaddrinfo('example.com', 443)\n        return 'resolved'\n    except socket.gaierror:\n        return 'gaierror'\n\
+         res['dns'] = dns()\n\
+         def v6():\n    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n    s.settimeout(5)\n    s.connect(('2606:4700::1111', 443))\n\
+         res['ipv6'] = err(v6)\n\
+         def abstract():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.connect('\\0{abstract_name}')\n\
+         res['abstract'] = err(abstract)\n"
+    )
+}
+
+/// What [`isolation_cases`] must find: nothing but the agent's own loopback.
+fn assert_isolated(probe: &Value) {
+    assert_eq!(probe["dev"], serde_json::json!(["lo"]), "{probe:#}");
+    assert_eq!(probe["routes"], 0, "{probe:#}");
+    assert_eq!(probe["outside"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["loopback"], "ECONNREFUSED", "{probe:#}");
+    assert_eq!(probe["udp"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["dns"], "gaierror", "{probe:#}");
+    assert_eq!(probe["ipv6"], "ENETUNREACH", "{probe:#}");
+    assert_eq!(probe["abstract"], "ECONNREFUSED", "{probe:#}");
+}
+
+/// A listener on an abstract Unix socket name in this process's network namespace (the
+/// networked sandbox's): its name, and whether anyone connected when asked.
+fn abstract_listener() -> (String, std::os::unix::net::UnixListener) {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let name = format!("pitcrew-egress-abstract-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name");
+    let listener = UnixListener::bind_addr(&addr).expect("bind abstract");
+    listener.set_nonblocking(true).expect("nonblocking");
+    (name, listener)
+}
+
+/// `network: none` in a sandbox that has this machine's network: the agent runs in a network
+/// namespace of its own with loopback only (the record says `namespace: agent`), and nothing of
+/// the sandbox's network reaches it: not its interfaces, its loopback, its abstract sockets.
 #[test]
-fn a_sandbox_with_the_hosts_network_refuses_none_before_launch_naming_its_interfaces() {
-    if !require_pid_namespaces() {
+fn attack_egress__in_a_networked_sandbox_none_gets_the_agent_a_namespace_with_loopback_only() {
+    let (name, listener) = abstract_listener();
+    let port = echo_server_on("0.0.0.0");
+    let cases = isolation_cases(outside_address(), port, &name);
+    let Some((probe, record)) = probe_networked("network: none\n", &cases) else {
         return;
-    }
-    // With `network: open` the local engine shares this machine's network.
-    let fx = LocalFixture::new(
-        "mkdir -p output && echo started > output/ran\n",
-        1,
-        "",
-        false,
-    );
-    let text = std::fs::read_to_string(&fx.harness).expect("harness");
-    let open = fx.root.join("open.yaml");
-    std::fs::write(&open, format!("{text}network: open\n")).expect("write");
-    let h = open.to_str().expect("utf-8 path");
-    let kept = fx.output(&["run", h, "--json", "--keep"]);
+    };
+    assert_isolated(&probe);
     assert!(
-        kept.status.success(),
-        "{}",
-        String::from_utf8_lossy(&kept.stderr)
+        listener.accept().is_err(),
+        "the abstract socket was reached"
     );
-    let doc: Value = serde_json::from_slice(&kept.stdout).expect("json");
-    let id = doc["sandbox"].as_str().expect("sandbox id").to_string();
-    let others = std::fs::read_to_string("/proc/net/dev")
-        .unwrap_or_default()
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
-        .any(|n| n != "lo");
-    let with_none = fx.root.join("none.yaml");
-    std::fs::write(&with_none, format!("{text}network: none\n")).expect("write");
-    let (code, doc) = pitcrew_run_status(&with_none, &fx.state, &["--sandbox", &id], &[]);
-    let _ = fx.output(&["down", &id]);
-    if !others {
-        // A machine whose own namespace has loopback only: nothing to refuse.
-        assert_eq!(code, Some(0), "{doc:#}");
+    assert_eq!(record["network"]["mode"], "none", "{record:#}");
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert!(connections(&record).is_empty());
+}
+
+/// `network: allow` in a sandbox that has this machine's network: the agent's allowed
+/// connections go through the listeners in its own namespace (a mirror, the proxy) and are
+/// carried by the host, every one recorded; everything else finds no route.
+#[test]
+fn attack_egress__in_a_networked_sandbox_allow_reaches_only_what_is_allowed_through_pitcrew() {
+    let (name, listener) = abstract_listener();
+    let mirrored = echo_server();
+    let named = echo_server();
+    let unlisted = echo_server_on("0.0.0.0");
+    let network = format!("network:\n  allow: [\"127.0.0.1:{mirrored}\", \"localhost:{named}\"]\n");
+    let cases = format!(
+        "res['mirror'] = echo_via(('127.0.0.1', {mirrored}), b'hello mirror')\n\
+         res['proxy'] = proxy('localhost', {named})\n\
+         res['refused'] = proxy('localhost', {unlisted})\n{}",
+        isolation_cases(outside_address(), unlisted, &name)
+    );
+    let Some((probe, record)) = probe_networked(&network, &cases) else {
         return;
-    }
-    // The sandbox's second iteration.
-    let record = read_json(&iteration_dir(&doc, 2).join("result.json"));
-    assert_eq!(code, Some(125), "{doc:#}");
-    assert_eq!(record["exit_code"], 125, "{record:#}");
-    let reason = record["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("interfaces besides lo"), "{reason}");
-    assert!(reason.contains("network: open"), "{reason}");
-    assert!(!iteration_dir(&doc, 2).join("output/ran").exists());
+    };
+    assert_eq!(probe["mirror"], "hello mirror", "{probe:#}");
+    assert_eq!(probe["proxy"][0], "200", "{probe:#}");
+    assert_eq!(probe["proxy"][1], "through the proxy", "{probe:#}");
+    assert_eq!(probe["refused"][0], "403", "{probe:#}");
+    assert_isolated(&probe);
+    assert!(
+        listener.accept().is_err(),
+        "the abstract socket was reached"
+    );
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 3, "{conns:#?}");
+    assert_eq!(
+        (conns[0]["via"].as_str(), conns[0]["allowed"].as_bool()),
+        (Some("mirror"), Some(true))
+    );
+    assert_eq!(conns[0]["bytes_up"], 12, "{conns:#?}");
+    assert_eq!(
+        (conns[1]["via"].as_str(), conns[1]["allowed"].as_bool()),
+        (Some("proxy"), Some(true))
+    );
+    assert_eq!(conns[2]["allowed"], false, "{conns:#?}");
+}
+
+/// In a networked sandbox too, a process the agent leaves behind gets nothing once the
+/// iteration ended: it is reaped, and the listeners it would connect to are gone with the
+/// agent's namespace.
+#[test]
+fn attack_egress__in_a_networked_sandbox_a_leftover_process_connects_to_nothing() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    let cases = format!(
+        "import subprocess\n\
+         subprocess.Popen(['python3', '-c', 'import socket, time\\ntime.sleep(1)\\nsocket.create_connection((\"127.0.0.1\", {port}), timeout=5)\\nopen(\"output/late\", \"w\").write(\"connected\")'], start_new_session=True)\n\
+         res['started'] = True\n"
+    );
+    let Some((probe, record)) = probe_networked(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["started"], true);
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert!(connections(&record).is_empty(), "{record:#}");
+    assert!(
+        record["reaped"]["after"].as_u64().unwrap_or(0) >= 1,
+        "{record:#}"
+    );
 }
 
 /// `network: {platform: openshell}` names the platform's own egress policy: pitcrew takes the
@@ -399,6 +538,24 @@ fn loopback_name() -> Option<String> {
 
 #[test]
 fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_host() {
+    loopback_behind_a_name(probe, "");
+}
+
+#[test]
+fn attack_egress__in_a_networked_sandbox_an_allowed_name_resolving_to_loopback_is_refused() {
+    loopback_behind_a_name(probe_networked, "");
+}
+
+#[test]
+fn attack_egress__from_sandbox_an_allowed_name_resolving_to_loopback_is_refused_by_the_supervisor()
+{
+    loopback_behind_a_name(probe_networked, "  from: sandbox\n");
+}
+
+/// An allowed name that resolves to a loopback address is refused by whoever dials it, the
+/// refusal named in the proxy's answer and the record (`run`: [`probe`] or
+/// [`probe_networked`]; `from`: more of the `network:` mapping, `from: sandbox` or nothing).
+fn loopback_behind_a_name(run: fn(&str, &str) -> Option<(Value, Value)>, from: &str) {
     let name = loopback_name();
     if !pitcrew_e2e::prerequisite(
         name.is_some(),
@@ -408,11 +565,16 @@ fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_ho
     }
     let name = name.unwrap_or_default();
     let port = echo_server();
-    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n");
+    let network = format!("network:\n  allow: [\"{name}:{port}\"]\n{from}");
     let cases = format!("res['via_name'] = proxy('{name}', {port})\n");
-    let Some((probe, record)) = probe(&network, &cases) else {
+    let Some((probe, record)) = run(&network, &cases) else {
         return;
     };
+    let dialler = (!from.is_empty()).then_some("sandbox");
+    assert_eq!(
+        record["network"]["connections"][0]["from"].as_str(),
+        dialler
+    );
     assert_eq!(probe["via_name"][0], "502", "{probe:#}");
     let body = probe["via_name"][1].as_str().unwrap_or_default();
     assert!(body.contains("a loopback address"), "{body}");
@@ -423,6 +585,78 @@ fn attack_egress__an_allowed_name_that_resolves_to_loopback_is_refused_by_the_ho
         .as_str()
         .unwrap_or_default()
         .contains("list that address itself"));
+}
+
+/// `allow … from: sandbox` in a networked sandbox: the supervisor dials the allowed
+/// connections itself, from the sandbox's namespace (here this machine's), and relays them
+/// between the agent's own namespace and the endpoint; each is recorded with `from: sandbox`,
+/// the refused ones too.
+#[test]
+fn allow_from_sandbox_in_a_networked_sandbox_is_dialled_by_the_supervisor() {
+    let mirrored = echo_server();
+    let named = echo_server();
+    let network = format!(
+        "network:\n  allow: [\"127.0.0.1:{mirrored}\", \"localhost:{named}\"]\n  from: sandbox\n"
+    );
+    let cases = format!(
+        "res['mirror'] = echo_via(('127.0.0.1', {mirrored}), b'hello mirror')\n\
+         res['proxy'] = proxy('localhost', {named}, b'x' * 300000)\n\
+         res['refused'] = proxy('example.com', 443)\n"
+    );
+    let Some((probe, record)) = probe_networked(&network, &cases) else {
+        return;
+    };
+    assert_eq!(probe["mirror"], "hello mirror", "{probe:#}");
+    assert_eq!(probe["proxy"][0], "200", "{probe:#}");
+    assert_eq!(
+        probe["proxy"][1].as_str().map(str::len),
+        Some(300_000),
+        "more than a window each way"
+    );
+    assert_eq!(probe["refused"][0], "403", "{probe:#}");
+    let network = &record["network"];
+    assert_eq!(network["from"], "sandbox", "{network:#}");
+    assert_eq!(network["namespace"], "agent", "{network:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 3, "{conns:#?}");
+    // Dialled by the supervisor; the third was refused by the policy before any dial.
+    assert!(
+        conns[..2].iter().all(|c| c["from"] == "sandbox"),
+        "{conns:#?}"
+    );
+    assert_eq!(conns[0]["allowed"], true, "{conns:#?}");
+    assert_eq!(conns[0]["bytes_down"], 12, "{conns:#?}");
+    assert_eq!(conns[1]["allowed"], true, "{conns:#?}");
+    assert_eq!(conns[1]["bytes_up"], 300_000, "{conns:#?}");
+    assert_eq!(conns[2]["allowed"], false, "{conns:#?}");
+}
+
+/// `allow … from: sandbox` in a sandbox without a network (the local engine's own namespace):
+/// the supervisor dials from there, where this machine's loopback servers are not, so the
+/// allowed endpoint is refused, named in the record; and the agent still runs in a namespace of
+/// its own (the supervisor never dials one of its own listeners).
+#[test]
+fn attack_egress__from_sandbox_dials_from_the_sandboxs_namespace_not_the_hosts() {
+    let port = echo_server();
+    let network = format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n  from: sandbox\n");
+    let cases = format!(
+        "try:\n    res['mirror'] = echo_via(('127.0.0.1', {port}), b'x')\n\
+         except OSError as e:\n    res['mirror'] = errno.errorcode.get(e.errno, str(e))\n"
+    );
+    let Some((probe, record)) = probe(&network, &cases) else {
+        return;
+    };
+    assert_ne!(probe["mirror"], "x", "{probe:#}");
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    let conns = connections(&record);
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    assert_eq!(conns[0]["allowed"], false, "{conns:#?}");
+    assert_eq!(conns[0]["from"], "sandbox", "{conns:#?}");
+    let reason = conns[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("dialling 127.0.0.1:{port} failed")),
+        "{reason}"
+    );
 }
 
 /// A server on the host's 127.0.0.1 that reads what arrives once and closes: a TLS client
@@ -441,8 +675,19 @@ fn closing_server() -> u16 {
 
 #[test]
 fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_cut() {
+    tls_for_another_name(probe, "");
+}
+
+#[test]
+fn attack_egress__from_sandbox_a_connect_carrying_tls_for_another_name_is_cut() {
+    tls_for_another_name(probe_networked, "  from: sandbox\n");
+}
+
+/// A `CONNECT` to an allowed name whose TLS ClientHello names another server is cut before
+/// its first byte leaves, whoever dials (`run`, `from` as for [`loopback_behind_a_name`]).
+fn tls_for_another_name(run: fn(&str, &str) -> Option<(Value, Value)>, from: &str) {
     let port = closing_server();
-    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n");
+    let network = format!("network:\n  allow: [\"localhost:{port}\"]\n{from}");
     // The same CONNECT twice: a ClientHello for the allowed name, then one for another.
     let cases = format!(
         "import ssl\n\
@@ -460,7 +705,7 @@ fn attack_egress__a_connect_to_an_allowed_name_carrying_tls_for_another_name_is_
          res['same'] = hello('localhost')\n\
          res['other'] = hello('evil.example.com')\n"
     );
-    let Some((probe, record)) = probe(&network, &cases) else {
+    let Some((probe, record)) = run(&network, &cases) else {
         return;
     };
     assert_eq!(probe["same"], "ended", "{probe:#}");
@@ -654,4 +899,53 @@ fn attack_egress__a_host_unix_socket_under_run_is_out_of_reach() {
         record_open["network"].get("hidden").is_none(),
         "{record_open:#}"
     );
+}
+
+/// A podman container with a network (podman's default bridge) and podman's default
+/// capabilities, which leave out `CAP_SYS_ADMIN`: the supervisor cannot make the agent a
+/// network namespace of its own, so `network: allow` is refused before launch (125), the
+/// errno and the way out named in the record; the agent never runs.
+#[test]
+fn attack_egress__a_podman_container_with_a_network_and_no_cap_sys_admin_refuses_allow() {
+    use pitcrew_e2e::container::{containers_conf, podman_usable, Container};
+    if !pitcrew_e2e::prerequisite(
+        podman_usable(),
+        "needs root, podman and busybox-static (.ci/run installs them)",
+    ) {
+        return;
+    }
+    let container = Container::start(&["--network=podman"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let harness = pitcrew_e2e::write_command_harness(
+        root,
+        "mkdir -p output && echo ran > output/ran\n",
+        1,
+        "60s",
+        false,
+        "network:\n  allow: [\"example.com:443\"]\n",
+    );
+    let (code, doc) = pitcrew_run_status(
+        &harness,
+        root,
+        &["--engine", "exec", "--sandbox", &container.name],
+        &[(
+            "CONTAINERS_CONF",
+            containers_conf().to_str().expect("utf-8"),
+        )],
+    );
+    assert_eq!(code, Some(125), "{doc:#}");
+    let dir = iteration_dir(&doc, 1);
+    let record = read_json(&dir.join("result.json"));
+    assert_eq!(record["exit_code"], 125, "{record:#}");
+    let reason = record["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("interfaces besides lo"), "{reason}");
+    assert!(
+        reason.contains("unshare(CLONE_NEWNET): EPERM") && reason.contains("CAP_SYS_ADMIN"),
+        "{reason}"
+    );
+    assert!(reason.contains("network: open"), "{reason}");
+    assert!(!dir.join("output/ran").exists());
 }

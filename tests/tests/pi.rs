@@ -2422,6 +2422,172 @@ fn model_key_stays_on_the_host(pi: Pi) {
     assert!(route.get("base_url_env").is_none(), "{route:#}");
 }
 
+/// pi's pinned `models.json` sends its provider to the scripted server, and the harness names
+/// its `network:` (so no mirror carries the model): the host rewrites the provider's `baseUrl`
+/// in the pinned file to the supervisor's model listener, at the port it chose, and pins the
+/// rewritten bytes. pi reads the rewritten file, its requests reach the listener, and the host
+/// adds the key kept on the host and sends them on; a bash step finds the key nowhere; the
+/// record names the route, the harness's own file by its SHA-256, and no key.
+fn rewritten_models_json_key(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        secret_probes(),
+        |c| json!({ "command": c }),
+    ));
+    server.require_key(secret());
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: [bash]");
+    let root = fx.harness.parent().unwrap().to_path_buf();
+    let reference = if pi.prefixed {
+        "\"$SCRIPTED_MODEL_KEY\""
+    } else {
+        "\"SCRIPTED_MODEL_KEY\""
+    };
+    let models = models_json(&server).replace("\"dummy-key\"", reference);
+    fs::write(root.join("config/models.json"), &models).unwrap();
+    let endpoint = server.base_url().replace("http://", "").replace("/v1", "");
+    let yaml = fs::read_to_string(&fx.harness).unwrap()
+        + &format!("network:\n  allow: [\"{endpoint}\"]\n");
+    fs::write(&fx.harness, yaml).unwrap();
+    let doc = fx.run(
+        &["--pass-env", "SCRIPTED_MODEL_KEY"],
+        &[("SCRIPTED_MODEL_KEY", secret())],
+    );
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let results = server.tool_results();
+    let out = results.first().expect("the probe's result");
+    assert!(
+        out.contains("KEY=pitcrew-placeholder-SCRIPTED_MODEL_KEY"),
+        "{out}"
+    );
+    assert!(out.contains("SCAN_DONE rc="), "{out}");
+    assert!(
+        !out.contains("SCAN_DONE rc=124"),
+        "the scan timed out: {out}"
+    );
+    assert!(!out.contains("FOUND"), "the key is in the sandbox: {out}");
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let route = &record["network"]["model"];
+    assert_eq!(route["pi_provider"], "mock", "{route:#}");
+    assert_eq!(route["upstream"], endpoint, "{route:#}");
+    assert_eq!(
+        route["rewritten_models_json"]["harness_sha256"],
+        sha256_of(&models),
+        "{route:#}"
+    );
+    let port = route["rewritten_models_json"]["port"].as_u64().unwrap();
+    assert_eq!(
+        route["listener"],
+        format!("http://127.0.0.1:{port}"),
+        "{route:#}"
+    );
+    let conns = record["network"]["connections"].as_array().unwrap();
+    assert!(!conns.is_empty(), "{:#}", record["network"]);
+    assert!(
+        conns.iter().all(|c| c["via"] == "model"
+            && c["allowed"] == true
+            && c["injected"] == json!(["SCRIPTED_MODEL_KEY"])),
+        "{:#}",
+        record["network"]
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(
+        pitcrew_e2e::files_holding(&run_dir, secret().as_bytes()),
+        Vec::<PathBuf>::new(),
+        "the records hold the key"
+    );
+}
+
+each_pi_named!(rewritten_models_json_key:
+    attack_secrets__a_pinned_models_json_key_stays_on_the_host_through_the_rewritten_file_pi_0_73_1,
+    attack_secrets__a_pinned_models_json_key_stays_on_the_host_through_the_rewritten_file_pi_0_87_1,
+    attack_secrets__a_pinned_models_json_key_stays_on_the_host_through_the_rewritten_file_pi_1_6_0
+);
+
+/// pi's pinned `models.json` sends its provider to an `https://` gateway: the host rewrites
+/// the provider's `baseUrl` to the model listener and is to send each request to the gateway
+/// over TLS with the key. Offline the gateway cannot be reached: the test shows the route up
+/// to the host's connection (pi's request arrives at the listener and is carried as a model
+/// connection to the gateway), and the key in no record.
+fn rewritten_https_models_json(pi: Pi) {
+    if !pi.gate() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = dir.path().join("harness.yaml");
+    let key = if pi.prefixed { "$GW_KEY" } else { "GW_KEY" };
+    let models = format!(
+        "{:#}\n",
+        json!({"providers": {"gw": {
+            "baseUrl": "https://models.pitcrew-gateway.invalid/v1",
+            "api": "openai-completions",
+            "apiKey": key,
+            "models": [{"id": "m", "name": "M", "reasoning": false, "input": ["text"],
+                "contextWindow": 32000, "maxTokens": 1024,
+                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}],
+        }}})
+    );
+    fs::write(dir.path().join("models.json"), &models).unwrap();
+    fs::write(
+        &harness,
+        format!(
+            "runtime: pi\nprompt: hi\nagent:\n  binary: {}\n  model: gw/m\nadapters:\n  - path: models.json\n    role: config\ntimeout: 10s\n",
+            pi.binary()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("model key:"), "{out}");
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let path = pi.path();
+    let mut env = vec![("GW_KEY", secret())];
+    if let Some(path) = &path {
+        env.push(("PATH", path));
+    }
+    let (_, doc) = pitcrew_run_status(&harness, &state, &["--pass-env", "GW_KEY"], &env);
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let route = &record["network"]["model"];
+    assert_eq!(route["pi_provider"], "gw", "{route:#}");
+    assert_eq!(
+        route["upstream"], "models.pitcrew-gateway.invalid:443",
+        "{route:#}"
+    );
+    assert_eq!(route["credentials"], json!(["GW_KEY"]), "{route:#}");
+    assert_eq!(
+        route["rewritten_models_json"]["harness_sha256"],
+        sha256_of(&models),
+        "{route:#}"
+    );
+    let conns = record["network"]["connections"].as_array().unwrap();
+    assert!(
+        conns.iter().any(|c| c["via"] == "model"),
+        "{:#}",
+        record["network"]
+    );
+    assert_eq!(
+        record["env"]["layers"]["GW_KEY"], "pin",
+        "{:#}",
+        record["env"]
+    );
+    let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap());
+    assert_eq!(
+        pitcrew_e2e::files_holding(&run_dir, secret().as_bytes()),
+        Vec::<PathBuf>::new(),
+        "the records hold the key"
+    );
+}
+
+each_pi!(
+    a_pi_key_for_an_https_provider_of_a_pinned_models_json_stays_on_the_host,
+    rewritten_https_models_json
+);
+
 /// pi with a built-in provider over `https://` and no pinned `models.json`: pi reads no
 /// base-URL variable, so the supervisor writes its own `models.json` giving the provider its
 /// model listener as `baseUrl`, and the host is to add the key and send the request to the

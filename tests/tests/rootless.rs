@@ -486,3 +486,89 @@ fn attack_egress__a_rootless_sandbox_reaches_its_allowed_endpoint_and_no_address
     assert_eq!(conns.len(), 1, "{record:#}");
     assert_eq!(conns[0]["bytes_up"], 8);
 }
+
+/// A rootless sandbox with this machine's network (started for `network: open`, kept) runs a
+/// later `network: allow` iteration in a network namespace the supervisor makes for the agent
+/// inside its user namespace: the allowed endpoint is reached through pitcrew's mirror, the
+/// machine's outside address is not, and the record says `namespace: agent`.
+#[test]
+fn attack_egress__a_rootless_networked_sandbox_gets_the_agent_a_namespace_of_its_own() {
+    let Some(user) = gate() else {
+        return;
+    };
+    let outside = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback());
+    if !prerequisite(
+        outside.is_some(),
+        "needs a network interface besides lo with an address",
+    ) {
+        return;
+    }
+    let outside = outside.map(|ip| ip.to_string()).unwrap_or_default();
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for mut stream in listener.incoming().flatten() {
+            let mut got = Vec::new();
+            if stream.read_to_end(&mut got).is_ok() {
+                let _ = stream.write_all(&got);
+            }
+        }
+    });
+    let dir = user_dir(&user);
+    let root = dir.path();
+    let probe = format!(
+        "import errno, socket\n\
+         s = socket.create_connection(('127.0.0.1', {port}), timeout=20)\n\
+         s.sendall(b'rootless'); s.shutdown(socket.SHUT_WR)\n\
+         echoed = s.recv(100).decode()\n\
+         try:\n    socket.create_connection(('{outside}', {port}), timeout=5); direct = 'ok'\n\
+         except OSError as e:\n    direct = errno.errorcode.get(e.errno, str(e))\n\
+         open('output/probe.txt', 'w').write(echoed + ' ' + direct)\n"
+    );
+    write_as(&user, &root.join("workspace/probe.py"), &probe, 0o644);
+    let head =
+        "runtime: command\ncommand: [/bin/sh, -c, \"mkdir -p output && python3 probe.py\"]\n\
+                iterations: 1\ntimeout: 60s\nworkdir: workspace\nkeep_output: true\n";
+    write_as(
+        &user,
+        &root.join("open.yaml"),
+        &format!("{head}network: open\n"),
+        0o644,
+    );
+    let allow = format!("{head}network:\n  allow: [\"127.0.0.1:{port}\"]\n");
+    write_as(&user, &root.join("harness.yaml"), &allow, 0o644);
+    chown_tree(&user, root);
+    let state = root.join("state");
+    let run = |harness: &str, extra: &[&str]| {
+        let path = root.join(harness);
+        let mut args = vec!["run", path.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let out = user.pitcrew(&state, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}); exit {:?}: {stderr}", out.status.code()));
+        assert!(out.status.success(), "{doc:#}\n{stderr}");
+        doc
+    };
+    let kept = run("open.yaml", &["--keep"]);
+    let id = kept["sandbox"].as_str().unwrap().to_string();
+    let doc = run("harness.yaml", &["--sandbox", &id]);
+    let _ = user.pitcrew(&state, &["down", &id]);
+    let run_dir = Path::new(doc["run_dir"].as_str().unwrap()).join("iteration-2");
+    let probe = fs::read_to_string(run_dir.join("output/probe.txt")).unwrap();
+    assert_eq!(probe, "rootless ENETUNREACH");
+    let record = read_json(&run_dir.join("result.json"));
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    let conns = record["network"]["connections"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(conns.len(), 1, "{record:#}");
+    assert_eq!(conns[0]["bytes_up"], 8);
+}

@@ -1,6 +1,6 @@
 //! The host's side of the agent's connections (`network: allow`, feature `network`): the
 //! supervisor asks (`tunnel_open`), this side checks the policy again, resolves the name,
-//! refuses addresses the agent must not reach through a name, dials, and relays the bytes on
+//! refuses addresses the agent must not reach through a name, dials ([`pitcrew_core::egress::address`]), and relays the bytes on
 //! two threads per connection, within the flow-control window of
 //! [`pitcrew_core::protocol::tunnel`].
 //!
@@ -14,6 +14,7 @@
 //! frame under its lock at a time.
 
 use super::upstream::{self, Upstream};
+use pitcrew_core::egress::address;
 use pitcrew_core::manifest::Endpoint;
 use pitcrew_core::model_http::{Credential, RequestRewriter};
 
@@ -21,7 +22,7 @@ use pitcrew_core::manifest::NetworkPolicy;
 use pitcrew_core::protocol::{tunnel, write_frame, Channel, Frame, Request, Response};
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -441,112 +442,6 @@ fn read_socket<W: Write>(
     }
 }
 
-/// Why an address must not be dialled for a name: loopback, link-local (the cloud metadata
-/// address among them), the other clouds' metadata addresses, "this network" (`0.0.0.0/8`),
-/// broadcast, multicast; and an IPv6 address that carries an IPv4 one (IPv4-mapped and
-/// -compatible, NAT64's `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4's `2002::/16`) for what it
-/// carries, since a gateway on the way delivers it there. Teredo (`2001::/32`) hides the address
-/// it carries and is refused whole.
-pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => match embedded_v4(v6) {
-            Some(v4) => forbidden_v4(v4),
-            None => forbidden_v6(v6),
-        },
-    }
-}
-
-fn forbidden_v4(v4: Ipv4Addr) -> Option<&'static str> {
-    match v4 {
-        v4 if v4.is_loopback() => Some("a loopback address"),
-        v4 if v4 == Ipv4Addr::new(169, 254, 169, 254)
-            || v4 == Ipv4Addr::new(100, 100, 100, 200) =>
-        {
-            Some("a cloud metadata address")
-        }
-        v4 if v4.is_link_local() => Some("a link-local address"),
-        v4 if v4.octets()[0] == 0 || v4.is_broadcast() => {
-            Some("an unspecified (0.0.0.0/8) or broadcast address")
-        }
-        v4 if v4.is_multicast() => Some("a multicast address"),
-        _ => None,
-    }
-}
-
-fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
-    let segments = v6.segments();
-    match v6 {
-        v6 if v6.is_loopback() => Some("a loopback address"),
-        v6 if v6.is_unspecified() => Some("an unspecified address"),
-        v6 if v6.is_multicast() => Some("a multicast address"),
-        _ if (segments[0] & 0xffc0) == 0xfe80 => Some("a link-local address"),
-        v6 if v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => {
-            Some("a cloud metadata address")
-        }
-        _ if segments[0] == 0x2001 && segments[1] == 0 => {
-            Some("a Teredo address (the IPv4 address it carries is hidden)")
-        }
-        _ => None,
-    }
-}
-
-/// The IPv4 address an IPv6 one carries to a gateway or a dual stack: IPv4-mapped
-/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, not `::` or `::1`), NAT64 (`64:ff9b::/96`,
-/// `64:ff9b:1::/48` with the address in its last 32 bits) and 6to4 (`2002:AABB:CCDD::/48`).
-fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = v6.segments();
-    let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
-    if let Some(v4) = v6.to_ipv4_mapped() {
-        return Some(v4);
-    }
-    if s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
-        return Some(low(s[6], s[7]));
-    }
-    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) {
-        return Some(low(s[6], s[7]));
-    }
-    if s[0] == 0x2002 {
-        return Some(low(s[1], s[2]));
-    }
-    None
-}
-
-/// The addresses to dial for `host`:`port` under `policy`; `Err` says why none. An address
-/// literal the policy lists is dialled as it is; `localhost` stands for the loopback
-/// addresses; a name's addresses must pass [`forbidden_address`].
-pub fn resolve(policy: &NetworkPolicy, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    if !policy.allows(host, port) {
-        return Err(format!("{host}:{port} is not allowed"));
-    }
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    if host == "localhost" {
-        return Ok(vec![
-            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port),
-            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port),
-        ]);
-    }
-    let found: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|err| format!("{host} does not resolve: {err}"))?
-        .collect();
-    if let Some((addr, why)) = found
-        .iter()
-        .find_map(|a| forbidden_address(a.ip()).map(|why| (a, why)))
-    {
-        return Err(format!(
-            "{host} resolves to {} ({why}); list that address itself to allow it",
-            addr.ip()
-        ));
-    }
-    if found.is_empty() {
-        return Err(format!("{host} has no address"));
-    }
-    Ok(found)
-}
-
 /// Dials `host`:`port` under `policy`, and for a model connection to an `https://` base URL
 /// makes the TLS session.
 fn dial_upstream(
@@ -555,24 +450,11 @@ fn dial_upstream(
     port: u16,
     route: Option<&ModelUpstream>,
 ) -> Result<Upstream, String> {
-    let tcp = dial(policy, host, port)?;
+    let tcp = address::dial(policy, host, port, DIAL_TIMEOUT)?;
     match route {
         Some(m) if m.tls => upstream::tls(tcp, host, DIAL_TIMEOUT),
         _ => Ok(Upstream::Plain(tcp)),
     }
-}
-
-/// Dials `host`:`port` under `policy`.
-fn dial(policy: &NetworkPolicy, host: &str, port: u16) -> Result<TcpStream, String> {
-    let addrs = resolve(policy, host, port)?;
-    let mut last = String::new();
-    for addr in &addrs {
-        match TcpStream::connect_timeout(addr, DIAL_TIMEOUT) {
-            Ok(stream) => return Ok(stream),
-            Err(err) => last = format!("{addr}: {err}"),
-        }
-    }
-    Err(format!("dialling {host}:{port} failed ({last})"))
 }
 
 #[cfg(test)]
@@ -581,9 +463,7 @@ mod tests {
     use std::io::Read;
 
     fn allow(list: &[&str]) -> NetworkPolicy {
-        NetworkPolicy::Allow {
-            allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
-        }
+        NetworkPolicy::allow(list.iter().map(|e| Endpoint::parse(e).unwrap()).collect())
     }
 
     fn written(writer: &Mutex<Vec<u8>>) -> String {
@@ -736,44 +616,6 @@ mod tests {
     }
 
     #[test]
-    fn loopback_link_local_and_metadata_addresses_are_forbidden_for_names() {
-        for bad in [
-            "127.0.0.1",
-            "127.1.2.3",
-            "169.254.169.254",
-            "169.254.1.1",
-            "0.0.0.0",
-            "::1",
-            "::",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "fd00:ec2::254",
-            "224.0.0.1",
-            "0.1.2.3",
-            "100.100.100.200",
-            // IPv6 forms that carry a forbidden IPv4 address to a gateway.
-            "::127.0.0.1",
-            "64:ff9b::169.254.169.254",
-            "64:ff9b:1::a9fe:a9fe",
-            "2002:7f00:1::1",
-            "2002:a9fe:a9fe::",
-            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
-        ] {
-            assert!(forbidden_address(bad.parse().unwrap()).is_some(), "{bad}");
-        }
-        for good in [
-            "93.184.216.34",
-            "10.0.0.1",
-            "2606:4700::1",
-            "64:ff9b::5db8:d822",
-            "2002:5db8:d822::1",
-            "::ffff:93.184.216.34",
-        ] {
-            assert!(forbidden_address(good.parse().unwrap()).is_none(), "{good}");
-        }
-    }
-
-    #[test]
     fn a_dial_called_off_carries_nothing_even_under_its_id_dialled_again() {
         let mut dialling = HashMap::from([(1, 10)]);
         // The supervisor ended connection 1; a later one got the same id and a dial of its own.
@@ -785,19 +627,5 @@ mod tests {
         );
         assert!(take_dial(&mut dialling, 1, 11));
         assert!(!take_dial(&mut dialling, 1, 11));
-    }
-
-    #[test]
-    fn a_listed_literal_is_dialled_and_an_unlisted_one_refused() {
-        let p = allow(&["127.0.0.1:8080", "localhost:9"]);
-        assert_eq!(
-            resolve(&p, "127.0.0.1", 8080).unwrap(),
-            ["127.0.0.1:8080".parse().unwrap()]
-        );
-        assert!(resolve(&p, "127.0.0.1", 8081)
-            .unwrap_err()
-            .contains("not allowed"));
-        assert_eq!(resolve(&p, "localhost", 9).unwrap().len(), 2);
-        assert!(resolve(&p, "169.254.169.254", 80).is_err());
     }
 }

@@ -118,6 +118,25 @@ fn render(class: &PluginClass) -> String {
             }
             out
         }
+        PluginClass::Codex(c) => {
+            let name = serde_json::Value::from(c.name.as_str());
+            let mut out = format!(
+                "codex plugin {} (.codex-plugin/plugin.json)\n",
+                escape_controls(&name.to_string())
+            );
+            let surfaces: Vec<&str> = [
+                (c.has_skills, "skills"),
+                (c.has_hooks, "hooks"),
+                (c.has_mcp, "MCP servers"),
+            ]
+            .into_iter()
+            .filter_map(|(has, what)| has.then_some(what))
+            .collect();
+            if !surfaces.is_empty() {
+                out.push_str(&format!("carries: {}\n", surfaces.join(", ")));
+            }
+            out
+        }
         PluginClass::Opencode(o) => {
             let mut out = format!(
                 "opencode plugin: {}\n",

@@ -111,6 +111,7 @@ pub fn run(args: &DiscoverArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 pi.entries.join(", ")
             ))?,
             Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name))?,
+            Some(PluginClass::Codex(cx)) => line(format!("  codex plugin {:?}", cx.name))?,
             Some(PluginClass::Opencode(o)) => {
                 line(format!("  opencode plugin: {}", o.entries.join(", ")))?
             }

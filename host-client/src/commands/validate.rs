@@ -103,6 +103,9 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
         let what = match &p.class {
             PluginClass::Pi(pi) => format!("pi extension ({}): {}", pi.rule, pi.entries.join(", ")),
             PluginClass::Claude(c) => format!("claude plugin {:?} ({})", c.name, c.manifest),
+            PluginClass::Codex(c) => {
+                format!("codex plugin {:?} (.codex-plugin/plugin.json)", c.name)
+            }
             PluginClass::Opencode(o) => format!("opencode plugin: {}", o.entries.join(", ")),
         };
         let skipped = if p.loaded {
@@ -197,6 +200,7 @@ fn json_report(file: &str, v: &Validated) -> serde_json::Value {
         "runtime": v.harness.as_ref().map(|h| h.runtime.as_str()),
         "network": v.network().map(|n| serde_json::json!({
             "mode": n.policy.mode_name(),
+            "from": n.policy.dial_from().name(),
             "allow": n.policy.allowed().iter().zip(&n.sources).map(|(e, from)| serde_json::json!({
                 "endpoint": e.to_string(), "from": from,
             })).collect::<Vec<_>>(),

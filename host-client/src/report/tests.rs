@@ -434,6 +434,7 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
         bytes_down: 2,
         duration_ms: 3,
         injected: Vec::new(),
+        from: None,
     };
     let allow = NetworkRecord {
         mode: "allow".into(),
@@ -443,7 +444,7 @@ fn the_net_column_counts_allowed_and_refused_attempts_and_says_open_loudly() {
         dropped: 4,
         error: None,
         hidden: vec!["/run".into()],
-        model: None,
+        ..NetworkRecord::default()
     };
     assert_eq!(network_cell(&allow), "2 ok/1 refused (+4 unlisted)");
     let open = NetworkRecord {

@@ -88,6 +88,7 @@ impl Validated {
             let (kind, entries) = match &p.class {
                 PluginClass::Pi(pi) => (TreeKind::PiExtension, pi.entries.clone()),
                 PluginClass::Claude(_) => (TreeKind::ClaudePlugin, Vec::new()),
+                PluginClass::Codex(_) => (TreeKind::CodexPlugin, Vec::new()),
                 PluginClass::Opencode(o) => (TreeKind::OpencodePlugin, o.entries.clone()),
             };
             // A plugin the runtime does not load is still uploaded and verified (it is part of

@@ -334,19 +334,6 @@ impl Checker<'_> {
                     ),
                 );
             }
-            if h.runtime == Runtime::Codex {
-                // No Codex plugin is delivered yet: refused by name rather than skipped, so a
-                // harness never runs without what it names.
-                self.problem(
-                    at,
-                    &field,
-                    format!(
-                        "{}: runtime codex loads no plugin yet (pitcrew turns Codex's plugins \
-                         off); remove it or use runtime pi or claude",
-                        spec.name
-                    ),
-                );
-            }
             if h.runtime == Runtime::Opencode && spec.single_file {
                 // OpenCode is given plugin directories (their plugin modules): refused by name
                 // rather than skipped, so a harness never runs without what it names.
@@ -412,6 +399,29 @@ impl Checker<'_> {
                         );
                     }
                     h.runtime == Runtime::Claude
+                }
+                (PluginClass::Codex(_), _) => {
+                    if !spec.env.is_empty() || !spec.pi_args.is_empty() {
+                        self.problem(
+                            at,
+                            &field,
+                            "a Codex plugin takes no env: or pi: options (Codex would not see them)",
+                        );
+                    }
+                    if h.runtime == Runtime::Codex
+                        && !plugin_format::is_codex_plugin_name(&spec.name)
+                    {
+                        self.problem(
+                            at,
+                            &field,
+                            format!(
+                                "{:?}: Codex takes a plugin's upload name as its plugin name \
+                                 (ASCII letters, digits, `-` and `_`); rename the directory",
+                                spec.name
+                            ),
+                        );
+                    }
+                    h.runtime == Runtime::Codex
                 }
                 (PluginClass::Opencode(o), _) => {
                     if !spec.pi_args.is_empty() {

@@ -37,6 +37,7 @@ mod layout;
 mod model;
 mod network;
 mod overrides;
+mod pi_models_rewrite;
 mod remote;
 mod skill_checks;
 mod units;
@@ -58,10 +59,11 @@ pub use self::model::{
 };
 pub use self::network::{
     network_default, network_for, pi_builtin_route, pi_provider_keys, read_models_json,
-    read_settings_json, url_endpoint, NetworkChoice, PiModelConfig, CLAUDE_API_HOST,
+    read_settings_json, url_endpoint, NetworkChoice, PiModelConfig, PinnedConfig, CLAUDE_API_HOST,
     PI_PROVIDER_HOSTS, PI_PROVIDER_URLS,
 };
 pub use self::overrides::Overrides;
+pub use self::pi_models_rewrite::{rewrite as rewrite_pi_models_json, RewrittenModels};
 pub use self::remote::{
     NoRemoteSources, RemoteKind, RemoteSource, RemoteSources, Resolved, REMOTE_FORM,
 };

@@ -143,7 +143,7 @@ const PI_PROVIDERS_ELSEWHERE: &[&str] = &[
 pub const CLAUDE_API_HOST: &str = "api.anthropic.com";
 
 /// The largest pinned `models.json` or `settings.json` read for the default network.
-const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// What pi's pinned configuration says about where its model requests go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -166,6 +166,21 @@ pub struct PiModelConfig {
     /// variable of that name, when it is set), in provider order, each once.
     #[serde(skip)]
     pub api_key_vars: Vec<String>,
+    /// The host's copy of the pinned `models.json` (read whether or not the harness names its
+    /// `network:`): the host rewrites a provider's `baseUrl` in it to keep that provider's key
+    /// ([`super::pi_models_rewrite`]).
+    #[serde(skip)]
+    pub models_json: Option<PinnedConfig>,
+}
+
+/// A pinned configuration file's bytes, read from the host's copy and checked against the
+/// pinned digest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PinnedConfig {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Their SHA-256 (lowercase hex), the pinned digest.
+    pub sha256: String,
 }
 
 /// The network that applies to a harness.
@@ -195,6 +210,9 @@ impl NetworkChoice {
         }
         if !self.explicit && self.policy.allowed().is_empty() {
             out.push_str(" (the runtime's default)");
+        }
+        if self.policy.dial_from() == crate::manifest::DialFrom::Sandbox {
+            out.push_str("; dialled from the sandbox by its supervisor");
         }
         out
     }
@@ -247,9 +265,7 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     let policy = if allowed.endpoints.is_empty() {
         NetworkPolicy::None
     } else {
-        NetworkPolicy::Allow {
-            allow: allowed.endpoints,
-        }
+        NetworkPolicy::allow(allowed.endpoints)
     };
     NetworkChoice {
         policy,
@@ -462,7 +478,7 @@ fn builtin_host(provider: &str) -> Option<&'static str> {
 /// The endpoints of a pinned `models.json`: each provider's `baseUrl`, each model's and each
 /// model override's.
 pub fn read_models_json(bytes: &[u8]) -> Result<PiModelConfig, String> {
-    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let doc = parse_pi_json(bytes)?;
     let top = doc.as_object().ok_or("not a JSON object")?;
     let mut out = PiModelConfig::default();
     let Some(providers) = top.get("providers") else {
@@ -589,9 +605,87 @@ pub fn api_key_variables(key: &str) -> Vec<String> {
 
 /// `settings.json`'s `defaultProvider`.
 pub fn read_settings_json(bytes: &[u8]) -> Result<Option<String>, String> {
-    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let doc = parse_pi_json(bytes)?;
     let top = doc.as_object().ok_or("not a JSON object")?;
     Ok(string_at(top.get("defaultProvider"), || "settings".into())?.map(str::to_string))
+}
+
+/// A pinned JSON file of pi's read as pi reads it: UTF-8, a leading byte-order mark dropped
+/// (0.87.1 and 1.6.0 drop it), `//` comments and trailing commas taken out
+/// ([`strip_json_comments`]).
+pub fn parse_pi_json(bytes: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    serde_json::from_str(&strip_json_comments(text)).map_err(|e| format!("not JSON: {e}"))
+}
+
+/// `text` with its `//` comments and trailing commas (a `,` before `}` or `]`, whitespace
+/// between) taken out, string literals left as they are: what pi's `stripJsonComments` does
+/// before it parses `models.json` and `settings.json` (0.73.1, 0.87.1, 1.6.0; two regular
+/// expressions, each of which matches a whole string literal first so that nothing inside one
+/// is touched). `/* */` comments are not taken out: pi does not either.
+pub fn strip_json_comments(text: &str) -> String {
+    let without_comments = replace_outside_strings(text, |rest| {
+        rest.starts_with("//")
+            .then(|| rest.find('\n').unwrap_or(rest.len()))
+            .map(|len| (len, ""))
+    });
+    replace_outside_strings(&without_comments, |rest| {
+        let after = rest.strip_prefix(',')?;
+        let tail = after.trim_start_matches(is_js_space);
+        tail.starts_with(['}', ']']).then_some((1, ""))
+    })
+}
+
+/// Whitespace as JavaScript's `\s` matches it.
+fn is_js_space(c: char) -> bool {
+    c.is_whitespace() || c == '\u{feff}'
+}
+
+/// `text` with what `at` matches replaced, scanning as a regular expression
+/// `"(?:\\.|[^"\\])*"|<pattern>` with a global flag does: a complete string literal is
+/// passed over whole; elsewhere `at(rest)` says how many bytes to replace, and with what.
+fn replace_outside_strings(
+    text: &str,
+    at: impl Fn(&str) -> Option<(usize, &'static str)>,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        if rest.starts_with('"') {
+            if let Some(len) = string_literal(rest) {
+                out.push_str(&rest[..len]);
+                i += len;
+                continue;
+            }
+        } else if let Some((len, with)) = at(rest) {
+            out.push_str(with);
+            i += len;
+            continue;
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        i += c.len_utf8().max(1);
+    }
+    out
+}
+
+/// The length of the string literal `"(?:\\.|[^"\\])*"` at the start of `rest` (which
+/// starts with `"`), or `None` when it is not closed (`.` matches no line break).
+fn string_literal(rest: &str) -> Option<usize> {
+    let mut chars = rest.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some(i + 1),
+            '\\' => match chars.next() {
+                Some((_, '\n' | '\r' | '\u{2028}' | '\u{2029}')) | None => return None,
+                Some(_) => {}
+            },
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A `baseUrl`-like field: absent, or a string.
@@ -654,6 +748,19 @@ impl Checker<'_> {
     ) -> PiModelConfig {
         let mut out = PiModelConfig::default();
         if h.network.is_some() {
+            // For a rewrite of the route's provider only: the models.json bytes and the
+            // settings' defaultProvider (nothing is asked of them; a file pi could not read
+            // leaves no route).
+            let pinned = |name: &str| {
+                adapters
+                    .iter()
+                    .find(|a| a.spec.role == PinRole::Config && a.spec.destination() == name)
+                    .and_then(|a| pinned_bytes(a).ok().map(|b| (b, a.sha256.clone())))
+            };
+            out.models_json =
+                pinned("models.json").map(|(bytes, sha256)| PinnedConfig { bytes, sha256 });
+            out.default_provider = pinned("settings.json")
+                .and_then(|(bytes, _)| read_settings_json(&bytes).ok().flatten());
             return out;
         }
         for (name, value) in &h.env {
@@ -688,6 +795,10 @@ impl Checker<'_> {
                     read_models_json(&bytes).map(|m| {
                         out = PiModelConfig {
                             default_provider: out.default_provider.take(),
+                            models_json: Some(PinnedConfig {
+                                sha256: a.sha256.clone(),
+                                bytes,
+                            }),
                             ..m
                         };
                     })

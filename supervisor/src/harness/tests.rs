@@ -1427,11 +1427,18 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         ),
         (
             "network:\n  allow: [\"127.0.0.1:8080\", \"*.Example.com:443\", \"[::1]:9\"]\n",
-            NetworkPolicy::Allow {
-                allow: ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
+            NetworkPolicy::allow(
+                ["127.0.0.1:8080", "*.example.com:443", "[::1]:9"]
                     .iter()
                     .map(|e| Endpoint::parse(e).unwrap())
                     .collect(),
+            ),
+        ),
+        (
+            "network:\n  allow: [\"a.example.com:443\"]\n  from: sandbox\n",
+            NetworkPolicy::Allow {
+                allow: vec![Endpoint::parse("a.example.com:443").unwrap()],
+                from: crate::manifest::DialFrom::Sandbox,
             },
         ),
     ] {
@@ -1454,8 +1461,14 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
         (
             "network:\n  platform: openshell\n  allow: [\"a:1\"]\n",
             "network",
-            "exclude each other",
+            "excludes `allow` and `from`",
             4,
+        ),
+        (
+            "network:\n  allow: [\"a:1\"]\n  from: pod\n",
+            "network.from",
+            "write host",
+            5,
         ),
         (
             "network:\n  allow:\n    - example.com\n    - \"a:1\"\n    - \"a:1\"\n",
@@ -1535,7 +1548,7 @@ fn keep_home_refuses_what_the_runtime_reads_at_startup() {
 }
 
 #[test]
-fn codex_refuses_tools_plugins_and_skills_it_cannot_honour() {
+fn codex_refuses_tools_and_skills_it_cannot_honour_and_skips_other_plugin_families() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("sk")).unwrap();
     std::fs::write(
@@ -1557,8 +1570,50 @@ fn codex_refuses_tools_plugins_and_skills_it_cannot_honour() {
     .unwrap();
     let v = validate(&file).unwrap();
     let fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
-    for field in ["agent.tools", "agent.args[0]", "plugins[0]", "skills[0]"] {
+    for field in ["agent.tools", "agent.args[0]", "skills[0]"] {
         assert!(fields.contains(&field), "{field}: {:?}", v.problems);
+    }
+    // A Claude plugin is named and skipped; a Codex plugin is loaded (and must have a name
+    // Codex takes as a plugin name).
+    assert!(!fields.contains(&"plugins[0]"), "{:?}", v.problems);
+    assert!(
+        v.notes.iter().any(|n| n
+            .message
+            .contains("plug is a claude plugin: runtime codex names and skips it")),
+        "{:?}",
+        v.notes
+    );
+    for (name, ok) in [("cx-plug_1", true), ("cx.plug", false)] {
+        std::fs::create_dir_all(dir.path().join(name).join(".codex-plugin")).unwrap();
+        std::fs::write(
+            dir.path().join(name).join(".codex-plugin/plugin.json"),
+            r#"{"name": "cx"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            &file,
+            format!("runtime: codex\nprompt: hi\nplugins:\n  - {name}\n"),
+        )
+        .unwrap();
+        let v = validate(&file).unwrap();
+        assert_eq!(v.is_ok(), ok, "{name}: {:?}", v.problems);
+        if ok {
+            assert!(v.plugins[0].loaded, "{name}");
+            let m = v.manifest(&Default::default()).unwrap();
+            assert_eq!(m.trees[0].kind, crate::manifest::TreeKind::CodexPlugin);
+        }
+        // Under another runtime it is named and skipped.
+        std::fs::write(
+            &file,
+            format!("runtime: claude\nprompt: hi\nplugins:\n  - {name}\n"),
+        )
+        .unwrap();
+        let v = validate(&file).unwrap();
+        assert!(
+            v.is_ok() && !v.plugins[0].loaded,
+            "{name}: {:?}",
+            v.problems
+        );
     }
     // A hook adapter Codex would not run, a config it would not read.
     std::fs::write(dir.path().join("hook.sh"), "#!/bin/sh\n").unwrap();

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// value pitcrew makes Codex's model provider `base_url` ([`crate::runtime_argv`]).
 pub const BASE_URL_VARS: &[&str] = &["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
 
+/// The headers the host replaces a credential's placeholder in (lowercase): Anthropic's
+/// `x-api-key`, the `Authorization` of OpenAI-style APIs, Google's `x-goog-api-key`.
+pub const CREDENTIAL_HEADERS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
+
 /// The most credentials one route names.
 pub const MAX_CREDENTIALS: usize = 16;
 
@@ -38,10 +42,27 @@ pub struct ModelRoute {
     /// base-URL variable); absent for every other route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pi_provider: Option<String>,
+    /// With `pi_provider`: the harness pins pi's `models.json`, and the host rewrote that
+    /// provider's `baseUrl` in it to the model listener at a port of its choosing (the manifest
+    /// pins the rewritten bytes); the supervisor listens there and writes no `models.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_models_json: Option<RewrittenModelsJson>,
     /// The provider's endpoint, which the policy allows.
     pub upstream: Endpoint,
     /// The names of the credentials the host adds (never their values).
     pub credentials: Vec<String>,
+}
+
+/// pi's pinned `models.json` as the host rewrote it for a route ([`ModelRoute::pi_provider`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewrittenModelsJson {
+    /// The model listener's port on `127.0.0.1`, written into the file as the provider's
+    /// `baseUrl` (`http://127.0.0.1:<port>`).
+    pub port: u16,
+    /// The SHA-256 of the harness's own `models.json`, before the host rewrote it (lowercase
+    /// hex; for the record).
+    pub harness_sha256: String,
 }
 
 impl ModelRoute {
@@ -49,6 +70,14 @@ impl ModelRoute {
     pub fn base_url_var(&self) -> Option<&'static str> {
         let name = self.base_url_env.as_deref()?;
         BASE_URL_VARS.iter().copied().find(|v| *v == name)
+    }
+
+    /// The pi provider the supervisor writes a `models.json` of its own for: `pi_provider`,
+    /// unless the host rewrote the pinned one.
+    pub fn supervisors_pi_provider(&self) -> Option<&str> {
+        self.pi_provider
+            .as_deref()
+            .filter(|_| self.rewritten_models_json.is_none())
     }
 
     /// Checks the route against the manifest's `network`; the message says what is wrong.
@@ -73,6 +102,37 @@ impl ModelRoute {
             if !valid {
                 return Err(format!(
                     "pi_provider {provider:?} is not a provider name (a-z, 0-9, -)"
+                ));
+            }
+        }
+        if let Some(rewritten) = &self.rewritten_models_json {
+            if self.pi_provider.is_none() {
+                return Err("rewritten_models_json needs pi_provider".into());
+            }
+            if rewritten.port == 0 {
+                return Err("rewritten_models_json.port: 0 is not a port".into());
+            }
+            let digest = &rewritten.harness_sha256;
+            if digest.len() != 64
+                || !digest
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            {
+                return Err(format!(
+                    "rewritten_models_json.harness_sha256: {digest:?} is not a SHA-256"
+                ));
+            }
+            // A mirror of an allowed loopback endpoint listens on its port.
+            let taken = network.is_some_and(|p| {
+                p.allowed().iter().any(|e| {
+                    e.port == rewritten.port
+                        && (e.host == "localhost" || e.ip().is_some_and(|ip| ip.is_loopback()))
+                })
+            });
+            if taken {
+                return Err(format!(
+                    "rewritten_models_json.port {} is the port of an allowed loopback endpoint",
+                    rewritten.port
                 ));
             }
         }
@@ -122,15 +182,14 @@ mod tests {
     use super::*;
 
     fn allow(list: &[&str]) -> NetworkPolicy {
-        NetworkPolicy::Allow {
-            allow: list.iter().map(|e| Endpoint::parse(e).unwrap()).collect(),
-        }
+        NetworkPolicy::allow(list.iter().map(|e| Endpoint::parse(e).unwrap()).collect())
     }
 
     fn route(env: Option<&str>, upstream: &str, creds: &[&str]) -> ModelRoute {
         ModelRoute {
             base_url_env: env.map(str::to_string),
             pi_provider: None,
+            rewritten_models_json: None,
             upstream: Endpoint::parse(upstream).unwrap(),
             credentials: creds.iter().map(|c| c.to_string()).collect(),
         }
@@ -179,6 +238,33 @@ mod tests {
             (pi("anthropic", Some("ANTHROPIC_BASE_URL")), "exclude"),
             (pi("", None), "not a provider name"),
             (pi("Anthropic\"", None), "not a provider name"),
+        ] {
+            let err = bad.check(Some(&net)).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_rewritten_models_json_needs_a_provider_a_free_port_and_a_digest() {
+        let net = allow(&["gw.example:443", "127.0.0.1:8080"]);
+        let rewritten = |provider: Option<&str>, port: u16, sha: &str| ModelRoute {
+            pi_provider: provider.map(str::to_string),
+            rewritten_models_json: Some(RewrittenModelsJson {
+                port,
+                harness_sha256: sha.to_string(),
+            }),
+            ..route(None, "gw.example:443", &["GW_KEY"])
+        };
+        let sha = "ab".repeat(32);
+        assert_eq!(rewritten(Some("gw"), 17000, &sha).check(Some(&net)), Ok(()));
+        for (bad, why) in [
+            (rewritten(None, 17000, &sha), "needs pi_provider"),
+            (rewritten(Some("gw"), 0, &sha), "not a port"),
+            (
+                rewritten(Some("gw"), 8080, &sha),
+                "allowed loopback endpoint",
+            ),
+            (rewritten(Some("gw"), 17000, "AB"), "not a SHA-256"),
         ] {
             let err = bad.check(Some(&net)).unwrap_err();
             assert!(err.contains(why), "{err}");

@@ -29,6 +29,10 @@ pub enum NetworkPolicy {
     Allow {
         /// The endpoints allowed, in the order the harness names them.
         allow: Vec<Endpoint>,
+        /// Who dials the allowed connections: the host (`pitcrew run`, the default) or the
+        /// supervisor itself, from the sandbox's network namespace.
+        #[serde(default, skip_serializing_if = "DialFrom::is_host")]
+        from: DialFrom,
     },
     /// The engine's network as it is: pitcrew enforces nothing and says so.
     Open,
@@ -39,6 +43,34 @@ pub enum NetworkPolicy {
         /// The platform, one of [`PLATFORMS`].
         platform: String,
     },
+}
+
+/// Who dials the agent's allowed connections (`network: {allow: […], from: …}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DialFrom {
+    /// `pitcrew run` on the host, over the control stream (the default).
+    #[default]
+    Host,
+    /// The supervisor, from the sandbox's own network namespace (the agent then always runs in
+    /// a namespace of its own); model connections still go through the host, which holds the
+    /// credentials.
+    Sandbox,
+}
+
+impl DialFrom {
+    /// Whether it is the default, [`DialFrom::Host`].
+    pub fn is_host(&self) -> bool {
+        *self == DialFrom::Host
+    }
+
+    /// Its name as harnesses, manifests and records write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DialFrom::Host => "host",
+            DialFrom::Sandbox => "sandbox",
+        }
+    }
 }
 
 /// The platforms whose own egress policy a harness may name (`network: {platform: NAME}`),
@@ -66,7 +98,7 @@ impl NetworkPolicy {
     /// The endpoints allowed (none for `none` and `open`).
     pub fn allowed(&self) -> &[Endpoint] {
         match self {
-            NetworkPolicy::Allow { allow } => allow,
+            NetworkPolicy::Allow { allow, .. } => allow,
             NetworkPolicy::None | NetworkPolicy::Open | NetworkPolicy::Platform { .. } => &[],
         }
     }
@@ -76,6 +108,22 @@ impl NetworkPolicy {
     /// under it pitcrew carries no connection at all.
     pub fn allows(&self, host: &str, port: u16) -> bool {
         self.allowed().iter().any(|e| e.matches(host, port))
+    }
+
+    /// An `allow` policy of `endpoints`, dialled by the host.
+    pub fn allow(endpoints: Vec<Endpoint>) -> NetworkPolicy {
+        NetworkPolicy::Allow {
+            allow: endpoints,
+            from: DialFrom::Host,
+        }
+    }
+
+    /// Who dials the allowed connections (the host for every mode but `allow … from: sandbox`).
+    pub fn dial_from(&self) -> DialFrom {
+        match self {
+            NetworkPolicy::Allow { from, .. } => *from,
+            _ => DialFrom::Host,
+        }
     }
 
     /// Whether pitcrew enforces nothing of it (`open`, `platform`): the sandbox's network is
@@ -407,16 +455,12 @@ mod tests {
         let none: NetworkPolicy = serde_json::from_str(r#"{"mode":"none"}"#).unwrap();
         assert_eq!(none.mode_name(), "none");
         assert!(!NetworkPolicy::Open.allows("api.example.com", 443));
-        let twice = NetworkPolicy::Allow {
-            allow: vec![ep("a.example.com:1"), ep("a.example.com:1")],
-        };
+        let twice = NetworkPolicy::allow(vec![ep("a.example.com:1"), ep("a.example.com:1")]);
         assert!(twice.check().unwrap_err().contains("allow[1]"));
-        let upper = NetworkPolicy::Allow {
-            allow: vec![Endpoint {
-                host: "A.example.com".into(),
-                port: 1,
-            }],
-        };
+        let upper = NetworkPolicy::allow(vec![Endpoint {
+            host: "A.example.com".into(),
+            port: 1,
+        }]);
         assert!(upper.check().is_err());
         assert!(serde_json::from_str::<NetworkPolicy>(r#"{"mode":"sometimes"}"#).is_err());
     }

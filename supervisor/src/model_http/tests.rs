@@ -111,13 +111,38 @@ fn attack_secrets__a_target_with_a_dot_segment_never_leaves_the_routes_path() {
         let req = format!("GET {target} HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n");
         let mut out = Vec::new();
         let err = r.feed(req.as_bytes(), &mut out).unwrap_err();
-        assert!(err.contains("segment"), "{target}: {err}");
+        assert!(err.contains("leave the route's path"), "{target}: {err}");
         assert!(!text(&out).contains("sk-real-1"), "{target}");
     }
     // A dot inside a name is no segment.
     let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic");
     let out = feed_split(&mut r, b"GET /v1/a..b/.x HTTP/1.1\r\n\r\n", 100).unwrap();
     assert!(text(&out).starts_with("GET /anthropic/v1/a..b/.x HTTP/1.1\r\n"));
+}
+
+#[test]
+#[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+fn attack_secrets__a_dot_segment_ending_in_an_encoded_slash_never_leaves_the_routes_path() {
+    // `..%2f` and `..\` are no `..` segment to a split on `/`, but an upstream that decodes
+    // `%2F` before it resolves dot segments (nginx's URI normalisation), or reads `\` as `/`
+    // (a WHATWG URL parser: `new URL("/anthropic/v1/..\\..\\admin", base)` is `/admin`),
+    // takes `/anthropic/v1/..%2f..%2fadmin` for `/admin`: the key leaves the route's path.
+    let mut passed = Vec::new();
+    for target in [
+        "/v1/..%2f..%2fadmin",
+        "/v1/%2e%2e%2F%2e%2e%2Fadmin",
+        "/v1/..%5c..%5cadmin",
+        "/v1/..\\..\\admin",
+    ] {
+        let mut r = RequestRewriter::new(&creds(), "gw.example", "/anthropic");
+        let req = format!("GET {target} HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n");
+        let mut out = Vec::new();
+        let fed = r.feed(req.as_bytes(), &mut out);
+        if fed.is_ok() || text(&out).contains("sk-real-1") {
+            passed.push(target);
+        }
+    }
+    assert!(passed.is_empty(), "passed on with the key: {passed:?}");
 }
 
 #[test]

@@ -70,6 +70,15 @@ pub enum ClassifyError {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A Codex `.codex-plugin/plugin.json` manifest is unusable: Codex 0.169.1 would load the
+    /// plugin without it, or with a component from outside the directory.
+    #[error("{}: Codex manifest `.codex-plugin/plugin.json` {problem}", dir.display())]
+    CodexManifest {
+        /// The plugin directory as given.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A path in a Claude manifest's component fields (`commands`, `hooks`, …) that Claude
     /// A command of a Claude plugin (a hook, an MCP or LSP server) names a path below
     /// `${CLAUDE_PLUGIN_ROOT}` that leaves the plugin through `..`.

@@ -7,14 +7,16 @@
 //! 1. **Claude plugin**: `plugin.json` at the root or `.claude-plugin/plugin.json`. Checked
 //!    first, so a Claude plugin that ships a `package.json` (an MCP server's `main`, even a `pi`
 //!    key) stays a Claude plugin. The manifest must be a JSON object with a `name`.
-//! 2. **pi extension**, by pi's own `-e <dir>` rule (`collectPackageResources`, then jiti's
+//! 2. **Codex plugin**: `.codex-plugin/plugin.json` (a JSON object whose `name` Codex accepts
+//!    as a plugin name), and no Claude manifest.
+//! 3. **pi extension**, by pi's own `-e <dir>` rule (`collectPackageResources`, then jiti's
 //!    directory-as-module probing), resolved to the concrete entry files:
 //!    [`PiRule::Manifest`], [`PiRule::ConventionalDirs`], [`PiRule::Index`],
 //!    [`PiRule::PackageMain`]. Everything pi would load silently-as-nothing, or load differently
 //!    in 0.73 and 1.6, is refused (see [`ClassifyError`]).
-//! 3. **OpenCode plugin**, by OpenCode's plugin-module rule ([`opencode`]): files matching
+//! 4. **OpenCode plugin**, by OpenCode's plugin-module rule ([`opencode`]): files matching
 //!    `{plugin,plugins}/*.{ts,js}`, which OpenCode imports from a config dir.
-//! 4. **None of them**: [`ClassifyError::NotAPlugin`].
+//! 5. **None of them**: [`ClassifyError::NotAPlugin`].
 //!
 //! pitcrew hands pi the resolved entry files (`-e /abs/dir/index.ts`), never the directory.
 //! That sidesteps the sibling-file trap (`-e /p/X` loads `/p/X.js` when it exists, not
@@ -34,12 +36,14 @@
 //! and [`check_single_file`] are textual scans.
 
 mod claude;
+mod codex;
 mod error;
 mod flags;
 pub mod opencode;
 mod pi;
 mod single_file;
 
+pub use codex::is_segment as is_codex_plugin_name;
 pub use error::{ClassifyError, EntryProblem, ManifestProblem};
 pub use flags::{registered_flags, registered_tools, registered_tools_in_file};
 pub use single_file::{
@@ -64,6 +68,8 @@ pub enum PluginClass {
     Claude(ClaudePlugin),
     /// A pi extension, with the entry files pi loads.
     Pi(PiExtension),
+    /// A Codex CLI plugin bundle (`.codex-plugin/plugin.json`).
+    Codex(CodexPlugin),
     /// An OpenCode plugin: a config-dir-shaped tree whose `{plugin,plugins}/*.{ts,js}` OpenCode
     /// imports.
     Opencode(OpencodePlugin),
@@ -81,12 +87,13 @@ pub struct OpencodePlugin {
 }
 
 impl PluginClass {
-    /// `"claude"`, `"pi"` or `"opencode"`, the same tag the serialized form carries.
+    /// `"claude"`, `"pi"`, `"codex"` or `"opencode"`, the same tag the serialized form carries.
     #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Claude(_) => "claude",
             Self::Pi(_) => "pi",
+            Self::Codex(_) => "codex",
             Self::Opencode(_) => "opencode",
         }
     }
@@ -108,6 +115,20 @@ pub struct ClaudePlugin {
     pub has_mcp: bool,
     /// Ships `bin/` (added to the Bash tool's PATH). Informational.
     pub has_bin: bool,
+}
+
+/// A Codex CLI plugin bundle: what Codex 0.169.1 loads from it once it is in its plugin cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodexPlugin {
+    /// The manifest's `name` (Codex prefixes the plugin's skills with it).
+    pub name: String,
+    /// Ships skills (`skills/` or a `skills` key). Informational.
+    pub has_skills: bool,
+    /// Ships MCP servers (`.mcp.json` or an `mcpServers` key): runs servers. Informational.
+    pub has_mcp: bool,
+    /// Ships hooks (`hooks/hooks.json`, `hooks.json` or a `hooks` key): runs commands.
+    /// Informational.
+    pub has_hooks: bool,
 }
 
 /// A pi extension and the entry files pi loads from it.
@@ -173,6 +194,9 @@ pub fn classify(dir: &Path) -> Result<PluginClass, ClassifyError> {
     let ctx = Ctx::new(dir)?;
     if let Some(plugin) = claude::detect(&ctx)? {
         return Ok(PluginClass::Claude(plugin));
+    }
+    if let Some(plugin) = codex::detect(&ctx)? {
+        return Ok(PluginClass::Codex(plugin));
     }
     match pi::detect(&ctx)? {
         Some((rule, entries)) => Ok(PluginClass::Pi(PiExtension {

@@ -51,10 +51,12 @@ pub enum Stage {
     OomScore = 21,
     /// Making the child dumpable again after a non-dumpable supervisor's fork.
     Dumpable = 22,
+    /// Joining the agent's own network namespace (`setns`, [`super::netns::AgentNamespace`]).
+    Netns = 23,
 }
 
 impl Stage {
-    const ALL: [Stage; 22] = [
+    const ALL: [Stage; 23] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -77,6 +79,7 @@ impl Stage {
         Stage::Cgroup,
         Stage::OomScore,
         Stage::Dumpable,
+        Stage::Netns,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -104,6 +107,7 @@ impl Stage {
             Stage::Cgroup => "cgroup",
             Stage::OomScore => "oom-score",
             Stage::Dumpable => "dumpable",
+            Stage::Netns => "network-namespace",
         }
     }
 

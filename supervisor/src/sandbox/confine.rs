@@ -38,7 +38,9 @@
 //!
 //! Default signal dispositions; `setsid` (new session: no controlling terminal, so no TIOCSTI
 //! injection); join the agent's cgroups (while still root: their `cgroup.procs` are root's,
-//! [`super::cgroup`]); dumpable again when the supervisor is not (unprivileged mode), then
+//! [`super::cgroup`]); join the agent's own network namespace when the iteration has one
+//! (`setns`, which needs `CAP_SYS_ADMIN`: before the bounding set and the uid change,
+//! [`super::netns::AgentNamespace`]); dumpable again when the supervisor is not (unprivileged mode), then
 //! `oom_score_adj` 1000 (before the uid change makes `/proc/self` root's); drop the capability bounding
 //! set while still privileged; `setgroups`, `setresgid`, `setresuid`; clear the ambient set,
 //! then the effective, permitted and inheritable sets; **read back** uid, gid, groups and every
@@ -95,6 +97,9 @@ pub struct ConfinePlan {
     data: Option<libc::rlim_t>,
     /// `RLIMIT_FSIZE` of the agent: `limits.disk_bytes`, when set ([`super::disk_budget`]).
     file_size: Option<libc::rlim_t>,
+    /// The agent's own network namespace, joined before the privileges go
+    /// ([`ConfinePlan::join_network`]).
+    netns: Option<OwnedFd>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -378,6 +383,7 @@ impl ConfinePlan {
                 .is_none()
                 .then(|| rlim(manifest.limits.memory_bytes)),
             file_size: manifest.limits.disk_bytes.map(rlim),
+            netns: None,
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -420,6 +426,12 @@ impl ConfinePlan {
         })
     }
 
+    /// Makes the agent join the network namespace `fd` (its own, [`super::netns::AgentNamespace`])
+    /// in the child, before it gives up its privileges.
+    pub fn join_network(&mut self, fd: OwnedFd) {
+        self.netns = Some(fd);
+    }
+
     /// The child's half: applies everything, in the order of the module doc.
     ///
     /// # Safety
@@ -459,6 +471,15 @@ impl ConfinePlan {
             // SAFETY: write of a 1-byte static buffer to an fd the parent opened for us.
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
                 return Err(fail(Stage::Cgroup));
+            }
+        }
+
+        // Into the agent's own network namespace while CAP_SYS_ADMIN is still held.
+        if let Some(fd) = &self.netns {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns takes an fd the plan owns (open until exec, close-on-exec) and a flag.
+            if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(fail(Stage::Netns));
             }
         }
 

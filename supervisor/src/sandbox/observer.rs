@@ -28,6 +28,12 @@ pub enum ObserverAction {
 pub trait IterationObserver {
     /// A step `started` or `finished`, with details.
     fn step(&mut self, _step: Step, _state: StepState, _detail: EventDetail) {}
+    /// Called once the iteration's first reap has left nothing of an earlier agent running:
+    /// the observer opens what the iteration needs (the egress listeners, at ports no leftover
+    /// can hold any more). `Err` is the iteration's reason.
+    fn after_reap(&mut self, _manifest: &crate::manifest::Manifest) -> Result<(), String> {
+        Ok(())
+    }
     /// Descriptors to wait on (readable) while the agent runs.
     fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         Vec::new()
@@ -57,6 +63,12 @@ pub trait IterationObserver {
     /// has one: where the supervisor's own `models.json` points a pi built-in provider
     /// ([`crate::pi_model_route`]).
     fn model_listener_url(&self) -> Option<String> {
+        None
+    }
+    /// The agent's own network namespace for this iteration, when the observer made one (its
+    /// listeners are bound in it, [`super::netns::AgentNamespace`]); the launch makes one
+    /// itself when it needs one and the observer has none.
+    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
         None
     }
     /// Where the run's context-file baseline is kept from one iteration to the next

@@ -15,20 +15,31 @@
 //!   host:port` is taken, the policy decides, the host dials, and the answer is `200`, or `403`
 //!   / `502` with a one-line reason.
 //!
+//! Under `network: {allow: […], from: sandbox}` the supervisor dials the connections itself
+//! (but model connections, which the host's credentials need), from the sandbox's network
+//! namespace ([`Dials`]: resolution and connect on a short-lived thread each, by the host's own
+//! rules, [`crate::egress::address`]), and relays their bytes here; the agent then always runs
+//! in a namespace of its own, where these listeners are.
+//!
 //! Everything is non-blocking and serviced from the supervisor's one poll loop. Each
 //! connection holds at most a window ([`tunnel::WINDOW`]) of the host's bytes for the agent,
 //! and sends the host at most a window the host has not acknowledged. Every attempt is
 //! recorded ([`NetworkRecord`]).
 
 use crate::egress::sni::{self, SniError, MAX_CLIENT_HELLO_BYTES};
-use crate::manifest::{Endpoint, ModelRoute, NetworkPolicy};
+use crate::manifest::{DialFrom, Endpoint, ModelRoute, NetworkPolicy};
 use crate::protocol::{tunnel, Channel, Frame, Response};
 use crate::result::{ConnectionRecord, ModelRouteRecord, NetworkRecord, MAX_RECORDED_CONNECTIONS};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+/// How long the supervisor's own dial of one address may take (`from: sandbox`).
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most bytes of a `CONNECT` request head.
 const MAX_HEAD: usize = 8 * 1024;
@@ -100,6 +111,100 @@ struct Carried {
     model: bool,
     /// The credentials the host said it added (names).
     injected: Vec<String>,
+    /// The supervisor dials it (`from: sandbox`): no host side, no tunnel frames.
+    from_sandbox: bool,
+    /// The supervisor's own connection to the endpoint, once dialled (`from: sandbox`).
+    direct: Option<Direct>,
+}
+
+/// The endpoint's side of a connection the supervisor dialled itself.
+#[derive(Debug)]
+struct Direct {
+    stream: TcpStream,
+    /// The agent's bytes not yet written to the endpoint (at most a window).
+    up: Vec<u8>,
+    /// The agent finished writing: the endpoint's write side is shut once `up` is out.
+    end_pending: bool,
+}
+
+/// The dials under way under `from: sandbox`, each on a short-lived thread of its own, and
+/// where they report: a channel, and a socket pair whose readable end wakes the poll loop.
+#[derive(Debug)]
+struct Dials {
+    tx: mpsc::Sender<(u32, Result<TcpStream, String>)>,
+    rx: mpsc::Receiver<(u32, Result<TcpStream, String>)>,
+    wake_tx: UnixStream,
+    wake_rx: UnixStream,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Dials {
+    fn new() -> io::Result<Dials> {
+        let (tx, rx) = mpsc::channel();
+        let (wake_tx, wake_rx) = UnixStream::pair()?;
+        wake_rx.set_nonblocking(true)?;
+        Ok(Dials {
+            tx,
+            rx,
+            wake_tx,
+            wake_rx,
+            threads: Vec::new(),
+        })
+    }
+
+    /// Dials `host`:`port` under `policy` on a thread of its own; `Err` when no thread could be
+    /// started.
+    fn start(
+        &mut self,
+        conn: u32,
+        policy: &NetworkPolicy,
+        host: &str,
+        port: u16,
+    ) -> Result<(), String> {
+        // Finished threads are joined as new ones start: at most the open ones stay.
+        let (done, running): (Vec<_>, Vec<_>) =
+            self.threads.drain(..).partition(|t| t.is_finished());
+        self.threads = running;
+        for t in done {
+            let _ = t.join();
+        }
+        let (policy, host) = (policy.clone(), host.to_string());
+        let tx = self.tx.clone();
+        let mut wake = self
+            .wake_tx
+            .try_clone()
+            .map_err(|e| format!("a dial's wake-up socket: {e}"))?;
+        let thread = std::thread::Builder::new()
+            .name("egress-dial".into())
+            .spawn(move || {
+                let dialled = crate::egress::address::dial(&policy, &host, port, DIAL_TIMEOUT);
+                // The iteration may have ended meanwhile: nobody listens then, and the
+                // connection is dropped here.
+                let _ = tx.send((conn, dialled));
+                let _ = wake.write_all(&[1]);
+            })
+            .map_err(|e| format!("a thread to dial on: {e}"))?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
+    /// The dials that finished.
+    fn finished(&mut self) -> Vec<(u32, Result<TcpStream, String>)> {
+        let mut buf = [0u8; 64];
+        while matches!(self.wake_rx.read(&mut buf), Ok(n) if n > 0) {}
+        self.rx.try_iter().collect()
+    }
+}
+
+impl Drop for Dials {
+    /// Waits for every dial under way (each ends within the resolver's timeout and
+    /// [`DIAL_TIMEOUT`] per address): no thread outlives the iteration's egress, so the next
+    /// launch's fork finds the supervisor single-threaded ([`crate::sandbox::launch`]).
+    fn drop(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The listeners and connections of one iteration.
@@ -116,6 +221,8 @@ pub(super) struct Egress {
     record: NetworkRecord,
     /// Frames for the host.
     outbox: Vec<Frame>,
+    /// The supervisor's own dials, under `from: sandbox`.
+    dials: Option<Dials>,
 }
 
 /// The loopback addresses an allowed endpoint's host stands for: itself for a loopback literal,
@@ -163,23 +270,27 @@ impl Egress {
                 }
             }
         }
-        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
+        // The model listener first: a port the host wrote into pi's pinned models.json is
+        // taken before the proxy's is picked.
         let model = match model {
             Some(route) if route.base_url_var().is_some() || route.pi_provider.is_some() => {
-                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|err| {
-                    format!("network: cannot open the model listener on 127.0.0.1: {err}")
+                let port = route.rewritten_models_json.as_ref().map_or(0, |r| r.port);
+                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|err| {
+                    format!("network: cannot open the model listener on 127.0.0.1:{port}: {err}")
                 })?;
                 Some((route.clone(), Some(l)))
             }
             Some(route) => Some((route.clone(), None)),
             None => None,
         };
+        let proxy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|err| format!("network: cannot open the proxy on 127.0.0.1: {err}"))?;
         let model_listener = model.as_ref().and_then(|(_, l)| l.as_ref());
         let model_record = model.as_ref().map(|(r, l)| ModelRouteRecord {
             upstream: r.upstream.to_string(),
             base_url_env: r.base_url_env.clone(),
             pi_provider: r.pi_provider.clone(),
+            rewritten_models_json: r.rewritten_models_json.clone(),
             listener: l.as_ref().and_then(listener_url),
             credentials: r.credentials.clone(),
         });
@@ -192,7 +303,14 @@ impl Egress {
             l.set_nonblocking(true)
                 .map_err(|err| format!("network: listener: {err}"))?;
         }
+        let dials = match policy.dial_from() {
+            DialFrom::Sandbox => Some(
+                Dials::new().map_err(|err| format!("network: the dials' wake-up socket: {err}"))?,
+            ),
+            DialFrom::Host => None,
+        };
         Ok(Egress {
+            dials,
             policy: policy.clone(),
             mirrors,
             proxy,
@@ -203,6 +321,7 @@ impl Egress {
             record: NetworkRecord {
                 mode: policy.mode_name().to_string(),
                 allow: policy.allowed().iter().map(ToString::to_string).collect(),
+                from: (!policy.dial_from().is_host()).then(|| policy.dial_from().name().into()),
                 model: model_record,
                 ..NetworkRecord::default()
             },
@@ -254,22 +373,33 @@ impl Egress {
         if let Some((_, Some(l))) = &self.model {
             fds.push(l.as_fd());
         }
+        if let Some(d) = &self.dials {
+            fds.push(d.wake_rx.as_fd());
+        }
         fds.extend(
             self.conns
                 .values()
                 .filter(|c| c.wants_read())
                 .map(|c| c.stream.as_fd()),
         );
+        fds.extend(self.conns.values().filter_map(Carried::direct_read_fd));
         fds
     }
 
     /// Descriptors to poll for writing: connections with bytes for the agent.
     pub(super) fn write_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.conns
+        let agents = self
+            .conns
             .values()
             .filter(|c| !c.down.is_empty())
-            .map(|c| c.stream.as_fd())
-            .collect()
+            .map(|c| c.stream.as_fd());
+        let endpoints = self
+            .conns
+            .values()
+            .filter_map(|c| c.direct.as_ref())
+            .filter(|d| !d.up.is_empty())
+            .map(|d| d.stream.as_fd());
+        agents.chain(endpoints).collect()
     }
 
     /// Frames for the host, taken.
@@ -280,6 +410,13 @@ impl Egress {
     /// Accepts new connections and moves bytes on every one; `host` says whether a host that
     /// carries connections holds the run.
     pub(super) fn service(&mut self, host: bool) {
+        let dialled = self.dials.as_mut().map(Dials::finished).unwrap_or_default();
+        for (conn, result) in dialled {
+            match result {
+                Ok(stream) => self.dialled(conn, stream),
+                Err(reason) => self.apply(HostSays::Refused { conn, reason }),
+            }
+        }
         let mut listeners: Vec<(usize, Via, String, u16)> = (0..self.mirrors.len())
             .map(|i| (i, Via::Mirror, self.mirrors[i].1.clone(), self.mirrors[i].2))
             .chain([(usize::MAX, Via::Proxy, String::new(), 0)])
@@ -336,17 +473,60 @@ impl Egress {
             hello_pending: false,
             model: via == Via::Model || self.is_upstream(via, name, port),
             injected: Vec::new(),
+            from_sandbox: false,
+            direct: None,
         };
-        if let Some(why) = self.bound(host) {
+        if let Some(why) = self.bound(host, via != Via::Proxy && self.needs_host(&carried)) {
             carried.refuse_now(&why, 503);
             self.finish(carried, false, Some(why));
             return;
         }
         if via != Via::Proxy {
             carried.state = State::Opening;
-            self.ask_host(id, &carried);
+            if let Err(why) = self.open_upstream(id, &mut carried) {
+                carried.refuse_now(&why, 503);
+                self.finish(carried, false, Some(why));
+                return;
+            }
         }
         self.conns.insert(id, carried);
+    }
+
+    /// Whether connection `c` needs the host: it carries it, unless the supervisor dials
+    /// (`from: sandbox`, and not a model connection, whose credentials are the host's).
+    fn needs_host(&self, c: &Carried) -> bool {
+        self.dials.is_none() || c.model
+    }
+
+    /// Opens the endpoint's side of `c`: the supervisor dials (`from: sandbox`, not a model
+    /// connection) or asks the host to. `Err` when the dial could not be started.
+    fn open_upstream(&mut self, id: u32, c: &mut Carried) -> Result<(), String> {
+        match &mut self.dials {
+            Some(dials) if !c.model => {
+                c.from_sandbox = true;
+                dials.start(id, &self.policy, &c.host, c.port)
+            }
+            _ => {
+                self.ask_host(id, c);
+                Ok(())
+            }
+        }
+    }
+
+    /// The supervisor's dial of connection `conn` connected: it is open, as when the host says
+    /// `tunnel_opened`.
+    fn dialled(&mut self, conn: u32, stream: TcpStream) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let _ = stream.set_nonblocking(true);
+        let _ = stream.set_nodelay(true);
+        c.direct = Some(Direct {
+            stream,
+            up: Vec::new(),
+            end_pending: false,
+        });
+        self.apply(HostSays::Opened { conn });
     }
 
     /// Whether a mirror's connection goes to the model route's upstream.
@@ -358,9 +538,10 @@ impl Egress {
                 .is_some_and(|(r, _)| r.upstream.host == name && r.upstream.port == port)
     }
 
-    /// Why a new connection cannot be carried now, if it cannot.
-    fn bound(&self, host: bool) -> Option<String> {
-        if !host {
+    /// Why a new connection cannot be carried now, if it cannot; `needs_host`: the host would
+    /// carry it.
+    fn bound(&self, host: bool, needs_host: bool) -> Option<String> {
+        if needs_host && !host {
             return Some(
                 "no host carries connections for this run (pitcrew-init run, or the host \
                  went away)"
@@ -412,12 +593,15 @@ impl Egress {
                         c.refuse_now(&why, 403);
                         return self.finish(c, false, Some(why));
                     }
-                    if let Some(why) = self.bound(host) {
+                    if let Some(why) = self.bound(host, self.needs_host(&c)) {
                         c.refuse_now(&why, 503);
                         return self.finish(c, false, Some(why));
                     }
                     c.state = State::Opening;
-                    self.ask_host(id, &c);
+                    if let Err(why) = self.open_upstream(id, &mut c) {
+                        c.refuse_now(&why, 503);
+                        return self.finish(c, false, Some(why));
+                    }
                 }
                 Err(why) => {
                     c.refuse_now(&why, 400);
@@ -433,15 +617,11 @@ impl Egress {
                     let held = std::mem::take(&mut c.up_pending);
                     c.send_up(&mut self.outbox, id, held);
                     if c.agent_eof {
-                        let end = tunnel::encode(id, &[]);
-                        self.outbox.push(Frame::data(Channel::Tunnel, end));
+                        c.end_up(&mut self.outbox, id);
                     }
                 }
                 Hello::Refuse(why) => {
-                    self.outbox.push(Frame::control(&Response::TunnelClose {
-                        conn: id,
-                        reason: why.clone(),
-                    }));
+                    c.tell_host_closed(&mut self.outbox, id, &why);
                     return self.finish(c, false, Some(why));
                 }
             }
@@ -449,8 +629,9 @@ impl Egress {
         if c.state == State::Open && !c.hello_pending {
             c.read_up(&mut self.outbox, id);
         }
+        c.pump_direct();
         let wrote = c.write_down();
-        if wrote > 0 && c.state == State::Open {
+        if wrote > 0 && c.state == State::Open && !c.from_sandbox {
             c.down_unacked = c.down_unacked.saturating_add(wrote);
             if c.down_unacked >= tunnel::WINDOW / 4 || c.down.is_empty() {
                 self.outbox.push(Frame::control(&Response::TunnelAck {
@@ -469,25 +650,30 @@ impl Egress {
                 let _ = c.stream.shutdown(Shutdown::Write);
             }
         }
-        if c.agent_eof && c.host_eof && c.down.is_empty() {
-            self.outbox.push(Frame::control(&Response::TunnelClose {
-                conn: id,
-                reason: "closed".into(),
-            }));
+        let up_out = c.direct.as_ref().is_none_or(|d| d.up.is_empty());
+        if c.agent_eof && c.host_eof && c.down.is_empty() && up_out {
+            c.tell_host_closed(&mut self.outbox, id, "closed");
             return self.finish(c, true, None);
         }
         if c.closing.is_none() && c.state == State::Open && c.failed() {
-            self.outbox.push(Frame::control(&Response::TunnelClose {
-                conn: id,
-                reason: "the agent's side failed".into(),
-            }));
-            return self.finish(c, true, Some("the agent's side failed".into()));
+            let why = "the agent's side failed";
+            c.tell_host_closed(&mut self.outbox, id, why);
+            return self.finish(c, true, Some(why.into()));
         }
         self.conns.insert(id, c);
     }
 
-    /// A message from the host about connection `conn`.
+    /// A message from the host about connection `conn`; one about a connection the supervisor
+    /// dialled itself (`from: sandbox`) is none of the host's and is ignored.
     pub(super) fn host_says(&mut self, msg: HostSays) {
+        if self.conns.get(&msg.conn()).is_some_and(|c| c.from_sandbox) {
+            return;
+        }
+        self.apply(msg);
+    }
+
+    /// What the host (or, for the supervisor's own dials, the dial) said about a connection.
+    fn apply(&mut self, msg: HostSays) {
         let conn = msg.conn();
         let Some(mut c) = self.conns.remove(&conn) else {
             return;
@@ -557,7 +743,11 @@ impl Egress {
 
     /// The host that carried the connections is gone: every connection ends.
     pub(super) fn host_gone(&mut self) {
-        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        // The supervisor's own connections (`from: sandbox`) do not need the host.
+        let ids: Vec<u32> = (self.conns.iter())
+            .filter(|(_, c)| !c.from_sandbox)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             if let Some(c) = self.conns.remove(&id) {
                 let _ = c.stream.shutdown(Shutdown::Both);
@@ -570,14 +760,13 @@ impl Egress {
     /// Ends the iteration's network: every connection closed (the host told), listeners
     /// dropped; the record.
     pub(super) fn close(mut self) -> (NetworkRecord, Vec<Frame>) {
+        drop(self.dials.take());
         let ids: Vec<u32> = self.conns.keys().copied().collect();
         for id in ids {
             if let Some(c) = self.conns.remove(&id) {
                 if !matches!(c.state, State::Head { .. }) {
-                    self.outbox.push(Frame::control(&Response::TunnelClose {
-                        conn: id,
-                        reason: "the iteration ended".into(),
-                    }));
+                    let why = "the iteration ended";
+                    c.tell_host_closed(&mut self.outbox, id, why);
                 }
                 let _ = c.stream.shutdown(Shutdown::Both);
                 let allowed = c.state == State::Open;
@@ -602,6 +791,7 @@ impl Egress {
                 bytes_down: c.bytes_down,
                 duration_ms: crate::clock::millis(c.started.elapsed()),
                 injected: c.injected.clone(),
+                from: c.from_sandbox.then(|| DialFrom::Sandbox.name().into()),
             })
             .collect()
     }
@@ -612,6 +802,9 @@ impl Egress {
     /// [`MAX_RECORDED_CONNECTIONS`], so refusals cannot push what left out of the record.
     fn finish(&mut self, c: Carried, allowed: bool, reason: Option<String>) {
         let _ = c.stream.shutdown(Shutdown::Both);
+        if let Some(d) = &c.direct {
+            let _ = d.stream.shutdown(Shutdown::Both);
+        }
         let carried = allowed || c.bytes_up > 0 || c.bytes_down > 0;
         if !carried && self.record.connections.len() >= MAX_RECORDED_CONNECTIONS {
             self.record.dropped += 1;
@@ -627,6 +820,7 @@ impl Egress {
             bytes_down: c.bytes_down,
             duration_ms: crate::clock::millis(c.started.elapsed()),
             injected: c.injected,
+            from: c.from_sandbox.then(|| DialFrom::Sandbox.name().into()),
         });
     }
 }
@@ -731,7 +925,7 @@ impl Carried {
             match self.stream.read(&mut buf) {
                 Ok(0) => {
                     self.agent_eof = true;
-                    outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, &[])));
+                    self.end_up(outbox, id);
                 }
                 Ok(n) => {
                     buf.truncate(n);
@@ -741,14 +935,96 @@ impl Carried {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
                     self.agent_eof = true;
-                    outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, &[])));
+                    self.end_up(outbox, id);
                 }
             }
         }
     }
 
-    /// Sends `bytes` of the agent's to the host (within the credit: the caller read no more).
+    /// The agent finished writing: the host is told, or the endpoint's write side is shut once
+    /// what it is owed is written.
+    fn end_up(&mut self, outbox: &mut Vec<Frame>, id: u32) {
+        match &mut self.direct {
+            Some(d) => d.end_pending = true,
+            None => outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, &[]))),
+        }
+    }
+
+    /// Tells the host that the connection ended, for `why` (not when the supervisor dialled
+    /// it: the host never had it).
+    fn tell_host_closed(&self, outbox: &mut Vec<Frame>, id: u32, why: &str) {
+        if !self.from_sandbox {
+            outbox.push(Frame::control(&Response::TunnelClose {
+                conn: id,
+                reason: why.to_string(),
+            }));
+        }
+    }
+
+    /// The endpoint's socket, when it should be polled for reading (`from: sandbox`).
+    fn direct_read_fd(&self) -> Option<BorrowedFd<'_>> {
+        let d = self.direct.as_ref()?;
+        let room = self.down.len() < tunnel::WINDOW as usize + self.down_own;
+        (self.state == State::Open && !self.host_eof && room).then(|| d.stream.as_fd())
+    }
+
+    /// Moves bytes between the agent's buffers and the endpoint the supervisor dialled: the
+    /// agent's written out (each written byte frees credit, as the host's acknowledgement
+    /// would), the endpoint's read in while the agent's side holds less than a window.
+    fn pump_direct(&mut self) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        while !d.up.is_empty() {
+            match d.stream.write(&d.up) {
+                Ok(0) => break,
+                Ok(n) => {
+                    d.up.drain(..n);
+                    let n = u32::try_from(n).unwrap_or(u32::MAX);
+                    self.up_credit = self.up_credit.saturating_add(n).min(tunnel::WINDOW);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // The endpoint is gone: nothing more goes either way.
+                    d.up.clear();
+                    self.agent_eof = true;
+                    self.host_eof = true;
+                    break;
+                }
+            }
+        }
+        if d.end_pending && d.up.is_empty() {
+            let _ = d.stream.shutdown(Shutdown::Write);
+            d.end_pending = false;
+        }
+        let limit = tunnel::WINDOW as usize + self.down_own;
+        let mut buf = vec![0u8; tunnel::CHUNK];
+        while !self.host_eof && self.down.len() < limit {
+            let room = (limit - self.down.len()).min(buf.len());
+            match d.stream.read(&mut buf[..room]) {
+                Ok(0) => self.host_eof = true,
+                Ok(n) => {
+                    self.down.extend_from_slice(&buf[..n]);
+                    self.bytes_down += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => self.host_eof = true,
+            }
+        }
+    }
+
+    /// Sends `bytes` of the agent's to the host, or to the endpoint the supervisor dialled
+    /// (within the credit: the caller read no more).
     fn send_up(&mut self, outbox: &mut Vec<Frame>, id: u32, bytes: Vec<u8>) {
+        if let Some(d) = &mut self.direct {
+            let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            self.up_credit = self.up_credit.saturating_sub(n);
+            self.bytes_up += bytes.len() as u64;
+            d.up.extend_from_slice(&bytes);
+            return;
+        }
         for chunk in bytes.chunks(tunnel::CHUNK) {
             outbox.push(Frame::data(Channel::Tunnel, tunnel::encode(id, chunk)));
             let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
@@ -934,12 +1210,11 @@ mod tests {
 
     #[test]
     fn the_model_listener_is_pinned_carried_as_a_model_connection_and_names_what_was_injected() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.anthropic.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.anthropic.com:443").unwrap()]);
         let route = ModelRoute {
             base_url_env: Some("ANTHROPIC_BASE_URL".into()),
             pi_provider: None,
+            rewritten_models_json: None,
             upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
             credentials: vec!["ANTHROPIC_API_KEY".into()],
         };
@@ -999,9 +1274,7 @@ mod tests {
 
     #[test]
     fn a_proxied_connection_is_opened_relayed_within_the_window_and_recorded() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let proxy = ("127.0.0.1", egress.proxy_port());
         let mut agent = TcpStream::connect(proxy).unwrap();
@@ -1053,9 +1326,7 @@ mod tests {
 
     #[test]
     fn a_client_that_half_closes_after_its_head_is_carried_and_its_end_passed_on() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
@@ -1098,9 +1369,7 @@ mod tests {
 
     #[test]
     fn the_agent_sends_no_more_than_the_window_before_the_host_acknowledges() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
         agent
@@ -1156,9 +1425,7 @@ mod tests {
 
     #[test]
     fn without_a_host_and_past_the_policy_the_proxy_refuses_naming_why() {
-        let policy = NetworkPolicy::Allow {
-            allow: vec![Endpoint::parse("api.example.com:443").unwrap()],
-        };
+        let policy = NetworkPolicy::allow(vec![Endpoint::parse("api.example.com:443").unwrap()]);
         let mut egress = Egress::open(&policy, None, 1).unwrap();
         for (target, host, code) in [
             ("evil.example.com:443", true, "403"),
@@ -1196,6 +1463,102 @@ mod tests {
             "{reasons:?}"
         );
         assert!(record.connections.iter().all(|c| !c.allowed));
+    }
+
+    /// An address of this machine's on an interface other than `lo`, if it has one (a UDP
+    /// `connect` sends nothing).
+    fn outside_address() -> Option<IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        s.connect("192.0.2.1:9").ok()?;
+        Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    }
+
+    #[test]
+    fn under_from_sandbox_the_supervisor_dials_without_a_host_and_the_host_hears_nothing() {
+        let Some(ip) = outside_address() else {
+            pitcrew_test_support::skip("needs a network interface besides lo with an address");
+            return;
+        };
+        // An echo server on that address (not loopback: no mirror takes its port).
+        let server = TcpListener::bind((ip, 0)).unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = server.accept() {
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got);
+                let _ = s.write_all(&got);
+            }
+        });
+        let target = SocketAddr::new(ip, port).to_string();
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse(&target).unwrap()],
+            from: DialFrom::Sandbox,
+        };
+        let mut egress = Egress::open(&policy, None, 1).unwrap();
+        let mut agent = TcpStream::connect(("127.0.0.1", egress.proxy_port())).unwrap();
+        agent
+            .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        agent.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut sent = false;
+        let answer = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        for _ in 0..2000 {
+            // No host holds the run: the supervisor's own dials need none.
+            egress.service(false);
+            let mut buf = [0u8; 512];
+            match agent.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+            if !sent && got.starts_with(answer) {
+                agent.write_all(b"straight out").unwrap();
+                agent.shutdown(Shutdown::Write).unwrap();
+                sent = true;
+            }
+        }
+        let back = got.get(answer.len()..).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(back), "straight out", "{got:?}");
+        assert!(sent && sent_nothing(&mut egress));
+        let (record, frames) = egress.close();
+        assert!(frames.is_empty(), "{frames:?}");
+        assert_eq!(record.from.as_deref(), Some("sandbox"));
+        let c = &record.connections[0];
+        assert_eq!((c.allowed, c.from.as_deref()), (true, Some("sandbox")));
+        assert_eq!((c.bytes_up, c.bytes_down), (12, 12));
+    }
+
+    #[test]
+    fn under_from_sandbox_a_model_connection_still_goes_through_the_host() {
+        let policy = NetworkPolicy::Allow {
+            allow: vec![Endpoint::parse("api.anthropic.com:443").unwrap()],
+            from: DialFrom::Sandbox,
+        };
+        let route = ModelRoute {
+            base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+            pi_provider: None,
+            upstream: Endpoint::parse("api.anthropic.com:443").unwrap(),
+            rewritten_models_json: None,
+            credentials: vec!["ANTHROPIC_API_KEY".into()],
+        };
+        let mut egress = Egress::open(&policy, Some(&route), 1).unwrap();
+        let url = egress.model_listener_url().unwrap();
+        let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+        let _agent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let got = service_until_sent(&mut egress);
+        assert!(
+            matches!(
+                got.first(),
+                Some(Ok(Response::TunnelOpen { model: true, .. }))
+            ),
+            "{got:?}"
+        );
+    }
+
+    /// Whether the egress has no frame for the host.
+    fn sent_nothing(egress: &mut Egress) -> bool {
+        egress.take_outbox().is_empty()
     }
 
     #[test]

@@ -201,6 +201,9 @@ struct Server {
     shutdown: Option<PendingShutdown>,
     /// The running iteration's listeners and carried connections (`network: allow`).
     egress: Option<egress::Egress>,
+    /// The agent's own network namespace for the iteration, when the sandbox's has a network
+    /// and `egress`'s listeners are bound in it.
+    agent_netns: Option<crate::sandbox::netns::AgentNamespace>,
     /// The id the next iteration's first carried connection gets: ids are never reused while
     /// the supervisor runs, so a host's late word about an earlier iteration's connection
     /// (a dial that finished after it ended) names none of a later one.
@@ -297,6 +300,7 @@ pub fn serve(mut ctx: Supervisor, opts: ServeOptions) -> i32 {
         actions: Vec::new(),
         shutdown: None,
         egress: None,
+        agent_netns: None,
         egress_next_id: 1,
     };
     if opts.stdio {

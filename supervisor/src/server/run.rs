@@ -102,12 +102,13 @@ impl Server {
             ],
             behind: false,
         });
-        // The agent's directories are prepared in `after_reap`, once nothing of an earlier
-        // agent runs any more.
         // The runtime directories, resolved once for the whole iteration and its record.
         let dirs = manifest.runtime_dirs();
-        let events = events.map(drop).and_then(|()| self.open_egress(&manifest));
-        let mut record = match events {
+        // The egress listeners are opened in `after_reap`, once nothing of an earlier agent
+        // runs any more.
+        self.egress = None;
+        self.agent_netns = None;
+        let mut record = match events.map(drop) {
             Ok(()) => run_iteration(ctx, &manifest, &dirs, n, self),
             Err(reason) => {
                 let mut record = IterationResult::new(n, ctx.info.clone());
@@ -125,8 +126,10 @@ impl Server {
         }
         self.pump_tails(STREAM_CAP);
         if let Some(network) = self.close_egress() {
+            let namespace = record.network.as_mut().and_then(|n| n.namespace.take());
             record.network = Some(crate::result::NetworkRecord {
                 hidden: ctx.hidden_run.clone(),
+                namespace,
                 ..network
             });
         }
@@ -266,28 +269,36 @@ impl Server {
         self.keep_record(record.iteration, dir, record.to_json_line());
     }
 
-    /// Opens the iteration's listeners for a manifest with `network: allow` (not where the
-    /// launch step will refuse the namespace anyway); `Err` is the iteration's reason.
+    /// Opens the iteration's listeners for a manifest with `network: allow`: in the sandbox's
+    /// network namespace when it has loopback only, else in a namespace of the agent's own made
+    /// for the iteration (where that cannot be made, none: the launch step refuses, naming
+    /// why). `Err` is the iteration's reason.
     fn open_egress(&mut self, manifest: &Manifest) -> Result<(), String> {
         self.egress = None;
+        self.agent_netns = None;
         let Some(policy @ NetworkPolicy::Allow { .. }) = &manifest.network else {
             return Ok(());
         };
+        let (model, first) = (manifest.model.as_ref(), self.egress_next_id);
         let namespace = crate::sandbox::netns::interfaces().unwrap_or_default();
-        if crate::sandbox::netns::refusal(Some(policy), &namespace).is_some() {
+        if !crate::sandbox::netns::needs_agent_namespace(Some(policy), &namespace) {
+            self.egress = Some(super::egress::Egress::open(policy, model, first)?);
             return Ok(());
         }
-        self.egress = Some(super::egress::Egress::open(
-            policy,
-            manifest.model.as_ref(),
-            self.egress_next_id,
-        )?);
+        let made = crate::sandbox::netns::AgentNamespace::create(|| {
+            super::egress::Egress::open(policy, model, first)
+        });
+        if let Ok((ns, egress)) = made {
+            self.egress = Some(egress?);
+            self.agent_netns = Some(ns);
+        }
         Ok(())
     }
 
     /// Closes the iteration's listeners and connections; the record's `network` when there
     /// were listeners.
     fn close_egress(&mut self) -> Option<NetworkRecord> {
+        self.agent_netns = None;
         let egress = self.egress.take()?;
         self.egress_next_id = egress.next_id();
         let host = self.tunnel_conn();
@@ -414,10 +425,20 @@ impl IterationObserver for Server {
             .unwrap_or_default()
     }
 
+    fn agent_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.agent_netns
+            .as_ref()
+            .map(crate::sandbox::netns::AgentNamespace::fd)
+    }
+
     fn model_listener_url(&self) -> Option<String> {
         self.egress
             .as_ref()
             .and_then(super::egress::Egress::model_listener_url)
+    }
+
+    fn after_reap(&mut self, manifest: &Manifest) -> Result<(), String> {
+        self.open_egress(manifest)
     }
 
     fn context_baseline(&mut self) -> Option<&mut Option<crate::context_files::Baseline>> {

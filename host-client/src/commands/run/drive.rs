@@ -105,6 +105,8 @@ pub(super) fn drive(
         Some(r) => r.run_id.clone(),
         None => format!("{}-{}", utc_stamp(), path_safe(&id.0)),
     };
+    // pi's pinned models.json as the host rewrote it for the model route: uploaded from here.
+    let mut rewritten_file = None;
     // Compiled before the claim: a harness problem claims nothing.
     let prepared = match &resumed {
         Some(_) => None,
@@ -140,6 +142,22 @@ pub(super) fn drive(
                      image built with this pitcrew (scripts/build-image), or network: open to \
                      hand the key in as it is"
                 );
+            }
+            if let Some(rewritten) = args.model_plan.as_ref().and_then(|p| p.rewritten.as_ref()) {
+                if !conn
+                    .hello()
+                    .capabilities
+                    .has_feature("network.model.rewritten")
+                {
+                    anyhow::bail!(
+                        "the sandbox's pitcrew-init is older than this pitcrew: it cannot keep                          the key of pi's pinned models.json on the host (feature                          network.model.rewritten); nothing was sent. Use an image built with                          this pitcrew (scripts/build-image), or network: open to hand the key                          in as it is"
+                    );
+                }
+                rewritten_file = Some(pin_rewritten_models_json(
+                    &mut manifest,
+                    &mut uploads,
+                    &rewritten.bytes,
+                )?);
             }
             manifest.env.runner = super::runner_env(args)?;
             older_supervisor(
@@ -455,6 +473,8 @@ pub(super) fn drive(
     // The cancel slot and the heartbeat hold the transport's input too: release them first, so
     // closing the connection ends the transport's input and it exits at once.
     drop(heartbeat);
+    // Uploaded by now (or never to be).
+    drop(rewritten_file);
     slot.disarm();
     if claims {
         // The run is over, finished or failed: the sandbox is kept (or about to be stopped),
@@ -564,6 +584,13 @@ pub(super) fn older_supervisor(
             ),
             "network: {platform: …}",
         ),
+        (
+            "network.from-sandbox",
+            h.network
+                .as_ref()
+                .is_some_and(|p| p.dial_from() == pitcrew_core::manifest::DialFrom::Sandbox),
+            "network: {allow: …, from: sandbox}",
+        ),
     ];
     let missing: Vec<&str> = asked
         .iter()
@@ -584,6 +611,34 @@ pub(super) fn older_supervisor(
         );
     }
     Ok(())
+}
+
+/// Pins `bytes` (pi's `models.json` rewritten by the host for the model route) in place of the
+/// harness's own: the manifest's digest and size of the config dir's `models.json`, and its
+/// upload, which is made from the temporary file returned (kept until the upload is done).
+fn pin_rewritten_models_json(
+    manifest: &mut pitcrew_core::manifest::Manifest,
+    uploads: &mut [pitcrew_core::harness::Upload],
+    bytes: &[u8],
+) -> anyhow::Result<tempfile::NamedTempFile> {
+    use sha2::Digest as _;
+    let path = std::path::Path::new(&manifest.runtime_dirs().config).join("models.json");
+    let path = path.to_string_lossy().into_owned();
+    let pin = manifest
+        .files
+        .iter_mut()
+        .find(|f| f.path == path)
+        .with_context(|| format!("the manifest pins no {path} to rewrite"))?;
+    pin.sha256 = hex::encode(sha2::Sha256::digest(bytes));
+    pin.size = Some(bytes.len() as u64);
+    let upload = uploads
+        .iter_mut()
+        .find(|u| u.sandbox_path == path)
+        .with_context(|| format!("no upload puts {path} in place"))?;
+    let mut file = tempfile::NamedTempFile::new().context("the rewritten models.json")?;
+    std::io::Write::write_all(&mut file, bytes).context("the rewritten models.json")?;
+    upload.host_path = file.path().to_path_buf();
+    Ok(file)
 }
 
 /// A UTC timestamp `YYYYMMDDTHHMMSSZ` (run ids sort by time).

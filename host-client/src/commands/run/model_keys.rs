@@ -21,9 +21,10 @@
 use crate::client::tunnel::ModelUpstream;
 use anyhow::bail;
 use pitcrew_core::harness::{
-    pi_builtin_route, pi_provider_keys, url_endpoint, Harness, PiModelConfig, CLAUDE_API_HOST,
+    pi_builtin_route, pi_provider_keys, rewrite_pi_models_json, url_endpoint, Harness,
+    PiModelConfig, CLAUDE_API_HOST,
 };
-use pitcrew_core::manifest::model::placeholder;
+use pitcrew_core::manifest::model::{placeholder, RewrittenModelsJson};
 use pitcrew_core::manifest::{ModelRoute, NetworkPolicy, Runtime};
 use pitcrew_core::model_http::Credential;
 
@@ -49,6 +50,9 @@ pub struct ModelPlan {
     pub route: Option<(ModelRoute, ModelUpstream)>,
     /// What the operator should know: a well-known key that enters the sandbox as it is.
     pub notes: Vec<String>,
+    /// pi's pinned `models.json` rewritten for the route: uploaded and pinned in place of the
+    /// harness's own.
+    pub rewritten: Option<Rewritten>,
 }
 
 /// The one loopback `http://` endpoint of pi's pinned `models.json` that `policy` allows, or
@@ -79,23 +83,95 @@ fn pi_upstream(
     }
 }
 
-/// Where pi's model requests go with a key kept on the host under `policy`: the built-in
-/// provider the supervisor points at its model listener (none when the mirror of a loopback
-/// endpoint of the pinned `models.json` carries them) and the base URL; `Err` says why there
-/// is no such route.
-fn pi_route(
-    h: &Harness,
-    pi: &PiModelConfig,
-    policy: &NetworkPolicy,
-) -> Result<(Option<String>, String), String> {
+/// Where pi's model requests go with a key kept on the host.
+struct PiRoute {
+    /// The provider pointed at the supervisor's model listener (none when the mirror of a
+    /// loopback endpoint of the pinned `models.json` carries them).
+    provider: Option<String>,
+    /// The base URL the host sends the requests to.
+    url: String,
+    /// The pinned `models.json` rewritten by the host to send `provider` to the listener.
+    rewritten: Option<Rewritten>,
+}
+
+/// pi's pinned `models.json` as the host rewrote it, and what the manifest says of it.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    /// The rewritten file, which the manifest pins in the harness's file's place.
+    pub bytes: Vec<u8>,
+    /// The listener's port written into it.
+    pub port: u16,
+    /// The SHA-256 of the harness's own file.
+    pub harness_sha256: String,
+    /// The key variables of the rewritten provider.
+    keys: Vec<String>,
+    /// Other names its `apiKey` and headers mention: a key of that name passed goes in, said.
+    unrouted: Vec<String>,
+}
+
+/// The first port from which the host picks the model listener's port it writes into pi's
+/// pinned `models.json` (below Linux's ephemeral range, so the supervisor's other listeners,
+/// which take an ephemeral port, never hold it).
+const REWRITTEN_LISTENER_PORT: u16 = 17170;
+
+/// The model listener's port for a rewritten `models.json` under `policy`: the first from
+/// [`REWRITTEN_LISTENER_PORT`] that no allowed loopback endpoint (which the supervisor mirrors
+/// at its own port) uses.
+fn rewritten_port(policy: &NetworkPolicy) -> u16 {
+    let taken: Vec<u16> = policy
+        .allowed()
+        .iter()
+        .filter(|e| e.host == "localhost" || e.ip().is_some_and(|ip| ip.is_loopback()))
+        .map(|e| e.port)
+        .collect();
+    (REWRITTEN_LISTENER_PORT..)
+        .find(|p| !taken.contains(p))
+        .unwrap_or(REWRITTEN_LISTENER_PORT)
+}
+
+/// Where pi's model requests go with a key kept on the host under `policy`: the mirror of a
+/// loopback endpoint of the pinned `models.json`; a built-in provider the supervisor points at
+/// its model listener (no `models.json` pinned); or the pinned `models.json` rewritten by the
+/// host to point the provider pi uses at the listener. `Err` says why there is no such route.
+fn pi_route(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<PiRoute, String> {
     let loopback = match pi_upstream(pi, policy) {
-        Ok(endpoint) => return Ok((None, format!("http://{endpoint}"))),
+        Ok(endpoint) => {
+            return Ok(PiRoute {
+                provider: None,
+                url: format!("http://{endpoint}"),
+                rewritten: None,
+            })
+        }
         Err(why) => why,
     };
-    match pi_builtin_route(h, pi) {
-        Ok((provider, url)) => Ok((Some(provider), url.to_string())),
-        Err(builtin) => Err(format!("{loopback}; and {builtin}")),
-    }
+    let builtin = match pi_builtin_route(h, pi) {
+        Ok((provider, url)) => {
+            return Ok(PiRoute {
+                provider: Some(provider),
+                url: url.to_string(),
+                rewritten: None,
+            })
+        }
+        Err(why) => why,
+    };
+    let Some(pinned) = &pi.models_json else {
+        return Err(format!("{loopback}; and {builtin}"));
+    };
+    let port = rewritten_port(policy);
+    let listener = format!("http://127.0.0.1:{port}");
+    let out = rewrite_pi_models_json(h, pi, &pinned.bytes, &listener)
+        .map_err(|why| format!("{loopback}; and {why}"))?;
+    Ok(PiRoute {
+        provider: Some(out.provider),
+        url: out.url,
+        rewritten: Some(Rewritten {
+            bytes: out.bytes,
+            port,
+            harness_sha256: pinned.sha256.clone(),
+            keys: out.keys,
+            unrouted: out.unrouted,
+        }),
+    })
 }
 
 /// What `validate` says about a pi harness whose key cannot stay on the host: a key passed
@@ -150,11 +226,29 @@ pub fn plan(
         // A passed key stays on the host only where its endpoint can be carried, and only on
         // the route of the provider it is for: otherwise it goes in as it is, said once.
         for name in pass_env {
+            let rewritten = match &carried {
+                Some(Ok(Route {
+                    rewritten: Some(r), ..
+                })) => Some(r),
+                _ => None,
+            };
             let known = WELL_KNOWN
                 .iter()
                 .any(|(rt, n)| *rt == h.runtime && n == name)
-                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name));
-            if !known || names.contains(name) {
+                || (h.runtime == Runtime::Pi && pi.api_key_vars.contains(name))
+                || rewritten.is_some_and(|r| r.keys.contains(name));
+            if names.contains(name) {
+                continue;
+            }
+            if !known {
+                if rewritten.is_some_and(|r| r.unrouted.contains(name)) {
+                    notes.push(format!(
+                        "--pass-env {name}: the key enters the sandbox as it is: pi's pinned \
+                         models.json reads it where the host puts no key (a !command, or a \
+                         header other than {})",
+                        pitcrew_core::manifest::model::CREDENTIAL_HEADERS.join(", ")
+                    ));
+                }
                 continue;
             }
             let refused = match &carried {
@@ -204,6 +298,7 @@ pub fn plan(
             names,
             route: None,
             notes,
+            rewritten: None,
         });
     };
     let Route {
@@ -211,28 +306,37 @@ pub fn plan(
         pi_provider,
         url,
         endpoint,
+        rewritten,
     } = match carried {
         Some(route) => route,
         None => route_for(h, pi, policy),
     }
     .map_err(|why| anyhow::anyhow!("--model-key {}: {why}", names[0]))?;
     let tls = url.to_ascii_lowercase().starts_with("https://");
+    let prefix = url_path(&url).map_err(|why| {
+        anyhow::anyhow!("--model-key {}: model endpoint {url:?}: {why}", names[0])
+    })?;
     let route = ModelRoute {
         base_url_env: base_url_env.map(str::to_string),
         pi_provider,
+        rewritten_models_json: rewritten.as_ref().map(|r| RewrittenModelsJson {
+            port: r.port,
+            harness_sha256: r.harness_sha256.clone(),
+        }),
         upstream: endpoint.clone(),
         credentials: names.clone(),
     };
     let upstream = ModelUpstream {
         endpoint,
         tls,
-        prefix: url_path(&url),
+        prefix,
         credentials,
     };
     Ok(ModelPlan {
         names,
         route: Some((route, upstream)),
         notes,
+        rewritten,
     })
 }
 
@@ -246,6 +350,8 @@ struct Route {
     url: String,
     /// Its endpoint.
     endpoint: pitcrew_core::manifest::Endpoint,
+    /// pi's pinned `models.json` rewritten to send `pi_provider` to the listener.
+    rewritten: Option<Rewritten>,
 }
 
 impl Route {
@@ -256,6 +362,11 @@ impl Route {
     /// endpoint. `Err` says why not.
     fn takes(&self, h: &Harness, pi: &PiModelConfig, name: &str) -> Result<(), String> {
         let keys: Vec<&str> = match (h.runtime, &self.pi_provider) {
+            (Runtime::Pi, Some(_)) if self.rewritten.is_some() => self
+                .rewritten
+                .iter()
+                .flat_map(|r| r.keys.iter().map(String::as_str))
+                .collect(),
             (Runtime::Pi, Some(provider)) => pi_provider_keys(provider).to_vec(),
             (Runtime::Pi, None) => pi.api_key_vars.iter().map(String::as_str).collect(),
             (Runtime::Codex | Runtime::Opencode, _) => {
@@ -287,6 +398,7 @@ impl Route {
 /// Where the runtime's model requests go under `policy` ([`Route`]); `Err` says why the key
 /// cannot stay on the host.
 fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<Route, String> {
+    let mut rewritten = None;
     let (base_url_env, pi_provider, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), None, claude_url(h)?),
         // pitcrew gives Codex a model provider whose base_url is OPENAI_BASE_URL's value.
@@ -304,8 +416,9 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
         // requests already name it and its path), or the listener a built-in provider is
         // pointed at.
         Runtime::Pi => {
-            let (provider, url) = pi_route(h, pi, policy)?;
-            (None, provider, url)
+            let route = pi_route(h, pi, policy)?;
+            rewritten = route.rewritten;
+            (None, route.provider, route.url)
         }
         Runtime::Command => {
             return Err(
@@ -327,6 +440,7 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
         pi_provider,
         url,
         endpoint,
+        rewritten,
     })
 }
 
@@ -356,14 +470,32 @@ fn claude_url(h: &Harness) -> Result<String, String> {
 }
 
 /// The path of a base URL, without its trailing `/`: `https://gw.example/anthropic/` →
-/// `/anthropic`; empty for none.
-fn url_path(url: &str) -> String {
+/// `/anthropic`; empty for none. The host writes it before each request's target, so a byte
+/// a URL path may not hold as it is (RFC 3986: letters, digits, `-._~!$&'()*+,;=:@/` and `%`
+/// escapes), which would write the request line or a header, is refused.
+fn url_path(url: &str) -> Result<String, String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    match rest.find('/') {
+    let path = match rest.find('/') {
         Some(i) => rest[i..].trim_end_matches('/').to_string(),
         None => String::new(),
+    };
+    let bytes = path.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+        let escape = b == b'%'
+            && bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        let escaped = i >= 2 && bytes[i - 2] == b'%' || i >= 1 && bytes[i - 1] == b'%';
+        if !(plain || escape || escaped && b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "its path {path:?} holds {:?}, which a URL path may not hold as it is",
+                char::from(b)
+            ));
+        }
     }
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -549,10 +681,50 @@ mod tests {
     }
 
     #[test]
+    fn pis_pinned_models_json_is_rewritten_to_keep_an_https_providers_key() {
+        let models = r#"{"providers": {"gw": {"baseUrl": "https://gw.example/v1",
+            "api": "openai-completions", "apiKey": "GW_KEY", "models": [{"id": "m"}]}}}"#;
+        for network in ["", "network:\n  allow: [gw.example:443, 127.0.0.1:17170]\n"] {
+            let yaml = format!(
+                "runtime: pi\nprompt: hi\nagent:\n  model: gw/m\nadapters:\n  - path: config/models.json\n    role: config\n{network}"
+            );
+            let (_d, v) = validated(&yaml, &[("config/models.json", models)]);
+            let p = plan_for(&v, &[], &["GW_KEY", "ANTHROPIC_API_KEY"]).unwrap();
+            assert_eq!(p.names, ["GW_KEY"], "{network}");
+            // Another provider's key is not carried to this one's endpoint.
+            assert!(p.notes[0].contains("ANTHROPIC_API_KEY"), "{:?}", p.notes);
+            let (route, up) = p.route.unwrap();
+            assert_eq!(route.pi_provider.as_deref(), Some("gw"));
+            assert_eq!(route.upstream.to_string(), "gw.example:443");
+            assert!(up.tls);
+            assert_eq!(up.prefix, "/v1");
+            let rewritten = p.rewritten.unwrap();
+            let meta = route.rewritten_models_json.unwrap();
+            // A port an allowed loopback endpoint holds is passed over.
+            let port = if network.is_empty() { 17170 } else { 17171 };
+            assert_eq!(meta.port, port);
+            assert_eq!(rewritten.port, port);
+            let doc: serde_json::Value = serde_json::from_slice(&rewritten.bytes).unwrap();
+            assert_eq!(
+                doc["providers"]["gw"]["baseUrl"],
+                format!("http://127.0.0.1:{port}")
+            );
+            use sha2::Digest as _;
+            assert_eq!(
+                meta.harness_sha256,
+                hex::encode(sha2::Sha256::digest(models.as_bytes()))
+            );
+            let h = v.harness.as_ref().unwrap();
+            assert!(pi_note(h, &v.pi_config, &v.network().unwrap().policy).is_none());
+        }
+    }
+
+    #[test]
     fn pis_key_goes_in_with_a_note_when_no_route_can_carry_it() {
-        // A pinned models.json sending the provider to an https endpoint: the supervisor may
-        // not write its own, and the host cannot read what goes there.
-        let models = r#"{"providers": {"anthropic": {"baseUrl": "https://gw.example/anthropic"}}}"#;
+        // A pinned models.json sending one of the provider's models to an https endpoint of
+        // its own: the host carries one endpoint, and cannot read what goes to the other.
+        let models = r#"{"providers": {"anthropic": {"baseUrl": "https://gw.example/anthropic",
+            "models": [{"id": "m", "baseUrl": "https://elsewhere.example"}]}}}"#;
         let yaml = "runtime: pi\nprompt: hi\nagent:\n  model: anthropic/claude-sonnet-4-5\nadapters:\n  - path: config/models.json\n    role: config\n";
         let (_d, v) = validated(yaml, &[("config/models.json", models)]);
         let p = plan_for(&v, &[], &["ANTHROPIC_API_KEY"]).unwrap();
@@ -563,7 +735,7 @@ mod tests {
             p.notes
         );
         assert!(
-            p.notes[0].contains("the harness pins pi's models.json"),
+            p.notes[0].contains("the host carries one endpoint"),
             "{:?}",
             p.notes
         );
@@ -587,10 +759,19 @@ mod tests {
 
     #[test]
     fn a_base_urls_path_is_the_prefix() {
-        assert_eq!(url_path("https://api.anthropic.com"), "");
-        assert_eq!(url_path("https://api.anthropic.com/"), "");
-        assert_eq!(url_path("http://127.0.0.1:8/v1/"), "/v1");
-        assert_eq!(url_path("https://gw.example/a/b?x=1"), "/a/b");
+        assert_eq!(url_path("https://api.anthropic.com").unwrap(), "");
+        assert_eq!(url_path("https://api.anthropic.com/").unwrap(), "");
+        assert_eq!(url_path("http://127.0.0.1:8/v1/").unwrap(), "/v1");
+        assert_eq!(url_path("https://gw.example/a/b?x=1").unwrap(), "/a/b");
+        assert_eq!(url_path("https://gw.example/a%20b").unwrap(), "/a%20b");
+        for bad in [
+            "https://gw.example/a b",
+            "https://gw.example/a\r\nb",
+            "https://gw.example/a%2",
+            "https://gw.example/a\"b",
+        ] {
+            assert!(url_path(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// pi's built-in route takes every well-known key passed (and every `--model-key`) as a
@@ -616,6 +797,112 @@ mod tests {
                     !carried || up.endpoint.host == "api.anthropic.com",
                     "{model}: ANTHROPIC_API_KEY is a credential of the route to {}",
                     up.endpoint
+                );
+            }
+        }
+    }
+
+    /// A pi harness with `agent.model` `model` pinning `config/models.json`, under `network`
+    /// (YAML, or empty).
+    fn pi_pinned(model: &str, network: &str) -> String {
+        format!(
+            "runtime: pi\nprompt: hi\nagent:\n  model: {model}\nadapters:\n  - path: config/models.json\n    role: config\n{network}"
+        )
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+    fn attack_secrets__a_rewritten_built_in_provider_with_its_own_api_key_takes_no_env_key() {
+        // The file gives pi's built-in `openai` a gateway of its own and its own key variable:
+        // pi sends GW_KEY there and never OPENAI_API_KEY (a configured apiKey wins over the
+        // built-in's variable, pi 0.73.1, 0.87.1, 1.6.0). The route must not take
+        // OPENAI_API_KEY either: any process of the sandbox could otherwise send
+        // `Authorization: Bearer pitcrew-placeholder-OPENAI_API_KEY` to the listener and the
+        // host would hand OpenAI's key to gw.example.
+        let models = r#"{"providers": {"openai": {"baseUrl": "https://gw.example/v1",
+            "apiKey": "GW_KEY", "models": [{"id": "m"}]}}}"#;
+        for network in ["", "network:\n  allow: [gw.example:443]\n"] {
+            let yaml = pi_pinned("openai/m", network);
+            let (_d, v) = validated(&yaml, &[("config/models.json", models)]);
+            let p = plan_for(&v, &[], &["GW_KEY", "OPENAI_API_KEY"]).unwrap();
+            assert_eq!(
+                p.route.as_ref().unwrap().0.upstream.to_string(),
+                "gw.example:443"
+            );
+            assert_eq!(p.names, ["GW_KEY"], "{network}");
+            assert!(
+                p.notes.iter().any(|n| n.contains("OPENAI_API_KEY")),
+                "{network}: {:?}",
+                p.notes
+            );
+            let err = plan_for(&v, &["OPENAI_API_KEY"], &[])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("another provider's endpoint"), "{err}");
+        }
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+    fn attack_secrets__a_key_pi_reads_from_a_providers_headers_never_goes_in_unsaid() {
+        // pi resolves `$VAR` in a provider's `headers` as it does in `apiKey`: with this file pi
+        // sends GW_KEY in `Authorization`. Passed with --pass-env, the key must either stay on
+        // the host (the route takes it; the host replaces it in `authorization`) or go in with
+        // a note; today it is no model key at all and enters the sandbox with nothing said.
+        let models = r#"{"providers": {"gw": {"baseUrl": "https://gw.example/v1",
+            "api": "openai-completions", "headers": {"Authorization": "Bearer $GW_KEY"},
+            "models": [{"id": "m"}]}}}"#;
+        let yaml = pi_pinned("gw/m", "network:\n  allow: [gw.example:443]\n");
+        let (_d, v) = validated(&yaml, &[("config/models.json", models)]);
+        let p = plan_for(&v, &[], &["GW_KEY"]).unwrap();
+        let kept = p.names == ["GW_KEY"];
+        let said = p.notes.iter().any(|n| n.contains("GW_KEY"));
+        assert!(kept || said, "names {:?}, notes {:?}", p.names, p.notes);
+    }
+
+    #[test]
+    fn settings_default_provider_names_the_rewritten_provider_under_an_explicit_network() {
+        // pi uses settings.json's defaultProvider when agent.model names none; with network:
+        // named, validation reads no settings.json, so the host finds no provider to rewrite
+        // and the key goes in as it is (a note), though the same harness without network:
+        // keeps it on the host.
+        let models = r#"{"providers": {"gw": {"baseUrl": "https://gw.example/v1",
+            "apiKey": "GW_KEY", "models": [{"id": "m"}]}}}"#;
+        let settings = r#"{"defaultProvider": "gw"}"#;
+        for network in ["", "network:\n  allow: [gw.example:443]\n"] {
+            let yaml = format!(
+                "runtime: pi\nprompt: hi\nagent:\n  model: m\nadapters:\n  - path: config/models.json\n    role: config\n  - path: config/settings.json\n    role: config\n{network}"
+            );
+            let (_d, v) = validated(
+                &yaml,
+                &[
+                    ("config/models.json", models),
+                    ("config/settings.json", settings),
+                ],
+            );
+            let p = plan_for(&v, &[], &["GW_KEY"]).unwrap();
+            assert_eq!(p.names, ["GW_KEY"], "{network}: {:?}", p.notes);
+        }
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+    fn attack_secrets__a_base_urls_path_never_writes_the_hosts_request_line_or_headers() {
+        // The host puts the base URL's path before each request target as it is: a pinned
+        // models.json whose baseUrl path holds a space and CRLF writes the request line and a
+        // second `Host` of its choosing into the request that carries the key, while the
+        // record and the network name only gw.example (pi's URL parser drops the CR and LF).
+        let models = "{\"providers\": {\"gw\": {\"baseUrl\": \"https://gw.example/v1 HTTP/1.1\\r\\nHost: evil.example\\r\\nX-Pad: x\", \"apiKey\": \"GW_KEY\", \"models\": [{\"id\": \"m\"}]}}}";
+        let yaml = pi_pinned("gw/m", "");
+        let (_d, v) = validated(&yaml, &[("config/models.json", models)]);
+        match plan_for(&v, &["GW_KEY"], &[]) {
+            Err(_) => {}
+            Ok(p) => {
+                let (_, up) = p.route.unwrap();
+                assert!(
+                    !up.prefix.bytes().any(|b| b <= b' ' || b == 0x7f),
+                    "prefix {:?}",
+                    up.prefix
                 );
             }
         }

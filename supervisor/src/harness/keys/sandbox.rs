@@ -6,7 +6,7 @@ use super::super::model::PluginSpec;
 use super::super::yaml::{location, Checker};
 use crate::env_policy;
 use crate::manifest::network::MAX_ALLOWED_ENDPOINTS;
-use crate::manifest::{Endpoint, NetworkPolicy, Runtime};
+use crate::manifest::{DialFrom, Endpoint, NetworkPolicy, Runtime};
 use marked_yaml::types::MarkedMappingNode;
 use std::collections::BTreeMap;
 
@@ -127,7 +127,8 @@ impl Checker<'_> {
     }
 
     /// `network:`, what the agent may reach: `none`, `open`, `{allow: [host:port, …]}` (each
-    /// entry parsed by [`Endpoint::parse`], none twice), or `{platform: NAME}` (a platform of
+    /// entry parsed by [`Endpoint::parse`], none twice; with `from: sandbox` the supervisor
+    /// dials them, `from: host` the default), or `{platform: NAME}` (a platform of
     /// [`crate::manifest::PLATFORMS`] whose own policy holds the agent). Absent: `None`.
     pub(super) fn network(&mut self, top: &MarkedMappingNode) -> Option<NetworkPolicy> {
         let n = top.get_node("network")?;
@@ -149,13 +150,13 @@ impl Checker<'_> {
             };
         }
         let map = self.mapping(n, "network")?;
-        self.unknown_keys(map, "network", &["allow", "platform"]);
+        self.unknown_keys(map, "network", &["allow", "platform", "from"]);
         if let Some(p) = map.get_node("platform") {
-            if map.get_node("allow").is_some() {
+            if map.get_node("allow").is_some() || map.get_node("from").is_some() {
                 self.problem(
                     location(n),
                     "network",
-                    "`platform` and `allow` exclude each other: the platform's policy decides \
+                    "`platform` excludes `allow` and `from`: the platform's policy decides \
                      what the agent reaches",
                 );
                 return None;
@@ -208,6 +209,25 @@ impl Checker<'_> {
             );
             bad = true;
         }
-        (!bad).then_some(NetworkPolicy::Allow { allow })
+        let from = match map.get_node("from") {
+            None => DialFrom::Host,
+            Some(f) => match self.string(f, "network.from")?.as_str() {
+                "host" => DialFrom::Host,
+                "sandbox" => DialFrom::Sandbox,
+                other => {
+                    self.problem(
+                        location(f),
+                        "network.from",
+                        format!(
+                            "{other:?}: write host (pitcrew run dials the allowed endpoints, \
+                             the default) or sandbox (the supervisor dials them from the \
+                             sandbox's network)"
+                        ),
+                    );
+                    return None;
+                }
+            },
+        };
+        (!bad).then_some(NetworkPolicy::Allow { allow, from })
     }
 }

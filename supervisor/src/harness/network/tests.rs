@@ -57,9 +57,7 @@ fn pi_reaches_the_providers_its_pinned_models_json_names() {
     let choice = network_of(&v);
     assert_eq!(
         choice.policy,
-        NetworkPolicy::Allow {
-            allow: vec![endpoint("127.0.0.1:8377")]
-        }
+        NetworkPolicy::allow(vec![endpoint("127.0.0.1:8377")])
     );
     assert_eq!(
         choice.summary(),
