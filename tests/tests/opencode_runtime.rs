@@ -853,3 +853,31 @@ fn context_files_none_gives_opencodes_model_no_project_instructions() {
     );
     assert_eq!(record["context_files"]["mode"], "none", "{record:#}");
 }
+
+/// A model endpoint nobody listens on fails the iteration (OpenCode's `error` event, exit 1)
+/// before the iteration's timeout: OpenCode does not wait for the network without end.
+#[test]
+fn an_unreachable_model_fails_the_opencode_iteration_before_the_timeout() {
+    if !gate() {
+        return;
+    }
+    // A port that was free a moment ago: nothing answers there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = ModelServer::start(|_| Reply::Text("never asked".into()));
+    let fx = Fixture::new(&server, 1);
+    let yaml = fs::read_to_string(&fx.harness)
+        .unwrap()
+        .replace(&server.base_url(), &format!("http://127.0.0.1:{port}/v1"))
+        .replace("timeout: 180s", "timeout: 600s");
+    fs::write(&fx.harness, yaml).unwrap();
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(1), "{doc:#}");
+    let record = record(&doc, 1);
+    assert_eq!(record["agent"]["timed_out"], false, "{record:#}");
+    let output = read_text(&iteration_dir(&doc, 1).join("output.jsonl"));
+    assert!(output.contains(r#""type":"error""#), "{output}");
+}
