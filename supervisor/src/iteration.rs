@@ -171,9 +171,7 @@ fn run_steps(
     // (after the context step, which may have set some of it back).
     workspace_config_step(manifest, &verified, record, observer);
     // 3. Environment.
-    let mut env = environment_step(ctx, manifest, dirs, record, observer)?;
-    // 3b. OpenCode's configuration, from the agent's environment (its model endpoint).
-    opencode_config_step(manifest, &verified, &mut env, record, observer)?;
+    let env = environment_step(ctx, manifest, dirs, &verified, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
     let mut running = launch_step(
@@ -530,6 +528,7 @@ fn environment_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
+    verified: &Verified,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
@@ -537,10 +536,15 @@ fn environment_step(
     let started = Instant::now();
     let env = environment::build_with(manifest, dirs, &ctx.baseline.vars, &observer.network_pins());
     record.steps.env_ms = millis(started.elapsed());
-    let env = env.map_err(|err| {
+    let mut env = env.map_err(|err| {
         observer.step(Step::Environment, Finished, failed(&err.to_string()));
         Stop::supervisor(err.to_string())
     })?;
+    // OpenCode's configuration, from that environment (its model endpoint).
+    if let Err(reason) = opencode_config(manifest, verified, &mut env, record) {
+        observer.step(Step::Environment, Finished, failed(&reason));
+        return Err(Stop::supervisor(reason));
+    }
     record.env.removed = env.removed.clone();
     record.env.dotenv_refused = env.dotenv_refused.clone();
     record.env.path_dropped = env.path_dropped.clone();
@@ -557,16 +561,15 @@ fn environment_step(
     Ok(env)
 }
 
-/// Step 3b, for OpenCode: its whole configuration written into `OPENCODE_CONFIG_CONTENT`
-/// ([`crate::opencode_config::config`]), a pin of the supervisor's, and named in the record
-/// (the key hidden).
-fn opencode_config_step(
+/// For OpenCode: its whole configuration written into `OPENCODE_CONFIG_CONTENT`
+/// ([`crate::opencode_config::config`]), from the agent's environment (its model endpoint), a
+/// pin of the supervisor's, and named in the record (the key hidden). `Err` says why not.
+fn opencode_config(
     manifest: &Manifest,
     verified: &Verified,
     env: &mut EnvOutcome,
     record: &mut IterationResult,
-    observer: &mut dyn IterationObserver,
-) -> Result<(), Stop> {
+) -> Result<(), String> {
     if manifest.runtime != crate::manifest::Runtime::Opencode {
         return Ok(());
     }
@@ -574,11 +577,8 @@ fn opencode_config_step(
         .claude_md
         .as_deref()
         .filter(|_| crate::opencode_config::passes_agents_md(manifest));
-    let config = crate::opencode_config::config(manifest, &env.env, agents_md).map_err(|err| {
-        let reason = format!("opencode-config: {err}");
-        observer.step(Step::Environment, Finished, failed(&reason));
-        Stop::supervisor(reason)
-    })?;
+    let config = crate::opencode_config::config(manifest, &env.env, agents_md)
+        .map_err(|err| format!("opencode-config: {err}"))?;
     let name = crate::opencode_config::CONTENT_VAR.to_string();
     env.env.retain(|(n, _)| *n != name);
     env.env.push((name.clone(), config.to_string()));
