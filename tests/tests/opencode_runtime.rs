@@ -9,6 +9,7 @@
 //! it as /usr/local/bin/opencode); skipped otherwise, or a failure with `PITCREW_REQUIRE_E2E=1`.
 #![allow(non_snake_case)] // attack tests are named attack_<class>__<case> (scripts/security-report)
 
+use pitcrew_e2e::engines::{self, Engine, Kind};
 use pitcrew_e2e::model_server::{last_tool_result, ModelServer, Reply};
 use pitcrew_e2e::{
     agent_version, iteration_dir, model_secret, pitcrew_run_status, prerequisite, read_json,
@@ -880,4 +881,82 @@ fn an_unreachable_model_fails_the_opencode_iteration_before_the_timeout() {
     assert_eq!(record["agent"]["timed_out"], false, "{record:#}");
     let output = read_text(&iteration_dir(&doc, 1).join("output.jsonl"));
     assert!(output.contains(r#""type":"error""#), "{output}");
+}
+
+/// OpenCode of the production image (`scripts/build-image opencode`: the platform package's
+/// binary and Debian's `rg` inside the image, nothing of the host's mounted) in a container
+/// podman creates without a network: two iterations against the model server on the host,
+/// reached through pitcrew with the harness's default network, the API key kept on the host,
+/// `bash` run as the agent's uid under `NoNewPrivs` and pitcrew's seccomp filter, OpenCode's
+/// `grep` tool served by the image's `rg` (nothing fetched), and no container left afterwards.
+#[test]
+fn opencode_in_the_production_image_under_podman() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let calls = AtomicUsize::new(0);
+    let server = ModelServer::start(move |request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        if let Some(result) = last_tool_result(request) {
+            if result.contains("README.md") || result.contains("No files found") {
+                return Reply::Text(format!("the tool said: {result}"));
+            }
+            return Reply::ToolCall {
+                name: "grep".into(),
+                arguments: json!({"pattern": "work"}),
+            };
+        }
+        calls.fetch_add(1, Ordering::SeqCst);
+        Reply::ToolCall {
+            name: "bash".into(),
+            arguments: json!({"command": PROBE, "description": "probe"}),
+        }
+    });
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 2);
+    let engine = Engine::start(Kind::Podman);
+    let image = engine.image("opencode");
+    let env = engine.env_with(&[("OPENAI_API_KEY", KEY)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            "podman",
+            "--image",
+            &image,
+            "--pass-env",
+            "OPENAI_API_KEY",
+        ],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    let probes: Vec<&String> = results.iter().filter(|r| r.contains("KEY=")).collect();
+    assert!(probes.len() >= 2, "{results:#?}");
+    for probe in probes {
+        assert!(probe.starts_with("65534\n"), "{probe}");
+        assert!(!probe.contains(KEY), "{probe}");
+        assert!(probe.contains("NoNewPrivs:\t1"), "{probe}");
+        assert!(probe.contains("Seccomp:\t2"), "{probe}");
+        assert!(probe.contains("CONFIG_READ_ONLY"), "{probe}");
+    }
+    assert!(
+        results.iter().any(|r| r.contains("README.md")),
+        "grep found nothing: {results:#?}"
+    );
+    for n in [1, 2] {
+        let record = record(&doc, n);
+        assert_eq!(record["exit_code"], 0, "{record:#}");
+        assert_eq!(record["supervisor"]["mode"], "pid1", "{record:#}");
+        assert_eq!(
+            record["verification"]["agent"]["version"], VERSION,
+            "{record:#}"
+        );
+    }
+    let id = doc["sandbox"].as_str().unwrap();
+    assert!(!engine.has_container(id), "{id} was left");
 }
