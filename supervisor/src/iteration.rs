@@ -171,7 +171,7 @@ fn run_steps(
     // (after the context step, which may have set some of it back).
     workspace_config_step(manifest, &verified, record, observer);
     // 3. Environment.
-    let env = environment_step(ctx, manifest, dirs, record, observer)?;
+    let env = environment_step(ctx, manifest, dirs, &verified, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
     let mut running = launch_step(
@@ -280,6 +280,24 @@ fn prepare(
     // With HOME emptied: Node's global module folders there made root's empty directories.
     record.home_guarded = crate::home_guard::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;
+    // OpenCode's verified plugin modules, linked into its config dir.
+    let plugins = crate::opencode_config::deliver_plugins(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-plugins: {err}")))?;
+    if !plugins.is_empty() {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .plugins = plugins;
+    }
+    // OpenCode's config dir and the other config dirs it would load from, root's.
+    if let Some(guarded) = crate::opencode_config::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-config: {err}")))?
+    {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .guarded = guarded;
+    }
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
@@ -510,6 +528,7 @@ fn environment_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
+    verified: &Verified,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
@@ -517,10 +536,15 @@ fn environment_step(
     let started = Instant::now();
     let env = environment::build_with(manifest, dirs, &ctx.baseline.vars, &observer.network_pins());
     record.steps.env_ms = millis(started.elapsed());
-    let env = env.map_err(|err| {
+    let mut env = env.map_err(|err| {
         observer.step(Step::Environment, Finished, failed(&err.to_string()));
         Stop::supervisor(err.to_string())
     })?;
+    // OpenCode's configuration, from that environment (its model endpoint).
+    if let Err(reason) = opencode_config(manifest, verified, &mut env, record) {
+        observer.step(Step::Environment, Finished, failed(&reason));
+        return Err(Stop::supervisor(reason));
+    }
     record.env.removed = env.removed.clone();
     record.env.dotenv_refused = env.dotenv_refused.clone();
     record.env.path_dropped = env.path_dropped.clone();
@@ -535,6 +559,38 @@ fn environment_step(
     };
     observer.step(Step::Environment, Finished, EventDetail::of(&counts));
     Ok(env)
+}
+
+/// For OpenCode: its whole configuration written into `OPENCODE_CONFIG_CONTENT`
+/// ([`crate::opencode_config::config`]), from the agent's environment (its model endpoint), a
+/// pin of the supervisor's, and named in the record (the key hidden). `Err` says why not.
+fn opencode_config(
+    manifest: &Manifest,
+    verified: &Verified,
+    env: &mut EnvOutcome,
+    record: &mut IterationResult,
+) -> Result<(), String> {
+    if manifest.runtime != crate::manifest::Runtime::Opencode {
+        return Ok(());
+    }
+    let agents_md = verified
+        .claude_md
+        .as_deref()
+        .filter(|_| crate::opencode_config::passes_agents_md(manifest));
+    let config = crate::opencode_config::config(manifest, &env.env, agents_md)
+        .map_err(|err| format!("opencode-config: {err}"))?;
+    let name = crate::opencode_config::CONTENT_VAR.to_string();
+    env.env.retain(|(n, _)| *n != name);
+    env.env.push((name.clone(), config.to_string()));
+    env.env.sort();
+    env.layers
+        .insert(name.clone(), crate::environment::EnvSource::Pin);
+    record.env.layers.insert(name, "pin".to_string());
+    record
+        .opencode_config
+        .get_or_insert_with(Default::default)
+        .content = Some(crate::opencode_config::shown(config));
+    Ok(())
 }
 
 /// A cancel that arrived while reaping or verifying: nothing is launched.
@@ -607,6 +663,13 @@ fn launch_step(
     if manifest.runtime == crate::manifest::Runtime::Codex {
         let etc = std::path::Path::new("/etc");
         if let Some(reason) = crate::codex_system::system_config_problem(&manifest.user, etc) {
+            return Err(refused(observer, reason));
+        }
+    }
+    // OpenCode's managed configuration (`/etc/opencode`), merged over pitcrew's own.
+    if manifest.runtime == crate::manifest::Runtime::Opencode {
+        let etc = std::path::Path::new("/etc");
+        if let Some(reason) = crate::codex_system::opencode_system_problem(&manifest.user, etc) {
             return Err(refused(observer, reason));
         }
     }
