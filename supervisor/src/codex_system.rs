@@ -36,12 +36,33 @@ fn agent_may_write(meta: &std::fs::Metadata, user: &AgentUser) -> bool {
 /// the agent runs as root (then nothing below `/` is out of its reach, and this check says
 /// nothing).
 pub fn system_config_problem(user: &AgentUser, etc: &Path) -> Option<String> {
+    system_dir_problem(user, etc, "codex", "Codex", SYSTEM_FILES)
+}
+
+/// The managed configuration OpenCode 1.18.33 reads at every start whatever its switches:
+/// `/etc/opencode/opencode.json(c)`, merged over every other layer.
+pub const OPENCODE_SYSTEM_FILES: &[&str] = &["opencode.json", "opencode.jsonc"];
+
+/// [`system_config_problem`] for OpenCode: `etc`/`opencode` and its [`OPENCODE_SYSTEM_FILES`].
+pub fn opencode_system_problem(user: &AgentUser, etc: &Path) -> Option<String> {
+    system_dir_problem(user, etc, "opencode", "OpenCode", OPENCODE_SYSTEM_FILES)
+}
+
+/// The first of `etc`, `etc/<name>` and its `files` the agent could write (see
+/// [`system_config_problem`]), as the refusal's text naming `runtime`.
+fn system_dir_problem(
+    user: &AgentUser,
+    etc: &Path,
+    name: &str,
+    runtime: &str,
+    files: &[&str],
+) -> Option<String> {
     if user.uid == 0 {
         return None;
     }
-    let dir = etc.join("codex");
+    let dir = etc.join(name);
     let mut paths: Vec<PathBuf> = vec![etc.to_path_buf(), dir.clone()];
-    paths.extend(SYSTEM_FILES.iter().map(|f| dir.join(f)));
+    paths.extend(files.iter().map(|f| dir.join(f)));
     paths.into_iter().find_map(|path| {
         let writable = [std::fs::symlink_metadata(&path), std::fs::metadata(&path)]
             .into_iter()
@@ -49,13 +70,13 @@ pub fn system_config_problem(user: &AgentUser, etc: &Path) -> Option<String> {
             .any(|meta| agent_may_write(&meta, user));
         writable.then(|| {
             format!(
-                "codex: {} is writable by the agent's uid {}, and Codex reads {}/{{{}}} at \
+                "{name}: {} is writable by the agent's uid {}, and {runtime} reads {}/{{{}}} at \
                  every start: what an iteration wrote there would configure the next one \
                  unverified; make it root's and not group- or world-writable",
                 path.display(),
                 user.uid,
                 dir.display(),
-                SYSTEM_FILES.join(",")
+                files.join(",")
             )
         })
     })
@@ -72,6 +93,22 @@ mod tests {
             gid: 65534,
             groups: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_opencode_managed_config_the_agent_could_write_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path();
+        std::fs::create_dir(etc.join("opencode")).unwrap();
+        std::fs::set_permissions(etc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(etc.join("opencode"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let why = opencode_system_problem(&user(4242), etc).unwrap_or_default();
+        assert!(
+            why.starts_with("opencode: ") && why.contains("OpenCode reads"),
+            "{why}"
+        );
+        assert_eq!(opencode_system_problem(&user(0), etc), None);
     }
 
     #[test]

@@ -89,6 +89,10 @@ fn reads_pi_project(manifest: &Manifest, version: Option<&str>) -> bool {
 /// (0.169.1: an `AGENTS.override.md` is read in place of the `AGENTS.md` beside it).
 const CODEX_NAMES: &[&str] = &["AGENTS.override.md", "AGENTS.md"];
 
+/// The workdir's file pitcrew passes to OpenCode (through `instructions`: with project config
+/// off, OpenCode 1.18.33 reads no `AGENTS.md`, `CLAUDE.md` or `CONTEXT.md` of the project).
+const OPENCODE_NAMES: &[&str] = &["AGENTS.md"];
+
 /// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
 const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
 
@@ -159,6 +163,7 @@ pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str]
         Runtime::Pi => PI_NAMES,
         Runtime::Claude => CLAUDE_NAMES,
         Runtime::Codex => CODEX_NAMES,
+        Runtime::Opencode => OPENCODE_NAMES,
         Runtime::Command => &[],
     }
 }
@@ -189,7 +194,9 @@ fn project_dirs(manifest: &Manifest) -> Vec<(PathBuf, &'static str)> {
         }
         // Codex reads each directory from the git root down to its cwd: the workdir, which is
         // the repository's root in a sandbox.
-        Runtime::Claude | Runtime::Codex => vec![(workdir.to_path_buf(), "workdir")],
+        Runtime::Claude | Runtime::Codex | Runtime::Opencode => {
+            vec![(workdir.to_path_buf(), "workdir")]
+        }
         Runtime::Command => Vec::new(),
     }
 }
@@ -726,7 +733,8 @@ fn read_entry(
 pub struct Prepared {
     /// The record's `context_files`.
     pub record: ContextFilesRecord,
-    /// Claude Code: the workdir's `CLAUDE.md`, passed with `--append-system-prompt-file`.
+    /// Claude Code: the workdir's `CLAUDE.md`, passed with `--append-system-prompt-file`;
+    /// OpenCode: the workdir's `AGENTS.md`, passed through its configuration's `instructions`.
     pub claude_md: Option<String>,
 }
 
@@ -822,6 +830,18 @@ pub fn prepare(
             let path = workdir.join("CLAUDE.md");
             if let Some(entry) = read_entry(dir.as_fd(), "CLAUDE.md", &path, "workdir")? {
                 // Claude Code is given a regular file only.
+                if entry.link.is_none() {
+                    prepared.claude_md = Some(entry.path.clone());
+                    read.push(entry);
+                }
+            }
+        }
+        Runtime::Opencode => {
+            let workdir = Path::new(&manifest.workdir);
+            let dir = open_dir(workdir)?;
+            let path = workdir.join("AGENTS.md");
+            if let Some(entry) = read_entry(dir.as_fd(), "AGENTS.md", &path, "workdir")? {
+                // OpenCode is given a regular file only.
                 if entry.link.is_none() {
                     prepared.claude_md = Some(entry.path.clone());
                     read.push(entry);

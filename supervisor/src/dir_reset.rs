@@ -80,6 +80,11 @@ pub fn reset_config(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Reset
             // each launch, kept here so that no record names them as removed.
             pinned.extend(crate::codex_config::plugins_kept(manifest));
         }
+        // The supervisor's links to the verified plugin modules (made anew before each
+        // launch, in a config dir the agent cannot write).
+        crate::manifest::Runtime::Opencode => {
+            pinned.insert(PathBuf::from(crate::opencode_config::PLUGINS_DIR));
+        }
         _ => {}
     }
     // pi's models.json of the supervisor's (a model route's pi_provider): written anew before
@@ -152,6 +157,10 @@ pub fn reset_home_and_tmp(
         // kept, so that no record names them as removed.
         if dir == home {
             kept.extend(crate::home_guard::guards_present(home));
+            // OpenCode's guards below HOME: kept (their directories are emptied of the rest).
+            if manifest.runtime == crate::manifest::Runtime::Opencode {
+                kept.extend(crate::opencode_config::home_guards_present(home));
+            }
         }
         kept.extend(below(dir, other));
         for path in &named {

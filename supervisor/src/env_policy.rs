@@ -96,6 +96,7 @@ const LINKER: &str = "the dynamic linker or libc loads code from it";
 const SHELL: &str = "a shell executes or sources it";
 const PYTHON: &str = "Python loads code from it";
 const OTHER_INTERP: &str = "an interpreter loads code from it";
+const OPENCODE: &str = "OpenCode loads configuration, plugins, tools, credentials or permissions from it, or it undoes a switch pitcrew pins (the supervisor sets OpenCode's variables itself)";
 const RUNTIME_CODE: &str = "the agent runtime executes or loads code from it";
 const INTERP_LIBS: &str =
     "an interpreter (Tcl, Lua, Ruby, Erlang, R, awk) loads its libraries or packages from it: a verified hook written in it would load the agent's";
@@ -129,6 +130,7 @@ pub const LOADER_RULES: &[DenyRule] = &[
     rule(Exact("NODE_REDIRECT_WARNINGS"), "Node writes files to it"),
     rule(Exact("NODE_REPL_HISTORY"), "Node writes files to it"),
     rule(Prefix("JITI_"), JITI),
+    rule(Prefix("OPENCODE_"), OPENCODE),
     rule(
         Exact("BUN_OPTIONS"),
         "Bun-compiled binaries (Claude Code) honour --preload from it",
@@ -588,6 +590,7 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     rule(Exact("CLAUDE_CODE_SAFE_MODE"), PINNED),
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Exact("CODEX_HOME"), PINNED),
+    rule(Exact("OPENCODE_CONFIG_DIR"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),
     rule(
@@ -781,6 +784,7 @@ fn entry_problems(
 pub mod agent_args;
 pub mod claude_options;
 pub mod codex_options;
+pub mod opencode_options;
 pub mod pi_options;
 
 pub use agent_args::{agent_args_problems, Against, AgentArgProblem};

@@ -388,6 +388,12 @@ pub fn codex_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
     ]
 }
 
+/// Pins for OpenCode ([`crate::opencode_config::pins`]): its switches on, its config dir, the
+/// XDG homes at their defaults under `HOME`.
+pub fn opencode_pins(dirs: &RuntimeDirPaths) -> Vec<Pin> {
+    crate::opencode_config::pins(dirs)
+}
+
 /// The pins for Claude Code by `agent.context_files`. Under `uploaded` and `none`,
 /// `CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS=1`: Claude Code otherwise puts a snapshot of the
 /// workdir's repository into the model's context at startup (its branch, `git status`, the
@@ -420,6 +426,7 @@ pub fn pinned_names() -> Vec<&'static str> {
         .chain(pi_pins(&dirs))
         .chain(claude_pins(&dirs))
         .chain(codex_pins(&dirs))
+        .chain(opencode_pins(&dirs))
         .chain(claude_context_pins(ContextFiles::None))
         .map(|(name, _)| name)
         .collect();
@@ -442,6 +449,7 @@ pub fn runner_pins(
             pins.extend(claude_context_pins(manifest.agent.context_files));
         }
         Runtime::Codex => pins.extend(codex_pins(dirs)),
+        Runtime::Opencode => pins.extend(opencode_pins(dirs)),
         Runtime::Command => {}
     }
     pins
@@ -744,6 +752,7 @@ pub fn policy_doc() -> String {
         ("all", common_pins(&dirs, None)),
         ("pi", pi_pins(&dirs)),
         ("claude", claude_pins(&dirs)),
+        ("opencode", opencode_pins(&dirs)),
         (
             "claude, `agent.context_files: uploaded`",
             claude_context_pins(ContextFiles::Uploaded),

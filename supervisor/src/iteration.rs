@@ -171,7 +171,7 @@ fn run_steps(
     // (after the context step, which may have set some of it back).
     workspace_config_step(manifest, &verified, record, observer);
     // 3. Environment.
-    let env = environment_step(ctx, manifest, dirs, record, observer)?;
+    let env = environment_step(ctx, manifest, dirs, &verified, record, observer)?;
     refuse_if_cancelled(ctx, observer)?;
     // 4 and 5. Confine and launch.
     let mut running = launch_step(
@@ -280,6 +280,24 @@ fn prepare(
     // With HOME emptied: Node's global module folders there made root's empty directories.
     record.home_guarded = crate::home_guard::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("home-guard: {err}")))?;
+    // OpenCode's verified plugin modules, linked into its config dir.
+    let plugins = crate::opencode_config::deliver_plugins(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-plugins: {err}")))?;
+    if !plugins.is_empty() {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .plugins = plugins;
+    }
+    // OpenCode's config dir and the other config dirs it would load from, root's.
+    if let Some(guarded) = crate::opencode_config::protect(manifest, dirs)
+        .map_err(|err| Stop::supervisor(format!("opencode-config: {err}")))?
+    {
+        record
+            .opencode_config
+            .get_or_insert_with(Default::default)
+            .guarded = guarded;
+    }
     let output = crate::dir_reset::empty_output(manifest)
         .map_err(|err| Stop::supervisor(format!("output-reset: {err}")))?;
     for (step, report, field) in [
@@ -510,6 +528,7 @@ fn environment_step(
     ctx: &mut Supervisor,
     manifest: &Manifest,
     dirs: &RuntimeDirPaths,
+    verified: &Verified,
     record: &mut IterationResult,
     observer: &mut dyn IterationObserver,
 ) -> Result<EnvOutcome, Stop> {
@@ -517,10 +536,15 @@ fn environment_step(
     let started = Instant::now();
     let env = environment::build_with(manifest, dirs, &ctx.baseline.vars, &observer.network_pins());
     record.steps.env_ms = millis(started.elapsed());
-    let env = env.map_err(|err| {
+    let mut env = env.map_err(|err| {
         observer.step(Step::Environment, Finished, failed(&err.to_string()));
         Stop::supervisor(err.to_string())
     })?;
+    // OpenCode's configuration, from that environment (its model endpoint).
+    if let Err(reason) = opencode_config(manifest, verified, &mut env, record) {
+        observer.step(Step::Environment, Finished, failed(&reason));
+        return Err(Stop::supervisor(reason));
+    }
     record.env.removed = env.removed.clone();
     record.env.dotenv_refused = env.dotenv_refused.clone();
     record.env.path_dropped = env.path_dropped.clone();
@@ -535,6 +559,38 @@ fn environment_step(
     };
     observer.step(Step::Environment, Finished, EventDetail::of(&counts));
     Ok(env)
+}
+
+/// For OpenCode: its whole configuration written into `OPENCODE_CONFIG_CONTENT`
+/// ([`crate::opencode_config::config`]), from the agent's environment (its model endpoint), a
+/// pin of the supervisor's, and named in the record (the key hidden). `Err` says why not.
+fn opencode_config(
+    manifest: &Manifest,
+    verified: &Verified,
+    env: &mut EnvOutcome,
+    record: &mut IterationResult,
+) -> Result<(), String> {
+    if manifest.runtime != crate::manifest::Runtime::Opencode {
+        return Ok(());
+    }
+    let agents_md = verified
+        .claude_md
+        .as_deref()
+        .filter(|_| crate::opencode_config::passes_agents_md(manifest));
+    let config = crate::opencode_config::config(manifest, &env.env, agents_md)
+        .map_err(|err| format!("opencode-config: {err}"))?;
+    let name = crate::opencode_config::CONTENT_VAR.to_string();
+    env.env.retain(|(n, _)| *n != name);
+    env.env.push((name.clone(), config.to_string()));
+    env.env.sort();
+    env.layers
+        .insert(name.clone(), crate::environment::EnvSource::Pin);
+    record.env.layers.insert(name, "pin".to_string());
+    record
+        .opencode_config
+        .get_or_insert_with(Default::default)
+        .content = Some(crate::opencode_config::shown(config));
+    Ok(())
 }
 
 /// A cancel that arrived while reaping or verifying: nothing is launched.
@@ -611,6 +667,13 @@ fn launch_step(
             return Err(refused(observer, reason));
         }
     }
+    // OpenCode's managed configuration (`/etc/opencode`), merged over pitcrew's own.
+    if manifest.runtime == crate::manifest::Runtime::Opencode {
+        let etc = std::path::Path::new("/etc");
+        if let Some(reason) = crate::codex_system::opencode_system_problem(&manifest.user, etc) {
+            return Err(refused(observer, reason));
+        }
+    }
     // The agent tree's own cgroups, where the supervisor may make them (removed on drop).
     let cgroups = ctx
         .agent_cgroups
@@ -666,6 +729,15 @@ fn launch_step(
     };
     if let Some(ns) = netns {
         plan.join_network(ns);
+        // A sandbox that shares the host's filesystem and was not started with its own
+        // network hid no /run: the agent's child hides it for itself.
+        if ctx.hidden_run.is_empty() {
+            let run = agent_run(manifest, dirs).map_err(|reason| refused(observer, reason))?;
+            if let Some(network) = &mut record.network {
+                network.hidden = run.names().to_vec();
+            }
+            plan.hide_run(run);
+        }
     }
     let launched = launch(&mut spec, &mut plan, &mut ctx.reaper);
     record.steps.confine_launch_ms = millis(started.elapsed());
@@ -715,6 +787,21 @@ fn launch_step(
 /// observer's, whose listeners are bound in it, or one made here). `Err` is why the iteration
 /// cannot start: the interfaces could not be listed, the agent's namespace could not be made,
 /// or a `platform` policy's proxy is missing.
+/// `/run` hidden for the agent alone ([`crate::sandbox::private_run::AgentRun`]), unless a path
+/// it needs lies there.
+fn agent_run(
+    manifest: &Manifest,
+    dirs: &RuntimeDirPaths,
+) -> Result<crate::sandbox::private_run::AgentRun, String> {
+    let needed: Vec<&Path> = std::iter::once(manifest.workdir.as_str())
+        .chain(dirs.agent_dirs())
+        .chain(manifest.trees.iter().map(|t| t.path.as_str()))
+        .chain(manifest.files.iter().map(|f| f.path.as_str()))
+        .map(Path::new)
+        .collect();
+    crate::sandbox::private_run::AgentRun::prepare(&needed)
+}
+
 fn agent_network(
     manifest: &Manifest,
     env: &[(String, String)],

@@ -61,6 +61,7 @@ pub fn judge_within(runtime: Runtime, stdout: impl Read + Seek, bounds: Bounds) 
         Runtime::Pi => judge_pi(objects()),
         Runtime::Claude => judge_claude(objects()),
         Runtime::Codex => judge_codex(objects()),
+        Runtime::Opencode => judge_opencode(objects()),
     }
 }
 
@@ -302,11 +303,83 @@ fn judge_codex(events: impl Iterator<Item = Value>) -> Option<String> {
     last
 }
 
+/// The error OpenCode 1.18.33 gives a tool call whose permission was asked for in `opencode
+/// run`, which rejects every ask: the turn ends without the model hearing of it, and OpenCode
+/// exits 0.
+pub const OPENCODE_REJECTED: &str = "The user rejected permission to use this specific tool call.";
+
+/// OpenCode `run --format json`: an `error` event (a model error; OpenCode also exits 1) or a
+/// `tool_use` whose permission was rejected ([`OPENCODE_REJECTED`]) fails the iteration,
+/// wherever it is in the stream: pitcrew's configuration leaves no permission on `ask`, so a
+/// rejection means a configuration pitcrew did not write took effect.
+fn judge_opencode(events: impl Iterator<Item = Value>) -> Option<String> {
+    let mut found: Option<String> = None;
+    for event in events {
+        match event.get("type").and_then(Value::as_str) {
+            Some("error") => {
+                let text = event
+                    .pointer("/error/data/message")
+                    .or_else(|| event.pointer("/error/name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("error");
+                found = Some(format!("judge: opencode-error: {}", excerpt(text)));
+            }
+            Some("tool_use")
+                if event.pointer("/part/state/status").and_then(Value::as_str) == Some("error")
+                    && event
+                        .pointer("/part/state/error")
+                        .and_then(Value::as_str)
+                        .is_some_and(|e| e.contains(OPENCODE_REJECTED)) =>
+            {
+                let tool = event
+                    .pointer("/part/tool")
+                    .and_then(Value::as_str)
+                    .unwrap_or("a tool");
+                if found.is_none() {
+                    found = Some(format!(
+                        "judge: opencode-permission-rejected: {}",
+                        excerpt(tool)
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use std::io::Cursor;
+
+    #[test]
+    fn opencode_fails_on_an_error_event_or_a_rejected_permission() {
+        let ok = [
+            r#"{"type":"step_start","part":{}}"#,
+            r#"{"type":"tool_use","part":{"tool":"bash","state":{"status":"completed","output":"hi"}}}"#,
+            r#"{"type":"tool_use","part":{"tool":"bash","state":{"status":"error","error":"exit 1"}}}"#,
+            r#"{"type":"step_finish","part":{"tokens":{}}}"#,
+        ];
+        assert_eq!(run(Runtime::Opencode, &ok), None);
+        let rejected = [
+            r#"{"type":"step_start","part":{}}"#,
+            r#"{"type":"tool_use","part":{"tool":"bash","state":{"status":"error","error":"The user rejected permission to use this specific tool call."}}}"#,
+            r#"{"type":"step_finish","part":{"tokens":{}}}"#,
+        ];
+        assert_eq!(
+            run(Runtime::Opencode, &rejected).as_deref(),
+            Some("judge: opencode-permission-rejected: bash")
+        );
+        let error = [
+            r#"{"type":"error","error":{"name":"APIError","data":{"message":"scripted model failure","statusCode":400}}}"#,
+        ];
+        assert_eq!(
+            run(Runtime::Opencode, &error).as_deref(),
+            Some("judge: opencode-error: scripted model failure")
+        );
+    }
 
     fn run(runtime: Runtime, lines: &[&str]) -> Option<String> {
         judge(runtime, Cursor::new(lines.join("\n")))

@@ -51,6 +51,8 @@
 //!   directories before each launch, in a `HOME` whose sticky bit keeps them so.
 //! - `codex_config` (Linux): Codex's hooks, configuration and instructions in `CODEX_HOME` made
 //!   root's and read-only before each launch (a sub-agent reads them again when spawned).
+//! - `opencode_config` (Linux): the configuration pitcrew gives OpenCode
+//!   (`OPENCODE_CONFIG_CONTENT`), and its config dirs made root's before each launch.
 //! - `pi_config` (Linux): pi's credentials, catalogs and settings in its config dir made root's
 //!   and read-only before each launch, in a config dir whose sticky bit keeps them so (pi
 //!   0.87.1 and 1.6.0 read `auth.json` there again while they run).
@@ -106,6 +108,8 @@ pub mod logging;
 pub mod manifest;
 #[cfg(feature = "host")]
 pub mod model_http;
+#[cfg(target_os = "linux")]
+pub mod opencode_config;
 #[cfg(target_os = "linux")]
 pub mod pi_config;
 #[cfg(unix)]

@@ -78,6 +78,8 @@ pub enum Runtime {
     Claude,
     /// Codex CLI (`codex exec --json …`).
     Codex,
+    /// OpenCode (`opencode run --format json …`).
+    Opencode,
     /// Any argv: `agent.binary` followed by `agent.args`.
     Command,
 }
@@ -89,6 +91,7 @@ impl Runtime {
             Runtime::Pi => "pi",
             Runtime::Claude => "claude",
             Runtime::Codex => "codex",
+            Runtime::Opencode => "opencode",
             Runtime::Command => "command",
         }
     }
@@ -100,6 +103,7 @@ impl Runtime {
             Runtime::Pi => Some("pi"),
             Runtime::Claude => Some("claude"),
             Runtime::Codex => Some("codex"),
+            Runtime::Opencode => Some("opencode"),
             Runtime::Command => None,
         }
     }
@@ -224,6 +228,9 @@ pub enum TreeKind {
     /// A Codex plugin bundle: put in Codex's plugin cache and enabled in the `config.toml` the
     /// supervisor writes ([`crate::codex_config`]).
     CodexPlugin,
+    /// An OpenCode plugin: its entries (plugin modules) linked into the config dir OpenCode is
+    /// pinned to, which it imports them from.
+    OpencodePlugin,
     /// Skills, hook scripts or other data: verified, not passed on the command line.
     Data,
 }
@@ -254,7 +261,8 @@ pub struct TreePin {
     /// empty in memory): never part of the manifest a host sends.
     #[serde(skip)]
     pub stored: Option<StoredListing>,
-    /// pi entry files, relative to `path` (pi extensions only).
+    /// Entry files, relative to `path`: pi's (`-e`) for a pi extension, the plugin modules of an
+    /// OpenCode plugin.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<String>,
     /// Validated plugin environment, exported last.
@@ -602,6 +610,36 @@ pub const RUNTIME_HOME_PATHS: &[(&str, Option<Runtime>, &str)] = &[
         Some(Runtime::Pi),
         "pi's default agent dir (extensions, skills, settings)",
     ),
+    (
+        ".config/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's user config dir (config, plugins, tools, agents, AGENTS.md)",
+    ),
+    (
+        ".opencode",
+        Some(Runtime::Opencode),
+        "an OpenCode config dir (plugins, tools, agents)",
+    ),
+    (
+        ".local/share/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's data dir (auth.json, whose well-known entries fetch remote config)",
+    ),
+    (
+        ".local/state/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's state dir",
+    ),
+    (
+        ".cache/opencode",
+        Some(Runtime::Opencode),
+        "OpenCode's cache (npm plugins and providers it imports, rg, the models catalogue)",
+    ),
+    (
+        ".claude/CLAUDE.md",
+        Some(Runtime::Opencode),
+        "OpenCode's user instructions (off by OPENCODE_DISABLE_CLAUDE_CODE, kept out all the same)",
+    ),
 ];
 
 /// Why `runtime` may not keep the `dirs.home_keep` entry `keep`: the path of
@@ -653,6 +691,7 @@ impl Manifest {
             Runtime::Pi => "pi-config",
             Runtime::Claude => "claude-config",
             Runtime::Codex => "codex-home",
+            Runtime::Opencode => "opencode-config",
             Runtime::Command => "config",
         };
         let config = dirs
@@ -766,6 +805,18 @@ impl Manifest {
                 return Err(field(
                     at("entries"),
                     "a pi extension needs at least one entry",
+                ));
+            }
+            if tree.kind == TreeKind::OpencodePlugin
+                && (tree.entries.is_empty()
+                    || tree
+                        .entries
+                        .iter()
+                        .any(|e| !(e.ends_with(".ts") || e.ends_with(".js"))))
+            {
+                return Err(field(
+                    at("entries"),
+                    "an OpenCode plugin needs at least one entry, each a .ts or .js module",
                 ));
             }
             for (key, value) in &tree.env {

@@ -83,6 +83,11 @@ pub struct IterationResult {
     /// that is not root, and when the iteration stopped before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex_config: Option<crate::codex_config::CodexConfigRecord>,
+    /// OpenCode's configuration (`OPENCODE_CONFIG_CONTENT` as pitcrew wrote it, the key
+    /// hidden) and the config dirs that were root's and read-only to the agent (absent for
+    /// other runtimes, and when the iteration stopped before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opencode_config: Option<crate::opencode_config::OpencodeConfigRecord>,
     /// Node's global module folders in `HOME` that were root's empty directories while the
     /// agent ran (`.node_modules`, `.node_libraries`; absent when the supervisor is not root or
     /// the agent is, and when the iteration stopped before).
@@ -573,6 +578,10 @@ pub struct SeccompRecord {
     /// ring's operations would pass this filter unseen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent_syscalls: Vec<String>,
+    /// The only address families `socket` and `socketpair` create (others fail with
+    /// `EAFNOSUPPORT`: `AF_VSOCK` reaches the hypervisor whatever the network namespace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub socket_families: Vec<String>,
 }
 
 /// What Landlock enforced.
@@ -708,6 +717,8 @@ pub enum UsageSource {
     ClaudeStreamJson,
     /// Codex `exec --json`: its `turn.completed` events' `usage`.
     CodexJson,
+    /// OpenCode `run --format json`: its `step_finish` events' `tokens` and `cost`.
+    OpencodeJson,
 }
 
 impl IterationResult {
@@ -735,6 +746,7 @@ impl IterationResult {
             claude_config: None,
             pi_config: None,
             codex_config: None,
+            opencode_config: None,
             home_guarded: Vec::new(),
             context_files: None,
             verification: None,

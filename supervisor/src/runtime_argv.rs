@@ -173,6 +173,7 @@ pub fn argv(
                 .map(|(_, value)| value.as_str());
             codex_args(manifest, dirs, base_url, &mut v)?;
         }
+        Runtime::Opencode => opencode_args(manifest, &mut v)?,
         Runtime::Command => v.extend(manifest.agent.args.iter().cloned()),
     }
     if let Some(index) = v.iter().position(|a| a.contains('\0')) {
@@ -194,7 +195,7 @@ pub fn recorded(manifest: &Manifest, argv: &[String]) -> (Vec<String>, Option<Pr
     let mut shown = argv.to_vec();
     let carries_prompt = matches!(
         manifest.runtime,
-        Runtime::Pi | Runtime::Claude | Runtime::Codex
+        Runtime::Pi | Runtime::Claude | Runtime::Codex | Runtime::Opencode
     );
     let prompt = match (carries_prompt, shown.last_mut()) {
         (true, Some(last)) => {
@@ -599,10 +600,54 @@ fn codex_args(
     Ok(())
 }
 
+/// Whether OpenCode loads plugin modules for `m`: only when the harness verified some
+/// (`opencode-plugin` trees, linked into the pinned config dir:
+/// `crate::opencode_config::deliver_plugins`); otherwise `--pure` (no plugin module of any
+/// config dir, no npm plugin).
+pub fn opencode_plugins(m: &Manifest) -> bool {
+    m.trees.iter().any(|t| t.kind == TreeKind::OpencodePlugin)
+}
+
+fn opencode_args(m: &Manifest, v: &mut Vec<String>) -> Result<(), ArgvError> {
+    let prompt = prompt(m)?;
+    push(v, &["run", "--format", "json"]);
+    if !opencode_plugins(m) {
+        push(v, &["--pure"]);
+    }
+    if let Some(model) = &m.agent.model {
+        push(v, &["--model", &format!("pitcrew/{model}")]);
+    }
+    v.extend(m.agent.args.iter().cloned());
+    v.push(prompt.to_string());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn opencode_runs_pure_with_pitcrews_model_and_the_prompt_last() {
+        let m = manifest(json!({
+            "version": 1, "runtime": "opencode", "prompt": "fix it", "workdir": "/w",
+            "agent": {"binary": "opencode", "model": "m1", "args": ["--log-level", "WARN"]},
+        }));
+        let got = argv(&m, Path::new("/o"), Some("1.18.33"), None, None, &[]).unwrap();
+        assert_eq!(
+            got.join(" "),
+            "/o run --format json --pure --model pitcrew/m1 --log-level WARN fix it"
+        );
+        let mut bad = m.clone();
+        bad.agent.args = vec!["--auto".into()];
+        let err = argv(&bad, Path::new("/o"), None, None, None, &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--auto is an option of OpenCode 1.18.33"),
+            "{err}"
+        );
+        assert_eq!(recorded(&m, &got).0.last().unwrap(), "<prompt>");
+    }
 
     /// [`super::argv`] with the manifest's own runtime directories.
     fn argv(

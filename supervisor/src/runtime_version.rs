@@ -37,6 +37,16 @@ fn release_of(name: &str, version: String) -> String {
     }
 }
 
+/// Whether `name` is OpenCode's npm package (`opencode-ai`, a stub) or one of its platform
+/// packages (`opencode-linux-x64`, `opencode-linux-x64-baseline-musl`, …), which holds the
+/// Bun-compiled binary and carries the release as its version.
+fn is_opencode_package(name: &str) -> bool {
+    name == "opencode-ai"
+        || ["opencode-linux-", "opencode-darwin-", "opencode-windows-"]
+            .iter()
+            .any(|os| name.starts_with(os))
+}
+
 /// How many directories above the binary a `package.json` is looked for (pi 1.6's binary is
 /// `dist/bundle/cli.js`).
 const LEVELS: usize = 4;
@@ -70,7 +80,7 @@ pub fn detect(binary: &Path) -> Option<String> {
         };
         if let Some(name) = package
             .name
-            .filter(|name| PACKAGES.contains(&name.as_str()))
+            .filter(|name| PACKAGES.contains(&name.as_str()) || is_opencode_package(name))
         {
             return package.version.map(|v| release_of(&name, v));
         }
@@ -166,6 +176,21 @@ mod tests {
         let bin = package(&other, "left-pad", "1.0.0", "bin/x");
         assert_eq!(detect(&bin), None);
         assert_eq!(detect(Path::new("/nonexistent/pi")), None);
+    }
+
+    #[test]
+    fn an_opencode_platform_package_gives_its_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("opencode-linux-x64/bin/opencode");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::write(&bin, "").unwrap();
+        std::fs::write(
+            dir.path().join("opencode-linux-x64/package.json"),
+            r#"{"name": "opencode-linux-x64", "version": "1.18.33"}"#,
+        )
+        .unwrap();
+        assert_eq!(detect(&bin).as_deref(), Some("1.18.33"));
+        assert!(!is_opencode_package("opencode-evil"));
     }
 
     #[test]

@@ -19,6 +19,10 @@
 //! - Codex `exec --json`: the sum of the `usage` of its `turn.completed` events
 //!   (`input_tokens`, of them `cached_input_tokens`, `cache_write_input_tokens`,
 //!   `output_tokens`); no cost.
+//! - OpenCode `run --format json`: the sum of its `step_finish` events' `part.tokens`
+//!   (`input`, which excludes the cached prompt tokens, `output` with `reasoning` added, `cache.read`,
+//!   `cache.write`) and `part.cost` (dollars, from OpenCode's price list for the model; 0 for
+//!   a model it has no price for).
 //!
 //! The stream is the agent's to write, so this reads only the record file the capture wrote
 //! (at most its 1 GiB), once, front to back: lines longer than 16 MiB are skipped without being
@@ -65,6 +69,7 @@ pub fn usage_within(
         Runtime::Pi => pi(events(&[b"message_end", b"agent_end"])),
         Runtime::Claude => claude(events(&[b"assistant", b"result"])),
         Runtime::Codex => codex(events(&[b"turn.completed"])),
+        Runtime::Opencode => opencode(events(&[b"step_finish"])),
     }
 }
 
@@ -302,10 +307,57 @@ fn codex(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
     sum.record(UsageSource::CodexJson)
 }
 
+/// OpenCode `run --format json`: the sum of its `step_finish` events' `part.tokens` and
+/// `part.cost` (one per model step; there is no run total). Reasoning tokens are output tokens.
+fn opencode(events: impl Iterator<Item = Value>) -> Option<UsageRecord> {
+    let mut sum = Tally::default();
+    for event in events {
+        if event.get("type").and_then(Value::as_str) != Some("step_finish") {
+            continue;
+        }
+        let Some(tokens) = event.pointer("/part/tokens").filter(|t| t.is_object()) else {
+            continue;
+        };
+        let cache = tokens.get("cache").cloned().unwrap_or(Value::Null);
+        sum.add(Tally {
+            input: count(tokens, "input"),
+            output: count(tokens, "output").saturating_add(count(tokens, "reasoning")),
+            cache_read: count(&cache, "read"),
+            cache_write: count(&cache, "write"),
+            cost: dollars(event.pointer("/part/cost")),
+            reports: 1,
+        });
+    }
+    sum.record(UsageSource::OpencodeJson)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Cursor;
+
+    #[test]
+    fn opencode_sums_its_step_finish_tokens_and_cost() {
+        let lines = [
+            r#"{"type":"step_start","part":{}}"#,
+            r#"{"type":"step_finish","part":{"reason":"tool-calls","cost":0.001,"tokens":{"total":20,"input":7,"output":5,"reasoning":2,"cache":{"read":3,"write":1}}}}"#,
+            r#"{"type":"text","part":{"text":"done"}}"#,
+            r#"{"type":"step_finish","part":{"reason":"stop","cost":0.002,"tokens":{"total":20,"input":7,"output":5,"reasoning":0,"cache":{"read":3,"write":0}}}}"#,
+        ];
+        let u = run(Runtime::Opencode, &lines).unwrap();
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_tokens,
+                u.cache_write_tokens
+            ),
+            (14, 12, 6, 1)
+        );
+        assert!((u.cost_usd.unwrap() - 0.003).abs() < 1e-12, "{u:?}");
+        assert_eq!(u.source, UsageSource::OpencodeJson);
+        assert_eq!(run(Runtime::Opencode, &[r#"{"type":"error"}"#]), None);
+    }
 
     fn run(runtime: Runtime, lines: &[&str]) -> Option<UsageRecord> {
         usage(runtime, Cursor::new(lines.join("\n")))

@@ -26,7 +26,9 @@ fn unswitchable(runtime: Runtime, version: Option<&str>) -> &'static [&'static s
         Runtime::Pi if PiFeatures::of(version).reads_project_files => {
             &[".pi/settings.json", ".pi/SYSTEM.md", ".pi/APPEND_SYSTEM.md"]
         }
-        Runtime::Pi | Runtime::Claude | Runtime::Codex | Runtime::Command => &[],
+        Runtime::Pi | Runtime::Claude | Runtime::Codex | Runtime::Opencode | Runtime::Command => {
+            &[]
+        }
     }
 }
 

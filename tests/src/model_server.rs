@@ -619,8 +619,27 @@ pub fn example_script(request: &Value) -> Reply {
         return Reply::Text(format!("the tool said: {result}"));
     }
     // OpenAI Responses requests (Codex) carry `input`; Anthropic Messages requests a top-level
-    // `system`; pi's OpenAI chat requests neither.
-    if request.get("input").is_some() {
+    // `system`; pi's and OpenCode's OpenAI chat requests neither (OpenCode offers `todowrite`,
+    // and asks for a session title with a system prompt of its own).
+    let offered = |name: &str| {
+        request["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == name))
+    };
+    let title = request["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You are a title generator"));
+    if title {
+        Reply::Text("Hello".into())
+    } else if offered("todowrite") {
+        Reply::ToolCall {
+            name: "bash".into(),
+            arguments: json!({
+                "command": "echo hello from the sandbox > hello.txt && cat hello.txt",
+                "description": "write hello.txt",
+            }),
+        }
+    } else if request.get("input").is_some() {
         Reply::ToolCall {
             name: "exec_command".into(),
             arguments: json!({"cmd": "echo hello from the sandbox > hello.txt && cat hello.txt"}),

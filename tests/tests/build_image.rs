@@ -99,6 +99,7 @@ fn builds_of_different_contents_get_different_default_tags() {
         print_tag("pi", &init, "localhost/pitcrew-base:other", &[]),
         print_tag("claude", &init, BASE, &[]),
         print_tag("codex", &init, BASE, &[]),
+        print_tag("opencode", &init, BASE, &[]),
     ];
     for t in &others {
         assert_ne!(t, &tag);
@@ -123,6 +124,16 @@ fn builds_of_different_contents_get_different_default_tags() {
         )),
         "{}",
         others[3]
+    );
+    assert!(
+        others[4].starts_with(&format!(
+            "localhost/pitcrew-opencode:{}-init{}-opencode{}-ctx",
+            env!("CARGO_PKG_VERSION"),
+            sha8(&init),
+            pinned("opencode", "opencode-linux-x64")
+        )),
+        "{}",
+        others[4]
     );
 
     // --tag is taken as given.

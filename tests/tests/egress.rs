@@ -246,7 +246,37 @@ res['packet'] = err(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
         return;
     };
     assert_eq!(probe["raw"], "EPERM", "{probe:#}");
-    assert_eq!(probe["packet"], "EPERM", "{probe:#}");
+    // Not a family the agent's seccomp filter lets it create (nor CAP_NET_RAW's to make).
+    assert_eq!(probe["packet"], "EAFNOSUPPORT", "{probe:#}");
+}
+
+/// A vsock socket is no network namespace's: on a virtual machine (Firecracker, Hyper-V's
+/// `hv_sock`, a cloud VM with a vsock device) an `AF_VSOCK` connection from the agent's
+/// loopback-only namespace still goes to the hypervisor's host (CID 2), past pitcrew's proxy and
+/// unrecorded. Docker's and containerd's default seccomp profiles refuse `socket(AF_VSOCK)`;
+/// under `none` the agent must not get one either. Skipped where this kernel has no vsock.
+#[test]
+fn attack_egress__a_vsock_socket_is_refused() {
+    // SAFETY: socket takes plain integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    let here = fd >= 0;
+    if here {
+        // SAFETY: `fd` was just returned by socket and is owned by nothing else.
+        unsafe { libc::close(fd) };
+    }
+    if !pitcrew_e2e::prerequisite(here, "needs a kernel with vsock (CONFIG_VSOCKETS)") {
+        return;
+    }
+    let cases = "\
+res['vsock'] = err(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM))
+";
+    let Some((probe, _)) = probe("network: none\n", cases) else {
+        return;
+    };
+    assert_ne!(
+        probe["vsock"], "ok",
+        "the agent made an AF_VSOCK socket: {probe:#}"
+    );
 }
 
 #[test]
@@ -898,6 +928,38 @@ fn attack_egress__a_host_unix_socket_under_run_is_out_of_reach() {
     assert!(
         record_open["network"].get("hidden").is_none(),
         "{record_open:#}"
+    );
+}
+
+/// In a networked sandbox (the local engine's, started for `open`, reused under `none`), the
+/// agent gets a network namespace of its own, but the host's `/run` stays the sandbox's: a
+/// world-writable listener of the host's there (where D-Bus, systemd-resolved's varlink socket,
+/// `nscd`, a database keep theirs) is reached by the agent, and the record names nothing
+/// hidden. Under `none` and `allow` the agent must not reach it, as in a sandbox started for
+/// them ([`attack_egress__a_host_unix_socket_under_run_is_out_of_reach`]).
+#[test]
+fn attack_egress__in_a_reused_open_sandbox_a_host_unix_socket_under_run_is_out_of_reach() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::net::UnixListener;
+    let path = format!("/run/pitcrew-egress-reused-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap_or_else(|e| panic!("bind {path}: {e}"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let cases = format!(
+        "def unix():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.connect('{path}')\n    s.sendall(b'x')\nres['unix'] = err(unix)\n"
+    );
+    let ran = probe_networked("network: none\n", &cases);
+    let seen = listener.accept().is_ok();
+    let _ = std::fs::remove_file(&path);
+    let Some((probe, record)) = ran else {
+        return;
+    };
+    assert_eq!(record["network"]["namespace"], "agent", "{record:#}");
+    assert!(
+        !seen && probe["unix"] == "ENOENT",
+        "the agent under `none` reached the host's socket {path}: {probe:#}\n{:#}",
+        record["network"]
     );
 }
 

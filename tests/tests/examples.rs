@@ -1,5 +1,5 @@
 //! The examples run as an operator would run them: the quickstart (`runtime: command`), and the
-//! offline pi, Claude Code and Codex examples, each copied to a directory the agent's uid can read,
+//! offline pi, Claude Code, Codex and OpenCode examples, each copied to a directory the agent's uid can read,
 //! its model address pointed at a scripted model server on a free port (the examples name
 //! 8377), and `pitcrew run` on it.
 //!
@@ -80,6 +80,11 @@ fn validate_shows_each_examples_default_network_and_where_it_came_from() {
         ),
         (
             "codex",
+            "  network: allow 127.0.0.1:8377 (env OPENAI_BASE_URL)",
+            Some("127.0.0.1:8377"),
+        ),
+        (
+            "opencode",
             "  network: allow 127.0.0.1:8377 (env OPENAI_BASE_URL)",
             Some("127.0.0.1:8377"),
         ),
@@ -225,6 +230,44 @@ fn the_codex_example_runs_offline() {
     assert_eq!(
         read_text(&record.join("workspace/hello.txt")),
         "hello from the sandbox\n"
+    );
+    let results = server.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("hello from the sandbox")),
+        "{results:#?}"
+    );
+}
+
+#[test]
+fn the_opencode_example_runs_offline() {
+    if !require_pid_namespaces()
+        || !prerequisite(
+            agent_version("opencode").is_some(),
+            "needs OpenCode on PATH (scripts/install-agents)",
+        )
+    {
+        return;
+    }
+    let server = ModelServer::start(example_script);
+    let (_dir, harness, state) = prepared("opencode", &server);
+    let doc = pitcrew_run(
+        &harness,
+        &state,
+        &["--pass-env", "OPENAI_API_KEY", "--collect-workspace"],
+        &[("OPENAI_API_KEY", "offline")],
+    );
+    let row = &doc["iterations"][0];
+    assert_eq!(row["exit_code"], 0, "{doc:#}");
+    assert_eq!(row["verified"], true, "{doc:#}");
+    // The model's bash call ran in the sandbox's workspace, and the verified plugin's hook saw it.
+    let record = PathBuf::from(row["record_dir"].as_str().unwrap());
+    assert_eq!(
+        read_text(&record.join("workspace/hello.txt")),
+        "hello from the sandbox\n"
+    );
+    assert_eq!(
+        read_text(&record.join("workspace/tool-calls.log")),
+        "bash\n"
     );
     let results = server.tool_results();
     assert!(

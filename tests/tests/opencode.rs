@@ -1,6 +1,7 @@
 //! The real OpenCode 1.18.33 (npm `opencode-ai`, installed by `scripts/install-opencode` into
-//! `$PITCREW_AGENTS_DIR/opencode-1.18.33`), run directly, not yet through pitcrew (OpenCode is not
-//! a runtime of pitcrew yet: docs/agent-support.md, "OpenCode 1.18.33 (planned runtime)").
+//! `$PITCREW_AGENTS_DIR/opencode-1.18.33`), run directly, without pitcrew: what the release reads,
+//! loads and contacts on its own (docs/agent-support.md, "What OpenCode 1.18.33 does on its own").
+//! `tests/tests/opencode_runtime.rs` runs it as pitcrew's `runtime: opencode`.
 //!
 //! Each run is offline and proven so: the test thread enters a network namespace of its own with
 //! only `lo` (up), starts the scripted model server of `pitcrew_e2e::model_server` there, and

@@ -137,5 +137,18 @@ fn render(class: &PluginClass) -> String {
             }
             out
         }
+        PluginClass::Opencode(o) => {
+            let mut out = format!(
+                "opencode plugin: {}\n",
+                escape_controls(&o.entries.join(", "))
+            );
+            if !o.skipped.is_empty() {
+                out.push_str(&format!(
+                    "not given to OpenCode: {}\n",
+                    escape_controls(&o.skipped.join(", "))
+                ));
+            }
+            out
+        }
     }
 }

@@ -112,6 +112,9 @@ pub fn run(args: &DiscoverArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             ))?,
             Some(PluginClass::Claude(cl)) => line(format!("  claude plugin {:?}", cl.name))?,
             Some(PluginClass::Codex(cx)) => line(format!("  codex plugin {:?}", cx.name))?,
+            Some(PluginClass::Opencode(o)) => {
+                line(format!("  opencode plugin: {}", o.entries.join(", ")))?
+            }
             None => {}
         }
         if let Some(sha) = &c.sha256 {

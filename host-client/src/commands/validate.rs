@@ -106,6 +106,7 @@ fn print_report(file: &str, v: &Validated) -> std::io::Result<()> {
             PluginClass::Codex(c) => {
                 format!("codex plugin {:?} (.codex-plugin/plugin.json)", c.name)
             }
+            PluginClass::Opencode(o) => format!("opencode plugin: {}", o.entries.join(", ")),
         };
         let skipped = if p.loaded {
             ""

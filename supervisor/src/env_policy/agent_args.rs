@@ -191,13 +191,14 @@ pub struct RuntimeOption {
     pub verdict: Verdict,
 }
 
-/// The supported releases of `runtime` (pi, claude, codex), oldest first, each with its options sorted
+/// The supported releases of `runtime` (pi, claude, codex, opencode), oldest first, each with its options sorted
 /// by name; empty for `command`.
 pub fn releases(runtime: Runtime) -> &'static [(&'static str, &'static [RuntimeOption])] {
     match runtime {
         Runtime::Pi => super::pi_options::PI_RELEASES,
         Runtime::Claude => super::claude_options::CLAUDE_RELEASES,
         Runtime::Codex => super::codex_options::CODEX_RELEASES,
+        Runtime::Opencode => super::opencode_options::OPENCODE_RELEASES,
         Runtime::Command => &[],
     }
 }
@@ -207,6 +208,7 @@ fn runtime_name(runtime: Runtime) -> &'static str {
     match runtime {
         Runtime::Claude => "Claude Code",
         Runtime::Codex => "Codex CLI",
+        Runtime::Opencode => "OpenCode",
         _ => runtime.as_str(),
     }
 }
@@ -467,7 +469,12 @@ pub fn agent_args_doc() -> String {
     for why in Why::ALL {
         out.push_str(&format!("- **{}**: {}\n", why.label(), why.text()));
     }
-    for runtime in [Runtime::Pi, Runtime::Claude, Runtime::Codex] {
+    for runtime in [
+        Runtime::Pi,
+        Runtime::Claude,
+        Runtime::Codex,
+        Runtime::Opencode,
+    ] {
         let releases = releases(runtime);
         let name = runtime_name(runtime);
         out.push_str(&format!("\n### {name}\n\n| option |"));

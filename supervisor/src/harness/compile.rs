@@ -89,6 +89,7 @@ impl Validated {
                 PluginClass::Pi(pi) => (TreeKind::PiExtension, pi.entries.clone()),
                 PluginClass::Claude(_) => (TreeKind::ClaudePlugin, Vec::new()),
                 PluginClass::Codex(_) => (TreeKind::CodexPlugin, Vec::new()),
+                PluginClass::Opencode(o) => (TreeKind::OpencodePlugin, o.entries.clone()),
             };
             // A plugin the runtime does not load is still uploaded and verified (it is part of
             // the harness), but it is data for this runtime.
@@ -110,7 +111,7 @@ impl Validated {
                 files: FileListing::from_records(&p.digest.listing.files).ok()?,
                 dirs: p.digest.listing.dirs.clone(),
                 stored: None,
-                entries: if kind == TreeKind::PiExtension {
+                entries: if matches!(kind, TreeKind::PiExtension | TreeKind::OpencodePlugin) {
                     entries
                 } else {
                     Vec::new()
@@ -204,7 +205,7 @@ impl Validated {
                 // The harness's default: the context files the run's workspace began with.
                 context_files: match h.runtime {
                     Runtime::Command => ContextFiles::AsIs,
-                    Runtime::Pi | Runtime::Claude | Runtime::Codex => {
+                    Runtime::Pi | Runtime::Claude | Runtime::Codex | Runtime::Opencode => {
                         h.agent.context_files.unwrap_or(ContextFiles::Uploaded)
                     }
                 },

@@ -166,6 +166,15 @@ impl Checker<'_> {
                 ),
                 _ => {}
             }
+            if runtime == Some(Runtime::Opencode) && role == Some(PinRole::HookAdapter) {
+                self.problem(
+                    m.get_node("role").and_then(location),
+                    format!("{field}.role"),
+                    "runtime opencode runs no hook adapter file: give OpenCode its hooks as a \
+                     verified plugin (plugins: a directory whose plugins/<name>.ts returns \
+                     tool.execute.before and the like)",
+                );
+            }
             if runtime == Some(Runtime::Codex) && role == Some(PinRole::HookAdapter) {
                 self.problem(
                     m.get_node("role").and_then(location),
@@ -294,6 +303,18 @@ pub(super) fn config_place_problem(to: &str, runtime: Option<Runtime>) -> Option
             "{to:?}: Codex would not read it (pitcrew runs it with --ignore-user-config and \
              sets its configuration itself: agent.model, agent.tools, agent.context_files; \
              its hooks come from hooks.json at the top of its config dir)"
+        ));
+    }
+    let first = to.split('/').next().unwrap_or_default();
+    if runtime == Some(Runtime::Opencode)
+        && (["opencode.json", "opencode.jsonc", "config.json"].contains(&to)
+            || ["plugin", "plugins"].contains(&first))
+    {
+        return Some(format!(
+            "{to:?}: pitcrew writes OpenCode's configuration itself (agent.model, agent.tools, \
+             agent.context_files, skills:) and links its plugin modules into plugins/ of its \
+             config dir from the verified plugins: (a configuration file there could bring \
+             npm plugins, MCP servers and permissions on ask)"
         ));
     }
     if runtime == Some(Runtime::Pi) && to.split('/').next() == Some("sessions") {

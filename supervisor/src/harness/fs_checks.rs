@@ -334,6 +334,21 @@ impl Checker<'_> {
                     ),
                 );
             }
+            if h.runtime == Runtime::Opencode && spec.single_file {
+                // OpenCode is given plugin directories (their plugin modules): refused by name
+                // rather than skipped, so a harness never runs without what it names.
+                self.problem(
+                    at,
+                    &field,
+                    format!(
+                        "{}: runtime opencode takes plugin directories whose \
+                         {{plugin,plugins}}/*.{{ts,js}} it imports, not a single file; put it \
+                         in plugins/ of a directory",
+                        spec.name
+                    ),
+                );
+                continue;
+            }
             if spec.single_file {
                 if let Some(found) = self.plugin_file(h, spec, at, &field, out, progress) {
                     registered.push(found);
@@ -407,6 +422,29 @@ impl Checker<'_> {
                         );
                     }
                     h.runtime == Runtime::Codex
+                }
+                (PluginClass::Opencode(o), _) => {
+                    if !spec.pi_args.is_empty() {
+                        self.problem(
+                            at,
+                            format!("{field}.pi"),
+                            "an OpenCode plugin takes no pi: options",
+                        );
+                    }
+                    if h.runtime == Runtime::Opencode && !o.skipped.is_empty() {
+                        self.note(
+                            at,
+                            &field,
+                            format!(
+                                "{}: OpenCode is given its plugin modules ({}) only; {} of the \
+                                 tree are not loaded",
+                                spec.name,
+                                o.entries.join(", "),
+                                o.skipped.join(", ")
+                            ),
+                        );
+                    }
+                    h.runtime == Runtime::Opencode
                 }
             };
             if !loaded {

@@ -253,7 +253,7 @@ pub fn network_default(h: &Harness, pi: &PiModelConfig) -> NetworkChoice {
     match h.runtime {
         Runtime::Command => {}
         Runtime::Claude => claude_default(h, &mut allowed, &mut notes),
-        Runtime::Codex => codex_default(h, &mut allowed, &mut notes),
+        Runtime::Codex | Runtime::Opencode => codex_default(h, &mut allowed, &mut notes),
         Runtime::Pi => {
             for (endpoint, source) in &pi.endpoints {
                 allowed.add(endpoint.clone(), source.clone());
@@ -358,7 +358,11 @@ fn codex_default(h: &Harness, allowed: &mut Allowed, notes: &mut Vec<String>) {
                 host: CODEX_API_HOST.into(),
                 port: 443,
             },
-            "the Codex CLI's API endpoint (OpenAI's)".into(),
+            match h.runtime {
+                Runtime::Opencode => "OpenCode's provider without OPENAI_BASE_URL (OpenAI's API)",
+                _ => "the Codex CLI's API endpoint (OpenAI's)",
+            }
+            .into(),
         ),
     }
 }
@@ -703,7 +707,7 @@ fn endpoint_variables(runtime: Runtime) -> &'static [&'static str] {
             "ANTHROPIC_FOUNDRY_BASE_URL",
         ],
         Runtime::Pi => &["AZURE_OPENAI_BASE_URL"],
-        Runtime::Codex => &["OPENAI_BASE_URL"],
+        Runtime::Codex | Runtime::Opencode => &["OPENAI_BASE_URL"],
         Runtime::Command => &[],
     }
 }

@@ -15,6 +15,9 @@
 //! the skill is invoked; a `SKILL.md` that is not UTF-8, over [`MAX_SKILL_MD_BYTES`], or whose
 //! frontmatter is not a YAML mapping.
 //!
+//! For OpenCode, which is given each skills entry as a `skills.paths` directory and offers
+//! every `SKILL.md` below it, a `SKILL.md` below the root is refused too.
+//!
 //! Noted: for pi, a skill without a description (pi does not load it); for Claude Code, the
 //! frontmatter fields it is not given (all but `name`, `description`,
 //! `disable-model-invocation`), and a description written in a form the supervisor does not
@@ -81,6 +84,17 @@ pub(super) fn check(dir: &Path, shown: &str, listing: &TreeListing, runtime: Run
              of its {SKILL_FILE}, which every runtime reads (list each skill's own directory)"
         ));
         return f;
+    }
+    if runtime == Runtime::Opencode {
+        if let Some(nested) =
+            crate::opencode_config::nested_skill_md(listing.files.iter().map(|r| r.path.as_str()))
+        {
+            f.problems.push(format!(
+                "{shown} holds {nested} below its root: OpenCode offers every {SKILL_FILE} under \
+                 a skills path, so it would offer that one as a skill too (list each skill's own \
+                 directory)"
+            ));
+        }
     }
     check_skill_md(&dir.join(SKILL_FILE), shown, runtime, &mut f);
     f
@@ -214,6 +228,20 @@ mod tests {
         }
         let listing = hash_tree(dir.path(), TreeFormat::PiTreeV1).unwrap().listing;
         check(dir.path(), "skills/s", &listing, runtime)
+    }
+
+    #[test]
+    fn opencode_refuses_a_skill_md_below_the_root() {
+        let files = [("SKILL.md", GOOD), ("sub/SKILL.md", GOOD)];
+        let f = findings(&files, Runtime::Opencode);
+        assert!(
+            f.problems
+                .iter()
+                .any(|p| p.contains("sub/SKILL.md below its root")),
+            "{:?}",
+            f.problems
+        );
+        assert!(findings(&files, Runtime::Pi).problems.is_empty());
     }
 
     const GOOD: &str = "---\nname: s\ndescription: Does s\n---\nBody, `code` and scripts/run.sh.\n";

@@ -72,19 +72,20 @@ fn runtime_and_adapter_use_names_are_the_enums_names() {
             .collect::<Vec<_>>(),
         [(
             "runtime",
-            "\"Pi\" is not a runtime (pi, claude, codex or command)"
+            "\"Pi\" is not a runtime (pi, claude, codex, opencode or command)"
         )]
     );
     for (name, runtime) in [
         ("pi", Runtime::Pi),
         ("claude", Runtime::Claude),
         ("codex", Runtime::Codex),
+        ("opencode", Runtime::Opencode),
         ("command", Runtime::Command),
     ] {
-        let extra = if runtime == Runtime::Command {
-            "command: [/bin/true]\n"
-        } else {
-            "prompt: hi\n"
+        let extra = match runtime {
+            Runtime::Command => "command: [/bin/true]\n",
+            Runtime::Opencode => "prompt: hi\nagent:\n  model: m\n",
+            _ => "prompt: hi\n",
         };
         let v = check(&format!("runtime: {name}\n{extra}"));
         assert!(v.is_ok(), "{name}: {:?}", v.problems);
@@ -1660,5 +1661,43 @@ fn codex_refuses_tools_and_skills_it_cannot_honour_and_skips_other_plugin_famili
     assert_eq!(
         local.network().unwrap().policy.allowed()[0].to_string(),
         "127.0.0.1:8377"
+    );
+}
+
+#[test]
+fn opencode_harnesses_name_a_model_its_built_in_tools_and_no_config_of_their_own() {
+    let ok = check("runtime: opencode\nprompt: hi\nagent:\n  model: m\n  tools: [bash, write]\n");
+    assert!(ok.is_ok(), "{:?}", ok.problems);
+    assert!(
+        ok.notes
+            .iter()
+            .any(|n| n.message.contains("share OpenCode's edit permission")),
+        "{:?}",
+        ok.notes
+    );
+    assert_eq!(
+        ok.network().unwrap().policy.allowed()[0].to_string(),
+        "api.openai.com:443"
+    );
+    let bad = check("runtime: opencode\nprompt: hi\nagent:\n  tools: [Bash]\n");
+    let fields: Vec<&str> = bad.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, ["agent.model", "agent.tools"], "{:?}", bad.problems);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.yaml");
+    std::fs::write(dir.path().join("hook.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(dir.path().join("c.json"), "{}").unwrap();
+    std::fs::write(dir.path().join("x.js"), "").unwrap();
+    std::fs::write(
+        &file,
+        "runtime: opencode\nprompt: hi\nagent:\n  model: m\nadapters:\n  - path: hook.sh\n    role: hook-adapter\n  - path: c.json\n    role: config\n    to: opencode.json\n  - path: x.js\n    role: config\n    to: plugins/x.js\n",
+    )
+    .unwrap();
+    let v = validate(&file).unwrap();
+    let fields: Vec<&str> = v.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["adapters[0].role", "adapters[1].to", "adapters[2].to"],
+        "{:?}",
+        v.problems
     );
 }

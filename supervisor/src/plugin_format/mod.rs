@@ -14,7 +14,9 @@
 //!    [`PiRule::Manifest`], [`PiRule::ConventionalDirs`], [`PiRule::Index`],
 //!    [`PiRule::PackageMain`]. Everything pi would load silently-as-nothing, or load differently
 //!    in 0.73 and 1.6, is refused (see [`ClassifyError`]).
-//! 4. **Neither**: [`ClassifyError::NotAPlugin`].
+//! 4. **OpenCode plugin**, by OpenCode's plugin-module rule ([`opencode`]): files matching
+//!    `{plugin,plugins}/*.{ts,js}`, which OpenCode imports from a config dir.
+//! 5. **None of them**: [`ClassifyError::NotAPlugin`].
 //!
 //! pitcrew hands pi the resolved entry files (`-e /abs/dir/index.ts`), never the directory.
 //! That sidesteps the sibling-file trap (`-e /p/X` loads `/p/X.js` when it exists, not
@@ -37,6 +39,7 @@ mod claude;
 mod codex;
 mod error;
 mod flags;
+pub mod opencode;
 mod pi;
 mod single_file;
 
@@ -67,16 +70,31 @@ pub enum PluginClass {
     Pi(PiExtension),
     /// A Codex CLI plugin bundle (`.codex-plugin/plugin.json`).
     Codex(CodexPlugin),
+    /// An OpenCode plugin: a config-dir-shaped tree whose `{plugin,plugins}/*.{ts,js}` OpenCode
+    /// imports.
+    Opencode(OpencodePlugin),
+}
+
+/// An OpenCode plugin and the modules OpenCode imports from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpencodePlugin {
+    /// The plugin modules, relative to the plugin directory, sorted.
+    pub entries: Vec<String>,
+    /// What else of a config dir the tree holds, which OpenCode is not given
+    /// ([`opencode::SKIPPED_PARTS`]).
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 impl PluginClass {
-    /// `"claude"`, `"pi"` or `"codex"`, the same tag the serialized form carries.
+    /// `"claude"`, `"pi"`, `"codex"` or `"opencode"`, the same tag the serialized form carries.
     #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Claude(_) => "claude",
             Self::Pi(_) => "pi",
             Self::Codex(_) => "codex",
+            Self::Opencode(_) => "opencode",
         }
     }
 }
@@ -187,9 +205,19 @@ pub fn classify(dir: &Path) -> Result<PluginClass, ClassifyError> {
             registered_flags: registered_flags(dir)?,
             registered_tools: registered_tools(dir)?,
         })),
-        None => Err(ClassifyError::NotAPlugin {
-            dir: dir.to_path_buf(),
-        }),
+        None => match opencode::detect(&ctx)? {
+            Some(entries) => Ok(PluginClass::Opencode(OpencodePlugin {
+                entries,
+                skipped: opencode::SKIPPED_PARTS
+                    .iter()
+                    .filter(|p| ctx.exists(p))
+                    .map(|p| (*p).to_string())
+                    .collect(),
+            })),
+            None => Err(ClassifyError::NotAPlugin {
+                dir: dir.to_path_buf(),
+            }),
+        },
     }
 }
 

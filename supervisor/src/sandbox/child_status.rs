@@ -56,10 +56,13 @@ pub enum Stage {
     /// Joining the user namespace the agent's network namespace was made in (`setns`,
     /// [`super::netns_helper`]).
     Userns = 24,
+    /// Hiding `/run` in a mount namespace of the agent's own, with its own network namespace
+    /// ([`super::private_run::AgentRun`]).
+    PrivateRun = 25,
 }
 
 impl Stage {
-    const ALL: [Stage; 24] = [
+    const ALL: [Stage; 25] = [
         Stage::Stdio,
         Stage::Setsid,
         Stage::Bounding,
@@ -84,6 +87,7 @@ impl Stage {
         Stage::Dumpable,
         Stage::Netns,
         Stage::Userns,
+        Stage::PrivateRun,
     ];
 
     /// The stage's name in reasons (`confine: setresuid: …`).
@@ -113,6 +117,7 @@ impl Stage {
             Stage::Dumpable => "dumpable",
             Stage::Netns => "network-namespace",
             Stage::Userns => "user-namespace",
+            Stage::PrivateRun => "private-run",
         }
     }
 

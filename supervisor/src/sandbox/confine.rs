@@ -105,6 +105,8 @@ pub struct ConfinePlan {
     /// The user namespace the agent's network namespace was made in, when not the sandbox's
     /// (a supervisor without `CAP_SYS_ADMIN`, [`super::netns_helper`]): joined first.
     userns: Option<OwnedFd>,
+    /// `/run` hidden in the agent's own mount namespace ([`ConfinePlan::hide_run`]).
+    private_run: Option<super::private_run::AgentRun>,
     original_mask: libc::sigset_t,
     /// The record, with the parent's part filled in (identity, Landlock ABI, mode, paths).
     pub record: ConfinementRecord,
@@ -348,6 +350,9 @@ impl ConfinePlan {
                         .map(|s| s.to_string())
                         .collect(),
                     absent_syscalls: super::seccomp::ABSENT_SYSCALLS.map(String::from).to_vec(),
+                    socket_families: super::seccomp::SOCKET_FAMILIES
+                        .map(|(name, _)| name.to_string())
+                        .to_vec(),
                 },
             ),
             Err(why) => {
@@ -390,6 +395,7 @@ impl ConfinePlan {
             file_size: manifest.limits.disk_bytes.map(rlim),
             netns: None,
             userns: None,
+            private_run: None,
             original_mask,
             record: ConfinementRecord {
                 uid: user.uid,
@@ -440,6 +446,12 @@ impl ConfinePlan {
         let (net, user) = ns.into_fds();
         self.netns = Some(net);
         self.userns = user;
+    }
+
+    /// Makes the agent's child hide `/run` in a mount namespace of its own, after it joined
+    /// its network namespace ([`super::private_run::AgentRun`]).
+    pub fn hide_run(&mut self, run: super::private_run::AgentRun) {
+        self.private_run = Some(run);
     }
 
     /// The child's half: applies everything, in the order of the module doc.
@@ -503,6 +515,16 @@ impl ConfinePlan {
             // SAFETY: setns takes an fd the plan owns (open until exec, close-on-exec) and a flag.
             if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 return Err(fail(Stage::Netns));
+            }
+        }
+        // The host's sockets under /run out of its reach, where the sandbox did not hide them.
+        if let Some(run) = &self.private_run {
+            // SAFETY: the forked child before exec, still holding CAP_SYS_ADMIN.
+            if let Err(errno) = unsafe { run.apply_in_child() } {
+                return Err(ChildFailure {
+                    stage: Stage::PrivateRun,
+                    errno,
+                });
             }
         }
 

@@ -13,6 +13,12 @@
 //! directory) stays reachable to a uid that may write it; containers do not share the host's
 //! filesystem at all.
 
+//!
+//! A sandbox that has a network of its own (the local engine's sandbox started for
+//! `network: open` and used again under `none` or `allow`) was not started so: when the agent
+//! gets a network namespace of its own there, its child also gets a mount namespace of its own
+//! with the same empty tmpfs on `/run` ([`AgentRun`]); the supervisor keeps its `/run`.
+
 use std::ffi::CString;
 use std::path::Path;
 
@@ -52,6 +58,102 @@ pub fn hide(keep: &[&Path]) -> Result<Vec<String>, String> {
         hidden.push(dir.to_string());
     }
     Ok(hidden)
+}
+
+/// `/run` hidden for the agent alone: the directories and the mount's arguments, made before
+/// the fork, so that the child only makes system calls ([`AgentRun::apply_in_child`]).
+#[derive(Debug)]
+pub struct AgentRun {
+    dirs: Vec<CString>,
+    names: Vec<String>,
+    fstype: CString,
+    data: CString,
+}
+
+impl AgentRun {
+    /// The directories of [`RUN_DIRS`] to hide from the agent (each a directory, not a link to
+    /// another); refused when a path the agent needs (`needed`: its workdir, directories,
+    /// verified trees) lies under one of them.
+    pub fn prepare(needed: &[&Path]) -> Result<AgentRun, String> {
+        let mut dirs = Vec::new();
+        let mut names = Vec::new();
+        for dir in RUN_DIRS {
+            match std::fs::symlink_metadata(dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("private /run: {dir}: {e}")),
+            }
+            let real =
+                std::fs::canonicalize(dir).map_err(|e| format!("private /run: {dir}: {e}"))?;
+            for path in needed {
+                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+                if path.starts_with(&real) {
+                    return Err(format!(
+                        "private /run: {} lies under {dir}, which the agent's own network \
+                         namespace hides (the host's sockets are there)",
+                        path.display()
+                    ));
+                }
+            }
+            dirs.push(CString::new(dir).map_err(|_| format!("private /run: {dir}: NUL"))?);
+            names.push(dir.to_string());
+        }
+        Ok(AgentRun {
+            dirs,
+            names,
+            fstype: CString::new("tmpfs").map_err(|_| "fstype".to_string())?,
+            data: CString::new(OPTIONS).map_err(|_| "options".to_string())?,
+        })
+    }
+
+    /// The directories hidden, for the record.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// In the agent's child before exec, holding `CAP_SYS_ADMIN`: a mount namespace of its
+    /// own, nothing of it propagated back, and an empty read-only tmpfs on each directory.
+    /// `Err` is the errno of the call that failed.
+    ///
+    /// # Safety
+    ///
+    /// Only in the forked child before exec: it changes the calling process's mount namespace.
+    /// It allocates nothing (the strings were made by [`AgentRun::prepare`]).
+    pub unsafe fn apply_in_child(&self) -> Result<(), i32> {
+        let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: unshare and mount with NUL-terminated strings owned by `self`, or null.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(errno());
+            }
+            let flags = libc::MS_REC | libc::MS_SLAVE;
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(errno());
+            }
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY;
+            for dir in &self.dirs {
+                if libc::mount(
+                    self.fstype.as_ptr(),
+                    dir.as_ptr(),
+                    self.fstype.as_ptr(),
+                    flags,
+                    self.data.as_ptr().cast(),
+                ) != 0
+                {
+                    return Err(errno());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn mount_empty(dir: &str) -> Result<(), String> {

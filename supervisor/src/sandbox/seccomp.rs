@@ -36,6 +36,11 @@
 //! `io_uring` calls fail with `ENOSYS` ([`ABSENT_SYSCALLS`]): a ring makes `setxattr` and
 //! `fallocate` without a system call this filter sees.
 //!
+//! `socket` and `socketpair` create only `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK`
+//! sockets ([`SOCKET_FAMILIES`]); any other family fails with `EAFNOSUPPORT`, as on a kernel
+//! without it. A network namespace does not cover every family: `AF_VSOCK` reaches the
+//! hypervisor of a virtual machine whatever namespace the agent is in, past egress control.
+//!
 //! With a disk budget ([`super::disk_budget`]) `fallocate` fails with `EOPNOTSUPP`: it
 //! allocates gigabytes in microseconds, far inside one sample of the budget's watch, while
 //! written bytes come at the disk's pace. (glibc's `posix_fallocate` then writes the range.)
@@ -88,6 +93,14 @@ pub const ABSENT_SYSCALLS: [&str; 3] = ["io_uring_setup", "io_uring_enter", "io_
 /// System calls that fail with `EOPNOTSUPP` when the manifest sets a disk budget.
 pub const UNSUPPORTED_WITH_DISK_BUDGET: [&str; 1] = ["fallocate"];
 
+/// The address families the agent's tree may create sockets of, by name and number; every
+/// other family fails with `EAFNOSUPPORT`.
+pub const SOCKET_FAMILIES: [(&str, i32); 4] = [
+    ("AF_UNIX", libc::AF_UNIX),
+    ("AF_INET", libc::AF_INET),
+    ("AF_INET6", libc::AF_INET6),
+    ("AF_NETLINK", libc::AF_NETLINK),
+];
 /// Signals no process of the agent's tree may send, by name (for the record).
 pub const DENIED_SIGNALS: [&str; 1] = ["SIGUSR1"];
 
@@ -137,6 +150,7 @@ enum To {
     Deny,
     NoSys,
     Unsupported,
+    NoFamily,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -288,6 +302,22 @@ impl Filter {
                     To::Next,
                 ));
             }
+            // socket(family, …) and socketpair(family, …): the family is the first argument.
+            let families = SOCKET_FAMILIES.len();
+            for n in [libc::SYS_socket, libc::SYS_socketpair] {
+                let checks = u8::try_from(families + 1).unwrap_or(u8::MAX);
+                insns.push(jump(BPF_JEQ_K, nr(n), To::Next, To::Skip(checks)));
+                insns.push(load(data_arg_low(0)));
+                for (i, (_, family)) in SOCKET_FAMILIES.iter().enumerate() {
+                    let other = if i + 1 == families {
+                        To::NoFamily
+                    } else {
+                        To::Next
+                    };
+                    let family = u32::try_from(*family).unwrap_or(u32::MAX);
+                    insns.push(jump(BPF_JEQ_K, family, To::Allow, other));
+                }
+            }
             // fcntl(fd, F_SETSIG, …): the command is the second argument.
             insns.push(jump(BPF_JEQ_K, nr(libc::SYS_fcntl), To::Next, To::Skip(2)));
             insns.push(load(data_arg_low(1)));
@@ -367,6 +397,7 @@ fn resolve(insns: &[Insn]) -> Result<Vec<libc::sock_filter>, String> {
     let deny = allow + 1;
     let foreign = allow + 2;
     let unsupported = allow + 3;
+    let no_family = allow + 4;
     let offset = |at: usize, to: To| -> Result<u8, String> {
         let target = match to {
             To::Next => at + 1,
@@ -375,11 +406,12 @@ fn resolve(insns: &[Insn]) -> Result<Vec<libc::sock_filter>, String> {
             To::Deny => deny,
             To::NoSys => foreign,
             To::Unsupported => unsupported,
+            To::NoFamily => no_family,
         };
         u8::try_from(target - at - 1)
             .map_err(|_| format!("seccomp: a jump of {} instructions", target - at - 1))
     };
-    let mut program = Vec::with_capacity(insns.len() + 4);
+    let mut program = Vec::with_capacity(insns.len() + 5);
     for (at, insn) in insns.iter().enumerate() {
         program.push(libc::sock_filter {
             code: insn.code,
@@ -394,6 +426,7 @@ fn resolve(insns: &[Insn]) -> Result<Vec<libc::sock_filter>, String> {
         errno(libc::EPERM),
         errno(libc::ENOSYS),
         errno(libc::EOPNOTSUPP),
+        errno(libc::EAFNOSUPPORT),
     ] {
         program.push(libc::sock_filter {
             code: BPF_RET_K,
@@ -444,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn the_program_ends_with_its_four_returns_and_every_jump_lands_inside() {
+    fn the_program_ends_with_its_five_returns_and_every_jump_lands_inside() {
         for disk_budget in [false, true] {
             let filter = Filter::build(disk_budget).unwrap();
             let n = filter.program.len();
@@ -455,8 +488,65 @@ mod tests {
                     assert!(at + 1 + usize::from(insn.jf) < n);
                 }
             }
-            assert!(filter.program[n - 4..].iter().all(|i| i.code == BPF_RET_K));
+            assert!(filter.program[n - 5..].iter().all(|i| i.code == BPF_RET_K));
         }
+    }
+
+    #[test]
+    #[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
+    fn attack_egress__only_unix_inet_and_netlink_sockets_are_made() {
+        fn probe() -> i32 {
+            // SAFETY: raw socket calls; each descriptor made is closed.
+            unsafe {
+                for family in [
+                    libc::AF_UNIX,
+                    libc::AF_INET,
+                    libc::AF_INET6,
+                    libc::AF_NETLINK,
+                ] {
+                    let kind = if family == libc::AF_NETLINK {
+                        libc::SOCK_RAW
+                    } else {
+                        libc::SOCK_STREAM
+                    };
+                    let fd = libc::socket(family, kind, 0);
+                    if fd < 0 && errno() == libc::EAFNOSUPPORT {
+                        return 1;
+                    }
+                    libc::close(fd);
+                }
+                let mut pair = [0; 2];
+                if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) != 0 {
+                    return 2;
+                }
+                for family in [
+                    libc::AF_VSOCK,
+                    libc::AF_PACKET,
+                    libc::AF_ALG,
+                    libc::AF_BLUETOOTH,
+                ] {
+                    if libc::socket(family, libc::SOCK_STREAM, 0) >= 0
+                        || errno() != libc::EAFNOSUPPORT
+                    {
+                        return 3;
+                    }
+                }
+                // The high half of the family argument changes nothing the kernel reads.
+                let vsock = (1_i64 << 32) | i64::from(libc::AF_VSOCK);
+                if libc::syscall(libc::SYS_socket, vsock, libc::SOCK_STREAM, 0) >= 0
+                    || errno() != libc::EAFNOSUPPORT
+                {
+                    return 4;
+                }
+                if libc::socketpair(libc::AF_VSOCK, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) == 0
+                    || errno() != libc::EAFNOSUPPORT
+                {
+                    return 5;
+                }
+                0
+            }
+        }
+        assert_eq!(in_filtered_child(probe), 0);
     }
 
     /// `fallocate` of 4 KiB on a memfd: 0 when it worked, 1 when it failed with

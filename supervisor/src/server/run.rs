@@ -130,8 +130,13 @@ impl Server {
             let (namespace, namespace_via) = placed
                 .map(|n| (n.namespace.take(), n.namespace_via.take()))
                 .unwrap_or_default();
+            // The sandbox's hidden /run, or the agent's own (its own network namespace).
+            let hidden = match record.network.as_mut() {
+                Some(n) if ctx.hidden_run.is_empty() => std::mem::take(&mut n.hidden),
+                _ => ctx.hidden_run.clone(),
+            };
             record.network = Some(crate::result::NetworkRecord {
-                hidden: ctx.hidden_run.clone(),
+                hidden,
                 namespace,
                 namespace_via,
                 ..network

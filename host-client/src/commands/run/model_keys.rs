@@ -14,7 +14,8 @@
 //! key passed with `--pass-env` enters the sandbox as it is, said in a note ([`pi_note`]), and
 //! `--model-key` is refused. Codex's endpoint is the `base_url` of the model provider pitcrew
 //! gives it, `OPENAI_BASE_URL` (the harness `env:`'s, else `https://api.openai.com/v1`), pinned
-//! to the listener like Claude Code's. `command` has no model endpoint pitcrew knows:
+//! to the listener like Claude Code's; OpenCode's is the `baseURL` of the provider pitcrew writes
+//! into its configuration, the same variable. `command` has no model endpoint pitcrew knows:
 //! `--model-key` is refused.
 
 use crate::client::tunnel::ModelUpstream;
@@ -36,6 +37,7 @@ pub const WELL_KNOWN: &[(Runtime, &str)] = &[
     (Runtime::Pi, "ANTHROPIC_API_KEY"),
     (Runtime::Pi, "OPENAI_API_KEY"),
     (Runtime::Codex, "OPENAI_API_KEY"),
+    (Runtime::Opencode, "OPENAI_API_KEY"),
 ];
 
 /// What a run does with model credentials.
@@ -367,7 +369,9 @@ impl Route {
                 .collect(),
             (Runtime::Pi, Some(provider)) => pi_provider_keys(provider).to_vec(),
             (Runtime::Pi, None) => pi.api_key_vars.iter().map(String::as_str).collect(),
-            (Runtime::Codex, _) => vec![pitcrew_core::runtime_argv::CODEX_KEY_VAR],
+            (Runtime::Codex | Runtime::Opencode, _) => {
+                vec![pitcrew_core::runtime_argv::CODEX_KEY_VAR]
+            }
             _ => WELL_KNOWN
                 .iter()
                 .filter(|(rt, _)| *rt == h.runtime)
@@ -398,7 +402,9 @@ fn route_for(h: &Harness, pi: &PiModelConfig, policy: &NetworkPolicy) -> Result<
     let (base_url_env, pi_provider, url) = match h.runtime {
         Runtime::Claude => (Some("ANTHROPIC_BASE_URL"), None, claude_url(h)?),
         // pitcrew gives Codex a model provider whose base_url is OPENAI_BASE_URL's value.
-        Runtime::Codex => (
+        // OpenCode: the provider pitcrew writes into its configuration has OPENAI_BASE_URL's
+        // value as its baseURL, and OPENAI_API_KEY's as its key (as Codex's).
+        Runtime::Codex | Runtime::Opencode => (
             Some(pitcrew_core::runtime_argv::CODEX_BASE_URL_VAR),
             None,
             h.env

@@ -22,13 +22,13 @@ const AGENT_KEYS: &[&str] = &[
 ];
 
 impl Checker<'_> {
-    /// `runtime:` (required): pi, claude, codex or command.
+    /// `runtime:` (required): pi, claude, codex, opencode or command.
     pub(super) fn runtime_key(&mut self, node: &Node, top: &MarkedMappingNode) -> Option<Runtime> {
         let Some(n) = top.get_node("runtime") else {
             self.problem(
                 location(node),
                 "runtime",
-                "missing (pi, claude, codex or command)",
+                "missing (pi, claude, codex, opencode or command)",
             );
             return None;
         };
@@ -38,7 +38,7 @@ impl Checker<'_> {
             self.problem(
                 location(n),
                 "runtime",
-                format!("{name:?} is not a runtime (pi, claude, codex or command)"),
+                format!("{name:?} is not a runtime (pi, claude, codex, opencode or command)"),
             );
         }
         runtime
@@ -285,6 +285,14 @@ impl Checker<'_> {
         if harness.runtime == Runtime::Claude {
             self.claude_context(top, harness);
         }
+        if harness.runtime == Runtime::Opencode && harness.agent.model.is_none() {
+            self.problem(
+                top.get_node("agent").and_then(location),
+                "agent.model",
+                "runtime opencode needs agent.model: pitcrew gives OpenCode one provider \
+                 (its baseURL OPENAI_BASE_URL) and the model of it to use",
+            );
+        }
         self.agent_on_this_host(top, harness);
     }
 
@@ -297,10 +305,14 @@ impl Checker<'_> {
             self.codex_tool_names(at, tools);
             return;
         }
+        if runtime == Runtime::Opencode {
+            self.opencode_tool_names(at, tools);
+            return;
+        }
         let other_kind = |t: &String| match runtime {
             Runtime::Pi => t.starts_with(|c: char| c.is_ascii_uppercase()),
             Runtime::Claude => t.starts_with(|c: char| c.is_ascii_lowercase()),
-            Runtime::Codex | Runtime::Command => false,
+            Runtime::Codex | Runtime::Opencode | Runtime::Command => false,
         };
         if let Some(name) = tools.iter().find(|t| other_kind(t)) {
             self.note(
@@ -340,12 +352,39 @@ impl Checker<'_> {
         }
     }
 
+    /// OpenCode's `agent.tools` turns off each of its built-in tools the list leaves out
+    /// ([`crate::opencode_config::BUILTIN_TOOLS`]): a name that is none of them cannot be
+    /// honoured.
+    fn opencode_tool_names(&mut self, at: Option<Location>, tools: &[String]) {
+        let known = crate::opencode_config::BUILTIN_TOOLS;
+        for name in tools.iter().filter(|t| !known.contains(&t.as_str())) {
+            self.problem(
+                at,
+                "agent.tools",
+                format!(
+                    "{name:?} is no built-in tool of opencode; pitcrew turns off each of {} \
+                     that the list leaves out",
+                    known.join(", ")
+                ),
+            );
+        }
+        let one = |t: &str| tools.iter().any(|x| x == t);
+        if one("write") != one("edit") {
+            self.note(
+                at,
+                "agent.tools",
+                "write and edit share OpenCode's edit permission: the list gives opencode both",
+            );
+        }
+    }
+
     /// Skills reach the model only through a tool that reads them.
     fn skill_readers(&mut self, at: Option<Location>, runtime: Runtime, tools: &[String]) {
         let readers: &[&str] = match runtime {
             // pi 0.73.1 lists skills only with `read`; later versions with `bash` too.
             Runtime::Pi => &["read"],
             Runtime::Claude => &["Skill"],
+            Runtime::Opencode => &["skill"],
             Runtime::Codex | Runtime::Command => &[],
         };
         if !readers.is_empty() && !tools.iter().any(|t| readers.contains(&t.as_str())) {
