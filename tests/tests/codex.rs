@@ -1265,3 +1265,62 @@ fn control_codex_lists_a_repositorys_skills_beside_a_plugins_whenever_its_skill_
     let off = listed(&["-c", "skills.include_instructions=false"]);
     assert!(!off.contains("_SKILL"), "{off}");
 }
+
+/// What the agent's first command plants: a `grep` that finds nothing, in the directory Codex
+/// 0.169.1 made for its `apply_patch` aliases (`$CODEX_HOME/tmp/arg0-linux/codex-arg0*`, the
+/// agent's uid's) and put first on its own `PATH`, which its hooks inherit.
+const SHADOW_GREP: &str = r#"for d in "$CODEX_HOME"/tmp/*/codex-arg0*; do printf '#!/bin/sh\nexit 1\n' > "$d/grep" && chmod +x "$d/grep" && echo "shadowed $d"; done; echo planted"#;
+
+/// The agent shadows `grep` in the `PATH` entry Codex gives its hooks, then runs a command the
+/// verified plugin's hook blocks: the hook must still block it.
+#[test]
+fn attack_runtime_tamper__a_command_the_agent_puts_on_codexs_path_never_changes_a_verified_plugins_hook(
+) {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(steps(&[
+        SHADOW_GREP,
+        "mkdir -p output; echo PLUGIN_FORBIDDEN > output/proof",
+    ]));
+    let fx = fixture(&server, 1);
+    add_codex_plugin(&fx);
+    let (code, doc) = fx.run_status();
+    let it = iteration_dir(&doc, 1);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{code:?} {requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.contains("planted"), "{planted}");
+    let blocked = last_tool_result(&requests[2]).unwrap_or_default();
+    assert!(
+        blocked.contains("blocked by the plugin's hook"),
+        "planted: {planted}\nheard: {blocked}"
+    );
+    assert!(!it.join("output/proof").exists(), "planted: {planted}");
+}
+
+/// The same with a pinned `hooks.json`: Codex's `PATH` entry is the agent's to fill.
+#[test]
+fn attack_runtime_tamper__a_command_the_agent_puts_on_codexs_path_never_changes_a_pinned_hook() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(steps(&[
+        SHADOW_GREP,
+        "mkdir -p output; echo FORBIDDEN > output/proof",
+    ]));
+    let fx = fixture(&server, 1);
+    pin_blocking_hooks(&fx);
+    let (code, doc) = fx.run_status();
+    let it = iteration_dir(&doc, 1);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{code:?} {requests:#?}");
+    let planted = last_tool_result(&requests[1]).unwrap_or_default();
+    assert!(planted.contains("planted"), "{planted}");
+    let blocked = last_tool_result(&requests[2]).unwrap_or_default();
+    assert!(
+        blocked.contains("blocked by the verified hook"),
+        "planted: {planted}\nheard: {blocked}"
+    );
+    assert!(!it.join("output/proof").exists(), "planted: {planted}");
+}
