@@ -1324,3 +1324,50 @@ fn attack_runtime_tamper__a_command_the_agent_puts_on_codexs_path_never_changes_
     );
     assert!(!it.join("output/proof").exists(), "planted: {planted}");
 }
+
+/// A verified plugin whose hook names its script relatively (`./hooks/check.sh`, as the
+/// plugin's own tree lays it out): Codex 0.169.1 runs hooks in the session's directory, the
+/// workspace, so the agent writes `hooks/check.sh` there and its script answers for the verified
+/// one. `pitcrew run` must refuse such a plugin, or the verified script must be what runs.
+#[test]
+fn attack_harness__a_codex_plugin_hook_naming_its_script_relatively_never_runs_what_the_agent_wrote(
+) {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(steps(&[
+        r#"mkdir -p hooks output; printf '#!/bin/sh\necho AGENT_HOOK_RAN >> output/agenthook\nexit 0\n' > hooks/check.sh; chmod +x hooks/check.sh; echo planted"#,
+        "mkdir -p output; echo PLUGIN_FORBIDDEN > output/proof",
+    ]));
+    let fx = fixture(&server, 1);
+    add_codex_plugin(&fx);
+    let root = fx.harness.parent().unwrap().join("plugins/probe-codex");
+    fs::write(
+        root.join("hooks/check.sh"),
+        "#!/bin/sh\nif grep -q PLUGIN_FORBIDDEN; then echo \"blocked by the plugin's hook\" >&2; exit 2; fi\n",
+    )
+    .unwrap();
+    fs::set_permissions(
+        root.join("hooks/check.sh"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "./hooks/check.sh",
+    }]}]}});
+    fs::write(root.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    let (code, doc) = fx.run_status();
+    let requests = server.requests();
+    if requests.is_empty() {
+        assert_ne!(code, Some(0), "{doc:#}");
+        return;
+    }
+    let it = iteration_dir(&doc, 1);
+    let ran = fs::read_to_string(it.join("output/agenthook")).unwrap_or_default();
+    assert!(
+        ran.is_empty(),
+        "the agent's hooks/check.sh ran as the verified hook: {ran}"
+    );
+    assert!(!it.join("output/proof").exists());
+}

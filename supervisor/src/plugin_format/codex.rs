@@ -114,6 +114,57 @@ mod tests {
         ));
     }
 
+    /// Codex 0.169.1 runs a plugin's hooks in the session's directory (the workspace, the
+    /// agent's to write) and an MCP server without `cwd` there too, with `PLUGIN_ROOT` and
+    /// `CLAUDE_PLUGIN_ROOT` naming the plugin's copy: a command whose program is a relative path,
+    /// or whose path after either variable has a `..` component, runs what the agent wrote, never
+    /// verified (`codex::attack_harness__a_codex_plugin_hook_naming_its_script_relatively_never_runs_what_the_agent_wrote`).
+    /// One naming the plugin's files through `$PLUGIN_ROOT`, or an MCP server run in `"cwd": "."`,
+    /// is fine.
+    #[test]
+    fn a_codex_command_running_the_workspace_is_refused() {
+        let hook = |command: &str| {
+            serde_json::json!({"hooks": {"PreToolUse": [{"hooks": [
+                {"type": "command", "command": command}]}]}})
+            .to_string()
+        };
+        for (file, text) in [
+            ("hooks/hooks.json", hook("./hooks/check.sh")),
+            ("hooks/hooks.json", hook("hooks/check.sh --strict")),
+            (
+                "hooks/hooks.json",
+                hook("bash ${PLUGIN_ROOT}/../../../../workspace/h.sh"),
+            ),
+            (
+                "hooks/hooks.json",
+                hook("node \"$CLAUDE_PLUGIN_ROOT/../x.js\""),
+            ),
+            (
+                ".mcp.json",
+                r#"{"mcpServers": {"s": {"command": "./bin/server"}}}"#.to_owned(),
+            ),
+        ] {
+            let d = plugin(r#"{"name": "p"}"#);
+            fs::create_dir_all(d.path().join("hooks")).unwrap();
+            fs::write(d.path().join(file), &text).unwrap();
+            let err = classify(d.path()).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(file), "{text}: {err}");
+        }
+        let d = plugin(r#"{"name": "p"}"#);
+        fs::create_dir_all(d.path().join("hooks")).unwrap();
+        fs::write(
+            d.path().join("hooks/hooks.json"),
+            hook("sh \"$PLUGIN_ROOT/hooks/check.sh\""),
+        )
+        .unwrap();
+        fs::write(
+            d.path().join(".mcp.json"),
+            r#"{"mcpServers": {"s": {"command": "python3", "args": ["server.py"], "cwd": "."}}}"#,
+        )
+        .unwrap();
+        classify(d.path()).unwrap();
+    }
+
     #[test]
     fn a_bad_codex_manifest_is_named() {
         for (manifest, says) in [
