@@ -1371,3 +1371,33 @@ fn attack_harness__a_codex_plugin_hook_naming_its_script_relatively_never_runs_w
     );
     assert!(!it.join("output/proof").exists());
 }
+
+/// A verified plugin's hook that keeps state in its data dir (`$PLUGIN_DATA`, which Codex
+/// 0.169.1 sets to `$CODEX_HOME/plugins/data/<name>-<marketplace>`) must still block: under
+/// pitcrew `plugins/` is root's, so the hook's `mkdir` failed, the hook exited 1, and Codex, which
+/// takes a failed hook as no objection, ran the command it had to block.
+#[test]
+fn a_verified_codex_plugins_hook_keeping_state_in_its_data_dir_still_blocks() {
+    if !gate() {
+        return;
+    }
+    let server = ModelServer::start(steps(&[
+        "mkdir -p output; echo PLUGIN_FORBIDDEN > output/proof",
+    ]));
+    let fx = fixture(&server, 1);
+    add_codex_plugin(&fx);
+    let root = fx.harness.parent().unwrap().join("plugins/probe-codex");
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": ".*", "hooks": [{
+        "type": "command",
+        "command": "mkdir -p \"$PLUGIN_DATA\" && date >> \"$PLUGIN_DATA/seen\" && if grep -q PLUGIN_FORBIDDEN; then echo \"blocked by the plugin's hook\" >&2; exit 2; fi",
+    }]}]}});
+    fs::write(root.join("hooks/hooks.json"), hooks.to_string()).unwrap();
+    let (code, doc) = fx.run_status();
+    let requests = server.requests();
+    let heard = last_tool_result(requests.last().unwrap()).unwrap_or_default();
+    assert!(
+        heard.contains("blocked by the plugin's hook"),
+        "{code:?} {heard}"
+    );
+    assert!(!iteration_dir(&doc, 1).join("output/proof").exists());
+}
