@@ -38,8 +38,9 @@ use std::path::{Path, PathBuf};
 
 /// The names Codex 0.169.1 reads from `CODEX_HOME` that it does not write in a run under
 /// pitcrew, each with the guard put in its place when the manifest pins nothing there: its
-/// hooks (`{}`: none), its configuration and instructions (empty files: none), and the rules,
-/// prompts and memories it loads from directories there (empty directories).
+/// hooks (`{}`: none), its configuration, `.env` and instructions (empty files: none), the
+/// rules, prompts and memories it loads from directories there, the `tmp` it would put on its
+/// tools' and hooks' `PATH`, and `node_modules` (empty directories).
 pub const GUARDED: &[(&str, Guard)] = &[
     ("hooks.json", Guard::Settings),
     ("config.toml", Guard::EmptyFile),
@@ -48,6 +49,13 @@ pub const GUARDED: &[(&str, Guard)] = &[
     ("rules", Guard::Empty),
     ("prompts", Guard::Empty),
     ("memories", Guard::Empty),
+    // Codex makes `tmp/arg0-linux/…` at start and puts it first on the PATH its hooks and MCP
+    // servers inherit: the agent's to write there, a `grep` of its own would run in a
+    // verified hook. Without it Codex goes on, its PATH left as it was.
+    ("tmp", Guard::Empty),
+    // Read at start for variables; and where a Node hook's bare `require` would look last.
+    (".env", Guard::EmptyFile),
+    ("node_modules", Guard::Empty),
 ];
 
 /// The record's `codex_config`: what of Codex's config dir the agent could not write while
@@ -143,6 +151,10 @@ pub fn deliver_plugins(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Ve
     let plugins = make_dir(dir.as_fd(), PLUGINS_DIR, &label(PLUGINS_DIR))?;
     let cache = make_dir(plugins.as_fd(), "cache", &label("plugins/cache"))?;
     let market = make_dir(cache.as_fd(), MARKETPLACE, &label("plugins/cache/pitcrew"))?;
+    // Each plugin's `PLUGIN_DATA` (`plugins/data/<name>-pitcrew`): the agent's, empty before
+    // each launch (a hook keeping state there must be able to write it; otherwise it fails,
+    // and Codex takes a failed hook for no objection).
+    let data = make_dir(plugins.as_fd(), "data", &label("plugins/data"))?;
     let mut names = Vec::new();
     for tree in &trees {
         if !crate::plugin_format::is_codex_plugin_name(&tree.name) {
@@ -156,6 +168,20 @@ pub fn deliver_plugins(manifest: &Manifest, dirs: &RuntimeDirPaths) -> Result<Ve
         let version = make_dir(base.as_fd(), VERSION, &label(&format!("{at}/{VERSION}")))?;
         copy_tree(tree, version.as_fd(), &label(&format!("{at}/{VERSION}")))
             .map_err(|why| format!("plugin {:?} ({}): {why}", tree.name, tree.path))?;
+        let own = format!("{}-{MARKETPLACE}", tree.name);
+        let at = label(&format!("plugins/data/{own}"));
+        let fd = make_dir(data.as_fd(), &own, &at)?;
+        if root_guard::applies(manifest) {
+            let (uid, gid) = (manifest.user.uid, manifest.user.gid);
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )
+            .map_err(|e| format!("{at}: chown: {e}"))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
+                .map_err(|e| format!("{at}: chmod: {e}"))?;
+        }
         names.push(tree.name.as_str());
     }
     write_file(

@@ -55,6 +55,7 @@ pub(super) fn detect(ctx: &Ctx) -> Result<Option<CodexPlugin>, ClassifyError> {
             }
         }
     }
+    super::codex_commands::check(ctx, &obj)?;
     Ok(Some(CodexPlugin {
         name,
         has_skills: ctx.kind("skills")? == Some(Kind::Dir) || obj.contains_key("skills"),

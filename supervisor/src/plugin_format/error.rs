@@ -79,7 +79,23 @@ pub enum ClassifyError {
         /// What is wrong with it.
         problem: String,
     },
-    /// A path in a Claude manifest's component fields (`commands`, `hooks`, …) that Claude
+    /// A command of a Codex plugin (a hook, an MCP server) that would run a file of the
+    /// session's directory (a relative path) or one outside the plugin (`..` after
+    /// `$PLUGIN_ROOT`).
+    #[error(
+        "{}: `{file}`: the command {command:?} {why}: Codex would run what lies there, never verified; name the plugin's own files through $PLUGIN_ROOT (an MCP server may set \"cwd\": \".\")",
+        dir.display()
+    )]
+    CodexCommandOutside {
+        /// The plugin directory as given.
+        dir: PathBuf,
+        /// The file holding the command, relative to the plugin.
+        file: String,
+        /// The command as written (at most 200 characters).
+        command: String,
+        /// What it would run.
+        why: &'static str,
+    },
     /// A command of a Claude plugin (a hook, an MCP or LSP server) names a path below
     /// `${CLAUDE_PLUGIN_ROOT}` that leaves the plugin through `..`.
     #[error(

@@ -37,6 +37,7 @@
 
 mod claude;
 mod codex;
+mod codex_commands;
 mod error;
 mod flags;
 pub mod opencode;
