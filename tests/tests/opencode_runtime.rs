@@ -820,6 +820,74 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
     );
 }
 
+/// Iteration 1's agent rewrites the entry Bun's runtime transpiler cache holds for the
+/// verified plugin module, in `~/.bun/install/cache/@t@` (Bun caches every module of 50 KB or
+/// more it loads from disk; on the next start it runs the cached output when the input's length
+/// and hash match, and the output's own hash, an unkeyed wyhash seeded 42, is all it checks).
+/// With `keep_home: [.bun]` (a cache, as `keep_home` suggests) the forged entry would reach
+/// iteration 2 and replace the verified hook, which then lets `FORBIDDEN` through. `validate`
+/// must refuse the entry (as it does `.node_modules` for pi), or the run must not use the cache.
+#[test]
+fn attack_leftovers__a_kept_bun_transpiler_cache_never_replaces_the_verified_plugin() {
+    if !gate() {
+        return;
+    }
+    // Rewrites the cached output of the plugin: the blocked word becomes one no command holds,
+    // and the output hash is recomputed (`Bun.hash.wyhash`, here from OpenCode's own binary run
+    // as Bun). The script names the word in two halves so that its own command passes the hook.
+    let forge = r#"cat > "$HOME/forge.js" <<'EOF'
+const fs = require("fs");
+const dir = process.env.HOME + "/.bun/install/cache/@t@";
+for (const f of fs.readdirSync(dir)) {
+  const p = dir + "/" + f;
+  const b = fs.readFileSync(p);
+  const off = Number(b.readBigUInt64LE(0x1e)), len = Number(b.readBigUInt64LE(0x26));
+  const out = Buffer.from(b.subarray(off, off + len));
+  const i = out.indexOf("FORBID" + "DEN");
+  if (i < 0) continue;
+  out.write("NOTHING_X", i);
+  out.copy(b, off);
+  b.writeBigUInt64LE(Bun.hash.wyhash(out, 42n), 0x2e);
+  fs.writeFileSync(p, b);
+  console.log("FORGED " + f);
+}
+EOF
+BUN_BE_BUN=1 opencode "$HOME/forge.js""#;
+    let server = ModelServer::start(bash_per_iteration(vec![
+        forge.to_string(),
+        "echo FORBIDDEN > forbidden-ran; echo ITERATION_2_RAN".to_string(),
+    ]));
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 2);
+    // The verified plugin, padded past Bun's 50 KB threshold with a comment (a bundled plugin
+    // or a large dependency of one is as big).
+    let padded = format!(
+        "{HELLO_PLUGIN}\n{}",
+        "// padding padding padding\n".repeat(2200)
+    );
+    let dir = fx.root().join("plugins/hello/plugins");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("hello.ts"), padded).unwrap();
+    fx.append("plugins:\n  - plugins/hello\nkeep_home: [.bun]\n");
+    let (code, doc) = fx.run();
+    if code == Some(125) || code == Some(2) {
+        // Refused up front: the fix (validate names `.bun`).
+        return;
+    }
+    let results = server.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("FORGED")),
+        "the cache entry was not there to forge: {results:?} {doc:#}"
+    );
+    // Iteration 2's command must meet the verified hook, as in
+    // `opencode_loads_the_verified_plugin_and_its_hook_and_tool_run`.
+    let last = results.last().unwrap();
+    assert!(
+        last.contains("blocked by the verified plugin") && !last.contains("ITERATION_2_RAN"),
+        "iteration 2 ran the forged transpiler-cache entry in place of the verified hook: {results:?}"
+    );
+}
+
 /// `agent.context_files: none`: OpenCode is given no instruction file, and reads none of the
 /// repository's (`AGENTS.md`, `CLAUDE.md`, `CONTEXT.md`) on its own; the record names none.
 #[test]

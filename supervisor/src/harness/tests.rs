@@ -1499,6 +1499,26 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
     }
 }
 
+/// OpenCode is a Bun binary: Bun keeps a transpiled copy of every module of 50 KB or more it
+/// loads from disk (a verified plugin module, or a large file it imports) in its runtime
+/// transpiler cache, `~/.bun/install/cache/@t@/<input hash>.pile` (`$XDG_CACHE_HOME/bun/@t@`
+/// when that is set), and on the next start runs the cached output instead of the file when
+/// the input's length and hash match (the output's hash is checked, but it is an unkeyed
+/// wyhash seeded 42 anyone can compute). Keeping `.bun` would let iteration 1's agent replace
+/// iteration 2's verified plugin code (seen with OpenCode 1.18.33; see
+/// `opencode_runtime::attack_leftovers__a_kept_bun_transpiler_cache_never_replaces_the_verified_plugin`).
+#[test]
+fn attack_leftovers__keep_home_may_not_keep_buns_transpiler_cache_for_opencode() {
+    use crate::manifest::{home_keep_problem, Runtime};
+    for keep in [".bun", ".bun/install/cache", ".bun/install/cache/@t@"] {
+        let problem = home_keep_problem(Runtime::Opencode, keep);
+        assert!(
+            problem.is_some(),
+            "{keep}: kept for OpenCode, whose Bun loads it"
+        );
+    }
+}
+
 #[test]
 fn keep_home_refuses_what_the_runtime_reads_at_startup() {
     use crate::manifest::{home_keep_problem, Runtime};
