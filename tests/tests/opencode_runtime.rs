@@ -888,6 +888,59 @@ BUN_BE_BUN=1 opencode "$HOME/forge.js""#;
     );
 }
 
+/// OpenCode 1.18.33 attaches, to a `read` of a file, the first of `AGENTS.md`, `CONTEXT.md` (and
+/// `CLAUDE.md`, off here) of each directory between the file and the project root as
+/// "Instructions from: <path>" (its `Instruction.resolve`, which `OPENCODE_DISABLE_PROJECT_CONFIG`
+/// does not gate). Iteration 1's agent plants `sub/AGENTS.md` and `sub/deeper/CONTEXT.md`;
+/// iteration 2's model reads a file below them and must not be handed them as instructions (the
+/// harness pinned the workdir's `AGENTS.md` only).
+#[test]
+fn attack_leftovers__nested_instruction_files_never_reach_opencodes_model_through_read() {
+    if !gate() {
+        return;
+    }
+    let plant = "mkdir -p sub/deeper && echo PLANTED_NESTED_AGENTS_MARK > sub/AGENTS.md && \
+                 echo PLANTED_NESTED_CONTEXT_MARK > sub/deeper/CONTEXT.md && \
+                 echo plain > sub/deeper/file.txt && echo PLANTED";
+    let iteration = AtomicUsize::new(0);
+    let server = ModelServer::start(move |request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        if let Some(result) = last_tool_result(request) {
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        if iteration.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({"command": plant, "description": "plant"}),
+            }
+        } else {
+            Reply::ToolCall {
+                name: "read".into(),
+                arguments: json!({"filePath": "sub/deeper/file.txt"}),
+            }
+        }
+    });
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 2);
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(
+        results.first().is_some_and(|r| r.contains("PLANTED")),
+        "{results:?}"
+    );
+    let read = results.last().unwrap();
+    assert!(read.contains("plain"), "the read did not run: {results:?}");
+    for mark in ["PLANTED_NESTED_AGENTS_MARK", "PLANTED_NESTED_CONTEXT_MARK"] {
+        assert!(
+            !read.contains(mark),
+            "{mark} reached iteration 2's model: {read}"
+        );
+    }
+}
+
 /// `agent.context_files: none`: OpenCode is given no instruction file, and reads none of the
 /// repository's (`AGENTS.md`, `CLAUDE.md`, `CONTEXT.md`) on its own; the record names none.
 #[test]
