@@ -941,6 +941,68 @@ fn attack_leftovers__nested_instruction_files_never_reach_opencodes_model_throug
     }
 }
 
+/// OpenCode 1.18.33 snapshots the project after each step with `git add` (its own git dir in its
+/// data dir, the project as the work tree), which honours the user's git config and the
+/// project's `.gitattributes`: a `filter.<name>.clean` command runs for every file added. A
+/// model offered only `read` and `write` writes `~/.gitconfig` (a filter) and `.gitattributes`
+/// with the `write` tool; OpenCode's next snapshot must not run the filter, which would give the
+/// model a command no tool offered and no verified hook saw.
+#[test]
+fn attack_runtime_tamper__a_git_filter_written_with_write_never_runs_in_opencodes_snapshot() {
+    if !gate() {
+        return;
+    }
+    let n = AtomicUsize::new(0);
+    let server = ModelServer::start(move |request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        let root = sandbox_root(request);
+        let (path, content) = match n.fetch_add(1, Ordering::SeqCst) {
+            0 => (
+                format!("{root}/home/.gitconfig"),
+                format!(
+                    "[filter \"pwn\"]\n\tclean = sh -c \"id -u > {root}/workspace/FILTER_RAN; cat\"\n"
+                ),
+            ),
+            1 => (".gitattributes".to_string(), "* filter=pwn\n".to_string()),
+            2 => {
+                return Reply::ToolCall {
+                    name: "read".into(),
+                    arguments: json!({"filePath": "FILTER_RAN"}),
+                }
+            }
+            _ => return Reply::Text("done".into()),
+        };
+        Reply::ToolCall {
+            name: "write".into(),
+            arguments: json!({"filePath": path, "content": content}),
+        }
+    });
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 1);
+    let ws = fx.root().join("workspace");
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&ws)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    fx.agent("tools: [read, write]");
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        results[..2].iter().all(|r| r.contains("Wrote file")),
+        "{results:?}"
+    );
+    assert!(
+        !results[2].contains("65534"),
+        "OpenCode's snapshot ran the filter the model wrote: {results:?}"
+    );
+}
+
 /// `agent.context_files: none`: OpenCode is given no instruction file, and reads none of the
 /// repository's (`AGENTS.md`, `CLAUDE.md`, `CONTEXT.md`) on its own; the record names none.
 #[test]
