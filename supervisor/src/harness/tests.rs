@@ -1508,6 +1508,7 @@ fn network_compiles_into_the_manifest_and_each_bad_entry_is_named_where_it_is() 
 /// iteration 2's verified plugin code (seen with OpenCode 1.18.33; see
 /// `opencode_runtime::attack_leftovers__a_kept_bun_transpiler_cache_never_replaces_the_verified_plugin`).
 #[test]
+#[allow(non_snake_case)] // attack tests are named attack_<class>__<case>
 fn attack_leftovers__keep_home_may_not_keep_buns_transpiler_cache_for_opencode() {
     use crate::manifest::{home_keep_problem, Runtime};
     for keep in [".bun", ".bun/install/cache", ".bun/install/cache/@t@"] {
