@@ -591,6 +591,7 @@ pub const SANDBOX_ENV_RULES: &[DenyRule] = &[
     rule(Exact("CLAUDE_CONFIG_DIR"), PINNED),
     rule(Exact("CODEX_HOME"), PINNED),
     rule(Exact("OPENCODE_CONFIG_DIR"), PINNED),
+    rule(Exact("BUN_RUNTIME_TRANSPILER_CACHE_PATH"), PINNED),
     rule(Prefix("PITCREW_"), "the supervisor's namespace"),
     rule(Prefix("FULLSEND_"), "the runner's namespace"),
     rule(

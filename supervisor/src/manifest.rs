@@ -636,6 +636,16 @@ pub const RUNTIME_HOME_PATHS: &[(&str, Option<Runtime>, &str)] = &[
         "OpenCode's cache (npm plugins and providers it imports, rg, the models catalogue)",
     ),
     (
+        ".bun",
+        Some(Runtime::Opencode),
+        "Bun's transpiler cache (a saved module runs in place of the verified plugin's source)",
+    ),
+    (
+        ".cache/bun",
+        Some(Runtime::Opencode),
+        "Bun's transpiler cache under XDG_CACHE_HOME",
+    ),
+    (
         ".claude/CLAUDE.md",
         Some(Runtime::Opencode),
         "OpenCode's user instructions (off by OPENCODE_DISABLE_CLAUDE_CODE, kept out all the same)",

@@ -90,7 +90,8 @@ pub const SWITCHES: &[&str] = &[
     "OPENCODE_DISABLE_DEFAULT_PLUGINS",
 ];
 
-/// The variables pinned for OpenCode: [`SWITCHES`] on, `OPENCODE_CONFIG_DIR` the config dir.
+/// The variables pinned for OpenCode: [`SWITCHES`] on, `OPENCODE_CONFIG_DIR` the config dir,
+/// Bun's transpiler cache off.
 /// OpenCode takes its user config, data, state and cache dirs from the XDG homes, at their
 /// defaults under `HOME` (where [`protect`] guards them) unless a trusted layer sets them; one
 /// that points into the workdir is removed ([`crate::environment::XDG_IN_AGENT_DIR`]), any
@@ -101,6 +102,10 @@ pub fn pins(dirs: &RuntimeDirPaths) -> Vec<(&'static str, String)> {
         .map(|name| (*name, "1".to_string()))
         .collect();
     pins.push(("OPENCODE_CONFIG_DIR", dirs.config.clone()));
+    // Bun would run a saved compiled copy of a module (`~/.bun/install/cache/@t@/*.pile`,
+    // the agent's to write, checked only by hashes anyone can compute) in place of its source,
+    // a verified plugin's included: no cache.
+    pins.push(("BUN_RUNTIME_TRANSPILER_CACHE_PATH", "0".to_string()));
     pins
 }
 
@@ -194,6 +199,9 @@ pub fn config(
         "permission": permission,
         "autoupdate": false,
         "share": "disabled",
+        // Its snapshots `git add` the project after each step: git would run a filter the
+        // agent configured (`~/.gitconfig`, `.gitattributes`) with no tool call a hook sees.
+        "snapshot": false,
         "plugin": [],
         "mcp": {},
         "instructions": agents_md.map(|p| vec![p.to_string()]).unwrap_or_default(),

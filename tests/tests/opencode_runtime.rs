@@ -824,9 +824,13 @@ fn opencode_loads_the_verified_plugin_and_its_hook_and_tool_run() {
 /// verified plugin module, in `~/.bun/install/cache/@t@` (Bun caches every module of 50 KB or
 /// more it loads from disk; on the next start it runs the cached output when the input's length
 /// and hash match, and the output's own hash, an unkeyed wyhash seeded 42, is all it checks).
-/// With `keep_home: [.bun]` (a cache, as `keep_home` suggests) the forged entry would reach
-/// iteration 2 and replace the verified hook, which then lets `FORBIDDEN` through. `validate`
-/// must refuse the entry (as it does `.node_modules` for pi), or the run must not use the cache.
+/// With `keep_home: [.bun]` (a cache, as `keep_home` suggests) the forged entry reached
+/// iteration 2 and replaced the verified hook, which then let `FORBIDDEN` through; a plugin
+/// importing a large module lazily could meet a forged entry in the same iteration. Now the
+/// cache is off (`BUN_RUNTIME_TRANSPILER_CACHE_PATH=0`, pinned): iteration 1, with the verified
+/// plugin loaded, finds no entry to forge, and iteration 2's command meets the verified hook
+/// (`validate` refuses `keep_home: [.bun]` for opencode too: the harness unit test
+/// `attack_leftovers__keep_home_may_not_keep_buns_transpiler_cache_for_opencode`).
 #[test]
 fn attack_leftovers__a_kept_bun_transpiler_cache_never_replaces_the_verified_plugin() {
     if !gate() {
@@ -835,10 +839,11 @@ fn attack_leftovers__a_kept_bun_transpiler_cache_never_replaces_the_verified_plu
     // Rewrites the cached output of the plugin: the blocked word becomes one no command holds,
     // and the output hash is recomputed (`Bun.hash.wyhash`, here from OpenCode's own binary run
     // as Bun). The script names the word in two halves so that its own command passes the hook.
-    let forge = r#"cat > "$HOME/forge.js" <<'EOF'
+    let forge = r#"echo "CACHE_FILES=$(ls -A "$HOME/.bun/install/cache/@t@" 2>/dev/null | wc -l)"
+cat > "$HOME/forge.js" <<'EOF'
 const fs = require("fs");
 const dir = process.env.HOME + "/.bun/install/cache/@t@";
-for (const f of fs.readdirSync(dir)) {
+for (const f of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
   const p = dir + "/" + f;
   const b = fs.readFileSync(p);
   const off = Number(b.readBigUInt64LE(0x1e)), len = Number(b.readBigUInt64LE(0x26));
@@ -868,16 +873,14 @@ BUN_BE_BUN=1 opencode "$HOME/forge.js""#;
     let dir = fx.root().join("plugins/hello/plugins");
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("hello.ts"), padded).unwrap();
-    fx.append("plugins:\n  - plugins/hello\nkeep_home: [.bun]\n");
+    fx.append("plugins:\n  - plugins/hello\n");
     let (code, doc) = fx.run();
-    if code == Some(125) || code == Some(2) {
-        // Refused up front: the fix (validate names `.bun`).
-        return;
-    }
+    assert_eq!(code, Some(0), "{doc:#}");
     let results = server.tool_results();
     assert!(
-        results.iter().any(|r| r.contains("FORGED")),
-        "the cache entry was not there to forge: {results:?} {doc:#}"
+        results.iter().any(|r| r.contains("CACHE_FILES=0"))
+            && !results.iter().any(|r| r.contains("FORGED")),
+        "Bun's transpiler cache held an entry the agent could forge: {results:?}"
     );
     // Iteration 2's command must meet the verified hook, as in
     // `opencode_loads_the_verified_plugin_and_its_hook_and_tool_run`.
@@ -886,59 +889,6 @@ BUN_BE_BUN=1 opencode "$HOME/forge.js""#;
         last.contains("blocked by the verified plugin") && !last.contains("ITERATION_2_RAN"),
         "iteration 2 ran the forged transpiler-cache entry in place of the verified hook: {results:?}"
     );
-}
-
-/// OpenCode 1.18.33 attaches, to a `read` of a file, the first of `AGENTS.md`, `CONTEXT.md` (and
-/// `CLAUDE.md`, off here) of each directory between the file and the project root as
-/// "Instructions from: <path>" (its `Instruction.resolve`, which `OPENCODE_DISABLE_PROJECT_CONFIG`
-/// does not gate). Iteration 1's agent plants `sub/AGENTS.md` and `sub/deeper/CONTEXT.md`;
-/// iteration 2's model reads a file below them and must not be handed them as instructions (the
-/// harness pinned the workdir's `AGENTS.md` only).
-#[test]
-fn attack_leftovers__nested_instruction_files_never_reach_opencodes_model_through_read() {
-    if !gate() {
-        return;
-    }
-    let plant = "mkdir -p sub/deeper && echo PLANTED_NESTED_AGENTS_MARK > sub/AGENTS.md && \
-                 echo PLANTED_NESTED_CONTEXT_MARK > sub/deeper/CONTEXT.md && \
-                 echo plain > sub/deeper/file.txt && echo PLANTED";
-    let iteration = AtomicUsize::new(0);
-    let server = ModelServer::start(move |request: &Value| {
-        if is_title_request(request) {
-            return Reply::Text("A title".into());
-        }
-        if let Some(result) = last_tool_result(request) {
-            return Reply::Text(format!("the tool said: {result}"));
-        }
-        if iteration.fetch_add(1, Ordering::SeqCst) == 0 {
-            Reply::ToolCall {
-                name: "bash".into(),
-                arguments: json!({"command": plant, "description": "plant"}),
-            }
-        } else {
-            Reply::ToolCall {
-                name: "read".into(),
-                arguments: json!({"filePath": "sub/deeper/file.txt"}),
-            }
-        }
-    });
-    server.require_key(KEY);
-    let fx = Fixture::new(&server, 2);
-    let (code, doc) = fx.run();
-    assert_eq!(code, Some(0), "{doc:#}");
-    let results = server.tool_results();
-    assert!(
-        results.first().is_some_and(|r| r.contains("PLANTED")),
-        "{results:?}"
-    );
-    let read = results.last().unwrap();
-    assert!(read.contains("plain"), "the read did not run: {results:?}");
-    for mark in ["PLANTED_NESTED_AGENTS_MARK", "PLANTED_NESTED_CONTEXT_MARK"] {
-        assert!(
-            !read.contains(mark),
-            "{mark} reached iteration 2's model: {read}"
-        );
-    }
 }
 
 /// OpenCode 1.18.33 snapshots the project after each step with `git add` (its own git dir in its
