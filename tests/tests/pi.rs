@@ -18,7 +18,7 @@ use pitcrew_e2e::{
 use serde_json::{json, Value};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A pi release of the version matrix: 0.73.1 (`@mariozechner/pi-coding-agent`, the last for
 /// Node 20) on `PATH`; 0.87.1 (the release the fullsend runner pins) and 1.6.0
@@ -2540,18 +2540,7 @@ fn rewritten_https_models_json(pi: Pi) {
         ),
     )
     .unwrap();
-    let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
-    assert_eq!(code, Some(0), "{out}{err}");
-    assert!(!out.contains("model key:"), "{out}");
-    let state = dir.path().join("state");
-    fs::create_dir(&state).unwrap();
-    let path = pi.path();
-    let mut env = vec![("GW_KEY", secret())];
-    if let Some(path) = &path {
-        env.push(("PATH", path));
-    }
-    let (_, doc) = pitcrew_run_status(&harness, &state, &["--pass-env", "GW_KEY"], &env);
-    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let (doc, record) = run_keeping_the_key(pi, &harness, "GW_KEY");
     let route = &record["network"]["model"];
     assert_eq!(route["pi_provider"], "gw", "{route:#}");
     assert_eq!(
@@ -2588,6 +2577,25 @@ each_pi!(
     rewritten_https_models_json
 );
 
+/// `validate` of `harness` (which must say nothing of a model key going in), then `pitcrew run`
+/// of it with [`secret`] passed as `key` (`--pass-env`): the run's document and iteration 1's
+/// record. The state dir is made beside the harness.
+fn run_keeping_the_key(pi: Pi, harness: &Path, key: &str) -> (Value, Value) {
+    let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("model key:"), "{out}");
+    let state = harness.parent().unwrap().join("state");
+    fs::create_dir(&state).unwrap();
+    let path = pi.path();
+    let mut env = vec![(key, secret())];
+    if let Some(path) = &path {
+        env.push(("PATH", path));
+    }
+    let (_, doc) = pitcrew_run_status(harness, &state, &["--pass-env", key], &env);
+    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    (doc, record)
+}
+
 /// pi with a built-in provider over `https://` and no pinned `models.json`: pi reads no
 /// base-URL variable, so the supervisor writes its own `models.json` giving the provider its
 /// model listener as `baseUrl`, and the host is to add the key and send the request to the
@@ -2609,18 +2617,7 @@ fn builtin_provider_key(pi: Pi) {
         ),
     )
     .unwrap();
-    let (code, out, err) = pitcrew_output(&["validate".as_ref(), harness.as_os_str()], &[]);
-    assert_eq!(code, Some(0), "{out}{err}");
-    assert!(!out.contains("model key:"), "{out}");
-    let state = dir.path().join("state");
-    fs::create_dir(&state).unwrap();
-    let path = pi.path();
-    let mut env = vec![("ANTHROPIC_API_KEY", secret())];
-    if let Some(path) = &path {
-        env.push(("PATH", path));
-    }
-    let (_, doc) = pitcrew_run_status(&harness, &state, &["--pass-env", "ANTHROPIC_API_KEY"], &env);
-    let record = read_json(&iteration_dir(&doc, 1).join("result.json"));
+    let (doc, record) = run_keeping_the_key(pi, &harness, "ANTHROPIC_API_KEY");
     let route = &record["network"]["model"];
     assert_eq!(route["pi_provider"], "anthropic", "{route:#}");
     assert_eq!(route["upstream"], "api.anthropic.com:443", "{route:#}");
