@@ -7,6 +7,8 @@
 //! root's, outside every directory the agent may write), so pitcrew neither pins nor resets it;
 //! but what the runtime loads from it is named in every record of a Claude Code iteration, each
 //! file with its SHA-256 ([`list`]), so that nothing Claude Code reads at startup is unnamed.
+//! The same [`list`] names the image's `/etc/codex` (Codex's system configuration) and
+//! `/etc/opencode` (OpenCode's managed configuration) in those runtimes' records.
 
 use crate::tree_hash;
 use serde::{Deserialize, Serialize};

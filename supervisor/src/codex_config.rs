@@ -69,7 +69,14 @@ pub struct CodexConfigRecord {
     /// the `config.toml` the supervisor wrote enables it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
+    /// Every file of the image's `/etc/codex` ([`MANAGED_DIR`]), which Codex reads whatever
+    /// its flags, with its SHA-256 ([`crate::claude_managed::list`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed: Vec<crate::claude_managed::ManagedEntry>,
 }
+
+/// Codex's system configuration directory, the image's.
+pub const MANAGED_DIR: &str = "/etc/codex";
 
 /// The marketplace name under which the verified plugins sit in Codex's plugin cache.
 pub const MARKETPLACE: &str = "pitcrew";
@@ -308,7 +315,7 @@ pub fn protect(
     })?;
     Ok(Some(CodexConfigRecord {
         guarded,
-        plugins: Vec::new(),
+        ..CodexConfigRecord::default()
     }))
 }
 

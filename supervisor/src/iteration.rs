@@ -272,6 +272,16 @@ fn prepare(
     // Codex's too (a sub-agent reads hooks.json and AGENTS.md there again when spawned).
     record.codex_config = crate::codex_config::protect(manifest, dirs)
         .map_err(|err| Stop::supervisor(format!("codex-config: {err}")))?;
+    // The image's /etc/codex, which Codex reads whatever its flags: named, as Claude Code's is.
+    if manifest.runtime == crate::manifest::Runtime::Codex {
+        let managed = crate::claude_managed::list(Path::new(crate::codex_config::MANAGED_DIR));
+        if !managed.is_empty() {
+            record
+                .codex_config
+                .get_or_insert_with(Default::default)
+                .managed = managed;
+        }
+    }
     let scratch = crate::dir_reset::reset_home_and_tmp(manifest, dirs, &ctx.supervisor_paths)
         .map_err(|err| Stop::supervisor(format!("home-reset: {err}")))?;
     // pi's built-in provider pointed at the model listener (its key stays on the host).
@@ -586,10 +596,11 @@ fn opencode_config(
     env.layers
         .insert(name.clone(), crate::environment::EnvSource::Pin);
     record.env.layers.insert(name, "pin".to_string());
-    record
-        .opencode_config
-        .get_or_insert_with(Default::default)
-        .content = Some(crate::opencode_config::shown(config));
+    let opencode = record.opencode_config.get_or_insert_with(Default::default);
+    opencode.content = Some(crate::opencode_config::shown(config));
+    // The image's managed configuration, merged over pitcrew's: named, as Claude Code's is.
+    opencode.managed =
+        crate::claude_managed::list(std::path::Path::new(crate::opencode_config::MANAGED_DIR));
     Ok(())
 }
 

@@ -305,7 +305,14 @@ pub struct OpencodeConfigRecord {
     /// `--pure` (no plugin module at all) without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
+    /// Every file of the image's `/etc/opencode` ([`MANAGED_DIR`]), whose configuration
+    /// OpenCode merges over pitcrew's, with its SHA-256 ([`crate::claude_managed::list`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed: Vec<crate::claude_managed::ManagedEntry>,
 }
+
+/// OpenCode's managed configuration directory, the image's.
+pub const MANAGED_DIR: &str = "/etc/opencode";
 
 /// Before each launch of OpenCode, after the config reset and `HOME`'s guard: the config dir
 /// made root's, mode `0755` (nothing in it the agent's to change), and each of

@@ -1093,3 +1093,72 @@ fn opencode_in_the_production_image_under_podman() {
     let id = doc["sandbox"].as_str().unwrap();
     assert!(!engine.has_container(id), "{id} was left");
 }
+
+/// OpenCode 1.18.33 merges the image's `/etc/opencode/opencode.json(c)` over every other
+/// configuration, pitcrew's included, whatever its switches. It is the image's (root's, out of
+/// the agent's reach, or the launch is refused), so pitcrew names what it holds: an image
+/// derived from the production one with a managed `opencode.json`, run under podman; the
+/// record names the file with its SHA-256 (`opencode_config.managed`).
+#[test]
+fn opencode_managed_files_of_the_image_are_named_in_the_record() {
+    if !engines::require(Kind::Podman) {
+        return;
+    }
+    let server = ModelServer::start(|request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        Reply::Text("hello".into())
+    });
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 1);
+    let engine = Engine::start(Kind::Podman);
+    let base = engine.image("opencode");
+    let context = tempfile::tempdir().unwrap();
+    let managed = "{\"$schema\": \"https://opencode.ai/config.json\"}\n";
+    fs::write(context.path().join("opencode.json"), managed).unwrap();
+    fs::write(
+        context.path().join("Containerfile"),
+        format!("FROM {base}\nCOPY opencode.json /etc/opencode/\n"),
+    )
+    .unwrap();
+    let tag = format!(
+        "localhost/pitcrew-opencode-managed:e2e-{}",
+        std::process::id()
+    );
+    let built = engine.cli(&[
+        "build",
+        "--network=none",
+        "--tag",
+        &tag,
+        context.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "podman build: {built:?}");
+    let env = engine.env_with(&[("OPENAI_API_KEY", KEY)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, doc) = pitcrew_run_status(
+        &fx.harness,
+        &fx.state,
+        &[
+            "--engine",
+            "podman",
+            "--image",
+            &tag,
+            "--pass-env",
+            "OPENAI_API_KEY",
+        ],
+        &env,
+    );
+    let _ = engine.cli(&["rmi", "--force", &tag]);
+    assert_eq!(code, Some(0), "{doc:#}");
+    let record = record(&doc, 1);
+    let named = &record["opencode_config"]["managed"];
+    let sha = pitcrew_core::tree_hash::sha256_file(&context.path().join("opencode.json"))
+        .unwrap()
+        .sha256;
+    assert_eq!(
+        named,
+        &json!([{"path": "/etc/opencode/opencode.json", "sha256": sha, "bytes": managed.len()}]),
+        "{record:#}"
+    );
+}
