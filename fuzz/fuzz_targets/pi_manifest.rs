@@ -172,6 +172,8 @@ fuzz_target!(|data: &[u8]| {
         match result {
             Ok(PluginClass::Claude(c)) => panic!("no layout is a Claude plugin: {c:?}"),
             Ok(PluginClass::Codex(c)) => panic!("no layout is a Codex plugin: {c:?}"),
+            // Only a tree holding `plugin/` or `plugins/` and no pi entry is OpenCode's.
+            Ok(PluginClass::Opencode(o)) => panic!("no layout is an OpenCode plugin: {o:?}"),
             Ok(PluginClass::Pi(ext)) => {
                 assert_eq!(ext.rule == PiRule::Manifest, has_pi_key, "{:?}", ext.rule);
                 check_entries(dir, ext.rule, &ext.entries);

@@ -89,9 +89,11 @@ fn reads_pi_project(manifest: &Manifest, version: Option<&str>) -> bool {
 /// (0.169.1: an `AGENTS.override.md` is read in place of the `AGENTS.md` beside it).
 const CODEX_NAMES: &[&str] = &["AGENTS.override.md", "AGENTS.md"];
 
-/// The workdir's file pitcrew passes to OpenCode (through `instructions`: with project config
-/// off, OpenCode 1.18.33 reads no `AGENTS.md`, `CLAUDE.md` or `CONTEXT.md` of the project).
-const OPENCODE_NAMES: &[&str] = &["AGENTS.md"];
+/// The workdir's files of OpenCode's: its `AGENTS.md`, which pitcrew passes through
+/// `instructions` (with project config off, OpenCode 1.18.33 reads no `AGENTS.md`, `CLAUDE.md`
+/// or `CONTEXT.md` of the project at start), and what its `read` tool adds from each directory
+/// between a file it reads and the project root ([`nested`], which covers those below).
+const OPENCODE_NAMES: &[&str] = nested::NAMES;
 
 /// The workdir's file pitcrew passes to Claude Code, and the name of its user-level one.
 const CLAUDE_NAMES: &[&str] = &["CLAUDE.md"];
@@ -172,6 +174,9 @@ pub fn names(runtime: Runtime, version: Option<&str>) -> &'static [&'static str]
 /// `.pi/` files aside, see [`reads_pi_project`]), else what the runtime reads.
 fn baseline_names(manifest: &Manifest, version: Option<&str>) -> &'static [&'static str] {
     match manifest.agent.context_files {
+        // OpenCode's `read` adds instruction files whatever pitcrew passes: set back under
+        // `none` too.
+        ContextFiles::None if manifest.runtime == Runtime::Opencode => OPENCODE_NAMES,
         ContextFiles::None => &[],
         ContextFiles::AsIs | ContextFiles::Uploaded => names(manifest.runtime, version),
     }
@@ -361,6 +366,9 @@ impl Baseline {
                 keep_entry(dir.as_fd(), &dir_path, name, &mut kept, &mut total)?;
             }
         }
+        if manifest.runtime == Runtime::Opencode && !names.is_empty() {
+            nested::take(Path::new(&manifest.workdir), &mut kept, &mut total)?;
+        }
         let pi_dir = if reads_pi_project(manifest, version) {
             Some(take_pi_dir(manifest, &mut kept, &mut total)?)
         } else {
@@ -398,6 +406,9 @@ impl Baseline {
             for name in self.names {
                 self.reset_entry(dir.as_fd(), &dir_path, name, &mut done)?;
             }
+        }
+        if manifest.runtime == Runtime::Opencode && !self.names.is_empty() {
+            nested::reset(self, Path::new(&manifest.workdir), &mut done)?;
         }
         if let Some(pi_dir) = self.pi_dir {
             self.reset_pi_dir(manifest, pi_dir, &mut done)?;
@@ -780,6 +791,14 @@ pub fn prepare(
             pi_prompts(Path::new(&manifest.workdir), &manifest.user, read)?;
             return Ok(Some(prepared));
         }
+        // OpenCode's `read` adds the instruction files below the workdir whatever it is
+        // given: set back to the baseline and named.
+        ContextFiles::None if manifest.runtime == Runtime::Opencode => {
+            to_baseline(&mut prepared.record)?;
+            let workdir = Path::new(&manifest.workdir);
+            prepared.record.read = nested::named(workdir)?;
+            return Ok(Some(prepared));
+        }
         // Codex under `none` still reads its `CODEX_HOME` (the config dir's pinned file):
         // named below, the project's files not.
         ContextFiles::None if manifest.runtime == Runtime::Codex => {}
@@ -847,6 +866,7 @@ pub fn prepare(
                     read.push(entry);
                 }
             }
+            read.extend(nested::named(workdir)?);
         }
         Runtime::Command => {}
     }
@@ -1014,6 +1034,8 @@ fn claude_rules(
     }
     Ok(())
 }
+
+mod nested;
 
 #[cfg(test)]
 mod tests;

@@ -384,8 +384,9 @@ pub struct ContextFilesRecord {
 pub struct ContextFileRecord {
     /// Its absolute path.
     pub path: String,
-    /// `config` (the runtime's config dir: pinned files only), `workdir`, or `parent` (a
-    /// directory above the workdir).
+    /// `config` (the runtime's config dir: pinned files only), `workdir`, `parent` (a
+    /// directory above the workdir), or `nested` (OpenCode: below the workdir, handed to the
+    /// model with a file its `read` tool reads there).
     pub scope: String,
     /// SHA-256 of its content (a regular file).
     #[serde(default, skip_serializing_if = "Option::is_none")]

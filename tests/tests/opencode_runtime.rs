@@ -1162,3 +1162,87 @@ fn opencode_managed_files_of_the_image_are_named_in_the_record() {
         "{record:#}"
     );
 }
+
+/// OpenCode 1.18.33 attaches, to a `read` of a file, the first of `AGENTS.md`, `CONTEXT.md` (and
+/// `CLAUDE.md`, off here) of each directory between the file and the project root as
+/// "Instructions from: <path>" (its `Instruction.resolve`, which `OPENCODE_DISABLE_PROJECT_CONFIG`
+/// does not gate). Iteration 1's agent plants `sub/AGENTS.md` and `sub/deeper/CONTEXT.md`;
+/// iteration 2's model reads a file below them and must not be handed them as instructions (the
+/// harness pinned the workdir's `AGENTS.md` only): before each launch pitcrew sets them back to
+/// what the workspace was uploaded with, and names those left (`scope: nested`).
+#[test]
+fn attack_leftovers__nested_instruction_files_never_reach_opencodes_model_through_read() {
+    if !gate() {
+        return;
+    }
+    let plant = "mkdir -p sub/deeper && echo PLANTED_NESTED_AGENTS_MARK > sub/AGENTS.md && \
+                 echo PLANTED_NESTED_CONTEXT_MARK > sub/deeper/CONTEXT.md && \
+                 echo plain > sub/deeper/file.txt && echo PLANTED";
+    let iteration = AtomicUsize::new(0);
+    let server = ModelServer::start(move |request: &Value| {
+        if is_title_request(request) {
+            return Reply::Text("A title".into());
+        }
+        if let Some(result) = last_tool_result(request) {
+            return Reply::Text(format!("the tool said: {result}"));
+        }
+        if iteration.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::ToolCall {
+                name: "bash".into(),
+                arguments: json!({"command": plant, "description": "plant"}),
+            }
+        } else {
+            Reply::ToolCall {
+                name: "read".into(),
+                arguments: json!({"filePath": "sub/deeper/file.txt"}),
+            }
+        }
+    });
+    server.require_key(KEY);
+    let fx = Fixture::new(&server, 2);
+    // One the repository ships below the workdir: kept, and named in every record.
+    fs::create_dir_all(fx.root().join("workspace/docs")).unwrap();
+    fs::write(
+        fx.root().join("workspace/docs/AGENTS.md"),
+        "UPLOADED_NESTED_MARK\n",
+    )
+    .unwrap();
+    let (code, doc) = fx.run();
+    assert_eq!(code, Some(0), "{doc:#}");
+    let results = server.tool_results();
+    assert!(
+        results.first().is_some_and(|r| r.contains("PLANTED")),
+        "{results:?}"
+    );
+    let second = record(&doc, 2);
+    let context = &second["context_files"];
+    let reset = context["reset"].to_string();
+    for planted in ["sub/AGENTS.md", "sub/deeper/CONTEXT.md"] {
+        assert!(
+            reset.contains(planted),
+            "{planted} not set back: {context:#}"
+        );
+    }
+    let nested: Vec<&Value> = context["read"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["scope"] == "nested")
+        .collect();
+    assert_eq!(nested.len(), 1, "{context:#}");
+    assert!(
+        nested[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("docs/AGENTS.md"),
+        "{context:#}"
+    );
+    let read = results.last().unwrap();
+    assert!(read.contains("plain"), "the read did not run: {results:?}");
+    for mark in ["PLANTED_NESTED_AGENTS_MARK", "PLANTED_NESTED_CONTEXT_MARK"] {
+        assert!(
+            !read.contains(mark),
+            "{mark} reached iteration 2's model: {read}"
+        );
+    }
+}
