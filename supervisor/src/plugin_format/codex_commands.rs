@@ -146,11 +146,19 @@ fn runs_relative(words: &[&str]) -> bool {
     if !INTERPRETERS.contains(&name) {
         return false;
     }
-    // `sh -c '…'` and `node -e '…'` run inline text, no file.
+    // `sh -c '…'` (`bash -lc`), `node -e '…'` and `python3 -m mod` run inline text or a
+    // module, no file of the session's directory.
+    let cluster = |a: &str, letter: char| !a.starts_with("--") && a[1..].contains(letter);
+    let inline = |a: &str| match name {
+        "sh" | "bash" | "dash" | "zsh" => cluster(a, 'c'),
+        "python" | "python3" => matches!(a, "-c" | "-m"),
+        "perl" | "ruby" => cluster(a, 'e'),
+        _ => matches!(a, "-e" | "--eval" | "-p" | "--print"),
+    };
     if args
         .iter()
         .take_while(|a| a.starts_with('-'))
-        .any(|a| matches!(*a, "-c" | "-e" | "--eval" | "-p" | "--print" | "-m"))
+        .any(|a| inline(a))
     {
         return false;
     }
@@ -200,6 +208,7 @@ mod tests {
             "./hooks/check.sh",
             "hooks/check.sh --strict",
             "bash check.sh",
+            "bash -e ./check.sh",
             "X=1 ./run",
             "jq . | node lib/x.js",
             "bash ${PLUGIN_ROOT}/../../workspace/h.sh",
@@ -213,6 +222,8 @@ mod tests {
             "if grep -q X; then echo no >&2; exit 2; fi",
             "/usr/bin/python3 /opt/check.py",
             "sh -c 'exit 0'",
+            "bash -lc 'grep -q x'",
+            "python3 -m json.tool",
             "jq -r .tool_input.command | grep -q 'rm -rf'",
         ] {
             assert_eq!(line_problem(line), None, "{line}");
