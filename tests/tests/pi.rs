@@ -2343,6 +2343,33 @@ each_pi_named!(model_key_stays_on_the_host:
     attack_secrets__the_model_key_never_enters_the_sandbox_pi_1_6_0
 );
 
+/// The fixture of the key tests: the scripted server runs [`secret_probes`] through `bash`
+/// and answers only requests carrying [`secret`]; pi has `bash` only, and its pinned
+/// `models.json` names the key by variable (0.73.1 reads the variable a bare name names; 0.87.1
+/// and 1.6.0 interpolate `$NAME`). Also returns that `models.json`'s text.
+fn key_probe_fixture(pi: Pi) -> (ModelServer, Fixture, String) {
+    let server = ModelServer::start(one_command_per_iteration(
+        "bash",
+        secret_probes(),
+        |c| json!({ "command": c }),
+    ));
+    server.require_key(secret());
+    let fx = fixture_for(pi, &server, 1);
+    fx.agent_option("tools: [bash]");
+    let reference = if pi.prefixed {
+        "\"$SCRIPTED_MODEL_KEY\""
+    } else {
+        "\"SCRIPTED_MODEL_KEY\""
+    };
+    let models = models_json(&server).replace("\"dummy-key\"", reference);
+    fs::write(
+        fx.harness.parent().unwrap().join("config/models.json"),
+        &models,
+    )
+    .unwrap();
+    (server, fx, models)
+}
+
 /// pi's `models.json` names its key by variable (`apiKey: SCRIPTED_MODEL_KEY`, from 0.87.1 on
 /// `$SCRIPTED_MODEL_KEY`) and sends the
 /// model to the scripted server on 127.0.0.1 over `http://`: the key passed with `--pass-env`
@@ -2353,23 +2380,8 @@ fn model_key_stays_on_the_host(pi: Pi) {
     if !pi.gate() {
         return;
     }
-    let server = ModelServer::start(one_command_per_iteration(
-        "bash",
-        secret_probes(),
-        |c| json!({ "command": c }),
-    ));
-    server.require_key(secret());
-    let fx = fixture_for(pi, &server, 1);
-    fx.agent_option("tools: [bash]");
+    let (server, fx, _) = key_probe_fixture(pi);
     let root = fx.harness.parent().unwrap().to_path_buf();
-    // 0.73.1 reads the variable a bare name names; 0.87.1 and 1.6.0 interpolate `$NAME`.
-    let reference = if pi.prefixed {
-        "\"$SCRIPTED_MODEL_KEY\""
-    } else {
-        "\"SCRIPTED_MODEL_KEY\""
-    };
-    let models = models_json(&server).replace("\"dummy-key\"", reference);
-    fs::write(root.join("config/models.json"), models).unwrap();
     fs::write(
         root.join("workspace/.env"),
         "SCRIPTED_MODEL_KEY=sk-from-dotenv\n",
@@ -2432,22 +2444,7 @@ fn rewritten_models_json_key(pi: Pi) {
     if !pi.gate() {
         return;
     }
-    let server = ModelServer::start(one_command_per_iteration(
-        "bash",
-        secret_probes(),
-        |c| json!({ "command": c }),
-    ));
-    server.require_key(secret());
-    let fx = fixture_for(pi, &server, 1);
-    fx.agent_option("tools: [bash]");
-    let root = fx.harness.parent().unwrap().to_path_buf();
-    let reference = if pi.prefixed {
-        "\"$SCRIPTED_MODEL_KEY\""
-    } else {
-        "\"SCRIPTED_MODEL_KEY\""
-    };
-    let models = models_json(&server).replace("\"dummy-key\"", reference);
-    fs::write(root.join("config/models.json"), &models).unwrap();
+    let (server, fx, models) = key_probe_fixture(pi);
     let endpoint = server.base_url().replace("http://", "").replace("/v1", "");
     let yaml = fs::read_to_string(&fx.harness).unwrap()
         + &format!("network:\n  allow: [\"{endpoint}\"]\n");

@@ -28,36 +28,49 @@ pub const RUN_DIRS: [&str; 2] = ["/run", "/var/run"];
 /// The tmpfs's options: empty, root's, nothing to write in it.
 const OPTIONS: &str = "mode=0755,size=16k";
 
+/// The tmpfs's mount flags: read-only, nothing set-uid, no device, nothing to run.
+const FLAGS: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY;
+
 /// Mounts an empty read-only tmpfs on each of [`RUN_DIRS`] that is a directory (not a link to
 /// another), unless a path of the supervisor's own (`keep`: its control socket, its records)
 /// lies under it, which is refused: hiding it would cut the supervisor off. Returns the
 /// directories hidden. Needs its own mount namespace (the caller checks it is PID 1 of one).
 pub fn hide(keep: &[&Path]) -> Result<Vec<String>, String> {
-    let mut hidden = Vec::new();
+    let dirs = to_hide(
+        keep,
+        "which the sandbox hides from the agent: give the sandbox a state directory elsewhere \
+         (--state-dir)",
+    )?;
+    for dir in &dirs {
+        mount_empty(dir)?;
+    }
+    Ok(dirs.iter().map(|d| d.to_string()).collect())
+}
+
+/// The directories of [`RUN_DIRS`] to hide: each one that is a directory (not a link to
+/// another); refused when a path of `keep` lies under one, `why` saying what hiding it does.
+fn to_hide(keep: &[&Path], why: &str) -> Result<Vec<&'static str>, String> {
+    let mut dirs = Vec::new();
     for dir in RUN_DIRS {
-        let meta = match std::fs::symlink_metadata(dir) {
-            Ok(meta) => meta,
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("private /run: {dir}: {e}")),
-        };
-        if !meta.is_dir() {
-            continue;
         }
         let real = std::fs::canonicalize(dir).map_err(|e| format!("private /run: {dir}: {e}"))?;
         for path in keep {
             let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             if path.starts_with(&real) {
                 return Err(format!(
-                    "private /run: {} lies under {dir}, which the sandbox hides from the agent: \
-                     give the sandbox a state directory elsewhere (--state-dir)",
+                    "private /run: {} lies under {dir}, {why}",
                     path.display()
                 ));
             }
         }
-        mount_empty(dir)?;
-        hidden.push(dir.to_string());
+        dirs.push(dir);
     }
-    Ok(hidden)
+    Ok(dirs)
 }
 
 /// `/run` hidden for the agent alone: the directories and the mount's arguments, made before
@@ -75,30 +88,15 @@ impl AgentRun {
     /// another); refused when a path the agent needs (`needed`: its workdir, directories,
     /// verified trees) lies under one of them.
     pub fn prepare(needed: &[&Path]) -> Result<AgentRun, String> {
-        let mut dirs = Vec::new();
-        let mut names = Vec::new();
-        for dir in RUN_DIRS {
-            match std::fs::symlink_metadata(dir) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(format!("private /run: {dir}: {e}")),
-            }
-            let real =
-                std::fs::canonicalize(dir).map_err(|e| format!("private /run: {dir}: {e}"))?;
-            for path in needed {
-                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-                if path.starts_with(&real) {
-                    return Err(format!(
-                        "private /run: {} lies under {dir}, which the agent's own network \
-                         namespace hides (the host's sockets are there)",
-                        path.display()
-                    ));
-                }
-            }
-            dirs.push(CString::new(dir).map_err(|_| format!("private /run: {dir}: NUL"))?);
-            names.push(dir.to_string());
-        }
+        let names = to_hide(
+            needed,
+            "which the agent's own network namespace hides (the host's sockets are there)",
+        )?;
+        let dirs = names
+            .iter()
+            .map(|dir| CString::new(*dir).map_err(|_| format!("private /run: {dir}: NUL")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names = names.iter().map(|d| d.to_string()).collect();
         Ok(AgentRun {
             dirs,
             names,
@@ -138,13 +136,12 @@ impl AgentRun {
             {
                 return Err(errno());
             }
-            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY;
             for dir in &self.dirs {
                 if libc::mount(
                     self.fstype.as_ptr(),
                     dir.as_ptr(),
                     self.fstype.as_ptr(),
-                    flags,
+                    FLAGS,
                     self.data.as_ptr().cast(),
                 ) != 0
                 {
@@ -160,14 +157,13 @@ fn mount_empty(dir: &str) -> Result<(), String> {
     let target = CString::new(dir).map_err(|_| format!("private /run: {dir}: NUL"))?;
     let fstype = CString::new("tmpfs").map_err(|_| "fstype".to_string())?;
     let data = CString::new(OPTIONS).map_err(|_| "options".to_string())?;
-    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY;
     // SAFETY: mount reads NUL-terminated strings that live across the call.
     let rc = unsafe {
         libc::mount(
             fstype.as_ptr(),
             target.as_ptr(),
             fstype.as_ptr(),
-            flags,
+            FLAGS,
             data.as_ptr().cast(),
         )
     };
